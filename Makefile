@@ -1,0 +1,177 @@
+# tidepool: code-mode execution engine for agents.
+# `make run` and `make test` install what is missing (scripts/deps.sh), fetch Lua from
+# Debian's trixie source package (scripts/fetch-lua.sh), build, and run.
+
+# ---- settings -----------------------------------------------------------------------
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+LIBDIR     ?= $(PREFIX)/lib
+BINDIR     ?= $(PREFIX)/bin
+INCDIR     ?= $(PREFIX)/include
+LUACMOD    ?= $(PREFIX)/lib/lua/5.4
+DATADIR    ?= $(PREFIX)/share/tidepool
+BUILD      ?= build
+CC         ?= cc
+OPT        ?= -O2 -g
+SANITIZE   ?=
+VERSION    := 0.1.0
+
+WARN_BASE   = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
+              -Wpointer-arith -Wcast-align -Wwrite-strings -Wundef -Wno-unused-parameter
+WARN_STRICT = $(WARN_BASE) -Wformat=2 -Wvla
+PKGS        = jansson libpcre2-8 libuv
+PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+LUV_LIBS    = -llua5.4-luv -llua5.4-lpeg
+
+ifneq ($(SANITIZE),)
+SAN_FLAGS   = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+# Lua's source is shared by every build flavour (build/, build/sanitize/).
+LUA_SRCDIR ?= build/lua-src
+LUA_SRC     = $(LUA_SRCDIR)/src
+LUA_DEFS    = -DLUA_USE_LINUX
+LUA_CFLAGS  = -std=gnu99 $(OPT) -fPIC $(LUA_DEFS) $(SAN_FLAGS) -include engine/lua_patch.h
+CFLAGS_ALL  = -std=gnu11 $(OPT) -fPIC $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE \
+              -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
+              -Iengine -Iengine/include -Isandbox -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
+LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
+LIBS_ALL    = $(PKG_LIBS) -lpthread -ldl -lm
+
+# ---- sources ------------------------------------------------------------------------
+LUA_CORE    = lapi lcode lctype ldebug ldo ldump lfunc lgc llex lmem lobject lopcodes \
+              lparser lstate lstring ltable ltm lundump lvm lzio lauxlib lbaselib lcorolib \
+              ldblib liolib lmathlib loadlib loslib lstrlib ltablib lutf8lib linit
+LUA_OBJS    = $(LUA_CORE:%=$(BUILD)/lua-obj/%.o)
+FRONT_SRCS  = engine/cli.c engine/luamod.c
+ENGINE_SRCS = $(filter-out $(FRONT_SRCS),$(wildcard engine/*.c))
+ENGINE_OBJS = $(ENGINE_SRCS:engine/%.c=$(BUILD)/obj/%.o)
+GEN_SRCS    = $(BUILD)/gen/embedded.c
+GEN_OBJS    = $(BUILD)/obj/embedded.o
+EMBED_FILES = $(wildcard sandbox/*.lua) $(wildcard lua/*.lua)
+HEADERS     = $(wildcard engine/*.h) $(wildcard engine/include/*.h) $(wildcard sandbox/*.h)
+CTEST_SRCS  = $(wildcard spec/c/test_*.c)
+CTESTS      = $(CTEST_SRCS:spec/c/%.c=$(BUILD)/tests/%)
+BENCH_SRCS  = $(wildcard bench/*.c)
+BENCHES     = $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+
+LUA_BIN     = $(BUILD)/lua/lua
+LIBLUA      = $(BUILD)/lua/liblua.a
+LIB_A       = $(BUILD)/libtidepool.a
+LIB_SO      = $(BUILD)/libtidepool.so
+CLI         = $(BUILD)/tidepool
+LUAMOD      = $(BUILD)/lua/tidepool.so
+PCFILE      = $(BUILD)/tidepool.pc
+DEPS_STAMP  = $(BUILD)/.deps-ok
+
+.PHONY: all deps run test test-fast sanitize valgrind bench install uninstall clean lint
+all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE)
+
+# ---- setup --------------------------------------------------------------------------
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/deps.sh
+	@sh scripts/deps.sh
+	@mkdir -p $(BUILD) && touch $@
+
+$(LUA_SRCDIR)/.tidepool-patched: scripts/fetch-lua.sh | $(DEPS_STAMP)
+	@sh scripts/fetch-lua.sh $(LUA_SRCDIR)
+
+# ---- Lua (Debian trixie's 5.4.7, our patch to lstrlib.c) -------------------------------
+$(BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/lua_patch.h
+	@mkdir -p $(@D)
+	$(CC) $(LUA_CFLAGS) -c $(LUA_SRC)/$*.c -o $@
+
+$(LIBLUA): $(LUA_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(LUA_BIN): $(BUILD)/lua-obj/lua.o $(LIBLUA)
+	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIBLUA) -ldl -lm
+
+# ---- engine -------------------------------------------------------------------------
+$(BUILD)/obj/%.o: engine/%.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(GEN_SRCS): scripts/embed.lua $(EMBED_FILES) $(LUA_BIN)
+	@mkdir -p $(@D)
+	$(LUA_BIN) scripts/embed.lua $@ $(EMBED_FILES)
+
+$(BUILD)/obj/embedded.o: $(GEN_SRCS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Wno-missing-prototypes -c $< -o $@
+
+$(LIB_A): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
+	$(CC) -shared $(LDFLAGS_ALL) -Wl,-soname,libtidepool.so.0 -o $@ $^ $(LUV_LIBS) $(LIBS_ALL)
+
+$(CLI): $(BUILD)/obj/cli.o $(LIB_A)
+	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
+
+# The Lua module takes Lua's symbols from the interpreter that loads it (build/lua/lua),
+# so the engine objects go in without a second copy of Lua.
+$(LUAMOD): $(BUILD)/obj/luamod.o $(ENGINE_OBJS) $(GEN_OBJS)
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS_ALL) -o $@ $^ $(LUV_LIBS) $(LIBS_ALL)
+
+$(PCFILE): Makefile
+	@mkdir -p $(@D)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+	  'Name: tidepool' 'Description: code-mode execution engine for agents (sandboxed Lua 5.4)' \
+	  'Version: $(VERSION)' 'Requires.private: $(PKGS)' \
+	  'Libs: -L$${libdir} -ltidepool' 'Libs.private: $(LUV_LIBS) -lpthread -ldl -lm' \
+	  'Cflags: -I$${includedir}' > $@
+
+# ---- tests and benchmarks -------------------------------------------------------------
+$(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
+
+$(BUILD)/bench/%: bench/%.c $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
+
+test: all $(CTESTS)
+	@BUILD=$(BUILD) sh scripts/run-tests.sh
+
+run: all
+	$(CLI) run examples/report.lua
+
+bench: all $(BENCHES)
+	@BUILD=$(BUILD) sh scripts/run-bench.sh
+
+sanitize:
+	$(MAKE) BUILD=build/sanitize SANITIZE=address,undefined OPT='-O1 -g' test
+
+valgrind: all $(CTESTS)
+	@BUILD=$(BUILD) sh scripts/valgrind.sh
+
+lint:
+	luacheck --no-color -q sandbox lua tools spec
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) \
+	  $(DESTDIR)$(LUACMOD) $(DESTDIR)$(DATADIR)/tools
+	install -m 755 $(CLI) $(DESTDIR)$(BINDIR)/tidepool
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libtidepool.a
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libtidepool.so.$(VERSION)
+	ln -sf libtidepool.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libtidepool.so.0
+	ln -sf libtidepool.so.0 $(DESTDIR)$(LIBDIR)/libtidepool.so
+	install -m 644 engine/include/tidepool.h $(DESTDIR)$(INCDIR)/tidepool.h
+	install -m 644 $(PCFILE) $(DESTDIR)$(LIBDIR)/pkgconfig/tidepool.pc
+	install -m 755 $(LUAMOD) $(DESTDIR)$(LUACMOD)/tidepool.so
+	if ls tools/*.lua >/dev/null 2>&1; then install -m 644 tools/*.lua $(DESTDIR)$(DATADIR)/tools/; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/tidepool $(DESTDIR)$(LIBDIR)/libtidepool.a \
+	  $(DESTDIR)$(LIBDIR)/libtidepool.so $(DESTDIR)$(LIBDIR)/libtidepool.so.0 \
+	  $(DESTDIR)$(LIBDIR)/libtidepool.so.$(VERSION) $(DESTDIR)$(INCDIR)/tidepool.h \
+	  $(DESTDIR)$(LIBDIR)/pkgconfig/tidepool.pc $(DESTDIR)$(LUACMOD)/tidepool.so
+	rm -rf $(DESTDIR)$(DATADIR)
+
+clean:
+	rm -rf $(BUILD)/obj $(BUILD)/gen $(BUILD)/tests $(BUILD)/bench $(BUILD)/lua-obj \
+	  $(BUILD)/lua $(BUILD)/sanitize $(LIB_A) $(LIB_SO) $(CLI) $(PCFILE)

@@ -1,0 +1,29 @@
+/*
+** lua_patch.h: force-included into Lua's lstrlib.c (never into anything else), where
+** scripts/fetch-lua.sh has placed a call to tp_pattern_step at every step of the
+** pattern matcher: each call of match(), each character singlematch() tests and each
+** character %b scans. That makes the work of find, match, gmatch and gsub countable,
+** so a backtracking pattern can be stopped like a Lua loop, while every pattern that
+** finishes behaves exactly as in unpatched Lua.
+**
+** It is included before lprefix.h, so it includes no header. A state's extra space
+** (LUA_EXTRASPACE, one pointer, copied into every new thread) holds a tp_meter for a
+** sandbox state and NULL for any other state, where the step costs one test.
+*/
+#ifndef tidepool_lua_patch_h
+#define tidepool_lua_patch_h
+
+struct lua_State;
+
+typedef struct tp_meter {
+  long countdown;  /* steps left before refill() runs */
+  void (*refill)(struct lua_State *L, struct tp_meter *m);  /* may raise */
+} tp_meter;
+
+static inline void tp_pattern_step (struct lua_State *L) {
+  tp_meter *m = *(tp_meter **)((char *)(L) - sizeof(void *));
+  if (m != 0 && --m->countdown <= 0)
+    m->refill(L, m);
+}
+
+#endif
