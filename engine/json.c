@@ -1,0 +1,915 @@
+/*
+** json.c: the value bridge between Lua 5.4 and JSON, on jansson. Contracts in json.h.
+**
+** Lua -> JSON is one recursive walk with raw access only (lua_next, lua_rawgeti,
+** lua_rawlen, lua_getmetatable), a fixed-size path and ancestor stack in C memory, and no
+** Lua allocation, so it cannot raise. The JSON path of a bad value is only turned into
+** text when an error is reported.
+*/
+#include <locale.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lua.h"
+#include "lauxlib.h"
+
+#include "json.h"
+
+/* Registry keys: addresses of private statics. */
+static const char array_mt_key = 0;
+static const char box_mt_key = 0;
+
+/* ---- small text builder that truncates instead of overflowing ------------------------- */
+
+typedef struct sbuf { char *p; size_t cap, len; int cut; } sbuf;
+
+static void sb_init (sbuf *b, char *p, size_t cap) {
+  b->p = p; b->cap = cap; b->len = 0; b->cut = 0;
+  p[0] = '\0';
+}
+
+static void sb_putn (sbuf *b, const char *s, size_t n) {
+  size_t room = b->cap - 1 - b->len;
+  if (n > room) { n = room; b->cut = 1; }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+static void sb_puts (sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+static void sb_putc (sbuf *b, char c) { sb_putn(b, &c, 1); }
+
+/* Marks a truncated text with "..." at its end. */
+static void sb_finish (sbuf *b) {
+  if (b->cut && b->cap >= 4) {
+    size_t at = b->len >= 3 ? b->len - 3 : 0;
+    while (at > 0 && ((unsigned char)b->p[at] & 0xC0) == 0x80) at--;  /* whole chars */
+    memcpy(b->p + at, "...", 4);
+    b->len = at + 3;
+  }
+}
+
+/* ---- UTF-8 ----------------------------------------------------------------------------- */
+
+/*
+** Returns len when s is valid UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF),
+** else the offset of the first bad sequence, with *why saying what is wrong.
+*/
+static size_t utf8_check (const unsigned char *s, size_t len, const char **why) {
+  size_t i = 0;
+  while (i < len) {
+    while (i + 8 <= len) {  /* ASCII runs, 8 bytes at a time */
+      uint64_t x;
+      memcpy(&x, s + i, 8);
+      if (x & UINT64_C(0x8080808080808080)) break;
+      i += 8;
+    }
+    if (i >= len) break;
+    unsigned c = s[i];
+    if (c < 0x80) { i++; continue; }
+    unsigned lo = 0x80, hi = 0xBF;
+    size_t n;
+    if (c < 0xC0) { *why = "unexpected continuation byte"; return i; }
+    else if (c < 0xC2) { *why = "overlong encoding"; return i; }
+    else if (c < 0xE0) n = 1;
+    else if (c < 0xF0) { n = 2; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
+    else if (c < 0xF5) { n = 3; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
+    else { *why = "byte that never appears in UTF-8"; return i; }
+    if (len - i <= n) { *why = "truncated multi-byte sequence"; return i; }
+    unsigned c1 = s[i + 1];
+    if (c1 < lo || c1 > hi) {
+      if (c1 >= 0x80 && c1 <= 0xBF)
+        *why = (c == 0xED) ? "UTF-16 surrogate (U+D800..U+DFFF)"
+             : (c == 0xF4) ? "code point above U+10FFFF" : "overlong encoding";
+      else
+        *why = "incomplete multi-byte sequence";
+      return i;
+    }
+    for (size_t k = 2; k <= n; k++)
+      if ((s[i + k] & 0xC0) != 0x80) { *why = "incomplete multi-byte sequence"; return i; }
+    i += n + 1;
+  }
+  return len;
+}
+
+/* ---- the Lua -> JSON walk -------------------------------------------------------------- */
+
+typedef struct seg { const char *key; size_t len; lua_Integer idx; } seg;  /* key NULL: idx */
+
+typedef struct walker {
+  lua_State *L;
+  tp_json_err *err;
+  int max_depth, depth;           /* depth = tables entered = path segments */
+  size_t max_bytes, bytes;
+  const void *array_mt;           /* NULL when the state has no array metatable yet */
+  const void *tables[TP_JSON_HARD_MAX_DEPTH + 1];  /* ancestors, for cycles */
+  seg path[TP_JSON_HARD_MAX_DEPTH + 1];
+} walker;
+
+static int is_ident (const char *k, size_t len) {
+  if (len == 0 || !((k[0] >= 'a' && k[0] <= 'z') || (k[0] >= 'A' && k[0] <= 'Z') || k[0] == '_'))
+    return 0;
+  for (size_t i = 1; i < len; i++) {
+    char c = k[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+      return 0;
+  }
+  return 1;
+}
+
+/* A key as a quoted, escaped string of at most about 48 source bytes. */
+static void put_quoted (sbuf *b, const char *k, size_t len) {
+  const char *why;
+  int valid = utf8_check((const unsigned char *)k, len, &why) == len;
+  size_t n = len > 48 ? 48 : len;
+  if (valid) while (n > 0 && n < len && ((unsigned char)k[n] & 0xC0) == 0x80) n--;
+  sb_putc(b, '"');
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)k[i];
+    char tmp[8];
+    if (c == '"' || c == '\\') { sb_putc(b, '\\'); sb_putc(b, (char)c); }
+    else if (c < 0x20 || c == 0x7F || (c >= 0x80 && !valid)) {
+      snprintf(tmp, sizeof tmp, c >= 0x80 ? "\\x%02x" : "\\u%04x", c);
+      sb_puts(b, tmp);
+    }
+    else sb_putc(b, (char)c);
+  }
+  if (n < len) sb_puts(b, "...");
+  sb_putc(b, '"');
+}
+
+static void format_path (const walker *w, int nseg, char *out, size_t cap) {
+  sbuf b;
+  sb_init(&b, out, cap);
+  sb_putc(&b, '$');
+  for (int i = 0; i < nseg && !b.cut; i++) {
+    const seg *s = &w->path[i];
+    if (s->key == NULL) {
+      char tmp[32];
+      snprintf(tmp, sizeof tmp, "[%lld]", (long long)s->idx - 1);
+      sb_puts(&b, tmp);
+    }
+    else if (is_ident(s->key, s->len) && s->len <= 64) {
+      sb_putc(&b, '.');
+      sb_putn(&b, s->key, s->len);
+    }
+    else {
+      sb_putc(&b, '[');
+      put_quoted(&b, s->key, s->len);
+      sb_putc(&b, ']');
+    }
+  }
+  sb_finish(&b);
+}
+
+/* Short path text for messages; the full one goes to err->path. */
+#define SHORT_PATH 96
+
+/* The path of the value being converted (depth segments): fills err->path, returns buf. */
+static const char *here (walker *w, int depth, char *buf) {
+  format_path(w, depth, buf, SHORT_PATH);
+  if (w->err != NULL) format_path(w, depth, w->err->path, sizeof w->err->path);
+  return buf;
+}
+
+/* Records the error message; the path was set by here(). */
+__attribute__((format(printf, 2, 3)))
+static void fail (walker *w, const char *fmt, ...) {
+  tp_json_err *e = w->err;
+  if (e == NULL) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+}
+
+/* Counts n bytes of output against max_bytes; 0 (with the error set) when over. */
+static int charge (walker *w, size_t n) {
+  w->bytes += n;
+  if (w->max_bytes != 0 && w->bytes > w->max_bytes) {
+    char path[SHORT_PATH];
+    here(w, w->depth, path);
+    if (w->err) {
+      snprintf(w->err->message, sizeof w->err->message,
+               "the JSON is larger than the %zu-byte cap (max_bytes), exceeded at %s; "
+               "return less data: select the fields you need, truncate long strings, "
+               "or paginate", w->max_bytes, path);
+    }
+    return 0;
+  }
+  return 1;
+}
+
+static json_t *oom (walker *w) {
+  char path[SHORT_PATH];
+  here(w, w->depth, path);
+  fail(w, "out of memory while building JSON at %s", path);
+  return NULL;
+}
+
+static size_t int_width (lua_Integer i) {
+  size_t n = i < 0 ? 2 : 1;
+  lua_Unsigned u = i < 0 ? 0u - (lua_Unsigned)i : (lua_Unsigned)i;
+  while (u >= 10) { u /= 10; n++; }
+  return n;
+}
+
+static json_t *walk (walker *w, int idx);
+
+/* Describes a non-string, non-array key for an error message. */
+static void describe_key (lua_State *L, int k, char *out, size_t cap) {
+  switch (lua_type(L, k)) {
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, k)) snprintf(out, cap, "the integer key %lld", (long long)lua_tointeger(L, k));
+      else snprintf(out, cap, "the float key %.17g", (double)lua_tonumber(L, k));
+      break;
+    case LUA_TBOOLEAN:
+      snprintf(out, cap, "the boolean key %s", lua_toboolean(L, k) ? "true" : "false");
+      break;
+    default:
+      snprintf(out, cap, "a %s key", lua_typename(L, lua_type(L, k)));
+      break;
+  }
+}
+
+/* First i >= 1 with t[i] == nil (raw). */
+static lua_Integer first_hole (lua_State *L, int t) {
+  lua_Integer i = 1;
+  for (;; i++) {
+    int nil = lua_rawgeti(L, t, i) == LUA_TNIL;
+    lua_pop(L, 1);
+    if (nil) return i;
+  }
+}
+
+static json_t *sparse_error (walker *w, int t, lua_Integer key) {
+  char path[SHORT_PATH];
+  lua_Integer hole = first_hole(w->L, t);
+  here(w, w->depth, path);
+  fail(w, "sparse array at %s: t[%lld] is set but t[%lld] is nil, and JSON arrays "
+       "cannot have holes; put json.null in the holes, or use string keys for an object",
+       path, (long long)key, (long long)hole);
+  return NULL;
+}
+
+static json_t *walk_table (walker *w, int t) {
+  lua_State *L = w->L;
+  char path[SHORT_PATH];
+  const void *self = lua_topointer(L, t);
+  for (int i = 0; i < w->depth; i++) {
+    if (w->tables[i] == self) {
+      here(w, w->depth, path);
+      fail(w, "cycle at %s: the table contains itself; copy the data instead of "
+           "storing a reference to an enclosing table", path);
+      return NULL;
+    }
+  }
+  if (w->depth >= w->max_depth) {
+    here(w, w->depth, path);
+    fail(w, "nesting deeper than %d levels at %s; flatten the data (JSON values are "
+         "capped at %d nested arrays/objects)", w->max_depth, path, w->max_depth);
+    return NULL;
+  }
+  if (!lua_checkstack(L, 4)) {
+    here(w, w->depth, path);
+    fail(w, "out of Lua stack space while converting %s to JSON", path);
+    return NULL;
+  }
+  int tagged = 0;
+  if (w->array_mt != NULL && lua_getmetatable(L, t)) {
+    tagged = lua_topointer(L, -1) == w->array_mt;
+    lua_pop(L, 1);
+  }
+  lua_Unsigned n = lua_rawlen(L, t);
+  w->tables[w->depth] = self;
+
+  /* One lua_next pass: the first key decides array (integer) or object (string). */
+  json_t *obj = NULL;
+  lua_Unsigned count = 0;
+  const char *first_str = NULL;
+  size_t first_len = 0;
+  int top = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    int kt = lua_type(L, -2);
+    if (kt == LUA_TSTRING && count == 0 && !tagged) {
+      size_t klen;
+      const char *k = lua_tolstring(L, -2, &klen);  /* a string: no conversion */
+      const char *why;
+      if (obj == NULL) {
+        obj = json_object();
+        if (obj == NULL) { lua_settop(L, top); return oom(w); }
+        first_str = k; first_len = klen;
+        if (!charge(w, 2)) goto fail;
+      }
+      w->path[w->depth] = (seg){ k, klen, 0 };
+      size_t bad = utf8_check((const unsigned char *)k, klen, &why);
+      if (bad != klen) {
+        here(w, w->depth + 1, path);
+        fail(w, "invalid UTF-8 in the object key at %s (byte %zu: %s); keys must be "
+             "UTF-8 text: rename the key", path, bad, why);
+        goto fail;
+      }
+      if (memchr(k, '\0', klen) != NULL) {
+        here(w, w->depth + 1, path);
+        fail(w, "the object key at %s contains a NUL byte, which JSON object keys "
+             "cannot carry here; remove the \\0 from the key", path);
+        goto fail;
+      }
+      if (!charge(w, klen + 4)) goto fail;
+      w->depth++;
+      json_t *child = walk(w, lua_gettop(L));
+      w->depth--;
+      if (child == NULL) goto fail;
+      if (json_object_setn_new_nocheck(obj, k, klen, child) != 0) {
+        oom(w);
+        goto fail;
+      }
+    }
+    else if (kt == LUA_TNUMBER && lua_isinteger(L, -2) && obj == NULL) {
+      lua_Integer k = lua_tointeger(L, -2);
+      if (k < 1) {
+        here(w, w->depth, path);
+        fail(w, "the table at %s has the integer key %lld, but arrays use keys 1..n; "
+             "shift the items to start at 1, or use string keys for an object",
+             path, (long long)k);
+        goto fail;
+      }
+      if ((lua_Unsigned)k > n) { lua_settop(L, top); return sparse_error(w, t, k); }
+      count++;
+    }
+    else {
+      char kdesc[96];
+      here(w, w->depth, path);
+      if (kt == LUA_TSTRING) {
+        sbuf b; char q[80];
+        size_t klen;
+        const char *k = lua_tolstring(L, -2, &klen);
+        sb_init(&b, q, sizeof q);
+        put_quoted(&b, k, klen);
+        sb_finish(&b);
+        if (tagged)
+          fail(w, "the array at %s (tagged with json.array) has the string key %s; "
+               "arrays take only keys 1..n: remove the key, or build a plain table for "
+               "an object", path, q);
+        else
+          fail(w, "the table at %s mixes array items (keys 1..n) with the string key "
+               "%s; use only string keys (an object) or only keys 1..n (an array)",
+               path, q);
+      }
+      else if (kt == LUA_TNUMBER && lua_isinteger(L, -2)) {
+        sbuf b; char q[80];
+        sb_init(&b, q, sizeof q);
+        put_quoted(&b, first_str, first_len);
+        sb_finish(&b);
+        fail(w, "the table at %s mixes string keys (such as %s) with the integer key "
+             "%lld; use only string keys (an object, e.g. t[tostring(k)]) or only keys "
+             "1..n (an array)", path, q, (long long)lua_tointeger(L, -2));
+      }
+      else {
+        describe_key(L, lua_absindex(L, -2), kdesc, sizeof kdesc);
+        fail(w, "the table at %s has %s; JSON object keys must be strings and array "
+             "keys 1..n: convert the key with tostring(k), or restructure the data",
+             path, kdesc);
+      }
+      goto fail;
+    }
+    lua_pop(L, 1);
+  }
+  if (obj != NULL) return obj;
+
+  /* An array: keys were integers in 1..n, all distinct, so count == n means no holes. */
+  if (count != n) return sparse_error(w, t, (lua_Integer)n);
+  if (n == 0 && !tagged) {
+    if (!charge(w, 2)) return NULL;
+    obj = json_object();
+    return obj ? obj : oom(w);
+  }
+  json_t *arr = json_array();
+  if (arr == NULL) return oom(w);
+  if (!charge(w, 2)) { json_decref(arr); return NULL; }
+  for (lua_Unsigned i = 1; i <= n; i++) {
+    lua_rawgeti(L, t, (lua_Integer)i);
+    w->path[w->depth] = (seg){ NULL, 0, (lua_Integer)i };
+    w->depth++;
+    json_t *child = charge(w, 1) ? walk(w, lua_gettop(L)) : NULL;
+    w->depth--;
+    lua_pop(L, 1);
+    if (child == NULL) { json_decref(arr); return NULL; }
+    if (json_array_append_new(arr, child) != 0) { json_decref(arr); return oom(w); }
+  }
+  return arr;
+
+fail:
+  lua_settop(L, top);
+  json_decref(obj);
+  return NULL;
+}
+
+static json_t *walk (walker *w, int idx) {
+  lua_State *L = w->L;
+  char path[SHORT_PATH];
+  json_t *v;
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+    case LUA_TNONE:
+      if (!charge(w, 4)) return NULL;
+      return json_null();
+    case LUA_TBOOLEAN: {
+      int b = lua_toboolean(L, idx);
+      if (!charge(w, b ? 4 : 5)) return NULL;
+      return b ? json_true() : json_false();
+    }
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) {
+        lua_Integer i = lua_tointeger(L, idx);
+        if (!charge(w, int_width(i))) return NULL;
+        v = json_integer((json_int_t)i);
+      }
+      else {
+        double d = (double)lua_tonumber(L, idx);
+        if (!isfinite(d)) {
+          here(w, w->depth, path);
+          if (isnan(d))
+            fail(w, "NaN cannot be represented in JSON (at %s); use json.null, or a "
+                 "string such as \"NaN\"", path);
+          else
+            fail(w, "%s cannot be represented in JSON (at %s); use json.null, a finite "
+                 "number such as math.maxinteger, or a string", d > 0 ? "inf" : "-inf", path);
+          return NULL;
+        }
+        if (!charge(w, 24)) return NULL;
+        v = json_real(d);
+      }
+      return v ? v : oom(w);
+    case LUA_TSTRING: {
+      size_t len;
+      const char *s = lua_tolstring(L, idx, &len);  /* a string: no conversion */
+      const char *why;
+      size_t bad = utf8_check((const unsigned char *)s, len, &why);
+      if (bad != len) {
+        here(w, w->depth, path);
+        fail(w, "invalid UTF-8 in the string at %s (byte %zu: %s); JSON strings must "
+             "be UTF-8 text: encode binary data first, e.g. as hex", path, bad, why);
+        return NULL;
+      }
+      if (!charge(w, len + 2)) return NULL;
+      v = json_stringn_nocheck(s, len);
+      return v ? v : oom(w);
+    }
+    case LUA_TTABLE:
+      return walk_table(w, idx);
+    case LUA_TLIGHTUSERDATA:
+      if (lua_touserdata(L, idx) == NULL) {
+        if (!charge(w, 4)) return NULL;
+        return json_null();
+      }
+      here(w, w->depth, path);
+      fail(w, "cannot convert a light userdata at %s to JSON; JSON has only null, "
+           "booleans, numbers, strings, arrays and objects: remove the value", path);
+      return NULL;
+    case LUA_TFUNCTION:
+      here(w, w->depth, path);
+      fail(w, "cannot convert a function at %s to JSON; JSON has only null, booleans, "
+           "numbers, strings, arrays and objects: remove the field, or store the result "
+           "of calling the function", path);
+      return NULL;
+    case LUA_TTHREAD:
+      here(w, w->depth, path);
+      fail(w, "cannot convert a coroutine (thread) at %s to JSON; JSON has only null, "
+           "booleans, numbers, strings, arrays and objects: remove the value", path);
+      return NULL;
+    default:
+      here(w, w->depth, path);
+      fail(w, "cannot convert a userdata at %s to JSON; JSON has only null, booleans, "
+           "numbers, strings, arrays and objects: convert it to plain data first", path);
+      return NULL;
+  }
+}
+
+json_t *tp_json_from_lua (lua_State *L, int idx, int max_depth, size_t max_bytes,
+                          tp_json_err *err) {
+  walker w;
+  if (err != NULL) { err->path[0] = '\0'; err->message[0] = '\0'; }
+  if (L == NULL) {
+    if (err) { strcpy(err->path, "$"); strcpy(err->message, "no Lua state"); }
+    return NULL;
+  }
+  idx = lua_absindex(L, idx);
+  int top = lua_gettop(L);
+  w.L = L;
+  w.err = err;
+  w.max_depth = max_depth <= 0 ? TP_JSON_MAX_DEPTH
+              : max_depth > TP_JSON_HARD_MAX_DEPTH ? TP_JSON_HARD_MAX_DEPTH : max_depth;
+  w.depth = 0;
+  w.max_bytes = max_bytes;
+  w.bytes = 0;
+  w.array_mt = NULL;
+  if (lua_type(L, idx) == LUA_TTABLE && lua_checkstack(L, 2)) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
+    w.array_mt = lua_topointer(L, -1);  /* NULL unless a table */
+    lua_pop(L, 1);
+  }
+  json_t *v = walk(&w, idx);
+  lua_settop(L, top);
+  return v;
+}
+
+/* ---- JSON -> Lua --------------------------------------------------------------------- */
+
+void tp_json_push_array_mt (lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, TP_JSON_ARRAY_TAG);
+  lua_setfield(L, -2, "__metatable");  /* getmetatable/setmetatable cannot reach it */
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &array_mt_key);
+}
+
+int tp_json_is_array (lua_State *L, int idx) {
+  int r = 0;
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) != LUA_TTABLE || !lua_checkstack(L, 2)) return 0;
+  if (lua_getmetatable(L, idx)) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
+    r = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  return r;
+}
+
+/* mt: absolute index of the array metatable. Raises "<prefix>nesting deeper...". */
+static void push_value (lua_State *L, const json_t *v, int depth, int max_depth, int mt,
+                        const char *prefix) {
+  switch (json_typeof(v)) {
+    case JSON_NULL: lua_pushlightuserdata(L, NULL); return;
+    case JSON_TRUE: lua_pushboolean(L, 1); return;
+    case JSON_FALSE: lua_pushboolean(L, 0); return;
+    case JSON_INTEGER: lua_pushinteger(L, (lua_Integer)json_integer_value(v)); return;
+    case JSON_REAL: lua_pushnumber(L, (lua_Number)json_real_value(v)); return;
+    case JSON_STRING:
+      lua_pushlstring(L, json_string_value(v), json_string_length(v));
+      return;
+    default: break;
+  }
+  if (depth >= max_depth)
+    luaL_error(L, "%snesting deeper than %d levels", prefix, max_depth);
+  luaL_checkstack(L, 3, "JSON value too deep");
+  if (json_is_array(v)) {
+    size_t n = json_array_size(v);
+    lua_createtable(L, n > INT32_MAX ? INT32_MAX : (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+      push_value(L, json_array_get(v, i), depth + 1, max_depth, mt, prefix);
+      lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lua_pushvalue(L, mt);
+    lua_setmetatable(L, -2);
+  }
+  else {
+    const char *key;
+    size_t klen;
+    json_t *child;
+    size_t n = json_object_size(v);
+    lua_createtable(L, 0, n > INT32_MAX ? INT32_MAX : (int)n);
+    json_object_keylen_foreach((json_t *)v, key, klen, child) {
+      lua_pushlstring(L, key, klen);
+      push_value(L, child, depth + 1, max_depth, mt, prefix);
+      lua_rawset(L, -3);
+    }
+  }
+}
+
+static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, const char *prefix) {
+  if (v == NULL) { lua_pushlightuserdata(L, NULL); return; }
+  if (max_depth <= 0) max_depth = TP_JSON_MAX_DEPTH;
+  if (json_is_array(v) || json_is_object(v)) {
+    luaL_checkstack(L, 4, "JSON value too deep");
+    tp_json_push_array_mt(L);
+    int mt = lua_gettop(L);
+    push_value(L, v, 0, max_depth, mt, prefix);
+    lua_remove(L, mt);
+  }
+  else push_value(L, v, 0, max_depth, 0, prefix);
+}
+
+void tp_json_push (lua_State *L, const json_t *v, int max_depth) {
+  push_with_prefix(L, v, max_depth, "json: ");
+}
+
+/* ---- JSON text ------------------------------------------------------------------------- */
+
+typedef struct dbuf { char *p; size_t len, cap; int oom; } dbuf;
+
+static int db_grow (dbuf *b, size_t need) {
+  if (b->oom) return 0;
+  if (b->cap - b->len >= need) return 1;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap - b->len < need) {
+    if (cap > SIZE_MAX / 2) { b->oom = 1; return 0; }
+    cap *= 2;
+  }
+  char *p = realloc(b->p, cap);
+  if (p == NULL) { b->oom = 1; return 0; }
+  b->p = p; b->cap = cap;
+  return 1;
+}
+
+static void db_put (dbuf *b, const char *s, size_t n) {
+  if (!db_grow(b, n)) return;
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+}
+
+static void db_putc (dbuf *b, char c) {
+  if (b->len < b->cap || db_grow(b, 1)) b->p[b->len++] = c;
+}
+
+static void dump_string (dbuf *b, const char *s, size_t len) {
+  static const char hex[] = "0123456789abcdef";
+  size_t run = 0;
+  db_putc(b, '"');
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    db_put(b, s + run, i - run);
+    run = i + 1;
+    char esc[6] = { '\\', 0, 0, 0, 0, 0 };
+    size_t n = 2;
+    switch (c) {
+      case '"': esc[1] = '"'; break;
+      case '\\': esc[1] = '\\'; break;
+      case '\n': esc[1] = 'n'; break;
+      case '\r': esc[1] = 'r'; break;
+      case '\t': esc[1] = 't'; break;
+      case '\b': esc[1] = 'b'; break;
+      case '\f': esc[1] = 'f'; break;
+      default:
+        esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = hex[c >> 4]; esc[5] = hex[c & 15];
+        n = 6;
+    }
+    db_put(b, esc, n);
+  }
+  db_put(b, s + run, len - run);
+  db_putc(b, '"');
+}
+
+/* Shortest "%.Ng" that reads back to d, made locale-proof and always a JSON real. */
+static void dump_real (dbuf *b, double d) {
+  char tmp[40];
+  int n = 0;
+  for (int prec = 15; prec <= 17; prec++) {
+    n = snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+    if (prec == 17 || strtod(tmp, NULL) == d) break;
+  }
+  char dp = localeconv()->decimal_point[0];
+  int has_dot = 0;
+  for (int i = 0; i < n; i++) {
+    if (tmp[i] == dp && dp != '.') tmp[i] = '.';
+    if (tmp[i] == '.' || tmp[i] == 'e' || tmp[i] == 'E') has_dot = 1;
+  }
+  db_put(b, tmp, (size_t)n);
+  if (!has_dot) db_put(b, ".0", 2);
+}
+
+typedef struct kv { const char *k; size_t len; json_t *v; } kv;
+
+static int kv_cmp (const void *a, const void *b) {
+  const kv *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  int c = memcmp(x->k, y->k, n);
+  if (c != 0) return c;
+  return (x->len > y->len) - (x->len < y->len);
+}
+
+static void dump_value (dbuf *b, const json_t *v) {
+  char tmp[32];
+  switch (json_typeof(v)) {
+    case JSON_NULL: db_put(b, "null", 4); return;
+    case JSON_TRUE: db_put(b, "true", 4); return;
+    case JSON_FALSE: db_put(b, "false", 5); return;
+    case JSON_INTEGER: {
+      int n = snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+      db_put(b, tmp, (size_t)n);
+      return;
+    }
+    case JSON_REAL: dump_real(b, json_real_value(v)); return;
+    case JSON_STRING: dump_string(b, json_string_value(v), json_string_length(v)); return;
+    case JSON_ARRAY: {
+      size_t n = json_array_size(v);
+      db_putc(b, '[');
+      for (size_t i = 0; i < n && !b->oom; i++) {
+        if (i) db_putc(b, ',');
+        dump_value(b, json_array_get(v, i));
+      }
+      db_putc(b, ']');
+      return;
+    }
+    case JSON_OBJECT: {
+      kv small[16], *items = small;
+      size_t n = json_object_size(v), i = 0;
+      const char *key;
+      size_t klen;
+      json_t *child;
+      if (n > 16 && (items = malloc(n * sizeof *items)) == NULL) { b->oom = 1; return; }
+      json_object_keylen_foreach((json_t *)v, key, klen, child) {
+        if (i < n) items[i++] = (kv){ key, klen, child };
+      }
+      qsort(items, i, sizeof *items, kv_cmp);
+      db_putc(b, '{');
+      for (size_t j = 0; j < i && !b->oom; j++) {
+        if (j) db_putc(b, ',');
+        dump_string(b, items[j].k, items[j].len);
+        db_putc(b, ':');
+        dump_value(b, items[j].v);
+      }
+      db_putc(b, '}');
+      if (items != small) free(items);
+      return;
+    }
+  }
+}
+
+/* Dumps into b (which may hold a reusable buffer); 0 when out of memory. */
+static int dump_into (dbuf *b, const json_t *v) {
+  b->len = 0;
+  b->oom = 0;
+  if (v == NULL) db_put(b, "null", 4);
+  else dump_value(b, v);
+  db_putc(b, '\0');
+  if (b->oom) return 0;
+  b->len--;
+  return 1;
+}
+
+char *tp_json_dumpsn (const json_t *v, size_t *len) {
+  dbuf b = { NULL, 0, 0, 0 };
+  if (!dump_into(&b, v)) { free(b.p); return NULL; }
+  if (len) *len = b.len;
+  return b.p;
+}
+
+char *tp_json_dumps (const json_t *v) {
+  return tp_json_dumpsn(v, NULL);
+}
+
+/* jansson's message, made valid UTF-8 (its "near '...'" may quote raw bytes) and clearer. */
+static void loads_message (const json_error_t *je, char *out, size_t cap) {
+  char text[JSON_ERROR_TEXT_LENGTH + 1];
+  const char *why;
+  size_t len = strnlen(je->text, JSON_ERROR_TEXT_LENGTH);
+  memcpy(text, je->text, len);
+  text[len] = '\0';
+  if (utf8_check((const unsigned char *)text, len, &why) != len)
+    for (size_t i = 0; i < len; i++) if ((unsigned char)text[i] >= 0x80) text[i] = '?';
+  const char *hint = "";
+  if (strstr(text, "too big") != NULL)
+    hint = " (integers must fit in 64 bits; send larger numbers as strings)";
+  else if (strstr(text, "real number overflow") != NULL)
+    hint = " (the number is outside the range of a double)";
+  else if (strstr(text, "duplicate object key") != NULL)
+    hint = " (each key may appear once in an object)";
+  else if (strstr(text, "NUL byte in object key") != NULL)
+    hint = " (object keys cannot contain \\u0000)";
+  snprintf(out, cap, "%s%s at line %d column %d", text, hint, je->line, je->column);
+}
+
+json_t *tp_json_loads (const char *text, size_t len, tp_json_err *err) {
+  json_error_t je;
+  if (err) { strcpy(err->path, "$"); err->message[0] = '\0'; }
+  if (text == NULL) {
+    if (err) strcpy(err->message, "no input text (NULL)");
+    return NULL;
+  }
+  if (len > TP_JSON_DECODE_MAX_BYTES) {
+    if (err) snprintf(err->message, sizeof err->message,
+                      "input is %zu bytes, over the %u-byte cap; decode smaller pieces",
+                      len, (unsigned)TP_JSON_DECODE_MAX_BYTES);
+    return NULL;
+  }
+  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES,
+                         &je);
+  if (v == NULL && err) loads_message(&je, err->message, sizeof err->message);
+  return v;
+}
+
+/* ---- the sandbox library ---------------------------------------------------------------- */
+
+/*
+** A box owns C memory while Lua code that may raise runs: a decode tree while it is being
+** pushed, encode's reusable output buffer. Its __gc frees what it holds, so nothing leaks
+** when a memory error unwinds past the C function.
+*/
+typedef struct box { json_t *tree; char *buf; size_t cap; } box;
+
+static int box_gc (lua_State *L) {
+  box *b = lua_touserdata(L, 1);
+  if (b != NULL) {
+    json_decref(b->tree);
+    b->tree = NULL;
+    free(b->buf);
+    b->buf = NULL;
+    b->cap = 0;
+  }
+  return 0;
+}
+
+static box *new_box (lua_State *L, int mt) {
+  box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->tree = NULL; b->buf = NULL; b->cap = 0;
+  lua_pushvalue(L, mt);
+  lua_setmetatable(L, -2);
+  return b;
+}
+
+/* json.encode(v): upvalue 1 is the box holding the reusable output buffer. */
+static int l_encode (lua_State *L) {
+  tp_json_err err;
+  luaL_checkany(L, 1);
+  json_t *v = tp_json_from_lua(L, 1, TP_JSON_MAX_DEPTH, TP_JSON_ENCODE_MAX_BYTES, &err);
+  if (v == NULL) return luaL_error(L, "json.encode: %s", err.message);
+  box *bx = lua_touserdata(L, lua_upvalueindex(1));
+  dbuf b = { bx->buf, 0, bx->cap, 0 };
+  int ok = dump_into(&b, v);
+  json_decref(v);
+  bx->buf = b.p;  /* the box owns the buffer before anything can raise */
+  bx->cap = b.cap;
+  if (!ok) return luaL_error(L, "json.encode: out of memory");
+  lua_pushlstring(L, b.p, b.len);
+  if (bx->cap > (1u << 20)) {  /* do not keep a large buffer around */
+    free(bx->buf);
+    bx->buf = NULL;
+    bx->cap = 0;
+  }
+  return 1;
+}
+
+/* json.decode(s): upvalue 1 is the box metatable. */
+static int l_decode (lua_State *L) {
+  tp_json_err err;
+  size_t len;
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return luaL_error(L, "json.decode: expected a string of JSON text, got %s",
+                      luaL_typename(L, 1));
+  const char *s = lua_tolstring(L, 1, &len);
+  box *bx = new_box(L, lua_upvalueindex(1));
+  json_t *v = tp_json_loads(s, len, &err);
+  if (v == NULL) return luaL_error(L, "json.decode: %s", err.message);
+  bx->tree = v;
+  push_with_prefix(L, v, TP_JSON_MAX_DEPTH, "json.decode: ");
+  bx->tree = NULL;
+  json_decref(v);
+  return 1;
+}
+
+/* json.array(t?): tags t (or a new table) as a JSON array and returns it. */
+static int l_array (lua_State *L) {
+  if (lua_isnoneornil(L, 1)) { lua_settop(L, 0); lua_newtable(L); }
+  else luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  tp_json_push_array_mt(L);
+  if (lua_getmetatable(L, 1)) {
+    if (!lua_rawequal(L, -1, -2))
+      return luaL_error(L, "json.array: the table already has a metatable; pass a plain "
+                        "table or copy the items into a new one");
+    lua_pop(L, 2);
+    return 1;
+  }
+  lua_setmetatable(L, 1);
+  return 1;
+}
+
+int tp_json_open (lua_State *L) {
+  luaL_checkstack(L, 6, NULL);
+  tp_json_push_array_mt(L);
+  lua_pop(L, 1);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &box_mt_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushliteral(L, "tidepool.json.box");
+    lua_setfield(L, -2, "__metatable");
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &box_mt_key);
+  }
+  int mt = lua_gettop(L);
+  lua_createtable(L, 0, 4);
+  new_box(L, mt);
+  lua_pushcclosure(L, l_encode, 1);
+  lua_setfield(L, -2, "encode");
+  lua_pushvalue(L, mt);
+  lua_pushcclosure(L, l_decode, 1);
+  lua_setfield(L, -2, "decode");
+  lua_pushcfunction(L, l_array);
+  lua_setfield(L, -2, "array");
+  lua_pushlightuserdata(L, NULL);
+  lua_setfield(L, -2, "null");
+  lua_remove(L, mt);
+  return 1;
+}
