@@ -147,24 +147,31 @@ static void format_path (const walker *w, int nseg, char *out, size_t cap) {
   sbuf b;
   sb_init(&b, out, cap);
   sb_putc(&b, '$');
-  for (int i = 0; i < nseg && !b.cut; i++) {
+  for (int i = 0; i < nseg; i++) {
     const seg *s = &w->path[i];
+    char one[128];
+    sbuf p;
+    sb_init(&p, one, sizeof one);
     if (s->key == NULL) {
       char tmp[32];
       snprintf(tmp, sizeof tmp, "[%lld]", (long long)s->idx - 1);
-      sb_puts(&b, tmp);
+      sb_puts(&p, tmp);
     }
-    else if (is_ident(s->key, s->len) && s->len <= 64) {
-      sb_putc(&b, '.');
-      sb_putn(&b, s->key, s->len);
+    else if (is_ident(s->key, s->len) && s->len <= 48) {
+      sb_putc(&p, '.');
+      sb_putn(&p, s->key, s->len);
     }
     else {
-      sb_putc(&b, '[');
-      put_quoted(&b, s->key, s->len);
-      sb_putc(&b, ']');
+      sb_putc(&p, '[');
+      put_quoted(&p, s->key, s->len);
+      sb_putc(&p, ']');
     }
+    if (b.len + p.len + 4 > b.cap) {  /* whole segments only, then "..." */
+      sb_puts(&b, "...");
+      break;
+    }
+    sb_putn(&b, one, p.len);
   }
-  sb_finish(&b);
 }
 
 /* Short path text for messages; the full one goes to err->path. */

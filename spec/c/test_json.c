@@ -1,0 +1,525 @@
+/*
+** test_json.c: the Lua <-> JSON bridge (engine/json.c). Round trips of every value kind,
+** every encode error with its exact JSON path, metamethods that must not run, cycles and
+** caps, invalid UTF-8, decode errors, and NULL inputs.
+*/
+#include <math.h>
+#include <stdlib.h>
+
+#include "lua.h"
+#include "lauxlib.h"
+#include "lualib.h"
+
+#include "json.h"
+#include "tp_test.h"
+
+static lua_State *new_state (void) {
+  lua_State *L = luaL_newstate();
+  luaL_openlibs(L);
+  tp_json_open(L);
+  lua_setglobal(L, "json");
+  return L;
+}
+
+/* Runs a chunk; its first result is left on the stack. Returns an error text or NULL. */
+static const char *run (lua_State *L, const char *code) {
+  static char msg[512];
+  if (luaL_loadstring(L, code) != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK) {
+    snprintf(msg, sizeof msg, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return msg;
+  }
+  return NULL;
+}
+
+/* Evaluates `expr` and converts it with tp_json_from_lua; the JSON text or NULL (err). */
+static char out[4096];
+static tp_json_err err;
+
+static const char *enc_ex (lua_State *L, const char *expr, int max_depth, size_t max_bytes) {
+  char code[2048];
+  snprintf(code, sizeof code, "return %s", expr);
+  memset(&err, 0, sizeof err);
+  const char *e = run(L, code);
+  if (e != NULL) { snprintf(out, sizeof out, "LUA ERROR: %s", e); return out; }
+  int top = lua_gettop(L);
+  json_t *v = tp_json_from_lua(L, -1, max_depth, max_bytes, &err);
+  if (lua_gettop(L) != top) { snprintf(out, sizeof out, "STACK CHANGED"); return out; }
+  lua_pop(L, 1);
+  if (v == NULL) return NULL;
+  char *s = tp_json_dumps(v);
+  json_decref(v);
+  snprintf(out, sizeof out, "%s", s);
+  free(s);
+  return out;
+}
+
+static const char *enc (lua_State *L, const char *expr) {
+  return enc_ex(L, expr, 0, 0);
+}
+
+/* Runs Lua code that returns a string (or raises); the string or "ERR: msg". */
+static const char *lua_str (lua_State *L, const char *code) {
+  const char *e = run(L, code);
+  if (e != NULL) { snprintf(out, sizeof out, "ERR: %s", e); return out; }
+  size_t len;
+  const char *s = lua_tolstring(L, -1, &len);
+  snprintf(out, sizeof out, "%s", s ? s : "(not a string)");
+  lua_pop(L, 1);
+  return out;
+}
+
+/* ---- Lua -> JSON, values ---------------------------------------------------------------- */
+
+TEST(encodes_scalars_exactly) {
+  lua_State *L = new_state();
+  CHECK_STR(enc(L, "nil"), "null");
+  CHECK_STR(enc(L, "json.null"), "null");
+  CHECK_STR(enc(L, "true"), "true");
+  CHECK_STR(enc(L, "false"), "false");
+  CHECK_STR(enc(L, "math.maxinteger"), "9223372036854775807");
+  CHECK_STR(enc(L, "math.mininteger"), "-9223372036854775808");
+  CHECK_STR(enc(L, "(1 << 53) + 1"), "9007199254740993");
+  CHECK_STR(enc(L, "1"), "1");
+  CHECK_STR(enc(L, "1.0"), "1.0");
+  CHECK_STR(enc(L, "-0.0"), "-0.0");
+  CHECK_STR(enc(L, "0.1"), "0.1");
+  CHECK_STR(enc(L, "1/3"), "0.3333333333333333");
+  CHECK_STR(enc(L, "1e300"), "1e+300");
+  CHECK_STR(enc(L, "2^63"), "9.223372036854776e+18");
+  CHECK_STR(enc(L, "5e-324"), "4.94065645841247e-324");
+  CHECK_STR(enc(L, "'he said \"hi\"\\n\\t\\\\'"), "\"he said \\\"hi\\\"\\n\\t\\\\\"");
+  CHECK_STR(enc(L, "'a\\0b\\1'"), "\"a\\u0000b\\u0001\"");
+  CHECK_STR(enc(L, "'caf\\u{e9} \\u{1F600}'"), "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"");
+  lua_close(L);
+}
+
+TEST(encodes_tables_arrays_and_objects) {
+  lua_State *L = new_state();
+  CHECK_STR(enc(L, "{}"), "{}");
+  CHECK_STR(enc(L, "json.array()"), "[]");
+  CHECK_STR(enc(L, "json.array({1, 2})"), "[1,2]");
+  CHECK_STR(enc(L, "{1, 2.5, 'x', true, json.null}"), "[1,2.5,\"x\",true,null]");
+  CHECK_STR(enc(L, "{b = 1, a = 2, c = {}}"), "{\"a\":2,\"b\":1,\"c\":{}}");
+  CHECK_STR(enc(L, "{z = {y = {1, {x = json.array()}}}}"), "{\"z\":{\"y\":[1,{\"x\":[]}]}}");
+  CHECK_STR(enc(L, "{['odd key'] = 1, [''] = 2}"), "{\"\":2,\"odd key\":1}");
+  CHECK_STR(enc(L, "{[1.0] = 'a', [2] = 'b'}"), "[\"a\",\"b\"]");  /* 1.0 is key 1 */
+  /* the same table twice is not a cycle */
+  CHECK_STR(enc(L, "(function() local s = {1} return {s, s, {s}} end)()"), "[[1],[1],[[1]]]");
+  lua_close(L);
+}
+
+TEST(big_array_round_trips) {
+  lua_State *L = new_state();
+  CHECK_STR(lua_str(L,
+    "local t = {} for i = 1, 100000 do t[i] = i * 3 end "
+    "local s = json.encode(t) local u = json.decode(s) "
+    "for i = 1, 100000 do assert(u[i] == i * 3 and math.type(u[i]) == 'integer') end "
+    "assert(#u == 100000) return json.encode(u) == s and 'same' or 'differs'"), "same");
+  lua_close(L);
+}
+
+/* ---- round trips through the sandbox library -------------------------------------------- */
+
+TEST(round_trips_every_kind_through_json_encode_and_decode) {
+  lua_State *L = new_state();
+  static const char *texts[] = {
+    "null", "true", "false", "0", "-1", "9223372036854775807", "-9223372036854775808",
+    "9007199254740993", "1.0", "-0.0", "0.1", "1e+300", "2.5e-08", "\"\"", "\"a\\u0000b\"",
+    "\"\xe2\x82\xac\"", "[]", "{}", "[[]]", "[{}]", "{\"a\":[]}", "{\"a\":{}}",
+    "[1,2.0,\"x\",null,true,false,[],{}]", "{\"a\":{\"b\":[1,{\"c\":null}]},\"d\":\"e\"}",
+  };
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+    lua_getglobal(L, "json");
+    lua_getfield(L, -1, "decode");
+    lua_pushstring(L, texts[i]);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+      TP_FAIL_AT("decode %s: %s", texts[i], lua_tostring(L, -1));
+      lua_pop(L, 2);
+      continue;
+    }
+    lua_getfield(L, -2, "encode");
+    lua_insert(L, -2);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+      TP_FAIL_AT("encode %s: %s", texts[i], lua_tostring(L, -1));
+      lua_pop(L, 2);
+      continue;
+    }
+    CHECK_STR(lua_tostring(L, -1), texts[i]);
+    lua_pop(L, 2);
+  }
+  CHECK_INT(lua_gettop(L), 0);
+  lua_close(L);
+}
+
+TEST(decode_gives_exact_lua_types) {
+  lua_State *L = new_state();
+  CHECK_STR(lua_str(L, "return math.type(json.decode('1'))"), "integer");
+  CHECK_STR(lua_str(L, "return math.type(json.decode('1.0'))"), "float");
+  CHECK_STR(lua_str(L, "return math.type(json.decode('1e2'))"), "float");
+  CHECK_STR(lua_str(L, "return tostring(json.decode('9223372036854775807') == math.maxinteger)"), "true");
+  CHECK_STR(lua_str(L, "return tostring(json.decode('-9223372036854775808') == math.mininteger)"), "true");
+  CHECK_STR(lua_str(L, "return tostring(1/json.decode('-0.0'))"), "-inf");
+  CHECK_STR(lua_str(L, "return tostring(#json.decode('\"a\\\\u0000b\"'))"), "3");
+  CHECK_STR(lua_str(L, "return tostring(json.decode('null') == json.null)"), "true");
+  CHECK_STR(lua_str(L, "return tostring(json.decode('[null]')[1] == json.null)"), "true");
+  CHECK_STR(lua_str(L, "return getmetatable(json.decode('[]'))"), "json.array");
+  CHECK_STR(lua_str(L, "return tostring(getmetatable(json.decode('{}')))"), "nil");
+  CHECK_STR(lua_str(L, "return json.decode(' {\"k\" : [1, 2] } ').k[2] == 2 and 'y' or 'n'"), "y");
+  lua_close(L);
+}
+
+/* ---- Lua -> JSON errors, each with its exact path -------------------------------------- */
+
+#define CHECK_ERR(L, expr, want_path, part) do { \
+    CHECK(enc(L, expr) == NULL); \
+    CHECK_STR(err.path, want_path); \
+    CHECK_HAS(err.message, part); \
+  } while (0)
+
+TEST(rejects_nan_and_infinities_with_paths) {
+  lua_State *L = new_state();
+  CHECK_ERR(L, "0/0", "$", "NaN cannot be represented in JSON (at $)");
+  CHECK_ERR(L, "{a = {b = 0/0}}", "$.a.b", "NaN cannot be represented in JSON (at $.a.b); use json.null");
+  CHECK_ERR(L, "{items = {1, 2, math.huge}}", "$.items[2]", "inf cannot be represented");
+  CHECK_ERR(L, "{['odd key'] = -math.huge}", "$[\"odd key\"]", "-inf cannot be represented in JSON (at $[\"odd key\"])");
+  CHECK_ERR(L, "{x = {{}, {y = {0/0}}}}", "$.x[1].y[0]", "NaN");
+  CHECK_ERR(L, "{['a\"b'] = 0/0}", "$[\"a\\\"b\"]", "NaN");
+  CHECK_ERR(L, "{['1a'] = 0/0}", "$[\"1a\"]", "NaN");
+  CHECK_ERR(L, "{_ok9 = 0/0}", "$._ok9", "NaN");
+  lua_close(L);
+}
+
+TEST(rejects_tables_that_are_neither_arrays_nor_objects) {
+  lua_State *L = new_state();
+  CHECK_ERR(L, "{1, nil, 3}", "$", "sparse array at $: t[3] is set but t[2] is nil");
+  CHECK_HAS(err.message, "json.null");
+  CHECK_ERR(L, "{x = {[1] = 1, [5] = 5}}", "$.x", "t[5] is set but t[2] is nil");
+  CHECK_ERR(L, "{[2] = 'b'}", "$", "t[2] is set but t[1] is nil");
+  CHECK_ERR(L, "{1, 2, x = 3}", "$", "mixes array items (keys 1..n) with the string key \"x\"");
+  CHECK_ERR(L, "{a = {[1.5] = 1}}", "$.a", "the float key 1.5");
+  CHECK_ERR(L, "{[true] = 1}", "$", "the boolean key true");
+  CHECK_ERR(L, "{[{}] = 1}", "$", "a table key");
+  CHECK_ERR(L, "{[0] = 'zero'}", "$", "the integer key 0, but arrays use keys 1..n");
+  CHECK_ERR(L, "{[-3] = 'neg'}", "$", "the integer key -3");
+  CHECK_ERR(L, "json.array({1, 2, n = 2})", "$", "(tagged with json.array) has the string key \"n\"");
+  CHECK_ERR(L, "(function() local a = json.array() a[2] = 1 return {list = a} end)()",
+            "$.list", "t[2] is set but t[1] is nil");
+  /* a string key first, then an integer key: hash order decides which is seen first */
+  const char *r = enc(L, "{k = 1, [1] = 2}");
+  CHECK(r == NULL);
+  CHECK_STR(err.path, "$");
+  CHECK_HAS(err.message, "mixes");
+  lua_close(L);
+}
+
+TEST(rejects_functions_threads_and_userdata) {
+  lua_State *L = new_state();
+  CHECK_ERR(L, "{f = print}", "$.f", "cannot convert a function at $.f to JSON");
+  CHECK_ERR(L, "{co = coroutine.create(print)}", "$.co", "coroutine (thread)");
+  CHECK_ERR(L, "{list = {io.stdout}}", "$.list[0]", "userdata");
+  static int x;
+  lua_pushlightuserdata(L, &x);
+  CHECK(tp_json_from_lua(L, -1, 0, 0, &err) == NULL);
+  CHECK_STR(err.path, "$");
+  CHECK_HAS(err.message, "light userdata");
+  lua_pop(L, 1);
+  lua_close(L);
+}
+
+TEST(reports_cycles_with_the_path_of_the_repeat) {
+  lua_State *L = new_state();
+  CHECK_ERR(L, "(function() local t = {a = {}} t.a.b = t return t end)()", "$.a.b",
+            "cycle at $.a.b: the table contains itself");
+  CHECK_ERR(L, "(function() local t = {} t[1] = t return t end)()", "$[0]", "cycle at $[0]");
+  lua_close(L);
+}
+
+TEST(caps_nesting_depth) {
+  lua_State *L = new_state();
+  CHECK_STR(enc_ex(L, "{a = {b = {}}}", 3, 0), "{\"a\":{\"b\":{}}}");
+  CHECK(enc_ex(L, "{a = {b = {c = {}}}}", 3, 0) == NULL);
+  CHECK_STR(err.path, "$.a.b.c");
+  CHECK_HAS(err.message, "nesting deeper than 3 levels at $.a.b.c");
+  /* the default cap, and a cap far above the hard maximum */
+  CHECK(enc(L, "(function() local t = {} for i = 1, 200 do t = {t} end return t end)()") == NULL);
+  CHECK_HAS(err.message, "nesting deeper than 128 levels");
+  CHECK(enc_ex(L, "(function() local t = {} for i = 1, 100000 do t = {t} end return t end)()",
+               1 << 30, 0) == NULL);
+  CHECK_HAS(err.message, "nesting deeper than 512 levels");
+  CHECK_HAS(err.path, "...");
+  CHECK(strlen(err.path) < sizeof err.path);
+  CHECK_STR(lua_str(L, "local t = {} for i = 1, 200 do t = {t} end "
+                       "local ok, e = pcall(json.encode, t) return e"),
+            "json.encode: nesting deeper than 128 levels at $[0][0][0][0][0][0][0][0][0][0]"
+            "[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]...; flatten the data "
+            "(JSON values are capped at 128 nested arrays/objects)");
+  lua_close(L);
+}
+
+TEST(caps_output_size) {
+  lua_State *L = new_state();
+  CHECK_STR(enc_ex(L, "{s = string.rep('x', 10)}", 0, 100), "{\"s\":\"xxxxxxxxxx\"}");
+  CHECK(enc_ex(L, "{s = string.rep('x', 100)}", 0, 50) == NULL);
+  CHECK_STR(err.path, "$.s");
+  CHECK_HAS(err.message, "larger than the 50-byte cap (max_bytes)");
+  /* a table referenced many times expands exponentially: the cap stops it */
+  CHECK(enc_ex(L, "(function() local t = {1} for i = 1, 60 do t = {t, t} end return t end)()",
+               0, 1 << 20) == NULL);
+  CHECK_HAS(err.message, "1048576-byte cap");
+  CHECK_STR(lua_str(L, "local t = {1} for i = 1, 60 do t = {t, t} end "
+                       "local ok, e = pcall(json.encode, t) return e"), out);
+  CHECK_HAS(out, "json.encode: the JSON is larger than the 16777216-byte cap");
+  lua_close(L);
+}
+
+TEST(rejects_invalid_utf8_of_every_kind) {
+  lua_State *L = new_state();
+  CHECK_ERR(L, "{s = 'ab\\xC0\\xAF'}", "$.s", "byte 2: overlong encoding");
+  CHECK_ERR(L, "{s = '\\xE0\\x80\\xAF'}", "$.s", "byte 0: overlong encoding");
+  CHECK_ERR(L, "{s = '\\xF0\\x8F\\xBF\\xBF'}", "$.s", "overlong encoding");
+  CHECK_ERR(L, "{s = 'x\\xED\\xA0\\x80'}", "$.s", "byte 1: UTF-16 surrogate");
+  CHECK_ERR(L, "{s = '\\xF4\\x90\\x80\\x80'}", "$.s", "code point above U+10FFFF");
+  CHECK_ERR(L, "{s = '\\xF5\\x80\\x80\\x80'}", "$.s", "never appears in UTF-8");
+  CHECK_ERR(L, "{s = '\\xFF'}", "$.s", "never appears in UTF-8");
+  CHECK_ERR(L, "{s = '\\x80'}", "$.s", "unexpected continuation byte");
+  CHECK_ERR(L, "{s = 'ab\\xE2\\x82'}", "$.s", "invalid UTF-8 in the string at $.s (byte 2: truncated");
+  CHECK_ERR(L, "{s = 'abcdefghijk\\xC3A'}", "$.s", "byte 11: incomplete");
+  CHECK_ERR(L, "{['k\\xFF'] = 1}", "$[\"k\\xff\"]", "invalid UTF-8 in the object key");
+  CHECK_ERR(L, "{['a\\0b'] = 1}", "$[\"a\\u0000b\"]", "contains a NUL byte");
+  /* the largest valid code points of each length pass */
+  CHECK(enc(L, "'\\x7F\\xDF\\xBF\\xEF\\xBF\\xBF\\xF4\\x8F\\xBF\\xBF\\xED\\x9F\\xBF'") != NULL);
+  lua_close(L);
+}
+
+TEST(long_and_odd_keys_are_escaped_and_truncated_in_paths) {
+  lua_State *L = new_state();
+  CHECK_ERR(L, "{[string.rep('k', 100)] = 0/0}", "$[\"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...\"]", "NaN");
+  CHECK_ERR(L, "{['new\\nline'] = 0/0}", "$[\"new\\u000aline\"]", "NaN");
+  CHECK_ERR(L, "{['caf\\u{e9}'] = 0/0}", "$[\"caf\xc3\xa9\"]", "NaN");
+  lua_close(L);
+}
+
+/* ---- no metamethod runs ---------------------------------------------------------------- */
+
+TEST(never_runs_metamethods) {
+  lua_State *L = new_state();
+  const char *setup =
+    "flag = nil "
+    "local function hit() flag = true return 5 end "
+    "mt = { __index = hit, __newindex = hit, __pairs = function() flag = true "
+    "  return next, {}, nil end, __len = hit, __tostring = hit, __name = 'x', "
+    "  __eq = hit, __lt = hit, __le = hit, __concat = hit, __call = hit, __close = hit } "
+    "arr = setmetatable({1, 2}, mt) "
+    "obj = setmetatable({a = 1}, mt) "
+    "nested = {inner = arr, o = obj} "
+    "getmetatable('').__index = hit "
+    "return true";
+  CHECK(run(L, setup) == NULL);
+  lua_pop(L, 1);
+  CHECK_STR(enc(L, "arr"), "[1,2]");
+  CHECK_STR(enc(L, "obj"), "{\"a\":1}");
+  CHECK_STR(enc(L, "nested"), "{\"inner\":[1,2],\"o\":{\"a\":1}}");
+  CHECK_STR(enc(L, "setmetatable({}, mt)"), "{}");
+  CHECK(enc(L, "setmetatable({1, nil, 3}, mt)") == NULL);
+  CHECK(enc(L, "{f = setmetatable({}, {__index = function() flag = true end}), x = 0/0}") == NULL);
+  CHECK_STR(lua_str(L, "return json.encode(nested)"), "{\"inner\":[1,2],\"o\":{\"a\":1}}");
+  lua_getglobal(L, "flag");
+  CHECK(lua_isnil(L, -1));
+  lua_pop(L, 1);
+  lua_close(L);
+}
+
+/* ---- json.array and the protected metatable -------------------------------------------- */
+
+TEST(array_metatable_is_protected) {
+  lua_State *L = new_state();
+  CHECK_STR(lua_str(L, "return getmetatable(json.array())"), "json.array");
+  CHECK_STR(lua_str(L, "local ok, e = pcall(setmetatable, json.array(), nil) return e"),
+            "cannot change a protected metatable");
+  CHECK_STR(lua_str(L, "local t = {1} return tostring(json.array(t) == t)"), "true");
+  CHECK_STR(lua_str(L, "local t = json.array({}) return tostring(json.array(t) == t)"), "true");
+  CHECK_STR(lua_str(L, "local ok, e = pcall(json.array, setmetatable({}, {})) return e"),
+            "json.array: the table already has a metatable; pass a plain table or copy the "
+            "items into a new one");
+  CHECK_HAS(lua_str(L, "local ok, e = pcall(json.array, 5) return e"), "table expected");
+  /* from C: the tag is seen, plain tables are not arrays */
+  CHECK(run(L, "return json.array()") == NULL);
+  CHECK(tp_json_is_array(L, -1));
+  lua_pop(L, 1);
+  CHECK(run(L, "return {}") == NULL);
+  CHECK(!tp_json_is_array(L, -1));
+  lua_pop(L, 1);
+  lua_close(L);
+}
+
+/* ---- decode errors --------------------------------------------------------------------- */
+
+TEST(decode_errors_name_what_and_where) {
+  lua_State *L = new_state();
+#define DEC_ERR(text, part) \
+  CHECK_HAS(lua_str(L, "local ok, e = pcall(json.decode, " text ") return e"), part)
+  DEC_ERR("'{'", "json.decode: ");
+  DEC_ERR("'{'", "at line 1 column");
+  DEC_ERR("'[1,\\n2,]'", "at line 2 column 3");
+  DEC_ERR("''", "json.decode: ");
+  DEC_ERR("'[1] x'", "end of file expected");
+  DEC_ERR("'\"\\xFF\"'", "unable to decode byte 0xff");
+  DEC_ERR("'\"\\xED\\xA0\\x80\"'", "json.decode: ");
+  DEC_ERR("'\"\\\\ud800\"'", "invalid Unicode");
+  DEC_ERR("'{\"a\":1,\"a\":2}'", "duplicate object key");
+  DEC_ERR("'18446744073709551616'", "integers must fit in 64 bits");
+  DEC_ERR("'-9223372036854775809'", "integers must fit in 64 bits");
+  DEC_ERR("'1e400'", "outside the range of a double");
+  DEC_ERR("'{\"a\\\\u0000b\":1}'", "json.decode: ");
+  DEC_ERR("'NaN'", "json.decode: ");
+  DEC_ERR("nil", "json.decode: expected a string of JSON text, got nil");
+  DEC_ERR("5", "got number");
+  DEC_ERR("string.rep('[', 200) .. string.rep(']', 200)", "json.decode: nesting deeper than 128 levels");
+  DEC_ERR("' ' .. string.rep(' ', 16 * 1024 * 1024)", "over the 16777216-byte cap");
+#undef DEC_ERR
+  /* messages stay valid UTF-8 even when jansson quotes the bad bytes */
+  const char *m = lua_str(L, "local ok, e = pcall(json.decode, '[\"\\xC3\\x28\"]') return e");
+  for (const unsigned char *p = (const unsigned char *)m; *p; p++) CHECK(*p < 0x80);
+  lua_close(L);
+}
+
+TEST(json_encode_errors_are_prefixed) {
+  lua_State *L = new_state();
+  CHECK_STR(lua_str(L, "local ok, e = pcall(json.encode, {a = {b = 0/0}}) return e"),
+            "json.encode: NaN cannot be represented in JSON (at $.a.b); use json.null, or a "
+            "string such as \"NaN\"");
+  CHECK_STR(lua_str(L, "local t = {a = {}} t.a.b = t local ok, e = pcall(json.encode, t) return e"),
+            "json.encode: cycle at $.a.b: the table contains itself; copy the data instead of "
+            "storing a reference to an enclosing table");
+  CHECK_HAS(lua_str(L, "local ok, e = pcall(json.encode) return e"), "value expected");
+  CHECK_STR(lua_str(L, "return json.encode(nil)"), "null");
+  lua_close(L);
+}
+
+/* ---- the C API --------------------------------------------------------------------------- */
+
+TEST(push_and_dumps_from_c) {
+  lua_State *L = luaL_newstate();  /* no json library opened: push creates the metatable */
+  json_t *o = json_object();
+  json_object_setn_new(o, "k\0z", 3, json_integer(7));
+  json_object_set_new(o, "list", json_pack("[i,f,s,n,b]", 1, 2.0, "x", 0));
+  json_object_set_new(o, "empty", json_array());
+  tp_json_push(L, o, 0);
+  CHECK_INT(lua_gettop(L), 1);
+  lua_pushlstring(L, "k\0z", 3);
+  CHECK_INT(lua_rawget(L, -2), LUA_TNUMBER);
+  CHECK_INT(lua_tointeger(L, -1), 7);
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "empty");
+  CHECK(tp_json_is_array(L, -1));
+  lua_pop(L, 1);
+  tp_json_err e;
+  json_t *back = tp_json_from_lua(L, -1, 0, 0, &e);
+  CHECK(back == NULL);  /* the NUL key cannot go back */
+  CHECK_HAS(e.message, "NUL byte");
+  lua_pop(L, 1);
+  json_decref(o);
+
+  json_t *v = json_pack("{s:[i,f,f],s:s}", "b", 3, 1.0, -0.0, "a", "t\"x");
+  char *s = tp_json_dumps(v);
+  CHECK_STR(s, "{\"a\":\"t\\\"x\",\"b\":[3,1.0,-0.0]}");
+  free(s);
+  tp_json_push(L, v, 0);
+  json_t *again = tp_json_from_lua(L, -1, 0, 0, NULL);
+  CHECK(again != NULL && json_equal(again, v));
+  s = tp_json_dumps(again);
+  CHECK_STR(s, "{\"a\":\"t\\\"x\",\"b\":[3,1.0,-0.0]}");
+  free(s);
+  json_decref(again);
+  json_decref(v);
+  lua_pop(L, 1);
+
+  /* an object with more than 16 keys sorts through the heap path */
+  v = json_object();
+  for (int i = 20; i >= 0; i--) {
+    char k[8];
+    snprintf(k, sizeof k, "k%02d", i);
+    json_object_set_new(v, k, json_integer(i));
+  }
+  s = tp_json_dumps(v);
+  CHECK(s != NULL && strncmp(s, "{\"k00\":0,\"k01\":1,", 17) == 0);
+  free(s);
+  json_decref(v);
+  lua_close(L);
+}
+
+static int push_deep (lua_State *L) {
+  json_t *v = lua_touserdata(L, 1);
+  tp_json_push(L, v, 3);
+  return 1;
+}
+
+TEST(push_raises_past_its_depth_cap) {
+  lua_State *L = luaL_newstate();
+  json_t *ok = json_loads("[[[1]]]", 0, NULL), *deep = json_loads("[[[[1]]]]", 0, NULL);
+  lua_pushcfunction(L, push_deep);
+  lua_pushlightuserdata(L, ok);
+  CHECK_INT(lua_pcall(L, 1, 1, 0), LUA_OK);
+  lua_pop(L, 1);
+  lua_pushcfunction(L, push_deep);
+  lua_pushlightuserdata(L, deep);
+  CHECK_INT(lua_pcall(L, 1, 1, 0), LUA_ERRRUN);
+  CHECK_STR(lua_tostring(L, -1), "json: nesting deeper than 3 levels");
+  lua_pop(L, 1);
+  json_decref(ok);
+  json_decref(deep);
+  lua_close(L);
+}
+
+TEST(null_inputs_are_handled) {
+  tp_json_err e;
+  CHECK(tp_json_from_lua(NULL, 1, 0, 0, &e) == NULL);
+  CHECK_HAS(e.message, "no Lua state");
+  CHECK(tp_json_from_lua(NULL, 1, 0, 0, NULL) == NULL);
+  char *s = tp_json_dumps(NULL);
+  CHECK_STR(s, "null");
+  free(s);
+  CHECK(tp_json_loads(NULL, 0, &e) == NULL);
+  CHECK_HAS(e.message, "NULL");
+  CHECK(tp_json_loads(NULL, 0, NULL) == NULL);
+  json_t *v = tp_json_loads("[1,", 3, &e);
+  CHECK(v == NULL);
+  CHECK_HAS(e.message, "at line 1 column");
+  v = tp_json_loads("\"a\\u0000\"", 9, &e);
+  CHECK(v != NULL && json_string_length(v) == 2);
+  json_decref(v);
+  lua_State *L = luaL_newstate();
+  tp_json_push(L, NULL, 0);
+  CHECK(lua_type(L, -1) == LUA_TLIGHTUSERDATA && lua_touserdata(L, -1) == NULL);
+  /* an index with no value is nil: null; the stack is untouched */
+  v = tp_json_from_lua(L, 5, 0, 0, NULL);
+  CHECK(json_is_null(v));
+  json_decref(v);
+  CHECK_INT(lua_gettop(L), 1);
+  lua_close(L);
+}
+
+int main (void) {
+  RUN(encodes_scalars_exactly);
+  RUN(encodes_tables_arrays_and_objects);
+  RUN(big_array_round_trips);
+  RUN(round_trips_every_kind_through_json_encode_and_decode);
+  RUN(decode_gives_exact_lua_types);
+  RUN(rejects_nan_and_infinities_with_paths);
+  RUN(rejects_tables_that_are_neither_arrays_nor_objects);
+  RUN(rejects_functions_threads_and_userdata);
+  RUN(reports_cycles_with_the_path_of_the_repeat);
+  RUN(caps_nesting_depth);
+  RUN(caps_output_size);
+  RUN(rejects_invalid_utf8_of_every_kind);
+  RUN(long_and_odd_keys_are_escaped_and_truncated_in_paths);
+  RUN(never_runs_metamethods);
+  RUN(array_metatable_is_protected);
+  RUN(decode_errors_name_what_and_where);
+  RUN(json_encode_errors_are_prefixed);
+  RUN(push_and_dumps_from_c);
+  RUN(push_raises_past_its_depth_cap);
+  RUN(null_inputs_are_handled);
+  return tp_test_end();
+}
