@@ -18,7 +18,15 @@ for i = 2, #arg do
   entries[#entries + 1] = string.format("  { \"%s\", %s, %d },\n", name, id, #data)
 end
 parts[#parts + 1] = "const tp_embedded tp__embedded[] = {\n" .. table.concat(entries) ..
-  "  { NULL, NULL, 0 }\n};\n"
+  "  { NULL, NULL, 0 }\n};\n" .. [[
+
+#include <string.h>
+const tp_embedded *tp__embedded_find (const char *name) {
+  for (const tp_embedded *e = tp__embedded; e->name != NULL; e++)
+    if (strcmp(e->name, name) == 0) return e;
+  return NULL;
+}
+]]
 local f = assert(io.open(out, "wb"))
 f:write(table.concat(parts))
 f:close()

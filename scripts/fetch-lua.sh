@@ -62,4 +62,8 @@ if [ "$n" != 3 ]; then
   echo "fetch-lua.sh: patching lstrlib.c failed ($n of 3 edits applied)" >&2
   exit 1
 fi
+# Debian's patch 0002 puts its module folders (/usr/share/lua/5.4, /usr/lib/<triplet>/lua/5.4)
+# on the default paths, through a header its own build generates; so does this one.
+triplet=$(gcc -print-multiarch 2>/dev/null || dpkg-architecture -qDEB_HOST_MULTIARCH)
+printf '#define DEB_HOST_MULTIARCH "%s"\n' "$triplet" > "$DEST/src/lua5.4-deb-multiarch.h"
 touch "$DEST/.tidepool-patched"

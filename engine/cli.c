@@ -1,0 +1,239 @@
+/*
+** cli.c: the tidepool command. It only translates argv into the C API and the envelope
+** into text: exit status 0 when the script succeeded, 1 when it failed, 2 for a usage
+** error.
+*/
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "tidepool.h"
+
+#define EXIT_SCRIPT_FAILED 1
+#define EXIT_USAGE 2
+#define INPUT_MAX (64u << 20)  /* refuse to read more source than this */
+
+static const char usage_text[] =
+  "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
+  "       tidepool check [options] FILE   compile only, report syntax errors\n"
+  "       tidepool --version | --help\n"
+  "\n"
+  "options:\n"
+  "  --json               print exactly one line: the result envelope as JSON\n"
+  "  --memory SIZE        memory limit, e.g. 64M, 512K, 1G or bytes (default 64M)\n"
+  "  --instructions N     instruction limit (default: none; costs about 2x speed)\n"
+  "  --cpu DURATION       CPU time limit, e.g. 500ms, 2s, 1m (default 10s)\n"
+  "  --timeout DURATION   wall-clock limit (default 10s)\n"
+  "  --max-output SIZE    limit on printed output (default 1M)\n"
+  "  --max-result SIZE    limit on the JSON result (default 4M)\n"
+  "  --max-source SIZE    limit on the script's size (default 1M)\n"
+  "\n"
+  "Sizes and durations of 0 mean no limit. Exit status: 0 the script succeeded,\n"
+  "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
+
+/* msg may hold one %s, replaced by arg. */
+static int usage_error (const char *msg, const char *arg) {
+  const char *at = strstr(msg, "%s");
+  fprintf(stderr, "tidepool: ");
+  if (at) fprintf(stderr, "%.*s%s%s", (int)(at - msg), msg, arg, at + 2);
+  else fputs(msg, stderr);
+  fprintf(stderr, "\nTry 'tidepool --help'.\n");
+  return EXIT_USAGE;
+}
+
+/* "64M", "512K", "1G", "100" -> bytes. */
+static int parse_size (const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(s, &end, 10);
+  if (errno || end == s || *s == '-') return -1;
+  uint64_t mul = 1;
+  if (*end == 'k' || *end == 'K') { mul = 1ull << 10; end++; }
+  else if (*end == 'm' || *end == 'M') { mul = 1ull << 20; end++; }
+  else if (*end == 'g' || *end == 'G') { mul = 1ull << 30; end++; }
+  if ((*end == 'b' || *end == 'B') && mul != 1) end++;
+  else if ((*end == 'i') && mul != 1 && (end[1] == 'B' || end[1] == 'b')) end += 2;
+  if (*end != '\0' || (n && mul > UINT64_MAX / n)) return -1;
+  *out = n * mul;
+  return 0;
+}
+
+/* "500ms", "2s", "1.5s", "1m", "250us", "3" (seconds) -> microseconds. */
+static int parse_duration (const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || v < 0 || v != v) return -1;
+  double mul = 1e6;
+  if (strcmp(end, "ms") == 0) mul = 1e3;
+  else if (strcmp(end, "us") == 0) mul = 1;
+  else if (strcmp(end, "s") == 0 || *end == '\0') mul = 1e6;
+  else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) mul = 60e6;
+  else return -1;
+  double us = v * mul;
+  if (us > 1e15) return -1;
+  *out = (uint64_t)us;
+  return 0;
+}
+
+static char *read_all (FILE *f, size_t *len) {
+  size_t cap = 1 << 14, n = 0;
+  char *buf = malloc(cap);
+  if (buf == NULL) return NULL;
+  for (;;) {
+    if (n == cap) {
+      if (cap >= INPUT_MAX) { free(buf); errno = EFBIG; return NULL; }
+      char *nb = realloc(buf, cap * 2);
+      if (nb == NULL) { free(buf); return NULL; }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  if (ferror(f)) { free(buf); return NULL; }
+  *len = n;
+  return buf;
+}
+
+/* Prints the envelope for a person: logs and result on stdout, an error on stderr. */
+static void print_human (const char *envelope) {
+  json_error_t jerr;
+  json_t *env = json_loads(envelope, 0, &jerr);
+  if (env == NULL) { puts(envelope); return; }
+  json_t *logs = json_object_get(env, "logs");
+  size_t i;
+  json_t *v;
+  json_array_foreach(logs, i, v) {
+    fwrite(json_string_value(v), 1, json_string_length(v), stdout);
+    fputc('\n', stdout);
+  }
+  json_t *err = json_object_get(env, "error");
+  if (err) {
+    json_t *line = json_object_get(err, "line"), *src = json_object_get(err, "source");
+    json_t *hint = json_object_get(err, "hint");
+    fprintf(stderr, "error [%s]", json_string_value(json_object_get(err, "code")));
+    if (line) fprintf(stderr, " at line %lld", (long long)json_integer_value(line));
+    fprintf(stderr, ": %s\n", json_string_value(json_object_get(err, "message")));
+    if (src) fprintf(stderr, "  %lld | %s\n", (long long)json_integer_value(line),
+                     json_string_value(src));
+    if (hint) fprintf(stderr, "  hint: %s\n", json_string_value(hint));
+  }
+  else {
+    json_t *result = json_object_get(env, "result");
+    if (result && !json_is_null(result)) {
+      if (json_is_string(result)) {
+        fwrite(json_string_value(result), 1, json_string_length(result), stdout);
+        fputc('\n', stdout);
+      }
+      else {
+        char *text = json_dumps(result, JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_SORT_KEYS);
+        if (text) { puts(text); free(text); }
+      }
+    }
+  }
+  json_decref(env);
+}
+
+int main (int argc, char **argv) {
+  if (argc < 2) { fputs(usage_text, stderr); return EXIT_USAGE; }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+    printf("tidepool %s (Lua 5.4.7 from Debian trixie)\n", tp_version());
+    return 0;
+  }
+  int check = strcmp(cmd, "check") == 0;
+  if (!check && strcmp(cmd, "run") != 0)
+    return usage_error("unknown command '%s'", cmd);
+
+  tp_limits lim;
+  tp_limits_init(&lim);
+  int json_out = 0;
+  const char *file = NULL;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    uint64_t v;
+    if (strcmp(a, "--json") == 0) { json_out = 1; continue; }
+    if (strcmp(a, "-") == 0 || a[0] != '-') {
+      if (file) return usage_error("more than one FILE given ('%s')", a);
+      file = a;
+      continue;
+    }
+    if (strcmp(a, "--help") == 0) { fputs(usage_text, stdout); return 0; }
+    const char *val = strchr(a, '=');
+    char name[64];
+    size_t nlen = val ? (size_t)(val - a) : strlen(a);
+    if (nlen >= sizeof name) return usage_error("unknown option '%s'", a);
+    memcpy(name, a, nlen);
+    name[nlen] = '\0';
+    if (val) val++;
+    else if (i + 1 < argc) val = argv[++i];
+    else return usage_error("option '%s' needs a value", a);
+    if (strcmp(name, "--memory") == 0 || strcmp(name, "--max-output") == 0 ||
+        strcmp(name, "--max-result") == 0 || strcmp(name, "--max-source") == 0) {
+      if (parse_size(val, &v) != 0)
+        return usage_error("bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)", val);
+      if (name[2] == 'm' && name[3] == 'e') lim.memory = (size_t)v;
+      else if (strcmp(name, "--max-output") == 0) lim.output = (size_t)v;
+      else if (strcmp(name, "--max-result") == 0) lim.result = (size_t)v;
+      else lim.source = (size_t)v;
+    }
+    else if (strcmp(name, "--cpu") == 0 || strcmp(name, "--timeout") == 0) {
+      if (parse_duration(val, &v) != 0)
+        return usage_error("bad duration '%s' (use 500ms, 2s, 1m)", val);
+      if (name[2] == 'c') lim.cpu_us = v;
+      else lim.wall_us = v;
+    }
+    else if (strcmp(name, "--instructions") == 0) {
+      char *end;
+      errno = 0;
+      unsigned long long n = strtoull(val, &end, 10);
+      if (errno || *end || end == val || *val == '-')
+        return usage_error("bad instruction count '%s'", val);
+      lim.instructions = n;
+    }
+    else return usage_error("unknown option '%s'", a);
+  }
+  if (file == NULL) return usage_error("%s", "no FILE given (use - for standard input)");
+  if (lim.memory && lim.memory < 16 * 1024)
+    return usage_error("--memory is too small (at least 16K)%s", "");
+
+  FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "rb");
+  if (f == NULL) {
+    fprintf(stderr, "tidepool: cannot open '%s': %s\n", file, strerror(errno));
+    return EXIT_USAGE;
+  }
+  size_t len = 0;
+  char *src = read_all(f, &len);
+  int read_errno = errno;
+  if (f != stdin) fclose(f);
+  if (src == NULL) {
+    fprintf(stderr, "tidepool: cannot read '%s': %s\n", file, strerror(read_errno));
+    return EXIT_USAGE;
+  }
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) { free(src); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+  char *envelope = NULL;
+  int ok = 0;
+  int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, &ok)
+                 : tp_engine_run(e, src, len, &lim, &envelope, &ok);
+  free(src);
+  if (rc != TP_OK) {
+    fprintf(stderr, "tidepool: the engine failed (%d)\n", rc);
+    tp_engine_destroy(e);
+    return 1;
+  }
+  if (json_out) puts(envelope);
+  else print_human(envelope);
+  tp_free(envelope);
+  tp_engine_destroy(e);
+  return ok ? 0 : EXIT_SCRIPT_FAILED;
+}

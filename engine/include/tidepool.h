@@ -1,0 +1,131 @@
+/*
+** tidepool.h: the whole public C API of tidepool, a code-mode execution engine for
+** agents. A model writes one Lua script; tidepool runs it in a fresh, stripped Lua 5.4
+** state under hard limits and returns a JSON result envelope:
+**
+**   {"ok":true,"result":...,"logs":[...],"calls":[...],"stats":{...}}
+**   {"ok":false,"error":{"code":"limit.memory","message":...,"line":7,...},...}
+**
+** Conventions:
+** - Objects are opaque and come in create/destroy pairs; destroy(NULL) is a no-op.
+** - Functions that can fail return an int: TP_OK (0) or a negative TP_E* code, and never
+**   call back into the caller after returning an error.
+** - Strings returned as `const char *` belong to the object they came from and stay valid
+**   until that object is destroyed or the call's comment says otherwise. Strings returned
+**   as `char *` belong to the caller, who frees them with tp_free().
+** - An engine and its runs are used from one thread at a time (the engine's own watchdog
+**   thread is internal). Separate engines are independent.
+*/
+#ifndef TIDEPOOL_H
+#define TIDEPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TP_VERSION_MAJOR 0
+#define TP_VERSION_MINOR 1
+#define TP_VERSION_PATCH 0
+
+/* Status codes. */
+#define TP_OK        0   /* success */
+#define TP_DONE      0   /* tp_run_step: the run has finished (see tp_run_envelope) */
+#define TP_YIELD     1   /* tp_run_step: the step's budget ran out; step again */
+#define TP_WAIT      2   /* tp_run_step: the script waits on pending requests */
+#define TP_EINVAL  (-1)  /* a NULL or invalid argument */
+#define TP_ENOMEM  (-2)  /* the host ran out of memory */
+#define TP_ESTATE  (-3)  /* the call does not fit the object's state (e.g. step after done) */
+
+typedef struct tp_engine tp_engine;
+typedef struct tp_run tp_run;
+
+/*
+** Limits of one run. tp_limits_init() fills in the defaults below; a field set to 0
+** afterwards means "no limit" (memory and source keep a hard floor of sanity: 0 is
+** refused for them). Sizes are bytes, durations microseconds.
+*/
+typedef struct tp_limits {
+  size_t   memory;        /* bytes of the run's Lua state; default 64 MiB */
+  uint64_t instructions;  /* VM instructions; default 0 (off: a count hook costs ~2x) */
+  uint64_t cpu_us;        /* CPU time of the run; default 10 s */
+  uint64_t wall_us;       /* wall-clock time from the first step; default 10 s */
+  size_t   output;        /* bytes printed (logs); default 1 MiB */
+  size_t   source;        /* bytes of script source; default 1 MiB */
+  size_t   result;        /* bytes of the JSON result; default 4 MiB */
+} tp_limits;
+
+/* Fills *l with the defaults. */
+void tp_limits_init(tp_limits *l);
+
+/* The library's version, "MAJOR.MINOR.PATCH". Static string. */
+const char *tp_version(void);
+
+/* Frees a string the library returned as `char *`. NULL is a no-op. */
+void tp_free(void *p);
+
+/* ---- engine ---------------------------------------------------------------------- */
+
+/* Creates an engine. Returns NULL when out of memory. */
+tp_engine *tp_engine_create(void);
+
+/* Destroys the engine. Every run created from it must have been destroyed first;
+** runs still alive are destroyed here. NULL is a no-op. */
+void tp_engine_destroy(tp_engine *e);
+
+/*
+** Runs a script to completion synchronously and returns its envelope as a JSON string
+** in *envelope (caller frees with tp_free). limits may be NULL for the defaults. The
+** return value is TP_OK when an envelope was produced, whether the script succeeded or
+** failed (read "ok" in the envelope, or *script_ok when not NULL); negative on a host
+** error (then *envelope is NULL).
+*/
+int tp_engine_run(tp_engine *e, const char *source, size_t len, const tp_limits *limits,
+                  char **envelope, int *script_ok);
+
+/* Compiles a script without running it; the envelope is that of tp_engine_run with
+** "result": null on success, or the syntax error. Same ownership and return values. */
+int tp_engine_check(tp_engine *e, const char *source, size_t len, const tp_limits *limits,
+                    char **envelope, int *script_ok);
+
+/* ---- runs: a script as a resumable object ------------------------------------------
+**
+** tp_run_create normalizes and compiles the source in a fresh sandbox; nothing runs
+** yet. tp_run_step runs it until it finishes (TP_DONE), its budget runs out (TP_YIELD),
+** or it waits on pending requests (TP_WAIT). A game server calls tp_run_step once per
+** frame with a small budget; the run's own limits (wall, cpu, memory, ...) hold across
+** steps, and wall time counts from the first step. A compile error is not a create
+** error: the run is created and its first step returns TP_DONE with the syntax error
+** in the envelope.
+*/
+
+/* Creates a run. limits may be NULL (defaults). Returns NULL when out of memory or when
+** e or source is NULL. */
+tp_run *tp_run_create(tp_engine *e, const char *source, size_t len, const tp_limits *limits);
+
+/* Runs for at most budget_us microseconds of wall time and budget_instructions VM
+** instructions (0 = no budget of that kind). Returns TP_DONE, TP_YIELD, TP_WAIT, or a
+** negative code (TP_ESTATE after TP_DONE, TP_EINVAL for NULL). */
+int tp_run_step(tp_run *r, uint64_t budget_us, uint64_t budget_instructions);
+
+/* Stops the run: its envelope becomes the error "cancelled". A finished run is left as
+** it is. Safe to call between steps. NULL is a no-op. */
+void tp_run_cancel(tp_run *r);
+
+/* Nonzero once the run has finished. */
+int tp_run_done(const tp_run *r);
+
+/* The envelope of a finished run, as compact JSON; NULL before the run is done. Owned
+** by the run. */
+const char *tp_run_envelope(const tp_run *r);
+
+/* Destroys the run (finished or not). NULL is a no-op. */
+void tp_run_destroy(tp_run *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,48 @@
+/*
+** normalize.c: what models send is not always a bare script. A reply often wraps the
+** code in a markdown fence, with a sentence before it ("Here is the script:") and
+** sometimes after. The code inside the first fence is the script. A leading "#!" line
+** is dropped, as lua.c does for files.
+*/
+#include <string.h>
+
+#include "internal.h"
+
+/* Start of the line after p (or end). */
+static const char *next_line (const char *p, const char *end) {
+  const char *nl = memchr(p, '\n', (size_t)(end - p));
+  return nl ? nl + 1 : end;
+}
+
+/* Nonzero when the line at p opens or closes a fence: optional indentation, then ```
+** or ~~~. */
+static int is_fence (const char *p, const char *end, char *ch) {
+  while (p < end && (*p == ' ' || *p == '\t')) p++;
+  if (end - p >= 3 && (p[0] == '`' || p[0] == '~') && p[1] == p[0] && p[2] == p[0]) {
+    *ch = p[0];
+    return 1;
+  }
+  return 0;
+}
+
+const char *tp__normalize (const char *src, size_t *len) {
+  const char *end = src + *len;
+  for (const char *line = src; line < end; line = next_line(line, end)) {
+    char ch;
+    if (!is_fence(line, end, &ch)) continue;
+    const char *body = next_line(line, end), *p = body;
+    for (; p < end; p = next_line(p, end)) {
+      char ch2;
+      if (is_fence(p, end, &ch2) && ch2 == ch) break;
+    }
+    *len = (size_t)(p - body);
+    return body;
+  }
+  if (*len >= 2 && src[0] == '#' && src[1] == '!') {
+    const char *p = next_line(src, end);
+    if (p > src && p[-1] == '\n') p--;  /* keep the newline so line numbers hold */
+    *len = (size_t)(end - p);
+    return p;
+  }
+  return src;
+}

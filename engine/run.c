@@ -1,0 +1,584 @@
+/*
+** run.c: a script as a resumable object, and its result envelope.
+**
+** tp_run_create normalizes and compiles; tp_run_step resumes the script's thread under
+** the watchdog until it finishes, its step budget ends, or it waits on the host; the
+** envelope is built once, when the run finishes. The verdict of a limit is read from the
+** sandbox, never from the error object.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "lauxlib.h"
+
+#include "internal.h"
+#include "json.h"
+
+#define MSG_MAX 2000      /* an error message in the envelope, bytes */
+#define SOURCE_LINE_MAX 200
+
+enum { ST_READY, ST_STARTED, ST_DONE };
+
+struct tp_run {
+  tp_engine *e;
+  tp_run *prev, *next;     /* the engine's live runs */
+  tp_sandbox *sb;
+  char *src;               /* normalized source, for the "source" line of errors */
+  size_t srclen;
+  int state;
+  int nargs;               /* values to resume the thread with */
+  tp_watch watch;
+  pthread_t thread;        /* of the current step */
+  clockid_t cpu_clock;
+  uint64_t start_ns, deadline_ns, step_end_ns;
+  uint64_t cpu_used_ns, step_cpu0;
+  int compiled;            /* 0: the envelope below is already the syntax error */
+  json_t *pending_error;   /* an error decided before the run started */
+  char *envelope;
+  int ok;
+};
+
+void tp_limits_init (tp_limits *l) {
+  if (l == NULL) return;
+  l->memory = 64u << 20;
+  l->instructions = 0;
+  l->cpu_us = 10u * 1000000u;
+  l->wall_us = 10u * 1000000u;
+  l->output = 1u << 20;
+  l->source = 1u << 20;
+  l->result = 4u << 20;
+}
+
+const char *tp_version (void) { return TP_VERSION; }
+void tp_free (void *p) { free(p); }
+
+/* ---- verdicts ------------------------------------------------------------------------ */
+
+static const char *const kill_codes[TP_KILL__COUNT] = {
+  "runtime", "limit.memory", "limit.instructions", "limit.cpu", "limit.time",
+  "limit.output", "cancelled",
+};
+
+const char *tp__kill_code (tp_kill why) { return kill_codes[why]; }
+
+static void human_size (char *buf, size_t len, uint64_t n) {
+  if (n >= (1u << 20) && n % (1u << 20) == 0) snprintf(buf, len, "%llu MiB", (unsigned long long)(n >> 20));
+  else if (n >= 1024 && n % 1024 == 0) snprintf(buf, len, "%llu KiB", (unsigned long long)(n >> 10));
+  else snprintf(buf, len, "%llu bytes", (unsigned long long)n);
+}
+
+static void human_time (char *buf, size_t len, uint64_t us) {
+  if (us % 1000000 == 0) snprintf(buf, len, "%llu s", (unsigned long long)(us / 1000000));
+  else if (us % 1000 == 0) snprintf(buf, len, "%llu ms", (unsigned long long)(us / 1000));
+  else snprintf(buf, len, "%llu us", (unsigned long long)us);
+}
+
+void tp__kill_message (const tp_sandbox *sb, tp_kill why, char *buf, size_t len) {
+  char n[48];
+  const tp_limits *l = &sb->limits;
+  switch (why) {
+    case TP_KILL_MEMORY: human_size(n, sizeof n, l->memory);
+      snprintf(buf, len, "the script used more than its memory limit of %s", n); break;
+    case TP_KILL_INSTRUCTIONS:
+      snprintf(buf, len, "the script ran more than its limit of %llu instructions",
+               (unsigned long long)l->instructions); break;
+    case TP_KILL_CPU: human_time(n, sizeof n, l->cpu_us);
+      snprintf(buf, len, "the script used more than its CPU time limit of %s", n); break;
+    case TP_KILL_TIME: human_time(n, sizeof n, l->wall_us);
+      snprintf(buf, len, "the script ran longer than its time limit of %s", n); break;
+    case TP_KILL_OUTPUT: human_size(n, sizeof n, l->output);
+      snprintf(buf, len, "the script printed more than its output limit of %s", n); break;
+    case TP_KILL_CANCELLED: snprintf(buf, len, "the run was cancelled by the host"); break;
+    default: snprintf(buf, len, "stopped"); break;
+  }
+}
+
+static const char *kill_hint (tp_kill why) {
+  switch (why) {
+    case TP_KILL_MEMORY: return "Keep less data alive at once: process items in a loop "
+      "instead of collecting them all, and avoid building huge strings or tables.";
+    case TP_KILL_INSTRUCTIONS: case TP_KILL_CPU: case TP_KILL_TIME: return "Look for a "
+      "loop that never ends, or do less work in one run (fewer items, a cheaper method).";
+    case TP_KILL_OUTPUT: return "Print less: return the data as the script's result, or "
+      "print a summary instead of every item.";
+    case TP_KILL_CANCELLED: return "The host stopped the run; run it again if needed.";
+    default: return NULL;
+  }
+}
+
+/* ---- the envelope ---------------------------------------------------------------------- */
+
+/* The text of line n of the source, trimmed and capped, as a JSON string (or NULL). */
+static json_t *source_line (const tp_run *r, int n) {
+  if (n <= 0 || r->src == NULL) return NULL;
+  const char *p = r->src, *end = r->src + r->srclen;
+  for (int i = 1; i < n && p < end; i++) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (nl == NULL) return NULL;
+    p = nl + 1;
+  }
+  const char *e = memchr(p, '\n', (size_t)(end - p));
+  if (e == NULL) e = end;
+  while (p < e && (*p == ' ' || *p == '\t')) p++;
+  while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+  size_t len = (size_t)(e - p);
+  if (len > SOURCE_LINE_MAX) len = SOURCE_LINE_MAX;
+  while (len > 0 && ((unsigned char)p[len] & 0xc0) == 0x80 && (size_t)(e - p) > len) len--;
+  return json_stringn(p, len);  /* NULL on invalid UTF-8: the field is left out */
+}
+
+/* "script:7: msg" -> line 7, msg. Leaves other messages alone. */
+static const char *strip_position (const char *msg, int *line) {
+  const char *pre = "script:";
+  if (strncmp(msg, pre, strlen(pre)) != 0) return msg;
+  const char *p = msg + strlen(pre);
+  int n = 0;
+  while (*p >= '0' && *p <= '9') n = n * 10 + (*p++ - '0');
+  if (*p != ':' || n == 0) return msg;
+  if (*line <= 0) *line = n;
+  p++;
+  if (*p == ' ') p++;
+  return p;
+}
+
+/* Replaces invalid UTF-8 so the message can go into JSON. */
+static json_t *safe_string (const char *s, size_t len) {
+  json_t *j = json_stringn(s, len);
+  if (j != NULL) return j;
+  char *copy = malloc(len * 3 + 1);
+  if (copy == NULL) return json_string("(message lost: out of memory)");
+  size_t o = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x80 && c != 0) copy[o++] = (char)c;
+    else { memcpy(copy + o, "\xef\xbf\xbd", 3); o += 3; }
+  }
+  j = json_stringn(copy, o);
+  free(copy);
+  return j;
+}
+
+static const struct { const char *needle, *hint; } runtime_hints[] = {
+  { "attempt to index a nil value", "A value is nil where a table was expected: check the "
+    "variable's name and print what the tool or expression actually returned." },
+  { "attempt to call a nil value (global 'require')", "require is not available: the "
+    "sandbox has base, string, table, math, utf8, coroutine, os.time/clock/date and json." },
+  { "attempt to call a nil value", "That function does not exist in the sandbox: check its "
+    "name; io, require, debug and os.execute are not available." },
+  { "attempt to perform arithmetic", "A value used in arithmetic is not a number: convert "
+    "it with tonumber() and check for nil." },
+  { "attempt to concatenate", "Only strings and numbers can be joined with '..': convert "
+    "other values with tostring() or json.encode()." },
+  { "attempt to compare", "Only two numbers or two strings can be compared with < or >." },
+  { "attempt to yield from outside a coroutine", "coroutine.yield only works inside a "
+    "coroutine made with coroutine.create or coroutine.wrap." },
+};
+
+static const char *runtime_hint (const char *msg) {
+  for (size_t i = 0; i < sizeof runtime_hints / sizeof runtime_hints[0]; i++)
+    if (strstr(msg, runtime_hints[i].needle)) return runtime_hints[i].hint;
+  return NULL;
+}
+
+static json_t *make_error (const tp_run *r, const char *code, const char *msg, size_t len,
+                           int line, const char *hint) {
+  json_t *err = json_object();
+  if (err == NULL) return NULL;
+  if (len > MSG_MAX) len = MSG_MAX;
+  json_object_set_new(err, "code", json_string(code));
+  json_object_set_new(err, "message", safe_string(msg, len));
+  if (line > 0) {
+    json_object_set_new(err, "line", json_integer(line));
+    json_t *src = source_line(r, line);
+    if (src) json_object_set_new(err, "source", src);
+  }
+  if (hint) json_object_set_new(err, "hint", json_string(hint));
+  return err;
+}
+
+/* The line of the script where thread co stopped: the innermost frame in the script. */
+static int error_line (lua_State *co) {
+  lua_Debug ar;
+  for (int level = 0; lua_getstack(co, level, &ar); level++) {
+    if (!lua_getinfo(co, "Sl", &ar)) break;
+    if (ar.currentline > 0 && strcmp(ar.source, "=script") == 0) return ar.currentline;
+  }
+  return 0;
+}
+
+/* Reads the error object on top of co, with raw access only. */
+static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
+  tp_sandbox *sb = r->sb;
+  int line = error_line(co);
+  int why = atomic_load(&sb->kill);
+  if (why != TP_KILL_NONE) {
+    char msg[256];
+    tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
+    return make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
+                      kill_hint((tp_kill)why));
+  }
+  const char *msg = NULL;
+  size_t len = 0;
+  char buf[96];
+  if (status == LUA_ERRMEM) {
+    msg = "not enough memory";
+  }
+  else if (lua_type(co, -1) == LUA_TSTRING) {
+    msg = lua_tolstring(co, -1, &len);
+  }
+  else if (lua_type(co, -1) == LUA_TTABLE) {
+    lua_pushliteral(co, "message");
+    if (lua_rawget(co, -2) == LUA_TSTRING) msg = lua_tolstring(co, -1, &len);
+    lua_pop(co, 1);  /* the string stays alive in the table */
+    if (msg == NULL) msg = "(error object is a table value without a string 'message' field)";
+  }
+  else {
+    snprintf(buf, sizeof buf, "(error object is a %s value)", luaL_typename(co, -1));
+    msg = buf;
+  }
+  if (len == 0) len = strlen(msg);
+  const char *m = strip_position(msg, &line);
+  len -= (size_t)(m - msg);
+  return make_error(r, "runtime", m, len, line, runtime_hint(m));
+}
+
+static json_t *stats (const tp_run *r) {
+  const tp_sandbox *sb = r->sb;
+  json_t *s = json_object();
+  if (s == NULL) return NULL;
+  if (sb->instr_limit) json_object_set_new(s, "instructions", json_integer((json_int_t)sb->instr_used));
+  json_object_set_new(s, "cpu_ms", json_real((double)r->cpu_used_ns / 1e6));
+  uint64_t wall = r->start_ns ? tp__now_ns() - r->start_ns : 0;
+  json_object_set_new(s, "wall_ms", json_real((double)wall / 1e6));
+  json_object_set_new(s, "memory_peak", json_integer((json_int_t)sb->mem_peak));
+  return s;
+}
+
+/* Builds the envelope from ok/result or error; steals the references. */
+static void finish (tp_run *r, json_t *result, json_t *error) {
+  json_t *env = json_object();
+  r->state = ST_DONE;
+  r->ok = error == NULL;
+  if (env != NULL) {
+    json_object_set_new(env, "ok", json_boolean(error == NULL));
+    if (error) json_object_set_new(env, "error", error);
+    else json_object_set_new(env, "result", result ? result : json_null());
+    if (r->sb) json_object_set(env, "logs", r->sb->logs);
+    else json_object_set_new(env, "logs", json_array());
+    json_object_set_new(env, "calls", json_array());
+    if (r->sb) json_object_set_new(env, "stats", stats(r));
+    r->envelope = json_dumps(env, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(env);
+  }
+  else {
+    json_decref(result);
+    json_decref(error);
+  }
+  if (r->envelope == NULL)  /* the host is out of memory: still say what happened */
+    r->envelope = strdup("{\"ok\":false,\"error\":{\"code\":\"runtime\",\"message\":"
+                         "\"the host ran out of memory while building the result\"}}");
+}
+
+/* The script returned nres values on top of T: the result is nil, the value, or an
+** array of them. */
+static void finish_ok (tp_run *r, int nres) {
+  lua_State *T = r->sb->T;
+  tp_json_err jerr;
+  json_t *result;
+  size_t cap = r->sb->limits.result;
+  memset(&jerr, 0, sizeof jerr);
+  if (nres == 0) result = json_null();
+  else if (nres == 1) result = tp_json_from_lua(T, -1, 0, cap, &jerr);
+  else {
+    result = json_array();
+    for (int i = nres; result != NULL && i >= 1; i--) {
+      json_t *v = tp_json_from_lua(T, -i, 0, cap, &jerr);
+      if (v == NULL) { json_decref(result); result = NULL; break; }
+      json_array_append_new(result, v);
+    }
+  }
+  if (result == NULL) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "the script's return value cannot be sent as JSON: %s%s%s",
+             jerr.message, jerr.path[0] ? " (at " : "", jerr.path[0] ? jerr.path : "");
+    if (jerr.path[0]) strncat(msg, ")", sizeof msg - strlen(msg) - 1);
+    const char *code = strstr(jerr.message, "limit") ? "limit.output" : "runtime";
+    finish(r, NULL, make_error(r, code, msg, strlen(msg), 0,
+      "Return plain data: tables of strings, numbers, booleans and json.null, "
+      "with either array items or string keys."));
+    return;
+  }
+  if (cap) {
+    char *text = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t n = text ? strlen(text) : 0;
+    free(text);
+    if (n > cap) {
+      char msg[200], cs[48];
+      human_size(cs, sizeof cs, cap);
+      snprintf(msg, sizeof msg, "the script's result is %zu bytes of JSON, over its result "
+               "limit of %s", n, cs);
+      json_decref(result);
+      finish(r, NULL, make_error(r, "limit.output", msg, strlen(msg), 0,
+        "Return less: a summary, the first items, or only the fields that are needed."));
+      return;
+    }
+  }
+  finish(r, result, NULL);
+}
+
+/* ---- compile ------------------------------------------------------------------------- */
+
+typedef struct reader_state { const char *parts[2]; size_t lens[2]; int i; } reader_state;
+
+static const char *two_part_reader (lua_State *L, void *ud, size_t *size) {
+  reader_state *rs = ud;
+  (void)L;
+  while (rs->i < 2) {
+    int i = rs->i++;
+    if (rs->lens[i]) { *size = rs->lens[i]; return rs->parts[i]; }
+  }
+  *size = 0;
+  return NULL;
+}
+
+/* Compiles r->src onto T. A lone expression becomes "return <expr>". Returns nonzero
+** on success; otherwise the syntax error is the run's pending error. */
+static int compile (tp_run *r) {
+  lua_State *T = r->sb->T;
+  reader_state rs = { { "return ", r->src }, { 7, r->srclen }, 0 };
+  if (lua_load(T, two_part_reader, &rs, "=script", "t") == LUA_OK) return 1;
+  lua_settop(T, 0);
+  int status = luaL_loadbufferx(T, r->src, r->srclen, "=script", "t");
+  if (status == LUA_OK) return 1;
+  if (atomic_load(&r->sb->kill) != TP_KILL_NONE || status == LUA_ERRMEM) {
+    r->pending_error = error_from_thread(r, T, status);
+    return 0;
+  }
+  size_t len;
+  const char *msg = lua_tolstring(T, -1, &len);
+  int line = 0;
+  const char *m = msg ? strip_position(msg, &line) : "syntax error";
+  r->pending_error = make_error(r, "syntax", m, strlen(m), line,
+    "Fix the syntax on that line. Scripts are Lua 5.4: ~= for not-equal, .. to join "
+    "strings, 'local' for variables, 'end' closes function/if/for/while.");
+  lua_settop(T, 0);
+  return 0;
+}
+
+/* ---- runs ---------------------------------------------------------------------------- */
+
+static uint64_t run_fire (tp_watch *w, uint64_t now) {
+  tp_run *r = (tp_run *)((char *)w - offsetof(tp_run, watch));
+  tp_sandbox *sb = r->sb;
+  const tp_limits *l = &sb->limits;
+  int expected = TP_KILL_NONE;
+  if (r->deadline_ns && now >= r->deadline_ns) {
+    atomic_compare_exchange_strong(&sb->kill, &expected, TP_KILL_TIME);
+    tp__signal_interrupt(r->thread);
+    return now + 5000000;  /* again in 5 ms, in case the first signal came too early */
+  }
+  uint64_t next = r->deadline_ns;
+  if (l->cpu_us) {
+    struct timespec ts;
+    clock_gettime(r->cpu_clock, &ts);
+    uint64_t cpu = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t used = r->cpu_used_ns + (cpu > r->step_cpu0 ? cpu - r->step_cpu0 : 0);
+    uint64_t limit = l->cpu_us * 1000u;
+    if (used >= limit) {
+      atomic_compare_exchange_strong(&sb->kill, &expected, TP_KILL_CPU);
+      tp__signal_interrupt(r->thread);
+      return now + 5000000;
+    }
+    uint64_t at = now + (limit - used);
+    if (next == 0 || at < next) next = at;
+  }
+  if (r->step_end_ns) {
+    if (now >= r->step_end_ns) {
+      atomic_store(&sb->slice_over, 1);
+      tp__signal_interrupt(r->thread);
+      r->step_end_ns = now + 2000000;  /* repeat while the script cannot yield */
+    }
+    if (next == 0 || r->step_end_ns < next) next = r->step_end_ns;
+  }
+  return next;
+}
+
+tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_limits *limits) {
+  if (e == NULL || source == NULL) return NULL;
+  tp_limits lim;
+  if (limits) lim = *limits;
+  else tp_limits_init(&lim);
+  tp_run *r = calloc(1, sizeof *r);
+  if (r == NULL) return NULL;
+  r->e = e;
+  r->sb = tp__sandbox_create(&lim);
+  if (r->sb == NULL) { free(r); return NULL; }
+  size_t nlen = len;
+  const char *src = tp__normalize(source, &nlen);
+  r->src = malloc(nlen + 1);
+  if (r->src == NULL) { tp__sandbox_destroy(r->sb); free(r); return NULL; }
+  memcpy(r->src, src, nlen);
+  r->src[nlen] = '\0';
+  r->srclen = nlen;
+  r->watch.fire = run_fire;
+  if (lim.source && nlen > lim.source) {
+    char msg[160], n[48];
+    human_size(n, sizeof n, lim.source);
+    snprintf(msg, sizeof msg, "the script is %zu bytes, over its source limit of %s", nlen, n);
+    r->pending_error = make_error(r, "limit.source", msg, strlen(msg), 0,
+      "Write a shorter script: loop over data instead of spelling it out.");
+  }
+  else r->compiled = compile(r);
+  r->next = e->runs;
+  if (e->runs) e->runs->prev = r;
+  e->runs = r;
+  return r;
+}
+
+int tp_run_done (const tp_run *r) { return r != NULL && r->state == ST_DONE; }
+
+const char *tp_run_envelope (const tp_run *r) {
+  return r != NULL && r->state == ST_DONE ? r->envelope : NULL;
+}
+
+void tp_run_cancel (tp_run *r) {
+  if (r == NULL || r->state == ST_DONE) return;
+  int expected = TP_KILL_NONE;
+  atomic_compare_exchange_strong(&r->sb->kill, &expected, TP_KILL_CANCELLED);
+  int why = atomic_load(&r->sb->kill);
+  char msg[256];
+  tp__kill_message(r->sb, (tp_kill)why, msg, sizeof msg);
+  int line = r->state == ST_STARTED ? error_line(r->sb->T) : 0;
+  finish(r, NULL, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
+                             kill_hint((tp_kill)why)));
+}
+
+int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
+  if (r == NULL) return TP_EINVAL;
+  if (r->state == ST_DONE) return TP_ESTATE;
+  tp_sandbox *sb = r->sb;
+  if (!r->compiled) {
+    json_t *err = r->pending_error;
+    r->pending_error = NULL;
+    finish(r, NULL, err);
+    return TP_DONE;
+  }
+  uint64_t now = tp__now_ns();
+  if (r->state == ST_READY) {
+    r->state = ST_STARTED;
+    r->start_ns = now;
+    if (sb->limits.wall_us) r->deadline_ns = now + sb->limits.wall_us * 1000u;
+  }
+  if (atomic_load(&sb->kill) == TP_KILL_NONE && r->deadline_ns && now >= r->deadline_ns)
+    atomic_store(&sb->kill, TP_KILL_TIME);
+  if (atomic_load(&sb->kill) != TP_KILL_NONE) {
+    tp_run_cancel(r);  /* finishes with the recorded verdict */
+    return TP_DONE;
+  }
+  if (tp__signal_install() != 0) return TP_ESTATE;
+
+  /* the step's budgets */
+  r->step_end_ns = budget_us ? now + budget_us * 1000u : 0;
+  sb->instr_step_end = budget_instructions ? sb->instr_used + budget_instructions : 0;
+  atomic_store(&sb->slice_over, 0);
+  sb->hook_yielded = 0;
+  r->thread = pthread_self();
+  pthread_getcpuclockid(r->thread, &r->cpu_clock);
+  r->step_cpu0 = tp__thread_cpu_ns();
+  uint64_t wake = r->deadline_ns;
+  if (r->step_end_ns && (wake == 0 || r->step_end_ns < wake)) wake = r->step_end_ns;
+  if (sb->limits.cpu_us) {
+    uint64_t left = sb->limits.cpu_us * 1000u - (r->cpu_used_ns < sb->limits.cpu_us * 1000u
+                                                 ? r->cpu_used_ns : sb->limits.cpu_us * 1000u);
+    if (wake == 0 || now + left < wake) wake = now + left;
+  }
+  if (wake && tp__watch_arm(&r->e->wd, &r->watch, wake) != 0) return TP_ENOMEM;
+
+  lua_State *T = sb->T;
+  tp__sandbox_sethook(sb, T);
+  int nres = 0;
+  tp__sandbox_enter(sb);
+  atomic_store(&sb->running, T);
+  int status = lua_resume(T, NULL, r->nargs, &nres);
+  atomic_store(&sb->running, sb->L);
+  tp__sandbox_leave();
+  if (wake) tp__watch_disarm(&r->e->wd, &r->watch);
+  r->cpu_used_ns += tp__thread_cpu_ns() - r->step_cpu0;
+  r->nargs = 0;
+
+  if (status == LUA_YIELD) {
+    if (sb->hook_yielded) {
+      sb->hook_yielded = 0;
+      return TP_YIELD;
+    }
+    lua_pop(T, nres);
+    const char *m = "the script yielded to the host outside a tool call";
+    finish(r, NULL, make_error(r, "runtime", m, strlen(m), error_line(T), NULL));
+    return TP_DONE;
+  }
+  if (status == LUA_OK && atomic_load(&sb->kill) == TP_KILL_NONE) finish_ok(r, nres);
+  else finish(r, NULL, error_from_thread(r, T, status));
+  return TP_DONE;
+}
+
+void tp_run_destroy (tp_run *r) {
+  if (r == NULL) return;
+  tp_engine *e = r->e;
+  if (r->prev) r->prev->next = r->next;
+  else e->runs = r->next;
+  if (r->next) r->next->prev = r->prev;
+  tp__watch_disarm(&e->wd, &r->watch);
+  tp__sandbox_destroy(r->sb);
+  json_decref(r->pending_error);
+  free(r->src);
+  free(r->envelope);
+  free(r);
+}
+
+/* ---- engine -------------------------------------------------------------------------- */
+
+tp_engine *tp_engine_create (void) {
+  tp_engine *e = calloc(1, sizeof *e);
+  if (e == NULL) return NULL;
+  if (tp__watchdog_init(&e->wd) != 0) { free(e); return NULL; }
+  return e;
+}
+
+void tp_engine_destroy (tp_engine *e) {
+  if (e == NULL) return;
+  while (e->runs) tp_run_destroy(e->runs);
+  tp__watchdog_close(&e->wd);
+  free(e);
+}
+
+static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
+                     int check_only, char **envelope, int *script_ok) {
+  if (envelope) *envelope = NULL;
+  if (e == NULL || source == NULL || envelope == NULL) return TP_EINVAL;
+  tp_run *r = tp_run_create(e, source, len, limits);
+  if (r == NULL) return TP_ENOMEM;
+  if (check_only && r->compiled) {
+    lua_settop(r->sb->T, 0);
+    r->start_ns = tp__now_ns();
+    finish(r, NULL, NULL);
+  }
+  int rc;
+  while ((rc = tp_run_step(r, 0, 0)) == TP_YIELD) {}
+  if (rc == TP_WAIT) tp_run_cancel(r);
+  if (!tp_run_done(r)) { tp_run_destroy(r); return rc < 0 ? rc : TP_ESTATE; }
+  *envelope = r->envelope;
+  r->envelope = NULL;
+  if (script_ok) *script_ok = r->ok;
+  tp_run_destroy(r);
+  return TP_OK;
+}
+
+int tp_engine_run (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
+                   char **envelope, int *script_ok) {
+  return run_sync(e, source, len, limits, 0, envelope, script_ok);
+}
+
+int tp_engine_check (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
+                     char **envelope, int *script_ok) {
+  return run_sync(e, source, len, limits, 1, envelope, script_ok);
+}
