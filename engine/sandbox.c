@@ -6,6 +6,7 @@
 */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -795,6 +796,7 @@ static lua_CFunction find_wrapper (const char *lib, const char *name) {
 
 /* The originals that wrappers call into; the same in every state, so read once. */
 static pthread_once_t originals_once = PTHREAD_ONCE_INIT;
+static int gc_aggressive;  /* TP_GC_AGGRESSIVE=1: collect all the time (test reruns) */
 
 static lua_CFunction field_fn (lua_State *L, const char *lib, const char *name) {
   if (strcmp(lib, "_G") == 0) lua_pushglobaltable(L);
@@ -817,6 +819,8 @@ static void originals_setup (void) {
   orig_find = field_fn(L, "string", "find");
   orig_sort = field_fn(L, "table", "sort");
   lua_close(L);
+  const char *g = getenv("TP_GC_AGGRESSIVE");
+  gc_aggressive = g != NULL && *g != '\0' && strcmp(g, "0") != 0;
 }
 
 static int readonly_newindex (lua_State *L) {
@@ -955,6 +959,7 @@ tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
   sb->L = L;
   atomic_store(&sb->running, L);
   lua_setwarnf(L, NULL, NULL);
+  if (gc_aggressive) lua_gc(L, LUA_GCINC, 0, 1000, 0);  /* no pause, big steps */
   lua_pushcfunction(L, open_sandbox);
   if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
 #ifdef TP_DEBUG_OPEN

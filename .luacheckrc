@@ -1,0 +1,5 @@
+std = "lua54"
+max_line_length = 100
+files["spec"] = { std = "+busted" }
+files["sandbox"] = { globals = { "tools", "parallel", "json" } }
+exclude_files = { "build/**", "node_modules/**" }

@@ -1,0 +1,167 @@
+/*
+** luamod.c: the Lua module `tidepool`, loaded by the Lua of this same build
+** (build/lua/lua, whose Lua symbols it uses).
+**
+**   local tidepool = require "tidepool"
+**   local env = tidepool.run(source [, options])   -- the envelope as a Lua table
+**   local env = tidepool.check(source [, options]) -- compile only
+**   tidepool.version                               -- "0.1.0"
+**
+** options: memory, max_output, max_result, max_source (bytes or "64M"-style strings),
+** instructions (count), cpu and timeout (seconds as numbers, or "500ms"-style strings).
+** A value of 0 means no limit. Unknown option names are an error, so a typo is not a
+** silently ignored limit. JSON null in the envelope is tidepool.null.
+*/
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lauxlib.h"
+#include "tidepool.h"
+#include "json.h"
+
+#define ENGINE_KEY "tidepool.engine"
+
+typedef struct engine_box { tp_engine *e; } engine_box;
+
+static tp_engine *get_engine (lua_State *L) {
+  engine_box *b = luaL_checkudata(L, lua_upvalueindex(1), ENGINE_KEY);
+  if (b->e == NULL) luaL_error(L, "tidepool: the engine is closed");
+  return b->e;
+}
+
+static int engine_gc (lua_State *L) {
+  engine_box *b = luaL_checkudata(L, 1, ENGINE_KEY);
+  tp_engine_destroy(b->e);
+  b->e = NULL;
+  return 0;
+}
+
+/* A size option: a non-negative integer, or a string like "64M", "512K", "1G". */
+static uint64_t opt_size (lua_State *L, const char *name) {
+  if (lua_type(L, -1) == LUA_TNUMBER) {
+    lua_Integer n;
+    if (!lua_isinteger(L, -1) || (n = lua_tointeger(L, -1)) < 0)
+      luaL_error(L, "tidepool: option '%s' must be a non-negative integer", name);
+    return (uint64_t)lua_tointeger(L, -1);
+  }
+  const char *s = lua_tostring(L, -1);
+  if (s == NULL) luaL_error(L, "tidepool: option '%s' must be a number or a string", name);
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(s, &end, 10);
+  uint64_t mul = 1;
+  if (*end == 'K' || *end == 'k') { mul = 1u << 10; end++; }
+  else if (*end == 'M' || *end == 'm') { mul = 1u << 20; end++; }
+  else if (*end == 'G' || *end == 'g') { mul = 1u << 30; end++; }
+  if (errno || end == s || *end != '\0' || *s == '-')
+    luaL_error(L, "tidepool: option '%s': bad size '%s' (use bytes or 512K, 64M, 1G)", name, s);
+  return n * mul;
+}
+
+/* A duration option in microseconds: seconds as a number, or "500ms", "2s", "250us". */
+static uint64_t opt_duration (lua_State *L, const char *name) {
+  if (lua_type(L, -1) == LUA_TNUMBER) {
+    lua_Number v = lua_tonumber(L, -1);
+    if (!(v >= 0 && v < 1e9)) luaL_error(L, "tidepool: option '%s' must be >= 0 seconds", name);
+    return (uint64_t)(v * 1e6);
+  }
+  const char *s = lua_tostring(L, -1);
+  if (s == NULL) luaL_error(L, "tidepool: option '%s' must be a number or a string", name);
+  char *end;
+  double v = strtod(s, &end);
+  double mul = 1e6;
+  if (strcmp(end, "ms") == 0) mul = 1e3;
+  else if (strcmp(end, "us") == 0) mul = 1;
+  else if (strcmp(end, "s") != 0 && *end != '\0') v = -1;
+  if (end == s || !(v >= 0 && v < 1e9))
+    luaL_error(L, "tidepool: option '%s': bad duration '%s' (use 500ms, 2s)", name, s);
+  return (uint64_t)(v * mul);
+}
+
+static void read_options (lua_State *L, int idx, tp_limits *lim) {
+  tp_limits_init(lim);
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+    if (strcmp(k, "memory") == 0) lim->memory = (size_t)opt_size(L, k);
+    else if (strcmp(k, "max_output") == 0) lim->output = (size_t)opt_size(L, k);
+    else if (strcmp(k, "max_result") == 0) lim->result = (size_t)opt_size(L, k);
+    else if (strcmp(k, "max_source") == 0) lim->source = (size_t)opt_size(L, k);
+    else if (strcmp(k, "instructions") == 0) lim->instructions = opt_size(L, k);
+    else if (strcmp(k, "cpu") == 0) lim->cpu_us = opt_duration(L, k);
+    else if (strcmp(k, "timeout") == 0) lim->wall_us = opt_duration(L, k);
+    else luaL_error(L, "tidepool: unknown option '%s' (memory, instructions, cpu, timeout, "
+                       "max_output, max_result, max_source)", k);
+    lua_pop(L, 1);
+  }
+}
+
+/* Pushes the envelope text as a Lua table. */
+static int push_envelope (lua_State *L, char *envelope) {
+  tp_json_err err;
+  json_t *tree = tp_json_loads(envelope, strlen(envelope), &err);
+  tp_free(envelope);
+  if (tree == NULL) return luaL_error(L, "tidepool: bad envelope: %s", err.message);
+  /* tp_json_push may raise: keep the tree in a box that __gc frees */
+  json_t **box = lua_newuserdatauv(L, sizeof *box, 0);
+  *box = tree;
+  luaL_setmetatable(L, "tidepool.jsonbox");
+  tp_json_push(L, tree, 0);
+  json_decref(*box);
+  *box = NULL;
+  return 1;
+}
+
+static int jsonbox_gc (lua_State *L) {
+  json_t **box = lua_touserdata(L, 1);
+  if (box && *box) { json_decref(*box); *box = NULL; }
+  return 0;
+}
+
+static int run_or_check (lua_State *L, int check) {
+  tp_engine *e = get_engine(L);
+  size_t len;
+  const char *src = luaL_checklstring(L, 1, &len);
+  tp_limits lim;
+  read_options(L, 2, &lim);
+  char *envelope = NULL;
+  int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, NULL)
+                 : tp_engine_run(e, src, len, &lim, &envelope, NULL);
+  if (rc != TP_OK) return luaL_error(L, "tidepool: the engine failed (%d)", rc);
+  return push_envelope(L, envelope);
+}
+
+static int l_run (lua_State *L) { return run_or_check(L, 0); }
+static int l_check (lua_State *L) { return run_or_check(L, 1); }
+
+int luaopen_tidepool (lua_State *L);
+
+int luaopen_tidepool (lua_State *L) {
+  luaL_newmetatable(L, "tidepool.jsonbox");
+  lua_pushcfunction(L, jsonbox_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+  lua_newtable(L);
+  engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->e = NULL;
+  if (luaL_newmetatable(L, ENGINE_KEY)) {
+    lua_pushcfunction(L, engine_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  b->e = tp_engine_create();
+  if (b->e == NULL) return luaL_error(L, "tidepool: cannot create an engine (out of memory)");
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, l_run, 1);
+  lua_setfield(L, -3, "run");
+  lua_pushcclosure(L, l_check, 1);
+  lua_setfield(L, -2, "check");
+  lua_pushstring(L, tp_version());
+  lua_setfield(L, -2, "version");
+  lua_pushlightuserdata(L, NULL);
+  lua_setfield(L, -2, "null");
+  return 1;
+}

@@ -1,0 +1,69 @@
+#!/bin/sh
+# Runs every test suite and prints one closing line "N passed, N failed".
+#   C tests        build/tests/test_* (each prints "# N passed, M failed")
+#   busted specs   spec/*_spec.lua on this build's Lua, then again with an aggressive GC
+#   lint           luacheck over the Lua sources
+# Exit status is non-zero when anything failed or a suite could not run.
+BUILD=${BUILD:-build}
+LUA="$BUILD/lua/lua"
+export LUA_CPATH="$BUILD/lua/?.so;;"
+export LUA_PATH="./?.lua;./?/init.lua;;"
+passed=0
+failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+add_counts() {  # $1 suite name; reads "# N passed, M failed" from $log
+  line=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "$1: no summary line (crashed?)"
+    failed=$((failed + 1))
+    return
+  fi
+  p=$(echo "$line" | sed -E 's/^# ([0-9]+) passed.*/\1/')
+  f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+  passed=$((passed + p))
+  failed=$((failed + f))
+  echo "$1: $p passed, $f failed"
+}
+
+for t in "$BUILD"/tests/test_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  timeout 600 "$t" >"$log" 2>&1
+  rc=$?
+  grep -E '^(not ok|#   )' "$log" | head -n 40
+  add_counts "$name"
+  if [ $rc -ne 0 ] && ! grep -qE '^# [0-9]+ passed, [1-9][0-9]* failed' "$log"; then
+    echo "$name: exit status $rc"; tail -n 5 "$log"; failed=$((failed + 1))
+  fi
+done
+
+run_busted() {  # $1 label
+  timeout 900 "$LUA" /usr/bin/busted -o TAP spec >"$log" 2>&1
+  rc=$?
+  p=$(grep -cE '^ok [0-9]+' "$log")
+  f=$(grep -cE '^not ok [0-9]+' "$log")
+  grep -A8 -E '^not ok' "$log" | head -n 80
+  if ! grep -qE '^1\.\.[0-9]+' "$log"; then
+    echo "$1: busted did not finish (exit $rc)"; tail -n 20 "$log"; f=$((f + 1))
+  fi
+  passed=$((passed + p))
+  failed=$((failed + f))
+  echo "$1: $p passed, $f failed"
+}
+if ls spec/*_spec.lua >/dev/null 2>&1; then
+  run_busted "busted"
+  TP_GC_AGGRESSIVE=1 run_busted "busted (aggressive GC)"
+fi
+
+if command -v luacheck >/dev/null 2>&1; then
+  if luacheck --no-color -q sandbox lua tools spec scripts >"$log" 2>&1; then
+    passed=$((passed + 1)); echo "luacheck: ok"
+  else
+    failed=$((failed + 1)); cat "$log" | tail -n 30; echo "luacheck: failed"
+  fi
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
