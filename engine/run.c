@@ -247,33 +247,68 @@ static json_t *stats (const tp_run *r) {
   json_t *s = json_object();
   if (s == NULL) return NULL;
   if (sb->instr_limit) json_object_set_new(s, "instructions", json_integer((json_int_t)sb->instr_used));
-  json_object_set_new(s, "cpu_ms", json_real((double)r->cpu_used_ns / 1e6));
+  /* milliseconds to the microsecond, so they print short */
+  json_object_set_new(s, "cpu_ms", json_real((double)(r->cpu_used_ns / 1000) / 1e3));
   uint64_t wall = r->start_ns ? tp__now_ns() - r->start_ns : 0;
-  json_object_set_new(s, "wall_ms", json_real((double)wall / 1e6));
+  json_object_set_new(s, "wall_ms", json_real((double)(wall / 1000) / 1e3));
   json_object_set_new(s, "memory_peak", json_integer((json_int_t)sb->mem_peak));
   return s;
 }
 
-/* Builds the envelope from ok/result or error; steals the references. */
+/* Appends "key":<json of v> to the buffer; returns -1 when out of memory. */
+static int put (char **buf, size_t *len, size_t *cap, const char *key, const json_t *v) {
+  size_t vlen;
+  char *text = tp_json_dumpsn(v, &vlen);
+  if (text == NULL) return -1;
+  size_t klen = strlen(key), need = *len + klen + vlen + 8;
+  if (need > *cap) {
+    size_t ncap = need * 2;
+    char *nb = realloc(*buf, ncap);
+    if (nb == NULL) { free(text); return -1; }
+    *buf = nb;
+    *cap = ncap;
+  }
+  *len += (size_t)sprintf(*buf + *len, "%s\"%s\":", *len > 1 ? "," : "", key);
+  memcpy(*buf + *len, text, vlen);
+  *len += vlen;
+  (*buf)[*len] = '\0';
+  free(text);
+  return 0;
+}
+
+/* Builds the envelope from ok/result or error; steals the references. Keys come in a
+** fixed order, "ok" first, so a person or a model reads the verdict before the data. */
 static void finish (tp_run *r, json_t *result, json_t *error) {
-  json_t *env = json_object();
+  size_t len = 1, cap = 256;
+  char *buf = malloc(cap);
+  json_t *logs = r->sb ? json_incref(r->sb->logs) : json_array();
+  json_t *calls = json_array(), *st = r->sb ? stats(r) : json_object();
   r->state = ST_DONE;
   r->ok = error == NULL;
-  if (env != NULL) {
-    json_object_set_new(env, "ok", json_boolean(error == NULL));
-    if (error) json_object_set_new(env, "error", error);
-    else json_object_set_new(env, "result", result ? result : json_null());
-    if (r->sb) json_object_set(env, "logs", r->sb->logs);
-    else json_object_set_new(env, "logs", json_array());
-    json_object_set_new(env, "calls", json_array());
-    if (r->sb) json_object_set_new(env, "stats", stats(r));
-    r->envelope = json_dumps(env, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(env);
+  if (result == NULL && error == NULL) result = json_null();
+  if (buf != NULL) {
+    buf[0] = '{';
+    buf[1] = '\0';
+    if (put(&buf, &len, &cap, "ok", error ? json_false() : json_true()) != 0 ||
+        (error ? put(&buf, &len, &cap, "error", error)
+               : put(&buf, &len, &cap, "result", result)) != 0 ||
+        put(&buf, &len, &cap, "logs", logs) != 0 ||
+        put(&buf, &len, &cap, "calls", calls) != 0 ||
+        put(&buf, &len, &cap, "stats", st) != 0) {
+      free(buf);
+      buf = NULL;
+    }
+    else {
+      buf[len++] = '}';
+      buf[len] = '\0';
+    }
   }
-  else {
-    json_decref(result);
-    json_decref(error);
-  }
+  json_decref(result);
+  json_decref(error);
+  json_decref(logs);
+  json_decref(calls);
+  json_decref(st);
+  r->envelope = buf;
   if (r->envelope == NULL)  /* the host is out of memory: still say what happened */
     r->envelope = strdup("{\"ok\":false,\"error\":{\"code\":\"runtime\",\"message\":"
                          "\"the host ran out of memory while building the result\"}}");
@@ -309,8 +344,8 @@ static void finish_ok (tp_run *r, int nres) {
     return;
   }
   if (cap) {
-    char *text = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
-    size_t n = text ? strlen(text) : 0;
+    size_t n = 0;
+    char *text = tp_json_dumpsn(result, &n);
     free(text);
     if (n > cap) {
       char msg[200], cs[48];
