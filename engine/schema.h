@@ -1,0 +1,72 @@
+/*
+** schema.h: the JSON Schema validator (internal API). Compiles a schema once into keyword
+** arrays, then validates jansson trees against it without re-reading the schema.
+** Dialects: 2020-12 (the default, what MCP uses) and draft-07, chosen by "$schema".
+** Never touches the network: remote "$ref"s resolve only under remotes_dir.
+*/
+#ifndef tidepool_schema_h
+#define tidepool_schema_h
+
+#include <stddef.h>
+#include <jansson.h>
+
+typedef struct tp_schema tp_schema;
+
+typedef enum { TP_DIALECT_2020_12 = 0, TP_DIALECT_DRAFT7 = 1 } tp_dialect;
+
+/* One validation error. All three strings are owned by the error list. */
+typedef struct tp_schema_error {
+  char *path;     /* instance location: "$", "$.items[2].name", "$[\"odd key\"]" (0-based) */
+  char *keyword;  /* the failing keyword: "type", "required", "pattern", ... */
+  char *message;  /* written for a model to act on: "expected string, got integer 5" */
+} tp_schema_error;
+
+/* Zero-initialise before first use; tp_schema_errors_clear() frees and resets it. */
+typedef struct tp_schema_errors {
+  tp_schema_error *items;
+  size_t count;
+  size_t cap;     /* private */
+} tp_schema_errors;
+
+/* Depth cap for every recursive walk: schema nesting, instance nesting and $ref chains. */
+#define TP_SCHEMA_MAX_DEPTH 128
+
+/*
+** Compile a schema. `schema` is borrowed (a deep copy is kept). The dialect comes from
+** "$schema" when present, else default_dialect. remotes_dir is a directory served as
+** http://localhost:1234/ for "$ref" (the test suite's remotes/), or NULL for no remote
+** references at all. formats_assert nonzero makes "format" an assertion, zero an
+** annotation. On error returns NULL and writes a message naming the schema location
+** ("at #/properties/city/minLength: expected a non-negative integer") into err[errlen]
+** (err may be NULL).
+*/
+tp_schema *tp_schema_compile(const json_t *schema, tp_dialect default_dialect,
+                             const char *remotes_dir, int formats_assert,
+                             char *err, size_t errlen);
+
+/*
+** Validate an instance. Returns 1 when valid, 0 when invalid (every error is appended to
+** errs when errs != NULL, deduplicated and sorted by path), -1 on internal failure (out
+** of memory, or a NULL schema or instance). Thread-safe: one compiled schema may
+** validate on several threads at once. Does not allocate on the valid path for schemas
+** without propertyNames, unevaluated* or concurrent use of patterns.
+*/
+int tp_schema_validate(const tp_schema *s, const json_t *instance, tp_schema_errors *errs);
+
+/* The dialect the root schema was compiled as; TP_DIALECT_2020_12 for NULL. */
+tp_dialect tp_schema_dialect(const tp_schema *s);
+
+/* Frees the items of errs and zeroes it; NULL-safe. */
+void tp_schema_errors_clear(tp_schema_errors *errs);
+
+/* NULL-safe. */
+void tp_schema_free(tp_schema *s);
+
+/*
+** Format checkers (used when formats_assert is on). Return 1 when s (of n bytes) is a
+** valid value of the named format, 0 when not, -1 when the format is unknown (which the
+** validator treats as valid).
+*/
+int tp_schema_format_check(const char *format, const char *s, size_t n);
+
+#endif
