@@ -346,7 +346,10 @@ static void cerr (cc *c, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  snprintf(c->err, c->errlen, "at #%s: %s", c->loc, msg);
+  if (c->loclen > 160)  /* keep the message: shorten the location from its start */
+    snprintf(c->err, c->errlen, "at #...%s: %s", c->loc + c->loclen - 157, msg);
+  else
+    snprintf(c->err, c->errlen, "at #%s: %s", c->loc, msg);
 }
 
 static void oom (cc *c) { cerr(c, "out of memory"); }
@@ -1686,14 +1689,22 @@ static int v_object (vctx *x, const node *n, const json_t *inst, ev *le) {
       if (!json_object_get(inst, n->depreq[i].req[j]))
         FAIL(n->depreq_kw, "missing property \"%s\", required when \"%s\" is present", n->depreq[i].req[j], n->depreq[i].name);
   }
-  for (size_t i = 0; i < n->nprops; i++) {
-    if (!(v = json_object_get(inst, n->props[i].name))) continue;
-    CHECK_SUB(v_child(x, n->props[i].n, v, n->props[i].name, 0, "properties"));
-    OOM_IF(mark_prop(le, n->props[i].name) < 0);
-  }
-  if (n->npprops || n->addprops || n->propnames) {
+  /* one pass over the instance's keys when they all need looking at anyway */
+  int one_pass = n->npprops || n->addprops || n->propnames;
+  if (!one_pass) {
+    for (size_t i = 0; i < n->nprops; i++) {
+      if (!(v = json_object_get(inst, n->props[i].name))) continue;
+      CHECK_SUB(v_child(x, n->props[i].n, v, n->props[i].name, 0, "properties"));
+      OOM_IF(mark_prop(le, n->props[i].name) < 0);
+    }
+  } else {
     json_object_foreach(obj, k, v) {
-      int hit = n->nprops && find_prop(n, k);
+      const node *pn = n->nprops ? find_prop(n, k) : NULL;
+      int hit = pn != NULL;
+      if (pn) {
+        CHECK_SUB(v_child(x, pn, v, k, 0, "properties"));
+        OOM_IF(mark_prop(le, k) < 0);
+      }
       for (size_t i = 0; i < n->npprops; i++) {
         int r = pmatch(x, n->pprops[i].re, k, strlen(k));
         if (r == -2) FAIL("patternProperties", "pattern /%s/ is too expensive to match against property \"%s\"", n->pprops[i].src, k);
