@@ -37,9 +37,12 @@ typedef struct tp_json_err {
 ** Lua -> JSON. Converts the value at idx to a new jansson tree (caller owns it:
 ** json_decref). Reads with raw access only and never raises, so it may be called outside
 ** protected mode; on failure returns NULL with err filled (err may be NULL). The Lua stack
-** is left as it was. max_depth: table nesting cap (0 = TP_JSON_MAX_DEPTH). max_bytes: cap
-** on the size of the JSON text (estimated from the values, never under it), 0 = none;
-** without a cap, a table referenced many times (not a cycle) can expand exponentially.
+** is left as it was. max_depth: table nesting cap (0 = TP_JSON_MAX_DEPTH, clamped to
+** TP_JSON_HARD_MAX_DEPTH). max_bytes: cap on the size of the JSON text, 0 = none; the size
+** is counted as string and key bytes + quotes, exact integer widths, 24 per real and the
+** punctuation (escape expansion is not counted). Always pass a cap for untrusted values:
+** the tree lives in C memory, outside the state's allocator, and a table referenced many
+** times (a DAG, not a cycle) expands exponentially.
 */
 json_t *tp_json_from_lua(lua_State *L, int idx, int max_depth, size_t max_bytes,
                          tp_json_err *err);

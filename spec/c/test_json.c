@@ -438,7 +438,7 @@ TEST(push_and_dumps_from_c) {
   /* an object with more than 16 keys sorts through the heap path */
   v = json_object();
   for (int i = 20; i >= 0; i--) {
-    char k[8];
+    char k[16];
     snprintf(k, sizeof k, "k%02d", i);
     json_object_set_new(v, k, json_integer(i));
   }
@@ -500,6 +500,62 @@ TEST(null_inputs_are_handled) {
   lua_close(L);
 }
 
+/* ---- memory errors: OOM stepping ------------------------------------------------------ */
+
+typedef struct limiter { size_t used, limit; } limiter;
+
+static void *limited_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
+  limiter *l = ud;
+  size_t old = ptr ? osize : 0;
+  if (nsize == 0) { free(ptr); l->used -= old; return NULL; }
+  if (nsize > old && l->used + (nsize - old) > l->limit) return NULL;
+  void *p = realloc(ptr, nsize);
+  if (p == NULL) return NULL;
+  l->used = l->used - old + nsize;
+  return p;
+}
+
+/*
+** Raises the memory limit step by step until decode + encode succeed: every failure on
+** the way must be a clean memory error, and (under valgrind/ASan) nothing may leak, which
+** proves the decode tree is owned by something collectable while it is being pushed.
+*/
+TEST(memory_errors_are_clean_at_every_step) {
+  const char *code =
+    "local s = '{\"a\":[1,2.5,{\"b\":\"xyz\",\"c\":[[],{}]}],\"d\":\"' .. "
+    "string.rep('q', 300) .. '\",\"e\":[' .. string.rep('7,', 200) .. '8]}' "
+    "local v = json.decode(s) "
+    "local t = json.encode(v) "
+    "assert(#t == #s - 1 or #t > 0) return t";
+  int failures = 0, succeeded = 0;
+  for (size_t extra = 0; extra < 200000 && !succeeded; extra += 64 + extra / 16) {
+    limiter lim = { 0, (size_t)-1 };
+    lua_State *L = lua_newstate(limited_alloc, &lim);
+    luaL_openlibs(L);
+    tp_json_open(L);
+    lua_setglobal(L, "json");
+    CHECK(luaL_loadstring(L, code) == LUA_OK);
+    lua_gc(L, LUA_GCCOLLECT);
+    lim.limit = lim.used + extra;
+    int rc = lua_pcall(L, 0, 1, 0);
+    if (rc == LUA_OK) succeeded = 1;
+    else {
+      failures++;
+      if (rc != LUA_ERRMEM) {
+        const char *m = lua_tostring(L, -1);
+        if (m == NULL || strstr(m, "not enough memory") == NULL) {
+          TP_FAIL_AT("step %zu: %s", extra, m ? m : "(no message)");
+          extra = 200000;
+        }
+      }
+    }
+    lim.limit = (size_t)-1;
+    lua_close(L);
+  }
+  CHECK(succeeded);
+  CHECK(failures > 10);
+}
+
 int main (void) {
   RUN(encodes_scalars_exactly);
   RUN(encodes_tables_arrays_and_objects);
@@ -521,5 +577,6 @@ int main (void) {
   RUN(push_and_dumps_from_c);
   RUN(push_raises_past_its_depth_cap);
   RUN(null_inputs_are_handled);
+  RUN(memory_errors_are_clean_at_every_step);
   return tp_test_end();
 }
