@@ -30,10 +30,15 @@ static char thread_key;      /* registry: the script's thread T */
 /* ---- allocator ---------------------------------------------------------------------- */
 
 /*
-** The cap. Lua answers a refused allocation with an emergency collection and one
-** retry of the same request; only when the retry is refused too does the script get a
-** memory error. That second refusal is the verdict limit.memory, which pcall cannot
-** undo. A first refusal that the collection rescues is not a failure.
+** The cap. Lua's core answers a refused allocation with an emergency collection and
+** one retry of the same request, with no growing allocation and no Lua code in between;
+** a first refusal that the collection rescues is not a failure. Any other refusal
+** reaches the script as a memory error it could catch: the retry refused too, a
+** refusal Lua does not retry (a luaL_Buffer growing in string.rep, table.concat,
+** string.format...), or one made while the collector cannot run. So a refusal is the
+** verdict limit.memory unless the very next growing request is its retry and succeeds:
+** a different request while one is pending, the retry refused, or the next instruction
+** of the script (the count-1 hook set here) with one still pending, all kill the run.
 */
 static void *sb_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
   tp_sandbox *sb = ud;
@@ -43,12 +48,16 @@ static void *sb_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
     sb->mem_used -= osize;
     return NULL;
   }
+  int retry = sb->fail_armed && sb->fail_ptr == ptr && sb->fail_osize == osize &&
+              sb->fail_nsize == nsize;
+  if (nsize > osize && sb->fail_armed && !retry)
+    tp__sandbox_kill(sb, TP_KILL_MEMORY);  /* the pending refusal was not retried */
   if (nsize > osize && sb->mem_cap && sb->mem_used - osize + nsize > sb->mem_cap) {
-    if (sb->fail_armed && sb->fail_ptr == ptr && sb->fail_osize == osize &&
-        sb->fail_nsize == nsize)
-      tp__sandbox_kill(sb, TP_KILL_MEMORY);
+    if (retry) tp__sandbox_kill(sb, TP_KILL_MEMORY);
     sb->fail_armed = 1;
     sb->fail_ptr = ptr; sb->fail_osize = osize; sb->fail_nsize = nsize;
+    lua_State *r = atomic_load(&sb->running);
+    if (r) lua_sethook(r, tp__sandbox_hook, LUA_MASKCOUNT, 1);  /* still pending? */
     return NULL;
   }
   void *p = realloc(ptr, nsize);
@@ -111,6 +120,7 @@ void tp__sandbox_hook (lua_State *L, lua_Debug *ar) {
     sb->instr_used += (uint64_t)lua_gethookcount(L);
   if (sb->instr_limit && sb->instr_used > sb->instr_limit)
     tp__sandbox_kill(sb, TP_KILL_INSTRUCTIONS);
+  if (sb->fail_armed) tp__sandbox_kill(sb, TP_KILL_MEMORY);  /* see sb_alloc */
   tp__sandbox_check(L, sb);  /* raises on a verdict */
   if (sb->instr_step_end && sb->instr_used >= sb->instr_step_end)
     atomic_store(&sb->slice_over, 1);
