@@ -33,6 +33,7 @@ typedef enum tp_kill {
   TP_KILL_TIME,
   TP_KILL_OUTPUT,
   TP_KILL_CANCELLED,
+  TP_KILL_TOOL_CALLS,
   TP_KILL__COUNT
 } tp_kill;
 
@@ -96,6 +97,7 @@ typedef struct tp_sandbox {
 
   /* limits, kept for messages */
   tp_limits limits;
+  struct tp_run *run;      /* owner, for tool calls */
 } tp_sandbox;
 
 /* Creates the sandbox state with the allowlisted library. Returns NULL when out of
@@ -137,9 +139,120 @@ const char *tp__normalize(const char *src, size_t *len);
 
 /* ---- runs (run.c) ---------------------------------------------------------------- */
 
+/* A registered tool. */
+typedef struct tp_tool {
+  char *name, *description, *origin;  /* origin: "file.lua:12" for plugins, or NULL */
+  json_t *input, *output;             /* the schema documents, for describe */
+  struct tp_schema *in_schema, *out_schema;
+  tp_tool_fn fn;                      /* C handler, or NULL */
+  void *ud;
+  int lua_ref;                        /* handler in the host state, or LUA_NOREF */
+  uint64_t timeout_us;
+} tp_tool;
+
 struct tp_engine {
   tp_watchdog wd;
   tp_run *runs;            /* live runs, for destroy */
+  tp_tool **tools;         /* sorted by name */
+  size_t ntools, captools;
+  char *error;             /* tp_engine_error */
+  struct uv_loop_s *loop;
+  lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
+  char *workspace;
+  char *remotes_dir;       /* for $ref in tool schemas; NULL */
 };
+
+/* ---- tools (tools.c) --------------------------------------------------------------- */
+
+extern char tp__request_tag;  /* first value of a yield that is a host request */
+extern char tp__readonly_key; /* in a metatable: rawset refuses the table */
+
+const tp_tool *tp__tool_find(const tp_engine *e, const char *name);
+void tp__engine_set_error(tp_engine *e, const char *fmt, ...);
+void tp__engine_free_tools(tp_engine *e);
+/* Opens tools, parallel into the sandbox's new globals table on top of L. */
+void tp__tools_open(lua_State *L);
+/* Adds a tool whose handler is a Lua function in the host state (host.c). */
+int tp__engine_add_lua_tool(tp_engine *e, const tp_tool_def *def, const json_t *in,
+                            const json_t *out, int lua_ref, const char *origin);
+
+/* Calls as the run sees them (run.c) */
+typedef struct tp_run_calls tp_run_calls;
+struct tp_run *tp__sandbox_run(tp_sandbox *sb);
+void tp__sandbox_set_run(tp_sandbox *sb, struct tp_run *r);
+/* Starts a call of tool `name` with args (stolen). Returns the call id; the call may be
+** complete already. Raises nothing; a verdict (limit.tool_calls) is recorded in sb. */
+uint64_t tp__call_begin(struct tp_run *r, const char *name, json_t *args, int line);
+/* The completion of call id, if any: 1 done (ok/result or code/message set, to be
+** freed by tp__call_consume), 0 still running. */
+int tp__call_ready(struct tp_run *r, uint64_t id);
+/* Pushes the result (returns 1) or the error object (returns 0) of a ready call onto L
+** and forgets it. */
+int tp__call_consume(struct tp_run *r, uint64_t id, lua_State *L);
+
+/* host.c: the host Lua state */
+int  tp__host_open(tp_engine *e);
+void tp__host_close(tp_engine *e);
+void tp__host_dispatch(tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args);
+void tp__host_cancel(tp_engine *e, tp_call *c);
+char *tp__host_describe(tp_engine *e, const char *format, const char *tool);
+char *tp__host_search(tp_engine *e, const char *query);
+
+/* ---- runs and calls ---------------------------------------------------------------- */
+
+enum { ST_READY, ST_STARTED, ST_DONE };
+
+struct tp_run {
+  tp_engine *e;
+  tp_run *prev, *next;     /* the engine's live runs */
+  tp_sandbox *sb;
+  char *src;               /* normalized source, for the "source" line of errors */
+  size_t srclen;
+  int state;
+  int nargs;               /* values to resume the thread with */
+  tp_watch watch;
+  pthread_t thread;        /* of the current step */
+  clockid_t cpu_clock;
+  uint64_t start_ns, deadline_ns, step_end_ns;
+  uint64_t cpu_used_ns, step_cpu0;
+  int compiled;            /* 0: pending_error is the syntax error */
+  /* tool calls */
+  tp_call *calls, **calls_tail;  /* every call of the run, in order */
+  uint64_t next_call_id;
+  uint32_t ncalls, in_flight;
+  int waiting;             /* the script is blocked on calls */
+  struct uv_timer_s *timer;/* deadlines while the script waits (host loop) */
+  json_t *pending_error;   /* an error decided before the run started */
+  char *envelope;
+  int ok;
+};
+
+enum { CALL_QUEUED, CALL_RUNNING, CALL_DONE };
+
+struct tp_call {
+  tp_run *run;             /* NULL once the run is destroyed */
+  tp_call *next;           /* the run's list */
+  tp_engine *e;
+  uint64_t id;
+  const tp_tool *tool;     /* NULL: unknown tool */
+  char *name;
+  json_t *args;
+  char *args_text;         /* lazily made by tp_call_args */
+  int state;               /* CALL_* */
+  int handler_owns;        /* the handler has not completed it yet */
+  int cancelled, consumed;
+  int ok;
+  json_t *result;          /* when ok */
+  char *code, *message;    /* when not ok */
+  int line;
+  uint64_t start_ns, end_ns, deadline_ns;
+  size_t bytes_in, bytes_out;
+  int host_ref;            /* host.c: the handler's coroutine, or LUA_NOREF */
+};
+
+void tp__call_finish(tp_call *c, int ok, json_t *result, const char *code, const char *msg);
+void tp__run_calls_json(tp_run *r, json_t *calls);
+void tp__run_cancel_calls(tp_run *r);
+void tp__call_release(tp_call *c);
 
 #endif

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uv.h>
+
 #include "lauxlib.h"
 
 #include "internal.h"
@@ -16,27 +18,6 @@
 
 #define MSG_MAX 2000      /* an error message in the envelope, bytes */
 #define SOURCE_LINE_MAX 200
-
-enum { ST_READY, ST_STARTED, ST_DONE };
-
-struct tp_run {
-  tp_engine *e;
-  tp_run *prev, *next;     /* the engine's live runs */
-  tp_sandbox *sb;
-  char *src;               /* normalized source, for the "source" line of errors */
-  size_t srclen;
-  int state;
-  int nargs;               /* values to resume the thread with */
-  tp_watch watch;
-  pthread_t thread;        /* of the current step */
-  clockid_t cpu_clock;
-  uint64_t start_ns, deadline_ns, step_end_ns;
-  uint64_t cpu_used_ns, step_cpu0;
-  int compiled;            /* 0: the envelope below is already the syntax error */
-  json_t *pending_error;   /* an error decided before the run started */
-  char *envelope;
-  int ok;
-};
 
 void tp_limits_init (tp_limits *l) {
   if (l == NULL) return;
@@ -47,6 +28,11 @@ void tp_limits_init (tp_limits *l) {
   l->output = 1u << 20;
   l->source = 1u << 20;
   l->result = 4u << 20;
+  l->tool_calls = 1000;
+  l->tool_calls_per_tool = 0;
+  l->tool_in_flight = 32;
+  l->tool_bytes = 4u << 20;
+  l->tool_timeout_us = 30u * 1000000u;
 }
 
 const char *tp_version (void) { return TP_VERSION; }
@@ -56,7 +42,7 @@ void tp_free (void *p) { free(p); }
 
 static const char *const kill_codes[TP_KILL__COUNT] = {
   "runtime", "limit.memory", "limit.instructions", "limit.cpu", "limit.time",
-  "limit.output", "cancelled",
+  "limit.output", "cancelled", "limit.tool_calls",
 };
 
 const char *tp__kill_code (tp_kill why) { return kill_codes[why]; }
@@ -89,6 +75,10 @@ void tp__kill_message (const tp_sandbox *sb, tp_kill why, char *buf, size_t len)
     case TP_KILL_OUTPUT: human_size(n, sizeof n, l->output);
       snprintf(buf, len, "the script printed more than its output limit of %s", n); break;
     case TP_KILL_CANCELLED: snprintf(buf, len, "the run was cancelled by the host"); break;
+    case TP_KILL_TOOL_CALLS:
+      snprintf(buf, len, "the script made more tool calls than its limit allows (%u in all%s)",
+               (unsigned)l->tool_calls, l->tool_calls_per_tool ? ", or too many of one tool" : "");
+      break;
     default: snprintf(buf, len, "stopped"); break;
   }
 }
@@ -102,6 +92,8 @@ static const char *kill_hint (tp_kill why) {
     case TP_KILL_OUTPUT: return "Print less: return the data as the script's result, or "
       "print a summary instead of every item.";
     case TP_KILL_CANCELLED: return "The host stopped the run; run it again if needed.";
+    case TP_KILL_TOOL_CALLS: return "Make fewer tool calls: use a tool that returns many items "
+      "at once, or stop the loop earlier.";
     default: return NULL;
   }
 }
@@ -217,7 +209,7 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
     return make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
                       kill_hint((tp_kill)why));
   }
-  const char *msg = NULL;
+  const char *msg = NULL, *code = "runtime";
   size_t len = 0;
   char buf[96];
   if (status == LUA_ERRMEM) {
@@ -231,6 +223,17 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
     if (lua_rawget(co, -2) == LUA_TSTRING) msg = lua_tolstring(co, -1, &len);
     lua_pop(co, 1);  /* the string stays alive in the table */
     if (msg == NULL) msg = "(error object is a table value without a string 'message' field)";
+    lua_pushliteral(co, "code");
+    if (lua_rawget(co, -2) == LUA_TSTRING) {
+      const char *c = lua_tostring(co, -1);
+      if (strncmp(c, "tool.", 5) == 0 && strlen(c) < 32) {
+        static const char *const codes[] = { "tool.unknown", "tool.invalid_input",
+          "tool.invalid_output", "tool.failed", "tool.timeout", "tool.denied" };
+        for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+          if (strcmp(c, codes[i]) == 0) code = codes[i];
+      }
+    }
+    lua_pop(co, 1);
   }
   else {
     snprintf(buf, sizeof buf, "(error object is a %s value)", luaL_typename(co, -1));
@@ -239,7 +242,11 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   if (len == 0) len = strlen(msg);
   const char *m = strip_position(msg, &line);
   len -= (size_t)(m - msg);
-  return make_error(r, "runtime", m, len, line, runtime_hint(m));
+  const char *hint = runtime_hint(m);
+  if (strcmp(code, "runtime") != 0)
+    hint = "Catch tool errors with pcall when the script can go on without that result; "
+           "err.code and err.message say what went wrong.";
+  return make_error(r, code, m, len, line, hint);
 }
 
 static json_t *stats (const tp_run *r) {
@@ -282,8 +289,11 @@ static void finish (tp_run *r, json_t *result, json_t *error) {
   size_t len = 1, cap = 256;
   char *buf = malloc(cap);
   json_t *logs = r->sb ? json_incref(r->sb->logs) : json_array();
-  json_t *calls = json_array(), *st = r->sb ? stats(r) : json_object();
+  json_t *calls = json_array(), *st;
   r->state = ST_DONE;
+  tp__run_cancel_calls(r);
+  if (calls) tp__run_calls_json(r, calls);
+  st = r->sb ? stats(r) : json_object();
   r->ok = error == NULL;
   if (result == NULL && error == NULL) result = json_null();
   if (buf != NULL) {
@@ -456,6 +466,8 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
   r->src[nlen] = '\0';
   r->srclen = nlen;
   r->watch.fire = run_fire;
+  r->calls_tail = &r->calls;
+  r->sb->run = r;
   if (lim.source && nlen > lim.source) {
     char msg[160], n[48];
     human_size(n, sizeof n, lim.source);
@@ -510,6 +522,13 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
     tp_run_cancel(r);  /* finishes with the recorded verdict */
     return TP_DONE;
   }
+  if (r->waiting) {  /* resume only when a call completed or timed out */
+    int ready = 0;
+    for (tp_call *c = r->calls; c != NULL && !ready; c = c->next)
+      if (!c->consumed && (c->state == CALL_DONE || tp__call_ready(r, c->id))) ready = 1;
+    if (!ready) return TP_WAIT;
+    r->waiting = 0;
+  }
   if (tp__signal_install() != 0) return TP_ESTATE;
 
   /* the step's budgets */
@@ -547,6 +566,12 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
       sb->hook_yielded = 0;
       return TP_YIELD;
     }
+    if (nres >= 1 && lua_type(T, -nres) == LUA_TLIGHTUSERDATA &&
+        lua_touserdata(T, -nres) == &tp__request_tag) {
+      lua_pop(T, nres);
+      r->waiting = 1;
+      return TP_WAIT;
+    }
     lua_pop(T, nres);
     const char *m = "the script yielded to the host outside a tool call";
     finish(r, NULL, make_error(r, "runtime", m, strlen(m), error_line(T), NULL));
@@ -564,6 +589,13 @@ void tp_run_destroy (tp_run *r) {
   else e->runs = r->next;
   if (r->next) r->next->prev = r->prev;
   tp__watch_disarm(&e->wd, &r->watch);
+  if (r->state != ST_DONE) tp__run_cancel_calls(r);
+  for (tp_call *c = r->calls, *next; c != NULL; c = next) {
+    next = c->next;
+    c->run = NULL;
+    tp__call_release(c);
+  }
+  if (r->timer) uv_close((uv_handle_t *)r->timer, (uv_close_cb)free);
   tp__sandbox_destroy(r->sb);
   json_decref(r->pending_error);
   free(r->src);
@@ -576,15 +608,75 @@ void tp_run_destroy (tp_run *r) {
 tp_engine *tp_engine_create (void) {
   tp_engine *e = calloc(1, sizeof *e);
   if (e == NULL) return NULL;
-  if (tp__watchdog_init(&e->wd) != 0) { free(e); return NULL; }
+  e->loop = malloc(sizeof *e->loop);
+  if (e->loop == NULL || uv_loop_init(e->loop) != 0) { free(e->loop); free(e); return NULL; }
+  if (tp__watchdog_init(&e->wd) != 0) {
+    uv_loop_close(e->loop);
+    free(e->loop);
+    free(e);
+    return NULL;
+  }
   return e;
+}
+
+static void close_handle (uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
 void tp_engine_destroy (tp_engine *e) {
   if (e == NULL) return;
   while (e->runs) tp_run_destroy(e->runs);
+  tp__host_close(e);
+  uv_run(e->loop, UV_RUN_NOWAIT);   /* close callbacks of the runs' timers */
+  uv_walk(e->loop, close_handle, NULL);
+  uv_run(e->loop, UV_RUN_DEFAULT);
+  uv_loop_close(e->loop);
+  free(e->loop);
+  tp__engine_free_tools(e);
   tp__watchdog_close(&e->wd);
+  free(e->workspace);
+  free(e->remotes_dir);
+  free(e->error);
   free(e);
+}
+
+int tp_engine_poll (tp_engine *e, int block) {
+  if (e == NULL) return 0;
+  return uv_run(e->loop, block ? UV_RUN_ONCE : UV_RUN_NOWAIT);
+}
+
+static void wake_cb (uv_timer_t *t) { (void)t; }
+
+/* Runs the engine's loop until something may have changed for r: a call completed, a
+** call's or the run's deadline passed. Calls nobody will complete (tools without a
+** handler, in a synchronous run) fail at once. */
+static void wait_for_calls (tp_run *r) {
+  uint64_t now = tp__now_ns(), next = r->deadline_ns;
+  for (tp_call *c = r->calls; c != NULL; c = c->next) {
+    if (c->state != CALL_RUNNING) continue;
+    if (c->tool && c->tool->fn == NULL && c->tool->lua_ref == LUA_NOREF) {
+      tp_call_fail(c, "tool.failed", "this tool has no handler here: it is completed by "
+                   "the program that embeds tidepool, which did not run it step by step");
+      return;
+    }
+    if (c->deadline_ns && (next == 0 || c->deadline_ns < next)) next = c->deadline_ns;
+  }
+  if (r->timer == NULL) {
+    r->timer = malloc(sizeof *r->timer);
+    if (r->timer == NULL || uv_timer_init(r->e->loop, r->timer) != 0) {
+      free(r->timer);
+      r->timer = NULL;
+      tp_run_cancel(r);
+      return;
+    }
+  }
+  if (next) {
+    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
+    uv_timer_start(r->timer, wake_cb, ms, 0);
+  }
+  uv_run(r->e->loop, UV_RUN_ONCE);
+  uv_timer_stop(r->timer);
 }
 
 static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
@@ -599,8 +691,12 @@ static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limi
     finish(r, NULL, NULL);
   }
   int rc;
-  while ((rc = tp_run_step(r, 0, 0)) == TP_YIELD) {}
-  if (rc == TP_WAIT) tp_run_cancel(r);
+  for (;;) {
+    rc = tp_run_step(r, 0, 0);
+    if (rc == TP_YIELD) continue;
+    if (rc != TP_WAIT) break;
+    wait_for_calls(r);
+  }
   if (!tp_run_done(r)) { tp_run_destroy(r); return rc < 0 ? rc : TP_ESTATE; }
   *envelope = r->envelope;
   r->envelope = NULL;

@@ -7,12 +7,14 @@
 **   KEEP     the function of Lua's own library, unchanged
 **   WRAP     our replacement (engine/sandbox.c), named after what it guards
 **   DROP     excluded; reason says why
+**   OURS     not Lua's: tidepool's own (json, tools, parallel), opened in engine/
 ** A library whose entries are all DROP (io, package, debug) is not opened at all.
 */
 
 #define TP_KEEP 0
 #define TP_WRAP 1
 #define TP_DROP 2
+#define TP_OURS 3
 
 typedef struct tp_allow {
   const char *lib;     /* "_G" for base functions */
@@ -48,6 +50,9 @@ static const tp_allow tp_allowlist[] = {
   { "_G", "dofile",         TP_DROP, "reads files of the host" },
   { "_G", "loadfile",       TP_DROP, "reads files of the host" },
   { "_G", "require",        TP_DROP, "loads modules and C libraries from the host" },
+  { "_G", "json",           TP_OURS, "encode, decode, null, array (engine/json.c)" },
+  { "_G", "tools",          TP_OURS, "the tool namespace (engine/tools.c)" },
+  { "_G", "parallel",       TP_OURS, "runs functions side by side (engine/tools.c)" },
   /* string */
   { "string", "byte",     TP_KEEP, NULL },
   { "string", "char",     TP_KEEP, NULL },

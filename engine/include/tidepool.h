@@ -55,6 +55,11 @@ typedef struct tp_limits {
   size_t   output;        /* bytes printed (logs); default 1 MiB */
   size_t   source;        /* bytes of script source; default 1 MiB */
   size_t   result;        /* bytes of the JSON result; default 4 MiB */
+  uint32_t tool_calls;    /* tool calls per run; default 1000 */
+  uint32_t tool_calls_per_tool; /* calls of any one tool per run; default 0 (none) */
+  uint32_t tool_in_flight;/* calls running at once; more wait their turn; default 32 */
+  size_t   tool_bytes;    /* JSON bytes of one call's arguments, and of its result; 4 MiB */
+  uint64_t tool_timeout_us; /* a call's own deadline (the tool's, if shorter); 30 s */
 } tp_limits;
 
 /* Fills *l with the defaults. */
@@ -123,6 +128,79 @@ const char *tp_run_envelope(const tp_run *r);
 
 /* Destroys the run (finished or not). NULL is a no-op. */
 void tp_run_destroy(tp_run *r);
+
+/* ---- tools ---------------------------------------------------------------------------
+**
+** A script calls tools.weather.current{city = "Paris"}: the call yields the script to
+** the host, the arguments are checked against the tool's input schema, the handler
+** runs, the result is checked against the output schema, and the script goes on with
+** it (or gets an error object with a stable code: tool.unknown, tool.invalid_input,
+** tool.invalid_output, tool.failed, tool.timeout, tool.denied, limit.tool_calls).
+**
+** A tool registered with a handler is called by the engine as soon as the script asks;
+** the handler completes the call then or later (from the engine's thread), exactly
+** once, with tp_call_complete or tp_call_fail, even after tp_call_cancelled() turned
+** true. A tool registered without a handler leaves its calls pending: the embedding
+** program lists them with tp_run_pending after a step returned TP_WAIT, and completes
+** them when it likes (a game server, frame by frame). The tp_call stays valid until it
+** has been completed and its run has been destroyed.
+*/
+
+typedef struct tp_call tp_call;
+typedef void (*tp_tool_fn)(tp_call *call, void *ud);
+
+typedef struct tp_tool_def {
+  const char *name;           /* dotted: "weather.current" becomes tools.weather.current */
+  const char *description;    /* what the model reads; may be NULL */
+  const char *input_schema;   /* JSON Schema text (2020-12 or draft-07); NULL: any object */
+  const char *output_schema;  /* JSON Schema text; NULL: anything */
+  tp_tool_fn handler;         /* NULL: completed by the embedding program (tp_run_pending) */
+  void *ud;                   /* passed to handler */
+  uint64_t timeout_us;        /* 0: the run's tool_timeout_us */
+} tp_tool_def;
+
+/* Registers a tool (strings are copied, schemas compiled once). TP_EINVAL on a bad
+** name, a duplicate, or a schema that does not compile: tp_engine_error says why. */
+int tp_engine_add_tool(tp_engine *e, const tp_tool_def *def);
+
+/* Loads every *.lua plugin of a directory into the engine's host Lua state. Returns the
+** number of tools added, or a negative code when the directory cannot be read. A broken
+** plugin is skipped and reported (file:line: why) in tp_engine_error, which lists every
+** problem of the last call, one per line; the other plugins still load. */
+int tp_engine_load_tools(tp_engine *e, const char *dir);
+
+/* Confines the fs.* built-in tools to this directory (and offers them). */
+int tp_engine_set_workspace(tp_engine *e, const char *dir);
+
+/* The message of the last failed call on e, or "" (owned by e). */
+const char *tp_engine_error(const tp_engine *e);
+
+/* The tools as the model reads them: LuaCATS annotations with a preamble that explains
+** the sandbox (format "lua"), or a run_lua tool definition as JSON (format "json").
+** Caller frees with tp_free. NULL for an unknown format or out of memory. */
+char *tp_engine_describe(tp_engine *e, const char *format);
+
+/* Runs the engine's event loop: once without waiting (block 0) or until something
+** happened (block 1). Tool handlers that wait (timers, files, processes) and call
+** deadlines progress only while the loop runs. Returns nonzero while work is pending. */
+int tp_engine_poll(tp_engine *e, int block);
+
+/* The calls of r that wait for the embedding program (tools without handler), at most
+** max of them, oldest first; returns how many. */
+size_t tp_run_pending(tp_run *r, tp_call **calls, size_t max);
+
+const char *tp_call_tool(const tp_call *c);     /* "weather.current"; owned by c */
+const char *tp_call_args(tp_call *c);           /* arguments as JSON text; owned by c */
+uint64_t tp_call_id(const tp_call *c);          /* unique within its run, from 1 */
+int tp_call_cancelled(const tp_call *c);        /* the run ended or the call timed out */
+
+/* Completes the call with its result as JSON text (len may be 0 for NUL-terminated).
+** TP_ESTATE if it was completed already. */
+int tp_call_complete(tp_call *c, const char *result_json, size_t len);
+
+/* Fails the call. code: "tool.failed" when NULL, or another tool.* code; message for
+** the model (what went wrong, what to do). TP_ESTATE if completed already. */
+int tp_call_fail(tp_call *c, const char *code, const char *message);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,930 @@
+/*
+** tools.c: the tool registry, the life of a call, and what the script sees of tools:
+** the `tools` namespace and `parallel`.
+**
+** A call, seen from the script: tools.a.b{...} copies the arguments out as JSON and
+** starts the call on the host at once (unknown names, bad arguments, limits and handlers
+** that answer straight away complete it there); if it is not complete, the script's
+** thread yields [tp__request_tag, id] and the host resumes it once any call completes;
+** the continuation then takes the result if its call is done, or yields again. The
+** yield passes through the script's own coroutines (sandbox.c) and through parallel.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "lauxlib.h"
+
+#include "internal.h"
+#include "json.h"
+#include "schema.h"
+
+/* ---- registry --------------------------------------------------------------------- */
+
+void tp__engine_set_error (tp_engine *e, const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  free(e->error);
+  e->error = strdup(buf);
+}
+
+const char *tp_engine_error (const tp_engine *e) {
+  return e != NULL && e->error != NULL ? e->error : "";
+}
+
+static int cmp_name (const void *key, const void *elem) {
+  return strcmp(key, (*(tp_tool *const *)elem)->name);
+}
+
+const tp_tool *tp__tool_find (const tp_engine *e, const char *name) {
+  if (e->ntools == 0) return NULL;
+  tp_tool **t = bsearch(name, e->tools, e->ntools, sizeof *e->tools, cmp_name);
+  return t ? *t : NULL;
+}
+
+/* A tool name: segments of [A-Za-z_][A-Za-z0-9_]* joined by dots, not a reserved word
+** of the namespace (list, describe, search at the top). */
+static const char *bad_name (const char *name) {
+  if (name == NULL || *name == '\0') return "the name is empty";
+  if (strlen(name) > 128) return "the name is longer than 128 characters";
+  const char *p = name;
+  for (;;) {
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_'))
+      return "each dotted part must start with a letter or '_'";
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' ||
+           (*p >= '0' && *p <= '9'))
+      p++;
+    if (*p == '\0') break;
+    if (*p != '.') return "only letters, digits, '_' and '.' are allowed";
+    p++;
+  }
+  size_t first = strcspn(name, ".");
+  if ((first == 4 && strncmp(name, "list", 4) == 0) ||
+      (first == 8 && strncmp(name, "describe", 8) == 0) ||
+      (first == 6 && strncmp(name, "search", 6) == 0))
+    return "list, describe and search are reserved by the tools namespace";
+  return NULL;
+}
+
+static void free_tool (tp_tool *t) {
+  if (t == NULL) return;
+  free(t->name);
+  free(t->description);
+  free(t->origin);
+  json_decref(t->input);
+  json_decref(t->output);
+  tp_schema_free(t->in_schema);
+  tp_schema_free(t->out_schema);
+  free(t);
+}
+
+void tp__engine_free_tools (tp_engine *e) {
+  for (size_t i = 0; i < e->ntools; i++) free_tool(e->tools[i]);
+  free(e->tools);
+  e->tools = NULL;
+  e->ntools = e->captools = 0;
+}
+
+static tp_schema *compile_schema (tp_engine *e, const json_t *doc, const char *tool,
+                                  const char *which, int formats) {
+  char err[512];
+  tp_schema *s = tp_schema_compile(doc, TP_DIALECT_2020_12, e->remotes_dir, formats,
+                                   err, sizeof err);
+  if (s == NULL) tp__engine_set_error(e, "tool %s: bad %s schema: %s", tool, which, err);
+  return s;
+}
+
+/* Adds a tool; schemas are given as trees (borrowed). */
+static int add_tool (tp_engine *e, const tp_tool_def *def, const json_t *in, const json_t *out,
+                     int lua_ref, const char *origin) {
+  const char *why = bad_name(def->name);
+  if (why) {
+    tp__engine_set_error(e, "tool \"%s\": bad name: %s", def->name ? def->name : "", why);
+    return TP_EINVAL;
+  }
+  if (tp__tool_find(e, def->name)) {
+    tp__engine_set_error(e, "tool %s: a tool of that name is registered already", def->name);
+    return TP_EINVAL;
+  }
+  if (in && !json_is_object(in) && !json_is_boolean(in)) {
+    tp__engine_set_error(e, "tool %s: the input schema must be an object", def->name);
+    return TP_EINVAL;
+  }
+  tp_tool *t = calloc(1, sizeof *t);
+  if (t == NULL) return TP_ENOMEM;
+  t->name = strdup(def->name);
+  t->description = strdup(def->description ? def->description : "");
+  t->origin = origin ? strdup(origin) : NULL;
+  t->fn = def->handler;
+  t->ud = def->ud;
+  t->lua_ref = lua_ref;
+  t->timeout_us = def->timeout_us;
+  t->input = in ? json_deep_copy(in) : json_pack("{s:s}", "type", "object");
+  t->output = out ? json_deep_copy(out) : NULL;
+  if (t->name == NULL || t->description == NULL || t->input == NULL || (out && !t->output)) {
+    free_tool(t);
+    return TP_ENOMEM;
+  }
+  t->in_schema = compile_schema(e, t->input, t->name, "input", 1);
+  if (t->in_schema == NULL) { free_tool(t); return TP_EINVAL; }
+  if (t->output) {
+    t->out_schema = compile_schema(e, t->output, t->name, "output", 0);
+    if (t->out_schema == NULL) { free_tool(t); return TP_EINVAL; }
+  }
+  if (e->ntools == e->captools) {
+    size_t ncap = e->captools ? e->captools * 2 : 16;
+    tp_tool **nt = realloc(e->tools, ncap * sizeof *nt);
+    if (nt == NULL) { free_tool(t); return TP_ENOMEM; }
+    e->tools = nt;
+    e->captools = ncap;
+  }
+  size_t i = e->ntools;
+  while (i > 0 && strcmp(e->tools[i - 1]->name, t->name) > 0) {
+    e->tools[i] = e->tools[i - 1];
+    i--;
+  }
+  e->tools[i] = t;
+  e->ntools++;
+  return TP_OK;
+}
+
+static json_t *parse_schema (tp_engine *e, const char *text, const char *tool, const char *which,
+                             int *bad) {
+  *bad = 0;
+  if (text == NULL) return NULL;
+  json_error_t jerr;
+  json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+  if (doc == NULL) {
+    tp__engine_set_error(e, "tool %s: the %s schema is not JSON: %s at line %d column %d",
+                         tool, which, jerr.text, jerr.line, jerr.column);
+    *bad = 1;
+  }
+  return doc;
+}
+
+int tp_engine_add_tool (tp_engine *e, const tp_tool_def *def) {
+  if (e == NULL || def == NULL) return TP_EINVAL;
+  int bad;
+  const char *name = def->name ? def->name : "";
+  json_t *in = parse_schema(e, def->input_schema, name, "input", &bad);
+  if (bad) return TP_EINVAL;
+  json_t *out = parse_schema(e, def->output_schema, name, "output", &bad);
+  if (bad) { json_decref(in); return TP_EINVAL; }
+  int rc = add_tool(e, def, in, out, LUA_NOREF, NULL);
+  json_decref(in);
+  json_decref(out);
+  return rc;
+}
+
+int tp__engine_add_lua_tool (tp_engine *e, const tp_tool_def *def, const json_t *in,
+                             const json_t *out, int lua_ref, const char *origin) {
+  return add_tool(e, def, in, out, lua_ref, origin);
+}
+
+/* ---- calls ------------------------------------------------------------------------ */
+
+static char *dup_or_null (const char *s) { return s ? strdup(s) : NULL; }
+
+/* Frees a call once both its run and its handler are done with it. */
+void tp__call_release (tp_call *c) {
+  if (c->run != NULL || c->handler_owns) return;
+  json_decref(c->args);
+  json_decref(c->result);
+  free(c->args_text);
+  free(c->name);
+  free(c->code);
+  free(c->message);
+  free(c);
+}
+
+/* Records the outcome (results are checked by the caller) and starts queued calls. */
+void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, const char *msg) {
+  if (c->state == CALL_DONE) { json_decref(result); return; }
+  tp_run *r = c->run;
+  int was_running = c->state == CALL_RUNNING;
+  c->state = CALL_DONE;
+  c->end_ns = tp__now_ns();
+  c->ok = ok;
+  c->result = ok ? (result ? result : json_null()) : NULL;
+  if (!ok) {
+    json_decref(result);
+    c->code = dup_or_null(code ? code : "tool.failed");
+    c->message = dup_or_null(msg ? msg : "the tool failed");
+  }
+  if (r != NULL && was_running && r->in_flight > 0) r->in_flight--;
+}
+
+static void call_fail_now (tp_call *c, const char *code, const char *fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  tp__call_finish(c, 0, NULL, code, buf);
+}
+
+/* Joins up to the first 8 schema errors into one message. */
+static void schema_message (char *buf, size_t len, const tp_schema_errors *errs) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < errs->count && i < 8 && o < len; i++) {
+    int n = snprintf(buf + o, len - o, "%s%s: %s", i ? "; " : "", errs->items[i].path,
+                     errs->items[i].message);
+    if (n < 0) break;
+    o += (size_t)n;
+  }
+  if (errs->count > 8 && o < len)
+    snprintf(buf + o, len - o, "; and %zu more", errs->count - 8);
+}
+
+/* The closest tool names to a wrong one, for tool.unknown. */
+static size_t edit_distance (const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64) return 99;
+  size_t row[65];
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cur = row[j];
+      size_t best = prev + (a[i - 1] != b[j - 1]);
+      if (row[j] + 1 < best) best = row[j] + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      prev = cur;
+    }
+  }
+  return row[lb];
+}
+
+static void suggest (const tp_engine *e, const char *name, char *buf, size_t len) {
+  const tp_tool *best[3] = { NULL, NULL, NULL };
+  size_t dist[3] = { 99, 99, 99 };
+  for (size_t i = 0; i < e->ntools; i++) {
+    const char *tn = e->tools[i]->name;
+    size_t d = edit_distance(name, tn);
+    const char *dot = strrchr(tn, '.'), *ndot = strrchr(name, '.');
+    if (dot && ndot && strcmp(dot, ndot) == 0 && d > 1) d--;  /* same last part */
+    if (strstr(tn, name) || strstr(name, tn)) d = d > 2 ? 2 : d;
+    for (int k = 0; k < 3; k++) {
+      if (d < dist[k]) {
+        for (int m = 2; m > k; m--) { dist[m] = dist[m - 1]; best[m] = best[m - 1]; }
+        dist[k] = d;
+        best[k] = e->tools[i];
+        break;
+      }
+    }
+  }
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < 3 && best[k] && dist[k] <= 6 && o < len; k++) {
+    int n = snprintf(buf + o, len - o, "%stools.%s", k ? ", " : "", best[k]->name);
+    if (n < 0) break;
+    o += (size_t)n;
+  }
+}
+
+static int call_deadline_passed (tp_call *c, uint64_t now) {
+  return c->deadline_ns && now >= c->deadline_ns;
+}
+
+/* Hands a call to its handler (or leaves it for tp_run_pending). */
+static void dispatch (tp_run *r, tp_call *c) {
+  const tp_tool *t = c->tool;
+  const tp_limits *l = &r->sb->limits;
+  c->state = CALL_RUNNING;
+  r->in_flight++;
+  c->start_ns = tp__now_ns();
+  uint64_t tmo = l->tool_timeout_us;
+  if (t->timeout_us && (tmo == 0 || t->timeout_us < tmo)) tmo = t->timeout_us;
+  c->deadline_ns = tmo ? c->start_ns + tmo * 1000u : 0;
+  if (t->fn != NULL) {
+    c->handler_owns = 1;
+    t->fn(c, t->ud);
+  }
+  else if (t->lua_ref != LUA_NOREF) {
+    c->handler_owns = 1;
+    tp__host_dispatch(r->e, c, t, c->args);
+  }
+  /* else: the embedding program completes it (tp_run_pending) */
+}
+
+static void start_queued (tp_run *r) {
+  uint32_t cap = r->sb->limits.tool_in_flight;
+  for (tp_call *c = r->calls; c != NULL; c = c->next) {
+    if (cap && r->in_flight >= cap) break;
+    if (c->state == CALL_QUEUED) dispatch(r, c);
+  }
+}
+
+uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, int line) {
+  tp_sandbox *sb = r->sb;
+  const tp_limits *l = &sb->limits;
+  tp_call *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    json_decref(args);
+    tp__sandbox_kill(sb, TP_KILL_MEMORY);
+    return 0;
+  }
+  c->run = r;
+  c->e = r->e;
+  c->id = ++r->next_call_id;
+  c->name = strdup(name);
+  c->args = args;
+  c->line = line;
+  c->host_ref = LUA_NOREF;
+  c->start_ns = tp__now_ns();
+  *r->calls_tail = c;
+  r->calls_tail = &c->next;
+  r->ncalls++;
+  if (c->name == NULL) { tp__call_finish(c, 0, NULL, "tool.failed", "out of memory"); return c->id; }
+  c->tool = tp__tool_find(r->e, name);
+  if (c->tool == NULL) {
+    char near[400];
+    suggest(r->e, name, near, sizeof near);
+    if (near[0])
+      call_fail_now(c, "tool.unknown", "there is no tool tools.%s; did you mean %s? "
+                    "(tools.list() lists them all)", name, near);
+    else
+      call_fail_now(c, "tool.unknown", "there is no tool tools.%s (tools.list() lists "
+                    "the tools there are)", name);
+    return c->id;
+  }
+  if (l->tool_calls && r->ncalls > l->tool_calls) {
+    tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
+    call_fail_now(c, "limit.tool_calls", "the run made more than its limit of %u tool calls",
+                  (unsigned)l->tool_calls);
+    return c->id;
+  }
+  if (l->tool_calls_per_tool) {
+    uint32_t same = 0;
+    for (tp_call *p = r->calls; p != NULL; p = p->next) same += p->tool == c->tool;
+    if (same > l->tool_calls_per_tool) {
+      tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
+      call_fail_now(c, "limit.tool_calls", "the run called tools.%s more than its limit of "
+                    "%u times", name, (unsigned)l->tool_calls_per_tool);
+      return c->id;
+    }
+  }
+  if (args == NULL) {
+    call_fail_now(c, "tool.invalid_input", "tools.%s: the arguments could not be read", name);
+    return c->id;
+  }
+  tp_schema_errors errs = { 0 };
+  int v = tp_schema_validate(c->tool->in_schema, args, &errs);
+  if (v != 1) {
+    char msg[3000];
+    if (v == 0) schema_message(msg, sizeof msg, &errs);
+    else snprintf(msg, sizeof msg, "the arguments could not be checked (out of memory)");
+    tp_schema_errors_clear(&errs);
+    call_fail_now(c, "tool.invalid_input", "tools.%s: invalid arguments: %s "
+                  "(tools.describe(\"%s\") shows what it takes)", name, msg, name);
+    return c->id;
+  }
+  c->state = CALL_QUEUED;
+  if (!l->tool_in_flight || r->in_flight < l->tool_in_flight) dispatch(r, c);
+  return c->id;
+}
+
+static tp_call *find_call (tp_run *r, uint64_t id) {
+  for (tp_call *c = r->calls; c != NULL; c = c->next)
+    if (c->id == id) return c;
+  return NULL;
+}
+
+int tp__call_ready (tp_run *r, uint64_t id) {
+  tp_call *c = find_call(r, id);
+  if (c == NULL) return 1;
+  if (c->state != CALL_DONE && call_deadline_passed(c, tp__now_ns())) {
+    c->cancelled = 1;
+    if (c->host_ref != LUA_NOREF) tp__host_cancel(r->e, c);
+    call_fail_now(c, "tool.timeout", "tools.%s did not answer within its time limit", c->name);
+    start_queued(r);
+  }
+  return c->state == CALL_DONE;
+}
+
+/* The error object a script gets: {code=, message=, tool=} with a tostring. */
+static void push_error_object (lua_State *L, const char *code, const char *msg,
+                               const char *tool) {
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, code);
+  lua_setfield(L, -2, "code");
+  lua_pushstring(L, msg);
+  lua_setfield(L, -2, "message");
+  lua_pushstring(L, tool);
+  lua_setfield(L, -2, "tool");
+  if (luaL_getmetatable(L, "tidepool.error") == LUA_TTABLE) lua_setmetatable(L, -2);
+  else lua_pop(L, 1);
+}
+
+int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
+  tp_call *c = find_call(r, id);
+  if (c == NULL || c->consumed) {
+    push_error_object(L, "tool.failed", "the call's result was lost", "?");
+    return 0;
+  }
+  c->consumed = 1;
+  if (c->ok) {
+    tp_json_push(L, c->result, 0);
+    return 1;
+  }
+  push_error_object(L, c->code, c->message, c->name);
+  return 0;
+}
+
+/* ---- the C API of calls ----------------------------------------------------------- */
+
+const char *tp_call_tool (const tp_call *c) { return c ? c->name : NULL; }
+uint64_t tp_call_id (const tp_call *c) { return c ? c->id : 0; }
+int tp_call_cancelled (const tp_call *c) { return c == NULL || c->cancelled || c->run == NULL; }
+
+const char *tp_call_args (tp_call *c) {
+  if (c == NULL) return NULL;
+  if (c->args_text == NULL && c->args != NULL) c->args_text = tp_json_dumps(c->args);
+  return c->args_text;
+}
+
+/* Checks a result and records it; used by C handlers and host.c alike. */
+static int complete (tp_call *c, json_t *result) {
+  if (c->state == CALL_DONE || c->cancelled || c->run == NULL) {
+    json_decref(result);
+    return TP_ESTATE;
+  }
+  const tp_limits *l = &c->run->sb->limits;
+  size_t n = 0;
+  char *text = tp_json_dumpsn(result, &n);
+  free(text);
+  c->bytes_out = n;
+  if (l->tool_bytes && n > l->tool_bytes) {
+    json_decref(result);
+    call_fail_now(c, "tool.invalid_output", "tools.%s returned %zu bytes of JSON, over the "
+                  "%zu-byte limit of a tool result", c->name, n, l->tool_bytes);
+    return TP_OK;
+  }
+  if (c->tool->out_schema) {
+    tp_schema_errors errs = { 0 };
+    int v = tp_schema_validate(c->tool->out_schema, result, &errs);
+    if (v != 1) {
+      char msg[3000];
+      if (v == 0) schema_message(msg, sizeof msg, &errs);
+      else snprintf(msg, sizeof msg, "out of memory");
+      tp_schema_errors_clear(&errs);
+      json_decref(result);
+      call_fail_now(c, "tool.invalid_output", "tools.%s returned a result that does not "
+                    "match its output schema: %s (a fault of the tool, not the script)",
+                    c->name, msg);
+      return TP_OK;
+    }
+  }
+  tp__call_finish(c, 1, result, NULL, NULL);
+  return TP_OK;
+}
+
+static void handler_done (tp_call *c) {
+  c->handler_owns = 0;
+  tp_run *r = c->run;
+  if (r != NULL) start_queued(r);
+  tp__call_release(c);
+}
+
+int tp__call_complete_tree (tp_call *c, json_t *result);
+int tp__call_complete_tree (tp_call *c, json_t *result) {
+  if (c == NULL) { json_decref(result); return TP_EINVAL; }
+  int rc = complete(c, result);
+  handler_done(c);
+  return rc;
+}
+
+int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
+  if (c == NULL || result_json == NULL) return TP_EINVAL;
+  if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;
+  if (len == 0) len = strlen(result_json);
+  tp_json_err jerr;
+  json_t *v = tp_json_loads(result_json, len, &jerr);
+  int rc;
+  if (v == NULL) {
+    if (c->state != CALL_DONE && !c->cancelled && c->run)
+      call_fail_now(c, "tool.invalid_output", "tools.%s returned text that is not JSON: %s",
+                    c->name, jerr.message);
+    rc = TP_OK;
+  }
+  else rc = complete(c, v);
+  handler_done(c);
+  return rc;
+}
+
+int tp_call_fail (tp_call *c, const char *code, const char *message) {
+  if (c == NULL) return TP_EINVAL;
+  if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;
+  if (code == NULL || strncmp(code, "tool.", 5) != 0) code = "tool.failed";
+  int rc = TP_ESTATE;
+  if (c->state != CALL_DONE && !c->cancelled && c->run) {
+    call_fail_now(c, code, "tools.%s failed: %s", c->name, message ? message : "no reason given");
+    rc = TP_OK;
+  }
+  handler_done(c);
+  return rc;
+}
+
+size_t tp_run_pending (tp_run *r, tp_call **calls, size_t max) {
+  size_t n = 0;
+  if (r == NULL || calls == NULL) return 0;
+  for (tp_call *c = r->calls; c != NULL && n < max; c = c->next)
+    if (c->state == CALL_RUNNING && c->tool && c->tool->fn == NULL &&
+        c->tool->lua_ref == LUA_NOREF)
+      calls[n++] = c;
+  return n;
+}
+
+/* Every call of the run for the envelope: made by the host, so a script cannot forge
+** it; it lists calls that failed or were cut short too. */
+void tp__run_calls_json (tp_run *r, json_t *arr) {
+  for (tp_call *c = r->calls; c != NULL; c = c->next) {
+    json_t *o = json_object();
+    if (o == NULL) return;
+    uint64_t end = c->state == CALL_DONE ? c->end_ns : tp__now_ns();
+    json_object_set_new(o, "tool", json_string(c->name ? c->name : "?"));
+    json_object_set_new(o, "ok", json_boolean(c->state == CALL_DONE && c->ok));
+    if (c->state == CALL_DONE && !c->ok) json_object_set_new(o, "error", json_string(c->code));
+    else if (c->state != CALL_DONE) json_object_set_new(o, "error", json_string("cancelled"));
+    json_object_set_new(o, "ms", json_real((double)((end - c->start_ns) / 1000) / 1e3));
+    json_object_set_new(o, "bytes_in", json_integer((json_int_t)c->bytes_in));
+    json_object_set_new(o, "bytes_out", json_integer((json_int_t)c->bytes_out));
+    if (c->line > 0) json_object_set_new(o, "line", json_integer(c->line));
+    json_array_append_new(arr, o);
+  }
+}
+
+/* The run ends: calls still running are cancelled (their handlers are told, and their
+** late completions ignored); the run lets go of every call. */
+void tp__run_cancel_calls (tp_run *r) {
+  for (tp_call *c = r->calls; c != NULL; c = c->next) {
+    if (c->state != CALL_DONE) {
+      c->cancelled = 1;
+      if (c->host_ref != LUA_NOREF) tp__host_cancel(r->e, c);
+      if (c->state != CALL_DONE)
+        tp__call_finish(c, 0, NULL, "cancelled", "the run ended before the call completed");
+    }
+  }
+}
+
+/* ---- what the script sees --------------------------------------------------------- */
+
+static char ns_key;  /* namespace proxies: [ns_key] = the dotted prefix ("" at the root) */
+
+static int current_line (lua_State *L) {
+  lua_Debug ar;
+  for (int level = 1; lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "Sl", &ar)) break;
+    if (ar.currentline > 0 && strcmp(ar.source, "=script") == 0) return ar.currentline;
+  }
+  return 0;
+}
+
+static const char *ns_prefix (lua_State *L, int idx) {
+  if (lua_type(L, idx) != LUA_TTABLE) return NULL;
+  lua_rawgetp(L, idx, &ns_key);
+  const char *p = lua_tostring(L, -1);  /* kept alive by the table */
+  lua_pop(L, 1);
+  return p;
+}
+
+static void push_namespace (lua_State *L, const char *prefix);
+
+static int tool_k (lua_State *L, int status, lua_KContext ctx);
+
+/* Delivers the call's result, or yields until it is ready. */
+static int await_call (lua_State *L, uint64_t id) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  tp__sandbox_check(L, sb);
+  if (!tp__call_ready(sb->run, id)) {
+    if (!lua_isyieldable(L))
+      return luaL_error(L, "a tool was called where Lua cannot wait for it (inside a "
+                           "metamethod, a gsub or sort callback, or an iterator written in C); "
+                           "call it outside that callback and pass the result in");
+    lua_pushlightuserdata(L, &tp__request_tag);
+    lua_pushinteger(L, (lua_Integer)id);
+    return lua_yieldk(L, 2, (lua_KContext)id, tool_k);
+  }
+  if (tp__call_consume(sb->run, id, L)) return 1;
+  tp__sandbox_check(L, sb);  /* limit.tool_calls is a verdict, not an error object */
+  return lua_error(L);
+}
+
+static int tool_k (lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  lua_settop(L, 0);
+  return await_call(L, (uint64_t)ctx);
+}
+
+/* __call of a namespace: tools.a.b(args) */
+static int ns_call (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  const char *name = ns_prefix(L, 1);
+  tp__sandbox_check(L, sb);
+  if (name == NULL || *name == '\0')
+    return luaL_error(L, "tools is a namespace: call a tool, e.g. tools.fs.read{path = \"a\"}");
+  json_t *args = NULL;
+  int t = lua_type(L, 2);
+  size_t cap = sb->limits.tool_bytes;
+  if (t == LUA_TNONE || t == LUA_TNIL) args = json_object();
+  else if (t == LUA_TTABLE && ns_prefix(L, 2) != NULL) {
+    lua_settop(L, 0);
+    lua_pushfstring(L, "tools.%s: called with ':' — call it with a dot: tools.%s{...}",
+                    name, name);
+    return lua_error(L);
+  }
+  else if (t == LUA_TTABLE) {
+    tp_json_err jerr;
+    args = tp_json_from_lua(L, 2, 0, cap, &jerr);
+    if (args == NULL || !json_is_object(args)) {
+      char msg[800];
+      if (args == NULL)
+        snprintf(msg, sizeof msg, "tools.%s: the arguments cannot be sent as JSON: %s", name,
+                 jerr.message);
+      else
+        snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
+                 "e.g. tools.%s{key = value}, not a list", name, name);
+      json_decref(args);
+      push_error_object(L, "tool.invalid_input", msg, name);
+      return lua_error(L);
+    }
+  }
+  else {
+    char msg[300];
+    snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
+             "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
+    push_error_object(L, "tool.invalid_input", msg, name);
+    return lua_error(L);
+  }
+  char *text = tp_json_dumps(args);
+  size_t in = text ? strlen(text) : 0;
+  free(text);
+  uint64_t id = tp__call_begin(sb->run, name, args, current_line(L));
+  tp_call *c = NULL;
+  for (tp_call *p = sb->run->calls; p; p = p->next) if (p->id == id) c = p;
+  if (c) c->bytes_in = in;
+  lua_settop(L, 0);
+  return await_call(L, id);
+}
+
+static int ns_index (lua_State *L) {
+  const char *prefix = ns_prefix(L, 1);
+  const char *key = lua_tostring(L, 2);
+  if (prefix == NULL || key == NULL || lua_type(L, 2) != LUA_TSTRING) return 0;
+  char full[300];
+  snprintf(full, sizeof full, "%s%s%s", prefix, *prefix ? "." : "", key);
+  push_namespace(L, full);
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, 1);  /* cache */
+  return 1;
+}
+
+static int ns_newindex (lua_State *L) {
+  return luaL_error(L, "the tools namespace is read-only");
+}
+
+static int ns_tostring (lua_State *L) {
+  const char *p = ns_prefix(L, 1);
+  lua_pushfstring(L, "tools%s%s", p && *p ? "." : "", p ? p : "");
+  return 1;
+}
+
+static void push_namespace (lua_State *L, const char *prefix) {
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, prefix);
+  lua_rawsetp(L, -2, &ns_key);
+  luaL_getmetatable(L, "tidepool.ns");
+  lua_setmetatable(L, -2);
+}
+
+static int tools_list (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  tp_engine *e = sb->run->e;
+  lua_createtable(L, (int)e->ntools, 0);
+  for (size_t i = 0; i < e->ntools; i++) {
+    lua_pushstring(L, e->tools[i]->name);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  tp_json_push_array_mt(L);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+static int tools_describe (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  const char *name = luaL_checkstring(L, 1);
+  if (tp__tool_find(sb->run->e, name) == NULL)
+    return luaL_error(L, "tools.describe: there is no tool %s (tools.list() lists them)", name);
+  char *text = tp__host_describe(sb->run->e, "lua", name);
+  if (text == NULL) return luaL_error(L, "tools.describe: no description available");
+  lua_pushstring(L, text);
+  free(text);
+  return 1;
+}
+
+static int tools_search (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  const char *q = luaL_checkstring(L, 1);
+  char *json = tp__host_search(sb->run->e, q);
+  if (json == NULL) { lua_newtable(L); return 1; }
+  tp_json_err jerr;
+  json_t *v = tp_json_loads(json, strlen(json), &jerr);
+  free(json);
+  if (v == NULL) { lua_newtable(L); return 1; }
+  json_t **box = lua_newuserdatauv(L, sizeof *box, 0);  /* frees v if push raises */
+  *box = v;
+  luaL_setmetatable(L, "tidepool.jsonbox");
+  tp_json_push(L, v, 0);
+  json_decref(*box);
+  *box = NULL;
+  return 1;
+}
+
+static int jsonbox_gc (lua_State *L) {
+  json_t **box = lua_touserdata(L, 1);
+  if (box && *box) { json_decref(*box); *box = NULL; }
+  return 0;
+}
+
+static int error_tostring (lua_State *L) {
+  lua_pushliteral(L, "code");
+  lua_rawget(L, 1);
+  lua_pushliteral(L, "message");
+  lua_rawget(L, 1);
+  lua_pushfstring(L, "%s: %s", lua_tostring(L, -2) ? lua_tostring(L, -2) : "error",
+                  lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+  return 1;
+}
+
+/* ---- parallel --------------------------------------------------------------------------
+** parallel(f1, ..., fn) runs each function as its own coroutine and resumes whichever
+** can go on; their tool calls are all pending at once. It returns the first value of
+** each function, in order. When some fail, it still waits for all (so no branch is left
+** half-done with its side effects unknown), then raises the error of the first failing
+** function in argument order, with field index = its position.
+**
+** Stack while it runs: 1..n the functions, then P (threads), W (what each waits for:
+** an id, true = anything, false = done), R (results), E (errors).
+*/
+static int parallel_k (lua_State *L, int status, lua_KContext ctx);
+
+static int parallel_pass (lua_State *L, int n) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  int P = n + 1, W = n + 2, R = n + 3, E = n + 4;
+  lua_settop(L, E);
+  int pending = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, W, i);
+    int done = lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1);
+    int any = lua_type(L, -1) == LUA_TBOOLEAN && lua_toboolean(L, -1);
+    uint64_t id = lua_isinteger(L, -1) ? (uint64_t)lua_tointeger(L, -1) : 0;
+    lua_pop(L, 1);
+    if (done) continue;
+    if (!any && id && !tp__call_ready(sb->run, id)) { pending = 1; continue; }
+    lua_rawgeti(L, P, i);
+    lua_State *co = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    int nres;
+    for (;;) {
+      atomic_store(&sb->running, co);
+      int st = lua_resume(co, L, 0, &nres);
+      atomic_store(&sb->running, L);
+      tp__sandbox_check(L, sb);
+      if (st == LUA_YIELD && sb->hook_yielded) {
+        if (lua_isyieldable(L)) {  /* a time slice ended inside the branch */
+          lua_pushboolean(L, 1);
+          lua_rawseti(L, W, i);
+          return lua_yieldk(L, 0, (lua_KContext)n, parallel_k);
+        }
+        sb->hook_yielded = 0;
+        continue;
+      }
+      if (st == LUA_YIELD && nres >= 1 && lua_type(co, -nres) == LUA_TLIGHTUSERDATA &&
+          lua_touserdata(co, -nres) == &tp__request_tag) {
+        if (nres >= 2 && lua_isinteger(co, -nres + 1)) lua_pushinteger(L, lua_tointeger(co, -nres + 1));
+        else lua_pushboolean(L, 1);
+        lua_rawseti(L, W, i);
+        lua_pop(co, nres);
+        pending = 1;
+      }
+      else if (st == LUA_YIELD) {
+        lua_pop(co, nres);
+        lua_pushliteral(L, "coroutine.yield was called directly in a parallel branch "
+                           "(yield only inside your own coroutines)");
+        lua_rawseti(L, E, i);
+        lua_pushboolean(L, 0);
+        lua_rawseti(L, W, i);
+      }
+      else if (st == LUA_OK) {
+        if (nres > 0) { lua_xmove(co, L, 1); lua_rawseti(L, R, i); lua_settop(co, 0); }
+        lua_pushboolean(L, 0);
+        lua_rawseti(L, W, i);
+      }
+      else {
+        lua_xmove(co, L, 1);
+        lua_rawseti(L, E, i);
+        lua_pushboolean(L, 0);
+        lua_rawseti(L, W, i);
+      }
+      break;
+    }
+  }
+  if (pending) {
+    if (!lua_isyieldable(L))
+      return luaL_error(L, "parallel was called where Lua cannot wait (inside a metamethod "
+                           "or a callback of gsub/sort)");
+    lua_pushlightuserdata(L, &tp__request_tag);
+    return lua_yieldk(L, 1, (lua_KContext)n, parallel_k);
+  }
+  for (int i = 1; i <= n; i++) {
+    if (lua_rawgeti(L, E, i) != LUA_TNIL) {
+      if (lua_type(L, -1) == LUA_TTABLE) {
+        lua_pushinteger(L, i);
+        lua_setfield(L, -2, "index");
+      }
+      return lua_error(L);
+    }
+    lua_pop(L, 1);
+  }
+  luaL_checkstack(L, n, "too many results of parallel");
+  for (int i = 1; i <= n; i++) lua_rawgeti(L, R, i);
+  return n;
+}
+
+static int parallel_k (lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  return parallel_pass(L, (int)ctx);
+}
+
+static int sb_parallel (lua_State *L) {
+  int n = lua_gettop(L);
+  if (n > 1000) return luaL_error(L, "parallel: at most 1000 functions");
+  for (int i = 1; i <= n; i++) luaL_checktype(L, i, LUA_TFUNCTION);
+  luaL_checkstack(L, 8, "parallel");
+  lua_createtable(L, n, 0);  /* P */
+  for (int i = 1; i <= n; i++) {
+    lua_State *co = lua_newthread(L);
+    lua_pushvalue(L, i);
+    lua_xmove(L, co, 1);
+    lua_rawseti(L, n + 1, i);
+  }
+  lua_createtable(L, n, 0);  /* W: all start as "anything" */
+  for (int i = 1; i <= n; i++) { lua_pushboolean(L, 1); lua_rawseti(L, -2, i); }
+  lua_createtable(L, n, 0);  /* R */
+  lua_createtable(L, n, 0);  /* E */
+  return parallel_pass(L, n);
+}
+
+void tp__tools_open (lua_State *L) {
+  int G = lua_gettop(L);
+  if (luaL_newmetatable(L, "tidepool.ns")) {
+    lua_pushcfunction(L, ns_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, ns_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushcfunction(L, ns_call);
+    lua_setfield(L, -2, "__call");
+    lua_pushcfunction(L, ns_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -2, &tp__readonly_key);  /* rawset refuses namespaces */
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, "tidepool.error")) {
+    lua_pushcfunction(L, error_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushliteral(L, "tool error");
+    lua_setfield(L, -2, "__metatable");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, "tidepool.jsonbox")) {
+    lua_pushcfunction(L, jsonbox_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  push_namespace(L, "");
+  lua_pushliteral(L, "list");
+  lua_pushcfunction(L, tools_list);
+  lua_rawset(L, -3);
+  lua_pushliteral(L, "describe");
+  lua_pushcfunction(L, tools_describe);
+  lua_rawset(L, -3);
+  lua_pushliteral(L, "search");
+  lua_pushcfunction(L, tools_search);
+  lua_rawset(L, -3);
+  lua_setfield(L, G, "tools");
+  lua_pushcfunction(L, sb_parallel);
+  lua_setfield(L, G, "parallel");
+}
