@@ -23,7 +23,7 @@ _Static_assert(LUA_EXTRASPACE == sizeof(void *), "lua_patch.h assumes one pointe
 #define POLL_EVERY 4096      /* C loops check the verdict this often */
 #define METER_STEPS 4096     /* pattern steps between checks */
 
-static char readonly_key;    /* marks the metatable of a read-only library proxy */
+char tp__readonly_key;        /* marks the metatable of a read-only table */
 static char ids_key;         /* registry: weak table object -> display number */
 static char thread_key;      /* registry: the script's thread T */
 
@@ -380,7 +380,7 @@ static int sb_setmetatable (lua_State *L) {
 static int is_readonly (lua_State *L, int idx) {
   int r = 0;
   if (lua_getmetatable(L, idx)) {
-    r = lua_rawgetp(L, -1, &readonly_key) != LUA_TNIL;
+    r = lua_rawgetp(L, -1, &tp__readonly_key) != LUA_TNIL;
     lua_pop(L, 2);
   }
   return r;
@@ -817,6 +817,86 @@ static lua_CFunction field_fn (lua_State *L, const char *lib, const char *name) 
   return f;
 }
 
+typedef struct lib { const char *name; lua_CFunction open; } lib;
+static const lib libs[] = {
+  { "_G", luaopen_base }, { "string", luaopen_string }, { "table", luaopen_table },
+  { "math", luaopen_math }, { "utf8", luaopen_utf8 }, { "coroutine", luaopen_coroutine },
+  { "os", luaopen_os },
+};
+#define NLIBS (sizeof libs / sizeof libs[0])
+
+/*
+** What open_sandbox puts in each library table, read once from a plain state so that a
+** sandbox does not open Lua's libraries only to copy a part of them (that was half the
+** cost of a cold run). Lua's library functions are light C functions whose pointers are
+** the same in every state, and the constants (math.pi, utf8.charpattern, _VERSION) are
+** plain values. A value that is neither (math.random and math.randomseed share a
+** per-state generator as an upvalue) is taken from its library, opened in the sandbox
+** as before; only such libraries are opened.
+*/
+enum { V_NONE, V_CFUNC, V_INT, V_NUM, V_STR, V_FROM_LIB };
+typedef struct slot {
+  int lib, kind;           /* index in libs[]; V_* */
+  lua_CFunction fn;        /* V_CFUNC; NULL for a WRAP entry without a wrapper */
+  lua_Integer i;
+  lua_Number n;
+  char s[64];              /* V_STR, slen bytes (utf8.charpattern holds a NUL) */
+  size_t slen;
+} slot;
+static slot slots[TP_ALLOWLIST_LEN];
+static int lib_open[NLIBS], lib_size[NLIBS];
+
+static void plan_slots (lua_State *L) {
+  for (size_t k = 0; k < TP_ALLOWLIST_LEN; k++) {
+    const tp_allow *a = &tp_allowlist[k];
+    slot *sl = &slots[k];
+    sl->lib = -1;
+    sl->kind = V_NONE;
+    if (a->name == NULL || (a->kind != TP_KEEP && a->kind != TP_WRAP)) continue;
+    for (size_t i = 0; i < NLIBS; i++)
+      if (strcmp(a->lib, libs[i].name) == 0) sl->lib = (int)i;
+    if (sl->lib < 0) continue;
+    lib_size[sl->lib]++;
+    if (a->kind == TP_WRAP) {
+      sl->kind = V_CFUNC;
+      sl->fn = find_wrapper(a->lib, a->name);
+      continue;
+    }
+    if (strcmp(a->lib, "_G") == 0) lua_pushglobaltable(L);
+    else lua_getglobal(L, a->lib);
+    lua_getfield(L, -1, a->name);
+    size_t len;
+    switch (lua_type(L, -1)) {
+      case LUA_TNIL: sl->kind = V_NONE; lib_size[sl->lib]--; break;
+      case LUA_TNUMBER:
+        if (lua_isinteger(L, -1)) { sl->kind = V_INT; sl->i = lua_tointeger(L, -1); }
+        else { sl->kind = V_NUM; sl->n = lua_tonumber(L, -1); }
+        break;
+      case LUA_TSTRING:
+        lua_tolstring(L, -1, &len);
+        if (len <= sizeof sl->s) {
+          sl->kind = V_STR;
+          sl->slen = len;
+          memcpy(sl->s, lua_tostring(L, -1), len);
+          break;
+        }
+        sl->kind = V_FROM_LIB;
+        break;
+      case LUA_TFUNCTION:
+        if (lua_iscfunction(L, -1) && lua_getupvalue(L, -1, 1) == NULL) {
+          sl->kind = V_CFUNC;
+          sl->fn = lua_tocfunction(L, -1);
+          break;
+        }
+        sl->kind = V_FROM_LIB;
+        break;
+      default: sl->kind = V_FROM_LIB; break;
+    }
+    lua_settop(L, 0);
+    if (sl->kind == V_FROM_LIB) lib_open[sl->lib] = 1;
+  }
+}
+
 static void originals_setup (void) {
   lua_State *L = luaL_newstate();
   if (L == NULL) abort();  /* at startup, with the host out of memory: nothing to do */
@@ -828,6 +908,7 @@ static void originals_setup (void) {
   orig_rep = field_fn(L, "string", "rep");
   orig_find = field_fn(L, "string", "find");
   orig_sort = field_fn(L, "table", "sort");
+  plan_slots(L);
   lua_close(L);
   const char *g = getenv("TP_GC_AGGRESSIVE");
   gc_aggressive = g != NULL && *g != '\0' && strcmp(g, "0") != 0;
@@ -867,48 +948,52 @@ static void make_readonly (lua_State *L) {
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable");
   lua_pushboolean(L, 1);
-  lua_rawsetp(L, -2, &readonly_key);
+  lua_rawsetp(L, -2, &tp__readonly_key);
   lua_setmetatable(L, -2);              /* real proxy */
   lua_remove(L, -2);
 }
 
-typedef struct lib { const char *name; lua_CFunction open; } lib;
-static const lib libs[] = {
-  { "_G", luaopen_base }, { "string", luaopen_string }, { "table", luaopen_table },
-  { "math", luaopen_math }, { "utf8", luaopen_utf8 }, { "coroutine", luaopen_coroutine },
-  { "os", luaopen_os },
-};
 
 /* Opens the allowed libraries into the fresh state. Runs in protected mode. */
 static int open_sandbox (lua_State *L) {
-  /* the library tables as Lua builds them, kept only while filtering */
-  for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+  /* a fresh state holds only what is built here, so collecting now would find nothing */
+  lua_gc(L, LUA_GCSTOP);
+  /* the libraries that values must be taken from (see plan_slots) */
+  for (size_t i = 0; i < NLIBS; i++) {
+    if (!lib_open[i]) continue;
     luaL_requiref(L, libs[i].name, libs[i].open, 1);
     lua_pop(L, 1);
   }
   lua_pushglobaltable(L);
   int G = lua_gettop(L);
   /* the new globals, filled from the allowlist */
-  lua_newtable(L);
+  lua_createtable(L, 0, lib_size[0] + (int)NLIBS + 2);
   int NG = lua_gettop(L);
-  for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+  for (size_t i = 0; i < NLIBS; i++) {
     const char *name = libs[i].name;
-    int is_base = strcmp(name, "_G") == 0;
-    int src;
-    if (is_base) src = G;
-    else { lua_getfield(L, G, name); src = lua_gettop(L); }
+    int is_base = i == 0;
+    int src = 0;
+    if (lib_open[i]) {
+      if (is_base) src = G;
+      else { lua_getfield(L, G, name); src = lua_gettop(L); }
+    }
     int dst;
     if (is_base) dst = NG;
-    else { lua_newtable(L); dst = lua_gettop(L); }
+    else { lua_createtable(L, 0, lib_size[i]); dst = lua_gettop(L); }
     for (size_t k = 0; k < TP_ALLOWLIST_LEN; k++) {
+      const slot *sl = &slots[k];
+      if (sl->lib != (int)i || sl->kind == V_NONE) continue;
       const tp_allow *a = &tp_allowlist[k];
-      if (a->name == NULL || strcmp(a->lib, name) != 0 || a->kind == TP_DROP) continue;
-      if (a->kind == TP_WRAP) {
-        lua_CFunction fn = find_wrapper(name, a->name);
-        if (fn == NULL) return luaL_error(L, "allowlist: no wrapper for %s.%s", name, a->name);
-        lua_pushcfunction(L, fn);
+      switch (sl->kind) {
+        case V_CFUNC:
+          if (sl->fn == NULL) return luaL_error(L, "allowlist: no wrapper for %s.%s", name, a->name);
+          lua_pushcfunction(L, sl->fn);
+          break;
+        case V_INT: lua_pushinteger(L, sl->i); break;
+        case V_NUM: lua_pushnumber(L, sl->n); break;
+        case V_STR: lua_pushlstring(L, sl->s, sl->slen); break;
+        default: lua_getfield(L, src, a->name); break;
       }
-      else lua_getfield(L, src, a->name);
       lua_setfield(L, dst, a->name);
     }
     if (!is_base) {
@@ -924,12 +1009,15 @@ static int open_sandbox (lua_State *L) {
       }
       make_readonly(L);
       lua_setfield(L, NG, name);
-      lua_pop(L, 1);  /* src */
+      if (src) lua_pop(L, 1);
     }
   }
   tp_json_open(L);
   make_readonly(L);
   lua_setfield(L, NG, "json");
+  lua_pushvalue(L, NG);
+  tp__tools_open(L);  /* tools, parallel */
+  lua_pop(L, 1);
   lua_pushvalue(L, NG);
   lua_setfield(L, NG, "_G");
   /* swap the globals: the registry's global table becomes the filtered one */
@@ -948,6 +1036,7 @@ static int open_sandbox (lua_State *L) {
   /* the script's thread, anchored in the registry */
   tp__sandbox_of(L)->T = lua_newthread(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &thread_key);
+  lua_gc(L, LUA_GCRESTART);
   return 0;
 }
 
