@@ -1,0 +1,154 @@
+/*
+** bench_engine.c: the in-process figures of `make bench`, printed as "name: value unit".
+**
+**   cold_run_us                a trivial script through the C API, run create to destroy
+**                              (create, step, read the envelope, destroy), one engine
+**   bare_state_us              luaL_newstate + luaL_openlibs + load + pcall + lua_close on
+**                              the same Lua build, for comparison
+**   cpu_overhead_time          fib(27) in the sandbox under the default cpu/wall limits, as
+**                              a ratio to the same script in a bare state of the same Lua
+**   cpu_overhead_instructions  the same with an instruction limit of 1e9
+**
+** Every figure is a median. Two figures that are compared are measured alternately in
+** one loop (a, b, a, b, ...), so that machine noise falls on both alike; a ratio is the
+** median of the per-pair ratios. usage: bench_engine [scale], scale 1 by default (the
+** repetition counts are multiplied by it).
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lauxlib.h"
+#include "lualib.h"
+
+#include "tidepool.h"
+
+static const char trivial[] = "return 1";
+static const char fib[] =
+  "local function fib(n) if n < 2 then return n end return fib(n-1) + fib(n-2) end\n"
+  "return fib(27)\n";
+
+static double now_us (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double (const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median (double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void die (const char *what) {
+  fprintf(stderr, "bench_engine: %s\n", what);
+  exit(1);
+}
+
+/* One sandboxed run through the resumable API; checks the envelope says ok. */
+static void sandbox_run (tp_engine *e, const char *src, const tp_limits *lim) {
+  tp_run *r = tp_run_create(e, src, strlen(src), lim);
+  if (r == NULL) die("tp_run_create failed");
+  int rc;
+  while ((rc = tp_run_step(r, 0, 0)) == TP_YIELD) {}
+  const char *env = tp_run_envelope(r);
+  if (rc != TP_DONE || env == NULL || strncmp(env, "{\"ok\":true", 10) != 0)
+    die(env ? env : "the run did not finish");
+  tp_run_destroy(r);
+}
+
+/* The same script in a plain state of the same Lua build. */
+static void bare_run (const char *src) {
+  lua_State *L = luaL_newstate();
+  if (L == NULL) die("luaL_newstate failed");
+  luaL_openlibs(L);
+  if (luaL_loadstring(L, src) != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK)
+    die(lua_tostring(L, -1));
+  lua_close(L);
+}
+
+/* Prints the medians of a and b run alternately n times, and of the ratios b/a. */
+static void side_by_side (int n, const char *src, tp_engine *e, const tp_limits *lim,
+                          double *bare_ms, double *sb_ms, double *ratio) {
+  double *a = malloc(sizeof(double) * (size_t)n), *b = malloc(sizeof(double) * (size_t)n);
+  double *q = malloc(sizeof(double) * (size_t)n);
+  if (a == NULL || b == NULL || q == NULL) die("out of memory");
+  bare_run(src);             /* warm up caches and the allocator */
+  sandbox_run(e, src, lim);
+  for (int i = 0; i < n; i++) {
+    double t0 = now_us();
+    if (i % 2 == 0) {        /* alternate the order too: neither always goes first */
+      bare_run(src);
+      double t1 = now_us();
+      sandbox_run(e, src, lim);
+      double t2 = now_us();
+      a[i] = t1 - t0; b[i] = t2 - t1;
+    }
+    else {
+      sandbox_run(e, src, lim);
+      double t1 = now_us();
+      bare_run(src);
+      double t2 = now_us();
+      b[i] = t1 - t0; a[i] = t2 - t1;
+    }
+    q[i] = b[i] / a[i];
+  }
+  *ratio = median(q, n);
+  *bare_ms = median(a, n) / 1e3;
+  *sb_ms = median(b, n) / 1e3;
+  free(a); free(b); free(q);
+}
+
+int main (int argc, char **argv) {
+  int scale = argc > 1 ? atoi(argv[1]) : 1;
+  if (scale < 1) scale = 1;
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) die("tp_engine_create failed");
+
+  /* cold runs: a fresh sandbox per run, against a bare state, alternately */
+  int n = 4000 * scale;
+  double *cold = malloc(sizeof(double) * (size_t)n), *bare = malloc(sizeof(double) * (size_t)n);
+  double *eng = malloc(sizeof(double) * (size_t)n);
+  if (cold == NULL || bare == NULL || eng == NULL) die("out of memory");
+  for (int i = 0; i < 200; i++) { sandbox_run(e, trivial, NULL); bare_run(trivial); }
+  for (int i = 0; i < n; i++) {
+    double t0 = now_us();
+    sandbox_run(e, trivial, NULL);
+    double t1 = now_us();
+    bare_run(trivial);
+    double t2 = now_us();
+    char *env = NULL;
+    int ok = 0;
+    if (tp_engine_run(e, trivial, sizeof trivial - 1, NULL, &env, &ok) != TP_OK || !ok)
+      die("tp_engine_run failed");
+    tp_free(env);
+    double t3 = now_us();
+    cold[i] = t1 - t0; bare[i] = t2 - t1; eng[i] = t3 - t2;
+  }
+  printf("cold_run_us: %.1f us\n", median(cold, n));
+  printf("cold_engine_run_us: %.1f us\n", median(eng, n));
+  printf("bare_state_us: %.1f us\n", median(bare, n));
+  free(cold); free(bare); free(eng);
+
+  /* CPU-bound: fib(27), default limits (cpu and wall, no count hook) */
+  double bare_ms, sb_ms, ratio;
+  side_by_side(15 * scale, fib, e, NULL, &bare_ms, &sb_ms, &ratio);
+  printf("fib27_bare_ms: %.2f ms\n", bare_ms);
+  printf("fib27_sandbox_ms: %.2f ms\n", sb_ms);
+  printf("cpu_overhead_time: %.3f x\n", ratio);
+
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.instructions = 1000000000u;
+  side_by_side(9 * scale, fib, e, &lim, &bare_ms, &sb_ms, &ratio);
+  printf("fib27_sandbox_instructions_ms: %.2f ms\n", sb_ms);
+  printf("cpu_overhead_instructions: %.3f x\n", ratio);
+
+  tp_engine_destroy(e);
+  return 0;
+}

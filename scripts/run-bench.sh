@@ -1,0 +1,26 @@
+#!/bin/sh
+# `make bench`: the figures of issue 2, as "name: value unit" lines, all medians.
+#   build/bench/bench_engine   cold runs and CPU overhead, in process (see its header)
+#   build/bench/bench_cli      whole `tidepool run` processes
+# Targets (checked here, reported as "target_...: met|missed"): cold_run_us <= 30,
+# cpu_overhead_time <= 1.10, cli_run_ms <= 5. BENCH_SCALE=N repeats N times as much.
+# Exit status is non-zero only when a benchmark could not run, not when a target is missed.
+BUILD=${BUILD:-build}
+SCALE=${BENCH_SCALE:-1}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+status=0
+
+"$BUILD/bench/bench_engine" "$SCALE" | tee -a "$out" || status=1
+"$BUILD/bench/bench_cli" "$BUILD/tidepool" $((200 * SCALE)) | tee -a "$out" || status=1
+
+target() {  # $1 name, $2 max
+  v=$(sed -n "s/^$1: \([0-9.]*\) .*/\1/p" "$out")
+  [ -n "$v" ] || { echo "target_$1: not measured"; return; }
+  if awk -v v="$v" -v m="$2" 'BEGIN { exit !(v <= m) }'; then echo "target_$1: met (<= $2)"
+  else echo "target_$1: missed (<= $2)"; fi
+}
+target cold_run_us 30
+target cpu_overhead_time 1.10
+target cli_run_ms 5
+exit $status
