@@ -670,6 +670,11 @@ static void dump_string (dbuf *b, const char *s, size_t len) {
 static void dump_real (dbuf *b, double d) {
   char tmp[40];
   int n = 0;
+  if (d == floor(d) && fabs(d) < 9007199254740992.0) {  /* integral: no float formatting */
+    n = snprintf(tmp, sizeof tmp, "%s%lld.0", signbit(d) && d == 0 ? "-" : "", (long long)d);
+    db_put(b, tmp, (size_t)n);
+    return;
+  }
   for (int prec = 15; prec <= 17; prec++) {
     n = snprintf(tmp, sizeof tmp, "%.*g", prec, d);
     if (prec == 17 || strtod(tmp, NULL) == d) break;

@@ -83,6 +83,11 @@ TEST(encodes_scalars_exactly) {
   CHECK_STR(enc(L, "1"), "1");
   CHECK_STR(enc(L, "1.0"), "1.0");
   CHECK_STR(enc(L, "-0.0"), "-0.0");
+  CHECK_STR(enc(L, "-3.0"), "-3.0");
+  CHECK_STR(enc(L, "2^53"), "9007199254740992.0");
+  CHECK_STR(enc(L, "1e20"), "1e+20");
+  CHECK_STR(enc(L, "2^53 - 1"), "9007199254740991.0");
+  CHECK_STR(enc(L, "-2.5"), "-2.5");
   CHECK_STR(enc(L, "0.1"), "0.1");
   CHECK_STR(enc(L, "1/3"), "0.3333333333333333");
   CHECK_STR(enc(L, "1e300"), "1e+300");
