@@ -588,7 +588,6 @@ static pcre2_code *compile_re (cc *c, const char *src, size_t len) {
     cerr(c, "invalid regular expression \"%s\": %s at offset %zu", src, (const char *)msg, (size_t)off);
     return NULL;
   }
-  pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
   c->s->npatterns++;
   return re;
 }

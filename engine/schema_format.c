@@ -296,7 +296,8 @@ static int check_duration (const char *s, size_t n) {
     }
     const char *units = intime ? time_units : date_units;
     const char *p = strchr(units, u);
-    if (!p || u == 0 || (int)(p - units) <= last) return 0;
+    /* RFC 3339 appendix A: units run on without gaps (Y[M[D]], H[M[S]]) */
+    if (!p || u == 0 || (int)(p - units) <= last || (last >= 0 && (int)(p - units) != last + 1)) return 0;
     last = (int)(p - units);
     any = 1;
   }
@@ -322,7 +323,7 @@ int tp_schema_format_check (const char *format, const char *s, size_t n) {
     {"duration", check_duration}, {"regex", check_regex},
   };
   if (!format || !s) return -1;
-  if (memchr(s, 0, n) && strcmp(format, "regex") != 0) return 0;
+  if (memchr(s, 0, n) && strcmp(format, "regex") != 0 && strcmp(format, "json-pointer") != 0) return 0;
   for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
     if (strcmp(format, checks[i].name) == 0) return checks[i].fn(s, n);
   return -1;
