@@ -104,6 +104,9 @@ typedef struct tp_sandbox {
 ** memory (host or cap). */
 tp_sandbox *tp__sandbox_create(const tp_limits *limits);
 void tp__sandbox_destroy(tp_sandbox *sb);
+/* Readies a session's sandbox for its next run: a new script thread, empty logs,
+** counters and verdicts cleared; globals stay. 0, or -1 when out of memory. */
+int tp__sandbox_reset(tp_sandbox *sb);
 
 /* The sandbox of a sandbox state (any of its threads), or NULL for other states. */
 tp_sandbox *tp__sandbox_of(lua_State *L);
@@ -158,6 +161,9 @@ struct tp_engine {
   char *error;             /* tp_engine_error */
   struct uv_loop_s *loop;
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
+  struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
+  int idle_on;
+  uint64_t slice_us;       /* time slice of a started run; default 5 ms */
   char *workspace;
   char *remotes_dir;       /* for $ref in tool schemas; NULL */
 };
@@ -225,7 +231,23 @@ struct tp_run {
   json_t *pending_error;   /* an error decided before the run started */
   char *envelope;
   int ok;
+  /* driven by the engine's loop (tp_run_start) */
+  tp_run_done_cb done_cb;
+  void *done_ud;
+  int async, reported;
+  struct tp_session *session; /* the run borrows the session's sandbox */
 };
+
+struct tp_session {
+  tp_engine *e;
+  tp_sandbox *sb;
+  tp_run *busy;            /* the run using the sandbox now */
+  uint64_t runs;
+};
+
+/* The async driver (run.c): a call of r completed or a deadline passed. */
+void tp__run_wake(tp_run *r);
+void *tp__engine_loop(tp_engine *e);  /* the uv_loop_t */
 
 enum { CALL_QUEUED, CALL_RUNNING, CALL_DONE };
 

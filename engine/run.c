@@ -38,6 +38,8 @@ void tp_limits_init (tp_limits *l) {
 const char *tp_version (void) { return TP_VERSION; }
 void tp_free (void *p) { free(p); }
 
+static void idle_start(tp_engine *e);
+
 /* ---- verdicts ------------------------------------------------------------------------ */
 
 static const char *const kill_codes[TP_KILL__COUNT] = {
@@ -448,29 +450,25 @@ static uint64_t run_fire (tp_watch *w, uint64_t now) {
   return next;
 }
 
-tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_limits *limits) {
-  if (e == NULL || source == NULL) return NULL;
-  tp_limits lim;
-  if (limits) lim = *limits;
-  else tp_limits_init(&lim);
+/* Makes a run of source in sandbox sb (created for it, or a session's). */
+static tp_run *run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t len) {
   tp_run *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->e = e;
-  r->sb = tp__sandbox_create(&lim);
-  if (r->sb == NULL) { free(r); return NULL; }
+  r->sb = sb;
   size_t nlen = len;
   const char *src = tp__normalize(source, &nlen);
   r->src = malloc(nlen + 1);
-  if (r->src == NULL) { tp__sandbox_destroy(r->sb); free(r); return NULL; }
+  if (r->src == NULL) { free(r); return NULL; }
   memcpy(r->src, src, nlen);
   r->src[nlen] = '\0';
   r->srclen = nlen;
   r->watch.fire = run_fire;
   r->calls_tail = &r->calls;
-  r->sb->run = r;
-  if (lim.source && nlen > lim.source) {
+  sb->run = r;
+  if (sb->limits.source && nlen > sb->limits.source) {
     char msg[160], n[48];
-    human_size(n, sizeof n, lim.source);
+    human_size(n, sizeof n, sb->limits.source);
     snprintf(msg, sizeof msg, "the script is %zu bytes, over its source limit of %s", nlen, n);
     r->pending_error = make_error(r, "limit.source", msg, strlen(msg), 0,
       "Write a shorter script: loop over data instead of spelling it out.");
@@ -480,6 +478,53 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
   if (e->runs) e->runs->prev = r;
   e->runs = r;
   return r;
+}
+
+tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_limits *limits) {
+  if (e == NULL || source == NULL) return NULL;
+  tp_limits lim;
+  if (limits) lim = *limits;
+  else tp_limits_init(&lim);
+  tp_sandbox *sb = tp__sandbox_create(&lim);
+  if (sb == NULL) return NULL;
+  tp_run *r = run_new(e, sb, source, len);
+  if (r == NULL) tp__sandbox_destroy(sb);
+  return r;
+}
+
+/* ---- sessions ----------------------------------------------------------------------- */
+
+tp_session *tp_session_create (tp_engine *e, const tp_limits *limits) {
+  if (e == NULL) return NULL;
+  tp_limits lim;
+  if (limits) lim = *limits;
+  else tp_limits_init(&lim);
+  tp_session *s = calloc(1, sizeof *s);
+  if (s == NULL) return NULL;
+  s->e = e;
+  s->sb = tp__sandbox_create(&lim);
+  if (s->sb == NULL) { free(s); return NULL; }
+  return s;
+}
+
+tp_run *tp_session_run (tp_session *s, const char *source, size_t len) {
+  if (s == NULL || source == NULL || s->busy != NULL) return NULL;
+  if (tp__sandbox_reset(s->sb) != 0) return NULL;
+  tp_run *r = run_new(s->e, s->sb, source, len);
+  if (r == NULL) return NULL;
+  r->session = s;
+  s->busy = r;
+  s->runs++;
+  return r;
+}
+
+size_t tp_session_memory (const tp_session *s) { return s ? s->sb->mem_used : 0; }
+
+void tp_session_destroy (tp_session *s) {
+  if (s == NULL) return;
+  if (s->busy) tp_run_destroy(s->busy);
+  tp__sandbox_destroy(s->sb);
+  free(s);
 }
 
 int tp_run_done (const tp_run *r) { return r != NULL && r->state == ST_DONE; }
@@ -498,6 +543,7 @@ void tp_run_cancel (tp_run *r) {
   int line = r->state == ST_STARTED ? error_line(r->sb->T) : 0;
   finish(r, NULL, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
                              kill_hint((tp_kill)why)));
+  if (r->async) idle_start(r->e);  /* the driver reports it */
 }
 
 int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
@@ -596,7 +642,11 @@ void tp_run_destroy (tp_run *r) {
     tp__call_release(c);
   }
   if (r->timer) uv_close((uv_handle_t *)r->timer, (uv_close_cb)free);
-  tp__sandbox_destroy(r->sb);
+  if (r->session) {
+    r->session->busy = NULL;
+    r->sb->run = NULL;
+  }
+  else tp__sandbox_destroy(r->sb);
   json_decref(r->pending_error);
   free(r->src);
   free(r->envelope);
@@ -628,6 +678,7 @@ void tp_engine_destroy (tp_engine *e) {
   if (e == NULL) return;
   while (e->runs) tp_run_destroy(e->runs);
   tp__host_close(e);
+  if (e->idle) uv_close((uv_handle_t *)e->idle, (uv_close_cb)free);
   uv_run(e->loop, UV_RUN_NOWAIT);   /* close callbacks of the runs' timers */
   uv_walk(e->loop, close_handle, NULL);
   uv_run(e->loop, UV_RUN_DEFAULT);
@@ -679,6 +730,99 @@ static void wait_for_calls (tp_run *r) {
   uv_timer_stop(r->timer);
 }
 
+/* ---- the async driver -------------------------------------------------------------------
+** Started runs are stepped by an idle handle of the engine's loop, a time slice each in
+** turn. A run whose script waits on calls is skipped until tp__run_wake (a call
+** completed, or its deadline timer fired); when every started run waits, the idle
+** handle stops, so a server whose scripts all wait on tools uses no CPU.
+*/
+static void report_done (tp_run *r) {
+  if (r->reported) return;
+  r->reported = 1;
+  r->async = 0;
+  if (r->timer) uv_timer_stop(r->timer);
+  if (r->done_cb) r->done_cb(r, r->done_ud);  /* may destroy r */
+}
+
+static void idle_cb (uv_idle_t *h);
+
+static void idle_start (tp_engine *e) {
+  if (e->idle_on) return;
+  if (e->idle == NULL) {
+    e->idle = malloc(sizeof *e->idle);
+    if (e->idle == NULL || uv_idle_init(e->loop, e->idle) != 0) {
+      free(e->idle);
+      e->idle = NULL;
+      return;
+    }
+    e->idle->data = e;
+  }
+  uv_idle_start(e->idle, idle_cb);
+  e->idle_on = 1;
+}
+
+static void deadline_cb (uv_timer_t *t) { tp__run_wake(t->data); }
+
+/* Arms r's timer at its nearest deadline while it waits. */
+static void arm_deadline (tp_run *r) {
+  uint64_t now = tp__now_ns(), next = r->deadline_ns;
+  for (tp_call *c = r->calls; c != NULL; c = c->next)
+    if (c->state == CALL_RUNNING && c->deadline_ns && (next == 0 || c->deadline_ns < next))
+      next = c->deadline_ns;
+  if (next == 0) return;
+  if (r->timer == NULL) {
+    r->timer = malloc(sizeof *r->timer);
+    if (r->timer == NULL || uv_timer_init(r->e->loop, r->timer) != 0) {
+      free(r->timer);
+      r->timer = NULL;
+      return;
+    }
+  }
+  r->timer->data = r;
+  uv_timer_start(r->timer, deadline_cb, next > now ? (next - now + 999999) / 1000000 : 0, 0);
+}
+
+void tp__run_wake (tp_run *r) {
+  if (r == NULL || !r->async) return;
+  r->waiting = r->waiting ? 2 : 0;  /* 2: look again */
+  idle_start(r->e);
+}
+
+static void idle_cb (uv_idle_t *h) {
+  tp_engine *e = h->data;
+  int busy = 0;
+  for (tp_run *r = e->runs, *next; r != NULL; r = next) {
+    next = r->next;
+    if (!r->async) continue;
+    if (r->state == ST_DONE) { report_done(r); continue; }
+    if (r->waiting == 1) continue;
+    if (r->waiting == 2) r->waiting = 1;
+    int rc = tp_run_step(r, e->slice_us ? e->slice_us : 5000, 0);
+    if (rc == TP_DONE || r->state == ST_DONE) report_done(r);
+    else if (rc == TP_YIELD) busy = 1;
+    else if (rc == TP_WAIT) arm_deadline(r);
+    else { tp_run_cancel(r); report_done(r); }
+  }
+  if (!busy) {
+    for (tp_run *r = e->runs; r != NULL; r = r->next)
+      if (r->async && (r->waiting != 1 || r->state == ST_DONE)) busy = 1;
+  }
+  if (!busy) {
+    uv_idle_stop(h);
+    e->idle_on = 0;
+  }
+}
+
+int tp_run_start (tp_run *r, tp_run_done_cb done, void *ud) {
+  if (r == NULL) return TP_EINVAL;
+  if (r->async || r->reported) return TP_ESTATE;
+  r->done_cb = done;
+  r->done_ud = ud;
+  r->async = 1;
+  idle_start(r->e);
+  return r->e->idle_on ? TP_OK : TP_ENOMEM;
+}
+
 static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
                      int check_only, char **envelope, int *script_ok) {
   if (envelope) *envelope = NULL;
@@ -714,3 +858,6 @@ int tp_engine_check (tp_engine *e, const char *source, size_t len, const tp_limi
                      char **envelope, int *script_ok) {
   return run_sync(e, source, len, limits, 1, envelope, script_ok);
 }
+
+/* The engine's libuv loop, for host.c, the MCP server and tests (not public API). */
+void *tp__engine_loop (tp_engine *e) { return e ? e->loop : NULL; }

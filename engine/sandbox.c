@@ -1081,3 +1081,36 @@ void tp__sandbox_destroy (tp_sandbox *sb) {
   json_decref(sb->logs);
   free(sb);
 }
+
+/* A new script thread for the next run of a session; the old one is let go. */
+static int new_thread (lua_State *L) {
+  tp__sandbox_of(L)->T = lua_newthread(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &thread_key);
+  return 0;
+}
+
+int tp__sandbox_reset (tp_sandbox *sb) {
+  json_t *logs = json_array();
+  if (logs == NULL) return -1;
+  atomic_store(&sb->kill, TP_KILL_NONE);
+  atomic_store(&sb->slice_over, 0);
+  sb->hook_yielded = 0;
+  sb->fail_armed = 0;
+  lua_sethook(sb->L, NULL, 0, 0);
+  lua_pushcfunction(sb->L, new_thread);
+  if (lua_pcall(sb->L, 0, 0, 0) != LUA_OK) {
+    lua_pop(sb->L, 1);
+    json_decref(logs);
+    return -1;
+  }
+  json_decref(sb->logs);
+  sb->logs = logs;
+  sb->out_used = 0;
+  sb->out_truncated = 0;
+  sb->instr_used = 0;
+  sb->instr_step_end = 0;
+  sb->mem_peak = sb->mem_used;
+  sb->meter.countdown = METER_STEPS;
+  atomic_store(&sb->running, sb->L);
+  return 0;
+}

@@ -218,6 +218,7 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
     c->message = dup_or_null(msg ? msg : "the tool failed");
   }
   if (r != NULL && was_running && r->in_flight > 0) r->in_flight--;
+  if (r != NULL) tp__run_wake(r);
 }
 
 static void call_fail_now (tp_call *c, const char *code, const char *fmt, ...) {

@@ -129,6 +129,31 @@ const char *tp_run_envelope(const tp_run *r);
 /* Destroys the run (finished or not). NULL is a no-op. */
 void tp_run_destroy(tp_run *r);
 
+/* Hands the run to the engine's loop: tp_engine_poll (or the loop of tp_engine_run)
+** steps it in time slices, round-robin with the other started runs, while its tool
+** calls wait without blocking anyone; done is called once, when the run has finished
+** (tp_run_envelope is ready), and may destroy the run. */
+typedef void (*tp_run_done_cb)(tp_run *r, void *ud);
+int tp_run_start(tp_run *r, tp_run_done_cb done, void *ud);
+
+/* ---- sessions: globals kept from one run to the next --------------------------------
+** A session owns one sandbox; its runs execute in it one at a time, so a script can use
+** what an earlier one left in globals. Its memory limit holds for the whole session. */
+typedef struct tp_session tp_session;
+
+/* Creates a session with these limits (NULL: defaults). NULL when out of memory. */
+tp_session *tp_session_create(tp_engine *e, const tp_limits *limits);
+
+/* A run in the session (the session's limits apply). NULL when another run of the
+** session is not yet destroyed, or out of memory. */
+tp_run *tp_session_run(tp_session *s, const char *source, size_t len);
+
+/* Bytes the session's sandbox holds now. */
+size_t tp_session_memory(const tp_session *s);
+
+/* Destroys the session (and its run, if any). NULL is a no-op. */
+void tp_session_destroy(tp_session *s);
+
 /* ---- tools ---------------------------------------------------------------------------
 **
 ** A script calls tools.weather.current{city = "Paris"}: the call yields the script to
