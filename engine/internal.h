@@ -108,6 +108,11 @@ void tp__sandbox_destroy(tp_sandbox *sb);
 ** counters and verdicts cleared; globals stay. 0, or -1 when out of memory. */
 int tp__sandbox_reset(tp_sandbox *sb);
 
+/* Appends a line that host code (a tool's ctx.log) writes to the run's logs, within the
+** output cap: past it the line is cut, marked once, and later lines are dropped. Never
+** raises and does not stop the run. */
+void tp__sandbox_log_host(tp_sandbox *sb, const char *s, size_t len);
+
 /* The sandbox of a sandbox state (any of its threads), or NULL for other states. */
 tp_sandbox *tp__sandbox_of(lua_State *L);
 
@@ -164,6 +169,7 @@ struct tp_engine {
   struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
   int idle_on;
   uint64_t slice_us;       /* time slice of a started run; default 5 ms */
+  uint64_t run_ids;        /* the last run id given out */
   char *workspace;
   char *remotes_dir;       /* for $ref in tool schemas; NULL */
 };
@@ -210,6 +216,7 @@ enum { ST_READY, ST_STARTED, ST_DONE };
 
 struct tp_run {
   tp_engine *e;
+  uint64_t id;             /* unique within the engine, from 1 */
   tp_run *prev, *next;     /* the engine's live runs */
   tp_sandbox *sb;
   char *src;               /* normalized source, for the "source" line of errors */
@@ -273,6 +280,8 @@ struct tp_call {
 };
 
 void tp__call_finish(tp_call *c, int ok, json_t *result, const char *code, const char *msg);
+/* Completes a handler's call with a result tree (stolen), checked like tp_call_complete. */
+int tp__call_complete_tree(tp_call *c, json_t *result);
 void tp__run_calls_json(tp_run *r, json_t *calls);
 void tp__run_cancel_calls(tp_run *r);
 void tp__call_release(tp_call *c);

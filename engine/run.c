@@ -455,6 +455,7 @@ static tp_run *run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t
   tp_run *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->e = e;
+  r->id = ++e->run_ids;
   r->sb = sb;
   size_t nlen = len;
   const char *src = tp__normalize(source, &nlen);

@@ -1114,3 +1114,35 @@ int tp__sandbox_reset (tp_sandbox *sb) {
   atomic_store(&sb->running, sb->L);
   return 0;
 }
+
+/* Host code's lines (a tool's ctx.log): invalid UTF-8 becomes U+FFFD byte by byte (the
+** text comes from trusted code, so being exact matters less than never failing). */
+void tp__sandbox_log_host (tp_sandbox *sb, const char *s, size_t len) {
+  if (sb == NULL || sb->out_truncated) return;
+  size_t room = sb->out_cap ? (sb->out_used < sb->out_cap ? sb->out_cap - sb->out_used : 0)
+                            : len;
+  int over = len > room;
+  size_t take = over ? room : len;
+  while (over && take > 0 && ((unsigned char)s[take] & 0xc0) == 0x80) take--;
+  json_t *str = json_stringn(s, take);
+  if (str == NULL) {
+    char *copy = malloc(take * 3 + 1);
+    size_t o = 0;
+    if (copy == NULL) return;
+    for (size_t i = 0; i < take; i++) {
+      unsigned char c = (unsigned char)s[i];
+      if (c < 0x80 && c != 0) copy[o++] = (char)c;
+      else { memcpy(copy + o, "\xef\xbf\xbd", 3); o += 3; }
+    }
+    str = json_stringn(copy, o);
+    free(copy);
+  }
+  if (str != NULL && json_array_append_new(sb->logs, str) == 0) sb->out_used += take;
+  if (over) {
+    char note[96];
+    snprintf(note, sizeof note, "...[output truncated: the %zu-byte output limit was reached]",
+             sb->out_cap);
+    json_array_append_new(sb->logs, json_string(note));
+    sb->out_truncated = 1;
+  }
+}

@@ -321,7 +321,7 @@ static void start_queued (tp_run *r) {
   uint32_t cap = r->sb->limits.tool_in_flight;
   for (tp_call *c = r->calls; c != NULL; c = c->next) {
     if (cap && r->in_flight >= cap) break;
-    if (c->state == CALL_QUEUED) dispatch(r, c);
+    if (c->state == CALL_QUEUED && !c->cancelled) dispatch(r, c);
   }
 }
 
@@ -567,6 +567,9 @@ void tp__run_calls_json (tp_run *r, json_t *arr) {
 /* The run ends: calls still running are cancelled (their handlers are told, and their
 ** late completions ignored); the run lets go of every call. */
 void tp__run_cancel_calls (tp_run *r) {
+  /* all first, so a handler told to stop cannot start a queued call of this run */
+  for (tp_call *c = r->calls; c != NULL; c = c->next)
+    if (c->state != CALL_DONE) c->cancelled = 1;
   for (tp_call *c = r->calls; c != NULL; c = c->next) {
     if (c->state != CALL_DONE) {
       c->cancelled = 1;
