@@ -1,23 +1,640 @@
 /*
-** host.c: the engine's host Lua state (trusted): plugin tools written in Lua, their
-** handlers run as coroutines, luv on the engine's loop, describe and search.
-** (Placeholder until the host state lands: no Lua plugins yet.)
+** host.c: the engine's host Lua state H (trusted, one per engine, opened on first need):
+** plugin tools written in Lua, their handlers run as coroutines, luv on the engine's
+** loop, lpeg, and the runtime lua/host.lua, which does the Lua side of all this.
+**
+** The life of a Lua tool call:
+**   tp__host_dispatch   host.lua's prepare() makes a record {co, ctx, box, handles} for
+**                       the call; c->host_ref holds it; start() resumes the handler.
+**   the handler waits   ctx.sleep / ctx.await yield the coroutine; a luv callback resumes
+**                       it later, through the callback runner below (never exits).
+**   it ends             host.lua calls E.complete(box, ok, value): the result goes through
+**                       tp__call_complete_tree (schema checks), an error through
+**                       tp_call_fail. The box is emptied first, so a record can never
+**                       reach a call that is gone.
+**   it is cut short     tp__host_cancel (call timeout, run finished or destroyed): the box
+**                       is emptied, the call's luv handles closed, its coroutine closed
+**                       (lua_closethread), and the handler's ownership of the call ends.
+**
+** Registry references of calls' records and of the runtime are counted; a debug build
+** asserts none is left when H closes. A tool's handler reference belongs to the tool
+** (t->lua_ref) and goes with it.
 */
-#include <stdlib.h>
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <uv.h>
+
+#include "lauxlib.h"
+#include "lualib.h"
+
 #include "internal.h"
+#include "json.h"
+#include "embedded.h"
 
-int tp__host_open (tp_engine *e) { (void)e; return 0; }
-void tp__host_close (tp_engine *e) { (void)e; }
+/* luv and lpeg come from Debian's static libraries (liblua5.4-luv.a, liblua5.4-lpeg.a);
+** their headers would drag in a second set of Lua headers, so the few entry points are
+** declared here with the signatures of luv.h and lua-lpeg.h. */
+typedef int (*tp_luv_pcall)(lua_State *L, int nargs, int nresults, int flags);
+void luv_set_loop(lua_State *L, uv_loop_t *loop);
+void luv_set_callback(lua_State *L, tp_luv_pcall pcall);
+int luaopen_luv(lua_State *L);
+int luaopen_lpeg(lua_State *L);
 
-void tp__host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args) {
-  (void)e; (void)t; (void)args;
-  tp_call_fail(c, "tool.failed", "Lua plugin tools are not available in this build");
+#define CALLBOX "tidepool.callbox"
+
+/* What host.c keeps about H, in a userdata under &host_key in H's registry. H's extra
+** space must stay NULL: the patched pattern matcher reads it (lua_patch.h). */
+typedef struct host {
+  tp_engine *e;
+  int rt;      /* host.lua's table */
+  int nrefs;   /* registry references taken by host.c and not yet released */
+} host;
+
+static const char host_key = 0;
+
+/* A call as Lua sees it: emptied (NULL) once the call is completed or cancelled. */
+typedef struct callbox { tp_call *c; } callbox;
+
+static host *get_host (lua_State *H) {
+  lua_rawgetp(H, LUA_REGISTRYINDEX, &host_key);
+  host *h = lua_touserdata(H, -1);
+  lua_pop(H, 1);
+  return h;
 }
 
-void tp__host_cancel (tp_engine *e, tp_call *c) { (void)e; (void)c; }
+static int take_ref (lua_State *H) {
+  int ref = luaL_ref(H, LUA_REGISTRYINDEX);
+  if (ref != LUA_REFNIL && ref != LUA_NOREF) get_host(H)->nrefs++;
+  return ref;
+}
+
+static void drop_ref (lua_State *H, int *ref) {
+  if (*ref == LUA_NOREF || *ref == LUA_REFNIL) { *ref = LUA_NOREF; return; }
+  luaL_unref(H, LUA_REGISTRYINDEX, *ref);
+  get_host(H)->nrefs--;
+  *ref = LUA_NOREF;
+}
+
+/* Message handler: keeps strings and error tables as they are; anything else becomes
+** a string. */
+static int msgh (lua_State *L) {
+  int t = lua_type(L, 1);
+  if (t != LUA_TSTRING && t != LUA_TTABLE)
+    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  return 1;
+}
+
+/* lua_pcall with msgh; the error (if any) is left on top, as a string when possible. */
+static int pcall_h (lua_State *H, int nargs, int nres) {
+  int base = lua_gettop(H) - nargs;
+  lua_pushcfunction(H, msgh);
+  lua_insert(H, base);
+  int st = lua_pcall(H, nargs, nres, base);
+  lua_remove(H, base);
+  return st;
+}
+
+static const char *error_text (lua_State *H, int idx) {
+  if (lua_type(H, idx) == LUA_TTABLE) {
+    lua_getfield(H, idx, "message");
+    const char *m = lua_tostring(H, -1);
+    lua_pop(H, 1);  /* still referenced by the table */
+    if (m) return m;
+  }
+  const char *s = lua_tostring(H, idx);
+  return s ? s : "unknown error";
+}
+
+/* ---- the luv callback runner --------------------------------------------------------
+** luv calls this with the callback and its nargs arguments on top of H. It must leave
+** the results (returning their count) or, on error, nothing (returning -status), and
+** never exit the process. An error goes to the call that owns the callback when
+** host.lua knows it (callbacks made by ctx), else to stderr; stdout is the program's. */
+static int cb_pcall (lua_State *L, int nargs, int nresults, int flags) {
+  (void)flags;
+  int fn = lua_gettop(L) - nargs;
+  lua_pushvalue(L, fn);            /* a copy of the callback, to find its owner */
+  lua_insert(L, fn);
+  lua_pushcfunction(L, msgh);
+  lua_insert(L, fn + 1);           /* copy, msgh, callback, args */
+  int st = lua_pcall(L, nargs, nresults, fn + 1);
+  if (st == LUA_OK) {
+    lua_remove(L, fn + 1);
+    lua_remove(L, fn);
+    return nresults == LUA_MULTRET ? lua_gettop(L) - fn + 1 : nresults;
+  }
+  /* stack: copy, msgh, error */
+  host *h = get_host(L);
+  int routed = 0;
+  if (h != NULL && h->rt != LUA_NOREF && lua_checkstack(L, 6)) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->rt);
+    lua_getfield(L, -1, "callback_error");
+    lua_remove(L, -2);
+    lua_pushvalue(L, fn);
+    lua_pushstring(L, error_text(L, fn + 2));
+    if (lua_pcall(L, 2, 1, 0) == LUA_OK) routed = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  if (!routed)
+    fprintf(stderr, "tidepool: error in a luv callback of the host state: %s\n",
+            error_text(L, fn + 2));
+  lua_settop(L, fn - 1);
+  return -st;
+}
+
+/* ---- schemas and results given as Lua tables ----------------------------------------- */
+
+static int in_list (const char *k, const char *const *list) {
+  for (; *list; list++) if (strcmp(k, *list) == 0) return 1;
+  return 0;
+}
+
+/* An empty Lua table converts to {}; where a schema keyword takes an array (required,
+** enum, type, allOf, ...) it is [] instead. Walks subschemas only, never into data
+** (const, default, examples' items). */
+static void fix_schema (json_t *s, int depth) {
+  static const char *const arrays[] = { "required", "enum", "type", "allOf", "anyOf",
+    "oneOf", "prefixItems", "examples", NULL };
+  static const char *const one[] = { "items", "additionalProperties", "not", "if", "then",
+    "else", "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
+    "additionalItems", "contentSchema", NULL };
+  static const char *const maps[] = { "properties", "patternProperties", "$defs",
+    "definitions", "dependentSchemas", NULL };
+  static const char *const lists[] = { "allOf", "anyOf", "oneOf", "prefixItems", "items",
+    NULL };
+  const char *k;
+  json_t *v;
+  if (!json_is_object(s) || depth > TP_JSON_MAX_DEPTH) return;
+  json_object_foreach(s, k, v) {
+    if (in_list(k, arrays) && json_is_object(v) && json_object_size(v) == 0) {
+      json_object_set_new(s, k, json_array());
+      continue;
+    }
+    if (in_list(k, one)) fix_schema(v, depth + 1);
+    if (in_list(k, maps) && json_is_object(v)) {
+      const char *k2;
+      json_t *v2;
+      json_object_foreach(v, k2, v2) fix_schema(v2, depth + 1);
+    }
+    if (in_list(k, lists) && json_is_array(v)) {
+      size_t i;
+      json_t *v2;
+      json_array_foreach(v, i, v2) fix_schema(v2, depth + 1);
+    }
+    if (strcmp(k, "dependentRequired") == 0 && json_is_object(v)) {
+      const char *k2;
+      json_t *v2;
+      json_object_foreach(v, k2, v2)
+        if (json_is_object(v2) && json_object_size(v2) == 0)
+          json_object_set_new(v, k2, json_array());
+    }
+  }
+}
+
+static int wants_array (const json_t *schema) {
+  const json_t *t = json_object_get(schema, "type");
+  if (json_is_string(t)) return strcmp(json_string_value(t), "array") == 0;
+  if (!json_is_array(t)) return 0;
+  int arr = 0, obj = 0;
+  size_t i;
+  json_t *v;
+  json_array_foreach(t, i, v) {
+    if (json_is_string(v) && strcmp(json_string_value(v), "array") == 0) arr = 1;
+    if (json_is_string(v) && strcmp(json_string_value(v), "object") == 0) obj = 1;
+  }
+  return arr && !obj;
+}
+
+/* A handler's result, shaped by the output schema: an empty table where the schema
+** asks for an array becomes []. Returns a new value to put in place of v, or NULL. */
+static json_t *shape (json_t *v, const json_t *schema, int depth) {
+  if (!json_is_object(schema) || depth > TP_JSON_MAX_DEPTH) return NULL;
+  if (json_is_object(v) && json_object_size(v) == 0 && wants_array(schema))
+    return json_array();
+  if (json_is_object(v)) {
+    const json_t *props = json_object_get(schema, "properties");
+    const json_t *extra = json_object_get(schema, "additionalProperties");
+    const char *k;
+    json_t *child;
+    json_object_foreach(v, k, child) {
+      const json_t *sub = json_object_get(props, k);
+      json_t *n = shape(child, sub ? sub : extra, depth + 1);
+      if (n) json_object_set_new(v, k, n);
+    }
+  }
+  else if (json_is_array(v)) {
+    const json_t *items = json_object_get(schema, "items");
+    const json_t *prefix = json_object_get(schema, "prefixItems");
+    size_t i;
+    json_t *child;
+    json_array_foreach(v, i, child) {
+      const json_t *sub = json_array_get(prefix, i);
+      json_t *n = shape(child, sub ? sub : items, depth + 1);
+      if (n) json_array_set_new(v, i, n);
+    }
+  }
+  return NULL;
+}
+
+/* ---- E: what host.lua may call ---------------------------------------------------- */
+
+static json_t *schema_arg (lua_State *H, const char *field, const char *tool, int *bad,
+                           char *err, size_t errlen) {
+  json_t *doc = NULL;
+  *bad = 0;
+  lua_getfield(H, 1, field);
+  if (lua_type(H, -1) == LUA_TSTRING) {
+    size_t len;
+    const char *text = lua_tolstring(H, -1, &len);
+    json_error_t jerr;
+    doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL) {
+      snprintf(err, errlen, "tool %s: the %s schema is not JSON: %s at line %d column %d",
+               tool, field, jerr.text, jerr.line, jerr.column);
+      *bad = 1;
+    }
+  }
+  else if (lua_type(H, -1) == LUA_TTABLE) {
+    tp_json_err jerr;
+    doc = tp_json_from_lua(H, -1, 0, 0, &jerr);
+    if (doc == NULL) {
+      snprintf(err, errlen, "tool %s: the %s schema cannot be read as JSON: %s", tool, field,
+               jerr.message);
+      *bad = 1;
+    }
+    else fix_schema(doc, 0);
+  }
+  lua_pop(H, 1);
+  return doc;
+}
+
+/* E.add_tool{name=, description=, input=, output=, handler=, timeout_ms=, origin=}
+** -> true | nil, message. Fields are checked by host.lua; schemas are JSON text or
+** tables. */
+static int e_add_tool (lua_State *H) {
+  host *h = get_host(H);
+  luaL_checktype(H, 1, LUA_TTABLE);
+  lua_getfield(H, 1, "name");
+  const char *name = luaL_checkstring(H, -1);
+  lua_getfield(H, 1, "description");
+  const char *desc = lua_tostring(H, -1);
+  lua_getfield(H, 1, "origin");
+  const char *origin = lua_tostring(H, -1);
+  lua_getfield(H, 1, "timeout_ms");
+  lua_Number tmo = lua_tonumber(H, -1);
+  lua_pop(H, 1);
+  char err[1024];
+  const tp_tool *old = tp__tool_find(h->e, name);
+  if (old != NULL) {
+    luaL_pushfail(H);
+    if (old->origin)
+      lua_pushfstring(H, "tool %s is defined already (at %s)", name, old->origin);
+    else
+      lua_pushfstring(H, "tool %s is registered already", name);
+    return 2;
+  }
+  int bad;
+  json_t *in = schema_arg(H, "input", name, &bad, err, sizeof err);
+  if (bad) { luaL_pushfail(H); lua_pushstring(H, err); return 2; }
+  json_t *out = schema_arg(H, "output", name, &bad, err, sizeof err);
+  if (bad) { json_decref(in); luaL_pushfail(H); lua_pushstring(H, err); return 2; }
+  lua_getfield(H, 1, "handler");
+  luaL_checktype(H, -1, LUA_TFUNCTION);
+  int ref = luaL_ref(H, LUA_REGISTRYINDEX);
+  tp_tool_def def = { 0 };
+  def.name = name;
+  def.description = desc;
+  def.timeout_us = tmo > 0 ? (uint64_t)(tmo * 1000.0) : 0;
+  int rc = tp__engine_add_lua_tool(h->e, &def, in, out, ref, origin);
+  json_decref(in);
+  json_decref(out);
+  if (rc != TP_OK) {
+    luaL_unref(H, LUA_REGISTRYINDEX, ref);
+    luaL_pushfail(H);
+    lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
+    return 2;
+  }
+  lua_pushboolean(H, 1);
+  return 1;
+}
+
+/* Lets go of a call's record: the box is emptied and the reference dropped. */
+static void release_record (lua_State *H, tp_call *c) {
+  if (c->host_ref == LUA_NOREF) return;
+  lua_rawgeti(H, LUA_REGISTRYINDEX, c->host_ref);
+  if (lua_type(H, -1) == LUA_TTABLE) {
+    lua_getfield(H, -1, "box");
+    callbox *b = luaL_testudata(H, -1, CALLBOX);
+    if (b) b->c = NULL;
+    lua_pop(H, 1);
+  }
+  lua_pop(H, 1);
+  drop_ref(H, &c->host_ref);
+}
+
+/* E.complete(box, ok, value [, code]) -> true when the call took the outcome. ok: value
+** is the result; not ok: value is the message, code a tool.* code (tool.failed). */
+static int e_complete (lua_State *H) {
+  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  tp_call *c = b->c;
+  if (c == NULL) { lua_pushboolean(H, 0); return 1; }
+  int ok = lua_toboolean(H, 2);
+  release_record(H, c);
+  b->c = NULL;
+  if (ok) {
+    size_t cap = c->run ? c->run->sb->limits.tool_bytes : 0;
+    tp_json_err jerr;
+    json_t *v = lua_isnoneornil(H, 3) ? json_null() : tp_json_from_lua(H, 3, 0, cap, &jerr);
+    if (v == NULL) {
+      char msg[800];
+      snprintf(msg, sizeof msg, "the handler's result cannot be sent as JSON: %s%s%s%s",
+               jerr.message, jerr.path[0] ? " (at " : "", jerr.path, jerr.path[0] ? ")" : "");
+      tp_call_fail(c, "tool.invalid_output", msg);
+    }
+    else {
+      json_t *n = c->tool ? shape(v, c->tool->output, 0) : NULL;
+      if (n) { json_decref(v); v = n; }
+      tp__call_complete_tree(c, v);
+    }
+  }
+  else {
+    const char *code = luaL_optstring(H, 4, "tool.failed");
+    tp_call_fail(c, code, luaL_optstring(H, 3, "the handler failed"));
+  }
+  lua_pushboolean(H, 1);
+  return 1;
+}
+
+/* E.log(box, text): a line in the run's logs. */
+static int e_log (lua_State *H) {
+  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  size_t len;
+  const char *s = luaL_checklstring(H, 2, &len);
+  if (b->c && b->c->run && b->c->run->sb) tp__sandbox_log_host(b->c->run->sb, s, len);
+  return 0;
+}
+
+/* E.deadline_ms(box) -> milliseconds left before the call times out, or nil. */
+static int e_deadline_ms (lua_State *H) {
+  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  if (b->c == NULL || b->c->deadline_ns == 0) return 0;
+  uint64_t now = tp__now_ns();
+  uint64_t left = b->c->deadline_ns > now ? b->c->deadline_ns - now : 0;
+  lua_pushnumber(H, (lua_Number)(left / 1000) / 1e3);
+  return 1;
+}
+
+/* ---- opening and closing H ------------------------------------------------------ */
+
+static int open_p (lua_State *H) {
+  tp_engine *e = lua_touserdata(H, 1);
+  host *h = lua_newuserdatauv(H, sizeof *h, 0);
+  h->e = e;
+  h->rt = LUA_NOREF;
+  h->nrefs = 0;
+  lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
+  luaL_openlibs(H);
+  luv_set_loop(H, e->loop);
+  luv_set_callback(H, cb_pcall);
+  luaL_requiref(H, "luv", luaopen_luv, 0);
+  luaL_requiref(H, "lpeg", luaopen_lpeg, 0);
+  luaL_requiref(H, "json", tp_json_open, 1);  /* also a global: plugins use json.array */
+  lua_settop(H, 1);
+  luaL_newmetatable(H, CALLBOX);
+  lua_pushliteral(H, "tidepool call");
+  lua_setfield(H, -2, "__metatable");
+  lua_pop(H, 1);
+  const tp_embedded *src = tp__embedded_find("lua/host.lua");
+  if (src == NULL) return luaL_error(H, "lua/host.lua is not embedded in this build");
+  if (luaL_loadbufferx(H, src->data, src->len, "=lua/host.lua", "t") != LUA_OK)
+    return lua_error(H);
+  static const luaL_Reg fns[] = {
+    { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
+    { "deadline_ms", e_deadline_ms }, { NULL, NULL } };
+  luaL_newlib(H, fns);
+  lua_call(H, 1, 1);
+  luaL_checktype(H, -1, LUA_TTABLE);
+  h->rt = take_ref(H);
+  return 0;
+}
+
+int tp__host_open (tp_engine *e) {
+  if (e->H != NULL) return TP_OK;
+  lua_State *H = luaL_newstate();
+  if (H == NULL) return TP_ENOMEM;
+  *(void **)lua_getextraspace(H) = NULL;  /* no pattern meter here (lua_patch.h) */
+  lua_pushcfunction(H, open_p);
+  lua_pushlightuserdata(H, e);
+  if (pcall_h(H, 1, 0) != LUA_OK) {
+    tp__engine_set_error(e, "the host Lua state cannot start: %s", error_text(H, -1));
+    lua_close(H);
+    /* luv may have started nothing yet; anything it did start is closed by the engine */
+    return TP_ENOMEM;
+  }
+  e->H = H;
+  return TP_OK;
+}
+
+/* Calls host.lua's rt[name] with the nargs values on top; leaves nres results. */
+static int rt_call (lua_State *H, const char *name, int nargs, int nres) {
+  host *h = get_host(H);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
+  lua_getfield(H, -1, name);
+  lua_remove(H, -2);
+  lua_insert(H, -1 - nargs);
+  return pcall_h(H, nargs, nres);
+}
+
+void tp__host_close (tp_engine *e) {
+  lua_State *H = e->H;
+  if (H == NULL) return;
+  if (rt_call(H, "shutdown", 0, 0) != LUA_OK) lua_pop(H, 1);  /* closes luv handles */
+  uv_run(e->loop, UV_RUN_NOWAIT);  /* their close callbacks, while H still exists */
+  for (size_t i = 0; i < e->ntools; i++)  /* the tools outlive H, without handlers */
+    if (e->tools[i]->lua_ref != LUA_NOREF) {
+      luaL_unref(H, LUA_REGISTRYINDEX, e->tools[i]->lua_ref);
+      e->tools[i]->lua_ref = LUA_NOREF;
+    }
+  host *h = get_host(H);
+  drop_ref(H, &h->rt);
+  assert(h->nrefs == 0 && "host.c: registry references leaked");
+  lua_close(H);
+  e->H = NULL;
+}
+
+/* ---- calls ------------------------------------------------------------------------ */
+
+static int dispatch_p (lua_State *H) {
+  tp_call *c = lua_touserdata(H, 1);
+  const tp_tool *t = lua_touserdata(H, 2);
+  const json_t *args = lua_touserdata(H, 3);
+  tp_engine *e = c->e;
+  lua_settop(H, 0);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
+  tp_json_push(H, args, 0);
+  callbox *b = lua_newuserdatauv(H, sizeof *b, 0);
+  b->c = NULL;
+  luaL_setmetatable(H, CALLBOX);
+  lua_createtable(H, 0, 5);
+  lua_pushinteger(H, (lua_Integer)c->id);
+  lua_setfield(H, -2, "call_id");
+  lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
+  lua_setfield(H, -2, "run_id");
+  lua_pushstring(H, c->name);
+  lua_setfield(H, -2, "tool");
+  if (e->workspace) {
+    lua_pushstring(H, e->workspace);
+    lua_setfield(H, -2, "workspace");
+  }
+  host *h = get_host(H);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
+  lua_getfield(H, -1, "prepare");
+  lua_remove(H, -2);
+  lua_insert(H, 1);
+  lua_call(H, 4, 1);            /* prepare(handler, args, box, info) -> record */
+  luaL_checktype(H, -1, LUA_TTABLE);
+  lua_pushvalue(H, -1);
+  c->host_ref = take_ref(H);    /* from here on, the call can be cancelled */
+  b->c = c;
+  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
+  lua_getfield(H, -1, "start");
+  lua_remove(H, -2);
+  lua_insert(H, -2);
+  lua_call(H, 1, 0);            /* start(record): runs the handler until it waits */
+  return 0;
+}
+
+void tp__host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args) {
+  if (e->H == NULL && tp__host_open(e) != TP_OK) {
+    tp_call_fail(c, "tool.failed", "the host Lua state cannot start");
+    return;
+  }
+  lua_State *H = e->H;
+  int top = lua_gettop(H);
+  lua_pushcfunction(H, dispatch_p);
+  lua_pushlightuserdata(H, c);
+  lua_pushlightuserdata(H, (void *)t);
+  lua_pushlightuserdata(H, (void *)args);
+  if (pcall_h(H, 3, 0) != LUA_OK) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "the host could not start the handler: %s", error_text(H, -1));
+    lua_settop(H, top);
+    if (c->handler_owns) {
+      int cancelled = c->cancelled;
+      tp__host_cancel(e, c);  /* releases whatever was set up; the call stays ours */
+      if (!cancelled && c->handler_owns) tp_call_fail(c, "tool.failed", msg);
+    }
+  }
+  lua_settop(H, top);
+}
+
+void tp__host_cancel (tp_engine *e, tp_call *c) {
+  lua_State *H = e->H;
+  if (H == NULL || c->host_ref == LUA_NOREF) return;
+  int top = lua_gettop(H);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, c->host_ref);
+  release_record(H, c);         /* the box is empty before any Lua runs */
+  lua_getfield(H, -1, "co");    /* kept on the stack: the record is no longer referenced */
+  lua_State *co = lua_tothread(H, -1);
+  lua_pushvalue(H, -2);
+  if (rt_call(H, "cancel", 1, 0) != LUA_OK)  /* closes the call's luv handles */
+    fprintf(stderr, "tidepool: cancelling tools.%s: %s\n", c->name, error_text(H, -1));
+  if (co != NULL && lua_status(co) == LUA_YIELD && lua_checkstack(H, 1)) {
+    if (lua_closethread(co, H) != LUA_OK)  /* its pending to-be-closed variables ran */
+      fprintf(stderr, "tidepool: closing tools.%s: %s\n", c->name, error_text(co, -1));
+  }
+  lua_settop(H, top);
+  if (c->handler_owns && c->cancelled)
+    tp_call_fail(c, "tool.timeout", "cancelled");  /* ends the handler's ownership only */
+}
+
+/* ---- plugins ------------------------------------------------------------------------ */
+
+static int cmp_str (const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Appends one problem line to a growing buffer. */
+static void add_problem (char **buf, size_t *len, const char *line) {
+  size_t n = strlen(line);
+  char *nb = realloc(*buf, *len + n + 2);
+  if (nb == NULL) return;
+  *buf = nb;
+  if (*len) (*buf)[(*len)++] = '\n';
+  memcpy(*buf + *len, line, n);
+  *len += n;
+  (*buf)[*len] = '\0';
+}
+
+int tp_engine_load_tools (tp_engine *e, const char *dir) {
+  if (e == NULL || dir == NULL) return TP_EINVAL;
+  DIR *d = opendir(dir);
+  if (d == NULL) {
+    tp__engine_set_error(e, "cannot read the tools directory %s: %s", dir, strerror(errno));
+    return TP_EINVAL;
+  }
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *de;
+  int rc = TP_OK;
+  while ((de = readdir(d)) != NULL) {
+    size_t len = strlen(de->d_name);
+    if (de->d_name[0] == '.' || len < 5 || strcmp(de->d_name + len - 4, ".lua") != 0) continue;
+    if (n == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      char **nn = realloc(names, ncap * sizeof *nn);
+      if (nn == NULL) { rc = TP_ENOMEM; break; }
+      names = nn;
+      cap = ncap;
+    }
+    if ((names[n] = strdup(de->d_name)) == NULL) { rc = TP_ENOMEM; break; }
+    n++;
+  }
+  closedir(d);
+  if (rc == TP_OK && (rc = tp__host_open(e)) == TP_OK && n > 1)
+    qsort(names, n, sizeof *names, cmp_str);
+  char *problems = NULL;
+  size_t plen = 0;
+  int added = 0;
+  size_t dlen = strlen(dir);
+  while (dlen > 1 && dir[dlen - 1] == '/') dlen--;
+  for (size_t i = 0; rc == TP_OK && i < n; i++) {
+    lua_State *H = e->H;
+    int top = lua_gettop(H);
+    lua_pushfstring(H, "%s/%s", lua_pushlstring(H, dir, dlen), names[i]);
+    lua_remove(H, -2);
+    if (rt_call(H, "load_file", 1, 2) != LUA_OK) {
+      add_problem(&problems, &plen, error_text(H, -1));
+    }
+    else {
+      added += (int)lua_tointeger(H, -2);
+      lua_Integer np = luaL_len(H, -1);
+      for (lua_Integer k = 1; k <= np; k++) {
+        lua_rawgeti(H, -1, k);
+        if (lua_type(H, -1) == LUA_TSTRING) add_problem(&problems, &plen, lua_tostring(H, -1));
+        lua_pop(H, 1);
+      }
+    }
+    lua_settop(H, top);
+  }
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  if (rc != TP_OK) {
+    free(problems);
+    if (rc == TP_ENOMEM && e->error == NULL) tp__engine_set_error(e, "out of memory");
+    return rc;
+  }
+  free(e->error);
+  e->error = problems;  /* NULL reads as "" */
+  return added;
+}
+
+/* ---- describe, search, workspace (until their own issues land) ---------------------- */
 
 char *tp__host_describe (tp_engine *e, const char *format, const char *tool) {
   (void)format;
@@ -32,12 +649,6 @@ char *tp__host_describe (tp_engine *e, const char *format, const char *tool) {
 char *tp__host_search (tp_engine *e, const char *query) {
   (void)e; (void)query;
   return strdup("[]");
-}
-
-int tp_engine_load_tools (tp_engine *e, const char *dir) {
-  if (e == NULL || dir == NULL) return TP_EINVAL;
-  tp__engine_set_error(e, "Lua plugin tools are not available in this build");
-  return TP_EINVAL;
 }
 
 int tp_engine_set_workspace (tp_engine *e, const char *dir) {

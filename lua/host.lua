@@ -1,0 +1,378 @@
+-- host.lua: the runtime of the engine's host Lua state (trusted; see engine/host.c).
+--
+-- It loads plugin files, runs each tool call's handler as a coroutine with a ctx, and
+-- turns the handler's end into a completion of the call:
+--   return value       -> E.complete(box, true, value)     (result schema checked in C)
+--   error(...)         -> E.complete(box, false, "file:line: message")   tool.failed
+--   error{code=, message=} with a tool.* code -> that code and message
+-- A handler waits only through ctx (ctx.sleep, ctx.await): its coroutine yields WAIT and
+-- a luv callback resumes it later. Everything a call's ctx opened (timers, handles given
+-- to ctx.track) is closed when the call ends, however it ends, so nothing of it runs
+-- afterwards.
+--
+-- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
+-- log(box, text); deadline_ms(box) -> ms | nil.
+local E = ...
+
+local uv = require("luv")
+
+local M = {}
+
+local WAIT = setmetatable({}, { __name = "tidepool.wait" })
+
+-- Callbacks -> the record of the call whose handler made or registered them, so that an
+-- error raised in one reaches that call (callback_error) instead of stderr.
+local owners = setmetatable({}, { __mode = "k" })
+local co_rec = setmetatable({}, { __mode = "k" })  -- handler coroutine -> record
+
+-- Every handle luv gave out in this state, so shutdown can close them before the state
+-- goes (an active handle would otherwise call into a closed state).
+local all_handles = setmetatable({}, { __mode = "k" })
+
+-- luv's functions and handle methods are wrapped: functions handed to them from a
+-- handler's coroutine are claimed for its call, and new handles are remembered.
+local function claim(...)
+  local rec = co_rec[coroutine.running()]
+  if rec then
+    for i = 1, select("#", ...) do
+      local v = select(i, ...)
+      if type(v) == "function" then owners[v] = rec end
+    end
+  end
+end
+
+local wrapped = setmetatable({}, { __mode = "k" })
+local function wrap(name, f)
+  local w
+  if name:match("^new_") or name == "spawn" then
+    w = function(...)
+      claim(...)
+      local h, a, b = f(...)
+      if type(h) == "userdata" then all_handles[h] = true end
+      return h, a, b
+    end
+  else
+    w = function(...)
+      claim(...)
+      return f(...)
+    end
+  end
+  wrapped[w] = true
+  return w
+end
+
+for name, f in pairs(uv) do
+  if type(f) == "function" then uv[name] = wrap(name, f) end
+end
+for k, mt in pairs(debug.getregistry()) do
+  if type(k) == "string" and k:match("^uv_") and type(mt) == "table"
+     and type(rawget(mt, "__index")) == "table" then
+    local methods = rawget(mt, "__index")
+    for name, f in pairs(methods) do
+      if type(f) == "function" and not wrapped[f] then methods[name] = wrap(name, f) end
+    end
+  end
+end
+
+-- print in the host state goes to stderr: stdout belongs to the program (--json).
+function print(...)  -- luacheck: ignore 121
+  local n = select("#", ...)
+  local parts = {}
+  for i = 1, n do parts[i] = tostring((select(i, ...))) end
+  io.stderr:write(table.concat(parts, "\t"), "\n")
+end
+
+local function close_handle(h)
+  pcall(function()
+    if not h:is_closing() then h:close() end
+  end)
+end
+
+local function close_handles(rec)
+  local hs = rec.handles
+  rec.handles = {}
+  for h in pairs(hs) do close_handle(h) end
+end
+
+-- "file:line: " of the innermost plugin frame of thread co (or of this thread when co
+-- is nil), from level on, for errors raised without a position.
+local function where(co, level)
+  for l = level, level + 40 do
+    local info
+    if co then info = debug.getinfo(co, l, "Sl") else info = debug.getinfo(l, "Sl") end
+    if not info then break end
+    if info.what ~= "C" and info.currentline and info.currentline > 0
+       and info.source ~= "=lua/host.lua" then
+      return info.short_src .. ":" .. info.currentline .. ": "
+    end
+  end
+  return ""
+end
+
+local function has_position(msg)
+  return msg:match("^[^\n]-:%d+: ") ~= nil
+end
+
+-- The message and code of an error raised by a handler running in co.
+local function describe_error(err, co)
+  if type(err) == "table" then
+    local code, msg = rawget(err, "code"), rawget(err, "message")
+    if type(msg) == "string" then
+      if type(code) ~= "string" or not code:match("^tool%.") then code = nil end
+      return msg, code
+    end
+  end
+  local msg = type(err) == "string" and err or ("(error object is a " .. type(err) .. " value)")
+  if not has_position(msg) then msg = where(co, 0) .. msg end
+  return msg
+end
+
+local function finish(rec, ok, value, code)
+  if rec.done then return end
+  rec.done = true
+  rec.wait = nil
+  close_handles(rec)
+  E.complete(rec.box, ok, value, code)
+end
+
+-- Resumes the handler's coroutine with the given values and acts on how it stopped.
+local function step(rec, ...)
+  if rec.done or rec.cancelled then return end
+  local co = rec.co
+  local ok, a = coroutine.resume(co, ...)
+  if coroutine.status(co) == "dead" then
+    if ok then
+      finish(rec, true, a)
+    else
+      local msg, code = describe_error(a, co)
+      finish(rec, false, msg, code)
+    end
+  elseif a ~= WAIT then
+    finish(rec, false, "the handler yielded without waiting on anything (wait with "
+      .. "ctx.sleep or ctx.await)")
+  end
+end
+
+-- Waits for the callback handed to start(resume); returns the values it got. The
+-- callback may come at once (before the yield) or never; once the wait is over, later
+-- calls of it are ignored.
+local function wait(rec, what, start)
+  if coroutine.running() ~= rec.co then
+    error(what .. " must be called from the handler itself, not from another coroutine", 3)
+  end
+  local token = {}
+  local yielded, early = false, nil
+  rec.wait = token
+  local function resume(...)
+    if rec.wait ~= token or rec.done or rec.cancelled then return end
+    rec.wait = nil
+    if yielded then step(rec, ...) else early = table.pack(...) end
+  end
+  owners[resume] = rec
+  local ok, err = pcall(start, resume)
+  if not ok then
+    rec.wait = nil
+    error(err, 0)
+  end
+  if early then return table.unpack(early, 1, early.n) end
+  yielded = true
+  return coroutine.yield(WAIT)
+end
+
+local function make_ctx(rec)
+  local info = rec.info
+  local ctx = {
+    run_id = info.run_id,
+    call_id = info.call_id,
+    tool = info.tool,
+    workspace = info.workspace,
+  }
+
+  -- Waits ms milliseconds on a luv timer; other runs and calls go on meanwhile.
+  function ctx.sleep(ms)
+    if type(ms) ~= "number" or ms ~= ms or ms < 0 then
+      error("ctx.sleep: ms must be a number >= 0", 2)
+    end
+    local t = uv.new_timer()
+    rec.handles[t] = true
+    uv.update_time()  -- the loop's clock may be stale: the loop was idle during the run
+    wait(rec, "ctx.sleep", function(resume) t:start(math.ceil(ms), 0, resume) end)
+    rec.handles[t] = nil
+    close_handle(t)
+  end
+
+  -- Calls start(cb) and waits until cb is called; returns cb's arguments.
+  function ctx.await(start)
+    if type(start) ~= "function" then error("ctx.await: expects function(cb) ... end", 2) end
+    return wait(rec, "ctx.await", start)
+  end
+
+  -- A luv handle to close when the call ends (completed, failed, timed out, cancelled).
+  function ctx.track(h)
+    rec.handles[h] = true
+    return h
+  end
+
+  -- A line in the run's logs, prefixed with the tool's name.
+  function ctx.log(...)
+    local n = select("#", ...)
+    local parts = {}
+    for i = 1, n do parts[i] = tostring((select(i, ...))) end
+    E.log(rec.box, "[" .. info.tool .. "] " .. table.concat(parts, "\t"))
+  end
+
+  return setmetatable(ctx, {
+    __index = function(_, k)
+      if k == "deadline_ms" then return E.deadline_ms(rec.box) end
+    end,
+  })
+end
+
+-- ---- called by host.c ------------------------------------------------------------------
+
+function M.prepare(handler, args, box, info)
+  local rec = { box = box, info = info, handles = {}, args = args }
+  rec.co = coroutine.create(handler)
+  co_rec[rec.co] = rec
+  rec.ctx = make_ctx(rec)
+  return rec
+end
+
+function M.start(rec)
+  local args = rec.args
+  rec.args = nil
+  step(rec, args, rec.ctx)
+end
+
+-- The call is over for the engine (box emptied already); host.c closes the coroutine.
+function M.cancel(rec)
+  rec.cancelled = true
+  rec.wait = nil
+  close_handles(rec)
+end
+
+-- An error escaped a luv callback; true when it went to a call.
+function M.callback_error(fn, msg)
+  local rec = owners[fn]
+  if rec and not rec.done and not rec.cancelled then
+    finish(rec, false, tostring(msg))
+    return true
+  end
+  return false
+end
+
+function M.shutdown()
+  for h in pairs(all_handles) do close_handle(h) end
+end
+
+-- ---- plugins ------------------------------------------------------------------------------
+
+local FIELDS = { name = true, description = true, input = true, output = true,
+                 handler = true, timeout_ms = true }
+local FIELD_LIST = "name, description, input, output, handler, timeout_ms"
+
+-- The line of a tool's definition: where its name is written, else where its handler
+-- starts, else 1.
+local function tool_line(src, path, t)
+  if type(t) == "table" then
+    local name = rawget(t, "name")
+    if type(name) == "string" and name ~= "" then
+      local esc = name:gsub("%p", "%%%0")
+      local at = src:find("name%s*=%s*[\"']" .. esc .. "[\"']")
+      if at then
+        local _, nl = src:sub(1, at):gsub("\n", "")
+        return nl + 1
+      end
+    end
+    local h = rawget(t, "handler")
+    if type(h) == "function" then
+      local info = debug.getinfo(h, "S")
+      if info.source == "@" .. path and info.linedefined > 0 then return info.linedefined end
+    end
+  end
+  return 1
+end
+
+-- What is wrong with a tool table, or nil.
+local function check_tool(t)
+  local name = rawget(t, "name")
+  if type(name) ~= "string" or name == "" then
+    return "a tool without a name (name = \"group.tool\")"
+  end
+  for k in pairs(t) do
+    if not FIELDS[k] then
+      return ("tool %s: unknown field '%s' (the fields are %s)"):format(name, tostring(k),
+        FIELD_LIST)
+    end
+  end
+  if type(rawget(t, "handler")) ~= "function" then
+    return ("tool %s: no handler (handler = function(args, ctx) ... end)"):format(name)
+  end
+  local d = rawget(t, "description")
+  if d ~= nil and type(d) ~= "string" then
+    return ("tool %s: description must be a string"):format(name)
+  end
+  for _, f in ipairs({ "input", "output" }) do
+    local s = rawget(t, f)
+    if s ~= nil and type(s) ~= "table" and type(s) ~= "string" then
+      return ("tool %s: %s must be a JSON Schema, as a table or JSON text"):format(name, f)
+    end
+  end
+  local tmo = rawget(t, "timeout_ms")
+  if tmo ~= nil and (type(tmo) ~= "number" or not (tmo > 0)) then
+    return ("tool %s: timeout_ms must be a number > 0"):format(name)
+  end
+end
+
+-- Loads one plugin file in its own environment. Returns the number of tools added and
+-- a list of problems, each "file:line: what".
+function M.load_file(path)
+  local problems, added = {}, 0
+  local f, ferr = io.open(path, "rb")
+  if not f then return 0, { path .. ":1: cannot read the file: " .. tostring(ferr) } end
+  local src = f:read("a") or ""
+  f:close()
+  local env = setmetatable({}, { __index = _G })
+  local chunk, err = load(src, "@" .. path, "t", env)
+  if not chunk then return 0, { err } end
+  local ok, ret = xpcall(chunk, function(e)
+    local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value)")
+    if not has_position(msg) then msg = where(nil, 2) .. msg end
+    return msg
+  end)
+  if not ok then
+    if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
+    return 0, { ret }
+  end
+  local list
+  if type(ret) ~= "table" then
+    return 0, { ("%s:1: the file returned %s; a plugin returns a tool table "
+      .. "{name = ..., handler = ...} or a list of them"):format(path, type(ret)) }
+  elseif rawget(ret, 1) ~= nil then
+    list = ret
+  elseif next(ret) == nil then
+    return 0, { path .. ":1: the file returned an empty table: no tools" }
+  else
+    list = { ret }
+  end
+  for i, t in ipairs(list) do
+    if type(t) ~= "table" then
+      problems[#problems + 1] = ("%s:1: item %d of the returned list is a %s, not a tool "
+        .. "table"):format(path, i, type(t))
+    else
+      local line = tool_line(src, path, t)
+      local why = check_tool(t)
+      if not why then
+        local added_ok, msg = E.add_tool({
+          name = t.name, description = t.description, input = t.input, output = t.output,
+          handler = t.handler, timeout_ms = t.timeout_ms, origin = path .. ":" .. line,
+        })
+        if added_ok then added = added + 1 else why = msg end
+      end
+      if why then problems[#problems + 1] = ("%s:%d: %s"):format(path, line, why) end
+    end
+  end
+  return added, problems
+end
+
+return M
