@@ -11,16 +11,26 @@
 ** instructions (count), cpu and timeout (seconds as numbers, or "500ms"-style strings).
 ** A value of 0 means no limit. Unknown option names are an error, so a typo is not a
 ** silently ignored limit. JSON null in the envelope is tidepool.null.
+**
+** Tools: `tools` (a list of plugin directories) and `builtin_tools` (true: the built-in
+** tools/ directory; default false) pick an engine: one per distinct set, made on first use
+** and kept as long as the module, so state such as the kv store lasts across runs.
+** Plugin load problems come back in the envelope table's `warnings` (a list of
+** "file:line: why" lines) on every run of that engine.
 */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lauxlib.h"
 #include "tidepool.h"
 #include "json.h"
 
 #define ENGINE_KEY "tidepool.engine"
+
+int luaopen_tidepool(lua_State *L);
 
 typedef struct engine_box { tp_engine *e; } engine_box;
 
@@ -93,6 +103,7 @@ static void read_options (lua_State *L, int idx, tp_limits *lim) {
     else if (strcmp(k, "instructions") == 0) lim->instructions = opt_size(L, k);
     else if (strcmp(k, "cpu") == 0) lim->cpu_us = opt_duration(L, k);
     else if (strcmp(k, "timeout") == 0) lim->wall_us = opt_duration(L, k);
+    else if (strcmp(k, "tools") == 0 || strcmp(k, "builtin_tools") == 0) { /* pick_engine */ }
     else luaL_error(L, "tidepool: unknown option '%s' (memory, instructions, cpu, timeout, "
                        "max_output, max_result, max_source)", k);
     lua_pop(L, 1);
@@ -121,8 +132,113 @@ static int jsonbox_gc (lua_State *L) {
   return 0;
 }
 
+static int is_dir (const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The built-in tools: $TIDEPOOL_TOOLS_DIR, else tools/ of the source tree this module
+** was built in (build/lua/tidepool.so -> ../../tools), else the installed copy. */
+static void push_builtin_dir (lua_State *L) {
+  const char *env = getenv("TIDEPOOL_TOOLS_DIR");
+  if (env && *env) { lua_pushstring(L, env); return; }
+  Dl_info info;
+  if (dladdr((void *)luaopen_tidepool, &info) && info.dli_fname) {
+    const char *slash = strrchr(info.dli_fname, '/');
+    if (slash) {
+      lua_pushfstring(L, "%s/../../tools", lua_pushlstring(L, info.dli_fname,
+                      (size_t)(slash - info.dli_fname)));
+      lua_remove(L, -2);
+      if (is_dir(lua_tostring(L, -1))) return;
+      lua_pop(L, 1);
+    }
+  }
+  lua_pushstring(L, TP_DATADIR "/tools");
+}
+
+/* The engine for the options' tools and builtin_tools (cached in upvalue 2 by the list
+** of directories); pushes its load warnings (a table) or nil. */
+static tp_engine *pick_engine (lua_State *L, int idx) {
+  int builtin = 0, ndirs = 0;
+  luaL_Buffer key;
+  if (lua_istable(L, idx)) {
+    lua_getfield(L, idx, "builtin_tools");
+    builtin = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_newtable(L);  /* dirs */
+  int dirs = lua_gettop(L);
+  if (builtin) { push_builtin_dir(L); lua_rawseti(L, dirs, ++ndirs); }
+  if (lua_istable(L, idx) && lua_getfield(L, idx, "tools") != LUA_TNIL) {
+    if (!lua_istable(L, -1))
+      luaL_error(L, "tidepool: option 'tools' must be a list of directory names");
+    for (lua_Integer i = 1; lua_rawgeti(L, -1, i) != LUA_TNIL; i++) {
+      if (lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "tidepool: option 'tools' must be a list of directory names");
+      lua_rawseti(L, dirs, ++ndirs);
+    }
+  }
+  lua_settop(L, dirs);
+  if (ndirs == 0) { lua_pop(L, 1); lua_pushnil(L); return get_engine(L); }
+  luaL_buffinit(L, &key);
+  for (int i = 1; i <= ndirs; i++) {
+    lua_rawgeti(L, dirs, i);
+    luaL_addvalue(&key);
+    luaL_addchar(&key, '\n');
+  }
+  luaL_pushresult(&key);
+  int keyi = lua_gettop(L);
+  lua_pushvalue(L, keyi);
+  if (lua_rawget(L, lua_upvalueindex(2)) == LUA_TTABLE) {  /* {box, warnings} */
+    lua_rawgeti(L, -1, 1);
+    engine_box *b = lua_touserdata(L, -1);
+    lua_rawgeti(L, -2, 2);
+    lua_replace(L, dirs);
+    lua_settop(L, dirs);
+    if (b->e == NULL) luaL_error(L, "tidepool: the engine is closed");
+    return b->e;
+  }
+  lua_pop(L, 1);
+  lua_createtable(L, 2, 0);
+  engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->e = NULL;
+  luaL_setmetatable(L, ENGINE_KEY);
+  lua_rawseti(L, -2, 1);
+  b->e = tp_engine_create();
+  if (b->e == NULL) luaL_error(L, "tidepool: cannot create an engine (out of memory)");
+  lua_newtable(L);  /* warnings */
+  int nw = 0;
+  for (int i = 1; i <= ndirs; i++) {
+    lua_rawgeti(L, dirs, i);
+    const char *dir = lua_tostring(L, -1);
+    int n = tp_engine_load_tools(b->e, dir);
+    const char *err = tp_engine_error(b->e);
+    lua_pop(L, 1);
+    if (n < 0 || *err) {  /* one warning per line */
+      const char *p = err;
+      while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        lua_pushlstring(L, p, len);
+        lua_rawseti(L, -2, ++nw);
+        p += len + (nl != NULL);
+      }
+    }
+  }
+  if (nw == 0) { lua_pop(L, 1); lua_pushboolean(L, 0); }
+  lua_rawseti(L, -2, 2);
+  lua_pushvalue(L, keyi);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, lua_upvalueindex(2));
+  lua_rawgeti(L, -1, 2);
+  lua_replace(L, dirs);
+  lua_settop(L, dirs);
+  return b->e;
+}
+
 static int run_or_check (lua_State *L, int check) {
-  tp_engine *e = get_engine(L);
+  tp_engine *e = pick_engine(L, 2);
+  int warnings = lua_gettop(L);
   size_t len;
   const char *src = luaL_checklstring(L, 1, &len);
   tp_limits lim;
@@ -131,13 +247,16 @@ static int run_or_check (lua_State *L, int check) {
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, NULL)
                  : tp_engine_run(e, src, len, &lim, &envelope, NULL);
   if (rc != TP_OK) return luaL_error(L, "tidepool: the engine failed (%d)", rc);
-  return push_envelope(L, envelope);
+  push_envelope(L, envelope);
+  if (lua_istable(L, warnings)) {
+    lua_pushvalue(L, warnings);
+    lua_setfield(L, -2, "warnings");
+  }
+  return 1;
 }
 
 static int l_run (lua_State *L) { return run_or_check(L, 0); }
 static int l_check (lua_State *L) { return run_or_check(L, 1); }
-
-int luaopen_tidepool (lua_State *L);
 
 int luaopen_tidepool (lua_State *L) {
   luaL_newmetatable(L, "tidepool.jsonbox");
@@ -154,10 +273,12 @@ int luaopen_tidepool (lua_State *L) {
   lua_setmetatable(L, -2);
   b->e = tp_engine_create();
   if (b->e == NULL) return luaL_error(L, "tidepool: cannot create an engine (out of memory)");
-  lua_pushvalue(L, -1);
-  lua_pushcclosure(L, l_run, 1);
-  lua_setfield(L, -3, "run");
-  lua_pushcclosure(L, l_check, 1);
+  lua_newtable(L);  /* engines by tool directories */
+  lua_pushvalue(L, -2);
+  lua_pushvalue(L, -2);
+  lua_pushcclosure(L, l_run, 2);
+  lua_setfield(L, -4, "run");
+  lua_pushcclosure(L, l_check, 2);
   lua_setfield(L, -2, "check");
   lua_pushstring(L, tp_version());
   lua_setfield(L, -2, "version");
