@@ -1,0 +1,129 @@
+/*
+** test_host.c: the host Lua state and plugin tools through the C API (engine/host.c).
+** Run from the repository's root (the fixtures are spec/fixtures/plugins/...).
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "tp_test.h"
+#include "tidepool.h"
+#include "internal.h"
+
+#define GOOD "spec/fixtures/plugins/good"
+#define BROKEN "spec/fixtures/plugins/broken"
+
+typedef struct finish_log { int done; uint64_t at_ns; } finish_log;
+
+static void on_done (tp_run *r, void *ud) {
+  (void)r;
+  finish_log *f = ud;
+  f->done = 1;
+  f->at_ns = tp__now_ns();
+}
+
+static int count_lines (const char *s) {
+  int n = *s ? 1 : 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+TEST(load_tools_counts_the_tools_added_and_lists_each_problem) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_load_tools(e, GOOD), 12);
+  CHECK_STR(tp_engine_error(e), "");
+  CHECK_INT(tp_engine_load_tools(e, BROKEN), 3);
+  CHECK_INT(count_lines(tp_engine_error(e)), 9);
+  CHECK_HAS(tp_engine_error(e), "b_syntax.lua:3:");
+  CHECK(tp_engine_load_tools(e, "spec/fixtures/plugins/none") < 0);
+  CHECK_HAS(tp_engine_error(e), "cannot read the tools directory");
+  CHECK_INT(tp_engine_load_tools(e, GOOD), 0);  /* every name is taken now */
+  CHECK_INT(count_lines(tp_engine_error(e)), 12);
+  tp_engine_destroy(e);
+}
+
+TEST(the_loop_stays_free_while_a_handler_waits) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_load_tools(e, GOOD), 12);
+  const char *slow = "return tools.test.nap{ms = 300}.ms";
+  const char *fast = "local s = 0 for i = 1, 100000 do s = s + i end "
+                     "return {s, tools.test.echo{x = 1}.x, tools.test.nap{ms = 20}.ms}";
+  tp_run *a = tp_run_create(e, slow, strlen(slow), NULL);
+  tp_run *b = tp_run_create(e, fast, strlen(fast), NULL);
+  finish_log fa = { 0, 0 }, fb = { 0, 0 };
+  uint64_t t0 = tp__now_ns();
+  CHECK_INT(tp_run_start(a, on_done, &fa), TP_OK);
+  CHECK_INT(tp_run_start(b, on_done, &fb), TP_OK);
+  while ((!fa.done || !fb.done) && tp__now_ns() - t0 < 5000000000u) tp_engine_poll(e, 1);
+  CHECK(fa.done && fb.done);
+  CHECK(fb.at_ns < fa.at_ns);
+  CHECK((fa.at_ns - t0) / 1000000 >= 290);
+  CHECK_HAS(tp_run_envelope(a), "\"result\":300");
+  CHECK_HAS(tp_run_envelope(b), "\"result\":[5000050000,1,20]");
+  tp_run_destroy(a);
+  tp_run_destroy(b);
+  tp_engine_destroy(e);
+}
+
+TEST(a_run_destroyed_while_its_handler_sleeps_leaves_nothing_behind) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_load_tools(e, GOOD), 12);
+  const char *src = "return tools.test.hang{}";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  finish_log f = { 0, 0 };
+  CHECK_INT(tp_run_start(r, on_done, &f), TP_OK);
+  for (int i = 0; i < 5; i++) tp_engine_poll(e, 0);
+  CHECK(!f.done);
+  tp_run_destroy(r);            /* the handler is mid-sleep: cancelled, timer closed */
+  uint64_t t0 = tp__now_ns();
+  while (tp__now_ns() - t0 < 400000000u) {
+    if (!tp_engine_poll(e, 0)) break;  /* nothing pending: the timer is gone */
+  }
+  CHECK(tp__now_ns() - t0 < 200000000u);
+  /* the engine still works */
+  char *env = NULL;
+  int ok = 0;
+  const char *again = "return tools.test.echo{v = 2}.v";
+  CHECK_INT(tp_engine_run(e, again, strlen(again), NULL, &env, &ok), TP_OK);
+  CHECK(ok);
+  CHECK_HAS(env, "\"result\":2");
+  tp_free(env);
+  tp_engine_destroy(e);
+}
+
+TEST(an_engine_destroyed_with_handlers_waiting_closes_cleanly) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_load_tools(e, GOOD), 12);
+  const char *src = "return parallel(function() return tools.test.nap{ms = 500} end, "
+                    "function() return tools.test.never{} end)";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  CHECK_INT(tp_run_start(r, NULL, NULL), TP_OK);
+  for (int i = 0; i < 5; i++) tp_engine_poll(e, 0);
+  tp_engine_destroy(e);         /* destroys r too */
+}
+
+TEST(a_handler_can_complete_while_the_script_is_stepped_by_hand) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_load_tools(e, GOOD), 12);
+  const char *src = "local r = tools.test.nap{ms = 10} return r.ms + 1";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  int rc = tp_run_step(r, 0, 0);
+  CHECK_INT(rc, TP_WAIT);
+  uint64_t t0 = tp__now_ns();
+  while (rc == TP_WAIT && tp__now_ns() - t0 < 2000000000u) {
+    tp_engine_poll(e, 1);
+    rc = tp_run_step(r, 0, 0);
+  }
+  CHECK_INT(rc, TP_DONE);
+  CHECK_HAS(tp_run_envelope(r), "\"result\":11");
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
+int main (void) {
+  RUN(load_tools_counts_the_tools_added_and_lists_each_problem);
+  RUN(the_loop_stays_free_while_a_handler_waits);
+  RUN(a_run_destroyed_while_its_handler_sleeps_leaves_nothing_behind);
+  RUN(an_engine_destroyed_with_handlers_waiting_closes_cleanly);
+  RUN(a_handler_can_complete_while_the_script_is_stepped_by_hand);
+  return tp_test_end();
+}

@@ -1,0 +1,257 @@
+-- Plugin tools: Lua files in tool directories, run in the engine's host state as
+-- coroutines on the engine's libuv loop (engine/host.c, lua/host.lua, tools/).
+local tidepool = require("tidepool")
+
+local GOOD = "spec/fixtures/plugins/good"
+local BROKEN = "spec/fixtures/plugins/broken"
+
+local function run(src, opts)
+  opts = opts or {}
+  if opts.tools == nil then opts.tools = { GOOD } end
+  return tidepool.run(src, opts)
+end
+
+describe("a plugin tool", function()
+  it("is called from a script and returns its result", function()
+    local env = run([[return tools.test.echo{a = 1, b = {"x", "y"}, c = {}}]])
+    assert.is_true(env.ok)
+    assert.same(1, env.result.a)
+    assert.same({ "x", "y" }, env.result.b)
+    assert.equal("test.echo", env.calls[1].tool)
+    assert.is_true(env.calls[1].ok)
+  end)
+
+  it("waits with ctx.sleep without blocking the calls around it (parallel 10 x 50 ms)", function()
+    local env = run([[
+      local fs = {}
+      for i = 1, 10 do fs[i] = function() return tools.test.nap{ms = 50}.ms end end
+      return {parallel(table.unpack(fs))}
+    ]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ 50, 50, 50, 50, 50, 50, 50, 50, 50, 50 }, env.result)
+    -- ten sleeps of 50 ms one after the other would take 500 ms
+    assert.is_true(env.stats.wall_ms >= 45, "wall " .. env.stats.wall_ms)
+    assert.is_true(env.stats.wall_ms < 400, "wall " .. env.stats.wall_ms)
+  end)
+
+  it("fails with tool.failed and the handler's message, file and line", function()
+    local env = run([[
+      local ok, err = pcall(tools.test.fail, {})
+      return {ok = ok, code = err.code, message = err.message}
+    ]])
+    assert.is_true(env.ok)
+    assert.is_false(env.result.ok)
+    assert.equal("tool.failed", env.result.code)
+    assert.matches("the fixture failed on purpose", env.result.message, 1, true)
+    assert.matches("good/test%.lua:%d+:", env.result.message)
+  end)
+
+  it("can fail with its own tool.* code by raising {code=, message=}", function()
+    local env = run([[
+      local ok, err = pcall(tools.test.deny, {})
+      return {code = err.code, message = err.message}
+    ]])
+    assert.equal("tool.denied", env.result.code)
+    assert.matches("not for you", env.result.message, 1, true)
+  end)
+
+  it("times out with tool.timeout, the run goes on, and the handler never resumes", function()
+    local env = run([[
+      local ok, err = pcall(tools.test.hang, {})
+      tools.test.nap{ms = 400}   -- past the moment the hung handler would have woken
+      return {ok = ok, code = err.code}
+    ]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.is_false(env.result.ok)
+    assert.equal("tool.timeout", env.result.code)
+    assert.equal("tool.timeout", env.calls[1].error)
+    assert.is_true(env.calls[1].ms < 300, "timed out after " .. env.calls[1].ms .. " ms")
+    for _, line in ipairs(env.logs) do assert.not_matches("late", line) end
+  end)
+
+  it("that waits on a callback that never comes times out", function()
+    local env = run([[
+      local ok, err = pcall(tools.test.never, {})
+      return err.code
+    ]])
+    assert.equal("tool.timeout", env.result)
+  end)
+
+  it("uncaught, a tool error ends the run with its code and the script's line", function()
+    local env = run("local x = 1\nreturn tools.test.fail{}")
+    assert.is_false(env.ok)
+    assert.equal("tool.failed", env.error.code)
+    assert.equal(2, env.error.line)
+  end)
+
+  it("logs into the run's logs with ctx.log", function()
+    local env = run([[print("before"); tools.test.log{n = 7}; print("after")]])
+    assert.is_true(env.ok)
+    assert.same({ "before", "[test.log] hello\t7", "after" }, env.logs)
+  end)
+
+  it("sees the call in ctx: run_id, call_id, tool, deadline_ms", function()
+    local env = run([[tools.test.echo{}; return tools.test.ctx{}]])
+    assert.is_true(env.ok)
+    assert.equal(2, env.result.call_id)
+    assert.equal("test.ctx", env.result.tool)
+    assert.is_true(math.type(env.result.run_id) == "integer" and env.result.run_id > 0)
+    assert.is_true(env.result.deadline_ms > 0 and env.result.deadline_ms <= 30000)
+    assert.equal(tidepool.null, env.result.workspace)
+    local again = run([[return tools.test.ctx{}]])
+    assert.is_true(again.result.run_id > env.result.run_id)
+  end)
+
+  it("waits on any luv callback with ctx.await and gets its arguments", function()
+    local env = run([[return tools.test.await{}]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ a = "fired", b = 42 }, env.result)
+  end)
+
+  it("routes an error raised in its luv callback to its call", function()
+    local env = run([[local ok, err = pcall(tools.test.cb_error, {}) return err]])
+    assert.equal("tool.failed", env.result.code)
+    assert.matches("boom in a callback", env.result.message, 1, true)
+  end)
+
+  it("returning a value JSON cannot hold fails with tool.invalid_output", function()
+    local env = run([[local ok, err = pcall(tools.test.bad_result, {}) return err.code]])
+    assert.equal("tool.invalid_output", env.result)
+  end)
+
+  it("gets [] for an empty table where its output schema asks for an array", function()
+    local env = run([[
+      local r = tools.test.empty{}
+      return {items = json.encode(r.items), meta = json.encode(r.meta)}
+    ]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ items = "[]", meta = "{}" }, env.result)
+  end)
+end)
+
+describe("plugin loading", function()
+  local env = run([[return tools.list()]], { tools = { BROKEN } })
+  local warnings = env.warnings or {}
+
+  local function warning(pattern)
+    for _, w in ipairs(warnings) do
+      if w:match(pattern) then return w end
+    end
+  end
+
+  it("loads the good plugins, before and after the broken ones", function()
+    assert.is_true(env.ok)
+    assert.same({ "ok.in_list", "ok.one", "ok.two" }, env.result)
+  end)
+
+  it("reports a syntax error with its file and line", function()
+    assert.truthy(warning("broken/b_syntax%.lua:3: .*expected"))
+  end)
+
+  it("reports an error raised while loading, with its line", function()
+    assert.truthy(warning("broken/c_runtime%.lua:2: attempt to index a nil value"))
+    assert.truthy(warning("broken/j_errorobj%.lua:2: %(error object is a table value%)"))
+  end)
+
+  it("reports a schema that does not compile", function()
+    assert.truthy(warning("broken/d_schema%.lua:2: tool bad%.schema: bad input schema: .*pattern"))
+  end)
+
+  it("reports a missing handler at the tool's line, and keeps the list's good tool", function()
+    assert.truthy(warning("broken/e_nohandler%.lua:4: tool bad%.nohandler: no handler"))
+  end)
+
+  it("reports a duplicate name with where the first one is", function()
+    assert.truthy(warning("broken/f_duplicate%.lua:3: tool ok%.one is defined already "
+      .. "%(at spec/fixtures/plugins/broken/a_good%.lua:2%)"))
+  end)
+
+  it("reports a bad name, an unknown field, and a file that returns no tool", function()
+    assert.truthy(warning("broken/g_badname%.lua:2: .*bad name"))
+    assert.truthy(warning("broken/h_unknown_field%.lua:2: .*unknown field 'inputs'"))
+    assert.truthy(warning("broken/i_nothing%.lua:1: the file returned nil"))
+  end)
+
+  it("gives one line per problem and ignores files that are not *.lua", function()
+    assert.equal(9, #warnings)
+    for _, w in ipairs(warnings) do assert.not_matches("readme", w) end
+  end)
+
+  it("reports a directory that cannot be read", function()
+    local e = run([[return 1]], { tools = { "spec/fixtures/plugins/no-such-dir" } })
+    assert.is_true(e.ok)
+    assert.matches("cannot read the tools directory", e.warnings[1], 1, true)
+  end)
+
+  it("keeps each plugin's globals to itself", function()
+    local e = run([[return tools.list()]], { tools = { "spec/fixtures/plugins/envs" } })
+    assert.is_nil(e.warnings)
+    local r = run([[return {tools.env.a{}, tools.env.b{}}]],
+      { tools = { "spec/fixtures/plugins/envs" } })
+    assert.same({ { mine = "a" }, { mine = "b" } }, r.result)
+  end)
+end)
+
+describe("built-in tools", function()
+  local opts = { builtin_tools = true, tools = {} }
+
+  it("time.now gives unix_ms and an ISO 8601 UTC string", function()
+    local env = run([[return tools.time.now{}]], opts)
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.equal("integer", math.type(env.result.unix_ms))
+    assert.is_true(math.abs(env.result.unix_ms - os.time() * 1000) < 5000)
+    assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ$", env.result.iso)
+  end)
+
+  it("time.sleep waits and says how long; refuses more than 60000 ms", function()
+    local env = run([[return tools.time.sleep{ms = 30}]], opts)
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.is_true(env.result.slept_ms >= 29, "slept " .. env.result.slept_ms)
+    local bad = run([[local ok, err = pcall(tools.time.sleep, {ms = 60001}) return err.code]], opts)
+    assert.equal("tool.invalid_input", bad.result)
+  end)
+
+  it("kv keeps values across runs of one engine", function()
+    local a = run([[
+      tools.kv.set{key = "spec.n", value = {n = 1, list = {1, 2}, none = json.null}}
+      return tools.kv.set{key = "spec.s", value = "text"}
+    ]], opts)
+    assert.is_true(a.ok, a.error and a.error.message)
+    local b = run([[
+      return {get = tools.kv.get{key = "spec.n"}, list = tools.kv.list{prefix = "spec."},
+              missing = tools.kv.get{key = "nope"}, del = tools.kv.delete{key = "spec.s"},
+              del2 = tools.kv.delete{key = "spec.s"}, empty = tools.kv.list{prefix = "zz"}}
+    ]], opts)
+    assert.is_true(b.ok, b.error and b.error.message)
+    assert.is_true(b.result.get.found)
+    assert.same({ n = 1, list = { 1, 2 }, none = tidepool.null }, b.result.get.value)
+    assert.same({ "spec.n", "spec.s" }, b.result.list.keys)
+    assert.is_false(b.result.missing.found)
+    assert.equal(tidepool.null, b.result.missing.value)
+    assert.is_true(b.result.del.deleted)
+    assert.is_false(b.result.del2.deleted)
+    assert.same({}, b.result.empty.keys)
+  end)
+
+  it("kv refuses to grow past its byte cap, with a clear error", function()
+    local env = run([[
+      local chunk = string.rep("x", 1024 * 1024)   -- 1 MiB per value
+      local stored = 0
+      for i = 1, 20 do
+        local ok, err = pcall(tools.kv.set, {key = "big" .. i, value = chunk})
+        if not ok then return {stored = stored, code = err.code, message = err.message} end
+        stored = stored + 1
+      end
+      return {stored = stored}
+    ]], opts)
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.equal(15, env.result.stored)
+    assert.equal("tool.failed", env.result.code)
+    assert.matches("kv store is full", env.result.message, 1, true)
+    local clean = run([[
+      for i = 1, 15 do tools.kv.delete{key = "big" .. i} end
+      return tools.kv.set{key = "after", value = string.rep("y", 1024 * 1024)}
+    ]], opts)
+    assert.is_true(clean.ok, clean.error and clean.error.message)
+  end)
+end)
