@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -30,6 +32,8 @@ static const char usage_text[] =
   "  --max-output SIZE    limit on printed output (default 1M)\n"
   "  --max-result SIZE    limit on the JSON result (default 4M)\n"
   "  --max-source SIZE    limit on the script's size (default 1M)\n"
+  "  --tools DIR          also load the plugin tools in DIR (repeatable)\n"
+  "  --no-builtin-tools   leave out the built-in tools (time.*, kv.*)\n"
   "\n"
   "Sizes and durations of 0 mean no limit. Exit status: 0 the script succeeded,\n"
   "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
@@ -139,6 +143,46 @@ static void print_human (const char *envelope) {
   json_decref(env);
 }
 
+/* The built-in tools: $TIDEPOOL_TOOLS_DIR, else the source tree's tools/ when the binary
+** runs from a build directory (<exe>/../tools or <exe>/../../tools holding time.lua),
+** else the installed TP_DATADIR/tools. */
+static const char *builtin_tools_dir (char *buf, size_t len) {
+  const char *env = getenv("TIDEPOOL_TOOLS_DIR");
+  if (env && *env) return env;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+  if (slash) {
+    *slash = '\0';
+    static const char *const ups[] = { "/../tools", "/../../tools" };
+    for (size_t i = 0; i < sizeof ups / sizeof ups[0]; i++) {
+      struct stat st;
+      snprintf(buf, len, "%s%s/time.lua", exe, ups[i]);
+      if (stat(buf, &st) == 0) {
+        snprintf(buf, len, "%s%s", exe, ups[i]);
+        return buf;
+      }
+    }
+  }
+  return TP_DATADIR "/tools";
+}
+
+/* Loads the plugin directories; their problems are warnings on stderr, not failures. */
+static void load_tools (tp_engine *e, int builtin, const char *const *dirs, int ndirs) {
+  char buf[4200];
+  for (int i = builtin ? -1 : 0; i < ndirs; i++) {
+    const char *dir = i < 0 ? builtin_tools_dir(buf, sizeof buf) : dirs[i];
+    tp_engine_load_tools(e, dir);
+    const char *err = tp_engine_error(e);
+    while (*err) {
+      const char *nl = strchr(err, '\n');
+      int n = nl ? (int)(nl - err) : (int)strlen(err);
+      fprintf(stderr, "tidepool: warning: %.*s\n", n, err);
+      err += n + (nl != NULL);
+    }
+  }
+}
+
 int main (int argc, char **argv) {
   if (argc < 2) { fputs(usage_text, stderr); return EXIT_USAGE; }
   const char *cmd = argv[1];
@@ -157,11 +201,23 @@ int main (int argc, char **argv) {
   tp_limits lim;
   tp_limits_init(&lim);
   int json_out = 0;
+  int builtin_tools = 1, ntool_dirs = 0;
+  const char *tool_dirs[64];
   const char *file = NULL;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     uint64_t v;
     if (strcmp(a, "--json") == 0) { json_out = 1; continue; }
+    if (strcmp(a, "--no-builtin-tools") == 0) { builtin_tools = 0; continue; }
+    if (strcmp(a, "--tools") == 0 || strncmp(a, "--tools=", 8) == 0) {
+      const char *dir = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
+      if (dir == NULL || *dir == '\0' || ntool_dirs == 64) {
+        fprintf(stderr, "tidepool: --tools needs a directory (at most 64 of them)\n");
+        return EXIT_USAGE;
+      }
+      tool_dirs[ntool_dirs++] = dir;
+      continue;
+    }
     if (strcmp(a, "-") == 0 || a[0] != '-') {
       if (file) return usage_error("more than one FILE given ('%s')", a);
       file = a;
@@ -221,6 +277,7 @@ int main (int argc, char **argv) {
   }
   tp_engine *e = tp_engine_create();
   if (e == NULL) { free(src); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+  if (!check) load_tools(e, builtin_tools, tool_dirs, ntool_dirs);
   char *envelope = NULL;
   int ok = 0;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, &ok)
