@@ -243,6 +243,9 @@ struct tp_run {
   void *done_ud;
   int async, reported;
   struct tp_session *session; /* the run borrows the session's sandbox */
+  /* tp__run_set_call_hook: told when a tool call of the run starts and ends */
+  void (*call_hook)(struct tp_run *r, const char *tool, int done, void *ud);
+  void *call_hook_ud;
 };
 
 struct tp_session {
@@ -255,6 +258,17 @@ struct tp_session {
 /* The async driver (run.c): a call of r completed or a deadline passed. */
 void tp__run_wake(tp_run *r);
 void *tp__engine_loop(tp_engine *e);  /* the uv_loop_t */
+
+/* Sets a hook told when each tool call of r starts (done 0) and completes (done 1),
+** for progress reports (mcp.c). It is called from inside steps and completions, so
+** it must not touch the run or the engine. NULL clears it. */
+void tp__run_set_call_hook(tp_run *r, void (*hook)(tp_run *r, const char *tool,
+                           int done, void *ud), void *ud);
+
+/* Removes every plugin tool (handler in the host state: lua_ref, released here) so
+** the plugin directories can be loaded again (mcp.c, when a directory changes). Only
+** while no run is alive, since calls point at their tools. Returns how many. */
+size_t tp__engine_drop_plugin_tools(tp_engine *e);
 
 enum { CALL_QUEUED, CALL_RUNNING, CALL_DONE };
 

@@ -187,6 +187,25 @@ int tp__engine_add_lua_tool (tp_engine *e, const tp_tool_def *def, const json_t 
   return add_tool(e, def, in, out, lua_ref, origin);
 }
 
+size_t tp__engine_drop_plugin_tools (tp_engine *e) {
+  size_t kept = 0, dropped = 0;
+  for (size_t i = 0; i < e->ntools; i++) {
+    tp_tool *t = e->tools[i];
+    if (t->lua_ref == LUA_NOREF) { e->tools[kept++] = t; continue; }
+    if (e->H != NULL) luaL_unref(e->H, LUA_REGISTRYINDEX, t->lua_ref);
+    free_tool(t);
+    dropped++;
+  }
+  e->ntools = kept;  /* the order stays sorted */
+  return dropped;
+}
+
+void tp__run_set_call_hook (tp_run *r, void (*hook)(tp_run *r, const char *tool, int done,
+                            void *ud), void *ud) {
+  r->call_hook = hook;
+  r->call_hook_ud = ud;
+}
+
 /* ---- calls ------------------------------------------------------------------------ */
 
 static char *dup_or_null (const char *s) { return s ? strdup(s) : NULL; }
@@ -218,6 +237,7 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
     c->message = dup_or_null(msg ? msg : "the tool failed");
   }
   if (r != NULL && was_running && r->in_flight > 0) r->in_flight--;
+  if (r != NULL && r->call_hook) r->call_hook(r, c->name, 1, r->call_hook_ud);
   if (r != NULL) tp__run_wake(r);
 }
 
@@ -345,6 +365,7 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, int line) {
   *r->calls_tail = c;
   r->calls_tail = &c->next;
   r->ncalls++;
+  if (r->call_hook) r->call_hook(r, name, 0, r->call_hook_ud);
   if (c->name == NULL) { tp__call_finish(c, 0, NULL, "tool.failed", "out of memory"); return c->id; }
   c->tool = tp__tool_find(r->e, name);
   if (c->tool == NULL) {
