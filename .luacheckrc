@@ -2,4 +2,5 @@ std = "lua54"
 max_line_length = 100
 files["spec"] = { std = "+busted" }
 files["sandbox"] = { globals = { "tools", "parallel", "json" } }
-exclude_files = { "build/**", "node_modules/**" }
+exclude_files = { "build/**", "node_modules/**",
+  "spec/fixtures/plugins/broken/b_syntax.lua" }  -- a syntax error on purpose

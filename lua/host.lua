@@ -319,7 +319,7 @@ local function check_tool(t)
     end
   end
   local tmo = rawget(t, "timeout_ms")
-  if tmo ~= nil and (type(tmo) ~= "number" or not (tmo > 0)) then
+  if tmo ~= nil and (type(tmo) ~= "number" or tmo ~= tmo or tmo <= 0) then
     return ("tool %s: timeout_ms must be a number > 0"):format(name)
   end
 end

@@ -1,7 +1,7 @@
 -- Built-in tools: a key-value store kept in memory for as long as the engine lives
 -- (across runs of one engine; not across processes). Values are any JSON value, stored
 -- as JSON text, so a later change to a table a script passed in cannot reach the store.
-local json = json  -- the host state's codec (exact integers, [] vs {})
+local json = require("json")  -- the host state's codec (exact integers, [] vs {})
 
 local CAP = 16 * 1024 * 1024   -- bytes of keys + JSON text of values, all entries
 
@@ -56,7 +56,8 @@ return {
     output = {
       type = "object",
       properties = {
-        bytes = { type = "integer", minimum = 0, description = "Size of the stored value as JSON." },
+        bytes = { type = "integer", minimum = 0,
+                  description = "Size of the stored value as JSON." },
         used = { type = "integer", minimum = 0, description = "Bytes the store holds now." },
       },
       required = { "bytes", "used" },
@@ -105,7 +106,8 @@ return {
     input = {
       type = "object",
       properties = {
-        prefix = { type = "string", maxLength = 256, description = "Only keys starting with this." },
+        prefix = { type = "string", maxLength = 256,
+                   description = "Only keys starting with this." },
         limit = { type = "integer", minimum = 1, maximum = 10000, default = 1000,
                   description = "At most this many keys (1 to 10000, default 1000)." },
       },
