@@ -13,9 +13,10 @@
 #include <jansson.h>
 
 #include "tidepool.h"
+#include "mcp.h"
 
 #define EXIT_SCRIPT_FAILED 1
-#define EXIT_USAGE 2
+#define EXIT_USAGE TP_EXIT_USAGE
 #define INPUT_MAX (64u << 20)  /* refuse to read more source than this */
 
 static const char usage_text[] =
@@ -38,8 +39,7 @@ static const char usage_text[] =
   "Sizes and durations of 0 mean no limit. Exit status: 0 the script succeeded,\n"
   "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
 
-/* msg may hold one %s, replaced by arg. */
-static int usage_error (const char *msg, const char *arg) {
+int tp__cli_usage_error (const char *msg, const char *arg) {
   const char *at = strstr(msg, "%s");
   fprintf(stderr, "tidepool: ");
   if (at) fprintf(stderr, "%.*s%s%s", (int)(at - msg), msg, arg, at + 2);
@@ -48,8 +48,7 @@ static int usage_error (const char *msg, const char *arg) {
   return EXIT_USAGE;
 }
 
-/* "64M", "512K", "1G", "100" -> bytes. */
-static int parse_size (const char *s, uint64_t *out) {
+int tp__cli_parse_size (const char *s, uint64_t *out) {
   char *end;
   errno = 0;
   unsigned long long n = strtoull(s, &end, 10);
@@ -65,8 +64,7 @@ static int parse_size (const char *s, uint64_t *out) {
   return 0;
 }
 
-/* "500ms", "2s", "1.5s", "1m", "250us", "3" (seconds) -> microseconds. */
-static int parse_duration (const char *s, uint64_t *out) {
+int tp__cli_parse_duration (const char *s, uint64_t *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
@@ -80,6 +78,44 @@ static int parse_duration (const char *s, uint64_t *out) {
   double us = v * mul;
   if (us > 1e15) return -1;
   *out = (uint64_t)us;
+  return 0;
+}
+
+int tp__cli_limit_option (const char *name, const char *val, tp_limits *lim,
+                          const char **why) {
+  uint64_t v;
+  if (strcmp(name, "--memory") == 0 || strcmp(name, "--max-output") == 0 ||
+      strcmp(name, "--max-result") == 0 || strcmp(name, "--max-source") == 0) {
+    if (tp__cli_parse_size(val, &v) != 0) {
+      *why = "bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)";
+      return -1;
+    }
+    if (strcmp(name, "--memory") == 0) lim->memory = (size_t)v;
+    else if (strcmp(name, "--max-output") == 0) lim->output = (size_t)v;
+    else if (strcmp(name, "--max-result") == 0) lim->result = (size_t)v;
+    else lim->source = (size_t)v;
+    return 1;
+  }
+  if (strcmp(name, "--cpu") == 0 || strcmp(name, "--timeout") == 0) {
+    if (tp__cli_parse_duration(val, &v) != 0) {
+      *why = "bad duration '%s' (use 500ms, 2s, 1m)";
+      return -1;
+    }
+    if (name[2] == 'c') lim->cpu_us = v;
+    else lim->wall_us = v;
+    return 1;
+  }
+  if (strcmp(name, "--instructions") == 0) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(val, &end, 10);
+    if (errno || *end || end == val || *val == '-') {
+      *why = "bad instruction count '%s'";
+      return -1;
+    }
+    lim->instructions = n;
+    return 1;
+  }
   return 0;
 }
 
@@ -146,7 +182,7 @@ static void print_human (const char *envelope) {
 /* The built-in tools: $TIDEPOOL_TOOLS_DIR, else the source tree's tools/ when the binary
 ** runs from a build directory (<exe>/../tools or <exe>/../../tools holding time.lua),
 ** else the installed TP_DATADIR/tools. */
-static const char *builtin_tools_dir (char *buf, size_t len) {
+const char *tp__cli_builtin_tools_dir (char *buf, size_t len) {
   const char *env = getenv("TIDEPOOL_TOOLS_DIR");
   if (env && *env) return env;
   char exe[4096];
@@ -171,7 +207,7 @@ static const char *builtin_tools_dir (char *buf, size_t len) {
 static void load_tools (tp_engine *e, int builtin, const char *const *dirs, int ndirs) {
   char buf[4200];
   for (int i = builtin ? -1 : 0; i < ndirs; i++) {
-    const char *dir = i < 0 ? builtin_tools_dir(buf, sizeof buf) : dirs[i];
+    const char *dir = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
     tp_engine_load_tools(e, dir);
     const char *err = tp_engine_error(e);
     while (*err) {
@@ -196,7 +232,7 @@ int main (int argc, char **argv) {
   }
   int check = strcmp(cmd, "check") == 0;
   if (!check && strcmp(cmd, "run") != 0)
-    return usage_error("unknown command '%s'", cmd);
+    return tp__cli_usage_error("unknown command '%s'", cmd);
 
   tp_limits lim;
   tp_limits_init(&lim);
@@ -206,7 +242,6 @@ int main (int argc, char **argv) {
   const char *file = NULL;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
-    uint64_t v;
     if (strcmp(a, "--json") == 0) { json_out = 1; continue; }
     if (strcmp(a, "--no-builtin-tools") == 0) { builtin_tools = 0; continue; }
     if (strcmp(a, "--tools") == 0 || strncmp(a, "--tools=", 8) == 0) {
@@ -219,7 +254,7 @@ int main (int argc, char **argv) {
       continue;
     }
     if (strcmp(a, "-") == 0 || a[0] != '-') {
-      if (file) return usage_error("more than one FILE given ('%s')", a);
+      if (file) return tp__cli_usage_error("more than one FILE given ('%s')", a);
       file = a;
       continue;
     }
@@ -227,40 +262,20 @@ int main (int argc, char **argv) {
     const char *val = strchr(a, '=');
     char name[64];
     size_t nlen = val ? (size_t)(val - a) : strlen(a);
-    if (nlen >= sizeof name) return usage_error("unknown option '%s'", a);
+    if (nlen >= sizeof name) return tp__cli_usage_error("unknown option '%s'", a);
     memcpy(name, a, nlen);
     name[nlen] = '\0';
     if (val) val++;
     else if (i + 1 < argc) val = argv[++i];
-    else return usage_error("option '%s' needs a value", a);
-    if (strcmp(name, "--memory") == 0 || strcmp(name, "--max-output") == 0 ||
-        strcmp(name, "--max-result") == 0 || strcmp(name, "--max-source") == 0) {
-      if (parse_size(val, &v) != 0)
-        return usage_error("bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)", val);
-      if (name[2] == 'm' && name[3] == 'e') lim.memory = (size_t)v;
-      else if (strcmp(name, "--max-output") == 0) lim.output = (size_t)v;
-      else if (strcmp(name, "--max-result") == 0) lim.result = (size_t)v;
-      else lim.source = (size_t)v;
-    }
-    else if (strcmp(name, "--cpu") == 0 || strcmp(name, "--timeout") == 0) {
-      if (parse_duration(val, &v) != 0)
-        return usage_error("bad duration '%s' (use 500ms, 2s, 1m)", val);
-      if (name[2] == 'c') lim.cpu_us = v;
-      else lim.wall_us = v;
-    }
-    else if (strcmp(name, "--instructions") == 0) {
-      char *end;
-      errno = 0;
-      unsigned long long n = strtoull(val, &end, 10);
-      if (errno || *end || end == val || *val == '-')
-        return usage_error("bad instruction count '%s'", val);
-      lim.instructions = n;
-    }
-    else return usage_error("unknown option '%s'", a);
+    else return tp__cli_usage_error("option '%s' needs a value", a);
+    const char *why = NULL;
+    int lo = tp__cli_limit_option(name, val, &lim, &why);
+    if (lo < 0) return tp__cli_usage_error(why, val);
+    if (lo == 0) return tp__cli_usage_error("unknown option '%s'", a);
   }
-  if (file == NULL) return usage_error("%s", "no FILE given (use - for standard input)");
+  if (file == NULL) return tp__cli_usage_error("%s", "no FILE given (use - for standard input)");
   if (lim.memory && lim.memory < 16 * 1024)
-    return usage_error("--memory is too small (at least 16K)%s", "");
+    return tp__cli_usage_error("--memory is too small (at least 16K)%s", "");
 
   FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "rb");
   if (f == NULL) {

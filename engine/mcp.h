@@ -1,0 +1,39 @@
+/*
+** mcp.h: what the command-line front ends share (cli.c, mcp.c). Not installed, not API.
+*/
+#ifndef tidepool_mcp_h
+#define tidepool_mcp_h
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tidepool.h"
+
+#define TP_EXIT_USAGE 2
+
+/* "64M", "512K", "1G", "100" -> bytes. 0, or -1 when s is not a size. */
+int tp__cli_parse_size(const char *s, uint64_t *out);
+
+/* "500ms", "2s", "1.5s", "1m", "250us", "3" (seconds) -> microseconds. 0 or -1. */
+int tp__cli_parse_duration(const char *s, uint64_t *out);
+
+/* The limit options of `tidepool run` (--memory --instructions --cpu --timeout
+** --max-output --max-result --max-source): sets the field of lim that option name
+** (without "=value") stands for. Returns 1 when done, 0 when name is not a limit option,
+** -1 when val is bad (then *why says what is expected). */
+int tp__cli_limit_option(const char *name, const char *val, tp_limits *lim, const char **why);
+
+/* The built-in tools' directory: $TIDEPOOL_TOOLS_DIR, else the source tree's tools/ when
+** the binary runs from a build directory, else TP_DATADIR/tools. May return buf. */
+const char *tp__cli_builtin_tools_dir(char *buf, size_t len);
+
+/* Prints "tidepool: msg" (msg may hold one %s, replaced by arg) and the help hint to
+** standard error; returns TP_EXIT_USAGE. */
+int tp__cli_usage_error(const char *msg, const char *arg);
+
+/* `tidepool mcp [options]`: argv holds the options only. Serves the Model Context
+** Protocol on standard input and output until standard input closes; returns the exit
+** status (0, or TP_EXIT_USAGE for a bad option). */
+int tp__mcp_main(int argc, char **argv);
+
+#endif
