@@ -44,7 +44,7 @@ LUA_CORE    = lapi lcode lctype ldebug ldo ldump lfunc lgc llex lmem lobject lop
               lparser lstate lstring ltable ltm lundump lvm lzio lauxlib lbaselib lcorolib \
               ldblib liolib lmathlib loadlib loslib lstrlib ltablib lutf8lib linit
 LUA_OBJS    = $(LUA_CORE:%=$(BUILD)/lua-obj/%.o)
-FRONT_SRCS  = engine/cli.c engine/luamod.c
+FRONT_SRCS  = engine/cli.c engine/mcp.c engine/luamod.c
 ENGINE_SRCS = $(filter-out $(FRONT_SRCS),$(wildcard engine/*.c))
 ENGINE_OBJS = $(ENGINE_SRCS:engine/%.c=$(BUILD)/obj/%.o)
 GEN_SRCS    = $(BUILD)/gen/embedded.c
@@ -108,8 +108,8 @@ $(LIB_A): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 $(LIB_SO): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 	$(CC) -shared $(LDFLAGS_ALL) -Wl,-soname,libtidepool.so.0 -o $@ $^ $(LUV_LIBS) $(LIBS_ALL)
 
-$(CLI): $(BUILD)/obj/cli.o $(LIB_A)
-	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
+$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_A)
+	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
 
 # The Lua module takes Lua's symbols from the interpreter that loads it (build/lua/lua),
 # so the engine objects go in without a second copy of Lua.

@@ -22,6 +22,7 @@
 static const char usage_text[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
   "       tidepool check [options] FILE   compile only, report syntax errors\n"
+  "       tidepool mcp [options]          MCP server on stdio (tidepool mcp --help)\n"
   "       tidepool --version | --help\n"
   "\n"
   "options:\n"
@@ -230,6 +231,7 @@ int main (int argc, char **argv) {
     printf("tidepool %s (Lua 5.4.7 from Debian trixie)\n", tp_version());
     return 0;
   }
+  if (strcmp(cmd, "mcp") == 0) return tp__mcp_main(argc - 2, argv + 2);
   int check = strcmp(cmd, "check") == 0;
   if (!check && strcmp(cmd, "run") != 0)
     return tp__cli_usage_error("unknown command '%s'", cmd);
