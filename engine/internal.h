@@ -210,6 +210,9 @@ void tp__host_cancel(tp_engine *e, tp_call *c);
 char *tp__host_describe(tp_engine *e, const char *format, const char *tool);
 char *tp__host_search(tp_engine *e, const char *query);
 
+/* fs.c: pushes the table of workspace-confined file functions (host state only). */
+int tp__open_fs(lua_State *L);
+
 /* ---- runs and calls ---------------------------------------------------------------- */
 
 enum { ST_READY, ST_STARTED, ST_DONE };
