@@ -338,7 +338,7 @@ static int sb_warn (lua_State *L) {
 
 /* ---- wrapped base functions ------------------------------------------------------- */
 
-static lua_CFunction orig_load, orig_setmetatable, orig_rawset, orig_format, orig_rep,
+static lua_CFunction orig_load, orig_setmetatable, orig_rawset, orig_xpcall, orig_format, orig_rep,
                      orig_find, orig_sort;
 
 static int sb_load (lua_State *L) {
@@ -384,6 +384,29 @@ static int is_readonly (lua_State *L, int idx) {
     lua_pop(L, 2);
   }
   return r;
+}
+
+/*
+** xpcall: a limit's verdict is raised from inside the count hook, where Lua calls the
+** message handler before unwinding, with hooks still off. A script's handler run there
+** could loop for ever, out of reach of every limit. So once there is a verdict the
+** handler is skipped and the error object passes through unchanged.
+*/
+static int xpcall_handler (lua_State *L) {  /* upvalue 1: the script's handler */
+  tp_sandbox *sb = tp__sandbox_of(L);
+  if (atomic_load(&sb->kill) != TP_KILL_NONE) return 1;
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+static int sb_xpcall (lua_State *L) {
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_pushvalue(L, 2);
+  lua_pushcclosure(L, xpcall_handler, 1);
+  lua_replace(L, 2);
+  return orig_xpcall(L);
 }
 
 static int sb_rawset (lua_State *L) {
@@ -786,7 +809,7 @@ static const wrapper wrappers[] = {
   { "_G", "print", sb_print },           { "_G", "tostring", sb_tostring },
   { "_G", "load", sb_load },             { "_G", "setmetatable", sb_setmetatable },
   { "_G", "rawset", sb_rawset },         { "_G", "collectgarbage", sb_collectgarbage },
-  { "_G", "warn", sb_warn },
+  { "_G", "warn", sb_warn },             { "_G", "xpcall", sb_xpcall },
   { "string", "find", sb_find },         { "string", "format", sb_format },
   { "string", "rep", sb_rep },
   { "table", "concat", sb_concat },      { "table", "move", sb_move },
@@ -904,6 +927,7 @@ static void originals_setup (void) {
   orig_load = field_fn(L, "_G", "load");
   orig_setmetatable = field_fn(L, "_G", "setmetatable");
   orig_rawset = field_fn(L, "_G", "rawset");
+  orig_xpcall = field_fn(L, "_G", "xpcall");
   orig_format = field_fn(L, "string", "format");
   orig_rep = field_fn(L, "string", "rep");
   orig_find = field_fn(L, "string", "find");
