@@ -1,5 +1,6 @@
 -- The sandbox's globals and library keys, exactly: nothing missing, nothing extra.
--- The expected lists are sandbox/allowlist.h's KEEP and WRAP entries, plus json and _G.
+-- The expected lists are sandbox/allowlist.h's KEEP, WRAP and OURS entries, plus the library
+-- tables and _G.
 local tidepool = require "tidepool"
 
 local function names_of(expr)
@@ -14,9 +15,9 @@ local function names_of(expr)
 end
 
 local expected = {
-  _G = "_G _VERSION assert collectgarbage coroutine error getmetatable ipairs json load math "
-    .. "next os pairs pcall print rawequal rawget rawlen rawset select setmetatable string "
-    .. "table tonumber tostring type utf8 warn xpcall",
+  _G = "_G _VERSION assert collectgarbage coroutine error getmetatable ipairs json load "
+    .. "math next os pairs parallel pcall print rawequal rawget rawlen rawset select setmetatable string "
+    .. "table tonumber tools tostring type utf8 warn xpcall",
   string = "byte char find format gmatch gsub len lower match pack packsize rep reverse sub "
     .. "unpack upper",
   table = "concat insert move pack remove sort unpack",
@@ -59,13 +60,13 @@ describe("the sandbox's allowlist", function()
       table.sort(libs)
       return table.concat(libs, " ")
     ]])
-    assert.are.equal("coroutine json math os string table utf8", env.result)
+    assert.are.equal("coroutine json math os string table tools utf8", env.result)
   end)
 
-  it("matches sandbox/allowlist.h's KEEP and WRAP entries, plus json and _G", function()
+  it("matches sandbox/allowlist.h's KEEP, WRAP and OURS entries", function()
     local header = allowlist_header()
     local base = header._G
-    for _, lib in ipairs{ "coroutine", "json", "math", "os", "string", "table", "utf8", "_G" } do
+    for _, lib in ipairs{ "coroutine", "math", "os", "string", "table", "utf8", "_G" } do
       base[#base + 1] = lib
     end
     for lib, names in pairs(header) do
