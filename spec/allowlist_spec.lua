@@ -16,8 +16,8 @@ end
 
 local expected = {
   _G = "_G _VERSION assert collectgarbage coroutine error getmetatable ipairs json load "
-    .. "math next os pairs parallel pcall print rawequal rawget rawlen rawset select setmetatable string "
-    .. "table tonumber tools tostring type utf8 warn xpcall",
+    .. "math next os pairs parallel pcall print rawequal rawget rawlen rawset select "
+    .. "setmetatable string table tonumber tools tostring type utf8 warn xpcall",
   string = "byte char find format gmatch gsub len lower match pack packsize rep reverse sub "
     .. "unpack upper",
   table = "concat insert move pack remove sort unpack",
