@@ -346,10 +346,12 @@ static void finish_ok (tp_run *r, int nres) {
   }
   if (result == NULL) {
     char msg[700];
+    int has_path = jerr.path[0] && strstr(jerr.message, jerr.path) == NULL;
     snprintf(msg, sizeof msg, "the script's return value cannot be sent as JSON: %s%s%s",
-             jerr.message, jerr.path[0] ? " (at " : "", jerr.path[0] ? jerr.path : "");
-    if (jerr.path[0]) strncat(msg, ")", sizeof msg - strlen(msg) - 1);
-    const char *code = strstr(jerr.message, "limit") ? "limit.output" : "runtime";
+             jerr.message, has_path ? " (at " : "", has_path ? jerr.path : "");
+    if (has_path) strncat(msg, ")", sizeof msg - strlen(msg) - 1);
+    /* the codec's size cap (set to the result limit) is the only error naming it */
+    const char *code = strstr(jerr.message, "(max_bytes)") ? "limit.output" : "runtime";
     finish(r, NULL, make_error(r, code, msg, strlen(msg), 0,
       "Return plain data: tables of strings, numbers, booleans and json.null, "
       "with either array items or string keys."));
@@ -487,9 +489,28 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
   if (limits) lim = *limits;
   else tp_limits_init(&lim);
   tp_sandbox *sb = tp__sandbox_create(&lim);
+  int cap_too_small = 0;
+  if (sb == NULL && lim.memory) {  /* fits without the cap? then the cap is what failed */
+    tp_limits uncapped = lim;
+    uncapped.memory = 0;
+    sb = tp__sandbox_create(&uncapped);
+    cap_too_small = sb != NULL;
+  }
   if (sb == NULL) return NULL;
   tp_run *r = run_new(e, sb, source, len);
-  if (r == NULL) tp__sandbox_destroy(sb);
+  if (r == NULL) { tp__sandbox_destroy(sb); return NULL; }
+  if (cap_too_small) {  /* the run ends at its first step with limit.memory */
+    char msg[200], n[48];
+    human_size(n, sizeof n, lim.memory);
+    snprintf(msg, sizeof msg, "the memory limit of %s is less than a fresh sandbox needs "
+             "(%zu bytes)", n, sb->mem_used);
+    sb->limits.memory = lim.memory;
+    lua_settop(sb->T, 0);
+    json_decref(r->pending_error);
+    r->compiled = 0;
+    r->pending_error = make_error(r, "limit.memory", msg, strlen(msg), 0,
+                                  kill_hint(TP_KILL_MEMORY));
+  }
   return r;
 }
 
