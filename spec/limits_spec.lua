@@ -1,0 +1,313 @@
+-- Each limit's exact error code, at its boundary, and that no script outlives it.
+local tidepool = require "tidepool"
+
+local function fails(src, code, opts)
+  local env = tidepool.run(src, opts)
+  assert.is_false(env.ok, "the run should have failed with " .. code)
+  assert.are.equal(code, env.error.code, env.error.message)
+  return env
+end
+
+-- Runs a script that must be stopped by its time limit (seconds), with the given code,
+-- and checks that it ended no later than half its limit past it.
+local function stopped_in_time(src, code, opts)
+  local limit = opts.timeout or opts.cpu
+  local spent = opts.timeout and "wall_ms" or "cpu_ms"  -- a loaded machine stretches wall time
+  local env = fails(src, code, opts)
+  assert.is_true(env.stats[spent] < limit * 1000 * 1.5,
+    ("%s %.1f for a %.0f ms limit"):format(spent, env.stats[spent], limit * 1000))
+  return env
+end
+
+describe("limit.memory", function()
+  it("stops a table that grows past the cap", function()
+    local env = fails("local t = {} for i = 1, 1e7 do t[i] = i end", "limit.memory",
+      { memory = "1M" })
+    assert.are.equal("the script used more than its memory limit of 1 MiB", env.error.message)
+    assert.are.equal(1, env.error.line)
+  end)
+
+  it("pcall cannot swallow a memory kill", function()
+    fails([[
+      local ok = pcall(function() local t = {} for i = 1, 1e7 do t[i] = i end end)
+      return ok]], "limit.memory", { memory = "1M" })
+  end)
+
+  it("an allocation at the cap inside pcall in a loop ends the run", function()
+    fails("for _ = 1, 1000 do pcall(string.rep, 'x', 2^20) end return 1", "limit.memory",
+      { memory = "1M" })
+  end)
+
+  it("a caught allocation failure is still fatal", function()
+    fails("local ok, e = pcall(string.rep, 'x', 2^21) return { ok, e }", "limit.memory",
+      { memory = "1M" })
+  end)
+
+  it("string.rep past the cap is limit.memory, not a runtime error", function()
+    fails("local s = string.rep('x', 2^30) return #s", "limit.memory")
+  end)
+
+  it("xpcall's handler cannot swallow a memory kill", function()
+    fails([[
+      local t = {}
+      xpcall(function() for i = 1, 1e7 do t[i] = i end end,
+             function() t = nil return "handled" end)
+      return "survived"]], "limit.memory", { memory = "1M" })
+  end)
+
+  it("garbage that the collector can free does not count", function()
+    local env = tidepool.run([[
+      local n = 0
+      for i = 1, 2000 do local s = ("y"):rep(100) .. i n = n + #s end
+      return n]], { memory = "64K" })
+    assert.is_true(env.ok)
+    assert.are.equal(2000 * 100 + 9 + 90 * 2 + 900 * 3 + 1001 * 4, env.result)
+  end)
+end)
+
+describe("out-of-memory stepping", function()
+  local script = [[
+    local t = {}
+    for i = 1, 200 do
+      t[i] = { id = i, name = string.format("item-%03d", i), tags = { "a", "b" } }
+    end
+    local function counter() local n = 0 return function() n = n + 1 return n end end
+    local c = counter()
+    for _ = 1, 10 do c() end
+    local co = coroutine.wrap(function() for i = 1, 3 do coroutine.yield(i * 10) end end)
+    local s = 0
+    for _ = 1, 3 do s = s + co() end
+    local parts = {}
+    for i = 1, 50 do parts[#parts + 1] = t[i].name end
+    local text = json.encode({ first = t[1], count = #t })
+    local back = json.decode(text)
+    return { joined = #table.concat(parts, ","), sum = s, calls = c(), name = back.first.name,
+             text = #text }
+  ]]
+  local expected = { joined = 50 * 8 + 49, sum = 60, calls = 11, name = "item-001" }
+
+  it("every failure under rising caps is a clean limit.memory, then the script succeeds",
+    function()
+    local cap, seen, last = 16 * 1024, 0, nil
+    while cap < 4 * 1024 * 1024 do
+      local ok, env = pcall(tidepool.run, script, { memory = cap })
+      assert.is_true(ok, "the engine failed at cap " .. cap .. ": " .. tostring(env))
+      if env.ok then last = env break end
+      assert.are.equal("limit.memory", env.error.code,
+        "cap " .. cap .. ": " .. tostring(env.error.message))
+      seen = seen + 1
+      cap = cap + 1024
+    end
+    assert.is_truthy(last, "never succeeded")
+    assert.is_true(seen > 10)
+    local r = last.result
+    r.text = nil
+    assert.are.same(expected, r)
+  end)
+end)
+
+describe("limit.instructions", function()
+  local src = "local s = 0 for i = 1, 100 do s = s + i end return s"
+
+  local function passes(n)
+    return tidepool.run(src, { instructions = n }).ok
+  end
+
+  it("a script passes at its exact instruction count and fails one below", function()
+    local lo, hi = 1, 100000     -- fails at lo, passes at hi
+    assert.is_false(passes(lo))
+    assert.is_true(passes(hi))
+    while hi - lo > 1 do
+      local mid = (lo + hi) // 2
+      if passes(mid) then hi = mid else lo = mid end
+    end
+    local ok_env = tidepool.run(src, { instructions = hi })
+    assert.is_true(ok_env.ok)
+    assert.are.equal(5050, ok_env.result)
+    assert.is_true(hi > 200 and hi < 300, "count " .. hi)  -- 2 per iteration, a few more
+    local env = fails(src, "limit.instructions", { instructions = hi - 1 })
+    assert.are.equal(("the script ran more than its limit of %d instructions"):format(hi - 1),
+      env.error.message)
+    assert.are.equal(hi, env.stats.instructions)
+  end)
+
+  it("stops an endless loop", function()
+    local env = fails("while true do end", "limit.instructions", { instructions = 1000 })
+    assert.are.equal(1001, env.stats.instructions)
+  end)
+
+  it("pcall cannot swallow an instruction kill", function()
+    fails([[
+      for _ = 1, 10 do pcall(function() while true do end end) end
+      return "survived"]], "limit.instructions", { instructions = 10000 })
+  end)
+
+  it("a backtracking pattern is charged as instructions", function()
+    fails("return ('a'):rep(3e4):find('.-.-.-.-.-b')", "limit.instructions",
+      { instructions = 1000000 })
+  end)
+end)
+
+describe("limit.cpu", function()
+  it("stops an endless loop", function()
+    local env = stopped_in_time("while true do end", "limit.cpu", { cpu = 0.1 })
+    assert.are.equal("the script used more than its CPU time limit of 100 ms",
+      env.error.message)
+  end)
+end)
+
+describe("limit.time", function()
+  local function loops(name, src)
+    it(name, function()
+      stopped_in_time(src, "limit.time", { timeout = 0.1 })
+    end)
+  end
+
+  it("stops an endless loop with the exact message", function()
+    local env = stopped_in_time("while true do end", "limit.time", { timeout = 0.1 })
+    assert.are.equal("the script ran longer than its time limit of 100 ms", env.error.message)
+    assert.are.equal(1, env.error.line)
+    assert.are.equal("while true do end", env.error.source)
+  end)
+
+  loops("pcall cannot swallow a time kill",
+    "while true do pcall(function() while true do end end) end")
+  loops("xpcall with a looping handler cannot outlive the limit",
+    "xpcall(function() while true do end end, function() while true do end end) return 1")
+  loops("error objects cannot stop the kill: a loop that rethrows",
+    "while true do pcall(error, setmetatable({}, { __index = function() end })) end")
+  loops("a loop inside a coroutine is stopped",
+    "coroutine.wrap(function() while true do end end)()")
+  loops("a coroutine that catches the kill and resumes another is stopped", [[
+    while true do
+      local co = coroutine.create(function() while true do end end)
+      coroutine.resume(co)
+    end]])
+  loops("a __close handler that loops is stopped", [[
+    do local x <close> = setmetatable({}, { __close = function() while true do end end }) end
+    return 1]])
+  loops("a __close handler run by an error cannot outlive the limit", [[
+    pcall(function()
+      local x <close> = setmetatable({}, { __close = function() while true do end end })
+      while true do end
+    end)
+    return 1]])
+  loops("a __close handler run by coroutine.close is stopped", [[
+    local co = coroutine.create(function()
+      local x <close> = setmetatable({}, { __close = function() while true do end end })
+      coroutine.yield()
+    end)
+    coroutine.resume(co)
+    coroutine.close(co)
+    return 1]])
+  loops("a __close handler that loops after the kill inside a coroutine is stopped", [[
+    coroutine.wrap(function()
+      local x <close> = setmetatable({}, { __close = function() while true do end end })
+      while true do end
+    end)()]])
+end)
+
+describe("long C calls are stopped within the time limit", function()
+  local function stops(name, src, opts)
+    it(name, function()
+      stopped_in_time(src, "limit.time", opts or { timeout = 0.2 })
+    end)
+  end
+
+  stops("find with a backtracking pattern", "return ('a'):rep(3e4):find('.-.-.-.-.-b')")
+  stops("gmatch with a backtracking pattern",
+    "for _ in ('a'):rep(3e4):gmatch('.-.-.-.-b') do end")
+  stops("gsub with a backtracking pattern", "return (('a'):rep(3e4):gsub('.-.-.-.-b', ''))")
+  stops("match with a backtracking pattern in a loop",
+    "while true do local _ = ('a'):rep(5e4):match('^(a-)-b') end")
+  stops("table.concat over a huge range with a C __index",
+    "return table.concat(setmetatable({}, { __index = rawlen }), '', 1, 2^40)")
+  stops("table.concat over a huge range with a Lua __index",
+    "return table.concat(setmetatable({}, { __index = function() return '' end }), '', 1, 2^40)")
+  stops("table.move over a huge range", "table.move({}, 1, 2^40, 2)")
+  stops("table.sort of a million numbers", [[
+    local t = {}
+    for i = 1, 1e6 do t[i] = (i * 7919) % 1000003 end
+    table.sort(t)
+    return t[1] ]], { timeout = 0.05 })
+  stops("comparing huge strings in a loop", [[
+    local a, b = ("x"):rep(1e7) .. "a", ("x"):rep(1e7) .. "b"
+    local n = 0
+    while true do if a < b then n = n + 1 end end]], { timeout = 0.2 })
+
+  it("string.rep of an empty string a huge number of times returns at once", function()
+    local env = tidepool.run("return #string.rep('', 1e15)", { timeout = 0.2 })
+    assert.is_true(env.ok)
+    assert.are.equal(0, env.result)
+  end)
+
+  it("string.rep with a huge count is a clear error at once", function()
+    local env = fails("return #string.rep('x', 1e15)", "runtime", { timeout = 0.2 })
+    assert.are.equal("resulting string too large", env.error.message)
+  end)
+
+  it("patterns that finish give the same answers as Lua's own matcher", function()
+    local cases = {
+      { ("a"):rep(200) .. "b", ".-.-b" }, { ("ab"):rep(3), "(a-)b$" },
+      { "key = value", "^(%w+)%s*=%s*(%w+)$" }, { "f(a(b)c)d", "%b()" },
+      { "THE (quick) fox", "%f[%a]%a+" }, { "x.y.z", "." }, { "aaa", "a-a" },
+    }
+    for _, c in ipairs(cases) do
+      local src = ("local s, p = %q, %q return { { s:find(p) }, { s:match(p) }, "
+        .. "{ s:gsub(p, '<%%0>') } }"):format(c[1], c[2])
+      local env = tidepool.run(src)
+      local s, p = c[1], c[2]
+      assert.are.same({ { s:find(p) }, { s:match(p) }, { s:gsub(p, "<%0>") } }, env.result,
+        p)
+    end
+  end)
+end)
+
+describe("limit.output", function()
+  it("a print flood is cut with the truncation marker", function()
+    local env = fails("while true do print(('x'):rep(100)) end", "limit.output",
+      { max_output = 1000 })
+    assert.are.equal(11, #env.logs)
+    assert.are.equal(("x"):rep(100), env.logs[10])
+    assert.are.equal("...[output truncated: the 1000-byte output limit was reached]",
+      env.logs[11])
+    assert.are.equal("the script printed more than its output limit of 1000 bytes",
+      env.error.message)
+  end)
+
+  it("pcall cannot swallow an output kill", function()
+    fails("for _ = 1, 100 do pcall(print, ('x'):rep(100)) end return 1", "limit.output",
+      { max_output = 1000 })
+  end)
+
+  it("a result too large is limit.output", function()
+    local env = fails("return ('x'):rep(1000)", "limit.output", { max_result = 100 })
+    assert.truthy(env.error.message:find("100", 1, true))
+  end)
+
+  it("a result just under the cap passes", function()
+    local env = tidepool.run("return ('x'):rep(98)", { max_result = 100 })
+    assert.is_true(env.ok)
+  end)
+end)
+
+describe("limit.source", function()
+  it("a script over the source limit is refused before it runs", function()
+    local env = fails("print('ran') return 1", "limit.source", { max_source = 10 })
+    assert.are.equal("the script is 21 bytes, over its source limit of 10 bytes",
+      env.error.message)
+    assert.are.same({}, env.logs)
+  end)
+
+  it("a script exactly at the source limit runs", function()
+    local env = tidepool.run("return 1", { max_source = 8 })
+    assert.is_true(env.ok)
+  end)
+
+  it("load of a chunk over the source limit fails", function()
+    local env = tidepool.run("local f, e = load(('-'):rep(200)) return { f == nil, e }",
+      { max_source = 100 })
+    assert.are.same({ true, "chunk of 200 bytes is over the 100-byte source limit" },
+      env.result)
+  end)
+end)
