@@ -35,7 +35,8 @@ static const char usage_text[] =
   "  --max-result SIZE    limit on the JSON result (default 4M)\n"
   "  --max-source SIZE    limit on the script's size (default 1M)\n"
   "  --tools DIR          also load the plugin tools in DIR (repeatable)\n"
-  "  --no-builtin-tools   leave out the built-in tools (time.*, kv.*)\n"
+  "  --no-builtin-tools   leave out the built-in tools (time.*, kv.*, fs.*)\n"
+  "  --workspace DIR      offer the fs.* tools, confined to DIR\n"
   "\n"
   "Sizes and durations of 0 mean no limit. Exit status: 0 the script succeeded,\n"
   "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
@@ -241,6 +242,7 @@ int main (int argc, char **argv) {
   int json_out = 0;
   int builtin_tools = 1, ntool_dirs = 0;
   const char *tool_dirs[64];
+  const char *workspace = NULL;
   const char *file = NULL;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -253,6 +255,15 @@ int main (int argc, char **argv) {
         return EXIT_USAGE;
       }
       tool_dirs[ntool_dirs++] = dir;
+      continue;
+    }
+    if (strcmp(a, "--workspace") == 0 || strncmp(a, "--workspace=", 12) == 0) {
+      workspace = a[11] == '=' ? a + 12 : i + 1 < argc ? argv[++i] : NULL;
+      struct stat st;
+      if (workspace == NULL || *workspace == '\0')
+        return tp__cli_usage_error("%s", "--workspace needs a directory");
+      if (stat(workspace, &st) != 0 || !S_ISDIR(st.st_mode))
+        return tp__cli_usage_error("--workspace '%s' is not a directory", workspace);
       continue;
     }
     if (strcmp(a, "-") == 0 || a[0] != '-') {
@@ -294,6 +305,12 @@ int main (int argc, char **argv) {
   }
   tp_engine *e = tp_engine_create();
   if (e == NULL) { free(src); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+  if (workspace && tp_engine_set_workspace(e, workspace) != TP_OK) {
+    free(src);
+    tp_engine_destroy(e);
+    fprintf(stderr, "tidepool: out of memory\n");
+    return 1;
+  }
   if (!check) load_tools(e, builtin_tools, tool_dirs, ntool_dirs);
   char *envelope = NULL;
   int ok = 0;

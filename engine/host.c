@@ -389,6 +389,15 @@ static int e_deadline_ms (lua_State *H) {
   return 1;
 }
 
+/* E.workspace() -> the engine's workspace directory, or nil (plugins ask at load time:
+** tools/fs.lua offers nothing without one). */
+static int e_workspace (lua_State *H) {
+  const tp_engine *e = get_host(H)->e;
+  if (e->workspace == NULL) return 0;
+  lua_pushstring(H, e->workspace);
+  return 1;
+}
+
 /* ---- opening and closing H ------------------------------------------------------ */
 
 static int open_p (lua_State *H) {
@@ -404,6 +413,10 @@ static int open_p (lua_State *H) {
   luaL_requiref(H, "luv", luaopen_luv, 0);
   luaL_requiref(H, "lpeg", luaopen_lpeg, 0);
   luaL_requiref(H, "json", tp_json_open, 1);  /* also a global: plugins use json.array */
+  luaL_getsubtable(H, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(H, tp__open_fs);         /* require("tidepool.fs"): tools/fs.lua */
+  lua_setfield(H, -2, "tidepool.fs");
+  lua_pop(H, 1);
   lua_settop(H, 1);
   luaL_newmetatable(H, CALLBOX);
   lua_pushliteral(H, "tidepool call");
@@ -415,7 +428,8 @@ static int open_p (lua_State *H) {
     return lua_error(H);
   static const luaL_Reg fns[] = {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
-    { "deadline_ms", e_deadline_ms }, { NULL, NULL } };
+    { "deadline_ms", e_deadline_ms },
+    { "workspace", e_workspace }, { NULL, NULL } };
   luaL_newlib(H, fns);
   lua_call(H, 1, 1);
   luaL_checktype(H, -1, LUA_TTABLE);

@@ -339,7 +339,7 @@ function M.load_file(path)
     local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value)")
     if not has_position(msg) then msg = where(nil, 2) .. msg end
     return msg
-  end)
+  end, { workspace = E.workspace() })  -- the plugin's load options (see tools/fs.lua)
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }
@@ -351,7 +351,7 @@ function M.load_file(path)
   elseif rawget(ret, 1) ~= nil then
     list = ret
   elseif next(ret) == nil then
-    return 0, { path .. ":1: the file returned an empty table: no tools" }
+    return 0, {}  -- nothing to offer in this configuration (fs.lua without a workspace)
   else
     list = { ret }
   end

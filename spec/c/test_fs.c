@@ -501,6 +501,52 @@ TEST(walk_does_the_normal_operations) {
   teardown(L);
 }
 
+/* ---- tools/fs.lua, the plugin over these functions ---------------------------------- */
+
+/* Loads tools/fs.lua as the plugin loader does (require("tidepool.fs") preloaded, the
+** chunk called with {workspace = ...}) into TOOLS, a table by tool name. */
+static void load_plugin (lua_State *L, int with_workspace) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(L, tp__open_fs);
+  lua_setfield(L, -2, "tidepool.fs");
+  lua_pop(L, 1);
+  lua_pushboolean(L, with_workspace);
+  lua_setglobal(L, "WITH_WS");
+  CHECK_STR(ev(L,
+    "local chunk = assert(loadfile('tools/fs.lua'))\n"
+    "local list = chunk(WITH_WS and {workspace = ROOT} or {})\n"
+    "TOOLS = {}\n"
+    "for _, t in ipairs(list) do TOOLS[t.name] = t end\n"
+    "return #list"), with_workspace ? "6" : "0");
+}
+
+TEST(plugin_offers_no_tools_without_a_workspace) {
+  lua_State *L = setup();
+  load_plugin(L, 0);
+  teardown(L);
+}
+
+TEST(plugin_tools_call_the_confined_functions) {
+  lua_State *L = setup();
+  load_plugin(L, 1);
+  CHECK_STR(ev(L, "local ctx = {workspace = ROOT}\n"
+                  "TOOLS['fs.mkdir'].handler({path = 'a/b', parents = true}, ctx)\n"
+                  "local w = TOOLS['fs.write'].handler({path = 'a/b/f.txt', content = 'hi'}, ctx)\n"
+                  "local r = TOOLS['fs.read'].handler({path = 'a/b/f.txt'}, ctx)\n"
+                  "local l = TOOLS['fs.list'].handler({}, ctx)\n"
+                  "local s = TOOLS['fs.stat'].handler({path = 'a/b/f.txt'}, ctx)\n"
+                  "local x = TOOLS['fs.remove'].handler({path = 'a/b/f.txt'}, ctx)\n"
+                  "return w.bytes .. r.content .. l.entries[1].name .. tostring(l.truncated) .."
+                  " s.type .. s.size .. tostring(x.removed)"), "2hiafalsefile2true");
+  CHECK_STR(ev(L, "local ok, err = pcall(TOOLS['fs.read'].handler, {path = '../outside/secret'},"
+                  " {workspace = ROOT}) return err.message"),
+            "path escapes the workspace: ../outside/secret");
+  put(wsdir, "bin", "\xff\xfe");
+  CHECK_STR(ev(L, "local ok, err = pcall(TOOLS['fs.read'].handler, {path = 'bin'}, {}) return err.message"),
+            "not UTF-8 text (fs.read returns text files only): bin");
+  teardown(L);
+}
+
 int main (void) {
   snprintf(tmp, sizeof tmp, "/tmp/tp-fs-test-XXXXXX");
   if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
@@ -531,6 +577,8 @@ int main (void) {
   RUN(race_in_the_component_walk_never_reaches_outside);
   RUN(walk_refuses_dot_dot_absolute_and_every_link);
   RUN(walk_does_the_normal_operations);
+  RUN(plugin_offers_no_tools_without_a_workspace);
+  RUN(plugin_tools_call_the_confined_functions);
   rm_rf(tmp);
   return tp_test_end();
 }
