@@ -1,0 +1,272 @@
+-- build/tidepool, driven as a process: output, exit status, options, usage errors.
+local dkjson = require "dkjson"
+
+local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
+
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+local function write_temp(text)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+-- Runs the command line; returns stdout, stderr and the exit status.
+local function sh(cmdline, stdin)
+  local errpath = os.tmpname()
+  local cmd = cmdline .. " 2>" .. errpath
+  local inpath
+  if stdin then
+    inpath = write_temp(stdin)
+    cmd = cmd .. " <" .. inpath
+  end
+  local p = assert(io.popen(cmd .. "; echo \"#rc=$?\"", "r"))
+  local out = p:read("a")
+  p:close()
+  local f = assert(io.open(errpath, "rb"))
+  local err = f:read("a")
+  f:close()
+  os.remove(errpath)
+  if inpath then os.remove(inpath) end
+  local rc = tonumber(out:match("#rc=(%d+)\n$"))
+  out = out:gsub("#rc=%d+\n$", "")
+  return out, err, rc
+end
+
+-- tidepool run ARGS on a script given as text; returns stdout, stderr, status.
+local function run(script, args)
+  local path = write_temp(script)
+  local out, err, rc = sh(BIN .. " run " .. (args or "") .. " " .. shell_quote(path))
+  os.remove(path)
+  return out, err, rc
+end
+
+-- --json output: exactly one line, parsed.
+local function run_json(script, args)
+  local out, err, rc = run(script, "--json " .. (args or ""))
+  assert.are.equal(1, select(2, out:gsub("\n", "\n")), "not one line: " .. out)
+  local env = dkjson.decode(out)
+  assert.is_table(env, "not JSON: " .. out)
+  return env, rc, err
+end
+
+describe("tidepool run", function()
+  it("--json prints exactly one line that parses as the envelope, exit 0", function()
+    local env, rc, err = run_json("print('hi') return { a = 1, b = { 1, 2 } }")
+    assert.are.equal(0, rc)
+    assert.are.equal("", err)
+    assert.is_true(env.ok)
+    assert.are.same({ a = 1, b = { 1, 2 } }, env.result)
+    assert.are.same({ "hi" }, env.logs)
+    assert.is_number(env.stats.wall_ms)
+  end)
+
+  it("--json on a failing script prints the error envelope, exit 1", function()
+    local env, rc = run_json("local x = nil\nreturn x.y")
+    assert.are.equal(1, rc)
+    assert.is_false(env.ok)
+    assert.are.equal("runtime", env.error.code)
+    assert.are.equal(2, env.error.line)
+  end)
+
+  it("--json with logs that hold newlines and invalid UTF-8 is still one line", function()
+    local env, rc = run_json("print('a\\nb\\255') return 'x\\ny'")
+    assert.are.equal(0, rc)
+    assert.are.same({ "a\nb\239\191\189" }, env.logs)
+    assert.are.equal("x\ny", env.result)
+  end)
+
+  it("without --json prints logs and the result for a person", function()
+    local out, err, rc = run("print('hello') return { n = 1 }")
+    assert.are.equal(0, rc)
+    assert.are.equal("", err)
+    assert.are.equal('hello\n{\n  "n": 1\n}\n', out)
+  end)
+
+  it("without --json prints a string result as is", function()
+    local out, _, rc = run("return 'plain'")
+    assert.are.equal(0, rc)
+    assert.are.equal("plain\n", out)
+  end)
+
+  it("without --json an error goes to stderr with its code, line and hint, exit 1", function()
+    local out, err, rc = run("print('before')\nerror('boom')")
+    assert.are.equal(1, rc)
+    assert.are.equal("before\n", out)
+    assert.truthy(err:find("error [runtime] at line 2: boom", 1, true))
+    assert.truthy(err:find("2 | error('boom')", 1, true))
+  end)
+
+  it("a syntax error exits 1", function()
+    local env, rc = run_json("return = 1")
+    assert.are.equal(1, rc)
+    assert.are.equal("syntax", env.error.code)
+  end)
+
+  it("reads the script from standard input with -", function()
+    local out, _, rc = sh(BIN .. " run --json -", "return 6 * 7")
+    assert.are.equal(0, rc)
+    assert.are.equal(42, dkjson.decode(out).result)
+  end)
+
+  it("reads a fenced script from standard input", function()
+    local out, _, rc = sh(BIN .. " run --json -", "Here:\n```lua\nreturn 'fenced'\n```\n")
+    assert.are.equal(0, rc)
+    assert.are.equal("fenced", dkjson.decode(out).result)
+  end)
+end)
+
+describe("tidepool run options", function()
+  local hog = "local t = {} for i = 1, 1e6 do t[i] = i end return #t"
+
+  it("--memory 512K stops a script that fits the default", function()
+    assert.are.equal(0, select(2, run_json(hog)))
+    local env, rc = run_json(hog, "--memory 512K")
+    assert.are.equal(1, rc)
+    assert.are.equal("limit.memory", env.error.code)
+    assert.are.equal("the script used more than its memory limit of 512 KiB", env.error.message)
+  end)
+
+  it("--memory=SIZE works too", function()
+    local env = run_json(hog, "--memory=1M")
+    assert.are.equal("limit.memory", env.error.code)
+  end)
+
+  it("--timeout 200ms stops an endless loop with limit.time", function()
+    local env, rc = run_json("while true do end", "--timeout 200ms")
+    assert.are.equal(1, rc)
+    assert.are.equal("limit.time", env.error.code)
+    assert.are.equal("the script ran longer than its time limit of 200 ms", env.error.message)
+  end)
+
+  it("--cpu 100ms stops an endless loop with limit.cpu", function()
+    local env = run_json("while true do end", "--cpu 100ms")
+    assert.are.equal("limit.cpu", env.error.code)
+    assert.are.equal("the script used more than its CPU time limit of 100 ms", env.error.message)
+  end)
+
+  it("--instructions stops a loop and reports the count", function()
+    local env = run_json("while true do end", "--instructions 5000")
+    assert.are.equal("limit.instructions", env.error.code)
+    assert.are.equal(5001, env.stats.instructions)
+  end)
+
+  it("--max-output cuts a print flood", function()
+    local env = run_json("for i = 1, 100 do print(('x'):rep(50)) end", "--max-output 200")
+    assert.are.equal("limit.output", env.error.code)
+    assert.are.equal("...[output truncated: the 200-byte output limit was reached]",
+      env.logs[#env.logs])
+  end)
+
+  it("--max-result refuses a large result", function()
+    local env = run_json("return ('x'):rep(500)", "--max-result 100")
+    assert.are.equal("limit.output", env.error.code)
+  end)
+
+  it("--max-source refuses a long script", function()
+    local env = run_json("return 1 -- a comment that makes it long", "--max-source 10")
+    assert.are.equal("limit.source", env.error.code)
+  end)
+end)
+
+describe("tidepool usage errors", function()
+  local function usage(args, needle, stdin)
+    local out, err, rc = sh(BIN .. " " .. args, stdin)
+    assert.are.equal(2, rc, args)
+    assert.are.equal("", out)
+    assert.truthy(err:find(needle, 1, true), err)
+  end
+
+  it("an unknown option exits 2 with a message", function()
+    usage("run --bogus x.lua", "tidepool: unknown option '--bogus'")
+  end)
+
+  it("a bad size exits 2 with a message", function()
+    usage("run --memory 12Q -", "tidepool: bad size '12Q'", "return 1")
+  end)
+
+  it("a bad duration exits 2 with a message", function()
+    usage("run --timeout soon -", "tidepool: bad duration 'soon'", "return 1")
+  end)
+
+  it("a bad instruction count exits 2", function()
+    usage("run --instructions -5 -", "tidepool: bad instruction count '-5'", "return 1")
+  end)
+
+  it("an option without its value exits 2", function()
+    usage("run --memory", "tidepool: option '--memory' needs a value")
+  end)
+
+  it("a missing file exits 2 with a message", function()
+    usage("run /nonexistent/script.lua",
+      "tidepool: cannot open '/nonexistent/script.lua': No such file or directory")
+  end)
+
+  it("no file exits 2", function()
+    usage("run --json", "no FILE given")
+  end)
+
+  it("an unknown command exits 2", function()
+    usage("frobnicate", "tidepool: unknown command 'frobnicate'")
+  end)
+
+  it("no arguments at all exits 2 with the usage text", function()
+    usage("", "usage: tidepool run")
+  end)
+end)
+
+describe("tidepool check", function()
+  it("a good script compiles without running, exit 0", function()
+    local path = write_temp("print('ran') return 1")
+    local out, _, rc = sh(BIN .. " check --json " .. shell_quote(path))
+    os.remove(path)
+    assert.are.equal(0, rc)
+    local env = dkjson.decode(out, 1, dkjson.null)
+    assert.is_true(env.ok)
+    assert.are.equal(dkjson.null, env.result)
+    assert.are.same({}, env.logs)
+  end)
+
+  it("a bad script reports the syntax error, exit 1", function()
+    local out, _, rc = sh(BIN .. " check --json -", "local x = 1\nlocal = 2\n")
+    assert.are.equal(1, rc)
+    local env = dkjson.decode(out)
+    assert.is_false(env.ok)
+    assert.are.equal("syntax", env.error.code)
+    assert.are.equal(2, env.error.line)
+    assert.are.equal("local = 2", env.error.source)
+  end)
+
+  it("a script that would loop for ever is only compiled", function()
+    local out, _, rc = sh(BIN .. " check --json -", "while true do end")
+    assert.are.equal(0, rc)
+    assert.is_true(dkjson.decode(out).ok)
+  end)
+end)
+
+describe("tidepool --version and --help", function()
+  it("--version prints the version, exit 0", function()
+    local out, _, rc = sh(BIN .. " --version")
+    assert.are.equal(0, rc)
+    assert.truthy(out:match("^tidepool %d+%.%d+%.%d+"))
+  end)
+
+  it("--help prints the usage and every option, exit 0", function()
+    local out, _, rc = sh(BIN .. " --help")
+    assert.are.equal(0, rc)
+    for _, opt in ipairs{ "--json", "--memory", "--instructions", "--cpu", "--timeout",
+                          "--max-output", "--max-result", "--max-source" } do
+      assert.truthy(out:find(opt, 1, true), opt)
+    end
+  end)
+
+  it("run --help prints the usage, exit 0", function()
+    local out, _, rc = sh(BIN .. " run --help")
+    assert.are.equal(0, rc)
+    assert.truthy(out:find("usage: tidepool run", 1, true))
+  end)
+end)
