@@ -132,24 +132,25 @@ static int jsonbox_gc (lua_State *L) {
   return 0;
 }
 
-static int is_dir (const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /* The built-in tools: $TIDEPOOL_TOOLS_DIR, else tools/ of the source tree this module
-** was built in (build/lua/tidepool.so -> ../../tools), else the installed copy. */
+** was built in (build/lua/tidepool.so -> ../../tools, build/sanitize/lua -> ../../../tools,
+** found by its time.lua), else the installed copy. */
 static void push_builtin_dir (lua_State *L) {
   const char *env = getenv("TIDEPOOL_TOOLS_DIR");
   if (env && *env) { lua_pushstring(L, env); return; }
   Dl_info info;
   if (dladdr((void *)luaopen_tidepool, &info) && info.dli_fname) {
     const char *slash = strrchr(info.dli_fname, '/');
-    if (slash) {
-      lua_pushfstring(L, "%s/../../tools", lua_pushlstring(L, info.dli_fname,
-                      (size_t)(slash - info.dli_fname)));
-      lua_remove(L, -2);
-      if (is_dir(lua_tostring(L, -1))) return;
+    static const char *const ups[] = { "/../../tools", "/../../../tools" };
+    for (size_t i = 0; slash && i < sizeof ups / sizeof ups[0]; i++) {
+      lua_pushlstring(L, info.dli_fname, (size_t)(slash - info.dli_fname));
+      lua_pushstring(L, ups[i]);
+      lua_concat(L, 2);
+      lua_pushfstring(L, "%s/time.lua", lua_tostring(L, -1));
+      struct stat st;
+      int found = stat(lua_tostring(L, -1), &st) == 0;
+      lua_pop(L, 1);
+      if (found) return;
       lua_pop(L, 1);
     }
   }
