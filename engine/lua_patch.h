@@ -20,6 +20,12 @@ typedef struct tp_meter {
   void (*refill)(struct lua_State *L, struct tp_meter *m);  /* may raise */
 } tp_meter;
 
+/* Lua never initializes the main thread's extra space (new threads copy it), so a state
+** made by luaL_newstate would hand the matcher whatever malloc left there. This runs at
+** the end of lua_newstate (lstate.c), before the state can run anything; a sandbox then
+** stores its meter there. lua_getextraspace comes from lua.h, which lstate.c includes. */
+#define luai_userstateopen(L)  ((void)(*(void **)lua_getextraspace(L) = 0))
+
 static inline void tp_pattern_step (struct lua_State *L) {
   tp_meter *m = *(tp_meter **)((char *)(L) - sizeof(void *));
   if (m != 0 && --m->countdown <= 0)
