@@ -3,6 +3,8 @@
 #   C tests        build/tests/test_* (each prints "# N passed, M failed")
 #   busted specs   spec/*_spec.lua on this build's Lua, then again with an aggressive GC
 #   lint           luacheck over the Lua sources
+#   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
+#                  error), one counted test, when valgrind is installed; about a minute
 # Exit status is non-zero when anything failed or a suite could not run.
 BUILD=${BUILD:-build}
 LUA="$BUILD/lua/lua"
@@ -62,6 +64,14 @@ if command -v luacheck >/dev/null 2>&1; then
     passed=$((passed + 1)); echo "luacheck: ok"
   else
     failed=$((failed + 1)); cat "$log" | tail -n 30; echo "luacheck: failed"
+  fi
+fi
+
+if command -v valgrind >/dev/null 2>&1 && [ -x "$BUILD/tests/test_run_loop" ]; then
+  if BUILD=$BUILD timeout 600 sh scripts/valgrind.sh >"$log" 2>&1; then
+    passed=$((passed + 1)); echo "valgrind: ok"
+  else
+    failed=$((failed + 1)); grep -vE '^ok - ' "$log" | tail -n 40; echo "valgrind: failed"
   fi
 fi
 

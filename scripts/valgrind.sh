@@ -1,0 +1,56 @@
+#!/bin/sh
+# `make valgrind`: memory errors and leaks under valgrind, in a loop of runs and in the CLI.
+#   build/tests/test_run_loop   ~200 runs of every kind of ending (spec/c/test_run_loop.c)
+#   build/tidepool run          a few scripts as whole processes (ok, errors, limits, stdin)
+# A definite or indirect leak, or any memory error, fails (still-reachable memory, such as
+# the watchdog thread's stack of an engine that is alive at exit, does not). valgrind's
+# own error status is 97, so it cannot be mistaken for a script's failure (status 1).
+# Prints "# N passed, M failed" like the C tests; exit status non-zero on any failure.
+BUILD=${BUILD:-build}
+VG="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=97"
+passed=0
+failed=0
+log=$(mktemp)
+script=$(mktemp)
+trap 'rm -f "$log" "$script"' EXIT
+
+check() {  # $1 name, $2 expected exit status, rest: the command
+  name=$1 want=$2
+  shift 2
+  $VG "$@" >"$log" 2>&1
+  rc=$?
+  if [ "$rc" -eq "$want" ] && ! grep -q '^==[0-9]*==' "$log"; then
+    passed=$((passed + 1)); echo "ok - $name"
+  else
+    failed=$((failed + 1)); echo "not ok - $name (exit $rc, expected $want)"
+    grep -E '^==[0-9]+==|^not ok|^#   ' "$log" | head -n 40
+  fi
+}
+
+if ! command -v valgrind >/dev/null 2>&1; then
+  echo "valgrind: not installed"; echo "# 0 passed, 1 failed"; exit 1
+fi
+
+check "run loop (spec/c/test_run_loop.c)" 0 "$BUILD/tests/test_run_loop"
+
+cli() {  # $1 name, $2 expected status, $3 script, rest: options
+  name=$1 want=$2
+  printf '%s\n' "$3" >"$script"
+  shift 3
+  check "cli: $name" "$want" "$BUILD/tidepool" run "$@" "$script"
+}
+cli "ok" 0 'print("hi") return {1, 2, {a = "b"}}'
+cli "ok --json" 0 'return "x"' --json
+cli "runtime error" 1 'error("boom")'
+cli "syntax error" 1 'return +' --json
+cli "memory limit" 1 'local t = {} for i = 1, 1e8 do t[i] = i end' --memory 1M
+cli "cpu limit" 1 'while true do end' --cpu 50ms
+cli "wall limit" 1 'while true do end' --timeout 50ms --cpu 0
+cli "instruction limit" 1 'while true do end' --instructions 100000
+cli "output limit" 1 'for i = 1, 1e5 do print(i) end' --max-output 1K
+check "cli: check" 0 "$BUILD/tidepool" check "$script"
+printf 'return 1 + 1\n' >"$script"
+check "cli: stdin" 0 "$BUILD/tidepool" run - <"$script"
+
+echo "# $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
