@@ -22,6 +22,9 @@
 static const char usage_text[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
   "       tidepool check [options] FILE   compile only, report syntax errors\n"
+  "       tidepool describe [--tools DIR]... [--no-builtin-tools] [--workspace DIR]\n"
+  "                [--format lua|json]    what the model reads: the sandbox and the tools'\n"
+  "                                       API as LuaCATS (lua), or a run_lua tool (json)\n"
   "       tidepool mcp [options]          MCP server on stdio (tidepool mcp --help)\n"
   "       tidepool --version | --help\n"
   "\n"
@@ -233,9 +236,10 @@ int main (int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "mcp") == 0) return tp__mcp_main(argc - 2, argv + 2);
-  int check = strcmp(cmd, "check") == 0;
-  if (!check && strcmp(cmd, "run") != 0)
+  int check = strcmp(cmd, "check") == 0, describe = strcmp(cmd, "describe") == 0;
+  if (!check && !describe && strcmp(cmd, "run") != 0)
     return tp__cli_usage_error("unknown command '%s'", cmd);
+  const char *format = "lua";
 
   tp_limits lim;
   tp_limits_init(&lim);
@@ -266,6 +270,14 @@ int main (int argc, char **argv) {
         return tp__cli_usage_error("--workspace '%s' is not a directory", workspace);
       continue;
     }
+    if (describe && (strcmp(a, "--format") == 0 || strncmp(a, "--format=", 9) == 0)) {
+      format = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : "";
+      if (strcmp(format, "lua") != 0 && strcmp(format, "json") != 0)
+        return tp__cli_usage_error("--format '%s': use lua or json", format);
+      continue;
+    }
+    if (describe && (strcmp(a, "-") == 0 || a[0] != '-'))
+      return tp__cli_usage_error("describe takes no FILE ('%s')", a);
     if (strcmp(a, "-") == 0 || a[0] != '-') {
       if (file) return tp__cli_usage_error("more than one FILE given ('%s')", a);
       file = a;
@@ -285,6 +297,23 @@ int main (int argc, char **argv) {
     int lo = tp__cli_limit_option(name, val, &lim, &why);
     if (lo < 0) return tp__cli_usage_error(why, val);
     if (lo == 0) return tp__cli_usage_error("unknown option '%s'", a);
+  }
+  if (describe) {
+    tp_engine *e = tp_engine_create();
+    if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+    if (workspace) tp_engine_set_workspace(e, workspace);
+    load_tools(e, builtin_tools, tool_dirs, ntool_dirs);
+    char *text = tp_engine_describe(e, format);
+    if (text == NULL) {
+      fprintf(stderr, "tidepool: describe failed: %s\n", tp_engine_error(e));
+      tp_engine_destroy(e);
+      return 1;
+    }
+    fputs(text, stdout);
+    if (*text && text[strlen(text) - 1] != '\n') fputc('\n', stdout);
+    tp_free(text);
+    tp_engine_destroy(e);
+    return 0;
   }
   if (file == NULL) return tp__cli_usage_error("%s", "no FILE given (use - for standard input)");
   if (lim.memory && lim.memory < 16 * 1024)

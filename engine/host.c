@@ -648,21 +648,134 @@ int tp_engine_load_tools (tp_engine *e, const char *dir) {
   return added;
 }
 
-/* ---- describe, search, workspace (until their own issues land) ---------------------- */
+/* ---- describe and search: lua/describe.lua over the registry ------------------------ */
+
+/* lua/describe.lua, loaded once into H and kept in the registry. */
+static char describe_key;
+
+static void push_describe (lua_State *H) {
+  if (lua_rawgetp(H, LUA_REGISTRYINDEX, &describe_key) == LUA_TTABLE) return;
+  lua_pop(H, 1);
+  const tp_embedded *src = tp__embedded_find("lua/describe.lua");
+  if (src == NULL) luaL_error(H, "lua/describe.lua is not embedded in this build");
+  if (luaL_loadbufferx(H, src->data, src->len, "=lua/describe.lua", "t") != LUA_OK)
+    lua_error(H);
+  lua_call(H, 0, 1);
+  luaL_checktype(H, -1, LUA_TTABLE);
+  lua_pushvalue(H, -1);
+  lua_rawsetp(H, LUA_REGISTRYINDEX, &describe_key);
+}
+
+/* Pushes the tools as describe.lua reads them: {name, description, input, output}, one
+** tool when only is not NULL. */
+static void push_tool_list (lua_State *H, const tp_engine *e, const char *only) {
+  lua_createtable(H, (int)e->ntools, 0);
+  int n = 0;
+  for (size_t i = 0; i < e->ntools; i++) {
+    const tp_tool *t = e->tools[i];
+    if (only && strcmp(only, t->name) != 0) continue;
+    lua_createtable(H, 0, 4);
+    lua_pushstring(H, t->name);
+    lua_setfield(H, -2, "name");
+    lua_pushstring(H, t->description);
+    lua_setfield(H, -2, "description");
+    tp_json_push(H, t->input, 0);
+    lua_setfield(H, -2, "input");
+    if (t->output) {
+      tp_json_push(H, t->output, 0);
+      lua_setfield(H, -2, "output");
+    }
+    lua_rawseti(H, -2, ++n);
+  }
+}
+
+/* Replaces the value on top of H by its JSON text (an empty table becomes []). */
+static void to_json_text (lua_State *H) {
+  tp_json_err jerr;
+  json_t *v = tp_json_from_lua(H, -1, 0, 0, &jerr);
+  if (v == NULL) luaL_error(H, "describe: %s", jerr.message);
+  if (json_is_object(v) && json_object_size(v) == 0) {
+    json_decref(v);
+    v = json_array();
+  }
+  char *text = tp_json_dumps(v);
+  json_decref(v);
+  if (text == NULL) luaL_error(H, "not enough memory");
+  lua_pop(H, 1);
+  lua_pushstring(H, text);  /* H has no cap: only the host itself could run out here */
+  free(text);
+}
+
+/* describe_p(e, what, arg): what "lua" (preamble and API, or one tool's API when arg
+** names it), "json" (the run_lua tool; arg non-nil adds the session argument), or
+** "search" (arg is the query). Returns a string. */
+static int describe_p (lua_State *H) {
+  const tp_engine *e = lua_touserdata(H, 1);
+  const char *what = lua_tostring(H, 2);
+  const char *arg = lua_tostring(H, 3);
+  push_describe(H);
+  int M = lua_gettop(H);
+  if (strcmp(what, "search") == 0) {
+    lua_getfield(H, M, "search");
+    push_tool_list(H, e, NULL);
+    lua_pushstring(H, arg ? arg : "");
+    lua_call(H, 2, 1);
+    to_json_text(H);
+    return 1;
+  }
+  if (strcmp(what, "json") == 0) {
+    lua_getfield(H, M, "run_lua_tool");
+    push_tool_list(H, e, NULL);
+    lua_createtable(H, 0, 1);
+    lua_pushboolean(H, arg != NULL);
+    lua_setfield(H, -2, "session");
+    lua_call(H, 2, 1);
+    to_json_text(H);
+    return 1;
+  }
+  if (arg != NULL) {  /* one tool */
+    lua_getfield(H, M, "lua_api");
+    push_tool_list(H, e, arg);
+    lua_call(H, 1, 1);
+    return 1;
+  }
+  lua_getfield(H, M, "preamble");
+  lua_call(H, 0, 1);
+  lua_getfield(H, M, "lua_api");
+  push_tool_list(H, e, NULL);
+  lua_call(H, 1, 1);
+  lua_pushliteral(H, "\nThe tools (LuaCATS annotations):\n\n");
+  lua_insert(H, -2);
+  lua_concat(H, 3);
+  return 1;
+}
+
+static char *describe_call (tp_engine *e, const char *what, const char *arg) {
+  if (tp__host_open(e) != TP_OK) return NULL;
+  lua_State *H = e->H;
+  int top = lua_gettop(H);
+  lua_pushcfunction(H, describe_p);
+  lua_pushlightuserdata(H, e);
+  lua_pushstring(H, what);
+  if (arg) lua_pushstring(H, arg);
+  else lua_pushnil(H);
+  char *out = NULL;
+  if (pcall_h(H, 3, 1) == LUA_OK) {
+    size_t len;
+    const char *s = lua_tolstring(H, -1, &len);
+    if (s && (out = malloc(len + 1)) != NULL) memcpy(out, s, len + 1);
+  }
+  else tp__engine_set_error(e, "describe: %s", error_text(H, -1));
+  lua_settop(H, top);
+  return out;
+}
 
 char *tp__host_describe (tp_engine *e, const char *format, const char *tool) {
-  (void)format;
-  const tp_tool *t = tp__tool_find(e, tool);
-  if (t == NULL) return NULL;
-  size_t n = strlen(t->name) + strlen(t->description) + 32;
-  char *s = malloc(n);
-  if (s) snprintf(s, n, "tools.%s: %s", t->name, t->description);
-  return s;
+  return describe_call(e, strcmp(format, "json") == 0 ? "json" : "lua", tool);
 }
 
 char *tp__host_search (tp_engine *e, const char *query) {
-  (void)e; (void)query;
-  return strdup("[]");
+  return describe_call(e, "search", query);
 }
 
 int tp_engine_set_workspace (tp_engine *e, const char *dir) {
@@ -674,5 +787,8 @@ int tp_engine_set_workspace (tp_engine *e, const char *dir) {
 
 char *tp_engine_describe (tp_engine *e, const char *format) {
   if (e == NULL || format == NULL) return NULL;
-  return strdup("");
+  if (strcmp(format, "lua") == 0) return describe_call(e, "lua", NULL);
+  if (strcmp(format, "json") == 0) return describe_call(e, "json", NULL);
+  if (strcmp(format, "json+session") == 0) return describe_call(e, "json", "session");
+  return NULL;
 }

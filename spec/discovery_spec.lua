@@ -1,0 +1,83 @@
+-- What the model reads: `tidepool describe` and, inside a script, tools.list,
+-- tools.describe and tools.search, all over lua/describe.lua and the engine's registry.
+local tidepool = require "tidepool"
+local dkjson = require "dkjson"
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>/dev/null"))
+  local out = p:read("a")
+  local ok, _, code = p:close()
+  return out, ok and 0 or code
+end
+
+local TP = "build/tidepool"
+
+describe("tidepool describe", function()
+  it("prints the preamble and LuaCATS for every built-in tool, the same each time", function()
+    local a, code = sh(TP .. " describe")
+    assert.are.equal(0, code)
+    assert.truthy(a:find("Write one Lua 5.4 script per call", 1, true))
+    assert.truthy(a:find("---@class kv.get.Args", 1, true))
+    assert.truthy(a:find("function tools.time.now(args) end", 1, true))
+    local b = sh(TP .. " describe")
+    assert.are.equal(a, b)
+  end)
+
+  it("prints a run_lua tool definition with --format json", function()
+    local out, code = sh(TP .. " describe --format json")
+    assert.are.equal(0, code)
+    local def = dkjson.decode(out)
+    assert.are.equal("run_lua", def.name)
+    assert.are.same({ "code" }, def.inputSchema.required)
+    assert.are.equal("string", def.inputSchema.properties.code.type)
+    assert.is_nil(def.inputSchema["$schema"])
+    assert.truthy(def.description:find("tools.kv.get", 1, true))
+  end)
+
+  it("leaves the built-in tools out with --no-builtin-tools", function()
+    local out = sh(TP .. " describe --no-builtin-tools")
+    assert.is_nil(out:find("tools.kv", 1, true))
+  end)
+
+  it("refuses an unknown format with exit status 2", function()
+    local _, code = sh(TP .. " describe --format xml")
+    assert.are.equal(2, code)
+  end)
+end)
+
+describe("discovery inside a script", function()
+  local opts = { builtin_tools = true }
+
+  it("tools.list names every tool, sorted, as an array", function()
+    local env = tidepool.run("return tools.list()", opts)
+    assert.is_true(env.ok)
+    assert.are.same({ "kv.delete", "kv.get", "kv.list", "kv.set", "time.now", "time.sleep" },
+                    { table.unpack(env.result) })
+  end)
+
+  it("tools.describe gives the LuaCATS of one tool", function()
+    local env = tidepool.run('return tools.describe("time.sleep")', opts)
+    assert.is_true(env.ok)
+    assert.truthy(env.result:find("function tools.time.sleep(args) end", 1, true))
+    assert.is_nil(env.result:find("tools.kv", 1, true))
+  end)
+
+  it("tools.describe of an unknown tool is a runtime error naming it", function()
+    local env = tidepool.run('return tools.describe("nope.x")', opts)
+    assert.is_false(env.ok)
+    assert.are.equal("runtime", env.error.code)
+    assert.truthy(env.error.message:find("no tool nope.x", 1, true))
+  end)
+
+  it("tools.search ranks name matches first", function()
+    local env = tidepool.run('return tools.search("sleep")', opts)
+    assert.is_true(env.ok)
+    assert.are.equal("time.sleep", env.result[1].name)
+  end)
+
+  it("tools.search with no match is an empty array", function()
+    local env = tidepool.run('local r = tools.search("zzzz") return #r, json.encode(r)', opts)
+    assert.is_true(env.ok)
+    assert.are.same({ 0, "[]" }, { env.result[1], env.result[2] })
+  end)
+end)
