@@ -125,6 +125,7 @@ void tp__sandbox_hook(lua_State *L, lua_Debug *ar);
 
 /* Sets the instruction hook (or none) on thread co according to sb's counters. */
 void tp__sandbox_sethook(tp_sandbox *sb, lua_State *co);
+void tp__sandbox_charge(tp_sandbox *sb, lua_State *co);  /* the part of a hook period co ran */
 
 /* Raises the kill verdict as a Lua error if there is one; otherwise returns. */
 void tp__sandbox_check(lua_State *L, tp_sandbox *sb);

@@ -627,6 +627,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (wake) tp__watch_disarm(&r->e->wd, &r->watch);
   r->cpu_used_ns += tp__thread_cpu_ns() - r->step_cpu0;
   r->nargs = 0;
+  tp__sandbox_charge(sb, T);
   if (sb->fail_armed) tp__sandbox_kill(sb, TP_KILL_MEMORY);  /* a refusal ended it */
 
   if (status == LUA_YIELD) {

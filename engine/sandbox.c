@@ -14,6 +14,8 @@
 #include "lauxlib.h"
 #include "lualib.h"
 
+#include "lstate.h"   /* hookcount: how much of its count-hook period a thread has run */
+
 #include "internal.h"
 #include "json.h"
 #include "allowlist.h"
@@ -106,10 +108,31 @@ static int hook_period (const tp_sandbox *sb) {
   return left > 100000 ? 100000 : (int)left;
 }
 
+/* Sets co's count hook to the period it needs now. A thread that yielded from the hook
+** carries CIST_HOOKYIELD, and Lua then swallows the next count event whatever the
+** period: every other step of an instruction budget ran twice its budget, uncounted.
+** The mark only keeps a count-1 hook from running twice on one instruction, which our
+** hook tolerates, so it is dropped here. */
 void tp__sandbox_sethook (tp_sandbox *sb, lua_State *co) {
   int period = hook_period(sb);
+  co->ci->callstatus &= ~CIST_HOOKYIELD;
   if (period) lua_sethook(co, tp__sandbox_hook, LUA_MASKCOUNT, period);
   else lua_sethook(co, NULL, 0, 0);
+}
+
+/*
+** Charges the instructions co has run since its count hook last fired or was set. A
+** coroutine that returns or yields inside a period would otherwise run them free: a
+** loop of short coroutines escaped the instruction limit. Not after a hook yield (the
+** hook charged the period, and Lua leaves hookcount at 1).
+*/
+void tp__sandbox_charge (tp_sandbox *sb, lua_State *co) {
+  if (!(sb->instr_limit || sb->instr_step_end) || sb->hook_yielded) return;
+  if (co->hook != tp__sandbox_hook || !(co->hookmask & LUA_MASKCOUNT)) return;
+  sb->instr_used += (uint64_t)(co->basehookcount - co->hookcount);
+  co->hookcount = co->basehookcount;
+  if (sb->instr_limit && sb->instr_used > sb->instr_limit)
+    tp__sandbox_kill(sb, TP_KILL_INSTRUCTIONS);
 }
 
 void tp__sandbox_hook (lua_State *L, lua_Debug *ar) {
@@ -659,9 +682,14 @@ static int do_resume (lua_State *L, lua_State *co, int narg, int mode) {
   tp_sandbox *sb = tp__sandbox_of(L);
   int nres, status;
   for (;;) {
+    if (sb->instr_limit || sb->instr_step_end)
+      tp__sandbox_sethook(sb, co);  /* a period counted from now, not from its creation */
     atomic_store(&sb->running, co);
+    if (atomic_load(&sb->kill) != TP_KILL_NONE || atomic_load(&sb->slice_over))
+      lua_sethook(co, tp__sandbox_hook, LUA_MASKCOUNT, 1);  /* what the signal would do */
     status = lua_resume(co, L, narg, &nres);
     atomic_store(&sb->running, L);
+    tp__sandbox_charge(sb, co);
     tp__sandbox_check(L, sb);
     if (status != LUA_YIELD) break;
     if (sb->hook_yielded) {      /* a time slice ended inside co */
