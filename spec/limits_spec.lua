@@ -109,26 +109,32 @@ end)
 describe("limit.instructions", function()
   local src = "local s = 0 for i = 1, 100 do s = s + i end return s"
 
-  local function passes(n)
-    return tidepool.run(src, { instructions = n }).ok
-  end
-
   it("a script passes at its exact instruction count and fails one below", function()
-    local lo, hi = 1, 100000     -- fails at lo, passes at hi
-    assert.is_false(passes(lo))
-    assert.is_true(passes(hi))
-    while hi - lo > 1 do
-      local mid = (lo + hi) // 2
-      if passes(mid) then hi = mid else lo = mid end
-    end
-    local ok_env = tidepool.run(src, { instructions = hi })
+    local n = tidepool.run(src, { instructions = 1000000000 }).stats.instructions
+    assert.is_true(n > 200 and n < 220, "count " .. n)  -- 2 per iteration, a few more
+    local ok_env = tidepool.run(src, { instructions = n })
     assert.is_true(ok_env.ok)
     assert.are.equal(5050, ok_env.result)
-    assert.is_true(hi > 200 and hi < 300, "count " .. hi)  -- 2 per iteration, a few more
-    local env = fails(src, "limit.instructions", { instructions = hi - 1 })
-    assert.are.equal(("the script ran more than its limit of %d instructions"):format(hi - 1),
+    assert.are.equal(n, ok_env.stats.instructions)
+    local env = fails(src, "limit.instructions", { instructions = n - 1 })
+    assert.are.equal(("the script ran more than its limit of %d instructions"):format(n - 1),
       env.error.message)
-    assert.are.equal(hi, env.stats.instructions)
+    assert.are.equal(n, env.stats.instructions)
+  end)
+
+  it("instructions are counted exactly over many hook periods", function()
+    local env = tidepool.run("local n = 0 for i = 1, 200000 do n = n + 1 end return n",
+      { instructions = 1000000000 })
+    assert.are.equal(400006, env.stats.instructions)
+  end)
+
+  it("a loop of short coroutines cannot escape the instruction limit", function()
+    fails([[
+      local n = 0
+      for _ = 1, 100 do
+        coroutine.wrap(function() for _ = 1, 20000 do n = n + 1 end end)()
+      end
+      return n]], "limit.instructions", { instructions = 1000000 })
   end)
 
   it("stops an endless loop", function()

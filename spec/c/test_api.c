@@ -244,9 +244,18 @@ TEST(an_instruction_budget_yields_then_finishes_with_the_result) {
   const char *src = "local n = 0 for i = 1, 100000 do n = n + i end return n";
   tp_run *r = tp_run_create(e, src, strlen(src), NULL);
   int yields = step_to_end(r, 0, 10000);
-  /* 200011 instructions: about 20 steps of 10000 would be exact; see the report of
-  ** issue 2's tests (a for loop is counted at half its instructions across steps) */
-  if (yields < 5) TP_FAIL_AT("%d yields, expected several", yields);
+  CHECK_INT(yields, 20);  /* 200011 instructions in steps of 10000 */
+  CHECK_FIELD(tp_run_envelope(r), "result", "5000050000");
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
+TEST(an_instruction_budget_holds_inside_a_script_coroutine) {
+  tp_engine *e = tp_engine_create();
+  const char *src = "return coroutine.wrap(function() local n = 0 "
+                    "for i = 1, 100000 do n = n + i end return n end)()";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  CHECK_INT(step_to_end(r, 0, 10000), 20);
   CHECK_FIELD(tp_run_envelope(r), "result", "5000050000");
   tp_run_destroy(r);
   tp_engine_destroy(e);
@@ -394,6 +403,7 @@ int main (void) {
   RUN(time_slices_pass_through_pcall);
   RUN(time_slices_pass_through_xpcall);
   RUN(an_instruction_budget_yields_then_finishes_with_the_result);
+  RUN(an_instruction_budget_holds_inside_a_script_coroutine);
   RUN(cancel_between_steps_gives_cancelled);
   RUN(cancel_before_the_first_step_gives_cancelled);
   RUN(the_wall_limit_counts_from_the_first_step);
