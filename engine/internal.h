@@ -235,6 +235,12 @@ struct tp_run {
   int compiled;            /* 0: pending_error is the syntax error */
   /* tool calls */
   tp_call *calls, **calls_tail;  /* every call of the run, in order */
+  tp_call **callv;         /* the same, indexed by id - 1 */
+  size_t ncallv, capcallv;
+  size_t active_from;      /* callv[i] for i below this are all done */
+  uint32_t ready_count;    /* done calls the script has not taken yet */
+  struct { const void *tool; uint32_t n; } *per_tool;  /* calls per tool, when limited */
+  size_t nper_tool;
   uint64_t next_call_id;
   uint32_t ncalls, in_flight;
   int waiting;             /* the script is blocked on calls */
@@ -303,5 +309,8 @@ int tp__call_complete_tree(tp_call *c, json_t *result);
 void tp__run_calls_json(tp_run *r, json_t *calls);
 void tp__run_cancel_calls(tp_run *r);
 void tp__call_release(tp_call *c);
+tp_call *tp__call_find(tp_run *r, uint64_t id);
+/* Advances r->active_from past done calls; returns it. */
+size_t tp__run_active_from(tp_run *r);
 
 #endif

@@ -592,8 +592,9 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   }
   if (r->waiting) {  /* resume only when a call completed or timed out */
     int ready = 0;
-    for (tp_call *c = r->calls; c != NULL && !ready; c = c->next)
-      if (!c->consumed && (c->state == CALL_DONE || tp__call_ready(r, c->id))) ready = 1;
+    ready = r->ready_count > 0;
+    for (size_t i = tp__run_active_from(r); i < r->ncallv && !ready; i++)
+      if (tp__call_ready(r, r->callv[i]->id) && !r->callv[i]->consumed) ready = 1;
     if (!ready) return TP_WAIT;
     r->waiting = 0;
   }
@@ -664,6 +665,8 @@ void tp_run_destroy (tp_run *r) {
     c->run = NULL;
     tp__call_release(c);
   }
+  free(r->callv);
+  free(r->per_tool);
   if (r->timer) uv_close((uv_handle_t *)r->timer, (uv_close_cb)free);
   if (r->session) {
     r->session->busy = NULL;
@@ -727,7 +730,8 @@ static void wake_cb (uv_timer_t *t) { (void)t; }
 ** handler, in a synchronous run) fail at once. */
 static void wait_for_calls (tp_run *r) {
   uint64_t now = tp__now_ns(), next = r->deadline_ns;
-  for (tp_call *c = r->calls; c != NULL; c = c->next) {
+  for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
+    tp_call *c = r->callv[i];
     if (c->state != CALL_RUNNING) continue;
     if (c->tool && c->tool->fn == NULL && c->tool->lua_ref == LUA_NOREF) {
       tp_call_fail(c, "tool.failed", "this tool has no handler here: it is completed by "
@@ -789,9 +793,11 @@ static void deadline_cb (uv_timer_t *t) { tp__run_wake(t->data); }
 /* Arms r's timer at its nearest deadline while it waits. */
 static void arm_deadline (tp_run *r) {
   uint64_t now = tp__now_ns(), next = r->deadline_ns;
-  for (tp_call *c = r->calls; c != NULL; c = c->next)
+  for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
+    tp_call *c = r->callv[i];
     if (c->state == CALL_RUNNING && c->deadline_ns && (next == 0 || c->deadline_ns < next))
       next = c->deadline_ns;
+  }
   if (next == 0) return;
   if (r->timer == NULL) {
     r->timer = malloc(sizeof *r->timer);

@@ -237,6 +237,7 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
     c->message = dup_or_null(msg ? msg : "the tool failed");
   }
   if (r != NULL && was_running && r->in_flight > 0) r->in_flight--;
+  if (r != NULL && !c->consumed) r->ready_count++;
   if (r != NULL && r->call_hook) r->call_hook(r, c->name, 1, r->call_hook_ud);
   if (r != NULL) tp__run_wake(r);
 }
@@ -337,23 +338,49 @@ static void dispatch (tp_run *r, tp_call *c) {
   /* else: the embedding program completes it (tp_run_pending) */
 }
 
+size_t tp__run_active_from (tp_run *r) {
+  while (r->active_from < r->ncallv && r->callv[r->active_from]->state == CALL_DONE)
+    r->active_from++;
+  return r->active_from;
+}
+
 static void start_queued (tp_run *r) {
   uint32_t cap = r->sb->limits.tool_in_flight;
-  for (tp_call *c = r->calls; c != NULL; c = c->next) {
+  for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
+    tp_call *c = r->callv[i];
     if (cap && r->in_flight >= cap) break;
     if (c->state == CALL_QUEUED && !c->cancelled) dispatch(r, c);
   }
+}
+
+/* Counts a call of tool t; returns the count so far. */
+static uint32_t count_per_tool (tp_run *r, const tp_tool *t) {
+  for (size_t i = 0; i < r->nper_tool; i++)
+    if (r->per_tool[i].tool == t) return ++r->per_tool[i].n;
+  void *np = realloc(r->per_tool, (r->nper_tool + 1) * sizeof *r->per_tool);
+  if (np == NULL) return UINT32_MAX;
+  r->per_tool = np;
+  r->per_tool[r->nper_tool].tool = t;
+  r->per_tool[r->nper_tool].n = 1;
+  return r->per_tool[r->nper_tool++].n;
 }
 
 uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, int line) {
   tp_sandbox *sb = r->sb;
   const tp_limits *l = &sb->limits;
   tp_call *c = calloc(1, sizeof *c);
+  if (c != NULL && r->ncallv == r->capcallv) {
+    size_t ncap = r->capcallv ? r->capcallv * 2 : 16;
+    tp_call **nv = realloc(r->callv, ncap * sizeof *nv);
+    if (nv == NULL) { free(c); c = NULL; }
+    else { r->callv = nv; r->capcallv = ncap; }
+  }
   if (c == NULL) {
     json_decref(args);
     tp__sandbox_kill(sb, TP_KILL_MEMORY);
     return 0;
   }
+  r->callv[r->ncallv++] = c;
   c->run = r;
   c->e = r->e;
   c->id = ++r->next_call_id;
@@ -386,9 +413,7 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, int line) {
     return c->id;
   }
   if (l->tool_calls_per_tool) {
-    uint32_t same = 0;
-    for (tp_call *p = r->calls; p != NULL; p = p->next) same += p->tool == c->tool;
-    if (same > l->tool_calls_per_tool) {
+    if (count_per_tool(r, c->tool) > l->tool_calls_per_tool) {
       tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
       call_fail_now(c, "limit.tool_calls", "the run called tools.%s more than its limit of "
                     "%u times", name, (unsigned)l->tool_calls_per_tool);
@@ -415,11 +440,10 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, int line) {
   return c->id;
 }
 
-static tp_call *find_call (tp_run *r, uint64_t id) {
-  for (tp_call *c = r->calls; c != NULL; c = c->next)
-    if (c->id == id) return c;
-  return NULL;
+tp_call *tp__call_find (tp_run *r, uint64_t id) {
+  return id >= 1 && id <= r->ncallv ? r->callv[id - 1] : NULL;
 }
+#define find_call tp__call_find
 
 int tp__call_ready (tp_run *r, uint64_t id) {
   tp_call *c = find_call(r, id);
@@ -454,6 +478,7 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
     return 0;
   }
   c->consumed = 1;
+  if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   if (c->ok) {
     tp_json_push(L, c->result, 0);
     return 1;
@@ -559,10 +584,12 @@ int tp_call_fail (tp_call *c, const char *code, const char *message) {
 size_t tp_run_pending (tp_run *r, tp_call **calls, size_t max) {
   size_t n = 0;
   if (r == NULL || calls == NULL) return 0;
-  for (tp_call *c = r->calls; c != NULL && n < max; c = c->next)
+  for (size_t i = tp__run_active_from(r); i < r->ncallv && n < max; i++) {
+    tp_call *c = r->callv[i];
     if (c->state == CALL_RUNNING && c->tool && c->tool->fn == NULL &&
         c->tool->lua_ref == LUA_NOREF)
       calls[n++] = c;
+  }
   return n;
 }
 
@@ -690,13 +717,12 @@ static int ns_call (lua_State *L) {
     push_error_object(L, "tool.invalid_input", msg, name);
     return lua_error(L);
   }
-  char *text = tp_json_dumps(args);
-  size_t in = text ? strlen(text) : 0;
-  free(text);
+  size_t in = 0;
+  char *text = tp_json_dumpsn(args, &in);  /* kept: it is what tp_call_args returns */
   uint64_t id = tp__call_begin(sb->run, name, args, current_line(L));
-  tp_call *c = NULL;
-  for (tp_call *p = sb->run->calls; p; p = p->next) if (p->id == id) c = p;
-  if (c) c->bytes_in = in;
+  tp_call *c = tp__call_find(sb->run, id);
+  if (c && c->args_text == NULL) { c->bytes_in = in; c->args_text = text; }
+  else free(text);
   lua_settop(L, 0);
   return await_call(L, id);
 }

@@ -1,0 +1,117 @@
+/*
+** bench_tools.c: the tool-call figures of `make bench` (issue 3), "name: value unit".
+**
+**   tool_call_us         one call of a trivial C tool with a three-field input schema,
+**                        in process: (a run making N calls - the same run making none) / N
+**   ten_calls_run_us     a fresh run making ten such calls, run create to destroy
+**   parallel_10x50ms_ms  ten parallel calls of time.sleep{ms = 50} (a Lua plugin tool that
+**                        waits on a luv timer), the whole run
+**
+** Medians. The two runs of tool_call_us alternate in one loop so noise falls on both.
+** usage: bench_tools TOOLS_DIR [scale]
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tidepool.h"
+
+#define CALLS 20000
+
+static double now_us (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double (const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median (double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void echo (tp_call *c, void *ud) {
+  (void)ud;
+  tp_call_complete(c, "{\"ok\":true}", 11);
+}
+
+static const char schema[] =
+  "{\"type\":\"object\",\"required\":[\"id\",\"name\"],\"additionalProperties\":false,"
+  "\"properties\":{\"id\":{\"type\":\"integer\",\"minimum\":0},"
+  "\"name\":{\"type\":\"string\",\"minLength\":1},\"flag\":{\"type\":\"boolean\"}}}";
+
+/* Runs src to completion; returns wall microseconds, or -1 when the script failed. */
+static tp_limits lim;
+
+static double timed_run (tp_engine *e, const char *src) {
+  char *env = NULL;
+  int ok = 0;
+  double t0 = now_us();
+  int rc = tp_engine_run(e, src, strlen(src), &lim, &env, &ok);
+  double t = now_us() - t0;
+  if (rc != TP_OK || !ok) {
+    fprintf(stderr, "bench_tools: the script failed: %.400s\n", env ? env : "(no envelope)");
+    tp_free(env);
+    return -1;
+  }
+  tp_free(env);
+  return t;
+}
+
+int main (int argc, char **argv) {
+  const char *tools_dir = argc > 1 ? argv[1] : "tools";
+  int scale = argc > 2 ? atoi(argv[2]) : 1;
+  if (scale < 1) scale = 1;
+  tp_limits_init(&lim);
+  lim.tool_calls = 0;  /* the loop of tool_call_us makes CALLS calls */
+  tp_engine *e = tp_engine_create();
+  tp_tool_def def = { "bench.echo", "Answers at once.", schema, NULL, echo, NULL, 0 };
+  if (e == NULL || tp_engine_add_tool(e, &def) != TP_OK) {
+    fprintf(stderr, "bench_tools: cannot register the tool: %s\n", tp_engine_error(e));
+    return 1;
+  }
+  if (tp_engine_load_tools(e, tools_dir) < 0) {
+    fprintf(stderr, "bench_tools: cannot load %s: %s\n", tools_dir, tp_engine_error(e));
+    return 1;
+  }
+
+  char with[256], without[256];
+  snprintf(with, sizeof with, "local f = tools.bench.echo for i = 1, %d do "
+           "f{id = i, name = \"x\", flag = true} end", CALLS);
+  snprintf(without, sizeof without, "local f = function() end for i = 1, %d do "
+           "f{id = i, name = \"x\", flag = true} end", CALLS);
+  enum { REPS = 15 };
+  double per[REPS * 4];
+  int reps = REPS * scale > REPS * 4 ? REPS * 4 : REPS * scale;
+  for (int i = 0; i < reps; i++) {
+    double a = timed_run(e, with), b = timed_run(e, without);
+    if (a < 0 || b < 0) return 1;
+    per[i] = (a - b) / CALLS;
+  }
+  printf("tool_call_us: %.3f us\n", median(per, reps));
+
+  const char ten[] = "for i = 1, 10 do tools.bench.echo{id = i, name = \"x\", flag = true} end";
+  enum { TEN = 2001 };
+  static double t10[TEN];
+  for (int i = 0; i < TEN; i++)
+    if ((t10[i] = timed_run(e, ten)) < 0) return 1;
+  printf("ten_calls_run_us: %.2f us\n", median(t10, TEN));
+
+  const char par[] =
+    "local f = {} for i = 1, 10 do f[i] = function() return tools.time.sleep{ms = 50} end end\n"
+    "return parallel(table.unpack(f))";
+  enum { PAR = 7 };
+  double tp[PAR];
+  for (int i = 0; i < PAR; i++) {
+    if ((tp[i] = timed_run(e, par)) < 0) return 1;
+    tp[i] /= 1000;
+  }
+  printf("parallel_10x50ms_ms: %.2f ms\n", median(tp, PAR));
+  tp_engine_destroy(e);
+  return 0;
+}
