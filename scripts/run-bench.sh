@@ -1,7 +1,8 @@
 #!/bin/sh
-# `make bench`: the figures of issue 2, as "name: value unit" lines, all medians.
+# `make bench`: the figures of issues 2 and 3, as "name: value unit" lines, all medians.
 #   build/bench/bench_engine   cold runs and CPU overhead, in process (see its header)
 #   build/bench/bench_cli      whole `tidepool run` processes
+#   build/bench/bench_tools    tool calls (see its header)
 # Targets (checked here, reported as "target_...: met|missed"): cold_run_us <= 30,
 # cpu_overhead_time <= 1.10, cli_run_ms <= 5. BENCH_SCALE=N repeats N times as much.
 # Exit status is non-zero only when a benchmark could not run, not when a target is missed.
@@ -13,6 +14,7 @@ status=0
 
 "$BUILD/bench/bench_engine" "$SCALE" | tee -a "$out" || status=1
 "$BUILD/bench/bench_cli" "$BUILD/tidepool" $((200 * SCALE)) | tee -a "$out" || status=1
+"$BUILD/bench/bench_tools" tools "$SCALE" | tee -a "$out" || status=1
 
 target() {  # $1 name, $2 max
   v=$(sed -n "s/^$1: \([0-9.]*\) .*/\1/p" "$out")
@@ -23,4 +25,7 @@ target() {  # $1 name, $2 max
 target cold_run_us 30
 target cpu_overhead_time 1.10
 target cli_run_ms 5
+target tool_call_us 2
+target ten_calls_run_us 60
+target parallel_10x50ms_ms 70
 exit $status
