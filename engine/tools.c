@@ -500,15 +500,18 @@ const char *tp_call_args (tp_call *c) {
 }
 
 /* Checks a result and records it; used by C handlers and host.c alike. */
-static int complete (tp_call *c, json_t *result) {
+/* text_len: the size of the JSON text the result came from, or 0 to measure it. */
+static int complete (tp_call *c, json_t *result, size_t text_len) {
   if (c->state == CALL_DONE || c->cancelled || c->run == NULL) {
     json_decref(result);
     return TP_ESTATE;
   }
   const tp_limits *l = &c->run->sb->limits;
-  size_t n = 0;
-  char *text = tp_json_dumpsn(result, &n);
-  free(text);
+  size_t n = text_len;
+  if (n == 0) {
+    char *text = tp_json_dumpsn(result, &n);
+    free(text);
+  }
   c->bytes_out = n;
   if (l->tool_bytes && n > l->tool_bytes) {
     json_decref(result);
@@ -545,7 +548,7 @@ static void handler_done (tp_call *c) {
 int tp__call_complete_tree (tp_call *c, json_t *result);
 int tp__call_complete_tree (tp_call *c, json_t *result) {
   if (c == NULL) { json_decref(result); return TP_EINVAL; }
-  int rc = complete(c, result);
+  int rc = complete(c, result, 0);
   handler_done(c);
   return rc;
 }
@@ -563,7 +566,7 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
                     c->name, jerr.message);
     rc = TP_OK;
   }
-  else rc = complete(c, v);
+  else rc = complete(c, v, len);
   handler_done(c);
   return rc;
 }
