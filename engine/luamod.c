@@ -8,7 +8,9 @@
 **   tidepool.version                               -- "0.1.0"
 **
 ** options: memory, max_output, max_result, max_source (bytes or "64M"-style strings),
-** instructions (count), cpu and timeout (seconds as numbers, or "500ms"-style strings).
+** instructions (count), cpu and timeout (seconds as numbers, or "500ms"-style strings),
+** tool_calls, tool_calls_per_tool, tool_in_flight (counts), tool_bytes (bytes of one
+** call's arguments or result), tool_timeout (a call's deadline, like timeout).
 ** A value of 0 means no limit. Unknown option names are an error, so a typo is not a
 ** silently ignored limit. JSON null in the envelope is tidepool.null.
 **
@@ -89,6 +91,13 @@ static uint64_t opt_duration (lua_State *L, const char *name) {
   return (uint64_t)(v * mul);
 }
 
+/* A count option that fits a uint32_t (tool_calls, ...). */
+static uint32_t opt_count32 (lua_State *L, const char *name) {
+  uint64_t n = opt_size(L, name);
+  if (n > UINT32_MAX) luaL_error(L, "tidepool: option '%s' is above %u", name, UINT32_MAX);
+  return (uint32_t)n;
+}
+
 static void read_options (lua_State *L, int idx, tp_limits *lim) {
   tp_limits_init(lim);
   if (lua_isnoneornil(L, idx)) return;
@@ -103,9 +112,16 @@ static void read_options (lua_State *L, int idx, tp_limits *lim) {
     else if (strcmp(k, "instructions") == 0) lim->instructions = opt_size(L, k);
     else if (strcmp(k, "cpu") == 0) lim->cpu_us = opt_duration(L, k);
     else if (strcmp(k, "timeout") == 0) lim->wall_us = opt_duration(L, k);
+    else if (strcmp(k, "tool_calls") == 0) lim->tool_calls = opt_count32(L, k);
+    else if (strcmp(k, "tool_calls_per_tool") == 0)
+      lim->tool_calls_per_tool = opt_count32(L, k);
+    else if (strcmp(k, "tool_in_flight") == 0) lim->tool_in_flight = opt_count32(L, k);
+    else if (strcmp(k, "tool_bytes") == 0) lim->tool_bytes = (size_t)opt_size(L, k);
+    else if (strcmp(k, "tool_timeout") == 0) lim->tool_timeout_us = opt_duration(L, k);
     else if (strcmp(k, "tools") == 0 || strcmp(k, "builtin_tools") == 0) { /* pick_engine */ }
     else luaL_error(L, "tidepool: unknown option '%s' (memory, instructions, cpu, timeout, "
-                       "max_output, max_result, max_source)", k);
+                       "max_output, max_result, max_source, tool_calls, tool_calls_per_tool, "
+                       "tool_in_flight, tool_bytes, tool_timeout, tools, builtin_tools)", k);
     lua_pop(L, 1);
   }
 }
