@@ -853,6 +853,7 @@ static int parallel_pass (lua_State *L, int n) {
       atomic_store(&sb->running, co);
       int st = lua_resume(co, L, 0, &nres);
       atomic_store(&sb->running, L);
+      tp__sandbox_charge(sb, co);  /* the instructions of its unfinished hook period */
       tp__sandbox_check(L, sb);
       if (st == LUA_YIELD && sb->hook_yielded) {
         if (lua_isyieldable(L)) {  /* a time slice ended inside the branch */
