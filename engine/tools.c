@@ -724,7 +724,8 @@ static int ns_call (lua_State *L) {
   char *text = tp_json_dumpsn(args, &in);  /* kept: it is what tp_call_args returns */
   uint64_t id = tp__call_begin(sb->run, name, args, current_line(L));
   tp_call *c = tp__call_find(sb->run, id);
-  if (c && c->args_text == NULL) { c->bytes_in = in; c->args_text = text; }
+  if (c) c->bytes_in = in;
+  if (c && c->args_text == NULL) c->args_text = text;
   else free(text);
   lua_settop(L, 0);
   return await_call(L, id);
