@@ -26,6 +26,10 @@ LUV_LIBS    = -llua5.4-luv -llua5.4-lpeg
 
 ifneq ($(SANITIZE),)
 SAN_FLAGS   = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# gcc links the sanitizer runtimes under --no-as-needed, which then also holds for our
+# libraries: Debian's liblua5.4-luv.so would become needed by every test and its Lua
+# references unresolved. Debian's default, --as-needed, restored.
+SAN_LDFLAGS = -Wl,--as-needed
 endif
 
 # Lua's source is shared by every build flavour (build/, build/sanitize/).
@@ -36,7 +40,7 @@ LUA_CFLAGS  = -std=gnu99 $(OPT) -fPIC $(LUA_DEFS) $(SAN_FLAGS) -include engine/l
 CFLAGS_ALL  = -std=gnu11 $(OPT) -fPIC $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE \
               -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
               -Iengine -Iengine/include -Isandbox -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
-LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
+LDFLAGS_ALL = $(SAN_FLAGS) $(SAN_LDFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -ldl -lm
 
 # ---- sources ------------------------------------------------------------------------
