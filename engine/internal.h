@@ -195,7 +195,8 @@ struct tp_run *tp__sandbox_run(tp_sandbox *sb);
 void tp__sandbox_set_run(tp_sandbox *sb, struct tp_run *r);
 /* Starts a call of tool `name` with args (stolen). Returns the call id; the call may be
 ** complete already. Raises nothing; a verdict (limit.tool_calls) is recorded in sb. */
-uint64_t tp__call_begin(struct tp_run *r, const char *name, json_t *args, int line);
+uint64_t tp__call_begin(struct tp_run *r, const char *name, json_t *args, char *args_text,
+                        size_t bytes_in, int line);  /* args and args_text are stolen */
 /* The completion of call id, if any: 1 done (ok/result or code/message set, to be
 ** freed by tp__call_consume), 0 still running. */
 int tp__call_ready(struct tp_run *r, uint64_t id);
@@ -306,7 +307,7 @@ struct tp_call {
 void tp__call_finish(tp_call *c, int ok, json_t *result, const char *code, const char *msg);
 /* Completes a handler's call with a result tree (stolen), checked like tp_call_complete. */
 int tp__call_complete_tree(tp_call *c, json_t *result);
-void tp__run_calls_json(tp_run *r, json_t *calls);
+char *tp__run_calls_text(tp_run *r, size_t *len);
 void tp__run_cancel_calls(tp_run *r);
 void tp__call_release(tp_call *c);
 tp_call *tp__call_find(tp_run *r, uint64_t id);

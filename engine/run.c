@@ -264,16 +264,14 @@ static json_t *stats (const tp_run *r) {
   return s;
 }
 
-/* Appends "key":<json of v> to the buffer; returns -1 when out of memory. */
-static int put (char **buf, size_t *len, size_t *cap, const char *key, const json_t *v) {
-  size_t vlen;
-  char *text = tp_json_dumpsn(v, &vlen);
-  if (text == NULL) return -1;
+/* Appends "key":<text> to the buffer; returns -1 when out of memory. */
+static int put_text (char **buf, size_t *len, size_t *cap, const char *key, const char *text,
+                     size_t vlen) {
   size_t klen = strlen(key), need = *len + klen + vlen + 8;
   if (need > *cap) {
     size_t ncap = need * 2;
     char *nb = realloc(*buf, ncap);
-    if (nb == NULL) { free(text); return -1; }
+    if (nb == NULL) return -1;
     *buf = nb;
     *cap = ncap;
   }
@@ -281,8 +279,17 @@ static int put (char **buf, size_t *len, size_t *cap, const char *key, const jso
   memcpy(*buf + *len, text, vlen);
   *len += vlen;
   (*buf)[*len] = '\0';
-  free(text);
   return 0;
+}
+
+/* Appends "key":<json of v>. */
+static int put (char **buf, size_t *len, size_t *cap, const char *key, const json_t *v) {
+  size_t vlen;
+  char *text = tp_json_dumpsn(v, &vlen);
+  if (text == NULL) return -1;
+  int rc = put_text(buf, len, cap, key, text, vlen);
+  free(text);
+  return rc;
 }
 
 /* Builds the envelope from ok/result or error; steals the references. Keys come in a
@@ -291,10 +298,11 @@ static void finish (tp_run *r, json_t *result, json_t *error) {
   size_t len = 1, cap = 256;
   char *buf = malloc(cap);
   json_t *logs = r->sb ? json_incref(r->sb->logs) : json_array();
-  json_t *calls = json_array(), *st;
+  json_t *st;
+  size_t calls_len = 0;
   r->state = ST_DONE;
   tp__run_cancel_calls(r);
-  if (calls) tp__run_calls_json(r, calls);
+  char *calls = tp__run_calls_text(r, &calls_len);
   st = r->sb ? stats(r) : json_object();
   r->ok = error == NULL;
   if (result == NULL && error == NULL) result = json_null();
@@ -305,7 +313,7 @@ static void finish (tp_run *r, json_t *result, json_t *error) {
         (error ? put(&buf, &len, &cap, "error", error)
                : put(&buf, &len, &cap, "result", result)) != 0 ||
         put(&buf, &len, &cap, "logs", logs) != 0 ||
-        put(&buf, &len, &cap, "calls", calls) != 0 ||
+        calls == NULL || put_text(&buf, &len, &cap, "calls", calls, calls_len) != 0 ||
         put(&buf, &len, &cap, "stats", st) != 0) {
       free(buf);
       buf = NULL;
@@ -318,7 +326,7 @@ static void finish (tp_run *r, json_t *result, json_t *error) {
   json_decref(result);
   json_decref(error);
   json_decref(logs);
-  json_decref(calls);
+  free(calls);
   json_decref(st);
   r->envelope = buf;
   if (r->envelope == NULL)  /* the host is out of memory: still say what happened */

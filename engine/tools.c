@@ -365,7 +365,8 @@ static uint32_t count_per_tool (tp_run *r, const tp_tool *t) {
   return r->per_tool[r->nper_tool++].n;
 }
 
-uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, int line) {
+uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_text,
+                         size_t bytes_in, int line) {
   tp_sandbox *sb = r->sb;
   const tp_limits *l = &sb->limits;
   tp_call *c = calloc(1, sizeof *c);
@@ -377,6 +378,7 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, int line) {
   }
   if (c == NULL) {
     json_decref(args);
+    free(args_text);
     tp__sandbox_kill(sb, TP_KILL_MEMORY);
     return 0;
   }
@@ -386,6 +388,8 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, int line) {
   c->id = ++r->next_call_id;
   c->name = strdup(name);
   c->args = args;
+  c->args_text = args_text;
+  c->bytes_in = bytes_in;
   c->line = line;
   c->host_ref = LUA_NOREF;
   c->start_ns = tp__now_ns();
@@ -598,21 +602,51 @@ size_t tp_run_pending (tp_run *r, tp_call **calls, size_t max) {
 
 /* Every call of the run for the envelope: made by the host, so a script cannot forge
 ** it; it lists calls that failed or were cut short too. */
-void tp__run_calls_json (tp_run *r, json_t *arr) {
-  for (tp_call *c = r->calls; c != NULL; c = c->next) {
-    json_t *o = json_object();
-    if (o == NULL) return;
-    uint64_t end = c->state == CALL_DONE ? c->end_ns : tp__now_ns();
-    json_object_set_new(o, "tool", json_string(c->name ? c->name : "?"));
-    json_object_set_new(o, "ok", json_boolean(c->state == CALL_DONE && c->ok));
-    if (c->state == CALL_DONE && !c->ok) json_object_set_new(o, "error", json_string(c->code));
-    else if (c->state != CALL_DONE) json_object_set_new(o, "error", json_string("cancelled"));
-    json_object_set_new(o, "ms", json_real((double)((end - c->start_ns) / 1000) / 1e3));
-    json_object_set_new(o, "bytes_in", json_integer((json_int_t)c->bytes_in));
-    json_object_set_new(o, "bytes_out", json_integer((json_int_t)c->bytes_out));
-    if (c->line > 0) json_object_set_new(o, "line", json_integer(c->line));
-    json_array_append_new(arr, o);
+/* Appends s as a JSON string; bytes that are not printable ASCII become '?' (tool
+** names are ASCII identifiers; only a script's misspelt name can hold anything else). */
+static void put_name (char *out, size_t *o, const char *s) {
+  out[(*o)++] = '"';
+  for (size_t i = 0; s[i] != '\0' && i < 128; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\') { out[(*o)++] = '\\'; out[(*o)++] = (char)ch; }
+    else out[(*o)++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
   }
+  out[(*o)++] = '"';
+}
+
+/* The envelope's "calls" as JSON text: every call of the run, made by the host so a
+** script cannot forge it, including calls that failed or were cut short. Written
+** directly (a record costs one snprintf), since a run may make thousands of calls.
+** NULL when out of memory; *len gets the length. */
+char *tp__run_calls_text (tp_run *r, size_t *len) {
+  size_t cap = 2 + r->ncallv * (200 + 2 * 130), o = 0;
+  char *out = malloc(cap);
+  if (out == NULL) return NULL;
+  out[o++] = '[';
+  for (tp_call *c = r->calls; c != NULL; c = c->next) {
+    if (o > 1) out[o++] = ',';
+    uint64_t end = c->state == CALL_DONE ? c->end_ns : tp__now_ns();
+    uint64_t us = (end - c->start_ns) / 1000;
+    memcpy(out + o, "{\"tool\":", 8);
+    o += 8;
+    put_name(out, &o, c->name ? c->name : "?");
+    int ok = c->state == CALL_DONE && c->ok;
+    o += (size_t)sprintf(out + o, ",\"ok\":%s", ok ? "true" : "false");
+    if (!ok) {
+      memcpy(out + o, ",\"error\":", 9);
+      o += 9;
+      put_name(out, &o, c->state == CALL_DONE && c->code ? c->code : "cancelled");
+    }
+    o += (size_t)sprintf(out + o, ",\"ms\":%llu.%03llu,\"bytes_in\":%zu,\"bytes_out\":%zu",
+                         (unsigned long long)(us / 1000), (unsigned long long)(us % 1000),
+                         c->bytes_in, c->bytes_out);
+    if (c->line > 0) o += (size_t)sprintf(out + o, ",\"line\":%d", c->line);
+    out[o++] = '}';
+  }
+  out[o++] = ']';
+  out[o] = '\0';
+  *len = o;
+  return out;
 }
 
 /* The run ends: calls still running are cancelled (their handlers are told, and their
@@ -721,12 +755,8 @@ static int ns_call (lua_State *L) {
     return lua_error(L);
   }
   size_t in = 0;
-  char *text = tp_json_dumpsn(args, &in);  /* kept: it is what tp_call_args returns */
-  uint64_t id = tp__call_begin(sb->run, name, args, current_line(L));
-  tp_call *c = tp__call_find(sb->run, id);
-  if (c) c->bytes_in = in;
-  if (c && c->args_text == NULL) c->args_text = text;
-  else free(text);
+  char *text = tp_json_dumpsn(args, &in);  /* what tp_call_args returns; NULL: made later */
+  uint64_t id = tp__call_begin(sb->run, name, args, text, in, current_line(L));
   lua_settop(L, 0);
   return await_call(L, id);
 }
@@ -882,7 +912,12 @@ static int parallel_pass (lua_State *L, int n) {
         lua_rawseti(L, W, i);
       }
       else if (st == LUA_OK) {
-        if (nres > 0) { lua_xmove(co, L, 1); lua_rawseti(L, R, i); lua_settop(co, 0); }
+        if (nres > 0) {  /* the first of its nres results */
+          lua_pop(co, nres - 1);
+          lua_xmove(co, L, 1);
+          lua_rawseti(L, R, i);
+          lua_settop(co, 0);
+        }
         lua_pushboolean(L, 0);
         lua_rawseti(L, W, i);
       }
