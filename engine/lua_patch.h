@@ -24,7 +24,9 @@ typedef struct tp_meter {
 ** made by luaL_newstate would hand the matcher whatever malloc left there. This runs at
 ** the end of lua_newstate (lstate.c), before the state can run anything; a sandbox then
 ** stores its meter there. lua_getextraspace comes from lua.h, which lstate.c includes. */
+#ifndef luai_userstateopen  /* engine files that include llimits.h first need not have it */
 #define luai_userstateopen(L)  ((void)(*(void **)lua_getextraspace(L) = 0))
+#endif
 
 static inline void tp_pattern_step (struct lua_State *L) {
   tp_meter *m = *(tp_meter **)((char *)(L) - sizeof(void *));
