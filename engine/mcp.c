@@ -860,15 +860,19 @@ static void enqueue (server *s, req *q) {
   s->nwaiting++;
 }
 
-/* "return tools.NAME(json.decode("ARGS"))": an exposed tool's call as a script. */
+/* 'return tools["a"]["b"](json.decode("ARGS"))': an exposed tool's call as a script (the
+** name's parts may be Lua keywords, so they are indexed as strings). */
 static char *exposed_script (const char *name, const json_t *args, size_t *len) {
   size_t n;
   char *text = tp_json_dumpsn(args, &n);
   if (text == NULL) return NULL;
   sbuf b = { 0 };
-  sb_str(&b, "return tools.");
-  sb_str(&b, name);
-  sb_str(&b, "(json.decode(\"");
+  sb_str(&b, "return tools[\"");
+  for (const char *p = name; *p; p++) {
+    if (*p == '.') sb_str(&b, "\"][\"");
+    else sb_put(&b, p, 1);
+  }
+  sb_str(&b, "\"](json.decode(\"");
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)text[i];
     char esc[8];
@@ -1247,7 +1251,7 @@ static void handle_line (server *s, char *line, size_t len) {
 /* ---- input ----------------------------------------------------------------------------- */
 
 static void stop_reading (server *s) {
-  if (!s->reading) return;
+  if (!s->reading || s->in_file) return;  /* a file read in flight ends in fs_read_cb */
   s->reading = 0;
   if (!s->in_file) uv_read_stop((uv_stream_t *)&s->in);
 }
