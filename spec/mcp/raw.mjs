@@ -1,0 +1,218 @@
+// Raw protocol tests of `tidepool mcp`: bad input of every kind gets the JSON-RPC error
+// the specification names, and the next good request is still answered.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { test, run, assert, eq, sleep, tidepool } from './harness.mjs';
+
+// A server process with a line reader over its standard output.
+function server(args = []) {
+  const p = spawn(tidepool, ['mcp', '--test-tools', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const lines = [], waiters = [];
+  let buf = '', raw = '';
+  p.stdout.setEncoding('utf8');
+  p.stdout.on('data', (d) => {
+    raw += d;
+    buf += d;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      lines.push(line);
+      while (waiters.length && lines.length) waiters.shift()(lines.shift());
+    }
+  });
+  p.stderr.resume();
+  const exited = new Promise((r) => p.on('exit', (code) => r(code)));
+  return {
+    p, exited,
+    raw: () => raw,
+    send(text) { p.stdin.write(typeof text === 'string' ? text : Buffer.from(text)); },
+    line(ms = 5000) {
+      if (lines.length) return Promise.resolve(lines.shift());
+      return new Promise((res, rej) => {
+        const t = setTimeout(() => rej(new Error('no line from the server')), ms);
+        waiters.push((l) => { clearTimeout(t); res(l); });
+      });
+    },
+    async msg(ms) { return JSON.parse(await this.line(ms)); },
+    pending: () => lines.length,
+    close() { p.stdin.end(); return exited; },
+  };
+}
+
+let s, nextId = 1000;
+async function stillServes() {
+  const id = nextId++;
+  s.send(JSON.stringify({ jsonrpc: '2.0', id, method: 'ping' }) + '\n');
+  const m = await s.msg();
+  eq(m, { id, jsonrpc: '2.0', result: {} }, 'ping after the bad input');
+}
+async function expectError(input, code, id = null) {
+  s.send(input);
+  const m = await s.msg();
+  eq(m.jsonrpc, '2.0', 'jsonrpc');
+  eq(m.id, id, 'id');
+  assert(m.error && typeof m.error.message === 'string', `an error: ${JSON.stringify(m)}`);
+  eq(m.error.code, code, `error code for ${String(input).slice(0, 60)}`);
+  await stillServes();
+  return m;
+}
+
+test('initialize answers with the client\'s supported version, else the latest', async () => {
+  s = server();
+  for (const [asked, got] of [['2025-06-18', '2025-06-18'], ['2025-11-25', '2025-11-25'],
+    ['1999-01-01', '2025-11-25']]) {
+    s.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: {
+      protocolVersion: asked, capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }) + '\n');
+    const m = await s.msg();
+    eq(m.result.protocolVersion, got, `asked ${asked}`);
+    eq(m.result.serverInfo.name, 'tidepool', 'serverInfo');
+    eq(m.result.capabilities.tools, { listChanged: true }, 'tools capability');
+  }
+  s.send('{"jsonrpc":"2.0","method":"notifications/initialized"}\n');
+  await stillServes();
+});
+
+test('not JSON: -32700 with id null', () => expectError('{"jsonrpc": "2.0", "id": 1,\n', -32700));
+test('invalid UTF-8: -32700', () =>
+  expectError(Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":1,"method":"ping","x":"'),
+    Buffer.from([0xff, 0xfe]), Buffer.from('"}\n')]), -32700));
+test('a string, a number, null: -32600', async () => {
+  await expectError('"hello"\n', -32600);
+  await expectError('42\n', -32600);
+  await expectError('null\n', -32600);
+});
+test('an empty batch: -32600', () => expectError('[]\n', -32600));
+test('a batch of non-objects: an array of -32600 errors', async () => {
+  s.send('[1, "x"]\n');
+  const m = await s.msg();
+  assert(Array.isArray(m) && m.length === 2, 'two answers');
+  eq(m.map((x) => x.error.code), [-32600, -32600], 'codes');
+  await stillServes();
+});
+test('a batch: requests answered in one array, notifications not at all', async () => {
+  s.send(JSON.stringify([
+    { jsonrpc: '2.0', id: 'a', method: 'ping' },
+    { jsonrpc: '2.0', method: 'notifications/initialized' },
+    { jsonrpc: '2.0', id: 'b', method: 'tools/call', params: { name: 'run_lua', arguments: { code: 'return tools.test.sleep{ms = 30}.slept' } } },
+    { jsonrpc: '2.0', id: 'c', method: 'nope' },
+  ]) + '\n');
+  const m = await s.msg();
+  assert(Array.isArray(m), 'an array');
+  eq(m.map((x) => x.id).sort(), ['a', 'b', 'c'], 'three answers');
+  eq(m.find((x) => x.id === 'b').result.structuredContent.result, true, 'the script ran');
+  eq(m.find((x) => x.id === 'c').error.code, -32601, 'unknown method');
+  await stillServes();
+});
+test('a batch of notifications only: no answer', async () => {
+  s.send('[{"jsonrpc":"2.0","method":"notifications/initialized"}]\n');
+  await stillServes();
+});
+test('missing or wrong jsonrpc: -32600 with the id', async () => {
+  await expectError('{"id":7,"method":"ping"}\n', -32600, 7);
+  await expectError('{"jsonrpc":"1.0","id":8,"method":"ping"}\n', -32600, 8);
+});
+test('an id of the wrong type (null, true, object, array, 1.5): -32600 with id null', async () => {
+  for (const id of ['null', 'true', '{}', '[1]', '1.5'])
+    await expectError(`{"jsonrpc":"2.0","id":${id},"method":"ping"}\n`, -32600);
+});
+test('a missing or non-string method: -32600', async () => {
+  await expectError('{"jsonrpc":"2.0","id":9}\n', -32600, 9);
+  await expectError('{"jsonrpc":"2.0","id":10,"method":42}\n', -32600, 10);
+});
+test('unknown methods, server/discover included: -32601', async () => {
+  await expectError('{"jsonrpc":"2.0","id":11,"method":"server/discover"}\n', -32601, 11);
+  await expectError('{"jsonrpc":"2.0","id":"x","method":"resources/list"}\n', -32601, 'x');
+});
+test('params that are not an object: -32602', () =>
+  expectError('{"jsonrpc":"2.0","id":12,"method":"tools/list","params":[1]}\n', -32602, 12));
+test('tools/call of an unknown tool or without a name: -32602', async () => {
+  await expectError('{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"nope"}}\n', -32602, 13);
+  await expectError('{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{}}\n', -32602, 14);
+});
+test('logging/setLevel: a bad level is -32602, a good one is answered', async () => {
+  await expectError('{"jsonrpc":"2.0","id":15,"method":"logging/setLevel","params":{"level":"loud"}}\n', -32602, 15);
+  s.send('{"jsonrpc":"2.0","id":16,"method":"logging/setLevel","params":{"level":"error"}}\n');
+  eq((await s.msg()).result, {}, 'setLevel');
+});
+test('unknown notifications and cancellations of unknown ids get no answer', async () => {
+  s.send('{"jsonrpc":"2.0","method":"notifications/whatever","params":{}}\n');
+  s.send('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"never"}}\n');
+  s.send('{"jsonrpc":"2.0","method":"notifications/cancelled"}\n');
+  s.send('{"jsonrpc":"2.0","id":99,"result":{}}\n');  // a response: this server sends no requests
+  await stillServes();
+});
+test('blank lines are skipped', async () => {
+  s.send('\n   \n\r\n');
+  await stillServes();
+});
+test('a line over 16 MiB: -32600, and the rest of the stream is served', async () => {
+  const big = '{"jsonrpc":"2.0","id":1,"method":"ping","pad":"' + 'x'.repeat(17 * 1024 * 1024) + '"}\n';
+  s.send(big + JSON.stringify({ jsonrpc: '2.0', id: 'after', method: 'ping' }) + '\n');
+  const m = await s.msg(20000);
+  eq(m.error.code, -32600, 'too long');
+  assert(/16 MiB/.test(m.error.message), 'says why');
+  eq((await s.msg()).id, 'after', 'the next line is answered');
+}, 30000);
+test('a flood of 3000 requests in one write is answered in full', async () => {
+  let text = '';
+  for (let i = 0; i < 3000; i++) {
+    text += i % 3 === 0
+      ? JSON.stringify({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'run_lua', arguments: { code: `return ${i}` } } }) + '\n'
+      : JSON.stringify({ jsonrpc: '2.0', id: i, method: 'ping' }) + '\n';
+  }
+  s.send(text);
+  const ids = new Set();
+  for (let i = 0; i < 3000; i++) {
+    const m = await s.msg(20000);
+    if (i % 3 === 0 && m.result && m.result.structuredContent) eq(m.result.structuredContent.result, m.id, 'result');
+    ids.add(m.id);
+  }
+  eq(ids.size, 3000, 'every request answered once');
+  await stillServes();
+}, 60000);
+test('cancelling a running script: no answer for it, the server goes on', async () => {
+  s.send(JSON.stringify({ jsonrpc: '2.0', id: 'long', method: 'tools/call', params: { name: 'run_lua', arguments: { code: 'while true do end' } } }) + '\n');
+  await sleep(100);
+  s.send('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long","reason":"test"}}\n');
+  await stillServes();
+  await sleep(200);
+  eq(s.pending(), 0, 'no response for the cancelled request');
+});
+test('standard output carries only JSON-RPC messages, even when scripts print', async () => {
+  s.send(JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'tools/call', params: { name: 'run_lua', arguments: { code: 'print("to logs") return 1' } } }) + '\n');
+  eq((await s.msg()).id, 'p', 'answered');
+  for (const l of s.raw().split('\n').filter(Boolean)) {
+    const m = JSON.parse(l);
+    assert((Array.isArray(m) ? m : [m]).every((x) => x.jsonrpc === '2.0'), `a JSON-RPC line: ${l.slice(0, 80)}`);
+  }
+});
+test('the server exits 0 when standard input closes, even with a script running', async () => {
+  s.send(JSON.stringify({ jsonrpc: '2.0', id: 'x', method: 'tools/call', params: { name: 'run_lua', arguments: { code: 'tools.test.sleep{ms = 20000}' } } }) + '\n');
+  await sleep(100);
+  const t0 = Date.now();
+  eq(await s.close(), 0, 'exit status');
+  assert(Date.now() - t0 < 2000, 'quickly');
+});
+test('standard input may be a file: requests are read, then the server exits 0', async () => {
+  const f = path.join(os.tmpdir(), `tp-mcp-${process.pid}.jsonl`);
+  fs.writeFileSync(f, '{"jsonrpc":"2.0","id":1,"method":"ping"}\nnot json\n{"jsonrpc":"2.0","id":2,"method":"tools/list"}');
+  try {
+    const fd = fs.openSync(f, 'r');
+    const p = spawn(tidepool, ['mcp'], { stdio: [fd, 'pipe', 'ignore'] });
+    fs.closeSync(fd);
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    const code = await new Promise((r) => p.on('exit', r));
+    eq(code, 0, 'exit status');
+    const lines = out.trim().split('\n').map((l) => JSON.parse(l));
+    eq(lines.map((m) => m.id), [1, null, 2], 'answers in order');
+    eq(lines[1].error.code, -32700, 'parse error');
+  } finally {
+    fs.rmSync(f, { force: true });
+  }
+});
+
+await run();
