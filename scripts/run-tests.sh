@@ -2,6 +2,7 @@
 # Runs every test suite and prints one closing line "N passed, N failed".
 #   C tests        build/tests/test_* (each prints "# N passed, M failed")
 #   busted specs   spec/*_spec.lua on this build's Lua, then again with an aggressive GC
+#   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines)
 #   lint           luacheck over the Lua sources
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
 #                  error), one counted test, when valgrind is installed; about a minute
@@ -57,6 +58,29 @@ run_busted() {  # $1 label
 if ls spec/*_spec.lua >/dev/null 2>&1; then
   run_busted "busted"
   TP_GC_AGGRESSIVE=1 run_busted "busted (aggressive GC)"
+fi
+
+# MCP server: end-to-end with the official TypeScript SDK client (installed into
+# spec/mcp/node_modules on first use), and raw protocol tests (plain node).
+run_node() {  # $1 label, $2 script
+  BUILD="$BUILD" timeout 300 node "$2" >"$log" 2>&1
+  grep -A3 -E '^not ok' "$log" | head -n 40
+  add_counts "$1"
+}
+if ! command -v node >/dev/null 2>&1; then
+  echo "mcp: node is not installed: 2 suites not run"; failed=$((failed + 2))
+else
+  if [ ! -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+    npm install --prefix spec/mcp --no-audit --no-fund >"$log" 2>&1 ||
+      { tail -n 5 "$log"; echo "mcp: npm install of @modelcontextprotocol/sdk failed (no network?)"; }
+  fi
+  if [ -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+    run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
+  else
+    echo "mcp e2e (SDK client): not run, the SDK is not installed: counted as a failure"
+    failed=$((failed + 1))
+  fi
+  run_node "mcp raw protocol" spec/mcp/raw.mjs
 fi
 
 if command -v luacheck >/dev/null 2>&1; then
