@@ -2,6 +2,8 @@
 # `make bench`: the figures of issues 2 and 3, as "name: value unit" lines, all medians.
 #   build/bench/bench_engine   cold runs and CPU overhead, in process (see its header)
 #   build/bench/bench_cli      whole `tidepool run` processes
+#   bench/mcp_call.mjs         mcp_call_ms: a tools/call round trip to `tidepool mcp`
+#                              over stdio, from a client in another process (node)
 #   build/bench/bench_tools    tool calls (see its header)
 # Targets (checked here, reported as "target_...: met|missed"): cold_run_us <= 30,
 # cpu_overhead_time <= 1.10, cli_run_ms <= 5. BENCH_SCALE=N repeats N times as much.
@@ -14,6 +16,11 @@ status=0
 
 "$BUILD/bench/bench_engine" "$SCALE" | tee -a "$out" || status=1
 "$BUILD/bench/bench_cli" "$BUILD/tidepool" $((200 * SCALE)) | tee -a "$out" || status=1
+if command -v node >/dev/null 2>&1; then
+  node bench/mcp_call.mjs "$BUILD/tidepool" $((200 * SCALE)) | tee -a "$out" || status=1
+else
+  echo "mcp_call_ms: not measured (node is not installed)"; status=1
+fi
 "$BUILD/bench/bench_tools" tools "$SCALE" | tee -a "$out" || status=1
 
 target() {  # $1 name, $2 max
