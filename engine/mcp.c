@@ -1466,6 +1466,13 @@ int tp__mcp_main (int argc, char **argv) {
     if (nlen >= sizeof name) return tp__cli_usage_error("unknown option '%s'", a);
     memcpy(name, a, nlen);
     name[nlen] = '\0';
+    static const char *const with_value[] = { "--tools", "--workspace", "--name",
+      "--session-idle", "--max-sessions", "--memory", "--instructions", "--cpu", "--timeout",
+      "--max-output", "--max-result", "--max-source" };
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+      known |= strcmp(name, with_value[k]) == 0;
+    if (!known) return tp__cli_usage_error("unknown option '%s'", a);
     if (val) val++;
     else if (i + 1 < argc) val = argv[++i];
     else return tp__cli_usage_error("option '%s' needs a value", a);
