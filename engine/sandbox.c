@@ -42,11 +42,78 @@ static char thread_key;      /* registry: the script's thread T */
 ** a different request while one is pending, the retry refused, or the next instruction
 ** of the script (the count-1 hook set here) with one still pending, all kill the run.
 */
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_ON 0
+#else
+#define ARENA_ON 1
+#endif
+#define ARENA_CHUNK (16 * 1024)
+
+static void *arena_get (tp_arena *a, size_t n) {
+  size_t cls = (n + 15) >> 4, sz = cls << 4;
+  void *p = a->free_[cls];
+  if (p != NULL) {
+    a->free_[cls] = *(void **)p;
+    return p;
+  }
+  if ((size_t)(a->end - a->cur) < sz) {
+    char *c = malloc(ARENA_CHUNK);
+    if (c == NULL) return NULL;
+    *(void **)c = a->chunks;
+    a->chunks = c;
+    a->cur = c + 16;  /* blocks stay 16-byte aligned */
+    a->end = c + ARENA_CHUNK;
+  }
+  p = a->cur;
+  a->cur += sz;
+  return p;
+}
+
+static void arena_put (tp_arena *a, void *p, size_t n) {
+  size_t cls = (n + 15) >> 4;
+  *(void **)p = a->free_[cls];
+  a->free_[cls] = p;
+}
+
+static void arena_free_all (tp_arena *a) {
+  for (void *c = a->chunks, *next; c != NULL; c = next) {
+    next = *(void **)c;
+    free(c);
+  }
+  memset(a, 0, sizeof *a);
+}
+
+static int is_small (size_t n) { return ARENA_ON && n <= TP_ARENA_SMALL; }
+
+/* free/realloc of a block of osize bytes (0 when ptr is NULL) by size class. */
+static void block_free (tp_arena *a, void *ptr, size_t osize) {
+  if (ptr == NULL) return;
+  if (is_small(osize)) arena_put(a, ptr, osize);
+  else free(ptr);
+}
+
+static void *block_realloc (tp_arena *a, void *ptr, size_t osize, size_t nsize) {
+  if (ptr != NULL && !is_small(osize) && !is_small(nsize)) return realloc(ptr, nsize);
+  if (ptr != NULL && is_small(osize) && is_small(nsize) &&
+      (osize + 15) >> 4 == (nsize + 15) >> 4)
+    return ptr;  /* same size class */
+  void *p = is_small(nsize) ? arena_get(a, nsize) : malloc(nsize);
+  if (p == NULL) {
+    if (ptr != NULL && nsize < osize && is_small(osize)) return ptr;  /* a shrink holds */
+    return NULL;
+  }
+  if (ptr != NULL) {
+    memcpy(p, ptr, osize < nsize ? osize : nsize);
+    block_free(a, ptr, osize);
+  }
+  return p;
+}
+
 static void *sb_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
   tp_sandbox *sb = ud;
   if (ptr == NULL) osize = 0;  /* osize is a type tag when ptr is NULL */
   if (nsize == 0) {
-    free(ptr);
+    block_free(&sb->arena, ptr, osize);
     sb->mem_used -= osize;
     return NULL;
   }
@@ -62,7 +129,7 @@ static void *sb_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
     if (r) lua_sethook(r, tp__sandbox_hook, LUA_MASKCOUNT, 1);  /* still pending? */
     return NULL;
   }
-  void *p = realloc(ptr, nsize);
+  void *p = block_realloc(&sb->arena, ptr, osize, nsize);
   if (p == NULL) {  /* the host itself is out of memory: same verdict */
     tp__sandbox_kill(sb, TP_KILL_MEMORY);
     return NULL;
@@ -1105,7 +1172,7 @@ tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
   sb->logs = json_array();
   if (sb->logs == NULL) { free(sb); return NULL; }
   lua_State *L = lua_newstate(sb_alloc, sb);
-  if (L == NULL) { json_decref(sb->logs); free(sb); return NULL; }
+  if (L == NULL) { arena_free_all(&sb->arena); json_decref(sb->logs); free(sb); return NULL; }
   *(tp_meter **)lua_getextraspace(L) = &sb->meter;
   sb->L = L;
   atomic_store(&sb->running, L);
@@ -1121,6 +1188,7 @@ tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
   return sb;
 fail:
   lua_close(L);
+  arena_free_all(&sb->arena);
   json_decref(sb->logs);
   free(sb);
   return NULL;
@@ -1130,6 +1198,7 @@ void tp__sandbox_destroy (tp_sandbox *sb) {
   if (sb == NULL) return;
   atomic_store(&sb->running, NULL);
   if (sb->L) lua_close(sb->L);
+  arena_free_all(&sb->arena);
   json_decref(sb->logs);
   free(sb);
 }
