@@ -619,7 +619,9 @@ static void put_name (char *out, size_t *o, const char *s) {
 ** directly (a record costs one snprintf), since a run may make thousands of calls.
 ** NULL when out of memory; *len gets the length. */
 char *tp__run_calls_text (tp_run *r, size_t *len) {
-  size_t cap = 2 + r->ncallv * (200 + 2 * 130), o = 0;
+  /* '[', ']' and the terminator; per call, at most ~170 bytes of fields and two names
+  ** (tool, error code) of up to 128 characters, each escaped to at most 2 bytes + quotes */
+  size_t cap = 3 + r->ncallv * (200 + 2 * 260), o = 0;
   char *out = malloc(cap);
   if (out == NULL) return NULL;
   out[o++] = '[';
