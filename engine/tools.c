@@ -692,15 +692,16 @@ static void push_namespace (lua_State *L, const char *prefix);
 
 static int tool_k (lua_State *L, int status, lua_KContext ctx);
 
+static const char cannot_wait[] = "a tool was called where Lua cannot wait for it (inside a "
+  "metamethod, a gsub or sort callback, or an iterator written in C); call it outside that "
+  "callback and pass the result in";
+
 /* Delivers the call's result, or yields until it is ready. */
 static int await_call (lua_State *L, uint64_t id) {
   tp_sandbox *sb = tp__sandbox_of(L);
   tp__sandbox_check(L, sb);
   if (!tp__call_ready(sb->run, id)) {
-    if (!lua_isyieldable(L))
-      return luaL_error(L, "a tool was called where Lua cannot wait for it (inside a "
-                           "metamethod, a gsub or sort callback, or an iterator written in C); "
-                           "call it outside that callback and pass the result in");
+    if (!lua_isyieldable(L)) return luaL_error(L, "%s", cannot_wait);
     lua_pushlightuserdata(L, &tp__request_tag);
     lua_pushinteger(L, (lua_Integer)id);
     return lua_yieldk(L, 2, (lua_KContext)id, tool_k);
@@ -723,6 +724,8 @@ static int ns_call (lua_State *L) {
   tp__sandbox_check(L, sb);
   if (name == NULL || *name == '\0')
     return luaL_error(L, "tools is a namespace: call a tool, e.g. tools.fs.read{path = \"a\"}");
+  if (!lua_isyieldable(L))  /* refused before it starts: no side effect behind an error */
+    return luaL_error(L, "%s", cannot_wait);
   json_t *args = NULL;
   int t = lua_type(L, 2);
   size_t cap = sb->limits.tool_bytes;
