@@ -1,6 +1,7 @@
 #!/bin/sh
 # `make valgrind`: memory errors and leaks under valgrind, in a loop of runs and in the CLI.
 #   build/tests/test_run_loop   ~200 runs of every kind of ending (spec/c/test_run_loop.c)
+#   build/tests/test_tools      C tools: async, late completion, handler-less, sessions
 #   build/tidepool run          a few scripts as whole processes (ok, errors, limits, stdin)
 # A definite or indirect leak, or any memory error, fails (still-reachable memory, such as
 # the watchdog thread's stack of an engine that is alive at exit, does not). valgrind's
@@ -32,6 +33,7 @@ if ! command -v valgrind >/dev/null 2>&1; then
 fi
 
 check "run loop (spec/c/test_run_loop.c)" 0 "$BUILD/tests/test_run_loop"
+check "C tools (spec/c/test_tools.c)" 0 "$BUILD/tests/test_tools"
 
 cli() {  # $1 name, $2 expected status, $3 script, rest: options
   name=$1 want=$2
