@@ -216,7 +216,8 @@ end)
 describe("long C calls are stopped within the time limit", function()
   local function stops(name, src, opts)
     it(name, function()
-      stopped_in_time(src, "limit.time", opts or { timeout = 0.2 })
+      -- 0.5 s: half of it (the allowed lateness) is well above a loaded machine's jitter
+      stopped_in_time(src, "limit.time", opts or { timeout = 0.5 })
     end)
   end
 
@@ -239,7 +240,7 @@ describe("long C calls are stopped within the time limit", function()
   stops("comparing huge strings in a loop", [[
     local a, b = ("x"):rep(1e7) .. "a", ("x"):rep(1e7) .. "b"
     local n = 0
-    while true do if a < b then n = n + 1 end end]], { timeout = 0.2 })
+    while true do if a < b then n = n + 1 end end]])
 
   it("string.rep of an empty string a huge number of times returns at once", function()
     local env = tidepool.run("return #string.rep('', 1e15)", { timeout = 0.2 })
