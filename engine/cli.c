@@ -181,6 +181,18 @@ static void print_human (const char *envelope) {
       }
     }
   }
+  /* a one-line account on stderr, so stdout stays the result alone */
+  json_t *calls = json_object_get(env, "calls"), *st = json_object_get(env, "stats");
+  size_t ncalls = json_array_size(calls), nfailed = 0;
+  json_t *c;
+  json_array_foreach(calls, i, c) nfailed += json_is_false(json_object_get(c, "ok"));
+  if (isatty(2) || ncalls > 0)
+    fprintf(stderr, "-- %zu tool call%s%s, %.1f ms wall, %.1f ms cpu, %.1f KiB peak memory\n",
+            ncalls, ncalls == 1 ? "" : "s",
+            nfailed ? (nfailed == 1 ? " (1 failed)" : " (some failed)") : "",
+            json_number_value(json_object_get(st, "wall_ms")),
+            json_number_value(json_object_get(st, "cpu_ms")),
+            json_number_value(json_object_get(st, "memory_peak")) / 1024);
   json_decref(env);
 }
 
