@@ -182,6 +182,7 @@ static void print_human (const char *envelope) {
     }
   }
   /* a one-line account on stderr, so stdout stays the result alone */
+  fflush(stdout);
   json_t *calls = json_object_get(env, "calls"), *st = json_object_get(env, "stats");
   size_t ncalls = json_array_size(calls), nfailed = 0;
   json_t *c;

@@ -104,5 +104,22 @@ if [ -z "${SANITIZE:-}" ] && command -v valgrind >/dev/null 2>&1 &&
   fi
 fi
 
+# make install into a temporary root, then build the README's C example against the
+# installed header and libraries, as a user of the library would.
+# (Only for the plain build: the sanitize build's objects carry other flags.)
+inst=$(mktemp -d)
+if [ "$BUILD" != build ]; then
+  echo "install + examples/embed.c: skipped in $BUILD"
+elif make -s install DESTDIR="$inst" PREFIX=/usr BUILD="$BUILD" >"$log" 2>&1 &&
+   cc -o "$inst/embed" examples/embed.c -I"$inst/usr/include" -L"$inst/usr/lib" \
+      -Wl,-rpath,"$inst/usr/lib" -ltidepool >>"$log" 2>&1 &&
+   "$inst/embed" | grep -q '"ok":true,"result":5,' &&
+   grep -q '^Libs: -L${libdir} -ltidepool' "$inst/usr/lib/pkgconfig/tidepool.pc"; then
+  passed=$((passed + 1)); echo "install + examples/embed.c: ok"
+else
+  failed=$((failed + 1)); tail -n 20 "$log"; echo "install + examples/embed.c: failed"
+fi
+rm -rf "$inst"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
