@@ -109,6 +109,7 @@ typedef struct tp_sandbox {
 
   /* limits, kept for messages */
   tp_limits limits;
+  char kill_note[200];     /* the verdict's own words, when more precise than the code's */
   struct tp_run *run;      /* owner, for tool calls */
 } tp_sandbox;
 
@@ -188,6 +189,12 @@ struct tp_engine {
 };
 
 /* ---- tools (tools.c) --------------------------------------------------------------- */
+
+/* What a script is told when it calls a tool where Lua cannot yield. */
+#define TP_MSG_CANNOT_WAIT "a tool was called where Lua cannot wait for it: inside a " \
+  "function that C code called (a gsub or table.sort callback, an xpcall message handler, " \
+  "a metamethod run by a library function such as tostring); call it outside that " \
+  "callback and pass the result in"
 
 extern char tp__request_tag;  /* first value of a yield that is a host request */
 extern char tp__readonly_key; /* in a metatable: rawset refuses the table */

@@ -78,8 +78,8 @@ void tp__kill_message (const tp_sandbox *sb, tp_kill why, char *buf, size_t len)
       snprintf(buf, len, "the script printed more than its output limit of %s", n); break;
     case TP_KILL_CANCELLED: snprintf(buf, len, "the run was cancelled by the host"); break;
     case TP_KILL_TOOL_CALLS:
-      snprintf(buf, len, "the script made more tool calls than its limit allows (%u in all%s)",
-               (unsigned)l->tool_calls, l->tool_calls_per_tool ? ", or too many of one tool" : "");
+      if (sb->kill_note[0]) snprintf(buf, len, "%s", sb->kill_note);
+      else snprintf(buf, len, "the script made more tool calls than its limit allows");
       break;
     default: snprintf(buf, len, "stopped"); break;
   }

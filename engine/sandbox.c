@@ -769,9 +769,7 @@ static int do_resume (lua_State *L, lua_State *co, int narg, int mode) {
         lua_type(co, -nres) == LUA_TLIGHTUSERDATA) {
       if (!lua_isyieldable(L)) {
         lua_pop(co, nres);
-        return luaL_error(L, "a tool was called where Lua cannot wait for it (inside a "
-                             "metamethod, gsub or sort callback, or a C iterator); call it "
-                             "outside that callback and pass the result in");
+        return luaL_error(L, "%s", TP_MSG_CANNOT_WAIT);
       }
       if (!lua_checkstack(L, nres)) return luaL_error(L, "too many values in a tool request");
       lua_xmove(co, L, nres);
@@ -1217,6 +1215,7 @@ int tp__sandbox_reset (tp_sandbox *sb) {
   atomic_store(&sb->slice_over, 0);
   sb->hook_yielded = 0;
   sb->fail_armed = 0;
+  sb->kill_note[0] = '\0';
   lua_sethook(sb->L, NULL, 0, 0);
   lua_pushcfunction(sb->L, new_thread);
   if (lua_pcall(sb->L, 0, 0, 0) != LUA_OK) {

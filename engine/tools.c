@@ -365,10 +365,11 @@ static uint32_t count_per_tool (tp_run *r, const tp_tool *t) {
   return r->per_tool[r->nper_tool++].n;
 }
 
-uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_text,
-                         size_t bytes_in, int line) {
+/* A new call record, appended to the run's list (args and args_text are stolen). NULL
+** when out of memory, with the verdict recorded. */
+static tp_call *new_call (tp_run *r, const char *name, json_t *args, char *args_text,
+                          size_t bytes_in, int line) {
   tp_sandbox *sb = r->sb;
-  const tp_limits *l = &sb->limits;
   tp_call *c = calloc(1, sizeof *c);
   if (c != NULL && r->ncallv == r->capcallv) {
     size_t ncap = r->capcallv ? r->capcallv * 2 : 16;
@@ -380,7 +381,7 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_t
     json_decref(args);
     free(args_text);
     tp__sandbox_kill(sb, TP_KILL_MEMORY);
-    return 0;
+    return NULL;
   }
   r->callv[r->ncallv++] = c;
   c->run = r;
@@ -397,7 +398,27 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_t
   r->calls_tail = &c->next;
   r->ncalls++;
   if (r->call_hook) r->call_hook(r, name, 0, r->call_hook_ud);
-  if (c->name == NULL) { tp__call_finish(c, 0, NULL, "tool.failed", "out of memory"); return c->id; }
+  if (c->name == NULL) tp__call_finish(c, 0, NULL, "tool.failed", "out of memory");
+  return c;
+}
+
+/* Records a call refused before it could start (its arguments could not be sent), so
+** the envelope lists it like any other. */
+static void call_refused (tp_run *r, const char *name, const char *msg, int line) {
+  tp_call *c = new_call(r, name, NULL, NULL, 0, line);
+  if (c != NULL && c->state != CALL_DONE)
+    tp__call_finish(c, 0, NULL, "tool.invalid_input", msg);
+  if (c != NULL) c->consumed = 1;  /* the script gets the error directly */
+  if (c != NULL && r->ready_count > 0) r->ready_count--;
+}
+
+uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_text,
+                         size_t bytes_in, int line) {
+  tp_sandbox *sb = r->sb;
+  const tp_limits *l = &sb->limits;
+  tp_call *c = new_call(r, name, args, args_text, bytes_in, line);
+  if (c == NULL) return 0;
+  if (c->state == CALL_DONE) return c->id;
   c->tool = tp__tool_find(r->e, name);
   if (c->tool == NULL) {
     char near[400];
@@ -411,16 +432,18 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_t
     return c->id;
   }
   if (l->tool_calls && r->ncalls > l->tool_calls) {
+    snprintf(sb->kill_note, sizeof sb->kill_note, "the script made more than its limit of %u "
+             "tool calls", (unsigned)l->tool_calls);
     tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
-    call_fail_now(c, "limit.tool_calls", "the run made more than its limit of %u tool calls",
-                  (unsigned)l->tool_calls);
+    call_fail_now(c, "limit.tool_calls", "%s", sb->kill_note);
     return c->id;
   }
   if (l->tool_calls_per_tool) {
     if (count_per_tool(r, c->tool) > l->tool_calls_per_tool) {
+      snprintf(sb->kill_note, sizeof sb->kill_note, "the script called tools.%s more than "
+               "its limit of %u calls of one tool", name, (unsigned)l->tool_calls_per_tool);
       tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
-      call_fail_now(c, "limit.tool_calls", "the run called tools.%s more than its limit of "
-                    "%u times", name, (unsigned)l->tool_calls_per_tool);
+      call_fail_now(c, "limit.tool_calls", "%s", sb->kill_note);
       return c->id;
     }
   }
@@ -692,9 +715,7 @@ static void push_namespace (lua_State *L, const char *prefix);
 
 static int tool_k (lua_State *L, int status, lua_KContext ctx);
 
-static const char cannot_wait[] = "a tool was called where Lua cannot wait for it (inside a "
-  "metamethod, a gsub or sort callback, or an iterator written in C); call it outside that "
-  "callback and pass the result in";
+static const char cannot_wait[] = TP_MSG_CANNOT_WAIT;
 
 /* Delivers the call's result, or yields until it is ready. */
 static int await_call (lua_State *L, uint64_t id) {
@@ -748,6 +769,7 @@ static int ns_call (lua_State *L) {
         snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
                  "e.g. tools.%s{key = value}, not a list", name, name);
       json_decref(args);
+      call_refused(sb->run, name, msg, current_line(L));
       push_error_object(L, "tool.invalid_input", msg, name);
       return lua_error(L);
     }
@@ -756,6 +778,7 @@ static int ns_call (lua_State *L) {
     char msg[300];
     snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
              "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
+    call_refused(sb->run, name, msg, current_line(L));
     push_error_object(L, "tool.invalid_input", msg, name);
     return lua_error(L);
   }

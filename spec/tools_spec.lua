@@ -22,9 +22,10 @@ end
 -- "tool=true" or "tool=code" for a call of the envelope
 local function outcome(c) return c.tool .. "=" .. tostring(c.error or c.ok) end
 
-local NO_YIELD = "a tool was called where Lua cannot wait for it (inside a metamethod, a gsub "
-  .. "or sort callback, or an iterator written in C); call it outside that callback and pass "
-  .. "the result in"
+local NO_YIELD = "a tool was called where Lua cannot wait for it: inside a function that C "
+  .. "code called (a gsub or table.sort callback, an xpcall message handler, a metamethod run "
+  .. "by a library function such as tostring); call it outside that callback and pass the "
+  .. "result in"
 
 describe("a tool call yields to the host through", function()
   it("coroutine.wrap inside pcall", function()
@@ -453,8 +454,7 @@ describe("tool limits", function()
     ]], { tool_calls = 3 })
     assert.is_false(env.ok)
     assert.equal("limit.tool_calls", env.error.code)
-    assert.equal("the script made more tool calls than its limit allows (3 in all)",
-      env.error.message)
+    assert.equal("the script made more than its limit of 3 tool calls", env.error.message)
     assert.equal(4, #env.calls)
     assert.equal("limit.tool_calls", env.calls[4].error)
     for i = 1, 3 do assert.is_true(env.calls[i].ok) end
@@ -468,6 +468,8 @@ describe("tool limits", function()
     ]], { tool_calls_per_tool = 2 })
     assert.is_false(env.ok)
     assert.equal("limit.tool_calls", env.error.code)
+    assert.equal("the script called tools.fx.echo more than its limit of 2 calls of one tool",
+      env.error.message)
     assert.equal(5, #env.calls)
     assert.equal("limit.tool_calls", env.calls[5].error)
     assert.equal("fx.echo", env.calls[5].tool)
@@ -584,5 +586,22 @@ describe("the envelope's calls", function()
     assert.same({}, env.calls)
     assert.same({ { tool = "forged", ok = true } }, env.result.calls)
     assert.is_false(env.result.rawset_ok)
+  end)
+end)
+
+describe("calls refused before they start", function()
+  it("are listed in the envelope's calls like any other", function()
+    local env = run([[
+      local a = pcall(tools.fx.echo, "text")
+      local b = pcall(tools.fx.echo, { f = function() end })
+      return { a, b }
+    ]])
+    assert.is_true(env.ok)
+    assert.equal(2, #env.calls)
+    for i = 1, 2 do
+      assert.equal("fx.echo", env.calls[i].tool)
+      assert.equal("tool.invalid_input", env.calls[i].error)
+      assert.equal(i, env.calls[i].line)
+    end
   end)
 end)
