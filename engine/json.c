@@ -896,10 +896,8 @@ static int l_array (lua_State *L) {
   return 1;
 }
 
-int tp_json_open (lua_State *L) {
-  luaL_checkstack(L, 6, NULL);
-  tp_json_push_array_mt(L);
-  lua_pop(L, 1);
+/* Pushes the box metatable, creating it in the registry if missing. */
+static void push_box_mt (lua_State *L) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &box_mt_key) != LUA_TTABLE) {
     lua_pop(L, 1);
     lua_createtable(L, 0, 2);
@@ -910,6 +908,20 @@ int tp_json_open (lua_State *L) {
     lua_pushvalue(L, -1);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &box_mt_key);
   }
+}
+
+json_t **tp_json_box (lua_State *L) {
+  push_box_mt(L);
+  box *bx = new_box(L, lua_gettop(L));
+  lua_remove(L, -2);
+  return &bx->tree;
+}
+
+int tp_json_open (lua_State *L) {
+  luaL_checkstack(L, 6, NULL);
+  tp_json_push_array_mt(L);
+  lua_pop(L, 1);
+  push_box_mt(L);
   int mt = lua_gettop(L);
   lua_createtable(L, 0, 4);
   new_box(L, mt);

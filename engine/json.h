@@ -56,6 +56,14 @@ json_t *tp_json_from_lua(lua_State *L, int idx, int max_depth, size_t max_bytes,
 void tp_json_push(lua_State *L, const json_t *v, int max_depth);
 
 /*
+** Pushes a box (a userdata whose __gc frees the tree it holds) and returns its slot. Get
+** the box first, then store a tree there before calling anything that may raise (such as
+** tp_json_push), so the tree is freed whatever happens; clear the slot when done. May
+** raise, but only before anything is owned.
+*/
+json_t **tp_json_box(lua_State *L);
+
+/*
 ** Opens the sandbox's json library: pushes a table with encode, decode, null and array,
 ** and creates the array metatable if missing. Returns 1.
 **   json.encode(v)  -> compact text, sorted keys; raises "json.encode: <message>"

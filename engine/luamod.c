@@ -126,28 +126,6 @@ static void read_options (lua_State *L, int idx, tp_limits *lim) {
   }
 }
 
-/* Pushes the envelope text as a Lua table. */
-static int push_envelope (lua_State *L, char *envelope) {
-  tp_json_err err;
-  json_t *tree = tp_json_loads(envelope, strlen(envelope), &err);
-  tp_free(envelope);
-  if (tree == NULL) return luaL_error(L, "tidepool: bad envelope: %s", err.message);
-  /* tp_json_push may raise: keep the tree in a box that __gc frees */
-  json_t **box = lua_newuserdatauv(L, sizeof *box, 0);
-  *box = tree;
-  luaL_setmetatable(L, "tidepool.jsonbox");
-  tp_json_push(L, tree, 0);
-  json_decref(*box);
-  *box = NULL;
-  return 1;
-}
-
-static int jsonbox_gc (lua_State *L) {
-  json_t **box = lua_touserdata(L, 1);
-  if (box && *box) { json_decref(*box); *box = NULL; }
-  return 0;
-}
-
 /* The built-in tools: $TIDEPOOL_TOOLS_DIR, else tools/ of the source tree this module
 ** was built in (build/lua/tidepool.so -> ../../tools, build/sanitize/lua -> ../../../tools,
 ** found by its time.lua), else the installed copy. */
@@ -260,11 +238,18 @@ static int run_or_check (lua_State *L, int check) {
   const char *src = luaL_checklstring(L, 1, &len);
   tp_limits lim;
   read_options(L, 2, &lim);
+  json_t **slot = tp_json_box(L);  /* owns the envelope's tree while it is pushed */
   char *envelope = NULL;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, NULL)
                  : tp_engine_run(e, src, len, &lim, &envelope, NULL);
   if (rc != TP_OK) return luaL_error(L, "tidepool: the engine failed (%d)", rc);
-  push_envelope(L, envelope);
+  tp_json_err err;
+  *slot = tp_json_loads(envelope, strlen(envelope), &err);
+  tp_free(envelope);
+  if (*slot == NULL) return luaL_error(L, "tidepool: bad envelope: %s", err.message);
+  tp_json_push(L, *slot, 0);
+  json_decref(*slot);
+  *slot = NULL;
   if (lua_istable(L, warnings)) {
     lua_pushvalue(L, warnings);
     lua_setfield(L, -2, "warnings");
@@ -276,10 +261,6 @@ static int l_run (lua_State *L) { return run_or_check(L, 0); }
 static int l_check (lua_State *L) { return run_or_check(L, 1); }
 
 int luaopen_tidepool (lua_State *L) {
-  luaL_newmetatable(L, "tidepool.jsonbox");
-  lua_pushcfunction(L, jsonbox_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_pop(L, 1);
   lua_newtable(L);
   engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->e = NULL;

@@ -848,25 +848,16 @@ static int tools_describe (lua_State *L) {
 static int tools_search (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   const char *q = luaL_checkstring(L, 1);
+  json_t **slot = tp_json_box(L);  /* owns the tree while pushing it may raise */
   char *json = tp__host_search(sb->run->e, q);
-  if (json == NULL) { lua_newtable(L); return 1; }
   tp_json_err jerr;
-  json_t *v = tp_json_loads(json, strlen(json), &jerr);
+  *slot = json ? tp_json_loads(json, strlen(json), &jerr) : NULL;
   free(json);
-  if (v == NULL) { lua_newtable(L); return 1; }
-  json_t **box = lua_newuserdatauv(L, sizeof *box, 0);  /* frees v if push raises */
-  *box = v;
-  luaL_setmetatable(L, "tidepool.jsonbox");
-  tp_json_push(L, v, 0);
-  json_decref(*box);
-  *box = NULL;
+  if (*slot == NULL) { lua_newtable(L); return 1; }
+  tp_json_push(L, *slot, 0);
+  json_decref(*slot);
+  *slot = NULL;
   return 1;
-}
-
-static int jsonbox_gc (lua_State *L) {
-  json_t **box = lua_touserdata(L, 1);
-  if (box && *box) { json_decref(*box); *box = NULL; }
-  return 0;
 }
 
 static int error_tostring (lua_State *L) {
@@ -1026,11 +1017,6 @@ void tp__tools_open (lua_State *L) {
     lua_setfield(L, -2, "__tostring");
     lua_pushliteral(L, "tool error");
     lua_setfield(L, -2, "__metatable");
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, "tidepool.jsonbox")) {
-    lua_pushcfunction(L, jsonbox_gc);
-    lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);
   push_namespace(L, "");
