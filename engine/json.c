@@ -810,6 +810,32 @@ json_t *tp_json_loads (const char *text, size_t len, tp_json_err *err) {
   return v;
 }
 
+/* ---- lossy strings for messages and logs ----------------------------------------------- */
+
+json_t *tp_json_string_lossy (const char *s, size_t len, const char *suffix) {
+  size_t slen = suffix ? strlen(suffix) : 0;
+  if (len > (SIZE_MAX - slen - 1) / 3) return NULL;
+  char *out = malloc(len * 3 + slen + 1);
+  if (out == NULL) return NULL;
+  size_t o = 0, i = 0;
+  while (i < len) {
+    const char *why;
+    size_t good = utf8_check((const unsigned char *)s + i, len - i, &why);
+    memcpy(out + o, s + i, good);
+    o += good;
+    i += good;
+    if (i < len) {  /* one bad byte becomes U+FFFD, then go on after it */
+      memcpy(out + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    }
+  }
+  if (slen) { memcpy(out + o, suffix, slen); o += slen; }
+  json_t *j = json_stringn_nocheck(out, o);
+  free(out);
+  return j;
+}
+
 /* ---- the sandbox library ---------------------------------------------------------------- */
 
 /*

@@ -56,6 +56,13 @@ json_t *tp_json_from_lua(lua_State *L, int idx, int max_depth, size_t max_bytes,
 void tp_json_push(lua_State *L, const json_t *v, int max_depth);
 
 /*
+** A JSON string of s where every byte that is not part of valid UTF-8 becomes U+FFFD,
+** then suffix (ASCII, may be NULL): for logs and messages, which must always become
+** valid JSON. NULL when out of memory.
+*/
+json_t *tp_json_string_lossy(const char *s, size_t len, const char *suffix);
+
+/*
 ** Pushes a box (a userdata whose __gc frees the tree it holds) and returns its slot. Get
 ** the box first, then store a tree there before calling anything that may raise (such as
 ** tp_json_push), so the tree is freed whatever happens; clear the slot when done. May

@@ -135,21 +135,10 @@ static const char *strip_position (const char *msg, int *line) {
   return p;
 }
 
-/* Replaces invalid UTF-8 so the message can go into JSON. */
+/* A message as a JSON string, invalid UTF-8 replaced. */
 static json_t *safe_string (const char *s, size_t len) {
-  json_t *j = json_stringn(s, len);
-  if (j != NULL) return j;
-  char *copy = malloc(len * 3 + 1);
-  if (copy == NULL) return json_string("(message lost: out of memory)");
-  size_t o = 0;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c < 0x80 && c != 0) copy[o++] = (char)c;
-    else { memcpy(copy + o, "\xef\xbf\xbd", 3); o += 3; }
-  }
-  j = json_stringn(copy, o);
-  free(copy);
-  return j;
+  json_t *j = tp_json_string_lossy(s, len, NULL);
+  return j ? j : json_string("(message lost: out of memory)");
 }
 
 static const struct { const char *needle, *hint; } runtime_hints[] = {

@@ -359,41 +359,14 @@ static void log_line (lua_State *L, tp_sandbox *sb, const char *s, size_t len) {
                             : len;
   int over = len > room;
   size_t take = over ? room : len;
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  size_t i = 0;
-  while (i < take) {
-    unsigned char c = (unsigned char)s[i];
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    int good = n > 0 && i + n <= take;
-    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
-    for (size_t k = 1; good && k < n; k++) {
-      unsigned char cc = (unsigned char)s[i + k];
-      if ((cc & 0xc0) != 0x80) good = 0;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    if (good && ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-                 cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)))
-      good = 0;
-    if (good) { luaL_addlstring(&b, s + i, n); i += n; }
-    else { luaL_addstring(&b, "\xef\xbf\xbd"); i++; }
-  }
-  if (over) {
-    char note[96];
-    snprintf(note, sizeof note, "...[output truncated: the %zu-byte output limit was reached]",
-             sb->out_cap);
-    luaL_addstring(&b, note);
-  }
-  luaL_pushresult(&b);
-  size_t blen;
-  const char *bs = lua_tolstring(L, -1, &blen);
-  json_t *str = json_stringn_nocheck(bs, blen);
+  char note[96];
+  snprintf(note, sizeof note, "...[output truncated: the %zu-byte output limit was reached]",
+           sb->out_cap);
+  json_t *str = tp_json_string_lossy(s, take, over ? note : NULL);
   if (str == NULL || json_array_append_new(sb->logs, str) != 0) {
-    lua_pop(L, 1);
     tp__sandbox_kill(sb, TP_KILL_MEMORY);
     tp__sandbox_check(L, sb);
   }
-  lua_pop(L, 1);
   sb->out_used += take;
   if (over) {
     sb->out_truncated = 1;
@@ -1244,19 +1217,7 @@ void tp__sandbox_log_host (tp_sandbox *sb, const char *s, size_t len) {
   int over = len > room;
   size_t take = over ? room : len;
   while (over && take > 0 && ((unsigned char)s[take] & 0xc0) == 0x80) take--;
-  json_t *str = json_stringn(s, take);
-  if (str == NULL) {
-    char *copy = malloc(take * 3 + 1);
-    size_t o = 0;
-    if (copy == NULL) return;
-    for (size_t i = 0; i < take; i++) {
-      unsigned char c = (unsigned char)s[i];
-      if (c < 0x80 && c != 0) copy[o++] = (char)c;
-      else { memcpy(copy + o, "\xef\xbf\xbd", 3); o += 3; }
-    }
-    str = json_stringn(copy, o);
-    free(copy);
-  }
+  json_t *str = tp_json_string_lossy(s, take, NULL);
   if (str != NULL && json_array_append_new(sb->logs, str) == 0) sb->out_used += take;
   if (over) {
     char note[96];
