@@ -637,13 +637,26 @@ static void put_name (char *out, size_t *o, const char *s) {
   out[(*o)++] = '"';
 }
 
+static void put_lit (char *out, size_t *o, const char *lit) {
+  size_t n = strlen(lit);
+  memcpy(out + *o, lit, n);
+  *o += n;
+}
+
+/* Decimal digits of v; at least min_digits of them (zero-padded). */
+static void put_uint (char *out, size_t *o, uint64_t v, int min_digits) {
+  char tmp[24];
+  int n = 0;
+  do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v != 0 || n < min_digits);
+  while (n > 0) out[(*o)++] = tmp[--n];
+}
+
 /* The envelope's "calls" as JSON text: every call of the run, made by the host so a
 ** script cannot forge it, including calls that failed or were cut short. Written
-** directly (a record costs one snprintf), since a run may make thousands of calls.
+** directly, with no formatting calls, since a run may make thousands of calls.
 ** NULL when out of memory; *len gets the length. */
 char *tp__run_calls_text (tp_run *r, size_t *len) {
-  /* '[', ']' and the terminator; per call, at most ~170 bytes of fields and two names
-  ** (tool, error code) of up to 128 characters, each escaped to at most 2 bytes + quotes */
+  /* a record: its two names (at most 2 + 2 * 128 bytes each), keys and numbers */
   size_t cap = 3 + r->ncallv * (200 + 2 * 260), o = 0;
   char *out = malloc(cap);
   if (out == NULL) return NULL;
@@ -652,20 +665,23 @@ char *tp__run_calls_text (tp_run *r, size_t *len) {
     if (o > 1) out[o++] = ',';
     uint64_t end = c->state == CALL_DONE ? c->end_ns : tp__now_ns();
     uint64_t us = (end - c->start_ns) / 1000;
-    memcpy(out + o, "{\"tool\":", 8);
-    o += 8;
-    put_name(out, &o, c->name ? c->name : "?");
     int ok = c->state == CALL_DONE && c->ok;
-    o += (size_t)sprintf(out + o, ",\"ok\":%s", ok ? "true" : "false");
-    if (!ok) {
-      memcpy(out + o, ",\"error\":", 9);
-      o += 9;
-      put_name(out, &o, c->state == CALL_DONE && c->code ? c->code : "cancelled");
+    put_lit(out, &o, "{\"tool\":");
+    put_name(out, &o, c->name ? c->name : "?");
+    put_lit(out, &o, ok ? ",\"ok\":true" : ",\"ok\":false,\"error\":");
+    if (!ok) put_name(out, &o, c->state == CALL_DONE && c->code ? c->code : "cancelled");
+    put_lit(out, &o, ",\"ms\":");
+    put_uint(out, &o, us / 1000, 1);
+    out[o++] = '.';
+    put_uint(out, &o, us % 1000, 3);
+    put_lit(out, &o, ",\"bytes_in\":");
+    put_uint(out, &o, c->bytes_in, 1);
+    put_lit(out, &o, ",\"bytes_out\":");
+    put_uint(out, &o, c->bytes_out, 1);
+    if (c->line > 0) {
+      put_lit(out, &o, ",\"line\":");
+      put_uint(out, &o, (uint64_t)c->line, 1);
     }
-    o += (size_t)sprintf(out + o, ",\"ms\":%llu.%03llu,\"bytes_in\":%zu,\"bytes_out\":%zu",
-                         (unsigned long long)(us / 1000), (unsigned long long)(us % 1000),
-                         c->bytes_in, c->bytes_out);
-    if (c->line > 0) o += (size_t)sprintf(out + o, ",\"line\":%d", c->line);
     out[o++] = '}';
   }
   out[o++] = ']';
