@@ -1150,12 +1150,7 @@ tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
   lua_setwarnf(L, NULL, NULL);
   if (gc_aggressive) lua_gc(L, LUA_GCINC, 0, 1000, 0);  /* no pause, big steps */
   lua_pushcfunction(L, open_sandbox);
-  if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
-#ifdef TP_DEBUG_OPEN
-    fprintf(stderr, "open_sandbox: %s\n", lua_tostring(L, -1));
-#endif
-    goto fail;
-  }
+  if (lua_pcall(L, 0, 0, 0) != LUA_OK) goto fail;  /* out of memory, or below the cap */
   return sb;
 fail:
   lua_close(L);
