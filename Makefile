@@ -134,7 +134,7 @@ $(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
 
-$(BUILD)/bench/%: bench/%.c $(LIB_A)
+$(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
 

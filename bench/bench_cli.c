@@ -16,23 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
+
 extern char **environ;
-
-static double now_ms (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double (const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median (double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Spawns argv with stdout and stderr on /dev/null, waits; returns the elapsed ms, or
 ** a negative number when the process failed. */
@@ -41,14 +27,14 @@ static double timed_spawn (char *const argv[]) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  double t0 = now_ms();
+  double t0 = (bench_now_us() / 1e3);
   pid_t pid;
   int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) return -1;
   int status;
   if (waitpid(pid, &status, 0) != pid) return -1;
-  double t = now_ms() - t0;
+  double t = (bench_now_us() / 1e3) - t0;
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? t : -1;
 }
 

@@ -23,27 +23,12 @@
 #include "lualib.h"
 
 #include "tidepool.h"
+#include "bench.h"
 
 static const char trivial[] = "return 1";
 static const char fib[] =
   "local function fib(n) if n < 2 then return n end return fib(n-1) + fib(n-2) end\n"
   "return fib(27)\n";
-
-static double now_us (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double (const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median (double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void die (const char *what) {
   fprintf(stderr, "bench_engine: %s\n", what);
@@ -81,19 +66,19 @@ static void side_by_side (int n, const char *src, tp_engine *e, const tp_limits 
   bare_run(src);             /* warm up caches and the allocator */
   sandbox_run(e, src, lim);
   for (int i = 0; i < n; i++) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     if (i % 2 == 0) {        /* alternate the order too: neither always goes first */
       bare_run(src);
-      double t1 = now_us();
+      double t1 = bench_now_us();
       sandbox_run(e, src, lim);
-      double t2 = now_us();
+      double t2 = bench_now_us();
       a[i] = t1 - t0; b[i] = t2 - t1;
     }
     else {
       sandbox_run(e, src, lim);
-      double t1 = now_us();
+      double t1 = bench_now_us();
       bare_run(src);
-      double t2 = now_us();
+      double t2 = bench_now_us();
       b[i] = t1 - t0; a[i] = t2 - t1;
     }
     q[i] = b[i] / a[i];
@@ -117,17 +102,17 @@ int main (int argc, char **argv) {
   if (cold == NULL || bare == NULL || eng == NULL) die("out of memory");
   for (int i = 0; i < 200; i++) { sandbox_run(e, trivial, NULL); bare_run(trivial); }
   for (int i = 0; i < n; i++) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     sandbox_run(e, trivial, NULL);
-    double t1 = now_us();
+    double t1 = bench_now_us();
     bare_run(trivial);
-    double t2 = now_us();
+    double t2 = bench_now_us();
     char *env = NULL;
     int ok = 0;
     if (tp_engine_run(e, trivial, sizeof trivial - 1, NULL, &env, &ok) != TP_OK || !ok)
       die("tp_engine_run failed");
     tp_free(env);
-    double t3 = now_us();
+    double t3 = bench_now_us();
     cold[i] = t1 - t0; bare[i] = t2 - t1; eng[i] = t3 - t2;
   }
   printf("cold_run_us: %.1f us\n", median(cold, n));

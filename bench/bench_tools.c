@@ -16,24 +16,9 @@
 #include <time.h>
 
 #include "tidepool.h"
+#include "bench.h"
 
 #define CALLS 20000
-
-static double now_us (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double (const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median (double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void echo (tp_call *c, void *ud) {
   (void)ud;
@@ -51,9 +36,9 @@ static tp_limits lim;
 static double timed_run (tp_engine *e, const char *src) {
   char *env = NULL;
   int ok = 0;
-  double t0 = now_us();
+  double t0 = bench_now_us();
   int rc = tp_engine_run(e, src, strlen(src), &lim, &env, &ok);
-  double t = now_us() - t0;
+  double t = bench_now_us() - t0;
   if (rc != TP_OK || !ok) {
     fprintf(stderr, "bench_tools: the script failed: %.400s\n", env ? env : "(no envelope)");
     tp_free(env);

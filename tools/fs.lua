@@ -52,18 +52,19 @@ local function path_schema(description)
   return { type = "string", minLength = 1, maxLength = PATH_MAX, description = description }
 end
 
+-- The input of a tool whose only argument is a path.
+local function path_input(description)
+  return { type = "object", properties = { path = path_schema(description) },
+           required = { "path" }, additionalProperties = false }
+end
+
 local ENTRY_TYPES = { "file", "directory", "symlink", "other" }
 
 return {
   {
     name = "fs.read",
     description = "Read a UTF-8 text file of the workspace (at most 4 MiB).",
-    input = {
-      type = "object",
-      properties = { path = path_schema("File path, relative to the workspace root.") },
-      required = { "path" },
-      additionalProperties = false,
-    },
+    input = path_input("File path, relative to the workspace root."),
     output = {
       type = "object",
       properties = { content = { type = "string", description = "The file's text." } },
@@ -141,12 +142,7 @@ return {
   {
     name = "fs.stat",
     description = "Type, size and modification time of a path in the workspace.",
-    input = {
-      type = "object",
-      properties = { path = path_schema("Path, relative to the workspace root.") },
-      required = { "path" },
-      additionalProperties = false,
-    },
+    input = path_input("Path, relative to the workspace root."),
     output = {
       type = "object",
       properties = {
@@ -165,12 +161,7 @@ return {
   {
     name = "fs.remove",
     description = "Remove a file, a symlink or an empty directory of the workspace.",
-    input = {
-      type = "object",
-      properties = { path = path_schema("Path, relative to the workspace root.") },
-      required = { "path" },
-      additionalProperties = false,
-    },
+    input = path_input("Path, relative to the workspace root."),
     output = {
       type = "object",
       properties = { removed = { type = "boolean", description = "Always true." } },
