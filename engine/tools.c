@@ -656,8 +656,11 @@ static void put_uint (char *out, size_t *o, uint64_t v, int min_digits) {
 ** directly, with no formatting calls, since a run may make thousands of calls.
 ** NULL when out of memory; *len gets the length. */
 char *tp__run_calls_text (tp_run *r, size_t *len) {
-  /* a record: its two names (at most 2 + 2 * 128 bytes each), keys and numbers */
-  size_t cap = 3 + r->ncallv * (200 + 2 * 260), o = 0;
+  /* exact enough: keys and numbers of a record fit in 160 bytes, names take at most
+  ** twice their length (escapes), so large runs do not allocate 700 bytes a call */
+  size_t cap = 3, o = 0;
+  for (tp_call *c = r->calls; c != NULL; c = c->next)
+    cap += 160 + 2 * (c->name ? strlen(c->name) : 1) + 2 * (c->code ? strlen(c->code) : 9);
   char *out = malloc(cap);
   if (out == NULL) return NULL;
   out[o++] = '[';
