@@ -705,9 +705,13 @@ static void dump_value (dbuf *b, const json_t *v) {
     case JSON_NULL: db_put(b, "null", 4); return;
     case JSON_TRUE: db_put(b, "true", 4); return;
     case JSON_FALSE: db_put(b, "false", 5); return;
-    case JSON_INTEGER: {
-      int n = snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-      db_put(b, tmp, (size_t)n);
+    case JSON_INTEGER: {  /* by hand: snprintf was a tenth of a small tool call */
+      json_int_t x = json_integer_value(v);
+      unsigned long long u = x < 0 ? 0ull - (unsigned long long)x : (unsigned long long)x;
+      int n = (int)sizeof tmp;
+      do { tmp[--n] = (char)('0' + u % 10); u /= 10; } while (u != 0);
+      if (x < 0) tmp[--n] = '-';
+      db_put(b, tmp + n, sizeof tmp - (size_t)n);
       return;
     }
     case JSON_REAL: dump_real(b, json_real_value(v)); return;
@@ -732,7 +736,15 @@ static void dump_value (dbuf *b, const json_t *v) {
       json_object_keylen_foreach((json_t *)v, key, klen, child) {
         if (i < n) items[i++] = (kv){ key, klen, child };
       }
-      qsort(items, i, sizeof *items, kv_cmp);
+      if (i <= 16) {  /* insertion sort: qsort's setup outweighs a handful of keys */
+        for (size_t a = 1; a < i; a++) {
+          kv t = items[a];
+          size_t z = a;
+          for (; z > 0 && kv_cmp(&items[z - 1], &t) > 0; z--) items[z] = items[z - 1];
+          items[z] = t;
+        }
+      }
+      else qsort(items, i, sizeof *items, kv_cmp);
       db_putc(b, '{');
       for (size_t j = 0; j < i && !b->oom; j++) {
         if (j) db_putc(b, ',');

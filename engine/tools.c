@@ -317,16 +317,18 @@ static int call_deadline_passed (tp_call *c, uint64_t now) {
   return c->deadline_ns && now >= c->deadline_ns;
 }
 
-/* Hands a call to its handler (or leaves it for tp_run_pending). */
-static void dispatch (tp_run *r, tp_call *c) {
+/* Hands a call to its handler (or leaves it for tp_run_pending). Its timeout counts
+** from now: the call's start when it was not queued. The argument tree is not needed
+** once the handler has it (C handlers read the text, host.c converts it at once). */
+static void dispatch (tp_run *r, tp_call *c, int was_queued) {
   const tp_tool *t = c->tool;
   const tp_limits *l = &r->sb->limits;
   c->state = CALL_RUNNING;
   r->in_flight++;
-  c->start_ns = tp__now_ns();
+  uint64_t now = was_queued ? tp__now_ns() : c->start_ns;
   uint64_t tmo = l->tool_timeout_us;
   if (t->timeout_us && (tmo == 0 || t->timeout_us < tmo)) tmo = t->timeout_us;
-  c->deadline_ns = tmo ? c->start_ns + tmo * 1000u : 0;
+  c->deadline_ns = tmo ? now + tmo * 1000u : 0;
   if (t->fn != NULL) {
     c->handler_owns = 1;
     t->fn(c, t->ud);
@@ -336,6 +338,11 @@ static void dispatch (tp_run *r, tp_call *c) {
     tp__host_dispatch(r->e, c, t, c->args);
   }
   /* else: the embedding program completes it (tp_run_pending) */
+  int handled = !c->handler_owns && (t->fn != NULL || t->lua_ref != LUA_NOREF);
+  if (c->args_text != NULL || handled) {
+    json_decref(c->args);
+    c->args = NULL;
+  }
 }
 
 size_t tp__run_active_from (tp_run *r) {
@@ -349,7 +356,7 @@ static void start_queued (tp_run *r) {
   for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
     tp_call *c = r->callv[i];
     if (cap && r->in_flight >= cap) break;
-    if (c->state == CALL_QUEUED && !c->cancelled) dispatch(r, c);
+    if (c->state == CALL_QUEUED && !c->cancelled) dispatch(r, c, 1);
   }
 }
 
@@ -463,7 +470,7 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_t
     return c->id;
   }
   c->state = CALL_QUEUED;
-  if (!l->tool_in_flight || r->in_flight < l->tool_in_flight) dispatch(r, c);
+  if (!l->tool_in_flight || r->in_flight < l->tool_in_flight) dispatch(r, c, 0);
   return c->id;
 }
 
@@ -507,7 +514,9 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
   c->consumed = 1;
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   if (c->ok) {
-    tp_json_push(L, c->result, 0);
+    tp_json_push(L, c->result, 0);  /* may raise: c still owns the tree */
+    json_decref(c->result);         /* taken: only its size stays, for the envelope */
+    c->result = NULL;
     return 1;
   }
   push_error_object(L, c->code, c->message, c->name);
@@ -567,6 +576,8 @@ static int complete (tp_call *c, json_t *result, size_t text_len) {
 
 static void handler_done (tp_call *c) {
   c->handler_owns = 0;
+  free(c->args_text);  /* tp_call_args is valid until the call is completed */
+  c->args_text = NULL;
   tp_run *r = c->run;
   if (r != NULL) start_queued(r);
   tp__call_release(c);

@@ -215,7 +215,8 @@ int tp_engine_poll(tp_engine *e, int block);
 size_t tp_run_pending(tp_run *r, tp_call **calls, size_t max);
 
 const char *tp_call_tool(const tp_call *c);     /* "weather.current"; owned by c */
-const char *tp_call_args(tp_call *c);           /* arguments as JSON text; owned by c */
+const char *tp_call_args(tp_call *c);  /* arguments as JSON text; owned by c, valid until
+                                          ** the call is completed */
 uint64_t tp_call_id(const tp_call *c);          /* unique within its run, from 1 */
 int tp_call_cancelled(const tp_call *c);        /* the run ended or the call timed out */
 
