@@ -173,7 +173,8 @@ static json_t *make_error (const tp_run *r, const char *code, const char *msg, s
   if (line > 0) {
     json_object_set_new(err, "line", json_integer(line));
     json_t *src = source_line(r, line);
-    if (src) json_object_set_new(err, "source", src);
+    if (src && json_string_length(src) > 0) json_object_set_new(err, "source", src);
+    else json_decref(src);  /* an empty line (the end of the text) says nothing */
   }
   if (hint) json_object_set_new(err, "hint", json_string(hint));
   return err;
