@@ -22,6 +22,7 @@
 /* Registry keys: addresses of private statics. */
 static const char array_mt_key = 0;
 static const char box_mt_key = 0;
+static const char decode_cap_key = 0;  /* registry: json.decode's input cap in this state */
 
 /* ---- small text builder that truncates instead of overflowing ------------------------- */
 
@@ -907,6 +908,17 @@ static int l_decode (lua_State *L) {
     return luaL_error(L, "json.decode: expected a string of JSON text, got %s",
                       luaL_typename(L, 1));
   const char *s = lua_tolstring(L, 1, &len);
+  /* The tree is built in host memory, up to ~20 bytes a byte of text ([1,1,1,...]); a
+  ** sandbox caps the text it may decode (tp_json_set_decode_cap) so a script cannot make
+  ** the host hold many times its own memory limit. */
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &decode_cap_key) == LUA_TNUMBER) {
+    lua_Integer cap = lua_tointeger(L, -1);
+    if (cap > 0 && len > (size_t)cap)
+      return luaL_error(L, "json.decode: the text is %I bytes, over the %I bytes this sandbox "
+                        "decodes at once (1/16 of its memory limit); decode smaller pieces "
+                        "or raise the memory limit", (LUAI_UACINT)len, (LUAI_UACINT)cap);
+  }
+  lua_pop(L, 1);
   box *bx = new_box(L, lua_upvalueindex(1));
   json_t *v = tp_json_loads(s, len, &err);
   if (v == NULL) return luaL_error(L, "json.decode: %s", err.message);
@@ -946,6 +958,11 @@ static void push_box_mt (lua_State *L) {
     lua_pushvalue(L, -1);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &box_mt_key);
   }
+}
+
+void tp_json_set_decode_cap (lua_State *L, size_t bytes) {
+  lua_pushinteger(L, (lua_Integer)bytes);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &decode_cap_key);
 }
 
 json_t **tp_json_box (lua_State *L) {

@@ -62,6 +62,10 @@ void tp_json_push(lua_State *L, const json_t *v, int max_depth);
 */
 json_t *tp_json_string_lossy(const char *s, size_t len, const char *suffix);
 
+/* Caps the text json.decode accepts in this state (0: only TP_JSON_DECODE_MAX_BYTES). May
+** raise (memory). */
+void tp_json_set_decode_cap(lua_State *L, size_t bytes);
+
 /*
 ** Pushes a box (a userdata whose __gc frees the tree it holds) and returns its slot. Get
 ** the box first, then store a tree there before calling anything that may raise (such as

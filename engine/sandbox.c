@@ -1105,6 +1105,7 @@ static int open_sandbox (lua_State *L) {
   tp_json_open(L);
   make_readonly(L);
   lua_setfield(L, NG, "json");
+  tp_json_set_decode_cap(L, tp__sandbox_of(L)->mem_cap / 16);
   lua_pushvalue(L, NG);
   tp__tools_open(L);  /* tools, parallel */
   lua_pop(L, 1);

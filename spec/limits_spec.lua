@@ -318,3 +318,26 @@ describe("limit.source", function()
       env.result)
   end)
 end)
+
+describe("json.decode's input cap", function()
+  it("is 1/16 of the memory limit, so the host never holds many times the script's memory",
+    function()
+    local env = tidepool.run([[
+      local s = "[" .. ("1,"):rep(300000) .. "1]"
+      local ok, err = pcall(json.decode, s)
+      return { ok, err }
+    ]], { memory = "8M" })
+    assert.is_true(env.ok)
+    assert.is_false(env.result[1])
+    assert.are.equal("json.decode: the text is 600003 bytes, over the 524288 bytes this "
+      .. "sandbox decodes at once (1/16 of its memory limit); decode smaller pieces or raise "
+      .. "the memory limit", env.result[2])
+  end)
+
+  it("decodes text under the cap", function()
+    local env = tidepool.run('return #json.decode("[" .. ("1,"):rep(200000) .. "1]")',
+      { memory = "8M" })
+    assert.is_true(env.ok)
+    assert.are.equal(200001, env.result)
+  end)
+end)
