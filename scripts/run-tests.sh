@@ -114,10 +114,13 @@ elif make -s install DESTDIR="$inst" PREFIX=/usr BUILD="$BUILD" >"$log" 2>&1 &&
    cc -o "$inst/embed" examples/embed.c -I"$inst/usr/include" -L"$inst/usr/lib" \
       -Wl,-rpath,"$inst/usr/lib" -ltidepool >>"$log" 2>&1 &&
    "$inst/embed" | grep -q '"ok":true,"result":5,' &&
+   cc -o "$inst/frame_loop" examples/frame_loop.c -I"$inst/usr/include" -L"$inst/usr/lib" \
+      -Wl,-rpath,"$inst/usr/lib" -ltidepool >>"$log" 2>&1 &&
+   "$inst/frame_loop" | grep -q '"result":{"sum":2000001000000,"x":6}' &&
    grep -q '^Libs: -L${libdir} -ltidepool' "$inst/usr/lib/pkgconfig/tidepool.pc"; then
-  passed=$((passed + 1)); echo "install + examples/embed.c: ok"
+  passed=$((passed + 1)); echo "install + examples/embed.c, frame_loop.c: ok"
 else
-  failed=$((failed + 1)); tail -n 20 "$log"; echo "install + examples/embed.c: failed"
+  failed=$((failed + 1)); tail -n 20 "$log"; echo "install + examples/embed.c, frame_loop.c: failed"
 fi
 rm -rf "$inst"
 
