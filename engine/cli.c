@@ -44,6 +44,15 @@ static const char usage_text[] =
   "Sizes and durations of 0 mean no limit. Exit status: 0 the script succeeded,\n"
   "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
 
+const char *tp__cli_option_name (const char *arg, char *name, size_t len) {
+  const char *eq = strchr(arg, '=');
+  size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+  if (n >= len) return NULL;
+  memcpy(name, arg, n);
+  name[n] = '\0';
+  return arg + n;
+}
+
 int tp__cli_usage_error (const char *msg, const char *arg) {
   const char *at = strstr(msg, "%s");
   fprintf(stderr, "tidepool: ");
@@ -297,15 +306,11 @@ int main (int argc, char **argv) {
       continue;
     }
     if (strcmp(a, "--help") == 0) { fputs(usage_text, stdout); return 0; }
-    const char *val = strchr(a, '=');
     char name[64];
-    size_t nlen = val ? (size_t)(val - a) : strlen(a);
-    if (nlen >= sizeof name) return tp__cli_usage_error("unknown option '%s'", a);
-    memcpy(name, a, nlen);
-    name[nlen] = '\0';
-    if (val) val++;
-    else if (i + 1 < argc) val = argv[++i];
-    else return tp__cli_usage_error("option '%s' needs a value", a);
+    const char *end = tp__cli_option_name(a, name, sizeof name);
+    if (end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
+    const char *val = *end == '=' ? end + 1 : i + 1 < argc ? argv[++i] : NULL;
+    if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
     const char *why = NULL;
     int lo = tp__cli_limit_option(name, val, &lim, &why);
     if (lo < 0) return tp__cli_usage_error(why, val);

@@ -1460,12 +1460,9 @@ int tp__mcp_main (int argc, char **argv) {
     if (strcmp(a, "--expose-tools") == 0) { o->expose = 1; continue; }
     if (strcmp(a, "--test-tools") == 0) { o->test_tools = 1; continue; }
     if (a[0] != '-') return tp__cli_usage_error("tidepool mcp takes no file ('%s')", a);
-    const char *val = strchr(a, '=');
     char name[64];
-    size_t nlen = val ? (size_t)(val - a) : strlen(a);
-    if (nlen >= sizeof name) return tp__cli_usage_error("unknown option '%s'", a);
-    memcpy(name, a, nlen);
-    name[nlen] = '\0';
+    const char *name_end = tp__cli_option_name(a, name, sizeof name);
+    if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--memory", "--instructions", "--cpu", "--timeout",
       "--max-output", "--max-result", "--max-source" };
@@ -1473,9 +1470,8 @@ int tp__mcp_main (int argc, char **argv) {
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
       known |= strcmp(name, with_value[k]) == 0;
     if (!known) return tp__cli_usage_error("unknown option '%s'", a);
-    if (val) val++;
-    else if (i + 1 < argc) val = argv[++i];
-    else return tp__cli_usage_error("option '%s' needs a value", a);
+    const char *val = *name_end == '=' ? name_end + 1 : i + 1 < argc ? argv[++i] : NULL;
+    if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
     const char *why = NULL;
     int lo = tp__cli_limit_option(name, val, &o->lim, &why);
     if (lo < 0) return tp__cli_usage_error(why, val);

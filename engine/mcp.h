@@ -31,6 +31,10 @@ const char *tp__cli_builtin_tools_dir(char *buf, size_t len);
 ** standard error; returns TP_EXIT_USAGE. */
 int tp__cli_usage_error(const char *msg, const char *arg);
 
+/* Copies the option name of arg ("--memory=64M" -> "--memory") into name[len]; returns
+** where the name ends in arg (at '=' or the end), or NULL when the name is too long. */
+const char *tp__cli_option_name(const char *arg, char *name, size_t len);
+
 /* `tidepool mcp [options]`: argv holds the options only. Serves the Model Context
 ** Protocol on standard input and output until standard input closes; returns the exit
 ** status (0, or TP_EXIT_USAGE for a bad option). */

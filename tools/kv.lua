@@ -10,6 +10,9 @@ local used = 0
 
 local KEY = { type = "string", minLength = 1, maxLength = 256,
               description = "The key: 1 to 256 characters." }
+-- The input of a tool whose only argument is the key.
+local KEY_ONLY = { type = "object", properties = { key = KEY }, required = { "key" },
+                   additionalProperties = false }
 
 local function cost(key, text) return #key + #text end
 
@@ -18,12 +21,7 @@ return {
     name = "kv.get",
     description = "Reads the value stored under a key. found is false (and value null) "
       .. "when the key is not set.",
-    input = {
-      type = "object",
-      properties = { key = KEY },
-      required = { "key" },
-      additionalProperties = false,
-    },
+    input = KEY_ONLY,
     output = {
       type = "object",
       properties = {
@@ -80,12 +78,7 @@ return {
   {
     name = "kv.delete",
     description = "Removes a key. deleted is false when the key was not set.",
-    input = {
-      type = "object",
-      properties = { key = KEY },
-      required = { "key" },
-      additionalProperties = false,
-    },
+    input = KEY_ONLY,
     output = {
       type = "object",
       properties = { deleted = { type = "boolean", description = "Whether the key was set." } },
