@@ -102,6 +102,9 @@ typedef struct tp_sandbox {
   uint64_t instr_step_end; /* instr_used value at which the step's budget ends; 0 = none */
   int hook_period;         /* the count hook's period on T, 0 = no count hook */
 
+  /* host memory built on the run's behalf (tp__host_charge) */
+  size_t host_used, host_peak, host_cap;
+
   /* output */
   json_t *logs;            /* array of strings */
   size_t out_used, out_cap;
@@ -120,6 +123,14 @@ void tp__sandbox_destroy(tp_sandbox *sb);
 /* Readies a session's sandbox for its next run: a new script thread, empty logs,
 ** counters and verdicts cleared; globals stay. 0, or -1 when out of memory. */
 int tp__sandbox_reset(tp_sandbox *sb);
+
+/* The host budget. What the host builds because of a script (JSON trees, text, the
+** envelope, logs, call records, messages) is charged here at what it costs in host
+** memory, against a cap tied to the run's memory limit (host_cap; 0 = none). A charge
+** past the cap records the limit.memory verdict and returns -1: the caller stops
+** building and lets go of what it built. Refunds give back what was charged. */
+int  tp__host_charge(tp_sandbox *sb, size_t n);
+void tp__host_refund(tp_sandbox *sb, size_t n);
 
 /* Appends a line that host code (a tool's ctx.log) writes to the run's logs, within the
 ** output cap: past it the line is cut, marked once, and later lines are dropped. Never

@@ -140,6 +140,26 @@ static void *sb_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
   return p;
 }
 
+/* ---- the host budget ------------------------------------------------------------ */
+
+int tp__host_charge (tp_sandbox *sb, size_t n) {
+  if (sb->host_cap && (n > sb->host_cap || sb->host_used > sb->host_cap - n)) {
+    if (atomic_load(&sb->kill) == TP_KILL_NONE)
+      snprintf(sb->kill_note, sizeof sb->kill_note, "the host memory built for the script "
+               "(JSON, results, logs, call records) passed its budget of %zu bytes",
+               sb->host_cap);
+    tp__sandbox_kill(sb, TP_KILL_MEMORY);
+    return -1;
+  }
+  sb->host_used += n;
+  if (sb->host_used > sb->host_peak) sb->host_peak = sb->host_used;
+  return 0;
+}
+
+void tp__host_refund (tp_sandbox *sb, size_t n) {
+  sb->host_used = n < sb->host_used ? sb->host_used - n : 0;
+}
+
 /* ---- verdicts and the hook -------------------------------------------------------- */
 
 tp_sandbox *tp__sandbox_of (lua_State *L) {
@@ -1138,6 +1158,7 @@ tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
   sb->limits = *limits;
   sb->mem_cap = limits->memory;
   sb->out_cap = limits->output;
+  sb->host_cap = limits->memory;
   sb->instr_limit = limits->instructions;
   sb->meter.countdown = METER_STEPS;
   sb->meter.refill = meter_refill;
