@@ -193,9 +193,18 @@ static void print_human (const char *envelope) {
   /* a one-line account on stderr, so stdout stays the result alone */
   fflush(stdout);
   json_t *calls = json_object_get(env, "calls"), *st = json_object_get(env, "stats");
-  size_t ncalls = json_array_size(calls), nfailed = 0;
+  size_t ncalls = 0, nfailed = 0;
   json_t *c;
-  json_array_foreach(calls, i, c) nfailed += json_is_false(json_object_get(c, "ok"));
+  json_array_foreach(calls, i, c) {
+    if (json_is_true(json_object_get(c, "summary"))) {  /* the calls past the listed ones */
+      ncalls += (size_t)json_integer_value(json_object_get(c, "calls"));
+      nfailed += (size_t)json_integer_value(json_object_get(c, "failed"));
+    }
+    else {
+      ncalls++;
+      nfailed += json_is_false(json_object_get(c, "ok"));
+    }
+  }
   if (isatty(2) || ncalls > 0)
     fprintf(stderr, "-- %zu tool call%s%s, %.1f ms wall, %.1f ms cpu, %.1f KiB peak memory\n",
             ncalls, ncalls == 1 ? "" : "s",

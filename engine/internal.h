@@ -107,6 +107,7 @@ typedef struct tp_sandbox {
 
   /* output */
   json_t *logs;            /* array of strings */
+  size_t logs_host;        /* what the logs hold of the host budget */
   size_t out_used, out_cap;
   int out_truncated;
 
@@ -223,10 +224,6 @@ int tp__engine_add_lua_tool(tp_engine *e, const tp_tool_def *def, const json_t *
 typedef struct tp_run_calls tp_run_calls;
 struct tp_run *tp__sandbox_run(tp_sandbox *sb);
 void tp__sandbox_set_run(tp_sandbox *sb, struct tp_run *r);
-/* Starts a call of tool `name` with args (stolen). Returns the call id; the call may be
-** complete already. Raises nothing; a verdict (limit.tool_calls) is recorded in sb. */
-uint64_t tp__call_begin(struct tp_run *r, const char *name, json_t *args, char *args_text,
-                        size_t bytes_in, int line);  /* args and args_text are stolen */
 /* The completion of call id, if any: 1 done (ok/result or code/message set, to be
 ** freed by tp__call_consume), 0 still running. */
 int tp__call_ready(struct tp_run *r, uint64_t id);
@@ -247,6 +244,32 @@ int tp__open_fs(lua_State *L);
 
 /* ---- runs and calls ---------------------------------------------------------------- */
 
+/* The envelope's "calls" lists the first TP_CALLS_LISTED calls of a run one record each;
+** when there were more, one summary record follows, counting the calls after them:
+** {"summary":true,"calls":N,"failed":F,"by_tool":{"kv.get":N,...,"other":N}}, with at
+** most TP_CALLS_BY_TOOL names in by_tool (later names count under "other"). The run
+** keeps only these counters for such calls, so its host memory does not grow with the
+** number of calls it makes. */
+#define TP_CALLS_LISTED 100
+#define TP_CALLS_BY_TOOL 20
+/* The longest tool name the host copies out of a script (tool names are at most 128
+** bytes; a longer one is cut to this many bytes, and the call is tool.unknown). */
+#define TP_TOOL_NAME_MAX 256
+/* Messages the host keeps for a script (of failed calls, in error objects and the
+** envelope) are cut to TP_MSG_MAX bytes, on a UTF-8 boundary, ending in TP_MSG_CUT. */
+#define TP_MSG_MAX 2048
+#define TP_MSG_CUT "...[cut]"
+
+typedef struct tp_calls_summary {
+  uint64_t calls, failed;  /* calls counted here; those that did not end ok */
+  uint64_t other;          /* calls of tools past the first TP_CALLS_BY_TOOL names */
+  size_t ntools;
+  struct { char *name; uint64_t n; } by_tool[TP_CALLS_BY_TOOL];
+} tp_calls_summary;
+
+/* The length of s[0..len) cut to at most max bytes, backed off to a UTF-8 boundary. */
+size_t tp__cut_utf8(const char *s, size_t len, size_t max);
+
 enum { ST_READY, ST_STARTED, ST_DONE };
 
 struct tp_run {
@@ -264,16 +287,20 @@ struct tp_run {
   uint64_t start_ns, deadline_ns, step_end_ns;
   uint64_t cpu_used_ns, step_cpu0;
   int compiled;            /* 0: pending_error is the syntax error */
-  /* tool calls */
-  tp_call *calls, **calls_tail;  /* every call of the run, in order */
-  tp_call **callv;         /* the same, indexed by id - 1 */
-  size_t ncallv, capcallv;
-  size_t active_from;      /* callv[i] for i below this are all done */
+  /* tool calls (tools.c). The run holds the calls listed in the envelope (the first
+  ** TP_CALLS_LISTED) and the later calls the script has not taken yet; a later call is
+  ** let go, its outcome folded into `summary`, once it is done and taken. */
+  tp_call **callv;         /* the calls held, by increasing id; NULL where let go */
+  uint64_t *callid;        /* callid[i]: the id of callv[i], kept where callv[i] is NULL */
+  size_t ncallv, capcallv, nholes;
+  size_t active_from;      /* callv[i] for i below this are all done or let go */
   uint32_t ready_count;    /* done calls the script has not taken yet */
   struct { const void *tool; uint32_t n; } *per_tool;  /* calls per tool, when limited */
   size_t nper_tool;
   uint64_t next_call_id;
-  uint32_t ncalls, in_flight;
+  uint64_t ncalls;         /* every call attempt, the count limit.tool_calls checks */
+  uint32_t in_flight;
+  tp_calls_summary summary;/* the calls past the listed ones that were let go */
   int waiting;             /* the script is blocked on calls */
   struct uv_timer_s *timer;/* deadlines while the script waits (host loop) */
   json_t *pending_error;   /* an error decided before the run started */
@@ -314,8 +341,7 @@ size_t tp__engine_drop_plugin_tools(tp_engine *e);
 enum { CALL_QUEUED, CALL_RUNNING, CALL_DONE };
 
 struct tp_call {
-  tp_run *run;             /* NULL once the run is destroyed */
-  tp_call *next;           /* the run's list */
+  tp_run *run;             /* NULL once the run let go of it */
   tp_engine *e;
   uint64_t id;
   const tp_tool *tool;     /* NULL: unknown tool */
@@ -332,6 +358,7 @@ struct tp_call {
   uint64_t start_ns, end_ns, deadline_ns;
   size_t bytes_in, bytes_out;
   int host_ref;            /* host.c: the handler's coroutine, or LUA_NOREF */
+  size_t charged;          /* what the run's host budget holds for this record */
 };
 
 void tp__call_finish(tp_call *c, int ok, json_t *result, const char *code, const char *msg);
@@ -339,6 +366,9 @@ void tp__call_finish(tp_call *c, int ok, json_t *result, const char *code, const
 int tp__call_complete_tree(tp_call *c, json_t *result);
 char *tp__run_calls_text(tp_run *r, size_t *len);
 void tp__run_cancel_calls(tp_run *r);
+/* The run lets go of every call it holds (at its destruction); handlers that still own
+** a call keep it until they complete it. */
+void tp__run_free_calls(tp_run *r);
 void tp__call_release(tp_call *c);
 tp_call *tp__call_find(tp_run *r, uint64_t id);
 /* Advances r->active_from past done calls; returns it. */

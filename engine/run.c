@@ -16,7 +16,6 @@
 #include "internal.h"
 #include "json.h"
 
-#define MSG_MAX 2000      /* an error message in the envelope, bytes */
 #define SOURCE_LINE_MAX 200
 
 void tp_limits_init (tp_limits *l) {
@@ -135,9 +134,10 @@ static const char *strip_position (const char *msg, int *line) {
   return p;
 }
 
-/* A message as a JSON string, invalid UTF-8 replaced. */
+/* A message as a JSON string, invalid UTF-8 replaced, cut to TP_MSG_MAX bytes (marked). */
 static json_t *safe_string (const char *s, size_t len) {
-  json_t *j = tp_json_string_lossy(s, len, NULL);
+  size_t take = tp__cut_utf8(s, len, TP_MSG_MAX);
+  json_t *j = tp_json_string_lossy(s, take, take < len ? TP_MSG_CUT : NULL);
   return j ? j : json_string("(message lost: out of memory)");
 }
 
@@ -167,7 +167,6 @@ static json_t *make_error (const tp_run *r, const char *code, const char *msg, s
                            int line, const char *hint) {
   json_t *err = json_object();
   if (err == NULL) return NULL;
-  if (len > MSG_MAX) len = MSG_MAX;
   json_object_set_new(err, "code", json_string(code));
   json_object_set_new(err, "message", safe_string(msg, len));
   if (line > 0) {
@@ -465,7 +464,6 @@ static tp_run *run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t
   r->src[nlen] = '\0';
   r->srclen = nlen;
   r->watch.fire = run_fire;
-  r->calls_tail = &r->calls;
   sb->run = r;
   if (sb->limits.source && nlen > sb->limits.source) {
     char msg[160], n[48];
@@ -592,7 +590,8 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
     int ready = 0;
     ready = r->ready_count > 0;
     for (size_t i = tp__run_active_from(r); i < r->ncallv && !ready; i++)
-      if (tp__call_ready(r, r->callv[i]->id) && !r->callv[i]->consumed) ready = 1;
+      if (r->callv[i] && tp__call_ready(r, r->callv[i]->id) && !r->callv[i]->consumed)
+        ready = 1;
     if (!ready) return TP_WAIT;
     r->waiting = 0;
   }
@@ -658,12 +657,7 @@ void tp_run_destroy (tp_run *r) {
   if (r->next) r->next->prev = r->prev;
   tp__watch_disarm(&e->wd, &r->watch);
   if (r->state != ST_DONE) tp__run_cancel_calls(r);
-  for (tp_call *c = r->calls, *next; c != NULL; c = next) {
-    next = c->next;
-    c->run = NULL;
-    tp__call_release(c);
-  }
-  free(r->callv);
+  tp__run_free_calls(r);
   free(r->per_tool);
   if (r->timer) uv_close((uv_handle_t *)r->timer, (uv_close_cb)free);
   if (r->session) {
@@ -730,7 +724,7 @@ static void wait_for_calls (tp_run *r) {
   uint64_t now = tp__now_ns(), next = r->deadline_ns;
   for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
     tp_call *c = r->callv[i];
-    if (c->state != CALL_RUNNING) continue;
+    if (c == NULL || c->state != CALL_RUNNING) continue;
     if (c->tool && c->tool->fn == NULL && c->tool->lua_ref == LUA_NOREF) {
       tp_call_fail(c, "tool.failed", "this tool has no handler here: it is completed by "
                    "the program that embeds tidepool, which did not run it step by step");
@@ -793,7 +787,7 @@ static void arm_deadline (tp_run *r) {
   uint64_t now = tp__now_ns(), next = r->deadline_ns;
   for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
     tp_call *c = r->callv[i];
-    if (c->state == CALL_RUNNING && c->deadline_ns && (next == 0 || c->deadline_ns < next))
+    if (c != NULL && c->state == CALL_RUNNING && c->deadline_ns && (next == 0 || c->deadline_ns < next))
       next = c->deadline_ns;
   }
   if (next == 0) return;

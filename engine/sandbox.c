@@ -372,22 +372,46 @@ static int sb_tostring (lua_State *L) {
   return 1;
 }
 
+/*
+** What a log entry costs. Against the output limit: its bytes, and at least LOG_MIN_BYTES,
+** since even an empty entry (print() or print("")) is a string node in the host's logs
+** array; a flood of empty prints ends with limit.output like any other. Against the
+** host budget: what it takes in host memory, a jansson string (a 32-byte node and a
+** copy of the text, each a malloc block) and its slot in the array (growing by
+** doubling): LOG_NODE_COST bytes plus the text.
+*/
+#define LOG_MIN_BYTES 16
+#define LOG_NODE_COST 96
+
+static size_t log_cost (size_t len) { return len < LOG_MIN_BYTES ? LOG_MIN_BYTES : len; }
+
+/* Appends str (stolen) to the logs, charged to the host budget; -1 past the budget (the
+** verdict limit.memory is recorded) or when out of memory. */
+static int log_append (tp_sandbox *sb, json_t *str) {
+  if (str == NULL) return -1;
+  size_t host = LOG_NODE_COST + json_string_length(str);
+  if (tp__host_charge(sb, host) != 0) { json_decref(str); return -1; }
+  if (json_array_append_new(sb->logs, str) != 0) { tp__host_refund(sb, host); return -1; }
+  sb->logs_host += host;
+  return 0;
+}
+
 /* Appends bytes to the logs, replacing invalid UTF-8 by U+FFFD so the envelope stays
-** valid JSON; the output cap ends the run with limit.output. */
+** valid JSON; the output cap (each entry costing log_cost) ends the run with
+** limit.output. O(len) host work, len capped by the output limit's room. */
 static void log_line (lua_State *L, tp_sandbox *sb, const char *s, size_t len) {
   size_t room = sb->out_cap ? (sb->out_used < sb->out_cap ? sb->out_cap - sb->out_used : 0)
-                            : len;
-  int over = len > room;
-  size_t take = over ? room : len;
+                            : SIZE_MAX;
+  int over = log_cost(len) > room;
+  size_t take = len < room ? len : room;
   char note[96];
   snprintf(note, sizeof note, "...[output truncated: the %zu-byte output limit was reached]",
            sb->out_cap);
-  json_t *str = tp_json_string_lossy(s, take, over ? note : NULL);
-  if (str == NULL || json_array_append_new(sb->logs, str) != 0) {
+  if (log_append(sb, tp_json_string_lossy(s, take, over ? note : NULL)) != 0) {
     tp__sandbox_kill(sb, TP_KILL_MEMORY);
     tp__sandbox_check(L, sb);
   }
-  sb->out_used += take;
+  sb->out_used += over ? room : log_cost(len);
   if (over) {
     sb->out_truncated = 1;
     tp__sandbox_kill(sb, TP_KILL_OUTPUT);
@@ -1215,6 +1239,8 @@ int tp__sandbox_reset (tp_sandbox *sb) {
   }
   json_decref(sb->logs);
   sb->logs = logs;
+  tp__host_refund(sb, sb->logs_host);
+  sb->logs_host = 0;
   sb->out_used = 0;
   sb->out_truncated = 0;
   sb->instr_used = 0;
@@ -1225,22 +1251,24 @@ int tp__sandbox_reset (tp_sandbox *sb) {
   return 0;
 }
 
-/* Host code's lines (a tool's ctx.log): invalid UTF-8 becomes U+FFFD byte by byte (the
-** text comes from trusted code, so being exact matters less than never failing). */
+/* Host code's lines (a tool's ctx.log): charged like print's (log_cost against the
+** output limit, the node against the host budget); invalid UTF-8 becomes U+FFFD byte by
+** byte (the text comes from trusted code, so being exact matters less than never
+** failing). Past the host budget the line is dropped and the verdict recorded. */
 void tp__sandbox_log_host (tp_sandbox *sb, const char *s, size_t len) {
   if (sb == NULL || sb->out_truncated) return;
   size_t room = sb->out_cap ? (sb->out_used < sb->out_cap ? sb->out_cap - sb->out_used : 0)
-                            : len;
-  int over = len > room;
-  size_t take = over ? room : len;
-  while (over && take > 0 && ((unsigned char)s[take] & 0xc0) == 0x80) take--;
-  json_t *str = tp_json_string_lossy(s, take, NULL);
-  if (str != NULL && json_array_append_new(sb->logs, str) == 0) sb->out_used += take;
+                            : SIZE_MAX;
+  int over = log_cost(len) > room;
+  size_t take = len < room ? len : room;
+  while (take < len && take > 0 && ((unsigned char)s[take] & 0xc0) == 0x80) take--;
+  if ((!over || take > 0) && log_append(sb, tp_json_string_lossy(s, take, NULL)) != 0) return;
+  sb->out_used += over ? room : log_cost(len);
   if (over) {
     char note[96];
     snprintf(note, sizeof note, "...[output truncated: the %zu-byte output limit was reached]",
              sb->out_cap);
-    json_array_append_new(sb->logs, json_string(note));
+    log_append(sb, json_string(note));
     sb->out_truncated = 1;
   }
 }

@@ -208,7 +208,47 @@ void tp__run_set_call_hook (tp_run *r, void (*hook)(tp_run *r, const char *tool,
 
 /* ---- calls ------------------------------------------------------------------------ */
 
-static char *dup_or_null (const char *s) { return s ? strdup(s) : NULL; }
+/* What a malloc'd block of n bytes costs the host: glibc's header, 16-byte rounding and
+** its smallest chunk. Call records are charged to the run's host budget at this price. */
+static size_t block_cost (size_t n) {
+  size_t c = (n + 8 + 15) & ~(size_t)15;
+  return c < 32 ? 32 : c;
+}
+
+/* Charges n bytes of c's record to its run's host budget. Past the budget the verdict
+** limit.memory is recorded and nothing is charged: the record stays (it is small), and
+** the run ends at its next check. */
+static void charge (tp_call *c, size_t n) {
+  if (c->run != NULL && tp__host_charge(c->run->sb, n) == 0) c->charged += n;
+}
+
+/* Gives back what a freed part of c's record (n bytes) was charged, never more than c
+** holds of the budget. */
+static void give_back (tp_call *c, size_t n) {
+  if (n > c->charged) n = c->charged;
+  if (c->run != NULL) tp__host_refund(c->run->sb, n);
+  c->charged -= n;
+}
+
+size_t tp__cut_utf8 (const char *s, size_t len, size_t max) {
+  if (len <= max) return len;
+  size_t n = max;
+  for (int k = 0; k < 3 && n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80; k++) n--;
+  return n;
+}
+
+/* A copy of msg, cut to max bytes with TP_MSG_CUT at the end when it is longer; reads
+** at most max + 1 bytes of msg. NULL when out of memory. */
+static char *dup_cut (const char *msg, size_t max) {
+  size_t len = strnlen(msg, max + 1);
+  size_t take = tp__cut_utf8(msg, len, max), mark = take < len ? strlen(TP_MSG_CUT) : 0;
+  char *m = malloc(take + mark + 1);
+  if (m == NULL) return NULL;
+  memcpy(m, msg, take);
+  memcpy(m + take, TP_MSG_CUT, mark);
+  m[take + mark] = '\0';
+  return m;
+}
 
 /* Frees a call once both its run and its handler are done with it. */
 void tp__call_release (tp_call *c) {
@@ -222,7 +262,10 @@ void tp__call_release (tp_call *c) {
   free(c);
 }
 
-/* Records the outcome (results are checked by the caller) and starts queued calls. */
+#define CODE_MAX 64  /* codes are short identifiers: tool.invalid_input */
+
+/* Records the outcome (results are checked by the caller) and starts queued calls. The
+** message is cut to TP_MSG_MAX bytes; code and message are charged to the run. */
 void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, const char *msg) {
   if (c->state == CALL_DONE) { json_decref(result); return; }
   tp_run *r = c->run;
@@ -233,8 +276,10 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
   c->result = ok ? (result ? result : json_null()) : NULL;
   if (!ok) {
     json_decref(result);
-    c->code = dup_or_null(code ? code : "tool.failed");
-    c->message = dup_or_null(msg ? msg : "the tool failed");
+    c->code = dup_cut(code ? code : "tool.failed", CODE_MAX);
+    c->message = dup_cut(msg ? msg : "the tool failed", TP_MSG_MAX);
+    if (c->code) charge(c, block_cost(strlen(c->code) + 1));
+    if (c->message) charge(c, block_cost(strlen(c->message) + 1));
   }
   if (r != NULL && was_running && r->in_flight > 0) r->in_flight--;
   if (r != NULL && !c->consumed) r->ready_count++;
@@ -242,8 +287,11 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
   if (r != NULL) tp__run_wake(r);
 }
 
+/* Fails c with a formatted message; the buffer cuts what is longer (dup_cut cuts
+** again to TP_MSG_MAX, marked). Pass text from elsewhere with "%.*s" and a precision of
+** TP_MSG_MAX + 1, so that a huge string is not read to its end. */
 static void call_fail_now (tp_call *c, const char *code, const char *fmt, ...) {
-  char buf[4096];
+  char buf[TP_MSG_MAX + 512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
@@ -266,10 +314,14 @@ static void schema_message (char *buf, size_t len, const tp_schema_errors *errs)
 }
 
 /* The closest tool names to a wrong one, for tool.unknown. */
-static size_t edit_distance (const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 64 || lb > 64) return 99;
-  size_t row[65];
+#define SUGGEST_NAME_MAX 64       /* longer names (either side) are not compared */
+#define SUGGEST_DIST_MAX 6        /* farther names are not suggested */
+/* Cells of the edit-distance tables one suggestion may fill: about 1 ms here, whatever
+** the number of tools (the run's verdict is not polled inside; this cap bounds it). */
+#define SUGGEST_CELLS 1000000
+
+static size_t edit_distance (const char *a, size_t la, const char *b, size_t lb) {
+  size_t row[SUGGEST_NAME_MAX + 1];
   for (size_t j = 0; j <= lb; j++) row[j] = j;
   for (size_t i = 1; i <= la; i++) {
     size_t prev = row[0];
@@ -289,11 +341,23 @@ static size_t edit_distance (const char *a, const char *b) {
 static void suggest (const tp_engine *e, const char *name, char *buf, size_t len) {
   const tp_tool *best[3] = { NULL, NULL, NULL };
   size_t dist[3] = { 99, 99, 99 };
-  for (size_t i = 0; i < e->ntools; i++) {
+  size_t la = strlen(name), cells = 0;
+  buf[0] = '\0';
+  if (la > SUGGEST_NAME_MAX) return;
+  const char *ndot = strrchr(name, '.');
+  for (size_t i = 0; i < e->ntools && cells < SUGGEST_CELLS; i++) {
     const char *tn = e->tools[i]->name;
-    size_t d = edit_distance(name, tn);
-    const char *dot = strrchr(tn, '.'), *ndot = strrchr(name, '.');
-    if (dot && ndot && strcmp(dot, ndot) == 0 && d > 1) d--;  /* same last part */
+    size_t lb = strlen(tn);
+    if (lb > SUGGEST_NAME_MAX) continue;
+    size_t d;
+    /* the distance is at least the difference of the lengths */
+    if ((la > lb ? la - lb : lb - la) > SUGGEST_DIST_MAX + 1) d = 99;
+    else {
+      d = edit_distance(name, la, tn, lb);
+      cells += (la + 1) * (lb + 1);
+    }
+    const char *dot = strrchr(tn, '.');
+    if (dot && ndot && strcmp(dot, ndot) == 0 && d > 1 && d < 99) d--;  /* same last part */
     if (strstr(tn, name) || strstr(name, tn)) d = d > 2 ? 2 : d;
     for (int k = 0; k < 3; k++) {
       if (d < dist[k]) {
@@ -305,8 +369,7 @@ static void suggest (const tp_engine *e, const char *name, char *buf, size_t len
     }
   }
   size_t o = 0;
-  buf[0] = '\0';
-  for (int k = 0; k < 3 && best[k] && dist[k] <= 6 && o < len; k++) {
+  for (int k = 0; k < 3 && best[k] && dist[k] <= SUGGEST_DIST_MAX && o < len; k++) {
     int n = snprintf(buf + o, len - o, "%stools.%s", k ? ", " : "", best[k]->name);
     if (n < 0) break;
     o += (size_t)n;
@@ -346,7 +409,8 @@ static void dispatch (tp_run *r, tp_call *c, int was_queued) {
 }
 
 size_t tp__run_active_from (tp_run *r) {
-  while (r->active_from < r->ncallv && r->callv[r->active_from]->state == CALL_DONE)
+  while (r->active_from < r->ncallv && (r->callv[r->active_from] == NULL ||
+                                        r->callv[r->active_from]->state == CALL_DONE))
     r->active_from++;
   return r->active_from;
 }
@@ -356,7 +420,7 @@ static void start_queued (tp_run *r) {
   for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
     tp_call *c = r->callv[i];
     if (cap && r->in_flight >= cap) break;
-    if (c->state == CALL_QUEUED && !c->cancelled) dispatch(r, c, 1);
+    if (c != NULL && c->state == CALL_QUEUED && !c->cancelled) dispatch(r, c, 1);
   }
 }
 
@@ -372,78 +436,195 @@ static uint32_t count_per_tool (tp_run *r, const tp_tool *t) {
   return r->per_tool[r->nper_tool++].n;
 }
 
-/* A new call record, appended to the run's list (args and args_text are stolen). NULL
-** when out of memory, with the verdict recorded. */
-static tp_call *new_call (tp_run *r, const char *name, json_t *args, char *args_text,
-                          size_t bytes_in, int line) {
-  tp_sandbox *sb = r->sb;
-  tp_call *c = calloc(1, sizeof *c);
-  if (c != NULL && r->ncallv == r->capcallv) {
-    size_t ncap = r->capcallv ? r->capcallv * 2 : 16;
-    tp_call **nv = realloc(r->callv, ncap * sizeof *nv);
-    if (nv == NULL) { free(c); c = NULL; }
-    else { r->callv = nv; r->capcallv = ncap; }
+/* ---- the calls a run holds ----------------------------------------------------------
+** callv/callid hold, by increasing id, the calls listed in the envelope and the later
+** calls not yet let go. A later call is let go once it is done and the script has taken
+** it (or at the end of the run): its outcome goes into r->summary, its slot becomes a
+** hole, and the holes are squeezed out when they are half the array. So the host keeps
+** what the envelope lists, the calls in progress and a fixed set of counters, however
+** many calls a run makes (tool_calls = 0 included). The arrays are charged to the host
+** budget by capacity (16 bytes a slot).
+*/
+#define SLOT_COST (sizeof(tp_call *) + sizeof(uint64_t))
+
+static int is_listed (const tp_call *c) { return c->id <= TP_CALLS_LISTED; }
+
+/* The index of call id in callv, or -1. */
+static long call_index (const tp_run *r, uint64_t id) {
+  size_t lo = 0, hi = r->ncallv;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (r->callid[mid] < id) lo = mid + 1;
+    else hi = mid;
   }
-  if (c == NULL) {
-    json_decref(args);
-    free(args_text);
+  return lo < r->ncallv && r->callid[lo] == id && r->callv[lo] != NULL ? (long)lo : -1;
+}
+
+tp_call *tp__call_find (tp_run *r, uint64_t id) {
+  long i = call_index(r, id);
+  return i < 0 ? NULL : r->callv[i];
+}
+#define find_call tp__call_find
+
+/* Adds c's outcome to the summary of the calls past the listed ones. */
+static void summary_add (tp_run *r, const tp_call *c) {
+  tp_calls_summary *s = &r->summary;
+  s->calls++;
+  if (!(c->state == CALL_DONE && c->ok)) s->failed++;
+  const char *name = c->name ? c->name : "?";
+  for (size_t i = 0; i < s->ntools; i++)
+    if (strcmp(s->by_tool[i].name, name) == 0) { s->by_tool[i].n++; return; }
+  char *copy = s->ntools < TP_CALLS_BY_TOOL ? strdup(name) : NULL;
+  if (copy != NULL && tp__host_charge(r->sb, block_cost(strlen(copy) + 1)) != 0) {
+    free(copy);  /* past the budget: the verdict is recorded, the count kept */
+    copy = NULL;
+  }
+  if (copy == NULL) { s->other++; return; }
+  s->by_tool[s->ntools].name = copy;
+  s->by_tool[s->ntools++].n = 1;
+}
+
+/* The run lets go of callv[i] (done): its outcome is counted when it is past the listed
+** calls, its charge given back, and it is freed unless a handler still owns it. */
+static void let_go (tp_run *r, size_t i) {
+  tp_call *c = r->callv[i];
+  if (!is_listed(c)) summary_add(r, c);
+  give_back(c, c->charged);
+  r->callv[i] = NULL;
+  r->nholes++;
+  c->run = NULL;
+  tp__call_release(c);
+}
+
+/* Squeezes the holes out of callv once they are half of it (amortized O(1) a call). */
+static void squeeze (tp_run *r) {
+  if (r->nholes < 32 || r->nholes * 2 < r->ncallv) return;
+  size_t o = 0;
+  for (size_t i = 0; i < r->ncallv; i++) {
+    if (r->callv[i] == NULL) continue;
+    r->callv[o] = r->callv[i];
+    r->callid[o++] = r->callid[i];
+  }
+  r->ncallv = o;
+  r->nholes = 0;
+  r->active_from = 0;
+}
+
+/* The script has taken c's outcome (or will never get it): what only the script needed
+** goes, and a call past the listed ones is let go once done. */
+static void call_taken (tp_run *r, tp_call *c) {
+  if (!c->consumed && c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
+  c->consumed = 1;
+  if (c->state != CALL_DONE) return;
+  json_decref(c->result);  /* only its size stays, for the envelope */
+  c->result = NULL;
+  if (is_listed(c)) {
+    if (c->message) give_back(c, block_cost(strlen(c->message) + 1));
+    free(c->message);
+    c->message = NULL;
+    return;
+  }
+  long i = call_index(r, c->id);
+  if (i < 0) return;
+  let_go(r, (size_t)i);
+  squeeze(r);
+}
+
+/*
+** The one door of every tool call a script makes, whatever becomes of it: counts the
+** attempt against tool_calls and makes its record. Every later refusal (where Lua cannot
+** wait, arguments that are not a table or not JSON, an unknown tool, a schema) happens
+** after this, so no call escapes the count. Past the limit the record fails with
+** limit.tool_calls and the verdict is recorded (the caller raises it). The host copies
+** at most TP_TOOL_NAME_MAX bytes of the name (NUL bytes become '?'). NULL when the host
+** is out of memory, with the verdict recorded.
+*/
+static tp_call *call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
+  tp_sandbox *sb = r->sb;
+  const tp_limits *l = &sb->limits;
+  r->ncalls++;
+  tp_call *c = calloc(1, sizeof *c);
+  size_t take = tp__cut_utf8(name, nlen, TP_TOOL_NAME_MAX);
+  char *copy = c ? malloc(take + 1) : NULL;
+  if (copy != NULL && r->ncallv == r->capcallv) {
+    size_t ncap = r->capcallv ? r->capcallv * 2 : 16;
+    tp_call **nv = NULL;
+    uint64_t *ni = NULL;
+    if (tp__host_charge(sb, (ncap - r->capcallv) * SLOT_COST) == 0) {
+      nv = realloc(r->callv, ncap * sizeof *nv);
+      if (nv != NULL) r->callv = nv;
+      ni = nv ? realloc(r->callid, ncap * sizeof *ni) : NULL;
+      if (ni != NULL) { r->callid = ni; r->capcallv = ncap; }
+      else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
+    }
+    if (ni == NULL) { free(copy); copy = NULL; }
+  }
+  if (copy == NULL) {
+    free(c);
     tp__sandbox_kill(sb, TP_KILL_MEMORY);
     return NULL;
   }
-  r->callv[r->ncallv++] = c;
+  for (size_t i = 0; i < take; i++) copy[i] = name[i] ? name[i] : '?';
+  copy[take] = '\0';
   c->run = r;
   c->e = r->e;
   c->id = ++r->next_call_id;
-  c->name = strdup(name);
-  c->args = args;
-  c->args_text = args_text;
-  c->bytes_in = bytes_in;
+  c->name = copy;
   c->line = line;
   c->host_ref = LUA_NOREF;
   c->start_ns = tp__now_ns();
-  *r->calls_tail = c;
-  r->calls_tail = &c->next;
-  r->ncalls++;
-  if (r->call_hook) r->call_hook(r, name, 0, r->call_hook_ud);
-  if (c->name == NULL) tp__call_finish(c, 0, NULL, "tool.failed", "out of memory");
-  return c;
-}
-
-/* Records a call refused before it could start (its arguments could not be sent), so
-** the envelope lists it like any other. */
-static void call_refused (tp_run *r, const char *name, const char *msg, int line) {
-  tp_call *c = new_call(r, name, NULL, NULL, 0, line);
-  if (c != NULL && c->state != CALL_DONE)
-    tp__call_finish(c, 0, NULL, "tool.invalid_input", msg);
-  if (c != NULL) c->consumed = 1;  /* the script gets the error directly */
-  if (c != NULL && r->ready_count > 0) r->ready_count--;
-}
-
-uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_text,
-                         size_t bytes_in, int line) {
-  tp_sandbox *sb = r->sb;
-  const tp_limits *l = &sb->limits;
-  tp_call *c = new_call(r, name, args, args_text, bytes_in, line);
-  if (c == NULL) return 0;
-  if (c->state == CALL_DONE) return c->id;
-  c->tool = tp__tool_find(r->e, name);
-  if (c->tool == NULL) {
-    char near[400];
-    suggest(r->e, name, near, sizeof near);
-    if (near[0])
-      call_fail_now(c, "tool.unknown", "there is no tool tools.%s; did you mean %s? "
-                    "(tools.list() lists them all)", name, near);
-    else
-      call_fail_now(c, "tool.unknown", "there is no tool tools.%s (tools.list() lists "
-                    "the tools there are)", name);
-    return c->id;
-  }
+  r->callid[r->ncallv] = c->id;
+  r->callv[r->ncallv++] = c;
+  charge(c, block_cost(sizeof *c) + block_cost(take + 1));
+  if (r->call_hook) r->call_hook(r, c->name, 0, r->call_hook_ud);
   if (l->tool_calls && r->ncalls > l->tool_calls) {
     snprintf(sb->kill_note, sizeof sb->kill_note, "the script made more than its limit of %u "
              "tool calls", (unsigned)l->tool_calls);
     tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
     call_fail_now(c, "limit.tool_calls", "%s", sb->kill_note);
-    return c->id;
+  }
+  return c;
+}
+
+/* Fails a call that is refused before it starts; the script gets the error directly. */
+static void call_refuse (tp_run *r, tp_call *c, const char *code, const char *msg) {
+  tp__call_finish(c, 0, NULL, code, msg);
+  call_taken(r, c);
+}
+
+/* Starts call c, counted by call_attempt, with args (stolen: the tree, its JSON text or
+** NULL, and the text's size). nlen: the length of the name the script used; exact: it is
+** all in c->name (not cut, no NUL byte), else the name is not looked up. The call may be
+** complete on return. */
+static void call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args,
+                        char *args_text, size_t bytes_in) {
+  tp_sandbox *sb = r->sb;
+  const tp_limits *l = &sb->limits;
+  const char *name = c->name;
+  c->args = args;
+  c->args_text = args_text;
+  c->bytes_in = bytes_in;
+  if (args_text) charge(c, block_cost(bytes_in + 1));
+  c->tool = exact ? tp__tool_find(r->e, name) : NULL;
+  if (c->tool == NULL) {
+    char near[400];
+    if (nlen > TP_TOOL_NAME_MAX)
+      call_fail_now(c, "tool.unknown", "there is no tool tools.%s...: that name is %zu bytes "
+                    "long, and tool names are at most 128 bytes (tools.list() lists the tools "
+                    "there are)", name, nlen);
+    else if (!exact)
+      call_fail_now(c, "tool.unknown", "there is no tool tools.%s: a tool name has no NUL "
+                    "bytes (tools.list() lists the tools there are)", name);
+    else {
+      suggest(r->e, name, near, sizeof near);
+      if (near[0])
+        call_fail_now(c, "tool.unknown", "there is no tool tools.%s; did you mean %s? "
+                      "(tools.list() lists them all)", name, near);
+      else
+        call_fail_now(c, "tool.unknown", "there is no tool tools.%s (tools.list() lists "
+                      "the tools there are)", name);
+    }
+    return;
   }
   if (l->tool_calls_per_tool) {
     if (count_per_tool(r, c->tool) > l->tool_calls_per_tool) {
@@ -451,12 +632,12 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_t
                "its limit of %u calls of one tool", name, (unsigned)l->tool_calls_per_tool);
       tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
       call_fail_now(c, "limit.tool_calls", "%s", sb->kill_note);
-      return c->id;
+      return;
     }
   }
   if (args == NULL) {
     call_fail_now(c, "tool.invalid_input", "tools.%s: the arguments could not be read", name);
-    return c->id;
+    return;
   }
   tp_schema_errors errs = { 0 };
   int v = tp_schema_validate(c->tool->in_schema, args, &errs);
@@ -467,17 +648,11 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_t
     tp_schema_errors_clear(&errs);
     call_fail_now(c, "tool.invalid_input", "tools.%s: invalid arguments: %s "
                   "(tools.describe(\"%s\") shows what it takes)", name, msg, name);
-    return c->id;
+    return;
   }
   c->state = CALL_QUEUED;
   if (!l->tool_in_flight || r->in_flight < l->tool_in_flight) dispatch(r, c, 0);
-  return c->id;
 }
-
-tp_call *tp__call_find (tp_run *r, uint64_t id) {
-  return id >= 1 && id <= r->ncallv ? r->callv[id - 1] : NULL;
-}
-#define find_call tp__call_find
 
 int tp__call_ready (tp_run *r, uint64_t id) {
   tp_call *c = find_call(r, id);
@@ -511,16 +686,14 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
     push_error_object(L, "tool.failed", "the call's result was lost", "?");
     return 0;
   }
-  c->consumed = 1;
+  int ok = c->ok;
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
-  if (c->ok) {
-    tp_json_push(L, c->result, 0);  /* may raise: c still owns the tree */
-    json_decref(c->result);         /* taken: only its size stays, for the envelope */
-    c->result = NULL;
-    return 1;
-  }
-  push_error_object(L, c->code, c->message, c->name);
-  return 0;
+  c->consumed = 1;  /* before anything may raise: the script cannot ask again */
+  if (ok) tp_json_push(L, c->result, 0);  /* may raise: c still owns the tree */
+  else push_error_object(L, c->code ? c->code : "tool.failed",
+                         c->message ? c->message : "the tool failed", c->name);
+  call_taken(r, c);  /* may free c */
+  return ok;
 }
 
 /* ---- the C API of calls ----------------------------------------------------------- */
@@ -531,7 +704,10 @@ int tp_call_cancelled (const tp_call *c) { return c == NULL || c->cancelled || c
 
 const char *tp_call_args (tp_call *c) {
   if (c == NULL) return NULL;
-  if (c->args_text == NULL && c->args != NULL) c->args_text = tp_json_dumps(c->args);
+  if (c->args_text == NULL && c->args != NULL) {
+    c->args_text = tp_json_dumps(c->args);
+    if (c->args_text) charge(c, block_cost(strlen(c->args_text) + 1));
+  }
   return c->args_text;
 }
 
@@ -576,6 +752,7 @@ static int complete (tp_call *c, json_t *result, size_t text_len) {
 
 static void handler_done (tp_call *c) {
   c->handler_owns = 0;
+  if (c->args_text) give_back(c, block_cost(strlen(c->args_text) + 1));
   free(c->args_text);  /* tp_call_args is valid until the call is completed */
   c->args_text = NULL;
   tp_run *r = c->run;
@@ -615,7 +792,8 @@ int tp_call_fail (tp_call *c, const char *code, const char *message) {
   if (code == NULL || strncmp(code, "tool.", 5) != 0) code = "tool.failed";
   int rc = TP_ESTATE;
   if (c->state != CALL_DONE && !c->cancelled && c->run) {
-    call_fail_now(c, code, "tools.%s failed: %s", c->name, message ? message : "no reason given");
+    call_fail_now(c, code, "tools.%s failed: %.*s", c->name, TP_MSG_MAX + 1,
+                  message ? message : "no reason given");
     rc = TP_OK;
   }
   handler_done(c);
@@ -627,26 +805,26 @@ size_t tp_run_pending (tp_run *r, tp_call **calls, size_t max) {
   if (r == NULL || calls == NULL) return 0;
   for (size_t i = tp__run_active_from(r); i < r->ncallv && n < max; i++) {
     tp_call *c = r->callv[i];
-    if (c->state == CALL_RUNNING && c->tool && c->tool->fn == NULL &&
+    if (c != NULL && c->state == CALL_RUNNING && c->tool && c->tool->fn == NULL &&
         c->tool->lua_ref == LUA_NOREF)
       calls[n++] = c;
   }
   return n;
 }
 
-/* Every call of the run for the envelope: made by the host, so a script cannot forge
-** it; it lists calls that failed or were cut short too. */
-/* Appends s as a JSON string; bytes that are not printable ASCII become '?' (tool
-** names are ASCII identifiers; only a script's misspelt name can hold anything else). */
+/* Appends s as a JSON string, at most TP_TOOL_NAME_MAX bytes of it; bytes that are not
+** printable ASCII become '?' (tool names and codes are ASCII identifiers; only a
+** script's misspelt name can hold anything else). Writes at most 2 + 2 * 256 bytes. */
 static void put_name (char *out, size_t *o, const char *s) {
   out[(*o)++] = '"';
-  for (size_t i = 0; s[i] != '\0' && i < 128; i++) {
+  for (size_t i = 0; s[i] != '\0' && i < TP_TOOL_NAME_MAX; i++) {
     unsigned char ch = (unsigned char)s[i];
     if (ch == '"' || ch == '\\') { out[(*o)++] = '\\'; out[(*o)++] = (char)ch; }
     else out[(*o)++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
   }
   out[(*o)++] = '"';
 }
+#define NAME_ROOM (2 + 2 * TP_TOOL_NAME_MAX)
 
 static void put_lit (char *out, size_t *o, const char *lit) {
   size_t n = strlen(lit);
@@ -662,41 +840,75 @@ static void put_uint (char *out, size_t *o, uint64_t v, int min_digits) {
   while (n > 0) out[(*o)++] = tmp[--n];
 }
 
-/* The envelope's "calls" as JSON text: every call of the run, made by the host so a
-** script cannot forge it, including calls that failed or were cut short. Written
-** directly, with no formatting calls, since a run may make thousands of calls.
-** NULL when out of memory; *len gets the length. */
+/* One record: {"tool":..,"ok":..,["error":..,]"ms":..,"bytes_in":..,"bytes_out":..[,"line":..]} */
+#define RECORD_ROOM (160 + 2 * NAME_ROOM)
+static void put_record (char *out, size_t *o, const tp_call *c) {
+  uint64_t end = c->state == CALL_DONE ? c->end_ns : tp__now_ns();
+  uint64_t us = (end - c->start_ns) / 1000;
+  int ok = c->state == CALL_DONE && c->ok;
+  put_lit(out, o, "{\"tool\":");
+  put_name(out, o, c->name ? c->name : "?");
+  put_lit(out, o, ok ? ",\"ok\":true" : ",\"ok\":false,\"error\":");
+  if (!ok) put_name(out, o, c->state == CALL_DONE && c->code ? c->code : "cancelled");
+  put_lit(out, o, ",\"ms\":");
+  put_uint(out, o, us / 1000, 1);
+  out[(*o)++] = '.';
+  put_uint(out, o, us % 1000, 3);
+  put_lit(out, o, ",\"bytes_in\":");
+  put_uint(out, o, c->bytes_in, 1);
+  put_lit(out, o, ",\"bytes_out\":");
+  put_uint(out, o, c->bytes_out, 1);
+  if (c->line > 0) {
+    put_lit(out, o, ",\"line\":");
+    put_uint(out, o, (uint64_t)c->line, 1);
+  }
+  out[(*o)++] = '}';
+}
+
+/* The summary record of the calls past the listed ones (see TP_CALLS_LISTED). */
+#define SUMMARY_ROOM (120 + (TP_CALLS_BY_TOOL + 1) * (NAME_ROOM + 24))
+static void put_summary (char *out, size_t *o, const tp_calls_summary *s) {
+  put_lit(out, o, "{\"summary\":true,\"calls\":");
+  put_uint(out, o, s->calls, 1);
+  put_lit(out, o, ",\"failed\":");
+  put_uint(out, o, s->failed, 1);
+  put_lit(out, o, ",\"by_tool\":{");
+  for (size_t i = 0; i < s->ntools; i++) {
+    if (i > 0) out[(*o)++] = ',';
+    put_name(out, o, s->by_tool[i].name);
+    out[(*o)++] = ':';
+    put_uint(out, o, s->by_tool[i].n, 1);
+  }
+  if (s->other) {
+    put_lit(out, o, s->ntools ? ",\"other\":" : "\"other\":");
+    put_uint(out, o, s->other, 1);
+  }
+  put_lit(out, o, "}}");
+}
+
+/* The envelope's "calls" as JSON text, made by the host so a script cannot forge it: a
+** record for each of the first TP_CALLS_LISTED calls, including calls that failed, were
+** refused or were cut short, then a summary record of the later ones when there were
+** any. Called once, when the run has ended (its calls are all done): the later calls
+** still held are counted into the summary and let go. Written directly, with no
+** formatting calls; at most 100 records, so it takes microseconds. NULL when out of
+** memory; *len gets the length. */
 char *tp__run_calls_text (tp_run *r, size_t *len) {
-  /* exact enough: keys and numbers of a record fit in 160 bytes, names take at most
-  ** twice their length (escapes), so large runs do not allocate 700 bytes a call */
-  size_t cap = 3, o = 0;
-  for (tp_call *c = r->calls; c != NULL; c = c->next)
-    cap += 160 + 2 * (c->name ? strlen(c->name) : 1) + 2 * (c->code ? strlen(c->code) : 9);
+  size_t cap = 3 + TP_CALLS_LISTED * (RECORD_ROOM + 1) + SUMMARY_ROOM, o = 0;
+  for (size_t i = 0; i < r->ncallv; i++)
+    if (r->callv[i] != NULL && !is_listed(r->callv[i])) let_go(r, i);
   char *out = malloc(cap);
   if (out == NULL) return NULL;
   out[o++] = '[';
-  for (tp_call *c = r->calls; c != NULL; c = c->next) {
+  for (size_t i = 0; i < r->ncallv; i++) {
+    const tp_call *c = r->callv[i];
+    if (c == NULL) continue;
     if (o > 1) out[o++] = ',';
-    uint64_t end = c->state == CALL_DONE ? c->end_ns : tp__now_ns();
-    uint64_t us = (end - c->start_ns) / 1000;
-    int ok = c->state == CALL_DONE && c->ok;
-    put_lit(out, &o, "{\"tool\":");
-    put_name(out, &o, c->name ? c->name : "?");
-    put_lit(out, &o, ok ? ",\"ok\":true" : ",\"ok\":false,\"error\":");
-    if (!ok) put_name(out, &o, c->state == CALL_DONE && c->code ? c->code : "cancelled");
-    put_lit(out, &o, ",\"ms\":");
-    put_uint(out, &o, us / 1000, 1);
-    out[o++] = '.';
-    put_uint(out, &o, us % 1000, 3);
-    put_lit(out, &o, ",\"bytes_in\":");
-    put_uint(out, &o, c->bytes_in, 1);
-    put_lit(out, &o, ",\"bytes_out\":");
-    put_uint(out, &o, c->bytes_out, 1);
-    if (c->line > 0) {
-      put_lit(out, &o, ",\"line\":");
-      put_uint(out, &o, (uint64_t)c->line, 1);
-    }
-    out[o++] = '}';
+    put_record(out, &o, c);
+  }
+  if (r->summary.calls > 0) {
+    if (o > 1) out[o++] = ',';
+    put_summary(out, &o, &r->summary);
   }
   out[o++] = ']';
   out[o] = '\0';
@@ -705,19 +917,41 @@ char *tp__run_calls_text (tp_run *r, size_t *len) {
 }
 
 /* The run ends: calls still running are cancelled (their handlers are told, and their
-** late completions ignored); the run lets go of every call. */
+** late completions ignored). */
 void tp__run_cancel_calls (tp_run *r) {
   /* all first, so a handler told to stop cannot start a queued call of this run */
-  for (tp_call *c = r->calls; c != NULL; c = c->next)
-    if (c->state != CALL_DONE) c->cancelled = 1;
-  for (tp_call *c = r->calls; c != NULL; c = c->next) {
-    if (c->state != CALL_DONE) {
+  for (size_t i = 0; i < r->ncallv; i++)
+    if (r->callv[i] != NULL && r->callv[i]->state != CALL_DONE) r->callv[i]->cancelled = 1;
+  for (size_t i = 0; i < r->ncallv; i++) {
+    tp_call *c = r->callv[i];
+    if (c != NULL && c->state != CALL_DONE) {
       c->cancelled = 1;
       if (c->host_ref != LUA_NOREF) tp__host_cancel(r->e, c);
       if (c->state != CALL_DONE)
         tp__call_finish(c, 0, NULL, "cancelled", "the run ended before the call completed");
     }
   }
+}
+
+void tp__run_free_calls (tp_run *r) {
+  for (size_t i = 0; i < r->ncallv; i++) {
+    tp_call *c = r->callv[i];
+    if (c == NULL) continue;
+    give_back(c, c->charged);
+    c->run = NULL;
+    tp__call_release(c);
+  }
+  tp__host_refund(r->sb, r->capcallv * SLOT_COST);
+  for (size_t i = 0; i < r->summary.ntools; i++) {
+    tp__host_refund(r->sb, block_cost(strlen(r->summary.by_tool[i].name) + 1));
+    free(r->summary.by_tool[i].name);
+  }
+  free(r->callv);
+  free(r->callid);
+  r->callv = NULL;
+  r->callid = NULL;
+  r->ncallv = r->capcallv = r->nholes = r->active_from = 0;
+  memset(&r->summary, 0, sizeof r->summary);
 }
 
 /* ---- what the script sees --------------------------------------------------------- */
@@ -733,15 +967,16 @@ static int current_line (lua_State *L) {
   return 0;
 }
 
-static const char *ns_prefix (lua_State *L, int idx) {
+/* The dotted name of a namespace proxy at idx (its length in *len), or NULL. */
+static const char *ns_prefix (lua_State *L, int idx, size_t *len) {
   if (lua_type(L, idx) != LUA_TTABLE) return NULL;
   lua_rawgetp(L, idx, &ns_key);
-  const char *p = lua_tostring(L, -1);  /* kept alive by the table */
+  const char *p = lua_tolstring(L, -1, len);  /* kept alive by the table */
   lua_pop(L, 1);
   return p;
 }
 
-static void push_namespace (lua_State *L, const char *prefix);
+static void push_namespace (lua_State *L, const char *prefix, size_t len);
 
 static int tool_k (lua_State *L, int status, lua_KContext ctx);
 
@@ -768,30 +1003,51 @@ static int tool_k (lua_State *L, int status, lua_KContext ctx) {
   return await_call(L, (uint64_t)ctx);
 }
 
-/* __call of a namespace: tools.a.b(args) */
+/* Refuses call c before it starts with an error object the script gets at once. */
+static int refuse_with_object (lua_State *L, tp_run *r, tp_call *c, const char *msg) {
+  call_refuse(r, c, "tool.invalid_input", msg);
+  push_error_object(L, "tool.invalid_input", msg, c->name);
+  return lua_error(L);
+}
+
+/* __call of a namespace: tools.a.b(args). Every call of a tool is counted first
+** (call_attempt), then refused or started. */
 static int ns_call (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
-  const char *name = ns_prefix(L, 1);
+  tp_run *r = sb->run;
+  size_t nlen = 0;
+  const char *prefix = ns_prefix(L, 1, &nlen);
   tp__sandbox_check(L, sb);
-  if (name == NULL || *name == '\0')
+  if (prefix == NULL || nlen == 0)
     return luaL_error(L, "tools is a namespace: call a tool, e.g. tools.fs.read{path = \"a\"}");
-  if (!lua_isyieldable(L))  /* refused before it starts: no side effect behind an error */
+  int exact = nlen <= TP_TOOL_NAME_MAX && memchr(prefix, '\0', nlen) == NULL;
+  tp_call *c = call_attempt(r, prefix, nlen, current_line(L));
+  int limited = c != NULL && c->state == CALL_DONE;  /* limit.tool_calls */
+  if (limited) call_taken(r, c);  /* the script never gets it: the verdict ends the run */
+  tp__sandbox_check(L, sb);       /* limit.tool_calls, or the host out of memory */
+  if (c == NULL || limited) return luaL_error(L, "the call was refused");  /* not reached */
+  const char *name = c->name;  /* the host's copy, at most TP_TOOL_NAME_MAX bytes */
+  if (!lua_isyieldable(L)) {  /* refused before it starts: no side effect behind an error */
+    call_refuse(r, c, "runtime", cannot_wait);
     return luaL_error(L, "%s", cannot_wait);
+  }
   json_t *args = NULL;
   int t = lua_type(L, 2);
   size_t cap = sb->limits.tool_bytes;
+  char msg[1200];
   if (t == LUA_TNONE || t == LUA_TNIL) args = json_object();
-  else if (t == LUA_TTABLE && ns_prefix(L, 2) != NULL) {
+  else if (t == LUA_TTABLE && ns_prefix(L, 2, NULL) != NULL) {
+    snprintf(msg, sizeof msg, "tools.%s: called with ':' — call it with a dot: tools.%s{...}",
+             name, name);
+    call_refuse(r, c, "runtime", msg);
     lua_settop(L, 0);
-    lua_pushfstring(L, "tools.%s: called with ':' — call it with a dot: tools.%s{...}",
-                    name, name);
+    lua_pushstring(L, msg);
     return lua_error(L);
   }
   else if (t == LUA_TTABLE) {
     tp_json_err jerr;
     args = tp_json_from_lua(L, 2, 0, cap, &jerr);
     if (args == NULL || !json_is_object(args)) {
-      char msg[800];
       if (args == NULL)
         snprintf(msg, sizeof msg, "tools.%s: the arguments cannot be sent as JSON: %s", name,
                  jerr.message);
@@ -799,33 +1055,39 @@ static int ns_call (lua_State *L) {
         snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
                  "e.g. tools.%s{key = value}, not a list", name, name);
       json_decref(args);
-      call_refused(sb->run, name, msg, current_line(L));
-      push_error_object(L, "tool.invalid_input", msg, name);
-      return lua_error(L);
+      return refuse_with_object(L, r, c, msg);
     }
   }
   else {
-    char msg[300];
     snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
              "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
-    call_refused(sb->run, name, msg, current_line(L));
-    push_error_object(L, "tool.invalid_input", msg, name);
-    return lua_error(L);
+    return refuse_with_object(L, r, c, msg);
   }
   size_t in = 0;
   char *text = tp_json_dumpsn(args, &in);  /* what tp_call_args returns; NULL: made later */
-  uint64_t id = tp__call_begin(sb->run, name, args, text, in, current_line(L));
+  uint64_t id = c->id;
+  call_start(r, c, nlen, exact, args, text, in);
   lua_settop(L, 0);
   return await_call(L, id);
 }
 
+/* tools.a.b: a namespace named "a.b", made in the sandbox (the script's memory). The
+** name is not limited here; the host copies at most TP_TOOL_NAME_MAX bytes of it when
+** it is called. */
 static int ns_index (lua_State *L) {
-  const char *prefix = ns_prefix(L, 1);
-  const char *key = lua_tostring(L, 2);
-  if (prefix == NULL || key == NULL || lua_type(L, 2) != LUA_TSTRING) return 0;
-  char full[300];
-  snprintf(full, sizeof full, "%s%s%s", prefix, *prefix ? "." : "", key);
-  push_namespace(L, full);
+  size_t plen, klen;
+  const char *prefix = ns_prefix(L, 1, &plen);
+  if (prefix == NULL || lua_type(L, 2) != LUA_TSTRING) return 0;
+  const char *key = lua_tolstring(L, 2, &klen);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addlstring(&b, prefix, plen);
+  if (plen > 0) luaL_addchar(&b, '.');
+  luaL_addlstring(&b, key, klen);
+  luaL_pushresult(&b);
+  size_t flen;
+  const char *full = lua_tolstring(L, -1, &flen);
+  push_namespace(L, full, flen);
   lua_pushvalue(L, 2);
   lua_pushvalue(L, -2);
   lua_rawset(L, 1);  /* cache */
@@ -837,14 +1099,14 @@ static int ns_newindex (lua_State *L) {
 }
 
 static int ns_tostring (lua_State *L) {
-  const char *p = ns_prefix(L, 1);
+  const char *p = ns_prefix(L, 1, NULL);
   lua_pushfstring(L, "tools%s%s", p && *p ? "." : "", p ? p : "");
   return 1;
 }
 
-static void push_namespace (lua_State *L, const char *prefix) {
+static void push_namespace (lua_State *L, const char *prefix, size_t len) {
   lua_createtable(L, 0, 1);
-  lua_pushstring(L, prefix);
+  lua_pushlstring(L, prefix, len);
   lua_rawsetp(L, -2, &ns_key);
   luaL_getmetatable(L, "tidepool.ns");
   lua_setmetatable(L, -2);
@@ -1049,7 +1311,7 @@ void tp__tools_open (lua_State *L) {
     lua_setfield(L, -2, "__metatable");
   }
   lua_pop(L, 1);
-  push_namespace(L, "");
+  push_namespace(L, "", 0);
   lua_pushliteral(L, "list");
   lua_pushcfunction(L, tools_list);
   lua_rawset(L, -3);

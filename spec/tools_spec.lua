@@ -22,6 +22,13 @@ end
 -- "tool=true" or "tool=code" for a call of the envelope
 local function outcome(c) return c.tool .. "=" .. tostring(c.error or c.ok) end
 
+-- The outcomes of an envelope's calls, in order.
+local function calls_of(env)
+  local seen = {}
+  for i, c in ipairs(env.calls) do seen[i] = outcome(c) end
+  return seen
+end
+
 local NO_YIELD = "a tool was called where Lua cannot wait for it: inside a function that C "
   .. "code called (a gsub or table.sort callback, an xpcall message handler, a metamethod run "
   .. "by a library function such as tostring); call it outside that callback and pass the "
@@ -79,7 +86,9 @@ describe("where Lua cannot yield, a tool that must wait is a clear error", funct
     assert.equal("runtime", env.error.code)
     assert.equal(NO_YIELD, env.error.message)
     assert.equal(3, env.error.line)
-    assert.same({}, env.calls)   -- refused before it started
+    -- refused before it started, and still counted and listed
+    assert.same({ "fx.nap=runtime" }, calls_of(env))
+    assert.equal(3, env.calls[1].line)
     assert.same({}, env.logs)
   end)
 
@@ -91,7 +100,7 @@ describe("where Lua cannot yield, a tool that must wait is a clear error", funct
     ]])
     assert.is_false(env.ok)
     assert.equal(NO_YIELD, env.error.message)
-    assert.same({}, env.calls)
+    assert.same({ "fx.nap=runtime" }, calls_of(env))
   end)
 
   it("in a __tostring called by tostring(), and pcall catches it", function()
@@ -101,7 +110,7 @@ describe("where Lua cannot yield, a tool that must wait is a clear error", funct
       return {ok, e}
     ]])
     assert.same({ false, "script:1: " .. NO_YIELD }, r)
-    assert.same({}, env.calls)
+    assert.same({ "fx.nap=runtime" }, calls_of(env))
   end)
 
   it("even a tool that would answer at once is refused there, before it starts", function()
@@ -111,7 +120,7 @@ describe("where Lua cannot yield, a tool that must wait is a clear error", funct
       return {ok, e, #tools.fx.keys{prefix = "gsub."}.keys}
     ]])
     assert.same({ false, "script:2: " .. NO_YIELD, 0 }, r)
-    assert.equal(1, #env.calls)   -- fx.keys only
+    assert.same({ "fx.put=runtime", "fx.keys=true" }, calls_of(env))  -- fx.put never ran
   end)
 
   it("in an xpcall message handler: no call starts, however often Lua retries it", function()
@@ -121,7 +130,13 @@ describe("where Lua cannot yield, a tool that must wait is a clear error", funct
       return {ok, e, #tools.fx.keys{prefix = "xph."}.keys}
     ]])
     assert.same({ false, "error in error handling", 0 }, r)
-    assert.equal(1, #env.calls)
+    -- Lua calls the handler again for each error it raises, 107 times here (up to its C
+    -- stack limit): each attempt is refused, and each one counts. The calls past the
+    -- first 100 are counted in the summary record.
+    assert.equal(101, #env.calls)
+    for i = 1, 100 do assert.equal("fx.put=runtime", outcome(env.calls[i])) end
+    assert.same({ summary = true, calls = 8, failed = 7,
+                  by_tool = { ["fx.put"] = 7, ["fx.keys"] = 1 } }, env.calls[101])
   end)
 end)
 

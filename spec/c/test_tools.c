@@ -378,6 +378,60 @@ TEST(a_session_run_waiting_on_a_handlerless_tool) {
   tp_engine_destroy(e);
 }
 
+/* 300 calls of a handlerless tool, 30 at a time in a parallel, completed by the embedder
+** in reverse order (every 7th one failed): the run lets go of the calls past the listed
+** ones as the script takes them, out of order, and the envelope ends with their exact
+** summary. A session's host budget is back where it was once the run is gone. */
+TEST(calls_completed_out_of_order_past_the_listed_ones_end_in_an_exact_summary) {
+  tp_engine *e = tp_engine_create();
+  add(e, "game.ask", NULL, NULL, NULL, NULL, 0);
+  tp_session *s = tp_session_create(e, NULL);
+  const char *src =
+    "local n = 0\n"
+    "for round = 1, 10 do\n"
+    "  local fs = {}\n"
+    "  for i = 1, 30 do fs[i] = function()\n"
+    "    local ok, r = pcall(tools.game.ask, {i = i}) if ok then n = n + r.a end end end\n"
+    "  parallel(table.unpack(fs))\n"
+    "end\n"
+    "return n";
+  tp_run *r = tp_session_run(s, src, strlen(src));
+  size_t host0 = s->sb->host_used;
+  int done = 0, failed = 0, failed_late = 0, sum = 0, rc;
+  while ((rc = tp_run_step(r, 0, 0)) == TP_WAIT) {
+    tp_call *pend[64];
+    size_t n = tp_run_pending(r, pend, 64);
+    CHECK_INT(n, 30);
+    if (n != 30) break;
+    for (size_t k = n; k-- > 0;) {
+      done++;
+      if (done % 7 == 0) {
+        CHECK_INT(tp_call_fail(pend[k], "tool.denied", "no"), TP_OK);
+        failed++;
+        failed_late += done > 100;
+      }
+      else {
+        CHECK_INT(tp_call_complete(pend[k], "{\"a\":1}", 0), TP_OK);
+        sum++;
+      }
+    }
+  }
+  CHECK_INT(rc, TP_DONE);
+  CHECK_INT(done, 300);
+  const char *env = tp_run_envelope(r);
+  char want[160];
+  snprintf(want, sizeof want, "\"result\":%d,", sum);
+  CHECK_HAS(env, want);
+  snprintf(want, sizeof want, ",{\"summary\":true,\"calls\":200,\"failed\":%d,"
+           "\"by_tool\":{\"game.ask\":200}}],", failed_late);
+  CHECK_HAS(env, want);
+  CHECK_INT(failed - failed_late, 14);  /* the 100 listed: 7, 14, ..., 98 */
+  tp_run_destroy(r);
+  CHECK_INT(s->sb->host_used, host0);
+  tp_session_destroy(s);
+  tp_engine_destroy(e);
+}
+
 int main (void) {
   RUN(a_c_tool_completing_synchronously_returns_its_result);
   RUN(a_c_tool_completing_from_a_uv_timer_on_the_engine_loop);
@@ -391,5 +445,6 @@ int main (void) {
   RUN(pending_calls_of_a_cancelled_run_are_listed_cancelled_and_refuse_completion);
   RUN(a_session_keeps_globals_and_refuses_a_second_live_run);
   RUN(a_session_run_waiting_on_a_handlerless_tool);
+  RUN(calls_completed_out_of_order_past_the_listed_ones_end_in_an_exact_summary);
   return tp_test_end();
 }
