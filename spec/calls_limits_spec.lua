@@ -267,6 +267,14 @@ describe("each log entry costs at least 16 bytes of the output limit", function(
     assert.same({ "abc", ("d"):rep(1580), "e" .. NOTE }, env.logs)
   end)
 
+  it("with no output limit, a print() flood ends with limit.memory at the host budget",
+    function()
+    -- each entry holds about 96 bytes of host memory, charged against the 1 MiB budget
+    local env = fails("for _ = 1, 1e7 do print() end", "limit.memory",
+      { max_output = 0, memory = "1M" })
+    assert.is_true(#env.logs > 10000 and #env.logs <= 1048576 // 96, #env.logs)
+  end)
+
   it("a handler's empty ctx.log lines pay the minimum, and past the limit are dropped",
     function()
     local env = run("return tools.cl.log{n = 1000}.logged", { max_output = 1600 })

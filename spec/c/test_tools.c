@@ -432,6 +432,26 @@ TEST(calls_completed_out_of_order_past_the_listed_ones_end_in_an_exact_summary) 
   tp_engine_destroy(e);
 }
 
+/* What a session's run charged to the host budget (its logs, its call records) is given
+** back: the calls when the run is destroyed, the logs when the next run starts. */
+TEST(a_session_gives_back_the_host_budget_of_its_logs_and_calls) {
+  tp_engine *e = engine_with_add();
+  tp_session *s = tp_session_create(e, NULL);
+  const char *src = "for i = 1, 300 do print(i) tools.math.add{a = i, b = 1} end return 1";
+  tp_run *r = tp_session_run(s, src, strlen(src));
+  size_t host0 = s->sb->host_used;
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  CHECK(s->sb->host_used > host0 + 300 * 96);  /* 300 log entries at least */
+  tp_run_destroy(r);
+  const char *again = "return 2";
+  r = tp_session_run(s, again, strlen(again));
+  CHECK_INT(s->sb->host_used, host0);
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  tp_run_destroy(r);
+  tp_session_destroy(s);
+  tp_engine_destroy(e);
+}
+
 int main (void) {
   RUN(a_c_tool_completing_synchronously_returns_its_result);
   RUN(a_c_tool_completing_from_a_uv_timer_on_the_engine_loop);
@@ -446,5 +466,6 @@ int main (void) {
   RUN(a_session_keeps_globals_and_refuses_a_second_live_run);
   RUN(a_session_run_waiting_on_a_handlerless_tool);
   RUN(calls_completed_out_of_order_past_the_listed_ones_end_in_an_exact_summary);
+  RUN(a_session_gives_back_the_host_budget_of_its_logs_and_calls);
   return tp_test_end();
 }
