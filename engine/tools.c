@@ -1003,10 +1003,11 @@ static int tool_k (lua_State *L, int status, lua_KContext ctx) {
   return await_call(L, (uint64_t)ctx);
 }
 
-/* Refuses call c before it starts with an error object the script gets at once. */
+/* Refuses call c before it starts with an error object the script gets at once. The
+** object is made first: refusing a call past the listed ones lets go of it. */
 static int refuse_with_object (lua_State *L, tp_run *r, tp_call *c, const char *msg) {
-  call_refuse(r, c, "tool.invalid_input", msg);
   push_error_object(L, "tool.invalid_input", msg, c->name);
+  call_refuse(r, c, "tool.invalid_input", msg);
   return lua_error(L);
 }
 

@@ -128,6 +128,26 @@ describe("the envelope's calls list is bounded", function()
       env.calls[101])
   end)
 
+  it("300 refused calls of each kind: 100 records, then the summary of the rest", function()
+    local env = run([[
+      local cyc = {} cyc.self = cyc
+      local out = {}
+      for i = 1, 300 do
+        local _, e = pcall(tools.fx.echo, { c = cyc })
+        local _, e2 = pcall(tools.fx.echo, "text")
+        local _, e3 = pcall(function() return tools.fx:echo{} end)
+        if i == 300 then out = { e.tool, e.code, e2.tool, e2.code, e3 } end
+      end
+      return out
+    ]], { tool_calls = 0 })
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ "fx.echo", "tool.invalid_input", "fx.echo", "tool.invalid_input",
+      "tools.fx.echo: called with ':' — call it with a dot: tools.fx.echo{...}" }, env.result)
+    assert.equal(101, #env.calls)
+    assert.same({ summary = true, calls = 800, failed = 800, by_tool = { ["fx.echo"] = 800 } },
+      env.calls[101])
+  end)
+
   it("the summary counts failures, at most 20 tool names, then 'other'", function()
     local env = run([[
       for i = 1, 100 do tools.cl.echo{} end
