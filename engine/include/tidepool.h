@@ -168,7 +168,9 @@ void tp_session_destroy(tp_session *s);
 ** true. A tool registered without a handler leaves its calls pending: the embedding
 ** program lists them with tp_run_pending after a step returned TP_WAIT, and completes
 ** them when it likes (a game server, frame by frame). The tp_call stays valid until it
-** has been completed and its run has been destroyed.
+** has been completed and its run has been destroyed, or, for a call after a run's first
+** 100, until it has been completed and the script has taken its outcome: a run does not
+** keep every call it makes. Complete a call once, and do not use it afterwards.
 */
 
 typedef struct tp_call tp_call;
