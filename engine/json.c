@@ -240,11 +240,9 @@ static int flush (walker *w) {
 /* Counts one value of host cost `cost`: charged in batches, and every
 ** TP_JSON_POLL_NODES values the run's verdict is polled. 0 (error set) to stop. This is
 ** how the walk is bounded in time: by the verdict (a deadline), not by a size cap. */
-static int spend (walker *w, size_t cost) {
-  w->pending += cost;
-  if (w->budget == NULL) return 1;
-  if (++w->nodes % TP_JSON_POLL_NODES == 0 && w->budget->stopped != NULL &&
-      w->budget->stopped(w->budget->ud)) {
+static int spend_slow (walker *w) {
+  w->nodes = TP_JSON_POLL_NODES;
+  if (w->budget->stopped != NULL && w->budget->stopped(w->budget->ud)) {
     char path[SHORT_PATH];
     w->stopped = 1;
     here(w, w->depth, path);
@@ -252,6 +250,12 @@ static int spend (walker *w, size_t cost) {
     return 0;
   }
   return w->pending < TP_JSON_CHARGE_BATCH || flush(w);
+}
+
+static inline int spend (walker *w, size_t cost) {
+  w->pending += cost;
+  if (w->budget == NULL || (--w->nodes != 0 && w->pending < TP_JSON_CHARGE_BATCH)) return 1;
+  return spend_slow(w);
 }
 
 static json_t *oom (walker *w) {
@@ -560,7 +564,7 @@ json_t *tp_json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_err
   w.bytes = o->bytes;
   w.budget = o->budget;
   w.pending = w.charged = 0;
-  w.nodes = 0;
+  w.nodes = TP_JSON_POLL_NODES;  /* counts down to the next poll */
   w.over_bytes = w.over_budget = w.stopped = 0;
   w.array_mt = NULL;
   if (lua_type(L, idx) == LUA_TTABLE && lua_checkstack(L, 2)) {
@@ -602,6 +606,7 @@ json_t *tp_json_from_lua (lua_State *L, int idx, int max_depth, size_t max_bytes
 size_t tp_json_text_cost (const char *s, size_t n) {
   size_t cost = 0, i = 0;
   int depth = 0;
+  if (n <= 64) return n * TP_JSON_COST_OBJECT;  /* a bound of no node per byte costs more */
   while (i < n) {
     unsigned char c = (unsigned char)s[i];
     if (c == '"') {  /* a string or a key: its decoded length is at most its text's */
