@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -75,7 +76,7 @@ static void run_cli (const char *script, const char *memory, const char *timeout
   argv[n++] = cli; argv[n++] = "run"; argv[n++] = "--json";
   argv[n++] = "--memory"; argv[n++] = memory;
   argv[n++] = "--timeout"; argv[n++] = timeout;
-  char extra_buf[128];
+  char extra_buf[PATH_MAX + 64];
   if (extra != NULL) {  /* "--opt value" pairs separated by spaces */
     snprintf(extra_buf, sizeof extra_buf, "%s", extra);
     for (char *tok = strtok(extra_buf, " "); tok && n < 14; tok = strtok(NULL, " ")) argv[n++] = tok;
@@ -267,6 +268,32 @@ TEST(many_calls_with_large_arguments_are_refunded) {
          "16M", "5s", NULL, "ok");
 }
 
+/* ---- tool results ------------------------------------------------------------------- */
+
+static char plugin_opt[PATH_MAX + 16];  /* "--tools DIR" with the plugin below */
+
+/* A plugin whose handler returns what the script asks for: n integers, or a DAG of n
+** levels built in the host state. */
+static const char plugin[] =
+  "return {\n"
+  "  name = 'big.make', description = 'Returns a large value.',\n"
+  "  input = { type = 'object', properties = { n = { type = 'integer' }, dag = { type = 'boolean' } } },\n"
+  "  handler = function(args)\n"
+  "    if args.dag then local t = {} for _ = 1, args.n do t = { t, t } end return { v = t } end\n"
+  "    local t = {} for i = 1, args.n do t[i] = i end return { v = t }\n"
+  "  end,\n"
+  "}\n";
+
+TEST(a_tool_result_larger_than_the_budget) {
+  attack("tool_result_many_integers", "return #tools.big.make{ n = 600000 }.v",
+         "16M", "2s", plugin_opt, "limit.memory");
+}
+
+TEST(a_tool_result_that_is_a_dag) {
+  attack("tool_result_dag", "return tools.big.make{ n = 40, dag = true }",
+         "16M", "2s", plugin_opt, "limit.memory");
+}
+
 /* ---- json.encode / json.decode -------------------------------------------------------- */
 
 TEST(json_encode_of_a_dag) {
@@ -321,6 +348,15 @@ int main (int argc, char **argv) {
     printf("not ok - %s is not built, or no temporary directory\n# 0 passed, 1 failed\n", cli);
     return 1;
   }
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/plugins", tmpdir);
+  snprintf(plugin_opt, sizeof plugin_opt, "--tools %s", dir);
+  char plugin_path[PATH_MAX + 16];
+  snprintf(plugin_path, sizeof plugin_path, "%s/big.lua", dir);
+  FILE *pf = mkdir(dir, 0700) == 0 ? fopen(plugin_path, "w") : NULL;
+  if (pf == NULL) { printf("not ok - cannot write %s\n# 0 passed, 1 failed\n", plugin_path); return 1; }
+  fputs(plugin, pf);
+  fclose(pf);
   RUN(returning_a_dag_that_doubles_per_level);
   RUN(returning_a_dag_with_eight_references_per_level);
   RUN(returning_one_empty_table_referenced_many_times);
@@ -336,6 +372,8 @@ int main (int argc, char **argv) {
   RUN(passing_a_dag_to_kv_set);
   RUN(passing_a_dag_to_time_now_under_pcall);
   RUN(many_calls_with_large_arguments_are_refunded);
+  RUN(a_tool_result_larger_than_the_budget);
+  RUN(a_tool_result_that_is_a_dag);
   RUN(json_encode_of_a_dag);
   RUN(json_encode_past_the_deadline);
   RUN(json_decode_of_nested_brackets_at_the_cap);
@@ -345,6 +383,8 @@ int main (int argc, char **argv) {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/script.lua", tmpdir);
   unlink(path);
+  unlink(plugin_path);
+  rmdir(dir);
   rmdir(tmpdir);
   if (bench) printf("host_rss_ratio: %.2f x (worst: %s)\n", worst_ratio, worst_case);
   return tp_test_end();
