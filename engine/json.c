@@ -999,6 +999,41 @@ static void loads_message (const json_error_t *je, char *out, size_t cap) {
   snprintf(out, cap, "%s%s at line %d column %d", text, hint, je->line, je->column);
 }
 
+/* Feeds jansson the text in pieces, polling the run's verdict between them: parsing stops
+** (an error) once the run has one. */
+typedef struct feed { const char *p; size_t left; const tp_json_budget *b; int stopped; } feed;
+
+#define FEED_PIECE (64u << 10)  /* jansson parses this in well under a millisecond */
+
+static size_t feed_piece (void *buf, size_t cap, void *ud) {
+  feed *f = ud;
+  if (f->b->stopped(f->b->ud)) { f->stopped = 1; return (size_t)-1; }
+  size_t n = f->left < cap ? f->left : cap;
+  if (n > FEED_PIECE) n = FEED_PIECE;
+  memcpy(buf, f->p, n);
+  f->p += n;
+  f->left -= n;
+  return n;
+}
+
+json_t *tp_json_loads_polled (const char *text, size_t len, const tp_json_budget *b,
+                              tp_json_err *err) {
+  if (b == NULL || b->stopped == NULL || text == NULL || len <= FEED_PIECE ||
+      len > TP_JSON_DECODE_MAX_BYTES)
+    return tp_json_loads(text, len, err);
+  json_error_t je;
+  feed f = { text, len, b, 0 };
+  if (err) { strcpy(err->path, "$"); err->message[0] = '\0'; }
+  json_t *v = json_load_callback(feed_piece, &f, JSON_DECODE_ANY | JSON_ALLOW_NUL |
+                                 JSON_REJECT_DUPLICATES, &je);
+  if (v == NULL && err) {
+    if (f.stopped) snprintf(err->message, sizeof err->message, "stopped: the run has ended "
+                            "(a limit)");
+    else loads_message(&je, err->message, sizeof err->message);
+  }
+  return v;
+}
+
 json_t *tp_json_loads (const char *text, size_t len, tp_json_err *err) {
   json_error_t je;
   if (err) { strcpy(err->path, "$"); err->message[0] = '\0'; }
@@ -1138,11 +1173,10 @@ static int l_encode (lua_State *L) {
 /*
 ** json.decode(s): upvalue 1 is the box metatable. jansson builds the whole tree before it
 ** is pushed into Lua, so its cost is estimated from the text first (one O(n) pass) and
-** charged before parsing, and refunded when the tree is freed. Bounded in time by size
-** caps: the text is at most 1/16 of the memory limit (and 16 MiB), and the budget refuses
-** dense text beyond about 1/20 of the memory limit; jansson parses that in under 50 ms
-** here for a 64 MiB limit (measured: ~10 ms per MiB of dense arrays). The push into Lua
-** polls the run's verdict.
+** charged before parsing, and refunded when the tree is freed. Bounded in time by the
+** verdict: jansson is fed the text in 64 KiB pieces and the verdict is polled between them
+** (jansson takes 10 to 150 ms a MiB here, by content), and the push into Lua polls it too.
+** Freeing the tree is not polled: it is bounded by the budget (~70 ms for a 64 MiB one).
 */
 static int l_decode (lua_State *L) {
   tp_json_err err;
@@ -1170,7 +1204,7 @@ static int l_decode (lua_State *L) {
     bx->budget = budget;  /* from here on, the box refunds it (box_gc) */
     bx->cost = cost;
   }
-  json_t *v = tp_json_loads(s, len, &err);
+  json_t *v = tp_json_loads_polled(s, len, budget, &err);
   if (v != NULL) {
     bx->tree = v;
     push_with_prefix(L, v, TP_JSON_MAX_DEPTH, "json.decode: ", budget);  /* may raise */

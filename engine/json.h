@@ -173,6 +173,12 @@ int tp_json_is_array(lua_State *L, int idx);
 */
 json_t *tp_json_loads(const char *text, size_t len, tp_json_err *err);
 
+/* tp_json_loads that polls budget->stopped between 64 KiB pieces of the text and stops
+** (NULL, err->message "stopped: ...") once it is set. Shorter texts, or no budget:
+** tp_json_loads. */
+json_t *tp_json_loads_polled(const char *text, size_t len, const tp_json_budget *b,
+                             tp_json_err *err);
+
 /*
 ** Tree -> JSON text: compact, keys sorted bytewise, integers exact, reals in the shortest
 ** form that reads back to the same double (always with '.' or an exponent, so a real stays

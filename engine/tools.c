@@ -641,7 +641,9 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
     handler_done(c);
     return TP_OK;
   }
-  json_t *v = tp_json_loads(result_json, len, &jerr);
+  /* polled: parsing up to tool_bytes of text stops when the run has a verdict */
+  json_t *v = tp_json_loads_polled(result_json, len,
+                                   live ? tp__sandbox_budget(c->run->sb) : NULL, &jerr);
   int rc;
   if (v == NULL) {
     if (live) {

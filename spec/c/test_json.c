@@ -729,6 +729,32 @@ TEST(json_encode_and_decode_charge_the_budget_and_refund_it) {
   lua_close(L);
 }
 
+
+TEST(decode_of_long_text_is_polled_and_stops_with_the_verdict) {
+  tbudget tb = { SIZE_MAX / 2, 0, 0, 0, 0 };
+  tp_json_budget jb = { tb_charge, tb_refund, tb_stopped, &tb };
+  size_t n = 0;
+  char *text = malloc(300000);
+  text[n++] = '[';
+  for (int i = 0; i < 100000; i++) { memcpy(text + n, "1,", 2); n += 2; }
+  text[n++] = '1';
+  text[n++] = ']';
+  tp_json_err e1, e2;
+  json_t *v = tp_json_loads_polled(text, n, &jb, &e1);
+  CHECK(v != NULL && json_array_size(v) == 100001);
+  json_decref(v);
+  text[n - 1] = 'x';  /* the same error, at the same place, as the one-piece parse */
+  CHECK(tp_json_loads_polled(text, n, &jb, &e1) == NULL);
+  CHECK(tp_json_loads(text, n, &e2) == NULL);
+  CHECK_STR(e1.message, e2.message);
+  CHECK_HAS(e1.message, "column 200003");
+  text[n - 1] = ']';
+  tb.stop = 1;
+  CHECK(tp_json_loads_polled(text, n, &jb, &e1) == NULL);
+  CHECK_STR(e1.message, "stopped: the run has ended (a limit)");
+  free(text);
+}
+
 int main (void) {
   RUN(encodes_scalars_exactly);
   RUN(encodes_tables_arrays_and_objects);
@@ -758,5 +784,6 @@ int main (void) {
   RUN(decode_cost_is_estimated_from_the_text);
   RUN(cost_figures_cover_what_jansson_allocates);
   RUN(json_encode_and_decode_charge_the_budget_and_refund_it);
+  RUN(decode_of_long_text_is_polled_and_stops_with_the_verdict);
   return tp_test_end();
 }
