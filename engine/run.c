@@ -308,7 +308,14 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
     else if (result_text != NULL) p[P_VALUE] = (piece){ "result", result_text, result_len };
     else piece_of(&p[P_VALUE], "result", json_null());
     result_text = NULL;  /* owned by the piece now */
-    if (sb == NULL || tp__host_charge(sb, envelope_size(p)) == 0 || error != NULL) break;
+    size_t need = envelope_size(p);
+    if (sb == NULL) break;
+    if (error != NULL) {  /* charged when it fits: an error envelope keeps its own verdict */
+      if (sb->host_cap == 0 || (need <= sb->host_cap && sb->host_used <= sb->host_cap - need))
+        tp__host_charge(sb, need);
+      break;
+    }
+    if (tp__host_charge(sb, need) == 0) break;
     /* an ok envelope past the budget: the verdict is limit.memory now */
     free(p[P_OK].text);
     free(p[P_VALUE].text);

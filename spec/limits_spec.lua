@@ -323,6 +323,14 @@ describe("host memory of the result", function()
       .. "memory than its memory limit of 16 MiB"))
   end)
 
+  it("an envelope past the budget ends with limit.memory and keeps the logs", function()
+    -- the result's text fits, but not together with the envelope that copies it
+    local env = fails("print(('y'):rep(900000)) return ('x'):rep(7500000)", "limit.memory",
+      { memory = "16M", max_result = 0 })
+    assert.are.equal(900000, #env.logs[1])
+    assert.is_nil(env.result)
+  end)
+
   it("a result that fits the budget is returned whole", function()
     local env = tidepool.run("local t = {} for i = 1, 1000 do t[i] = { i, 'x' } end return t",
       { memory = "16M" })
