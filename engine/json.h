@@ -108,9 +108,10 @@ size_t tp_json_tree_cost(const json_t *v);
 ** is left as it was. max_depth: table nesting cap (0 = TP_JSON_MAX_DEPTH, clamped to
 ** TP_JSON_HARD_MAX_DEPTH). max_bytes: cap on the size of the JSON text, 0 = none; the size
 ** is counted as string and key bytes + quotes, exact integer widths, 24 per real and the
-** punctuation (escape expansion is not counted). Always pass a cap for untrusted values:
-** the tree lives in C memory, outside the state's allocator, and a table referenced many
-** times (a DAG, not a cycle) expands exponentially.
+** punctuation (escape expansion is not counted). For untrusted values use
+** tp_json_from_lua_ex with a budget: the tree lives in C memory, outside the state's
+** allocator, costs 5 to 80 times its text, and a table referenced many times (a DAG, not
+** a cycle) expands exponentially.
 */
 json_t *tp_json_from_lua(lua_State *L, int idx, int max_depth, size_t max_bytes,
                          tp_json_err *err);
