@@ -370,6 +370,11 @@ static void finish_ok (tp_run *r, int nres) {
     result = json_array();
     o.bytes = 2;  /* [] */
     for (int i = nres; result != NULL && i >= 1; i--) {
+      if (i % TP_JSON_POLL_NODES == 0 && atomic_load(&sb->kill) != TP_KILL_NONE) {
+        json_decref(result);  /* each walk polls only from its 4096th node */
+        result = NULL;
+        break;
+      }
       json_t *v = tp_json_from_lua_ex(T, -i, &o, &jerr);
       if (v == NULL || json_array_append_new(result, v) != 0) {
         json_decref(result);
