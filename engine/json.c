@@ -224,9 +224,13 @@ static int charge (walker *w, size_t n) {
 static int flush (walker *w) {
   if (w->budget == NULL || w->pending == 0) return 1;
   if (w->budget->charge(w->budget->ud, w->pending) != 0) {
-    char path[SHORT_PATH];
+    char path[SHORT_PATH], note[200];
     w->over_budget = 1;
     here(w, w->depth, path);
+    snprintf(note, sizeof note, "a value converted to JSON needs more host memory than the "
+             "memory limit allows (at %.40s); a table that appears several times is copied "
+             "each time", path);
+    if (w->budget->note) w->budget->note(w->budget->ud, note);
     fail(w, "the JSON built from this value needs more host memory than the run's memory "
          "limit allows (exceeded at %s; a table that appears several times is copied each "
          "time); send less data, or send a table once and refer to it by a key", path);
@@ -1155,9 +1159,12 @@ static int l_encode (lua_State *L) {
   bx->buf = b.p;  /* the box owns the buffer before anything can raise */
   bx->cap = b.cap;
   if (!ok) {
-    if (b.refused)
-      return luaL_error(L, "json.encode: the JSON text needs more host memory than the "
-                        "run's memory limit allows; encode less data at once");
+    if (b.refused) {
+      const char *m = "json.encode: the JSON text needs more host memory than the run's "
+                      "memory limit allows; encode less data at once";
+      if (o.budget->note) o.budget->note(o.budget->ud, m);
+      return luaL_error(L, "%s", m);
+    }
     if (b.stopped) return luaL_error(L, "json.encode: stopped: the run has ended (a limit)");
     return luaL_error(L, "json.encode: out of memory");
   }
@@ -1197,10 +1204,14 @@ static int l_decode (lua_State *L) {
   box *bx = new_box(L, lua_upvalueindex(1));
   if (budget != NULL) {
     size_t cost = tp_json_text_cost(s, len);
-    if (budget->charge(budget->ud, cost) != 0)
-      return luaL_error(L, "json.decode: decoding %I bytes of JSON text would take about %I "
-                        "bytes of host memory, more than the run's memory limit allows; "
-                        "decode smaller pieces", (LUAI_UACINT)len, (LUAI_UACINT)cost);
+    if (budget->charge(budget->ud, cost) != 0) {
+      char m[200];
+      snprintf(m, sizeof m, "json.decode: decoding %zu bytes of JSON text would take about "
+               "%zu bytes of host memory, more than the run's memory limit allows; decode "
+               "smaller pieces", len, cost);
+      if (budget->note) budget->note(budget->ud, m);
+      return luaL_error(L, "%s", m);
+    }
     bx->budget = budget;  /* from here on, the box refunds it (box_gc) */
     bx->cost = cost;
   }

@@ -60,12 +60,15 @@ typedef struct tp_json_err {
 ** and lets go of what it built (and refunds it). stopped returns nonzero when the run
 ** has a verdict (a deadline passed, the run was cancelled): the converter stops too. The
 ** walks charge in batches (every TP_JSON_CHARGE_BATCH bytes and at their end) and ask
-** stopped every TP_JSON_POLL_NODES nodes, so a small value costs one call.
+** stopped every TP_JSON_POLL_NODES nodes, so a small value costs one call. After a
+** refused charge, note (may be NULL) gets one sentence under 200 bytes saying what needed
+** the memory and what to do instead, for the owner's verdict.
 */
 typedef struct tp_json_budget {
   int  (*charge)(void *ud, size_t n);
   void (*refund)(void *ud, size_t n);
   int  (*stopped)(void *ud);
+  void (*note)(void *ud, const char *what);
   void *ud;
 } tp_json_budget;
 

@@ -165,6 +165,12 @@ static void budget_refund (void *ud, size_t n) { tp__host_refund(ud, n); }
 static int budget_stopped (void *ud) {
   return atomic_load(&((tp_sandbox *)ud)->kill) != TP_KILL_NONE;
 }
+/* A refused charge's own words replace the budget's generic note. */
+static void budget_note (void *ud, const char *what) {
+  tp_sandbox *sb = ud;
+  if (atomic_load(&sb->kill) == TP_KILL_MEMORY)
+    snprintf(sb->kill_note, sizeof sb->kill_note, "%s", what);
+}
 
 /* ---- verdicts and the hook -------------------------------------------------------- */
 
@@ -1166,7 +1172,8 @@ tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
   sb->mem_cap = limits->memory;
   sb->out_cap = limits->output;
   sb->host_cap = limits->memory;
-  sb->json_budget = (tp_json_budget){ budget_charge, budget_refund, budget_stopped, sb };
+  sb->json_budget = (tp_json_budget){ budget_charge, budget_refund, budget_stopped,
+                                     budget_note, sb };
   sb->instr_limit = limits->instructions;
   sb->meter.countdown = METER_STEPS;
   sb->meter.refill = meter_refill;

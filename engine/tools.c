@@ -569,6 +569,8 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
     cost = tp_json_tree_cost(result);  /* O(nodes), capped by tool_bytes of text */
     if (tp__host_charge(sb, cost) != 0) {
       json_decref(result);
+      snprintf(sb->kill_note, sizeof sb->kill_note, "tools.%.60s returned a result that needs "
+               "more host memory than the memory limit allows; ask it for less", c->name);
       call_fail_now(c, "tool.failed", "tools.%s returned a result that needs more host "
                     "memory than the run's memory limit allows", c->name);
       return TP_OK;
@@ -636,6 +638,9 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
   /* the tree's cost, estimated from the text and charged before jansson builds it */
   size_t cost = live ? tp_json_text_cost(result_json, len) : 0;
   if (live && tp__host_charge(c->run->sb, cost) != 0) {
+    snprintf(c->run->sb->kill_note, sizeof c->run->sb->kill_note, "tools.%.60s returned %zu "
+             "bytes of JSON, which need more host memory than the memory limit allows; ask "
+             "it for less", c->name, len);
     call_fail_now(c, "tool.failed", "tools.%s returned %zu bytes of JSON, which need more "
                   "host memory than the run's memory limit allows", c->name, len);
     handler_done(c);
@@ -869,6 +874,8 @@ static int ns_call (lua_State *L) {
   char *text = tp_json_dumpsn(args, &in);  /* what tp_call_args returns; NULL: made later */
   size_t text_cost = text != NULL ? in + 1 : 0;
   if (text_cost && tp__host_charge(sb, text_cost) != 0) {  /* limit.memory: no call */
+    snprintf(sb->kill_note, sizeof sb->kill_note, "tools.%.60s: the arguments' JSON text "
+             "needs more host memory than the memory limit allows; send less data", name);
     json_decref(args);
     free(text);
     tp__host_refund(sb, o.cost);

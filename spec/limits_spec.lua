@@ -387,7 +387,8 @@ describe("json.decode's input cap", function()
     -- 200,001 integers are ~400 KB of text but ~10 MB of jansson nodes (48 bytes each)
     local env = fails('return #json.decode("[" .. ("1,"):rep(200000) .. "1]")',
       "limit.memory", { memory = "8M" })
-    assert.are.equal("the host memory built for the script (JSON, results, logs, call "
-      .. "records) passed its budget of 8388608 bytes", env.error.message)
+    assert.are.equal("json.decode: decoding 400003 bytes of JSON text would take about "
+      .. "9600192 bytes of host memory, more than the run's memory limit allows; decode "
+      .. "smaller pieces", env.error.message)
   end)
 end)

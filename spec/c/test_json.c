@@ -581,7 +581,7 @@ static int tb_stopped (void *ud) { return ((tbudget *)ud)->stop; }
 static json_t *enc_budget (lua_State *L, const char *expr, tbudget *tb, tp_json_opts *o) {
   char code[512];
   static tp_json_budget jb;
-  jb = (tp_json_budget){ tb_charge, tb_refund, tb_stopped, tb };
+  jb = (tp_json_budget){ tb_charge, tb_refund, tb_stopped, NULL, tb };
   snprintf(code, sizeof code, "return %s", expr);
   const char *e = run(L, code);
   if (e != NULL) { printf("#   %s\n", e); return NULL; }
@@ -706,7 +706,7 @@ TEST(cost_figures_cover_what_jansson_allocates) {
 TEST(json_encode_and_decode_charge_the_budget_and_refund_it) {
   lua_State *L = new_state();
   tbudget tb = { 1u << 20, 0, 0, 0, 0 };
-  tp_json_budget jb = { tb_charge, tb_refund, tb_stopped, &tb };
+  tp_json_budget jb = { tb_charge, tb_refund, tb_stopped, NULL, &tb };
   tp_json_set_budget(L, &jb);
   CHECK_STR(lua_str(L, "local t = {} for i = 1, 1000 do t[i] = i end "
                     "local s = json.encode(t) return #json.decode(s) .. ''"), "1000");
@@ -732,7 +732,7 @@ TEST(json_encode_and_decode_charge_the_budget_and_refund_it) {
 
 TEST(decode_of_long_text_is_polled_and_stops_with_the_verdict) {
   tbudget tb = { SIZE_MAX / 2, 0, 0, 0, 0 };
-  tp_json_budget jb = { tb_charge, tb_refund, tb_stopped, &tb };
+  tp_json_budget jb = { tb_charge, tb_refund, tb_stopped, NULL, &tb };
   size_t n = 0;
   char *text = malloc(300000);
   text[n++] = '[';
