@@ -144,7 +144,7 @@ test: all $(CTESTS)
 run: all
 	$(CLI) run examples/report.lua
 
-bench: all $(BENCHES)
+bench: all $(BENCHES) $(BUILD)/tests/test_hostile
 	@BUILD=$(BUILD) sh scripts/run-bench.sh
 
 sanitize:

@@ -347,9 +347,14 @@ static int e_complete (lua_State *H) {
   release_record(H, c);
   b->c = NULL;
   if (ok) {
-    size_t cap = c->run ? c->run->sb->limits.tool_bytes : 0;
+    tp_json_opts o;  /* bounded by the run's host budget while it is built; complete()
+                     ** charges the final tree */
+    memset(&o, 0, sizeof o);
+    o.max_bytes = c->run ? c->run->sb->limits.tool_bytes : 0;
+    o.budget = c->run ? tp__sandbox_budget(c->run->sb) : NULL;
     tp_json_err jerr;
-    json_t *v = lua_isnoneornil(H, 3) ? json_null() : tp_json_from_lua(H, 3, 0, cap, &jerr);
+    json_t *v = lua_isnoneornil(H, 3) ? json_null() : tp_json_from_lua_ex(H, 3, &o, &jerr);
+    if (o.cost) o.budget->refund(o.budget->ud, o.cost);
     if (v == NULL) {
       char msg[800];
       snprintf(msg, sizeof msg, "the handler's result cannot be sent as JSON: %s%s%s%s",

@@ -23,6 +23,7 @@
 #include "lua.h"
 #include "lua_patch.h"
 #include "tidepool.h"
+#include "json.h"
 
 /* Why a run was stopped. Order matters only for the names table in run.c. */
 typedef enum tp_kill {
@@ -34,6 +35,7 @@ typedef enum tp_kill {
   TP_KILL_OUTPUT,
   TP_KILL_CANCELLED,
   TP_KILL_TOOL_CALLS,
+  TP_KILL_RESULT,
   TP_KILL__COUNT
 } tp_kill;
 
@@ -104,6 +106,7 @@ typedef struct tp_sandbox {
 
   /* host memory built on the run's behalf (tp__host_charge) */
   size_t host_used, host_peak, host_cap;
+  tp_json_budget json_budget;  /* the same budget for json.c's converters */
 
   /* output */
   json_t *logs;            /* array of strings */
@@ -132,6 +135,9 @@ int tp__sandbox_reset(tp_sandbox *sb);
 ** building and lets go of what it built. Refunds give back what was charged. */
 int  tp__host_charge(tp_sandbox *sb, size_t n);
 void tp__host_refund(tp_sandbox *sb, size_t n);
+/* The host budget as json.c's converters take it (charge, refund, and stopped: the run
+** has a verdict). */
+#define tp__sandbox_budget(sb) (&(sb)->json_budget)
 
 /* Appends a line that host code (a tool's ctx.log) writes to the run's logs, within the
 ** output cap: past it the line is cut, marked once, and later lines are dropped. Never
@@ -305,6 +311,7 @@ struct tp_run {
   struct uv_timer_s *timer;/* deadlines while the script waits (host loop) */
   json_t *pending_error;   /* an error decided before the run started */
   char *envelope;
+  size_t envelope_cost;    /* what the envelope was charged to the host budget */
   int ok;
   /* driven by the engine's loop (tp_run_start) */
   tp_run_done_cb done_cb;
@@ -357,6 +364,7 @@ struct tp_call {
   int line;
   uint64_t start_ns, end_ns, deadline_ns;
   size_t bytes_in, bytes_out;
+  size_t args_cost, result_cost;  /* parts of `charged` held by the args and result trees */
   int host_ref;            /* host.c: the handler's coroutine, or LUA_NOREF */
   size_t charged;          /* what the run's host budget holds for this record */
 };

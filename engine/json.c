@@ -23,6 +23,7 @@
 static const char array_mt_key = 0;
 static const char box_mt_key = 0;
 static const char decode_cap_key = 0;  /* registry: json.decode's input cap in this state */
+static const char budget_key = 0;      /* registry: the tp_json_budget of this state */
 
 /* ---- small text builder that truncates instead of overflowing ------------------------- */
 
@@ -107,6 +108,10 @@ typedef struct walker {
   tp_json_err *err;
   int max_depth, depth;           /* depth = tables entered = path segments */
   size_t max_bytes, bytes;
+  const tp_json_budget *budget;   /* NULL: costs are counted, not charged */
+  size_t pending, charged;        /* host cost not charged yet; charged so far */
+  unsigned nodes;                 /* values converted, for polling budget->stopped */
+  int over_bytes, over_budget, stopped;
   const void *array_mt;           /* NULL when the state has no array metatable yet */
   const void *tables[TP_JSON_HARD_MAX_DEPTH + 1];  /* ancestors, for cycles */
   seg path[TP_JSON_HARD_MAX_DEPTH + 1];
@@ -201,6 +206,7 @@ static int charge (walker *w, size_t n) {
   w->bytes += n;
   if (w->max_bytes != 0 && w->bytes > w->max_bytes) {
     char path[SHORT_PATH];
+    w->over_bytes = 1;
     here(w, w->depth, path);
     if (w->err) {
       snprintf(w->err->message, sizeof w->err->message,
@@ -211,6 +217,49 @@ static int charge (walker *w, size_t n) {
     return 0;
   }
   return 1;
+}
+
+/* Charges the host cost counted so far to the budget; 0 (with the error set) when it is
+** refused. */
+static int flush (walker *w) {
+  if (w->budget == NULL || w->pending == 0) return 1;
+  if (w->budget->charge(w->budget->ud, w->pending) != 0) {
+    char path[SHORT_PATH], note[200];
+    w->over_budget = 1;
+    here(w, w->depth, path);
+    snprintf(note, sizeof note, "a value converted to JSON needs more host memory than the "
+             "memory limit allows (at %.40s); a table that appears several times is copied "
+             "each time", path);
+    if (w->budget->note) w->budget->note(w->budget->ud, note);
+    fail(w, "the JSON built from this value needs more host memory than the run's memory "
+         "limit allows (exceeded at %s; a table that appears several times is copied each "
+         "time); send less data, or send a table once and refer to it by a key", path);
+    return 0;
+  }
+  w->charged += w->pending;
+  w->pending = 0;
+  return 1;
+}
+
+/* Counts one value of host cost `cost`: charged in batches, and every
+** TP_JSON_POLL_NODES values the run's verdict is polled. 0 (error set) to stop. This is
+** how the walk is bounded in time: by the verdict (a deadline), not by a size cap. */
+static int spend_slow (walker *w) {
+  w->nodes = TP_JSON_POLL_NODES;
+  if (w->budget->stopped != NULL && w->budget->stopped(w->budget->ud)) {
+    char path[SHORT_PATH];
+    w->stopped = 1;
+    here(w, w->depth, path);
+    fail(w, "the conversion to JSON was stopped at %s: the run has ended (a limit)", path);
+    return 0;
+  }
+  return w->pending < TP_JSON_CHARGE_BATCH || flush(w);
+}
+
+static inline int spend (walker *w, size_t cost) {
+  w->pending += cost;
+  if (w->budget == NULL || (--w->nodes != 0 && w->pending < TP_JSON_CHARGE_BATCH)) return 1;
+  return spend_slow(w);
 }
 
 static json_t *oom (walker *w) {
@@ -313,7 +362,7 @@ static json_t *walk_table (walker *w, int t) {
         obj = json_object();
         if (obj == NULL) { lua_settop(L, top); return oom(w); }
         first_str = k; first_len = klen;
-        if (!charge(w, 2)) goto fail;
+        if (!charge(w, 2) || !spend(w, TP_JSON_COST_OBJECT)) goto fail;
       }
       w->path[w->depth] = (seg){ k, klen, 0 };
       size_t bad = utf8_check((const unsigned char *)k, klen, &why);
@@ -329,7 +378,7 @@ static json_t *walk_table (walker *w, int t) {
              "cannot carry here; remove the \\0 from the key", path);
         goto fail;
       }
-      if (!charge(w, klen + 4)) goto fail;
+      if (!charge(w, klen + 4) || !spend(w, TP_JSON_COST_MEMBER + klen)) goto fail;
       w->depth++;
       json_t *child = walk(w, lua_gettop(L));
       w->depth--;
@@ -394,13 +443,13 @@ static json_t *walk_table (walker *w, int t) {
   /* An array: keys were integers in 1..n, all distinct, so count == n means no holes. */
   if (count != n) return sparse_error(w, t, (lua_Integer)n);
   if (n == 0 && !tagged) {
-    if (!charge(w, 2)) return NULL;
+    if (!charge(w, 2) || !spend(w, TP_JSON_COST_OBJECT)) return NULL;
     obj = json_object();
     return obj ? obj : oom(w);
   }
   json_t *arr = json_array();
   if (arr == NULL) return oom(w);
-  if (!charge(w, 2)) { json_decref(arr); return NULL; }
+  if (!charge(w, 2) || !spend(w, TP_JSON_COST_ARRAY)) { json_decref(arr); return NULL; }
   for (lua_Unsigned i = 1; i <= n; i++) {
     lua_rawgeti(L, t, (lua_Integer)i);
     w->path[w->depth] = (seg){ NULL, 0, (lua_Integer)i };
@@ -426,17 +475,17 @@ static json_t *walk (walker *w, int idx) {
   switch (lua_type(L, idx)) {
     case LUA_TNIL:
     case LUA_TNONE:
-      if (!charge(w, 4)) return NULL;
+      if (!charge(w, 4) || !spend(w, TP_JSON_COST_SCALAR)) return NULL;
       return json_null();
     case LUA_TBOOLEAN: {
       int b = lua_toboolean(L, idx);
-      if (!charge(w, b ? 4 : 5)) return NULL;
+      if (!charge(w, b ? 4 : 5) || !spend(w, TP_JSON_COST_SCALAR)) return NULL;
       return b ? json_true() : json_false();
     }
     case LUA_TNUMBER:
       if (lua_isinteger(L, idx)) {
         lua_Integer i = lua_tointeger(L, idx);
-        if (!charge(w, int_width(i))) return NULL;
+        if (!charge(w, int_width(i)) || !spend(w, TP_JSON_COST_NUMBER)) return NULL;
         v = json_integer((json_int_t)i);
       }
       else {
@@ -451,7 +500,7 @@ static json_t *walk (walker *w, int idx) {
                  "number such as math.maxinteger, or a string", d > 0 ? "inf" : "-inf", path);
           return NULL;
         }
-        if (!charge(w, 24)) return NULL;
+        if (!charge(w, 24) || !spend(w, TP_JSON_COST_NUMBER)) return NULL;
         v = json_real(d);
       }
       return v ? v : oom(w);
@@ -466,7 +515,7 @@ static json_t *walk (walker *w, int idx) {
              "be UTF-8 text: encode binary data first, e.g. as hex", path, bad, why);
         return NULL;
       }
-      if (!charge(w, len + 2)) return NULL;
+      if (!charge(w, len + 2) || !spend(w, TP_JSON_COST_STRING + len)) return NULL;
       v = json_stringn_nocheck(s, len);
       return v ? v : oom(w);
     }
@@ -474,7 +523,7 @@ static json_t *walk (walker *w, int idx) {
       return walk_table(w, idx);
     case LUA_TLIGHTUSERDATA:
       if (lua_touserdata(L, idx) == NULL) {
-        if (!charge(w, 4)) return NULL;
+        if (!charge(w, 4) || !spend(w, TP_JSON_COST_SCALAR)) return NULL;
         return json_null();
       }
       here(w, w->depth, path);
@@ -500,10 +549,10 @@ static json_t *walk (walker *w, int idx) {
   }
 }
 
-json_t *tp_json_from_lua (lua_State *L, int idx, int max_depth, size_t max_bytes,
-                          tp_json_err *err) {
+json_t *tp_json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_err *err) {
   walker w;
   if (err != NULL) { err->path[0] = '\0'; err->message[0] = '\0'; }
+  o->over_bytes = o->over_budget = o->stopped = 0;
   if (L == NULL) {
     if (err) { strcpy(err->path, "$"); strcpy(err->message, "no Lua state"); }
     return NULL;
@@ -512,11 +561,15 @@ json_t *tp_json_from_lua (lua_State *L, int idx, int max_depth, size_t max_bytes
   int top = lua_gettop(L);
   w.L = L;
   w.err = err;
-  w.max_depth = max_depth <= 0 ? TP_JSON_MAX_DEPTH
-              : max_depth > TP_JSON_HARD_MAX_DEPTH ? TP_JSON_HARD_MAX_DEPTH : max_depth;
+  w.max_depth = o->max_depth <= 0 ? TP_JSON_MAX_DEPTH
+              : o->max_depth > TP_JSON_HARD_MAX_DEPTH ? TP_JSON_HARD_MAX_DEPTH : o->max_depth;
   w.depth = 0;
-  w.max_bytes = max_bytes;
-  w.bytes = 0;
+  w.max_bytes = o->max_bytes;
+  w.bytes = o->bytes;
+  w.budget = o->budget;
+  w.pending = w.charged = 0;
+  w.nodes = TP_JSON_POLL_NODES;  /* counts down to the next poll */
+  w.over_bytes = w.over_budget = w.stopped = 0;
   w.array_mt = NULL;
   if (lua_type(L, idx) == LUA_TTABLE && lua_checkstack(L, 2)) {
     lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
@@ -524,8 +577,96 @@ json_t *tp_json_from_lua (lua_State *L, int idx, int max_depth, size_t max_bytes
     lua_pop(L, 1);
   }
   json_t *v = walk(&w, idx);
+  if (v != NULL && !flush(&w)) {
+    json_decref(v);
+    v = NULL;
+  }
+  if (v == NULL && w.charged && w.budget != NULL) {
+    w.budget->refund(w.budget->ud, w.charged);
+    w.charged = 0;
+  }
   lua_settop(L, top);
+  o->bytes = w.bytes;
+  o->cost += w.charged;
+  o->over_bytes = w.over_bytes;
+  o->over_budget = w.over_budget;
+  o->stopped = w.stopped;
   return v;
+}
+
+json_t *tp_json_from_lua (lua_State *L, int idx, int max_depth, size_t max_bytes,
+                          tp_json_err *err) {
+  tp_json_opts o;
+  memset(&o, 0, sizeof o);
+  o.max_depth = max_depth;
+  o.max_bytes = max_bytes;
+  return tp_json_from_lua_ex(L, idx, &o, err);
+}
+
+/* ---- host cost of trees and texts ----------------------------------------------------- */
+
+#define JANSSON_MAX_DEPTH 2048  /* jansson's JSON_PARSER_MAX_DEPTH: parsing stops past it */
+
+size_t tp_json_text_cost (const char *s, size_t n) {
+  size_t cost = 0, i = 0;
+  int depth = 0;
+  if (n <= 64) return n * TP_JSON_COST_OBJECT;  /* a bound of no node per byte costs more */
+  while (i < n) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"') {  /* a string or a key: its decoded length is at most its text's */
+      size_t j = i + 1;
+      for (;;) {
+        const char *q = memchr(s + j, '"', n - j);
+        if (q == NULL) { j = n; break; }
+        j = (size_t)(q - s);
+        size_t bs = 0;  /* an even run of backslashes before it: the closing quote */
+        while (bs < j - i - 1 && s[j - 1 - bs] == '\\') bs++;
+        if (bs % 2 == 0) break;
+        j++;
+      }
+      cost += TP_JSON_COST_STRING + (j - i - 1);
+      i = j + 1;
+      continue;
+    }
+    if (c == '[' || c == '{') {
+      if (++depth > JANSSON_MAX_DEPTH) break;
+      cost += c == '[' ? TP_JSON_COST_ARRAY : TP_JSON_COST_OBJECT;
+    }
+    else if (c == ']' || c == '}') depth--;
+    else if (c == '-' || (c >= '0' && c <= '9')) {
+      cost += TP_JSON_COST_NUMBER;
+      while (i + 1 < n && (s[i + 1] == '.' || s[i + 1] == 'e' || s[i + 1] == 'E' ||
+             s[i + 1] == '+' || s[i + 1] == '-' || (s[i + 1] >= '0' && s[i + 1] <= '9'))) i++;
+    }
+    else if (c >= 'a' && c <= 'z') {  /* true, false, null (or a syntax error) */
+      cost += TP_JSON_COST_SCALAR;
+      while (i + 1 < n && s[i + 1] >= 'a' && s[i + 1] <= 'z') i++;
+    }
+    i++;
+  }
+  return cost;
+}
+
+size_t tp_json_tree_cost (const json_t *v) {
+  if (v == NULL) return 0;
+  switch (json_typeof(v)) {
+    case JSON_INTEGER: case JSON_REAL: return TP_JSON_COST_NUMBER;
+    case JSON_STRING: return TP_JSON_COST_STRING + json_string_length(v);
+    case JSON_ARRAY: {
+      size_t c = TP_JSON_COST_ARRAY, n = json_array_size(v);
+      for (size_t i = 0; i < n; i++) c += tp_json_tree_cost(json_array_get(v, i));
+      return c;
+    }
+    case JSON_OBJECT: {
+      size_t c = TP_JSON_COST_OBJECT, klen;
+      const char *key;
+      json_t *child;
+      json_object_keylen_foreach((json_t *)v, key, klen, child)
+        c += TP_JSON_COST_MEMBER + klen + tp_json_tree_cost(child);
+      return c;
+    }
+    default: return TP_JSON_COST_SCALAR;
+  }
 }
 
 /* ---- JSON -> Lua --------------------------------------------------------------------- */
@@ -552,9 +693,18 @@ int tp_json_is_array (lua_State *L, int idx) {
   return r;
 }
 
-/* mt: absolute index of the array metatable. Raises "<prefix>nesting deeper...". */
-static void push_value (lua_State *L, const json_t *v, int depth, int max_depth, int mt,
-                        const char *prefix) {
+/* What a push needs besides the value. */
+typedef struct pusher {
+  int max_depth, mt;         /* mt: absolute index of the array metatable */
+  const char *prefix;        /* of error messages */
+  const tp_json_budget *b;   /* polled every TP_JSON_POLL_NODES containers, or NULL */
+  unsigned nodes;
+} pusher;
+
+/* Raises "<prefix>nesting deeper...", a memory error, or "<prefix>stopped" when the
+** budget's owner has a verdict. Bounded in time by that poll (the verdict of a deadline),
+** and in size by the tree, which was charged before it was built. */
+static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
   switch (json_typeof(v)) {
     case JSON_NULL: lua_pushlightuserdata(L, NULL); return;
     case JSON_TRUE: lua_pushboolean(L, 1); return;
@@ -566,17 +716,20 @@ static void push_value (lua_State *L, const json_t *v, int depth, int max_depth,
       return;
     default: break;
   }
-  if (depth >= max_depth)
-    luaL_error(L, "%snesting deeper than %d levels", prefix, max_depth);
+  if (depth >= p->max_depth)
+    luaL_error(L, "%snesting deeper than %d levels", p->prefix, p->max_depth);
   luaL_checkstack(L, 3, "JSON value too deep");
+  if (p->b != NULL && p->b->stopped != NULL && ++p->nodes % TP_JSON_POLL_NODES == 0 &&
+      p->b->stopped(p->b->ud))
+    luaL_error(L, "%sstopped: the run has ended (a limit)", p->prefix);
   if (json_is_array(v)) {
     size_t n = json_array_size(v);
     lua_createtable(L, n > INT32_MAX ? INT32_MAX : (int)n, 0);
     for (size_t i = 0; i < n; i++) {
-      push_value(L, json_array_get(v, i), depth + 1, max_depth, mt, prefix);
+      push_value(L, p, json_array_get(v, i), depth + 1);
       lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    lua_pushvalue(L, mt);
+    lua_pushvalue(L, p->mt);
     lua_setmetatable(L, -2);
   }
   else {
@@ -587,32 +740,45 @@ static void push_value (lua_State *L, const json_t *v, int depth, int max_depth,
     lua_createtable(L, 0, n > INT32_MAX ? INT32_MAX : (int)n);
     json_object_keylen_foreach((json_t *)v, key, klen, child) {
       lua_pushlstring(L, key, klen);
-      push_value(L, child, depth + 1, max_depth, mt, prefix);
+      push_value(L, p, child, depth + 1);
       lua_rawset(L, -3);
     }
   }
 }
 
-static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, const char *prefix) {
+static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, const char *prefix,
+                              const tp_json_budget *b) {
+  pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, prefix, b, 0 };
   if (v == NULL) { lua_pushlightuserdata(L, NULL); return; }
-  if (max_depth <= 0) max_depth = TP_JSON_MAX_DEPTH;
   if (json_is_array(v) || json_is_object(v)) {
     luaL_checkstack(L, 4, "JSON value too deep");
     tp_json_push_array_mt(L);
-    int mt = lua_gettop(L);
-    push_value(L, v, 0, max_depth, mt, prefix);
-    lua_remove(L, mt);
+    p.mt = lua_gettop(L);
+    push_value(L, &p, v, 0);
+    lua_remove(L, p.mt);
   }
-  else push_value(L, v, 0, max_depth, 0, prefix);
+  else push_value(L, &p, v, 0);
 }
 
 void tp_json_push (lua_State *L, const json_t *v, int max_depth) {
-  push_with_prefix(L, v, max_depth, "json: ");
+  push_with_prefix(L, v, max_depth, "json: ", NULL);
 }
 
 /* ---- JSON text ------------------------------------------------------------------------- */
 
-typedef struct dbuf { char *p; size_t len, cap; int oom; } dbuf;
+/* A growing text buffer. With a budget, each growth is charged before it is made
+** (charged: what this buffer charged, for the refund) and the verdict is polled every
+** TP_JSON_POLL_NODES containers; a refusal or a verdict is reported as oom, with
+** refused or stopped set. */
+typedef struct dbuf {
+  char *p;
+  size_t len, cap;
+  int oom;
+  const tp_json_budget *budget;
+  size_t charged;
+  unsigned nodes;
+  int refused, stopped;
+} dbuf;
 
 static int db_grow (dbuf *b, size_t need) {
   if (b->oom) return 0;
@@ -622,10 +788,25 @@ static int db_grow (dbuf *b, size_t need) {
     if (cap > SIZE_MAX / 2) { b->oom = 1; return 0; }
     cap *= 2;
   }
+  if (b->budget != NULL) {
+    if (b->budget->charge(b->budget->ud, cap - b->cap) != 0) {
+      b->oom = b->refused = 1;
+      return 0;
+    }
+    b->charged += cap - b->cap;
+  }
   char *p = realloc(b->p, cap);
   if (p == NULL) { b->oom = 1; return 0; }
   b->p = p; b->cap = cap;
   return 1;
+}
+
+/* Polls the verdict every TP_JSON_POLL_NODES containers; 0 when stopped. */
+static int db_poll (dbuf *b) {
+  if (b->budget == NULL || b->budget->stopped == NULL ||
+      ++b->nodes % TP_JSON_POLL_NODES != 0 || !b->budget->stopped(b->budget->ud)) return 1;
+  b->oom = b->stopped = 1;
+  return 0;
 }
 
 static void db_put (dbuf *b, const char *s, size_t n) {
@@ -719,6 +900,7 @@ static void dump_value (dbuf *b, const json_t *v) {
     case JSON_STRING: dump_string(b, json_string_value(v), json_string_length(v)); return;
     case JSON_ARRAY: {
       size_t n = json_array_size(v);
+      if (!db_poll(b)) return;
       db_putc(b, '[');
       for (size_t i = 0; i < n && !b->oom; i++) {
         if (i) db_putc(b, ',');
@@ -733,6 +915,7 @@ static void dump_value (dbuf *b, const json_t *v) {
       const char *key;
       size_t klen;
       json_t *child;
+      if (!db_poll(b)) return;
       if (n > 16 && (items = malloc(n * sizeof *items)) == NULL) { b->oom = 1; return; }
       json_object_keylen_foreach((json_t *)v, key, klen, child) {
         if (i < n) items[i++] = (kv){ key, klen, child };
@@ -773,9 +956,25 @@ static int dump_into (dbuf *b, const json_t *v) {
 }
 
 char *tp_json_dumpsn (const json_t *v, size_t *len) {
-  dbuf b = { NULL, 0, 0, 0 };
+  dbuf b = { NULL, 0, 0, 0, NULL, 0, 0, 0, 0 };
   if (!dump_into(&b, v)) { free(b.p); return NULL; }
   if (len) *len = b.len;
+  return b.p;
+}
+
+char *tp_json_dumps_charged (const json_t *v, const tp_json_budget *budget, size_t *len,
+                             size_t *charged, int *refused) {
+  dbuf b = { NULL, 0, 0, 0, budget, 0, 0, 0, 0 };
+  *charged = 0;
+  if (refused) *refused = 0;
+  if (!dump_into(&b, v)) {
+    free(b.p);
+    if (b.charged) budget->refund(budget->ud, b.charged);
+    if (refused) *refused = b.refused ? 1 : b.stopped ? 2 : 0;
+    return NULL;
+  }
+  if (len) *len = b.len;
+  *charged = b.charged;
   return b.p;
 }
 
@@ -802,6 +1001,41 @@ static void loads_message (const json_error_t *je, char *out, size_t cap) {
   else if (strstr(text, "NUL byte in object key") != NULL)
     hint = " (object keys cannot contain \\u0000)";
   snprintf(out, cap, "%s%s at line %d column %d", text, hint, je->line, je->column);
+}
+
+/* Feeds jansson the text in pieces, polling the run's verdict between them: parsing stops
+** (an error) once the run has one. */
+typedef struct feed { const char *p; size_t left; const tp_json_budget *b; int stopped; } feed;
+
+#define FEED_PIECE (64u << 10)  /* jansson parses this in well under a millisecond */
+
+static size_t feed_piece (void *buf, size_t cap, void *ud) {
+  feed *f = ud;
+  if (f->b->stopped(f->b->ud)) { f->stopped = 1; return (size_t)-1; }
+  size_t n = f->left < cap ? f->left : cap;
+  if (n > FEED_PIECE) n = FEED_PIECE;
+  memcpy(buf, f->p, n);
+  f->p += n;
+  f->left -= n;
+  return n;
+}
+
+json_t *tp_json_loads_polled (const char *text, size_t len, const tp_json_budget *b,
+                              tp_json_err *err) {
+  if (b == NULL || b->stopped == NULL || text == NULL || len <= FEED_PIECE ||
+      len > TP_JSON_DECODE_MAX_BYTES)
+    return tp_json_loads(text, len, err);
+  json_error_t je;
+  feed f = { text, len, b, 0 };
+  if (err) { strcpy(err->path, "$"); err->message[0] = '\0'; }
+  json_t *v = json_load_callback(feed_piece, &f, JSON_DECODE_ANY | JSON_ALLOW_NUL |
+                                 JSON_REJECT_DUPLICATES, &je);
+  if (v == NULL && err) {
+    if (f.stopped) snprintf(err->message, sizeof err->message, "stopped: the run has ended "
+                            "(a limit)");
+    else loads_message(&je, err->message, sizeof err->message);
+  }
+  return v;
 }
 
 json_t *tp_json_loads (const char *text, size_t len, tp_json_err *err) {
@@ -856,13 +1090,26 @@ json_t *tp_json_string_lossy (const char *s, size_t len, const char *suffix) {
 ** pushed, encode's reusable output buffer. Its __gc frees what it holds, so nothing leaks
 ** when a memory error unwinds past the C function.
 */
-typedef struct box { json_t *tree; char *buf; size_t cap; } box;
+typedef struct box {
+  json_t *tree;
+  char *buf;
+  size_t cap;
+  const tp_json_budget *budget;  /* the tree's cost is refunded here when it is freed */
+  size_t cost;
+} box;
+
+/* Frees the tree a box holds and refunds its cost. */
+static void box_release (box *b) {
+  json_decref(b->tree);
+  b->tree = NULL;
+  if (b->cost && b->budget) b->budget->refund(b->budget->ud, b->cost);
+  b->cost = 0;
+}
 
 static int box_gc (lua_State *L) {
   box *b = lua_touserdata(L, 1);
   if (b != NULL) {
-    json_decref(b->tree);
-    b->tree = NULL;
+    box_release(b);
     free(b->buf);
     b->buf = NULL;
     b->cap = 0;
@@ -872,25 +1119,55 @@ static int box_gc (lua_State *L) {
 
 static box *new_box (lua_State *L, int mt) {
   box *b = lua_newuserdatauv(L, sizeof *b, 0);
-  b->tree = NULL; b->buf = NULL; b->cap = 0;
+  b->tree = NULL; b->buf = NULL; b->cap = 0; b->budget = NULL; b->cost = 0;
   lua_pushvalue(L, mt);
   lua_setmetatable(L, -2);
   return b;
 }
 
-/* json.encode(v): upvalue 1 is the box holding the reusable output buffer. */
+/* The budget of this state (tp_json_set_budget), or NULL. */
+static const tp_json_budget *get_budget (lua_State *L) {
+  const tp_json_budget *b = NULL;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &budget_key) == LUA_TLIGHTUSERDATA)
+    b = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return b;
+}
+
+/*
+** json.encode(v): upvalue 1 is the box holding the reusable output buffer. The tree and
+** the text are charged to the state's budget while they exist: the walk and the dump
+** poll the run's verdict as they go (bounded in time by it) and stop at the budget
+** (bounded in size). The buffer kept between calls (at most 1 MiB) is not charged.
+*/
 static int l_encode (lua_State *L) {
   tp_json_err err;
+  tp_json_opts o;
   luaL_checkany(L, 1);
-  json_t *v = tp_json_from_lua(L, 1, TP_JSON_MAX_DEPTH, TP_JSON_ENCODE_MAX_BYTES, &err);
+  memset(&o, 0, sizeof o);
+  o.max_depth = TP_JSON_MAX_DEPTH;
+  o.max_bytes = TP_JSON_ENCODE_MAX_BYTES;
+  o.budget = get_budget(L);
+  json_t *v = tp_json_from_lua_ex(L, 1, &o, &err);
   if (v == NULL) return luaL_error(L, "json.encode: %s", err.message);
   box *bx = lua_touserdata(L, lua_upvalueindex(1));
-  dbuf b = { bx->buf, 0, bx->cap, 0 };
+  dbuf b = { bx->buf, 0, bx->cap, 0, o.budget, 0, 0, 0, 0 };
   int ok = dump_into(&b, v);
   json_decref(v);
+  if (o.cost) o.budget->refund(o.budget->ud, o.cost);
+  if (b.charged) o.budget->refund(o.budget->ud, b.charged);
   bx->buf = b.p;  /* the box owns the buffer before anything can raise */
   bx->cap = b.cap;
-  if (!ok) return luaL_error(L, "json.encode: out of memory");
+  if (!ok) {
+    if (b.refused) {
+      const char *m = "json.encode: the JSON text needs more host memory than the run's "
+                      "memory limit allows; encode less data at once";
+      if (o.budget->note) o.budget->note(o.budget->ud, m);
+      return luaL_error(L, "%s", m);
+    }
+    if (b.stopped) return luaL_error(L, "json.encode: stopped: the run has ended (a limit)");
+    return luaL_error(L, "json.encode: out of memory");
+  }
   lua_pushlstring(L, b.p, b.len);
   if (bx->cap > (1u << 20)) {  /* do not keep a large buffer around */
     free(bx->buf);
@@ -900,7 +1177,14 @@ static int l_encode (lua_State *L) {
   return 1;
 }
 
-/* json.decode(s): upvalue 1 is the box metatable. */
+/*
+** json.decode(s): upvalue 1 is the box metatable. jansson builds the whole tree before it
+** is pushed into Lua, so its cost is estimated from the text first (one O(n) pass) and
+** charged before parsing, and refunded when the tree is freed. Bounded in time by the
+** verdict: jansson is fed the text in 64 KiB pieces and the verdict is polled between them
+** (jansson takes 10 to 150 ms a MiB here, by content), and the push into Lua polls it too.
+** Freeing the tree is not polled: it is bounded by the budget (~70 ms for a 64 MiB one).
+*/
 static int l_decode (lua_State *L) {
   tp_json_err err;
   size_t len;
@@ -908,9 +1192,6 @@ static int l_decode (lua_State *L) {
     return luaL_error(L, "json.decode: expected a string of JSON text, got %s",
                       luaL_typename(L, 1));
   const char *s = lua_tolstring(L, 1, &len);
-  /* The tree is built in host memory, up to ~20 bytes a byte of text ([1,1,1,...]); a
-  ** sandbox caps the text it may decode (tp_json_set_decode_cap) so a script cannot make
-  ** the host hold many times its own memory limit. */
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &decode_cap_key) == LUA_TNUMBER) {
     lua_Integer cap = lua_tointeger(L, -1);
     if (cap > 0 && len > (size_t)cap)
@@ -919,13 +1200,30 @@ static int l_decode (lua_State *L) {
                         "or raise the memory limit", (LUAI_UACINT)len, (LUAI_UACINT)cap);
   }
   lua_pop(L, 1);
+  const tp_json_budget *budget = get_budget(L);
   box *bx = new_box(L, lua_upvalueindex(1));
-  json_t *v = tp_json_loads(s, len, &err);
+  if (budget != NULL) {
+    size_t cost = tp_json_text_cost(s, len);
+    if (budget->charge(budget->ud, cost) != 0) {
+      char m[200];
+      snprintf(m, sizeof m, "json.decode: decoding %zu bytes of JSON text would take about "
+               "%zu bytes of host memory, more than the run's memory limit allows; decode "
+               "smaller pieces", len, cost);
+      if (budget->note) budget->note(budget->ud, m);
+      return luaL_error(L, "%s", m);
+    }
+    bx->budget = budget;  /* from here on, the box refunds it (box_gc) */
+    bx->cost = cost;
+  }
+  json_t *v = tp_json_loads_polled(s, len, budget, &err);
+  if (v != NULL) {
+    bx->tree = v;
+    push_with_prefix(L, v, TP_JSON_MAX_DEPTH, "json.decode: ", budget);  /* may raise */
+    lua_insert(L, -2);  /* the value below the box */
+  }
+  box_release(bx);  /* frees the tree and refunds it now, not at the next collection */
+  lua_pop(L, 1);
   if (v == NULL) return luaL_error(L, "json.decode: %s", err.message);
-  bx->tree = v;
-  push_with_prefix(L, v, TP_JSON_MAX_DEPTH, "json.decode: ");
-  bx->tree = NULL;
-  json_decref(v);
   return 1;
 }
 
@@ -958,6 +1256,12 @@ static void push_box_mt (lua_State *L) {
     lua_pushvalue(L, -1);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &box_mt_key);
   }
+}
+
+void tp_json_set_budget (lua_State *L, const tp_json_budget *b) {
+  if (b == NULL) lua_pushnil(L);
+  else lua_pushlightuserdata(L, (void *)b);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &budget_key);
 }
 
 void tp_json_set_decode_cap (lua_State *L, size_t bytes) {

@@ -43,7 +43,7 @@ static void idle_start(tp_engine *e);
 
 static const char *const kill_codes[TP_KILL__COUNT] = {
   "runtime", "limit.memory", "limit.instructions", "limit.cpu", "limit.time",
-  "limit.output", "cancelled", "limit.tool_calls",
+  "limit.output", "cancelled", "limit.tool_calls", "limit.result",
 };
 
 const char *tp__kill_code (tp_kill why) { return kill_codes[why]; }
@@ -65,7 +65,9 @@ void tp__kill_message (const tp_sandbox *sb, tp_kill why, char *buf, size_t len)
   const tp_limits *l = &sb->limits;
   switch (why) {
     case TP_KILL_MEMORY: human_size(n, sizeof n, l->memory);
-      snprintf(buf, len, "the script used more than its memory limit of %s", n); break;
+      if (sb->kill_note[0]) snprintf(buf, len, "%s", sb->kill_note);  /* host memory */
+      else snprintf(buf, len, "the script used more than its memory limit of %s", n);
+      break;
     case TP_KILL_INSTRUCTIONS:
       snprintf(buf, len, "the script ran more than its limit of %llu instructions",
                (unsigned long long)l->instructions); break;
@@ -79,6 +81,10 @@ void tp__kill_message (const tp_sandbox *sb, tp_kill why, char *buf, size_t len)
     case TP_KILL_TOOL_CALLS:
       if (sb->kill_note[0]) snprintf(buf, len, "%s", sb->kill_note);
       else snprintf(buf, len, "the script made more tool calls than its limit allows");
+      break;
+    case TP_KILL_RESULT: human_size(n, sizeof n, l->result);
+      if (sb->kill_note[0]) snprintf(buf, len, "%s", sb->kill_note);
+      else snprintf(buf, len, "the script's result is larger than its result limit of %s", n);
       break;
     default: snprintf(buf, len, "stopped"); break;
   }
@@ -95,6 +101,8 @@ static const char *kill_hint (tp_kill why) {
     case TP_KILL_CANCELLED: return "The host stopped the run; run it again if needed.";
     case TP_KILL_TOOL_CALLS: return "Make fewer tool calls: use a tool that returns many items "
       "at once, or stop the loop earlier.";
+    case TP_KILL_RESULT: return "Return less: a summary, the first items, or only the fields "
+      "that are needed.";
     default: return NULL;
   }
 }
@@ -253,123 +261,193 @@ static json_t *stats (const tp_run *r) {
   return s;
 }
 
-/* Appends "key":<text> to the buffer; returns -1 when out of memory. */
-static int put_text (char **buf, size_t *len, size_t *cap, const char *key, const char *text,
-                     size_t vlen) {
-  size_t klen = strlen(key), need = *len + klen + vlen + 8;
-  if (need > *cap) {
-    size_t ncap = need * 2;
-    char *nb = realloc(*buf, ncap);
-    if (nb == NULL) return -1;
-    *buf = nb;
-    *cap = ncap;
-  }
-  *len += (size_t)sprintf(*buf + *len, "%s\"%s\":", *len > 1 ? "," : "", key);
-  memcpy(*buf + *len, text, vlen);
-  *len += vlen;
-  (*buf)[*len] = '\0';
-  return 0;
+/* The envelope's pieces, in their order: "key":<JSON text>. */
+enum { P_OK, P_VALUE, P_LOGS, P_CALLS, P_STATS, P__COUNT };
+typedef struct piece { const char *key; char *text; size_t len; } piece;
+
+static size_t envelope_size (const piece *p) {
+  size_t n = 2;  /* {} */
+  for (int i = 0; i < P__COUNT; i++) n += strlen(p[i].key) + p[i].len + 4;  /* ,"k": */
+  return n;
 }
 
-/* Appends "key":<json of v>. */
-static int put (char **buf, size_t *len, size_t *cap, const char *key, const json_t *v) {
-  size_t vlen;
-  char *text = tp_json_dumpsn(v, &vlen);
-  if (text == NULL) return -1;
-  int rc = put_text(buf, len, cap, key, text, vlen);
-  free(text);
-  return rc;
+/* A piece's text from a tree (NULL: the piece is lost, which fails the envelope). */
+static void piece_of (piece *p, const char *key, const json_t *v) {
+  p->key = key;
+  p->text = tp_json_dumpsn(v, &p->len);
 }
 
-/* Builds the envelope from ok/result or error; steals the references. Keys come in a
-** fixed order, "ok" first, so a person or a model reads the verdict before the data. */
-static void finish (tp_run *r, json_t *result, json_t *error) {
-  size_t len = 1, cap = 256;
-  char *buf = malloc(cap);
-  json_t *logs = r->sb ? json_incref(r->sb->logs) : json_array();
-  json_t *st;
-  size_t calls_len = 0;
+/*
+** Builds the envelope from the result's JSON text (stolen; NULL for null) or from error
+** (stolen). Keys come in a fixed order, "ok" first, so a person or a model reads the
+** verdict before the data. The envelope is made in one allocation of its exact size,
+** charged to the run's host budget; when an ok envelope does not fit, the run ends with
+** limit.memory instead and the result is left out, while logs and calls stay (each is
+** bounded by its own cap, and side effects must be reported). Bounded in time by size
+** caps: every piece is capped (result, output, calls), and joining them is a copy.
+*/
+static void finish (tp_run *r, char *result_text, size_t result_len, json_t *error) {
+  tp_sandbox *sb = r->sb;
+  piece p[P__COUNT];
+  json_t *logs = sb ? json_incref(sb->logs) : json_array();
   r->state = ST_DONE;
   tp__run_cancel_calls(r);
-  char *calls = tp__run_calls_text(r, &calls_len);
-  st = r->sb ? stats(r) : json_object();
-  r->ok = error == NULL;
-  if (result == NULL && error == NULL) result = json_null();
-  if (buf != NULL) {
-    buf[0] = '{';
-    buf[1] = '\0';
-    if (put(&buf, &len, &cap, "ok", error ? json_false() : json_true()) != 0 ||
-        (error ? put(&buf, &len, &cap, "error", error)
-               : put(&buf, &len, &cap, "result", result)) != 0 ||
-        put(&buf, &len, &cap, "logs", logs) != 0 ||
-        calls == NULL || put_text(&buf, &len, &cap, "calls", calls, calls_len) != 0 ||
-        put(&buf, &len, &cap, "stats", st) != 0) {
-      free(buf);
-      buf = NULL;
-    }
-    else {
-      buf[len++] = '}';
-      buf[len] = '\0';
-    }
-  }
-  json_decref(result);
-  json_decref(error);
+  memset(p, 0, sizeof p);
+  p[P_CALLS].key = "calls";
+  p[P_CALLS].text = tp__run_calls_text(r, &p[P_CALLS].len);
+  json_t *st = sb ? stats(r) : json_object();
+  piece_of(&p[P_LOGS], "logs", logs);
+  piece_of(&p[P_STATS], "stats", st);
   json_decref(logs);
-  free(calls);
   json_decref(st);
+  for (int pass = 0; pass < 2; pass++) {
+    r->ok = error == NULL;
+    piece_of(&p[P_OK], "ok", r->ok ? json_true() : json_false());
+    if (error != NULL) piece_of(&p[P_VALUE], "error", error);
+    else if (result_text != NULL) p[P_VALUE] = (piece){ "result", result_text, result_len };
+    else piece_of(&p[P_VALUE], "result", json_null());
+    result_text = NULL;  /* owned by the piece now */
+    size_t need = envelope_size(p);
+    if (sb == NULL) break;
+    if (error != NULL) {  /* charged when it fits: an error envelope keeps its own verdict */
+      if ((sb->host_cap == 0 || (need <= sb->host_cap && sb->host_used <= sb->host_cap - need))
+          && tp__host_charge(sb, need) == 0)
+        r->envelope_cost = need;
+      break;
+    }
+    if (tp__host_charge(sb, need) == 0) { r->envelope_cost = need; break; }
+    /* an ok envelope past the budget: the verdict is limit.memory now */
+    free(p[P_OK].text);
+    free(p[P_VALUE].text);
+    char msg[256];
+    tp__kill_message(sb, TP_KILL_MEMORY, msg, sizeof msg);
+    error = make_error(r, "limit.memory", msg, strlen(msg), 0, kill_hint(TP_KILL_MEMORY));
+  }
+  size_t total = envelope_size(p), len = 0;
+  char *buf = malloc(total + 1);
+  for (int i = 0; i < P__COUNT && buf != NULL; i++) {
+    if (p[i].text == NULL) { free(buf); buf = NULL; break; }
+    len += (size_t)sprintf(buf + len, "%c\"%s\":", i ? ',' : '{', p[i].key);
+    memcpy(buf + len, p[i].text, p[i].len);
+    len += p[i].len;
+  }
+  if (buf != NULL) {
+    buf[len++] = '}';
+    buf[len] = '\0';
+  }
+  for (int i = 0; i < P__COUNT; i++) free(p[i].text);
+  json_decref(error);
   r->envelope = buf;
   if (r->envelope == NULL)  /* the host is out of memory: still say what happened */
     r->envelope = strdup("{\"ok\":false,\"error\":{\"code\":\"runtime\",\"message\":"
                          "\"the host ran out of memory while building the result\"}}");
 }
 
-/* The script returned nres values on top of T: the result is nil, the value, or an
-** array of them. */
+/*
+** The script returned nres values on top of T: the result is nil, the value, or an
+** array of them. All the values share one result cap (limits.result, JSON text) and the
+** run's host budget (the trees at their cost in host memory, then the text): past the
+** cap the run ends with limit.result, past the budget with limit.memory, as soon as the
+** conversion passes it. Bounded in time by the run's verdict: the watchdog stays armed
+** while this runs (tp_run_step), and the walk and the dump poll the verdict every few
+** thousand nodes, so a deadline passing here ends the run with limit.time.
+*/
 static void finish_ok (tp_run *r, int nres) {
-  lua_State *T = r->sb->T;
+  tp_sandbox *sb = r->sb;
+  lua_State *T = sb->T;
+  const tp_json_budget *budget = tp__sandbox_budget(sb);
   tp_json_err jerr;
+  tp_json_opts o;
   json_t *result;
-  size_t cap = r->sb->limits.result;
+  size_t cap = sb->limits.result;
   memset(&jerr, 0, sizeof jerr);
+  memset(&o, 0, sizeof o);
+  o.max_bytes = cap;
+  o.budget = budget;
   if (nres == 0) result = json_null();
-  else if (nres == 1) result = tp_json_from_lua(T, -1, 0, cap, &jerr);
+  else if (nres == 1) result = tp_json_from_lua_ex(T, -1, &o, &jerr);
   else {
     result = json_array();
+    o.bytes = 2;  /* [] */
     for (int i = nres; result != NULL && i >= 1; i--) {
-      json_t *v = tp_json_from_lua(T, -i, 0, cap, &jerr);
-      if (v == NULL) { json_decref(result); result = NULL; break; }
-      json_array_append_new(result, v);
+      if (i % TP_JSON_POLL_NODES == 0 && atomic_load(&sb->kill) != TP_KILL_NONE) {
+        json_decref(result);  /* each walk polls only from its 4096th node */
+        result = NULL;
+        break;
+      }
+      json_t *v = tp_json_from_lua_ex(T, -i, &o, &jerr);
+      if (v == NULL || json_array_append_new(result, v) != 0) {
+        json_decref(result);
+        result = NULL;
+        break;
+      }
+      o.bytes++;  /* , */
     }
   }
   if (result == NULL) {
+    if (o.cost) budget->refund(budget->ud, o.cost);  /* values converted before the failure */
+    int why = atomic_load(&sb->kill);
+    if (why == TP_KILL_NONE && o.over_bytes) {
+      char cs[48];
+      human_size(cs, sizeof cs, cap);
+      snprintf(sb->kill_note, sizeof sb->kill_note, "the script's return value is larger "
+               "than its result limit of %s of JSON (at %.60s)", cs, jerr.path);
+      tp__sandbox_kill(sb, TP_KILL_RESULT);
+      why = TP_KILL_RESULT;
+    }
+    else if (why == TP_KILL_MEMORY && o.over_budget) {
+      char ms[48];
+      human_size(ms, sizeof ms, sb->limits.memory);
+      snprintf(sb->kill_note, sizeof sb->kill_note, "the script's result as JSON needs more "
+               "host memory than its memory limit of %.16s (at %.40s); a table "
+               "that appears several times is copied each time", ms, jerr.path);
+    }
+    if (why != TP_KILL_NONE) {
+      char msg[256];
+      tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
+      finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), 0,
+                                    kill_hint((tp_kill)why)));
+      return;
+    }
     char msg[700];
     int has_path = jerr.path[0] && strstr(jerr.message, jerr.path) == NULL;
     snprintf(msg, sizeof msg, "the script's return value cannot be sent as JSON: %s%s%s",
              jerr.message, has_path ? " (at " : "", has_path ? jerr.path : "");
     if (has_path) strncat(msg, ")", sizeof msg - strlen(msg) - 1);
-    /* the codec's size cap (set to the result limit) is the only error naming it */
-    const char *code = strstr(jerr.message, "(max_bytes)") ? "limit.output" : "runtime";
-    finish(r, NULL, make_error(r, code, msg, strlen(msg), 0,
+    finish(r, NULL, 0, make_error(r, "runtime", msg, strlen(msg), 0,
       "Return plain data: tables of strings, numbers, booleans and json.null, "
       "with either array items or string keys."));
     return;
   }
-  if (cap) {
-    size_t n = 0;
-    char *text = tp_json_dumpsn(result, &n);
+  size_t n = 0, text_cost = 0;
+  int refused = 0;
+  char *text = tp_json_dumps_charged(result, budget, &n, &text_cost, &refused);
+  json_decref(result);
+  if (o.cost) budget->refund(budget->ud, o.cost);
+  if (text != NULL && cap && n > cap) {  /* escapes made the text longer than counted */
+    char cs[48];
+    human_size(cs, sizeof cs, cap);
     free(text);
-    if (n > cap) {
-      char msg[200], cs[48];
-      human_size(cs, sizeof cs, cap);
-      snprintf(msg, sizeof msg, "the script's result is %zu bytes of JSON, over its result "
-               "limit of %s", n, cs);
-      json_decref(result);
-      finish(r, NULL, make_error(r, "limit.output", msg, strlen(msg), 0,
-        "Return less: a summary, the first items, or only the fields that are needed."));
-      return;
-    }
+    text = NULL;
+    budget->refund(budget->ud, text_cost);
+    text_cost = 0;
+    snprintf(sb->kill_note, sizeof sb->kill_note, "the script's result is %zu bytes of "
+             "JSON, over its result limit of %s", n, cs);
+    tp__sandbox_kill(sb, TP_KILL_RESULT);
   }
-  finish(r, result, NULL);
+  int why = atomic_load(&sb->kill);
+  if (text == NULL && why == TP_KILL_NONE) why = TP_KILL_MEMORY;  /* the host's own malloc */
+  if (why != TP_KILL_NONE) {
+    char msg[256];
+    free(text);
+    if (text != NULL) budget->refund(budget->ud, text_cost);
+    tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
+    finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), 0,
+                                  kill_hint((tp_kill)why)));
+    return;
+  }
+  finish(r, text, n, NULL);
+  budget->refund(budget->ud, text_cost);  /* the text is in the envelope, charged there */
 }
 
 /* ---- compile ------------------------------------------------------------------------- */
@@ -559,7 +637,7 @@ void tp_run_cancel (tp_run *r) {
   char msg[256];
   tp__kill_message(r->sb, (tp_kill)why, msg, sizeof msg);
   int line = r->state == ST_STARTED ? error_line(r->sb->T) : 0;
-  finish(r, NULL, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
+  finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
                              kill_hint((tp_kill)why)));
   if (r->async) idle_start(r->e);  /* the driver reports it */
 }
@@ -571,7 +649,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (!r->compiled) {
     json_t *err = r->pending_error;
     r->pending_error = NULL;
-    finish(r, NULL, err);
+    finish(r, NULL, 0, err);
     return TP_DONE;
   }
   uint64_t now = tp__now_ns();
@@ -622,11 +700,19 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   int status = lua_resume(T, NULL, r->nargs, &nres);
   atomic_store(&sb->running, sb->L);
   tp__sandbox_leave();
-  if (wake) tp__watch_disarm(&r->e->wd, &r->watch);
-  r->cpu_used_ns += tp__thread_cpu_ns() - r->step_cpu0;
+  /* The watch stays armed until the envelope is built: a deadline (or the CPU limit)
+  ** passing while host code converts the result sets the verdict, which the converters
+  ** poll. The CPU used so far moves into cpu_used_ns under the watchdog's lock, since
+  ** run_fire reads both fields. */
+  uint64_t cpu_now = tp__thread_cpu_ns();
+  if (wake) pthread_mutex_lock(&r->e->wd.mu);
+  r->cpu_used_ns += cpu_now - r->step_cpu0;
+  r->step_cpu0 = cpu_now;
+  if (wake) pthread_mutex_unlock(&r->e->wd.mu);
   r->nargs = 0;
   tp__sandbox_charge(sb, T);
   if (sb->fail_armed) tp__sandbox_kill(sb, TP_KILL_MEMORY);  /* a refusal ended it */
+  if (status == LUA_YIELD && wake) tp__watch_disarm(&r->e->wd, &r->watch);
 
   if (status == LUA_YIELD) {
     if (sb->hook_yielded) {
@@ -641,11 +727,12 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
     }
     lua_pop(T, nres);
     const char *m = "the script yielded to the host outside a tool call";
-    finish(r, NULL, make_error(r, "runtime", m, strlen(m), error_line(T), NULL));
+    finish(r, NULL, 0, make_error(r, "runtime", m, strlen(m), error_line(T), NULL));
     return TP_DONE;
   }
   if (status == LUA_OK && atomic_load(&sb->kill) == TP_KILL_NONE) finish_ok(r, nres);
-  else finish(r, NULL, error_from_thread(r, T, status));
+  else finish(r, NULL, 0, error_from_thread(r, T, status));
+  if (wake) tp__watch_disarm(&r->e->wd, &r->watch);
   return TP_DONE;
 }
 
@@ -663,6 +750,7 @@ void tp_run_destroy (tp_run *r) {
   if (r->session) {
     r->session->busy = NULL;
     r->sb->run = NULL;
+    tp__host_refund(r->sb, r->envelope_cost);  /* the session's sandbox outlives it */
   }
   else tp__sandbox_destroy(r->sb);
   json_decref(r->pending_error);
@@ -853,7 +941,7 @@ static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limi
   if (check_only && r->compiled) {
     lua_settop(r->sb->T, 0);
     r->start_ns = tp__now_ns();
-    finish(r, NULL, NULL);
+    finish(r, NULL, 0, NULL);
   }
   int rc;
   for (;;) {

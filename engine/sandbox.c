@@ -160,6 +160,18 @@ void tp__host_refund (tp_sandbox *sb, size_t n) {
   sb->host_used = n < sb->host_used ? sb->host_used - n : 0;
 }
 
+static int budget_charge (void *ud, size_t n) { return tp__host_charge(ud, n); }
+static void budget_refund (void *ud, size_t n) { tp__host_refund(ud, n); }
+static int budget_stopped (void *ud) {
+  return atomic_load(&((tp_sandbox *)ud)->kill) != TP_KILL_NONE;
+}
+/* A refused charge's own words replace the budget's generic note. */
+static void budget_note (void *ud, const char *what) {
+  tp_sandbox *sb = ud;
+  if (atomic_load(&sb->kill) == TP_KILL_MEMORY)
+    snprintf(sb->kill_note, sizeof sb->kill_note, "%s", what);
+}
+
 /* ---- verdicts and the hook -------------------------------------------------------- */
 
 tp_sandbox *tp__sandbox_of (lua_State *L) {
@@ -1150,6 +1162,7 @@ static int open_sandbox (lua_State *L) {
   make_readonly(L);
   lua_setfield(L, NG, "json");
   tp_json_set_decode_cap(L, tp__sandbox_of(L)->mem_cap / 16);
+  tp_json_set_budget(L, tp__sandbox_budget(tp__sandbox_of(L)));
   lua_pushvalue(L, NG);
   tp__tools_open(L);  /* tools, parallel */
   lua_pop(L, 1);
@@ -1183,6 +1196,8 @@ tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
   sb->mem_cap = limits->memory;
   sb->out_cap = limits->output;
   sb->host_cap = limits->memory;
+  sb->json_budget = (tp_json_budget){ budget_charge, budget_refund, budget_stopped,
+                                     budget_note, sb };
   sb->instr_limit = limits->instructions;
   sb->meter.countdown = METER_STEPS;
   sb->meter.refill = meter_refill;
@@ -1243,6 +1258,7 @@ int tp__sandbox_reset (tp_sandbox *sb) {
   sb->logs_host = 0;
   sb->out_used = 0;
   sb->out_truncated = 0;
+  sb->host_used = sb->host_peak = 0;  /* nothing a finished run built is still held */
   sb->instr_used = 0;
   sb->instr_step_end = 0;
   sb->mem_peak = sb->mem_used;

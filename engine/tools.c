@@ -264,12 +264,37 @@ void tp__call_release (tp_call *c) {
 
 #define CODE_MAX 64  /* codes are short identifiers: tool.invalid_input */
 
+/* Lets go of the argument tree (tree) and text (text) and gives back what they were
+** charged to the run's host budget. */
+static void args_release (tp_call *c, int tree, int text) {
+  if (tree && c->args != NULL) {
+    json_decref(c->args);
+    c->args = NULL;
+    give_back(c, c->args_cost);
+    c->args_cost = 0;
+  }
+  if (text && c->args_text != NULL) {
+    give_back(c, block_cost(strlen(c->args_text) + 1));
+    free(c->args_text);
+    c->args_text = NULL;
+  }
+}
+
+/* Lets go of a result tree and gives back its charge. */
+static void result_release (tp_call *c) {
+  json_decref(c->result);
+  c->result = NULL;
+  give_back(c, c->result_cost);
+  c->result_cost = 0;
+}
+
 /* Records the outcome (results are checked by the caller) and starts queued calls. The
 ** message is cut to TP_MSG_MAX bytes; code and message are charged to the run. */
 void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, const char *msg) {
   if (c->state == CALL_DONE) { json_decref(result); return; }
   tp_run *r = c->run;
   int was_running = c->state == CALL_RUNNING;
+  if (!was_running && !c->handler_owns) args_release(c, 1, 1);  /* no handler will read them */
   c->state = CALL_DONE;
   c->end_ns = tp__now_ns();
   c->ok = ok;
@@ -402,10 +427,7 @@ static void dispatch (tp_run *r, tp_call *c, int was_queued) {
   }
   /* else: the embedding program completes it (tp_run_pending) */
   int handled = !c->handler_owns && (t->fn != NULL || t->lua_ref != LUA_NOREF);
-  if (c->args_text != NULL || handled) {
-    json_decref(c->args);
-    c->args = NULL;
-  }
+  if (c->args_text != NULL || handled) args_release(c, 1, 0);
 }
 
 size_t tp__run_active_from (tp_run *r) {
@@ -516,8 +538,7 @@ static void call_taken (tp_run *r, tp_call *c) {
   if (!c->consumed && c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   c->consumed = 1;
   if (c->state != CALL_DONE) return;
-  json_decref(c->result);  /* only its size stays, for the envelope */
-  c->result = NULL;
+  result_release(c);  /* only its size stays, for the envelope */
   if (is_listed(c)) {
     if (c->message) give_back(c, block_cost(strlen(c->message) + 1));
     free(c->message);
@@ -712,12 +733,30 @@ const char *tp_call_args (tp_call *c) {
 }
 
 /* Checks a result and records it; used by C handlers and host.c alike. */
-/* text_len: the size of the JSON text the result came from, or 0 to measure it. */
-static int complete (tp_call *c, json_t *result, size_t text_len) {
+/* text_len: the size of the JSON text the result came from, or 0 to measure it. cost:
+** what the tree was charged to the run's host budget already (charged 1), or charged 0
+** to charge it here (a refusal ends the run with limit.memory); refunded when the tree
+** is freed. */
+static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, int charged) {
+  tp_sandbox *sb = c->run ? c->run->sb : NULL;
   if (c->state == CALL_DONE || c->cancelled || c->run == NULL) {
     json_decref(result);
+    if (sb) tp__host_refund(sb, cost);
     return TP_ESTATE;
   }
+  if (!charged) {
+    cost = tp_json_tree_cost(result);  /* O(nodes), capped by tool_bytes of text */
+    if (tp__host_charge(sb, cost) != 0) {
+      json_decref(result);
+      snprintf(sb->kill_note, sizeof sb->kill_note, "tools.%.60s returned a result that needs "
+               "more host memory than the memory limit allows; ask it for less", c->name);
+      call_fail_now(c, "tool.failed", "tools.%s returned a result that needs more host "
+                    "memory than the run's memory limit allows", c->name);
+      return TP_OK;
+    }
+  }
+  c->result_cost = cost;
+  c->charged += cost;
   const tp_limits *l = &c->run->sb->limits;
   size_t n = text_len;
   if (n == 0) {
@@ -727,6 +766,8 @@ static int complete (tp_call *c, json_t *result, size_t text_len) {
   c->bytes_out = n;
   if (l->tool_bytes && n > l->tool_bytes) {
     json_decref(result);
+    give_back(c, c->result_cost);
+    c->result_cost = 0;
     call_fail_now(c, "tool.invalid_output", "tools.%s returned %zu bytes of JSON, over the "
                   "%zu-byte limit of a tool result", c->name, n, l->tool_bytes);
     return TP_OK;
@@ -740,6 +781,8 @@ static int complete (tp_call *c, json_t *result, size_t text_len) {
       else snprintf(msg, sizeof msg, "out of memory");
       tp_schema_errors_clear(&errs);
       json_decref(result);
+      give_back(c, c->result_cost);
+      c->result_cost = 0;
       call_fail_now(c, "tool.invalid_output", "tools.%s returned a result that does not "
                     "match its output schema: %s (a fault of the tool, not the script)",
                     c->name, msg);
@@ -752,9 +795,7 @@ static int complete (tp_call *c, json_t *result, size_t text_len) {
 
 static void handler_done (tp_call *c) {
   c->handler_owns = 0;
-  if (c->args_text) give_back(c, block_cost(strlen(c->args_text) + 1));
-  free(c->args_text);  /* tp_call_args is valid until the call is completed */
-  c->args_text = NULL;
+  args_release(c, 0, 1);  /* tp_call_args is valid until the call is completed */
   tp_run *r = c->run;
   if (r != NULL) start_queued(r);
   tp__call_release(c);
@@ -763,7 +804,7 @@ static void handler_done (tp_call *c) {
 int tp__call_complete_tree (tp_call *c, json_t *result);
 int tp__call_complete_tree (tp_call *c, json_t *result) {
   if (c == NULL) { json_decref(result); return TP_EINVAL; }
-  int rc = complete(c, result, 0);
+  int rc = complete(c, result, 0, 0, 0);
   handler_done(c);
   return rc;
 }
@@ -773,15 +814,31 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
   if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;
   if (len == 0) len = strlen(result_json);
   tp_json_err jerr;
-  json_t *v = tp_json_loads(result_json, len, &jerr);
+  int live = c->state != CALL_DONE && !c->cancelled && c->run;
+  /* the tree's cost, estimated from the text and charged before jansson builds it */
+  size_t cost = live ? tp_json_text_cost(result_json, len) : 0;
+  if (live && tp__host_charge(c->run->sb, cost) != 0) {
+    snprintf(c->run->sb->kill_note, sizeof c->run->sb->kill_note, "tools.%.60s returned %zu "
+             "bytes of JSON, which need more host memory than the memory limit allows; ask "
+             "it for less", c->name, len);
+    call_fail_now(c, "tool.failed", "tools.%s returned %zu bytes of JSON, which need more "
+                  "host memory than the run's memory limit allows", c->name, len);
+    handler_done(c);
+    return TP_OK;
+  }
+  /* polled: parsing up to tool_bytes of text stops when the run has a verdict */
+  json_t *v = tp_json_loads_polled(result_json, len,
+                                   live ? tp__sandbox_budget(c->run->sb) : NULL, &jerr);
   int rc;
   if (v == NULL) {
-    if (c->state != CALL_DONE && !c->cancelled && c->run)
+    if (live) {
+      tp__host_refund(c->run->sb, cost);
       call_fail_now(c, "tool.invalid_output", "tools.%s returned text that is not JSON: %s",
                     c->name, jerr.message);
+    }
     rc = TP_OK;
   }
-  else rc = complete(c, v, len);
+  else rc = complete(c, v, len, cost, 1);
   handler_done(c);
   return rc;
 }
@@ -1034,8 +1091,11 @@ static int ns_call (lua_State *L) {
   }
   json_t *args = NULL;
   int t = lua_type(L, 2);
-  size_t cap = sb->limits.tool_bytes;
   char msg[1200];
+  tp_json_opts o;  /* the tree is charged to the run's host budget as it is built */
+  memset(&o, 0, sizeof o);
+  o.max_bytes = sb->limits.tool_bytes;
+  o.budget = tp__sandbox_budget(sb);
   if (t == LUA_TNONE || t == LUA_TNIL) args = json_object();
   else if (t == LUA_TTABLE && ns_prefix(L, 2, NULL) != NULL) {
     snprintf(msg, sizeof msg, "tools.%s: called with ':' — call it with a dot: tools.%s{...}",
@@ -1047,7 +1107,8 @@ static int ns_call (lua_State *L) {
   }
   else if (t == LUA_TTABLE) {
     tp_json_err jerr;
-    args = tp_json_from_lua(L, 2, 0, cap, &jerr);
+    args = tp_json_from_lua_ex(L, 2, &o, &jerr);
+    if (args != NULL && !json_is_object(args)) tp__host_refund(sb, o.cost);
     if (args == NULL || !json_is_object(args)) {
       if (args == NULL)
         snprintf(msg, sizeof msg, "tools.%s: the arguments cannot be sent as JSON: %s", name,
@@ -1067,6 +1128,10 @@ static int ns_call (lua_State *L) {
   size_t in = 0;
   char *text = tp_json_dumpsn(args, &in);  /* what tp_call_args returns; NULL: made later */
   uint64_t id = c->id;
+  /* the tree stays charged (o.cost, by the walker) until the call lets go of it
+  ** (args_release); the text is charged by call_start */
+  c->args_cost = o.cost;
+  c->charged += o.cost;
   call_start(r, c, nlen, exact, args, text, in);
   lua_settop(L, 0);
   return await_call(L, id);

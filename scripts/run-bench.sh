@@ -5,8 +5,11 @@
 #   bench/mcp_call.mjs         mcp_call_ms: a tools/call round trip to `tidepool mcp`
 #                              over stdio, from a client in another process (node)
 #   build/bench/bench_tools    tool calls (see its header)
+#   build/tests/test_hostile   host_rss_ratio: the peak RSS of the worst hostile script
+#                              (spec/c/test_hostile.c, --memory 16M) divided by --memory
 # Targets (checked here, reported as "target_...: met|missed"): cold_run_us <= 30,
-# cpu_overhead_time <= 1.10, cli_run_ms <= 5. BENCH_SCALE=N repeats N times as much.
+# cpu_overhead_time <= 1.10, cli_run_ms <= 5, host_rss_ratio <= 4. BENCH_SCALE=N repeats N
+# times as much.
 # Exit status is non-zero only when a benchmark could not run, not when a target is missed.
 BUILD=${BUILD:-build}
 SCALE=${BENCH_SCALE:-1}
@@ -22,6 +25,8 @@ else
   echo "mcp_call_ms: not measured (node is not installed)"; status=1
 fi
 "$BUILD/bench/bench_tools" tools "$SCALE" | tee -a "$out" || status=1
+"$BUILD/tests/test_hostile" --bench | grep '^host_rss_ratio:' | tee -a "$out"
+grep -q '^host_rss_ratio:' "$out" || { echo "host_rss_ratio: not measured"; status=1; }
 
 target() {  # $1 name, $2 max
   v=$(sed -n "s/^$1: \([0-9.]*\) .*/\1/p" "$out")
@@ -35,4 +40,5 @@ target cli_run_ms 5
 target tool_call_us 2
 target ten_calls_run_us 60
 target parallel_10x50ms_ms 70
+target host_rss_ratio 4
 exit $status

@@ -164,7 +164,7 @@ describe("tidepool run options", function()
 
   it("--max-result refuses a large result", function()
     local env = run_json("return ('x'):rep(500)", "--max-result 100")
-    assert.are.equal("limit.output", env.error.code)
+    assert.are.equal("limit.result", env.error.code)
   end)
 
   it("--max-source refuses a long script", function()

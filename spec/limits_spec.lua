@@ -287,14 +287,55 @@ describe("limit.output", function()
       { max_output = 1000 })
   end)
 
-  it("a result too large is limit.output", function()
-    local env = fails("return ('x'):rep(1000)", "limit.output", { max_result = 100 })
-    assert.truthy(env.error.message:find("100", 1, true))
+end)
+
+describe("limit.result", function()
+  it("a result too large is limit.result", function()
+    local env = fails("return ('x'):rep(1000)", "limit.result", { max_result = 100 })
+    assert.are.equal("the script's return value is larger than its result limit of 100 "
+      .. "bytes of JSON (at $)", env.error.message)
   end)
 
   it("a result just under the cap passes", function()
     local env = tidepool.run("return ('x'):rep(98)", { max_result = 100 })
     assert.is_true(env.ok)
+  end)
+
+  it("the values of a multi-value return share one cap", function()
+    local env = fails("local s = ('x'):rep(60) return s, s", "limit.result", { max_result = 100 })
+    assert.are.equal("the script's return value is larger than its result limit of 100 "
+      .. "bytes of JSON (at $)", env.error.message)
+    assert.is_true(tidepool.run("local s = ('x'):rep(40) return s, s", { max_result = 100 }).ok)
+  end)
+
+  it("a result whose escapes make it longer than the cap is limit.result", function()
+    local env = fails("return ('\\1'):rep(40)", "limit.result", { max_result = 100 })
+    assert.are.equal("the script's result is 242 bytes of JSON, over its result limit of "
+      .. "100 bytes", env.error.message)
+  end)
+end)
+
+describe("host memory of the result", function()
+  it("a table returned through many references is charged each time: limit.memory", function()
+    local env = fails("local t = {} for _ = 1, 40 do t = { t, t } end return t",
+      "limit.memory", { memory = "16M", max_result = 0 })
+    assert.truthy(env.error.message:find("^the script's result as JSON needs more host "
+      .. "memory than its memory limit of 16 MiB"))
+  end)
+
+  it("an envelope past the budget ends with limit.memory and keeps the logs", function()
+    -- the result's text fits, but not together with the envelope that copies it
+    local env = fails("print(('y'):rep(900000)) return ('x'):rep(7500000)", "limit.memory",
+      { memory = "16M", max_result = 0 })
+    assert.are.equal(900000, #env.logs[1])
+    assert.is_nil(env.result)
+  end)
+
+  it("a result that fits the budget is returned whole", function()
+    local env = tidepool.run("local t = {} for i = 1, 1000 do t[i] = { i, 'x' } end return t",
+      { memory = "16M" })
+    assert.is_true(env.ok)
+    assert.are.equal(1000, #env.result)
   end)
 end)
 
@@ -335,9 +376,19 @@ describe("json.decode's input cap", function()
   end)
 
   it("decodes text under the cap", function()
-    local env = tidepool.run('return #json.decode("[" .. ("1,"):rep(200000) .. "1]")',
+    local env = tidepool.run('return #json.decode("[" .. ("1,"):rep(100000) .. "1]")',
       { memory = "8M" })
     assert.is_true(env.ok)
-    assert.are.equal(200001, env.result)
+    assert.are.equal(100001, env.result)
+  end)
+
+  it("text under the cap whose tree needs more host memory than the limit is limit.memory",
+    function()
+    -- 200,001 integers are ~400 KB of text but ~10 MB of jansson nodes (48 bytes each)
+    local env = fails('return #json.decode("[" .. ("1,"):rep(200000) .. "1]")',
+      "limit.memory", { memory = "8M" })
+    assert.are.equal("json.decode: decoding 400003 bytes of JSON text would take about "
+      .. "9600192 bytes of host memory, more than the run's memory limit allows; decode "
+      .. "smaller pieces", env.error.message)
   end)
 end)

@@ -3,6 +3,7 @@
 ** every encode error with its exact JSON path, metamethods that must not run, cycles and
 ** caps, invalid UTF-8, decode errors, and NULL inputs.
 */
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -561,6 +562,199 @@ TEST(memory_errors_are_clean_at_every_step) {
   CHECK(failures > 10);
 }
 
+
+/* ---- the host budget ----------------------------------------------------------------- */
+
+/* A budget for tests: a cap, what is charged now, its peak, and a stop flag. */
+typedef struct tbudget { size_t cap, used, peak, calls; int stop; } tbudget;
+static int tb_charge (void *ud, size_t n) {
+  tbudget *b = ud;
+  b->calls++;
+  if (b->used + n > b->cap) return -1;
+  b->used += n;
+  if (b->used > b->peak) b->peak = b->used;
+  return 0;
+}
+static void tb_refund (void *ud, size_t n) { tbudget *b = ud; b->used -= n; }
+static int tb_stopped (void *ud) { return ((tbudget *)ud)->stop; }
+
+static json_t *enc_budget (lua_State *L, const char *expr, tbudget *tb, tp_json_opts *o) {
+  char code[512];
+  static tp_json_budget jb;
+  jb = (tp_json_budget){ tb_charge, tb_refund, tb_stopped, NULL, tb };
+  snprintf(code, sizeof code, "return %s", expr);
+  const char *e = run(L, code);
+  if (e != NULL) { printf("#   %s\n", e); return NULL; }
+  memset(o, 0, sizeof *o);
+  o->budget = &jb;
+  memset(&err, 0, sizeof err);
+  json_t *v = tp_json_from_lua_ex(L, -1, o, &err);
+  lua_pop(L, 1);
+  return v;
+}
+
+TEST(a_dag_is_charged_each_time_it_is_expanded_and_stops_at_the_budget) {
+  lua_State *L = new_state();
+  tbudget tb = { 1u << 20, 0, 0, 0, 0 };
+  tp_json_opts o;
+  json_t *v = enc_budget(L, "(function() local t = {} for _ = 1, 40 do t = {t, t} end "
+                         "return t end)()", &tb, &o);
+  CHECK(v == NULL);
+  CHECK_INT(o.over_budget, 1);
+  CHECK_INT(o.cost, 0);
+  CHECK_INT(tb.used, 0);  /* what was charged is refunded with the tree */
+  CHECK(tb.peak <= (1u << 20));
+  CHECK(tb.peak > (1u << 20) - TP_JSON_CHARGE_BATCH);
+  CHECK_HAS(err.message, "needs more host memory than the run's memory limit allows");
+  lua_close(L);
+}
+
+TEST(a_small_value_costs_one_charge_at_its_cost) {
+  lua_State *L = new_state();
+  tbudget tb = { 1u << 20, 0, 0, 0, 0 };
+  tp_json_opts o;
+  json_t *v = enc_budget(L, "{ id = 1, name = 'abc', flag = true, list = {1.5, json.null} }",
+                         &tb, &o);
+  CHECK(v != NULL);
+  size_t want = TP_JSON_COST_OBJECT + 4 * TP_JSON_COST_MEMBER + 2 + 4 + 4 + 4 /* keys */
+    + TP_JSON_COST_NUMBER + TP_JSON_COST_STRING + 3 + TP_JSON_COST_SCALAR
+    + TP_JSON_COST_ARRAY + TP_JSON_COST_NUMBER + TP_JSON_COST_SCALAR;
+  CHECK_INT(o.cost, want);
+  CHECK_INT(tb.used, want);
+  CHECK_INT(tb.calls, 1);
+  CHECK_INT(tp_json_tree_cost(v), want);
+  json_decref(v);
+  lua_close(L);
+}
+
+TEST(the_walk_stops_when_the_verdict_is_set) {
+  lua_State *L = new_state();
+  tbudget tb = { SIZE_MAX / 2, 0, 0, 0, 1 };
+  tp_json_opts o;
+  json_t *v = enc_budget(L, "(function() local t = {} for i = 1, 10000 do t[i] = i end "
+                         "return t end)()", &tb, &o);
+  CHECK(v == NULL);
+  CHECK_INT(o.stopped, 1);
+  CHECK_INT(tb.used, 0);
+  CHECK_HAS(err.message, "the run has ended");
+  lua_close(L);
+}
+
+TEST(several_values_share_one_text_cap) {
+  lua_State *L = new_state();
+  tp_json_opts o;
+  memset(&o, 0, sizeof o);
+  o.max_bytes = 20;
+  lua_pushstring(L, "0123456789");  /* 12 bytes of JSON each */
+  json_t *a = tp_json_from_lua_ex(L, -1, &o, &err);
+  CHECK(a != NULL);
+  CHECK_INT(o.bytes, 12);
+  json_t *b = tp_json_from_lua_ex(L, -1, &o, &err);
+  CHECK(b == NULL);
+  CHECK_INT(o.over_bytes, 1);
+  json_decref(a);
+  lua_close(L);
+}
+
+TEST(decode_cost_is_estimated_from_the_text) {
+  char text[300];
+  /* 1 array, 40 numbers: short texts are bounded without a scan, longer ones counted */
+  size_t n = 0;
+  text[n++] = '[';
+  for (int i = 0; i < 40; i++) n += (size_t)sprintf(text + n, "%s%d", i ? "," : "", i * 7);
+  text[n++] = ']';
+  CHECK_INT(tp_json_text_cost(text, n), TP_JSON_COST_ARRAY + 40 * TP_JSON_COST_NUMBER);
+  CHECK_INT(tp_json_text_cost("[1]", 3), 3 * TP_JSON_COST_OBJECT);
+  /* an escaped quote does not end a string; keys count as strings */
+  const char *s = "{\"a\\\"b\":[true,false,null,\"x\\\\\"],\"pad\":\"................................\"}";
+  CHECK_INT(tp_json_text_cost(s, strlen(s)), TP_JSON_COST_OBJECT + 3 * TP_JSON_COST_SCALAR
+            + TP_JSON_COST_ARRAY + 4 * TP_JSON_COST_STRING + 4 + 3 + 3 + 32);
+  /* nesting past jansson's cap is not counted: parsing stops there */
+  static char deep[20000];
+  memset(deep, '[', sizeof deep);
+  CHECK_INT(tp_json_text_cost(deep, sizeof deep), 2048 * (size_t)TP_JSON_COST_ARRAY);
+}
+
+/* The figures in json.h are not below what jansson really allocates. */
+TEST(cost_figures_cover_what_jansson_allocates) {
+#if defined(__SANITIZE_ADDRESS__)
+  printf("#   skipped under AddressSanitizer: malloc is not glibc's\n");
+#else
+  const char *texts[] = { "[0,1,2,3,4,5,6,7,8,9]", "[\"\",\"abcdefghijklmnopqrstuvwxyz\"]",
+    "[{},{},{\"k1\":1,\"k2\":[]},[],[[]],null,true,1.5]", "{\"a\":{\"b\":{\"c\":\"d\"}}}" };
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+    /* 2000 copies in an array, so the figures are measured over many nodes */
+    size_t len = strlen(texts[i]), n = 0;
+    char *big = malloc(2000 * (len + 1) + 2);
+    big[n++] = '[';
+    for (int k = 0; k < 2000; k++) { if (k) big[n++] = ','; memcpy(big + n, texts[i], len); n += len; }
+    big[n++] = ']';
+    struct mallinfo2 m0 = mallinfo2();
+    json_t *v = tp_json_loads(big, n, NULL);
+    struct mallinfo2 m1 = mallinfo2();
+    size_t real = m1.uordblks - m0.uordblks, est = tp_json_text_cost(big, n);
+    CHECK(v != NULL);
+    if (est < real || tp_json_tree_cost(v) < real || est > 3 * real)
+      TP_FAIL_AT("%s: estimate %zu (tree %zu), jansson allocated %zu", texts[i], est,
+                 tp_json_tree_cost(v), real);
+    json_decref(v);
+    free(big);
+  }
+#endif
+}
+
+TEST(json_encode_and_decode_charge_the_budget_and_refund_it) {
+  lua_State *L = new_state();
+  tbudget tb = { 1u << 20, 0, 0, 0, 0 };
+  tp_json_budget jb = { tb_charge, tb_refund, tb_stopped, NULL, &tb };
+  tp_json_set_budget(L, &jb);
+  CHECK_STR(lua_str(L, "local t = {} for i = 1, 1000 do t[i] = i end "
+                    "local s = json.encode(t) return #json.decode(s) .. ''"), "1000");
+  CHECK_INT(tb.used, 0);
+  CHECK(tb.peak >= 1000 * TP_JSON_COST_NUMBER);
+  CHECK_HAS(lua_str(L, "local t = {} for _ = 1, 40 do t = {t, t} end return json.encode(t)"),
+            "json.encode: the JSON built from this value needs more host memory than the "
+            "run's memory limit allows (exceeded at $[0][0][0][0][0][0][0][0]");
+  CHECK_INT(tb.used, 0);
+  CHECK_HAS(lua_str(L, "return json.decode('[' .. ('0,'):rep(30000) .. '0]')"),
+            ":1: json.decode: decoding 60003 bytes of JSON text would take about 1440192 "
+            "bytes of host memory, more than the run's memory limit allows; decode smaller "
+            "pieces");
+  CHECK_INT(tb.used, 0);
+  tb.stop = 1;  /* polled at each batch of charges and every 4096 values */
+  CHECK_HAS(lua_str(L, "local t = {} for i = 1, 5000 do t[i] = {} end "
+                    "return #json.decode(json.encode(t))"),
+            ":1: json.encode: the conversion to JSON was stopped at $[");
+  CHECK_INT(tb.used, 0);
+  lua_close(L);
+}
+
+
+TEST(decode_of_long_text_is_polled_and_stops_with_the_verdict) {
+  tbudget tb = { SIZE_MAX / 2, 0, 0, 0, 0 };
+  tp_json_budget jb = { tb_charge, tb_refund, tb_stopped, NULL, &tb };
+  size_t n = 0;
+  char *text = malloc(300000);
+  text[n++] = '[';
+  for (int i = 0; i < 100000; i++) { memcpy(text + n, "1,", 2); n += 2; }
+  text[n++] = '1';
+  text[n++] = ']';
+  tp_json_err e1, e2;
+  json_t *v = tp_json_loads_polled(text, n, &jb, &e1);
+  CHECK(v != NULL && json_array_size(v) == 100001);
+  json_decref(v);
+  text[n - 1] = 'x';  /* the same error, at the same place, as the one-piece parse */
+  CHECK(tp_json_loads_polled(text, n, &jb, &e1) == NULL);
+  CHECK(tp_json_loads(text, n, &e2) == NULL);
+  CHECK_STR(e1.message, e2.message);
+  CHECK_HAS(e1.message, "column 200003");
+  text[n - 1] = ']';
+  tb.stop = 1;
+  CHECK(tp_json_loads_polled(text, n, &jb, &e1) == NULL);
+  CHECK_STR(e1.message, "stopped: the run has ended (a limit)");
+  free(text);
+}
+
 int main (void) {
   RUN(encodes_scalars_exactly);
   RUN(encodes_tables_arrays_and_objects);
@@ -583,5 +777,13 @@ int main (void) {
   RUN(push_raises_past_its_depth_cap);
   RUN(null_inputs_are_handled);
   RUN(memory_errors_are_clean_at_every_step);
+  RUN(a_dag_is_charged_each_time_it_is_expanded_and_stops_at_the_budget);
+  RUN(a_small_value_costs_one_charge_at_its_cost);
+  RUN(the_walk_stops_when_the_verdict_is_set);
+  RUN(several_values_share_one_text_cap);
+  RUN(decode_cost_is_estimated_from_the_text);
+  RUN(cost_figures_cover_what_jansson_allocates);
+  RUN(json_encode_and_decode_charge_the_budget_and_refund_it);
+  RUN(decode_of_long_text_is_polled_and_stops_with_the_verdict);
   return tp_test_end();
 }
