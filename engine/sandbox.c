@@ -424,6 +424,13 @@ static int sb_warn (lua_State *L) {
 static lua_CFunction orig_load, orig_setmetatable, orig_rawset, orig_xpcall, orig_format, orig_rep,
                      orig_find, orig_sort;
 
+/* The arithmetic metamethods of Lua's string metatable (lstrlib.c), which coerce
+** numeric strings: "10" + 1 == 11. The sandbox's string metatable keeps them. */
+static const char *const string_arith[] = { "__add", "__sub", "__mul", "__mod", "__pow",
+  "__div", "__idiv", "__unm" };
+#define NSTRING_ARITH (sizeof string_arith / sizeof string_arith[0])
+static lua_CFunction orig_string_arith[NSTRING_ARITH];
+
 static int sb_load (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   size_t len;
@@ -499,14 +506,73 @@ static int sb_rawset (lua_State *L) {
   return orig_rawset(L);
 }
 
+/*
+** collectgarbage: Lua 5.4.7's options and return values (lbaselib.c). "collect", "step"
+** and "count" act on the sandbox state's own collector; their work is bounded by the
+** heap, which the memory cap bounds, and no finalizer can run in it (setmetatable
+** refuses __gc). "stop", "restart", "incremental", "generational", "setpause" and
+** "setstepmul" answer what Lua would (0, the previous mode or value) and "isrunning"
+** reports what the script asked for, but the collector itself keeps the engine's
+** settings: with it stopped, a state at its cap fails allocations that Lua makes
+** without an emergency collection (luaL_Buffer's box), so a script that only meant to
+** go faster would end with limit.memory; and TP_GC_AGGRESSIVE test reruns rely on the
+** engine's settings.
+*/
+static char gcstate_key;  /* registry: the nominal tuning a script asked for */
+typedef struct gc_nominal { int stopped, generational, pause, stepmul; } gc_nominal;
+
+static gc_nominal *gc_state (lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &gcstate_key) == LUA_TUSERDATA) {
+    gc_nominal *g = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return g;
+  }
+  lua_pop(L, 1);
+  gc_nominal *g = lua_newuserdatauv(L, sizeof *g, 0);
+  g->stopped = 0;
+  g->generational = 0;
+  g->pause = 200;     /* LUAI_GCPAUSE */
+  g->stepmul = 100;   /* LUAI_GCMUL */
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &gcstate_key);
+  return g;
+}
+
 static int sb_collectgarbage (lua_State *L) {
-  const char *opt = luaL_optstring(L, 1, "collect");
-  if (strcmp(opt, "count") != 0)
-    return luaL_error(L, "collectgarbage(\"%s\") is not available in the sandbox; "
-                         "only collectgarbage(\"count\") is", opt);
-  int kb = lua_gc(L, LUA_GCCOUNT), b = lua_gc(L, LUA_GCCOUNTB);
-  lua_pushnumber(L, (lua_Number)kb + (lua_Number)b / 1024);
-  return 1;
+  static const char *const opts[] = { "stop", "restart", "collect", "count", "step",
+    "setpause", "setstepmul", "isrunning", "generational", "incremental", NULL };
+  int o = luaL_checkoption(L, 1, "collect", opts);
+  switch (o) {
+    case 3: {  /* count */
+      int kb = lua_gc(L, LUA_GCCOUNT), b = lua_gc(L, LUA_GCCOUNTB);
+      lua_pushnumber(L, (lua_Number)kb + (lua_Number)b / 1024);
+      return 1;
+    }
+    case 4: {  /* step */
+      int step = (int)luaL_optinteger(L, 2, 0);
+      lua_pushboolean(L, lua_gc(L, LUA_GCSTEP, step));
+      return 1;
+    }
+    case 5: case 6: {  /* setpause, setstepmul */
+      int p = (int)luaL_optinteger(L, 2, 0);
+      gc_nominal *g = gc_state(L);
+      int *slot = o == 5 ? &g->pause : &g->stepmul;
+      lua_pushinteger(L, *slot);
+      *slot = p;  /* Lua stores p (a 0 means the default only to lua_gc's GCINC) */
+      return 1;
+    }
+    case 7: lua_pushboolean(L, !gc_state(L)->stopped); return 1;  /* isrunning */
+    case 8: case 9: {  /* generational, incremental */
+      gc_nominal *g = gc_state(L);
+      lua_pushstring(L, g->generational ? "generational" : "incremental");
+      g->generational = o == 8;
+      return 1;
+    }
+    case 2: lua_pushinteger(L, lua_gc(L, LUA_GCCOLLECT)); return 1;
+    default:  /* stop, restart */
+      gc_state(L)->stopped = o == 0;
+      lua_pushinteger(L, 0);
+      return 1;
+  }
 }
 
 /* ---- wrapped string functions --------------------------------------------------- */
@@ -539,14 +605,29 @@ static int sb_format (lua_State *L) {
   return orig_format(L);
 }
 
+/* string.rep: string.rep('', 1e18) would loop in C for ever, so an empty result is made
+** at once. A result larger than the whole memory limit can never be built: it ends the
+** run with limit.memory at once, as an allocation past the cap would, and not with Lua's
+** "resulting string too large" runtime error (which pcall could catch). */
 static int sb_rep (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
   size_t l, lsep = 0;
   luaL_checklstring(L, 1, &l);
   lua_Integer n = luaL_checkinteger(L, 2);
   luaL_optlstring(L, 3, "", &lsep);
-  if (n > 0 && l == 0 && (lsep == 0 || n == 1)) {
+  if (n <= 0 || (l == 0 && (lsep == 0 || n == 1))) {
     lua_pushliteral(L, "");
     return 1;
+  }
+  /* l * n + lsep * (n - 1), saturating */
+  uint64_t un = (uint64_t)n, total = UINT64_MAX;
+  if ((l == 0 || un <= UINT64_MAX / l) && (lsep == 0 || un - 1 <= UINT64_MAX / lsep)) {
+    uint64_t a = (uint64_t)l * un, b = (uint64_t)lsep * (un - 1);
+    if (a <= UINT64_MAX - b) total = a + b;
+  }
+  if (sb->mem_cap && total > sb->mem_cap) {
+    tp__sandbox_kill(sb, TP_KILL_MEMORY);
+    tp__sandbox_check(L, sb);
   }
   return orig_rep(L);
 }
@@ -1018,6 +1099,15 @@ static void originals_setup (void) {
   orig_rep = field_fn(L, "string", "rep");
   orig_find = field_fn(L, "string", "find");
   orig_sort = field_fn(L, "table", "sort");
+  lua_pushliteral(L, "");
+  if (!lua_getmetatable(L, -1)) abort();  /* luaL_openlibs always sets it */
+  for (size_t i = 0; i < NSTRING_ARITH; i++) {
+    lua_getfield(L, -1, string_arith[i]);
+    orig_string_arith[i] = lua_tocfunction(L, -1);
+    if (orig_string_arith[i] == NULL) abort();  /* a Lua built without them */
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
   plan_slots(L);
   lua_close(L);
   const char *g = getenv("TP_GC_AGGRESSIVE");
@@ -1107,17 +1197,41 @@ static int open_sandbox (lua_State *L) {
       lua_setfield(L, dst, a->name);
     }
     if (!is_base) {
-      if (strcmp(name, "string") == 0) {  /* methods on strings use the filtered table */
+      int is_string = strcmp(name, "string") == 0;
+      if (is_string) {
+        /* Lua's string metatable: methods from the filtered table, and the arithmetic
+        ** metamethods that coerce numeric strings ("10" + 1 == 11). */
         lua_pushliteral(L, "");
-        lua_createtable(L, 0, 2);
+        lua_createtable(L, 0, (int)NSTRING_ARITH + 2);
         lua_pushvalue(L, dst);
         lua_setfield(L, -2, "__index");
-        lua_pushboolean(L, 0);
-        lua_setfield(L, -2, "__metatable");
+        for (size_t m = 0; m < NSTRING_ARITH; m++) {
+          lua_pushcfunction(L, orig_string_arith[m]);
+          lua_setfield(L, -2, string_arith[m]);
+        }
         lua_setmetatable(L, -2);
         lua_pop(L, 1);
       }
       make_readonly(L);
+      if (is_string) {
+        /* getmetatable("") answers a read-only copy of it whose __index is the script's
+        ** (read-only) string table, as rawequal as in Lua; the real one stays out of
+        ** reach, so string methods cannot be changed. */
+        int proxy = lua_gettop(L);
+        lua_pushliteral(L, "");
+        lua_getmetatable(L, -1);
+        int mt = lua_gettop(L);
+        lua_createtable(L, 0, (int)NSTRING_ARITH + 1);
+        lua_pushvalue(L, proxy);
+        lua_setfield(L, -2, "__index");
+        for (size_t m = 0; m < NSTRING_ARITH; m++) {
+          lua_getfield(L, mt, string_arith[m]);
+          lua_setfield(L, -2, string_arith[m]);
+        }
+        make_readonly(L);
+        lua_setfield(L, mt, "__metatable");
+        lua_settop(L, proxy);
+      }
       lua_setfield(L, NG, name);
       if (src) lua_pop(L, 1);
     }
