@@ -46,6 +46,7 @@ int luaopen_luv(lua_State *L);
 int luaopen_lpeg(lua_State *L);
 
 #define CALLBOX "tidepool.callbox"
+#define TP_WORKSPACE_MAX_DEFAULT ((uint64_t)1 << 30)
 
 /* What host.c keeps about H, in a userdata under &host_key in H's registry. H's extra
 ** space must stay NULL: the patched pattern matcher reads it (lua_patch.h). */
@@ -389,6 +390,44 @@ static int e_deadline_ms (lua_State *H) {
   return 1;
 }
 
+/* E.fs_quota(box) -> left, quota: the bytes the call's run may still write through the
+** fs tools, and its whole quota; nothing when the run has no quota. A call that is over
+** (box emptied) has 0 left. */
+static int e_fs_quota (lua_State *H) {
+  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  if (b->c == NULL || b->c->run == NULL) {
+    lua_pushinteger(H, 0);
+    lua_pushinteger(H, 0);
+    return 2;
+  }
+  const tp_run *r = b->c->run;
+  uint64_t q = r->sb->limits.fs_bytes;
+  if (q == 0) return 0;
+  uint64_t left = r->fs_used < q ? q - r->fs_used : 0;
+  lua_pushinteger(H, (lua_Integer)(left > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : left));
+  lua_pushinteger(H, (lua_Integer)(q > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : q));
+  return 2;
+}
+
+/* E.fs_charge(box, bytes): counts bytes written by the call against its run's quota. */
+static int e_fs_charge (lua_State *H) {
+  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  lua_Integer n = luaL_checkinteger(H, 2);
+  if (n > 0 && b->c != NULL && b->c->run != NULL) {
+    tp_run *r = b->c->run;
+    r->fs_used = (uint64_t)n > UINT64_MAX - r->fs_used ? UINT64_MAX : r->fs_used + (uint64_t)n;
+  }
+  return 0;
+}
+
+/* E.workspace_max() -> the engine's cap on the workspace's growth in bytes (0: none). */
+static int e_workspace_max (lua_State *H) {
+  const tp_engine *e = get_host(H)->e;
+  uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
+  lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
+  return 1;
+}
+
 /* E.workspace() -> the engine's workspace directory, or nil (plugins ask at load time:
 ** tools/fs.lua offers nothing without one). */
 static int e_workspace (lua_State *H) {
@@ -428,7 +467,8 @@ static int open_p (lua_State *H) {
     return lua_error(H);
   static const luaL_Reg fns[] = {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
-    { "deadline_ms", e_deadline_ms },
+    { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota },
+    { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { NULL, NULL } };
   luaL_newlib(H, fns);
   lua_call(H, 1, 1);
@@ -504,6 +544,9 @@ static int dispatch_p (lua_State *H) {
   if (e->workspace) {
     lua_pushstring(H, e->workspace);
     lua_setfield(H, -2, "workspace");
+    uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
+    lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
+    lua_setfield(H, -2, "workspace_max");
   }
   host *h = get_host(H);
   lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
@@ -783,6 +826,13 @@ int tp_engine_set_workspace (tp_engine *e, const char *dir) {
   free(e->workspace);
   e->workspace = strdup(dir);
   return e->workspace ? TP_OK : TP_ENOMEM;
+}
+
+int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
+  if (e == NULL) return TP_EINVAL;
+  e->workspace_max = bytes;
+  e->workspace_max_set = 1;
+  return TP_OK;
 }
 
 char *tp_engine_describe (tp_engine *e, const char *format) {

@@ -202,6 +202,8 @@ struct tp_engine {
   uint64_t slice_us;       /* time slice of a started run; default 5 ms */
   uint64_t run_ids;        /* the last run id given out */
   char *workspace;
+  uint64_t workspace_max;  /* tp_engine_set_workspace_max, when workspace_max_set */
+  int workspace_max_set;
   char *remotes_dir;       /* for $ref in tool schemas; NULL */
 };
 
@@ -290,6 +292,7 @@ struct tp_run {
   void *done_ud;
   int async, reported;
   struct tp_session *session; /* the run borrows the session's sandbox */
+  uint64_t fs_used;        /* bytes charged to limits.fs_bytes (host.c, E.fs_charge) */
   /* tp__run_set_call_hook: told when a tool call of the run starts and ends */
   void (*call_hook)(struct tp_run *r, const char *tool, int done, void *ud);
   void *call_hook_ud;

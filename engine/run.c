@@ -33,6 +33,7 @@ void tp_limits_init (tp_limits *l) {
   l->tool_in_flight = 32;
   l->tool_bytes = 4u << 20;
   l->tool_timeout_us = 30u * 1000000u;
+  l->fs_bytes = 64u << 20;
 }
 
 const char *tp_version (void) { return TP_VERSION; }

@@ -11,7 +11,8 @@
 -- afterwards.
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
--- log(box, text); deadline_ms(box) -> ms | nil.
+-- log(box, text); deadline_ms(box) -> ms | nil; fs_quota(box) -> left, quota | nothing;
+-- fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes.
 local E = ...
 
 local uv = require("luv")
@@ -186,7 +187,22 @@ local function make_ctx(rec)
     call_id = info.call_id,
     tool = info.tool,
     workspace = info.workspace,
+    workspace_max = info.workspace_max,
   }
+
+  -- The run's file-write quota (--fs-quota): bytes left and the whole quota, or nil when
+  -- the run has none. A plugin that writes files charges what it wrote with
+  -- ctx.charge_writes, as the fs tools do.
+  function ctx.write_quota()
+    return E.fs_quota(rec.box)
+  end
+
+  function ctx.charge_writes(bytes)
+    if math.type(bytes) ~= "integer" or bytes < 0 then
+      error("ctx.charge_writes: bytes must be an integer >= 0", 2)
+    end
+    E.fs_charge(rec.box, bytes)
+  end
 
   -- Waits ms milliseconds on a luv timer; other runs and calls go on meanwhile.
   function ctx.sleep(ms)
@@ -339,7 +355,7 @@ function M.load_file(path)
     local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value)")
     if not has_position(msg) then msg = where(nil, 2) .. msg end
     return msg
-  end, { workspace = E.workspace() })  -- the plugin's load options (see tools/fs.lua)
+  end, { workspace = E.workspace(), workspace_max = E.workspace_max() })  -- see tools/fs.lua
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }
