@@ -45,7 +45,7 @@ local function writes(n, size, name)
 end
 
 describe("the run's write quota", function()
-  it("a run writing past fs_quota is tool.denied, saying which quota and how much is left", function()
+  it("a run writing past fs_quota is tool.denied, saying which quota and what is left", function()
     local ws = new_workspace()
     local r = result(writes(4, 300 * KiB), ws, { fs_quota = 1024 * KiB })
     assert.same({ "ok", "ok", "ok", "tool.denied: tools.fs.write failed: writing f4 needs "
