@@ -164,6 +164,17 @@ void tp__sandbox_leave(void);
 int  tp__signal_install(void);
 void tp__signal_interrupt(pthread_t thread);
 
+/* A plugin handler's coroutine that host.c resumes on this thread: once expired is set
+** (its call's deadline passed; the watchdog then signals the thread), the signal handler
+** sets hook on co with a count of 1, so a handler busy in Lua stops. Installs t (NULL:
+** none) and returns the previous one, for nesting. */
+typedef struct tp_host_target {
+  lua_State *co;
+  atomic_int expired;
+  lua_Hook hook;
+} tp_host_target;
+tp_host_target *tp__signal_host_target(tp_host_target *t);
+
 /* ---- source normalization (normalize.c) ------------------------------------------ */
 
 /* What models send: the body of the first markdown fence (prose around it dropped), or
@@ -293,6 +304,8 @@ struct tp_run {
   int async, reported;
   struct tp_session *session; /* the run borrows the session's sandbox */
   uint64_t fs_used;        /* bytes charged to limits.fs_bytes (host.c, E.fs_charge) */
+  uint64_t blocked_ns;     /* time plugin handlers held the thread past 100 ms (host.c) */
+  char blocked_hint[300];  /* the hint of a time limit those blocks explain, or "" */
   /* tp__run_set_call_hook: told when a tool call of the run starts and ends */
   void (*call_hook)(struct tp_run *r, const char *tool, int done, void *ud);
   void *call_hook_ud;

@@ -199,8 +199,13 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   if (why != TP_KILL_NONE) {
     char msg[256];
     tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
-    return make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
-                      kill_hint((tp_kill)why));
+    const char *hint = kill_hint((tp_kill)why);
+    /* Plugin handlers that held the thread for half the limit or more explain it. */
+    uint64_t lim_us = why == TP_KILL_TIME ? sb->limits.wall_us :
+                      why == TP_KILL_CPU ? sb->limits.cpu_us : 0;
+    if (lim_us && r->blocked_hint[0] && r->blocked_ns * 2 >= lim_us * 1000u)
+      hint = r->blocked_hint;
+    return make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line, hint);
   }
   const char *msg = NULL, *code = "runtime";
   size_t len = 0;

@@ -285,7 +285,23 @@ static struct sigaction old_action;
 static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
 static int signal_ok;
 
+/* The plugin handler's coroutine running on this thread, if any (host.c). */
+static __thread tp_host_target *volatile host_target __attribute__((tls_model("initial-exec")));
+
+tp_host_target *tp__signal_host_target (tp_host_target *t) {
+  tp_host_target *old = host_target;
+  atomic_signal_fence(memory_order_seq_cst);  /* *t is complete before the handler sees it */
+  host_target = t;
+  atomic_signal_fence(memory_order_seq_cst);
+  return old;
+}
+
 static void on_signal (int sig, siginfo_t *info, void *uc) {
+  tp_host_target *ht = host_target;
+  if (ht != NULL && atomic_load(&ht->expired)) {
+    lua_sethook(ht->co, ht->hook, LUA_MASKCOUNT, 1);
+    return;
+  }
   tp_sandbox *sb = active;
   if (sb != NULL) {
     if (atomic_load(&sb->kill) != TP_KILL_NONE || atomic_load(&sb->slice_over)) {

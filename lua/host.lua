@@ -12,7 +12,8 @@
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
 -- log(box, text); deadline_ms(box) -> ms | nil; fs_quota(box) -> left, quota | nothing;
--- fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes.
+-- fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
+-- resume(box, co, ...) -> ok, value, held_ms, late (coroutine.resume, timed).
 local E = ...
 
 local uv = require("luv")
@@ -136,16 +137,27 @@ local function finish(rec, ok, value, code)
   E.complete(rec.box, ok, value, code)
 end
 
--- Resumes the handler's coroutine with the given values and acts on how it stopped.
+-- Resumes the handler's coroutine with the given values and acts on how it stopped. The
+-- time a resume holds the thread is the call's: a handler that blocks (sleeps in C,
+-- loops in Lua) past its call's deadline ends the call with tool.timeout, and its
+-- coroutine is closed (its to-be-closed variables run; it never resumes).
 local function step(rec, ...)
   if rec.done or rec.cancelled then return end
   local co = rec.co
-  local ok, a = coroutine.resume(co, ...)
+  local ok, a, held_ms, late = E.resume(rec.box, co, ...)
+  if late and not rec.done and not rec.cancelled then
+    finish(rec, false, ("its handler held the engine for %.0f ms, past the call's time "
+      .. "limit, without waiting (it blocks in C or loops in Lua instead of waiting with "
+      .. "ctx.sleep, ctx.await or luv)"):format(held_ms), "tool.timeout")
+    coroutine.close(co)  -- suspended, or dead by the stopping hook: <close> variables run
+    return
+  end
   if coroutine.status(co) == "dead" then
     if ok then
       finish(rec, true, a)
     else
       local msg, code = describe_error(a, co)
+      coroutine.close(co)  -- a coroutine dead by an error keeps its <close> variables open
       finish(rec, false, msg, code)
     end
   elseif a ~= WAIT then
