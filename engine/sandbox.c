@@ -706,9 +706,9 @@ static int sb_concat (lua_State *L) {
   for (lua_Integer k = 0; i <= last; i++, k++) {
     poll(L, sb, k);
     lua_geti(L, 1, i);
-    if (!lua_isstring(L, -1))
-      return luaL_error(L, "invalid value (at index %I) in table for 'concat'",
-                        (LUAI_UACINT)i);
+    if (!lua_isstring(L, -1))  /* Lua 5.4.7's message */
+      return luaL_error(L, "invalid value (%s) at index %I in table for 'concat'",
+                        luaL_typename(L, -1), (LUAI_UACINT)i);
     luaL_addvalue(&b);
     if (i == last) break;
     if (lsep) luaL_addlstring(&b, sep, lsep);
@@ -905,7 +905,7 @@ static int co_status_ok (lua_State *L, lua_State *co) {  /* suspended? */
 
 static int sb_co_resume (lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
-  luaL_argexpected(L, co, 1, "coroutine");
+  luaL_argexpected(L, co, 1, "thread");  /* lcorolib's words */
   int narg = lua_gettop(L) - 1;
   if (!co_status_ok(L, co)) {
     lua_pushboolean(L, 0);
@@ -953,7 +953,7 @@ static int sb_co_yield (lua_State *L) {
 static int sb_co_close (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   lua_State *co = lua_tothread(L, 1);
-  luaL_argexpected(L, co, 1, "coroutine");
+  luaL_argexpected(L, co, 1, "thread");  /* lcorolib's words */
   int st = lua_status(co);
   int dead_or_suspended = (st != LUA_OK && st != LUA_YIELD) ||
                           (st == LUA_OK && lua_gettop(co) == 0) || co_status_ok(L, co);
@@ -979,7 +979,7 @@ static int sb_co_running (lua_State *L) {
 static int sb_co_isyieldable (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   lua_State *co = lua_isnone(L, 1) ? L : lua_tothread(L, 1);
-  luaL_argexpected(L, co, 1, "coroutine");
+  luaL_argexpected(L, co, 1, "thread");  /* lcorolib's words */
   lua_pushboolean(L, co != sb->T && lua_isyieldable(co));
   return 1;
 }
@@ -1180,6 +1180,11 @@ static int open_sandbox (lua_State *L) {
     luaL_requiref(L, libs[i].name, libs[i].open, 1);
     lua_pop(L, 1);
   }
+  /* The registry's LOADED table: luaL_argerror names a function ("bad argument #1 to
+  ** 'string.rep'") by finding it there, as in Lua. It holds the filtered libraries'
+  ** real tables; the registry is out of the script's reach. */
+  lua_createtable(L, 0, (int)NLIBS + 1);
+  int loaded = lua_gettop(L);
   lua_pushglobaltable(L);
   int G = lua_gettop(L);
   /* the new globals, filled from the allowlist */
@@ -1228,6 +1233,8 @@ static int open_sandbox (lua_State *L) {
         lua_setmetatable(L, -2);
         lua_pop(L, 1);
       }
+      lua_pushvalue(L, dst);          /* the real table, for error messages' names */
+      lua_setfield(L, loaded, name);
       make_readonly(L);
       if (is_string) {
         /* getmetatable("") answers a read-only copy of it whose __index is the script's
@@ -1264,8 +1271,10 @@ static int open_sandbox (lua_State *L) {
   /* swap the globals: the registry's global table becomes the filtered one */
   lua_pushvalue(L, NG);
   lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-  /* drop what luaL_requiref left in package.loaded */
-  lua_pushnil(L);
+  /* what luaL_requiref left in package.loaded (unfiltered libraries) goes */
+  lua_pushvalue(L, NG);
+  lua_setfield(L, loaded, LUA_GNAME);
+  lua_pushvalue(L, loaded);
   lua_setfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   /* display numbers for tostring */
   lua_newtable(L);
