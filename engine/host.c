@@ -403,7 +403,10 @@ static uint64_t host_watch_fire (tp_watch *w, uint64_t now) {
   host_watch *hw = (host_watch *)w;
   atomic_store(&hw->target.expired, 1);
   tp__signal_interrupt(hw->thread);
-  return now + 5000000;   /* again in 5 ms while the handler still runs */
+  /* One signal sets the hook (expired is set first, the target is in place during the
+  ** resume); again every 100 ms only in case a nested resume held the target then. Not
+  ** more often: each signal makes a handler's blocking poll or select return EINTR. */
+  return now + 100000000;
 }
 
 static void stop_hook (lua_State *L, lua_Debug *ar) {
