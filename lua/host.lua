@@ -144,6 +144,12 @@ end
 local function step(rec, ...)
   if rec.done or rec.cancelled then return end
   local co = rec.co
+  local left = E.deadline_ms(rec.box)
+  if left ~= nil and left <= 0 then  -- woken after its deadline, before the engine saw it
+    finish(rec, false, "did not answer within its time limit", "tool.timeout")
+    coroutine.close(co)
+    return
+  end
   local ok, a, held_ms, late = E.resume(rec.box, co, ...)
   if late and not rec.done and not rec.cancelled then
     finish(rec, false, ("its handler held the engine for %.0f ms, past the call's time "
