@@ -40,6 +40,9 @@ static const char usage_text[] =
   "  --tools DIR          also load the plugin tools in DIR (repeatable)\n"
   "  --no-builtin-tools   leave out the built-in tools (time.*, kv.*, fs.*)\n"
   "  --workspace DIR      offer the fs.* tools, confined to DIR\n"
+  "  --fs-quota SIZE      bytes the fs.* tools may write in one run (default 64M)\n"
+  "  --workspace-max SIZE how much the fs.* tools may grow the workspace, net, over\n"
+  "                       what it held when first used (default 1G)\n"
   "\n"
   "Sizes and durations of 0 mean no limit. Exit status: 0 the script succeeded,\n"
   "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
@@ -99,7 +102,8 @@ int tp__cli_limit_option (const char *name, const char *val, tp_limits *lim,
                           const char **why) {
   uint64_t v;
   if (strcmp(name, "--memory") == 0 || strcmp(name, "--max-output") == 0 ||
-      strcmp(name, "--max-result") == 0 || strcmp(name, "--max-source") == 0) {
+      strcmp(name, "--max-result") == 0 || strcmp(name, "--max-source") == 0 ||
+      strcmp(name, "--fs-quota") == 0) {
     if (tp__cli_parse_size(val, &v) != 0) {
       *why = "bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)";
       return -1;
@@ -107,6 +111,7 @@ int tp__cli_limit_option (const char *name, const char *val, tp_limits *lim,
     if (strcmp(name, "--memory") == 0) lim->memory = (size_t)v;
     else if (strcmp(name, "--max-output") == 0) lim->output = (size_t)v;
     else if (strcmp(name, "--max-result") == 0) lim->result = (size_t)v;
+    else if (strcmp(name, "--fs-quota") == 0) lim->fs_bytes = v;
     else lim->source = (size_t)v;
     return 1;
   }
@@ -278,6 +283,8 @@ int main (int argc, char **argv) {
   int builtin_tools = 1, ntool_dirs = 0;
   const char *tool_dirs[64];
   const char *workspace = NULL;
+  uint64_t workspace_max = 0;
+  int workspace_max_set = 0;
   const char *file = NULL;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -299,6 +306,14 @@ int main (int argc, char **argv) {
         return tp__cli_usage_error("%s", "--workspace needs a directory");
       if (stat(workspace, &st) != 0 || !S_ISDIR(st.st_mode))
         return tp__cli_usage_error("--workspace '%s' is not a directory", workspace);
+      continue;
+    }
+    if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
+      const char *val = a[15] == '=' ? a + 16 : i + 1 < argc ? argv[++i] : NULL;
+      if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
+      if (tp__cli_parse_size(val, &workspace_max) != 0)
+        return tp__cli_usage_error("bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)", val);
+      workspace_max_set = 1;
       continue;
     }
     if (describe && (strcmp(a, "--format") == 0 || strncmp(a, "--format=", 9) == 0)) {
@@ -361,6 +376,7 @@ int main (int argc, char **argv) {
   }
   tp_engine *e = tp_engine_create();
   if (e == NULL) { free(src); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+  if (workspace_max_set) tp_engine_set_workspace_max(e, workspace_max);
   if (workspace && tp_engine_set_workspace(e, workspace) != TP_OK) {
     free(src);
     tp_engine_destroy(e);

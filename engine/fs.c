@@ -17,18 +17,34 @@
 ** refused, which is stricter than the kernel's rule but never looser.
 **
 ** Lua API (tp__open_fs pushes the table):
-**   fs.open(root [, {walk = true}]) -> ws | nil, msg, code   walk: force the fallback
+**   fs.open(root [, {walk = true, max_growth = bytes}]) -> ws | nil, msg, code
+**                                   walk: force the fallback; max_growth: see below
 **   ws:read(path [, max_bytes])     -> content                 (default cap 4 MiB)
-**   ws:write(path, content)         -> bytes                   temp file + renameat
+**   ws:write(path, content [, left, quota]) -> bytes, charged  temp file + renameat
 **   ws:list(path [, max_entries])   -> {{name, type, size}...} sorted by name, truncated
 **   ws:stat(path)                   -> {type, size, mtime}     does not follow a final link
 **   ws:remove(path)                 -> true                    a file or an empty directory
-**   ws:mkdir(path [, parents])      -> true
+**   ws:mkdir(path [, parents [, left, quota]]) -> true, charged
+**   ws:growth()                     -> grown, max_growth, base, base_partial
 **   ws:close()
 **   fs.resolver()                   -> "openat2" | "walk"
 ** Expected failures return nil, "<reason>: <path>", code; code is one of escape,
 ** not_found, not_dir, is_dir, exists, not_empty, denied, loop, symlink, too_large,
-** invalid, io. Bad argument types and a closed workspace raise.
+** invalid, io, quota. Bad argument types and a closed workspace raise.
+**
+** Quotas. Writing costs bytes of two budgets, checked before anything is written:
+**   - the caller's (a run's --fs-quota): left and quota, in bytes (left < 0 or absent:
+**     none). A write is charged its length, at least ENTRY_BYTES (every write makes a
+**     file); each directory mkdir creates is charged ENTRY_BYTES. The charge is the
+**     second result; the caller keeps the account.
+**   - the workspace's growth (max_growth, 0 = none): the net bytes on disk the fs
+**     functions added since the workspace was first opened in this process (an entry
+**     takes at least ENTRY_BYTES, sizes round up to it; an overwrite counts the
+**     difference, a remove gives back). Every workspace object of the same directory
+**     in the process (several engines, MCP workers) shares one account. When first
+**     opened the directory is scanned (du-like, capped in entries and time) for the
+**     messages' "held at start".
+** Past either: nil, a message naming the budget and what is left, "quota".
 */
 #include <dirent.h>
 #include <errno.h>
@@ -44,6 +60,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <linux/openat2.h>
 
 #include "lauxlib.h"
@@ -55,12 +73,38 @@
 #define LIST_CAP_DEFAULT 10000
 #define OPENAT2_RETRIES 8    /* EAGAIN: a rename raced the lookup; the kernel asks to retry */
 
+#define ENTRY_BYTES 4096     /* what an entry costs at least: a block and an inode */
+/* The set-up scan stops after SCAN_MAX_ENTRIES entries or SCAN_MAX_NS, whichever
+** comes first (it reads the clock every 64 entries): it runs once per workspace and
+** process, inside the first fs call, and 20000 entries took 70-130 ms on the loaded
+** 2-core test machine. Its result is a lower bound then, said so in messages. */
+#define SCAN_MAX_ENTRIES 20000
+#define SCAN_MAX_NS ((uint64_t)20 * 1000000)
+#define SCAN_MAX_DEPTH 64
+
 /* Our own codes beside errno values, for failures the kernel does not name. */
 enum { E_SYMLINK = 1000, E_NOTNAME, E_TOOBIG, E_NOTFILE };
+
+/* The growth account of one workspace directory, shared by every workspace object of
+** it in the process (under growth_mu), freed with the last one. */
+typedef struct growth {
+  struct growth *next;
+  dev_t dev;
+  ino_t ino;
+  int refs;
+  uint64_t base;       /* bytes on disk at the first open (scanned) */
+  int partial;         /* the scan stopped at its cap: base is a lower bound */
+  int64_t grown;       /* net bytes the fs functions added since */
+} growth;
+
+static pthread_mutex_t growth_mu = PTHREAD_MUTEX_INITIALIZER;
+static growth *growths;
 
 typedef struct workspace {
   int fd;      /* O_PATH descriptor of the root, -1 once closed */
   int walk;    /* 1: resolve by walking components (no openat2) */
+  growth *g;   /* NULL once closed */
+  uint64_t max_growth;  /* 0: none */
 } workspace;
 
 /* 1 while openat2 works, 0 once it answered ENOSYS (an old kernel, or valgrind). */
@@ -144,6 +188,167 @@ static int fail (lua_State *L, int e, const char *path) {
   lua_pushfstring(L, "%s: %s", err_reason(e), path);
   lua_pushstring(L, err_code(e));
   return 3;
+}
+
+/* ---- quotas ---------------------------------------------------------------------- */
+
+/* Bytes on disk of a file of n bytes, as the quotas count them. */
+static uint64_t disk_bytes (uint64_t n) {
+  if (n <= ENTRY_BYTES) return ENTRY_BYTES;
+  if (n > UINT64_MAX - ENTRY_BYTES) return UINT64_MAX / 2;
+  return (n + ENTRY_BYTES - 1) / ENTRY_BYTES * ENTRY_BYTES;
+}
+
+static void human (char *buf, size_t len, uint64_t n) {
+  static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
+  if (n < 1024) { snprintf(buf, len, "%llu bytes", (unsigned long long)n); return; }
+  double v = (double)n / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) { v /= 1024; u++; }
+  if (v == (double)(uint64_t)v) snprintf(buf, len, "%.0f %s", v, units[u]);
+  else snprintf(buf, len, "%.1f %s", v, units[u]);
+}
+
+/* The caller's budget: args left and quota at idx, idx + 1; left < 0 when there is none. */
+typedef struct budget { lua_Integer left, quota, spent; } budget;
+
+static budget check_budget (lua_State *L, int idx) {
+  budget b;
+  b.left = luaL_optinteger(L, idx, -1);
+  b.quota = luaL_optinteger(L, idx + 1, 0);
+  b.spent = 0;
+  return b;
+}
+
+/* nil, msg, "quota": the run's budget cannot pay need more bytes. */
+static int fail_run_quota (lua_State *L, const budget *b, uint64_t need, const char *what,
+                           const char *path) {
+  char q[32], left[32], n[32];
+  human(q, sizeof q, (uint64_t)b->quota);
+  human(left, sizeof left, (uint64_t)(b->left > b->spent ? b->left - b->spent : 0));
+  human(n, sizeof n, need);
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s %s needs %s but the run's write quota of %s has %s left; "
+                  "write less in one run: fewer or smaller files", what, path, n, q, left);
+  lua_pushliteral(L, "quota");
+  return 3;
+}
+
+/* Takes delta bytes of w's growth account; 0, or -1 (nothing taken) past max_growth.
+** A negative delta gives back. */
+static int growth_take (workspace *w, int64_t delta, uint64_t *left) {
+  pthread_mutex_lock(&growth_mu);
+  growth *g = w->g;
+  int rc = 0;
+  int64_t room = w->max_growth ? (int64_t)(w->max_growth > INT64_MAX ? INT64_MAX :
+                                          w->max_growth) - g->grown : INT64_MAX;
+  if (left) *left = room > 0 ? (uint64_t)room : 0;
+  if (delta > 0 && w->max_growth && delta > room) rc = -1;
+  else g->grown += delta;
+  pthread_mutex_unlock(&growth_mu);
+  return rc;
+}
+
+/* nil, msg, "quota": the workspace's growth cap cannot take need more bytes. */
+static int fail_growth (lua_State *L, workspace *w, uint64_t need, uint64_t room,
+                        const char *what, const char *path) {
+  char cap[32], left[32], n[32], base[32];
+  human(cap, sizeof cap, w->max_growth);
+  human(left, sizeof left, room);
+  human(n, sizeof n, need);
+  pthread_mutex_lock(&growth_mu);
+  human(base, sizeof base, w->g->base);
+  int partial = w->g->partial;
+  pthread_mutex_unlock(&growth_mu);
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s %s needs %s but the workspace's growth cap is %s over the "
+                  "%s%s it held at start, and %s of it is left; remove files you no longer "
+                  "need (fs.remove) or write less", what, path,
+                  n, cap, partial ? "at least " : "", base, left);
+  lua_pushliteral(L, "quota");
+  return 3;
+}
+
+static uint64_t mono_ns (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Adds the bytes on disk under dirfd to *total, counting entries in *count; returns 1
+** when it stopped at SCAN_MAX_ENTRIES, SCAN_MAX_DEPTH or the end time. Links are not
+** followed. */
+static int scan_dir (int dirfd, int depth, uint64_t *total, size_t *count, uint64_t end) {
+  if (depth > SCAN_MAX_DEPTH) return 1;
+  int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  DIR *d = fdopendir(fd);
+  if (d == NULL) { close(fd); return 0; }
+  int partial = 0;
+  struct dirent *de;
+  while (!partial && (de = readdir(d)) != NULL) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+    if (++*count > SCAN_MAX_ENTRIES || (*count % 64 == 0 && mono_ns() > end)) {
+      partial = 1;
+      break;
+    }
+    struct stat st;
+    if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    *total += S_ISREG(st.st_mode) ? disk_bytes((uint64_t)st.st_size) : ENTRY_BYTES;
+    if (S_ISDIR(st.st_mode)) {
+      int sub = openat(fd, de->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) {
+        partial = scan_dir(sub, depth + 1, total, count, end);
+        close(sub);
+      }
+    }
+  }
+  closedir(d);
+  return partial;
+}
+
+/* Joins (or makes) the growth account of the directory fd is open on. NULL when out of
+** memory or fd cannot be stat'ed. */
+static growth *growth_join (int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return NULL;
+  pthread_mutex_lock(&growth_mu);
+  growth *g = growths;
+  while (g && (g->dev != st.st_dev || g->ino != st.st_ino)) g = g->next;
+  if (g) g->refs++;
+  pthread_mutex_unlock(&growth_mu);
+  if (g) return g;
+  uint64_t total = 0;
+  size_t count = 0;
+  /* outside the lock: it takes a while */
+  int partial = scan_dir(fd, 0, &total, &count, mono_ns() + SCAN_MAX_NS);
+  pthread_mutex_lock(&growth_mu);
+  g = growths;  /* another thread may have made it meanwhile */
+  while (g && (g->dev != st.st_dev || g->ino != st.st_ino)) g = g->next;
+  if (g) g->refs++;
+  else if ((g = calloc(1, sizeof *g)) != NULL) {
+    g->dev = st.st_dev;
+    g->ino = st.st_ino;
+    g->refs = 1;
+    g->base = total;
+    g->partial = partial;
+    g->next = growths;
+    growths = g;
+  }
+  pthread_mutex_unlock(&growth_mu);
+  return g;
+}
+
+static void growth_leave (growth *g) {
+  if (g == NULL) return;
+  pthread_mutex_lock(&growth_mu);
+  if (--g->refs == 0) {
+    growth **pp = &growths;
+    while (*pp != g) pp = &(*pp)->next;
+    *pp = g->next;
+    free(g);
+  }
+  pthread_mutex_unlock(&growth_mu);
 }
 
 /* ---- resolution ------------------------------------------------------------------- */
@@ -291,15 +496,21 @@ static const char *type_name (mode_t m) {
 static int fs_open (lua_State *L) {
   const char *root = luaL_checkstring(L, 1);
   int walk = 0;
+  lua_Integer max_growth = 0;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_getfield(L, 2, "walk");
     walk = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    lua_getfield(L, 2, "max_growth");
+    max_growth = luaL_optinteger(L, -1, 0);
+    luaL_argcheck(L, max_growth >= 0, 2, "max_growth must be >= 0");
+    lua_pop(L, 2);
   }
   workspace *w = lua_newuserdatauv(L, sizeof *w, 0);
   w->fd = -1;
   w->walk = walk;
+  w->g = NULL;
+  w->max_growth = (uint64_t)max_growth;
   luaL_setmetatable(L, WS_META);
   int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
@@ -310,13 +521,35 @@ static int fs_open (lua_State *L) {
     return 3;
   }
   w->fd = fd;
+  w->g = growth_join(fd);
+  if (w->g == NULL) {
+    close(fd);
+    w->fd = -1;
+    return luaL_error(L, "not enough memory");
+  }
   return 1;
 }
 
 static int ws_close (lua_State *L) {
   workspace *w = luaL_checkudata(L, 1, WS_META);
   if (w->fd >= 0) { close(w->fd); w->fd = -1; }
+  growth_leave(w->g);
+  w->g = NULL;
   return 0;
+}
+
+/* ws:growth() -> grown, max_growth, base, base_partial */
+static int ws_growth (lua_State *L) {
+  workspace *w = check_ws(L);
+  pthread_mutex_lock(&growth_mu);
+  lua_Integer grown = (lua_Integer)w->g->grown, base = (lua_Integer)w->g->base;
+  int partial = w->g->partial;
+  pthread_mutex_unlock(&growth_mu);
+  lua_pushinteger(L, grown);
+  lua_pushinteger(L, (lua_Integer)w->max_growth);
+  lua_pushinteger(L, base);
+  lua_pushboolean(L, partial);
+  return 4;
 }
 
 static int ws_tostring (lua_State *L) {
@@ -379,16 +612,18 @@ static int write_all (int fd, const char *p, size_t len) {
   return 0;
 }
 
-/* ws:write(path, content) -> bytes
+/* ws:write(path, content [, left, quota]) -> bytes, charged
 ** Writes a temporary file in the target's directory and renames it over the target, so
 ** readers see the old content or the new, never a part. A symbolic link at the target
-** is replaced, not written through. An existing file's permission bits are kept. */
+** is replaced, not written through. An existing file's permission bits are kept. Both
+** budgets (see Quotas above) are checked before anything is written. */
 static int ws_write (lua_State *L) {
   static atomic_uint counter;
   workspace *w = check_ws(L);
   const char *path = check_path(L, 2);
   size_t len;
   const char *data = luaL_checklstring(L, 3, &len);
+  budget b = check_budget(L, 4);
   scope *s = scope_push(L);
   char name[NAME_MAX + 1], tmp[64];
   int rc = open_parent(w, path, &s->fd[0], name);
@@ -396,30 +631,45 @@ static int ws_write (lua_State *L) {
   int dir = s->fd[0];
   struct stat st;
   int keep_mode = -1;
+  uint64_t old_bytes = 0;
   if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (S_ISDIR(st.st_mode)) return fail(L, EISDIR, path);
     if (S_ISREG(st.st_mode)) keep_mode = (int)(st.st_mode & 07777);
+    old_bytes = S_ISREG(st.st_mode) ? disk_bytes((uint64_t)st.st_size) : ENTRY_BYTES;
   }
+  uint64_t charge = len < ENTRY_BYTES ? ENTRY_BYTES : (uint64_t)len;
+  if (b.left >= 0 && charge > (uint64_t)b.left)
+    return fail_run_quota(L, &b, charge, "writing", path);
+  int64_t delta = (int64_t)disk_bytes(len) - (int64_t)old_bytes;
+  uint64_t room;
+  if (growth_take(w, delta, &room) != 0)
+    return fail_growth(L, w, (uint64_t)delta, room, "writing", path);
   int fd = -1;
+  int e = 0;
   for (int i = 0; i < 16 && fd < 0; i++) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     snprintf(tmp, sizeof tmp, ".tidepool-%ld-%u-%lx.tmp", (long)getpid(),
              atomic_fetch_add(&counter, 1), (unsigned long)ts.tv_nsec);
     fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) return fail(L, errno, path);
+    if (fd < 0 && errno != EEXIST) { e = errno; break; }
   }
-  if (fd < 0) return fail(L, EEXIST, path);
+  if (fd < 0) {
+    growth_take(w, -delta, NULL);
+    return fail(L, e ? e : EEXIST, path);
+  }
   s->fd[1] = fd;
-  int e = write_all(fd, data, len);
+  e = write_all(fd, data, len);
   if (e == 0 && keep_mode >= 0 && fchmod(fd, (mode_t)keep_mode) != 0) e = -errno;
   if (e == 0 && renameat(dir, tmp, dir, name) != 0) e = -errno;
   if (e != 0) {
     unlinkat(dir, tmp, 0);
+    growth_take(w, -delta, NULL);
     return fail(L, -e, path);
   }
   lua_pushinteger(L, (lua_Integer)len);
-  return 1;
+  lua_pushinteger(L, (lua_Integer)charge);
+  return 2;
 }
 
 static int cmp_str (const void *a, const void *b) {
@@ -532,48 +782,80 @@ static int ws_remove (lua_State *L) {
   char name[NAME_MAX + 1];
   int rc = open_parent(w, path, &s->fd[0], name);
   if (rc < 0) return fail(L, -rc, path);
+  struct stat st;
+  uint64_t gone = ENTRY_BYTES;
+  if (fstatat(s->fd[0], name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+    gone = disk_bytes((uint64_t)st.st_size);
   if (unlinkat(s->fd[0], name, 0) != 0) {
     if (errno != EISDIR) return fail(L, errno, path);
     if (unlinkat(s->fd[0], name, AT_REMOVEDIR) != 0)
       return fail(L, errno == EEXIST ? ENOTEMPTY : errno, path);
   }
+  growth_take(w, -(int64_t)gone, NULL);
   lua_pushboolean(L, 1);
   return 1;
 }
 
-/* Creates the directory path names (its parent must exist). 0, or -errno (-E_* for our own). */
-static int make_dir (const workspace *w, const char *path, int exist_ok) {
+/* Creates the directory path names (its parent must exist), paying ENTRY_BYTES of both
+** budgets for it. 0, 1 when it existed (exist_ok), or -errno (-E_* for our own);
+** -E_QUOTA_RUN / -E_QUOTA_GROWTH when a budget cannot pay (room: what was left). */
+enum { E_QUOTA_RUN = 2000, E_QUOTA_GROWTH };
+static int make_dir (workspace *w, const char *path, int exist_ok, budget *b,
+                     uint64_t *room) {
   char name[NAME_MAX + 1];
   int dir = -1;
   int rc = open_parent(w, path, &dir, name);
-  if (rc == -E_NOTNAME && exist_ok) return 0;   /* ".", "a/..": exists, if it resolved */
+  if (rc == -E_NOTNAME && exist_ok) return 1;   /* ".", "a/..": exists, if it resolved */
   if (rc < 0) return rc;
-  rc = 0;
-  if (mkdirat(dir, name, 0777) != 0) {
+  struct stat st;
+  if (exist_ok && fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+    rc = 1;
+  else if (b->left >= 0 && b->spent + ENTRY_BYTES > b->left) rc = -E_QUOTA_RUN;
+  else if (growth_take(w, ENTRY_BYTES, room) != 0) rc = -E_QUOTA_GROWTH;
+  else if (mkdirat(dir, name, 0777) != 0) {
     rc = -errno;
+    growth_take(w, -ENTRY_BYTES, NULL);
     if (rc == -EEXIST && exist_ok) {
       /* A directory, or a link to one that the rules let us follow. */
       int fd = ws_open(w, path, O_PATH | O_DIRECTORY, 0);
       if (fd < 0) rc = fd;
-      else { close(fd); rc = 0; }
+      else { close(fd); rc = 1; }
     }
   }
+  else b->spent += ENTRY_BYTES;
   close(dir);
   return rc;
 }
 
-/* ws:mkdir(path [, parents]) -> true
+/* make_dir's failure as the Lua results. */
+/* make_dir's failure as the Lua results, and a 4th: what the directories made before
+** it cost (mkdir -p), for the caller's account. */
+static int mkdir_fail (lua_State *L, workspace *w, int rc, const budget *b, uint64_t room,
+                       const char *path, int exists_code) {
+  if (rc == -E_QUOTA_RUN) fail_run_quota(L, b, ENTRY_BYTES, "making the directory", path);
+  else if (rc == -E_QUOTA_GROWTH)
+    fail_growth(L, w, ENTRY_BYTES, room, "making the directory", path);
+  else fail(L, rc == -E_NOTNAME ? exists_code : -rc, path);
+  lua_pushinteger(L, b->spent);
+  return 4;
+}
+
+/* ws:mkdir(path [, parents [, left, quota]]) -> true, charged
 ** With parents, each missing ancestor is made in turn, every one resolved from the
-** root again, and existing directories are fine (as mkdir -p). */
+** root again, and existing directories are fine (as mkdir -p). Each directory made is
+** charged ENTRY_BYTES to both budgets. */
 static int ws_mkdir (lua_State *L) {
   workspace *w = check_ws(L);
   const char *path = check_path(L, 2);
   int parents = lua_toboolean(L, 3);
+  budget b = check_budget(L, 4);
+  uint64_t room = 0;
   if (!parents) {
-    int rc = make_dir(w, path, 0);
-    if (rc < 0) return fail(L, rc == -E_NOTNAME ? EEXIST : -rc, path);
+    int rc = make_dir(w, path, 0, &b, &room);
+    if (rc < 0) return mkdir_fail(L, w, rc, &b, room, path, EEXIST);
     lua_pushboolean(L, 1);
-    return 1;
+    lua_pushinteger(L, b.spent);
+    return 2;
   }
   size_t len = strlen(path);
   if (len >= PATH_MAX) return fail(L, ENAMETOOLONG, path);
@@ -584,13 +866,14 @@ static int ws_mkdir (lua_State *L) {
     if (buf[i - 1] == '/') continue;          /* "a//b", or a leading "/" */
     char c = buf[i];
     buf[i] = '\0';
-    int rc = make_dir(w, buf, 1);
+    int rc = make_dir(w, buf, 1, &b, &room);
     buf[i] = c;
-    if (rc < 0) return fail(L, -rc, path);
+    if (rc < 0) return mkdir_fail(L, w, rc, &b, room, path, EEXIST);
   }
   if (path[0] == '/') return fail(L, EXDEV, path);   /* "/" alone made nothing */
   lua_pushboolean(L, 1);
-  return 1;
+  lua_pushinteger(L, b.spent);
+  return 2;
 }
 
 /* fs.resolver() -> "openat2" or "walk": how paths are resolved on this system. */
@@ -608,7 +891,8 @@ static int fs_resolver (lua_State *L) {
 
 static const luaL_Reg ws_methods[] = {
   {"read", ws_read}, {"write", ws_write}, {"list", ws_list}, {"stat", ws_stat},
-  {"remove", ws_remove}, {"mkdir", ws_mkdir}, {"close", ws_close}, {NULL, NULL}
+  {"remove", ws_remove}, {"mkdir", ws_mkdir}, {"growth", ws_growth}, {"close", ws_close},
+  {NULL, NULL}
 };
 
 /* Pushes the fs table: open, and every method as a plain function taking the workspace

@@ -23,6 +23,7 @@
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ int luaopen_luv(lua_State *L);
 int luaopen_lpeg(lua_State *L);
 
 #define CALLBOX "tidepool.callbox"
+#define TP_WORKSPACE_MAX_DEFAULT ((uint64_t)1 << 30)
 
 /* What host.c keeps about H, in a userdata under &host_key in H's registry. H's extra
 ** space must stay NULL: the patched pattern matcher reads it (lua_patch.h). */
@@ -384,6 +386,101 @@ static int e_log (lua_State *H) {
   return 0;
 }
 
+/* ---- resuming a handler: its time on the thread is its call's ------------------------
+** A handler that sleeps or waits in C, or loops in Lua, holds the engine's thread: no
+** other run, call or timer moves meanwhile. E.resume times each resume, and host.lua
+** ends the call with tool.timeout when the call's deadline passed by the end of one.
+** A handler busy in Lua is stopped at the deadline: a watch of the engine's watchdog
+** signals the thread, and the signal handler sets a count-1 hook on the handler's
+** coroutine that raises, at every instruction, so the handler's own pcall cannot keep
+** it going. A handler blocked in C cannot be interrupted; it is charged when it comes
+** back. A resume of BLOCK_NOTE_NS or more is also noted on the run, so that a time
+** limit it explains gets a hint about blocking handlers, not about endless loops. */
+#define BLOCK_NOTE_NS ((uint64_t)100 * 1000000)
+
+typedef struct host_watch {
+  tp_watch watch;          /* first: the watchdog hands this back */
+  tp_host_target target;
+  pthread_t thread;
+} host_watch;
+
+static uint64_t host_watch_fire (tp_watch *w, uint64_t now) {
+  host_watch *hw = (host_watch *)w;
+  atomic_store(&hw->target.expired, 1);
+  tp__signal_interrupt(hw->thread);
+  /* One signal sets the hook (expired is set first, the target is in place during the
+  ** resume); again every 100 ms only in case a nested resume held the target then. Not
+  ** more often: each signal makes a handler's blocking poll or select return EINTR. */
+  return now + 100000000;
+}
+
+static void stop_hook (lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  luaL_error(L, "stopped: the handler ran past its call's time limit");
+}
+
+static void note_block (tp_run *r, const char *tool, uint64_t held) {
+  r->blocked_ns += held;
+  snprintf(r->blocked_hint, sizeof r->blocked_hint, "tools.%s held the engine for %.1f s "
+           "without waiting: its plugin handler blocks (sleeps or reads in C, or loops in "
+           "Lua) instead of waiting with ctx.sleep, ctx.await or luv. Call it less or with "
+           "less work, and report the tool to its author.", tool, (double)held / 1e9);
+}
+
+/* E.resume(box, co, ...) -> ok, value, held_ms, late
+** coroutine.resume of a call's handler coroutine: ok and its first result (or error),
+** the milliseconds it held the thread, and whether the call's deadline had passed when
+** it stopped. */
+static int e_resume (lua_State *L) {
+  callbox *b = luaL_checkudata(L, 1, CALLBOX);
+  lua_State *co = lua_tothread(L, 2);
+  luaL_argcheck(L, co != NULL && co != L, 2, "a handler coroutine expected");
+  int nargs = lua_gettop(L) - 2;
+  if (!lua_checkstack(co, nargs + 1)) return luaL_error(L, "too many arguments to resume");
+  tp_call *c = b->c;
+  tp_run *r = c ? c->run : NULL;
+  tp_engine *e = get_host(L)->e;
+  uint64_t deadline = c ? c->deadline_ns : 0;
+  host_watch hw;
+  memset(&hw, 0, sizeof hw);
+  hw.watch.fire = host_watch_fire;
+  hw.target.co = co;
+  hw.target.hook = stop_hook;
+  hw.thread = pthread_self();
+  int armed = deadline && tp__signal_install() == 0 &&
+              tp__watch_arm(&e->wd, &hw.watch, deadline) == 0;
+  tp_host_target *prev = armed ? tp__signal_host_target(&hw.target) : NULL;
+  lua_xmove(L, co, nargs);
+  uint64_t t0 = tp__now_ns();
+  int nres = 0;
+  int st = lua_resume(co, L, nargs, &nres);
+  uint64_t t1 = tp__now_ns();
+  if (armed) {
+    tp__watch_disarm(&e->wd, &hw.watch);   /* no fire after this */
+    tp__signal_host_target(prev);           /* a late signal no longer reaches co */
+    if (atomic_load(&hw.target.expired)) lua_sethook(co, NULL, 0, 0);
+  }
+  lua_settop(L, 2);
+  if (st == LUA_OK || st == LUA_YIELD) {
+    lua_pushboolean(L, 1);
+    if (nres > 0) {
+      lua_pushvalue(co, -nres);
+      lua_xmove(co, L, 1);
+      lua_pop(co, nres);
+    }
+    else lua_pushnil(L);
+  }
+  else {
+    lua_pushboolean(L, 0);
+    lua_xmove(co, L, 1);
+  }
+  uint64_t held = t1 - t0;
+  if (r != NULL && held >= BLOCK_NOTE_NS) note_block(r, c->name, held);
+  lua_pushnumber(L, (lua_Number)held / 1e6);
+  lua_pushboolean(L, deadline != 0 && t1 >= deadline);
+  return 4;
+}
+
 /* E.deadline_ms(box) -> milliseconds left before the call times out, or nil. */
 static int e_deadline_ms (lua_State *H) {
   callbox *b = luaL_checkudata(H, 1, CALLBOX);
@@ -391,6 +488,44 @@ static int e_deadline_ms (lua_State *H) {
   uint64_t now = tp__now_ns();
   uint64_t left = b->c->deadline_ns > now ? b->c->deadline_ns - now : 0;
   lua_pushnumber(H, (lua_Number)(left / 1000) / 1e3);
+  return 1;
+}
+
+/* E.fs_quota(box) -> left, quota: the bytes the call's run may still write through the
+** fs tools, and its whole quota; nothing when the run has no quota. A call that is over
+** (box emptied) has 0 left. */
+static int e_fs_quota (lua_State *H) {
+  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  if (b->c == NULL || b->c->run == NULL) {
+    lua_pushinteger(H, 0);
+    lua_pushinteger(H, 0);
+    return 2;
+  }
+  const tp_run *r = b->c->run;
+  uint64_t q = r->sb->limits.fs_bytes;
+  if (q == 0) return 0;
+  uint64_t left = r->fs_used < q ? q - r->fs_used : 0;
+  lua_pushinteger(H, (lua_Integer)(left > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : left));
+  lua_pushinteger(H, (lua_Integer)(q > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : q));
+  return 2;
+}
+
+/* E.fs_charge(box, bytes): counts bytes written by the call against its run's quota. */
+static int e_fs_charge (lua_State *H) {
+  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  lua_Integer n = luaL_checkinteger(H, 2);
+  if (n > 0 && b->c != NULL && b->c->run != NULL) {
+    tp_run *r = b->c->run;
+    r->fs_used = (uint64_t)n > UINT64_MAX - r->fs_used ? UINT64_MAX : r->fs_used + (uint64_t)n;
+  }
+  return 0;
+}
+
+/* E.workspace_max() -> the engine's cap on the workspace's growth in bytes (0: none). */
+static int e_workspace_max (lua_State *H) {
+  const tp_engine *e = get_host(H)->e;
+  uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
+  lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
   return 1;
 }
 
@@ -433,7 +568,8 @@ static int open_p (lua_State *H) {
     return lua_error(H);
   static const luaL_Reg fns[] = {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
-    { "deadline_ms", e_deadline_ms },
+    { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
+    { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { NULL, NULL } };
   luaL_newlib(H, fns);
   lua_call(H, 1, 1);
@@ -509,6 +645,9 @@ static int dispatch_p (lua_State *H) {
   if (e->workspace) {
     lua_pushstring(H, e->workspace);
     lua_setfield(H, -2, "workspace");
+    uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
+    lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
+    lua_setfield(H, -2, "workspace_max");
   }
   host *h = get_host(H);
   lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
@@ -788,6 +927,13 @@ int tp_engine_set_workspace (tp_engine *e, const char *dir) {
   free(e->workspace);
   e->workspace = strdup(dir);
   return e->workspace ? TP_OK : TP_ENOMEM;
+}
+
+int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
+  if (e == NULL) return TP_EINVAL;
+  e->workspace_max = bytes;
+  e->workspace_max_set = 1;
+  return TP_OK;
 }
 
 char *tp_engine_describe (tp_engine *e, const char *format) {

@@ -171,11 +171,28 @@ void tp__sandbox_leave(void);
 int  tp__signal_install(void);
 void tp__signal_interrupt(pthread_t thread);
 
+/* A plugin handler's coroutine that host.c resumes on this thread: once expired is set
+** (its call's deadline passed; the watchdog then signals the thread), the signal handler
+** sets hook on co with a count of 1, so a handler busy in Lua stops. Installs t (NULL:
+** none) and returns the previous one, for nesting. */
+typedef struct tp_host_target {
+  lua_State *co;
+  atomic_int expired;
+  lua_Hook hook;
+} tp_host_target;
+tp_host_target *tp__signal_host_target(tp_host_target *t);
+
 /* ---- source normalization (normalize.c) ------------------------------------------ */
 
-/* What models send: strips a markdown fence (and prose around it) and a #! line.
-** Returns a pointer into src and the length through *len; never allocates. */
+/* What models send: the body of the first markdown fence (prose around it dropped), or
+** else the text without a leading #! line. Returns a pointer into src and the length
+** through *len; never allocates. run.c uses it only for text that does not compile. */
 const char *tp__normalize(const char *src, size_t *len);
+/* The body of the first fence (```, ~~~) and its length through *len, or NULL when src
+** has none; *open_line (may be NULL) is the 1-based line of the opening fence. */
+const char *tp__normalize_fence(const char *src, size_t *len, int *open_line);
+/* src without a leading "#!" line (its newline kept, so line numbers hold). */
+const char *tp__normalize_shebang(const char *src, size_t *len);
 
 /* ---- runs (run.c) ---------------------------------------------------------------- */
 
@@ -203,6 +220,8 @@ struct tp_engine {
   uint64_t slice_us;       /* time slice of a started run; default 5 ms */
   uint64_t run_ids;        /* the last run id given out */
   char *workspace;
+  uint64_t workspace_max;  /* tp_engine_set_workspace_max, when workspace_max_set */
+  int workspace_max_set;
   char *remotes_dir;       /* for $ref in tool schemas; NULL */
 };
 
@@ -318,6 +337,9 @@ struct tp_run {
   void *done_ud;
   int async, reported;
   struct tp_session *session; /* the run borrows the session's sandbox */
+  uint64_t fs_used;        /* bytes charged to limits.fs_bytes (host.c, E.fs_charge) */
+  uint64_t blocked_ns;     /* time plugin handlers held the thread past 100 ms (host.c) */
+  char blocked_hint[300];  /* the hint of a time limit those blocks explain, or "" */
   /* tp__run_set_call_hook: told when a tool call of the run starts and ends */
   void (*call_hook)(struct tp_run *r, const char *tool, int done, void *ud);
   void *call_hook_ud;

@@ -10,7 +10,8 @@
 ** options: memory, max_output, max_result, max_source (bytes or "64M"-style strings),
 ** instructions (count), cpu and timeout (seconds as numbers, or "500ms"-style strings),
 ** tool_calls, tool_calls_per_tool, tool_in_flight (counts), tool_bytes (bytes of one
-** call's arguments or result), tool_timeout (a call's deadline, like timeout).
+** call's arguments or result), tool_timeout (a call's deadline, like timeout), fs_quota
+** (bytes the fs.* tools may write in one run).
 ** A value of 0 means no limit. Unknown option names are an error, so a typo is not a
 ** silently ignored limit. JSON null in the envelope is tidepool.null.
 **
@@ -18,7 +19,9 @@
 ** tools/ directory; default false) pick an engine: one per distinct set, made on first use
 ** and kept as long as the module, so state such as the kv store lasts across runs.
 ** Plugin load problems come back in the envelope table's `warnings` (a list of
-** "file:line: why" lines) on every run of that engine.
+** "file:line: why" lines) on every run of that engine. `workspace` (a directory: offers
+** the fs.* tools, confined to it) and `workspace_max` (bytes the fs.* tools may grow it
+** by; default 1G) are part of the engine's choice too.
 */
 #include <dlfcn.h>
 #include <errno.h>
@@ -118,10 +121,13 @@ static void read_options (lua_State *L, int idx, tp_limits *lim) {
     else if (strcmp(k, "tool_in_flight") == 0) lim->tool_in_flight = opt_count32(L, k);
     else if (strcmp(k, "tool_bytes") == 0) lim->tool_bytes = (size_t)opt_size(L, k);
     else if (strcmp(k, "tool_timeout") == 0) lim->tool_timeout_us = opt_duration(L, k);
-    else if (strcmp(k, "tools") == 0 || strcmp(k, "builtin_tools") == 0) { /* pick_engine */ }
+    else if (strcmp(k, "fs_quota") == 0) lim->fs_bytes = opt_size(L, k);
+    else if (strcmp(k, "tools") == 0 || strcmp(k, "builtin_tools") == 0 ||
+             strcmp(k, "workspace") == 0 || strcmp(k, "workspace_max") == 0) { /* pick_engine */ }
     else luaL_error(L, "tidepool: unknown option '%s' (memory, instructions, cpu, timeout, "
                        "max_output, max_result, max_source, tool_calls, tool_calls_per_tool, "
-                       "tool_in_flight, tool_bytes, tool_timeout, tools, builtin_tools)", k);
+                       "tool_in_flight, tool_bytes, tool_timeout, fs_quota, tools, builtin_tools, workspace, "
+                       "workspace_max)", k);
     lua_pop(L, 1);
   }
 }
@@ -151,15 +157,29 @@ static void push_builtin_dir (lua_State *L) {
   lua_pushstring(L, TP_DATADIR "/tools");
 }
 
-/* The engine for the options' tools and builtin_tools (cached in upvalue 2 by the list
-** of directories); pushes its load warnings (a table) or nil. */
+/* The engine for the options' tools, builtin_tools, workspace and workspace_max (cached
+** in upvalue 2 by the list of directories and the workspace); pushes its load warnings
+** (a table) or nil. */
 static tp_engine *pick_engine (lua_State *L, int idx) {
-  int builtin = 0, ndirs = 0;
+  int builtin = 0, ndirs = 0, has_max = 0;
+  uint64_t ws_max = 0;
+  const char *ws = NULL;
   luaL_Buffer key;
   if (lua_istable(L, idx)) {
     lua_getfield(L, idx, "builtin_tools");
     builtin = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    if (lua_getfield(L, idx, "workspace_max") != LUA_TNIL) {
+      ws_max = opt_size(L, "workspace_max");
+      has_max = 1;
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, idx, "workspace") != LUA_TNIL) {
+      if (lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "tidepool: option 'workspace' must be a directory name");
+      ws = lua_tostring(L, -1);
+    }
+    lua_pop(L, 1);  /* ws stays alive in the options table */
   }
   lua_newtable(L);  /* dirs */
   int dirs = lua_gettop(L);
@@ -174,12 +194,20 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
     }
   }
   lua_settop(L, dirs);
-  if (ndirs == 0) { lua_pop(L, 1); lua_pushnil(L); return get_engine(L); }
+  if (ndirs == 0 && ws == NULL) { lua_pop(L, 1); lua_pushnil(L); return get_engine(L); }
   luaL_buffinit(L, &key);
   for (int i = 1; i <= ndirs; i++) {
     lua_rawgeti(L, dirs, i);
     luaL_addvalue(&key);
     luaL_addchar(&key, '\n');
+  }
+  if (ws) {
+    lua_pushfstring(L, "\1workspace=%s\n", ws);
+    luaL_addvalue(&key);
+  }
+  if (has_max) {
+    lua_pushfstring(L, "\1workspace_max=%I\n", (LUAI_UACINT)ws_max);
+    luaL_addvalue(&key);
   }
   luaL_pushresult(&key);
   int keyi = lua_gettop(L);
@@ -201,6 +229,9 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
   lua_rawseti(L, -2, 1);
   b->e = tp_engine_create();
   if (b->e == NULL) luaL_error(L, "tidepool: cannot create an engine (out of memory)");
+  if (has_max) tp_engine_set_workspace_max(b->e, ws_max);
+  if (ws && tp_engine_set_workspace(b->e, ws) != TP_OK)
+    luaL_error(L, "tidepool: cannot set the workspace (out of memory)");
   lua_newtable(L);  /* warnings */
   int nw = 0;
   for (int i = 1; i <= ndirs; i++) {

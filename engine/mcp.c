@@ -70,12 +70,13 @@ static const char usage_text[] =
   "                       reloaded when it changes (notifications/tools/list_changed)\n"
   "  --no-builtin-tools   do not load the built-in tools\n"
   "  --workspace DIR      the directory the fs.* tools may use\n"
+  "  --workspace-max SIZE how much the fs.* tools may grow it (default 1G)\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
   "  --expose-tools       also list every loaded tool as an MCP tool of its own\n"
   "  --session-idle DURATION  drop a session idle this long (default 10m)\n"
   "  --max-sessions N     sessions kept at once (default 16)\n"
   "  --memory SIZE --instructions N --cpu DURATION --timeout DURATION\n"
-  "  --max-output SIZE --max-result SIZE --max-source SIZE\n"
+  "  --max-output SIZE --max-result SIZE --max-source SIZE --fs-quota SIZE\n"
   "                       limits of each script, as for tidepool run (a session's\n"
   "                       memory limit holds for the whole session)\n";
 
@@ -87,6 +88,8 @@ typedef struct options {
   size_t ndirs;
   int builtin, expose, test_tools;
   const char *workspace, *name;
+  uint64_t workspace_max;   /* --workspace-max, when workspace_max_set */
+  int workspace_max_set;
   uint64_t session_idle_us;
   unsigned max_sessions;
 } options;
@@ -1465,7 +1468,7 @@ int tp__mcp_main (int argc, char **argv) {
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--memory", "--instructions", "--cpu", "--timeout",
-      "--max-output", "--max-result", "--max-source" };
+      "--max-output", "--max-result", "--max-source", "--fs-quota", "--workspace-max" };
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
       known |= strcmp(name, with_value[k]) == 0;
@@ -1487,6 +1490,11 @@ int tp__mcp_main (int argc, char **argv) {
       if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
         return tp__cli_usage_error("--workspace: '%s' is not a directory", val);
       o->workspace = val;
+    }
+    else if (strcmp(name, "--workspace-max") == 0) {
+      if (tp__cli_parse_size(val, &o->workspace_max) != 0)
+        return tp__cli_usage_error("bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)", val);
+      o->workspace_max_set = 1;
     }
     else if (strcmp(name, "--name") == 0) {
       size_t n = strlen(val);
@@ -1524,6 +1532,7 @@ int tp__mcp_main (int argc, char **argv) {
   s->e = tp_engine_create();
   if (s->e == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return 1; }
   s->loop = tp__engine_loop(s->e);
+  if (o->workspace_max_set) tp_engine_set_workspace_max(s->e, o->workspace_max);
   if (o->workspace && tp_engine_set_workspace(s->e, o->workspace) != TP_OK)
     log_msg(s, L_WARNING, "--workspace %s: %s", o->workspace, tp_engine_error(s->e));
   if (o->test_tools && add_test_tools(s->e) != 0)

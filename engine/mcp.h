@@ -18,7 +18,7 @@ int tp__cli_parse_size(const char *s, uint64_t *out);
 int tp__cli_parse_duration(const char *s, uint64_t *out);
 
 /* The limit options of `tidepool run` (--memory --instructions --cpu --timeout
-** --max-output --max-result --max-source): sets the field of lim that option name
+** --max-output --max-result --max-source --fs-quota): sets the field of lim that option name
 ** (without "=value") stands for. Returns 1 when done, 0 when name is not a limit option,
 ** -1 when val is bad (then *why says what is expected). */
 int tp__cli_limit_option(const char *name, const char *val, tp_limits *lim, const char **why);

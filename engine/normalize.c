@@ -1,8 +1,14 @@
 /*
 ** normalize.c: what models send is not always a bare script. A reply often wraps the
 ** code in a markdown fence, with a sentence before it ("Here is the script:") and
-** sometimes after. The code inside the first fence is the script. A leading "#!" line
-** is dropped, as lua.c does for files.
+** sometimes after. The code inside the first fence is then the script. A leading "#!"
+** line is dropped, as lua.c does for files.
+**
+** Fences are stripped only from text that does not compile as Lua as a whole (run.c
+** compiles the text first and asks for the fence's body only on a syntax error), so a
+** valid script holding a fence in a string ([[ ```lua ... ``` ]]) runs as written: what
+** a reviewer approves is what runs. Every function here is one linear pass and never
+** allocates.
 */
 #include <string.h>
 
@@ -25,9 +31,10 @@ static int is_fence (const char *p, const char *end, char *ch) {
   return 0;
 }
 
-const char *tp__normalize (const char *src, size_t *len) {
+const char *tp__normalize_fence (const char *src, size_t *len, int *open_line) {
   const char *end = src + *len;
-  for (const char *line = src; line < end; line = next_line(line, end)) {
+  int n = 1;
+  for (const char *line = src; line < end; line = next_line(line, end), n++) {
     char ch;
     if (!is_fence(line, end, &ch)) continue;
     const char *body = next_line(line, end), *p = body;
@@ -35,9 +42,15 @@ const char *tp__normalize (const char *src, size_t *len) {
       char ch2;
       if (is_fence(p, end, &ch2) && ch2 == ch) break;
     }
+    if (open_line) *open_line = n;
     *len = (size_t)(p - body);
     return body;
   }
+  return NULL;
+}
+
+const char *tp__normalize_shebang (const char *src, size_t *len) {
+  const char *end = src + *len;
   if (*len >= 2 && src[0] == '#' && src[1] == '!') {
     const char *p = next_line(src, end);
     if (p > src && p[-1] == '\n') p--;  /* keep the newline so line numbers hold */
@@ -45,4 +58,11 @@ const char *tp__normalize (const char *src, size_t *len) {
     return p;
   }
   return src;
+}
+
+const char *tp__normalize (const char *src, size_t *len) {
+  size_t n = *len;
+  const char *body = tp__normalize_fence(src, &n, NULL);
+  if (body != NULL) { *len = n; return body; }
+  return tp__normalize_shebang(src, len);
 }

@@ -32,6 +32,7 @@ void tp_limits_init (tp_limits *l) {
   l->tool_in_flight = 32;
   l->tool_bytes = 4u << 20;
   l->tool_timeout_us = 30u * 1000000u;
+  l->fs_bytes = 64u << 20;
 }
 
 const char *tp_version (void) { return TP_VERSION; }
@@ -205,8 +206,13 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   if (why != TP_KILL_NONE) {
     char msg[256];
     tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
-    return make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
-                      kill_hint((tp_kill)why));
+    const char *hint = kill_hint((tp_kill)why);
+    /* Plugin handlers that held the thread for half the limit or more explain it. */
+    uint64_t lim_us = why == TP_KILL_TIME ? sb->limits.wall_us :
+                      why == TP_KILL_CPU ? sb->limits.cpu_us : 0;
+    if (lim_us && r->blocked_hint[0] && r->blocked_ns * 2 >= lim_us * 1000u)
+      hint = r->blocked_hint;
+    return make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line, hint);
   }
   const char *msg = NULL, *code = "runtime";
   size_t len = 0;
@@ -465,15 +471,44 @@ static const char *two_part_reader (lua_State *L, void *ud, size_t *size) {
   return NULL;
 }
 
-/* Compiles r->src onto T. A lone expression becomes "return <expr>". Returns nonzero
-** on success; otherwise the syntax error is the run's pending error. */
+/* Loads src onto T as "return <src>" when that compiles (a lone expression), else as
+** it is. LUA_OK, or the status with the error message on top; the stack below is kept. */
+static int load_text (lua_State *T, const char *src, size_t len) {
+  int base = lua_gettop(T);
+  reader_state rs = { { "return ", src }, { 7, len }, 0 };
+  if (lua_load(T, two_part_reader, &rs, "=script", "t") == LUA_OK) return LUA_OK;
+  lua_settop(T, base);
+  return luaL_loadbufferx(T, src, len, "=script", "t");
+}
+
+/* Compiles r->src onto T. Text that does not compile as a whole, fails at or before
+** the opening line of a markdown fence (prose, or the fence itself) is taken to be a
+** model's reply: the fence's body is compiled instead and becomes r->src, whether it
+** compiles or not (its error is the one to show). Text that fails after the fence line
+** is Lua holding a fence (in a string or a comment) and is never cut: its own error is
+** shown, so nothing but the text as written can run. Returns nonzero on success;
+** otherwise the syntax error is the run's pending error. At most two parses of text
+** within the source limit, each linear. */
 static int compile (tp_run *r) {
   lua_State *T = r->sb->T;
-  reader_state rs = { { "return ", r->src }, { 7, r->srclen }, 0 };
-  if (lua_load(T, two_part_reader, &rs, "=script", "t") == LUA_OK) return 1;
-  lua_settop(T, 0);
-  int status = luaL_loadbufferx(T, r->src, r->srclen, "=script", "t");
+  int status = load_text(T, r->src, r->srclen);
   if (status == LUA_OK) return 1;
+  size_t blen = r->srclen;
+  int fence_line = 0, raw_line = 0;
+  const char *body = NULL;
+  if (status == LUA_ERRSYNTAX && atomic_load(&r->sb->kill) == TP_KILL_NONE)
+    body = tp__normalize_fence(r->src, &blen, &fence_line);
+  if (body != NULL && lua_tostring(T, -1) != NULL)
+    strip_position(lua_tostring(T, -1), &raw_line);
+  if (body != NULL && raw_line <= fence_line) {
+    body = tp__normalize_shebang(body, &blen);
+    memmove(r->src, body, blen);
+    r->src[blen] = '\0';
+    r->srclen = blen;
+    lua_settop(T, 0);
+    status = load_text(T, r->src, r->srclen);
+    if (status == LUA_OK) return 1;
+  }
   if (atomic_load(&r->sb->kill) != TP_KILL_NONE || status == LUA_ERRMEM) {
     r->pending_error = error_from_thread(r, T, status);
     return 0;
@@ -535,7 +570,7 @@ static tp_run *run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t
   r->id = ++e->run_ids;
   r->sb = sb;
   size_t nlen = len;
-  const char *src = tp__normalize(source, &nlen);
+  const char *src = tp__normalize_shebang(source, &nlen);  /* fences: see compile */
   r->src = malloc(nlen + 1);
   if (r->src == NULL) { free(r); return NULL; }
   memcpy(r->src, src, nlen);

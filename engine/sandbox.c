@@ -297,7 +297,23 @@ static struct sigaction old_action;
 static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
 static int signal_ok;
 
+/* The plugin handler's coroutine running on this thread, if any (host.c). */
+static __thread tp_host_target *volatile host_target __attribute__((tls_model("initial-exec")));
+
+tp_host_target *tp__signal_host_target (tp_host_target *t) {
+  tp_host_target *old = host_target;
+  atomic_signal_fence(memory_order_seq_cst);  /* *t is complete before the handler sees it */
+  host_target = t;
+  atomic_signal_fence(memory_order_seq_cst);
+  return old;
+}
+
 static void on_signal (int sig, siginfo_t *info, void *uc) {
+  tp_host_target *ht = host_target;
+  if (ht != NULL && atomic_load(&ht->expired)) {
+    lua_sethook(ht->co, ht->hook, LUA_MASKCOUNT, 1);
+    return;
+  }
   tp_sandbox *sb = active;
   if (sb != NULL) {
     if (atomic_load(&sb->kill) != TP_KILL_NONE || atomic_load(&sb->slice_over)) {
@@ -460,6 +476,13 @@ static int sb_warn (lua_State *L) {
 static lua_CFunction orig_load, orig_setmetatable, orig_rawset, orig_xpcall, orig_format, orig_rep,
                      orig_find, orig_sort;
 
+/* The arithmetic metamethods of Lua's string metatable (lstrlib.c), which coerce
+** numeric strings: "10" + 1 == 11. The sandbox's string metatable keeps them. */
+static const char *const string_arith[] = { "__add", "__sub", "__mul", "__mod", "__pow",
+  "__div", "__idiv", "__unm" };
+#define NSTRING_ARITH (sizeof string_arith / sizeof string_arith[0])
+static lua_CFunction orig_string_arith[NSTRING_ARITH];
+
 static int sb_load (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   size_t len;
@@ -535,14 +558,73 @@ static int sb_rawset (lua_State *L) {
   return orig_rawset(L);
 }
 
+/*
+** collectgarbage: Lua 5.4.7's options and return values (lbaselib.c). "collect", "step"
+** and "count" act on the sandbox state's own collector; their work is bounded by the
+** heap, which the memory cap bounds, and no finalizer can run in it (setmetatable
+** refuses __gc). "stop", "restart", "incremental", "generational", "setpause" and
+** "setstepmul" answer what Lua would (0, the previous mode or value) and "isrunning"
+** reports what the script asked for, but the collector itself keeps the engine's
+** settings: with it stopped, a state at its cap fails allocations that Lua makes
+** without an emergency collection (luaL_Buffer's box), so a script that only meant to
+** go faster would end with limit.memory; and TP_GC_AGGRESSIVE test reruns rely on the
+** engine's settings.
+*/
+static char gcstate_key;  /* registry: the nominal tuning a script asked for */
+typedef struct gc_nominal { int stopped, generational, pause, stepmul; } gc_nominal;
+
+static gc_nominal *gc_state (lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &gcstate_key) == LUA_TUSERDATA) {
+    gc_nominal *g = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return g;
+  }
+  lua_pop(L, 1);
+  gc_nominal *g = lua_newuserdatauv(L, sizeof *g, 0);
+  g->stopped = 0;
+  g->generational = 0;
+  g->pause = 200;     /* LUAI_GCPAUSE */
+  g->stepmul = 100;   /* LUAI_GCMUL */
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &gcstate_key);
+  return g;
+}
+
 static int sb_collectgarbage (lua_State *L) {
-  const char *opt = luaL_optstring(L, 1, "collect");
-  if (strcmp(opt, "count") != 0)
-    return luaL_error(L, "collectgarbage(\"%s\") is not available in the sandbox; "
-                         "only collectgarbage(\"count\") is", opt);
-  int kb = lua_gc(L, LUA_GCCOUNT), b = lua_gc(L, LUA_GCCOUNTB);
-  lua_pushnumber(L, (lua_Number)kb + (lua_Number)b / 1024);
-  return 1;
+  static const char *const opts[] = { "stop", "restart", "collect", "count", "step",
+    "setpause", "setstepmul", "isrunning", "generational", "incremental", NULL };
+  int o = luaL_checkoption(L, 1, "collect", opts);
+  switch (o) {
+    case 3: {  /* count */
+      int kb = lua_gc(L, LUA_GCCOUNT), b = lua_gc(L, LUA_GCCOUNTB);
+      lua_pushnumber(L, (lua_Number)kb + (lua_Number)b / 1024);
+      return 1;
+    }
+    case 4: {  /* step */
+      int step = (int)luaL_optinteger(L, 2, 0);
+      lua_pushboolean(L, lua_gc(L, LUA_GCSTEP, step));
+      return 1;
+    }
+    case 5: case 6: {  /* setpause, setstepmul */
+      int p = (int)luaL_optinteger(L, 2, 0);
+      gc_nominal *g = gc_state(L);
+      int *slot = o == 5 ? &g->pause : &g->stepmul;
+      lua_pushinteger(L, *slot);
+      *slot = p;  /* Lua stores p (a 0 means the default only to lua_gc's GCINC) */
+      return 1;
+    }
+    case 7: lua_pushboolean(L, !gc_state(L)->stopped); return 1;  /* isrunning */
+    case 8: case 9: {  /* generational, incremental */
+      gc_nominal *g = gc_state(L);
+      lua_pushstring(L, g->generational ? "generational" : "incremental");
+      g->generational = o == 8;
+      return 1;
+    }
+    case 2: lua_pushinteger(L, lua_gc(L, LUA_GCCOLLECT)); return 1;
+    default:  /* stop, restart */
+      gc_state(L)->stopped = o == 0;
+      lua_pushinteger(L, 0);
+      return 1;
+  }
 }
 
 /* ---- wrapped string functions --------------------------------------------------- */
@@ -575,14 +657,29 @@ static int sb_format (lua_State *L) {
   return orig_format(L);
 }
 
+/* string.rep: string.rep('', 1e18) would loop in C for ever, so an empty result is made
+** at once. A result larger than the whole memory limit can never be built: it ends the
+** run with limit.memory at once, as an allocation past the cap would, and not with Lua's
+** "resulting string too large" runtime error (which pcall could catch). */
 static int sb_rep (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
   size_t l, lsep = 0;
   luaL_checklstring(L, 1, &l);
   lua_Integer n = luaL_checkinteger(L, 2);
   luaL_optlstring(L, 3, "", &lsep);
-  if (n > 0 && l == 0 && (lsep == 0 || n == 1)) {
+  if (n <= 0 || (l == 0 && (lsep == 0 || n == 1))) {
     lua_pushliteral(L, "");
     return 1;
+  }
+  /* l * n + lsep * (n - 1), saturating */
+  uint64_t un = (uint64_t)n, total = UINT64_MAX;
+  if ((l == 0 || un <= UINT64_MAX / l) && (lsep == 0 || un - 1 <= UINT64_MAX / lsep)) {
+    uint64_t a = (uint64_t)l * un, b = (uint64_t)lsep * (un - 1);
+    if (a <= UINT64_MAX - b) total = a + b;
+  }
+  if (sb->mem_cap && total > sb->mem_cap) {
+    tp__sandbox_kill(sb, TP_KILL_MEMORY);
+    tp__sandbox_check(L, sb);
   }
   return orig_rep(L);
 }
@@ -645,9 +742,9 @@ static int sb_concat (lua_State *L) {
   for (lua_Integer k = 0; i <= last; i++, k++) {
     poll(L, sb, k);
     lua_geti(L, 1, i);
-    if (!lua_isstring(L, -1))
-      return luaL_error(L, "invalid value (at index %I) in table for 'concat'",
-                        (LUAI_UACINT)i);
+    if (!lua_isstring(L, -1))  /* Lua 5.4.7's message */
+      return luaL_error(L, "invalid value (%s) at index %I in table for 'concat'",
+                        luaL_typename(L, -1), (LUAI_UACINT)i);
     luaL_addvalue(&b);
     if (i == last) break;
     if (lsep) luaL_addlstring(&b, sep, lsep);
@@ -844,7 +941,7 @@ static int co_status_ok (lua_State *L, lua_State *co) {  /* suspended? */
 
 static int sb_co_resume (lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
-  luaL_argexpected(L, co, 1, "coroutine");
+  luaL_argexpected(L, co, 1, "thread");  /* lcorolib's words */
   int narg = lua_gettop(L) - 1;
   if (!co_status_ok(L, co)) {
     lua_pushboolean(L, 0);
@@ -892,7 +989,7 @@ static int sb_co_yield (lua_State *L) {
 static int sb_co_close (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   lua_State *co = lua_tothread(L, 1);
-  luaL_argexpected(L, co, 1, "coroutine");
+  luaL_argexpected(L, co, 1, "thread");  /* lcorolib's words */
   int st = lua_status(co);
   int dead_or_suspended = (st != LUA_OK && st != LUA_YIELD) ||
                           (st == LUA_OK && lua_gettop(co) == 0) || co_status_ok(L, co);
@@ -918,7 +1015,7 @@ static int sb_co_running (lua_State *L) {
 static int sb_co_isyieldable (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   lua_State *co = lua_isnone(L, 1) ? L : lua_tothread(L, 1);
-  luaL_argexpected(L, co, 1, "coroutine");
+  luaL_argexpected(L, co, 1, "thread");  /* lcorolib's words */
   lua_pushboolean(L, co != sb->T && lua_isyieldable(co));
   return 1;
 }
@@ -1054,6 +1151,15 @@ static void originals_setup (void) {
   orig_rep = field_fn(L, "string", "rep");
   orig_find = field_fn(L, "string", "find");
   orig_sort = field_fn(L, "table", "sort");
+  lua_pushliteral(L, "");
+  if (!lua_getmetatable(L, -1)) abort();  /* luaL_openlibs always sets it */
+  for (size_t i = 0; i < NSTRING_ARITH; i++) {
+    lua_getfield(L, -1, string_arith[i]);
+    orig_string_arith[i] = lua_tocfunction(L, -1);
+    if (orig_string_arith[i] == NULL) abort();  /* a Lua built without them */
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
   plan_slots(L);
   lua_close(L);
   const char *g = getenv("TP_GC_AGGRESSIVE");
@@ -1110,6 +1216,11 @@ static int open_sandbox (lua_State *L) {
     luaL_requiref(L, libs[i].name, libs[i].open, 1);
     lua_pop(L, 1);
   }
+  /* The registry's LOADED table: luaL_argerror names a function ("bad argument #1 to
+  ** 'string.rep'") by finding it there, as in Lua. It holds the filtered libraries'
+  ** real tables; the registry is out of the script's reach. */
+  lua_createtable(L, 0, (int)NLIBS + 1);
+  int loaded = lua_gettop(L);
   lua_pushglobaltable(L);
   int G = lua_gettop(L);
   /* the new globals, filled from the allowlist */
@@ -1143,17 +1254,43 @@ static int open_sandbox (lua_State *L) {
       lua_setfield(L, dst, a->name);
     }
     if (!is_base) {
-      if (strcmp(name, "string") == 0) {  /* methods on strings use the filtered table */
+      int is_string = strcmp(name, "string") == 0;
+      if (is_string) {
+        /* Lua's string metatable: methods from the filtered table, and the arithmetic
+        ** metamethods that coerce numeric strings ("10" + 1 == 11). */
         lua_pushliteral(L, "");
-        lua_createtable(L, 0, 2);
+        lua_createtable(L, 0, (int)NSTRING_ARITH + 2);
         lua_pushvalue(L, dst);
         lua_setfield(L, -2, "__index");
-        lua_pushboolean(L, 0);
-        lua_setfield(L, -2, "__metatable");
+        for (size_t m = 0; m < NSTRING_ARITH; m++) {
+          lua_pushcfunction(L, orig_string_arith[m]);
+          lua_setfield(L, -2, string_arith[m]);
+        }
         lua_setmetatable(L, -2);
         lua_pop(L, 1);
       }
+      lua_pushvalue(L, dst);          /* the real table, for error messages' names */
+      lua_setfield(L, loaded, name);
       make_readonly(L);
+      if (is_string) {
+        /* getmetatable("") answers a read-only copy of it whose __index is the script's
+        ** (read-only) string table, as rawequal as in Lua; the real one stays out of
+        ** reach, so string methods cannot be changed. */
+        int proxy = lua_gettop(L);
+        lua_pushliteral(L, "");
+        lua_getmetatable(L, -1);
+        int mt = lua_gettop(L);
+        lua_createtable(L, 0, (int)NSTRING_ARITH + 1);
+        lua_pushvalue(L, proxy);
+        lua_setfield(L, -2, "__index");
+        for (size_t m = 0; m < NSTRING_ARITH; m++) {
+          lua_getfield(L, mt, string_arith[m]);
+          lua_setfield(L, -2, string_arith[m]);
+        }
+        make_readonly(L);
+        lua_setfield(L, mt, "__metatable");
+        lua_settop(L, proxy);
+      }
       lua_setfield(L, NG, name);
       if (src) lua_pop(L, 1);
     }
@@ -1171,8 +1308,10 @@ static int open_sandbox (lua_State *L) {
   /* swap the globals: the registry's global table becomes the filtered one */
   lua_pushvalue(L, NG);
   lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-  /* drop what luaL_requiref left in package.loaded */
-  lua_pushnil(L);
+  /* what luaL_requiref left in package.loaded (unfiltered libraries) goes */
+  lua_pushvalue(L, NG);
+  lua_setfield(L, loaded, LUA_GNAME);
+  lua_pushvalue(L, loaded);
   lua_setfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   /* display numbers for tostring */
   lua_newtable(L);

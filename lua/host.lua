@@ -11,7 +11,9 @@
 -- afterwards.
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
--- log(box, text); deadline_ms(box) -> ms | nil.
+-- log(box, text); deadline_ms(box) -> ms | nil; fs_quota(box) -> left, quota | nothing;
+-- fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
+-- resume(box, co, ...) -> ok, value, held_ms, late (coroutine.resume, timed).
 local E = ...
 
 local uv = require("luv")
@@ -135,16 +137,33 @@ local function finish(rec, ok, value, code)
   E.complete(rec.box, ok, value, code)
 end
 
--- Resumes the handler's coroutine with the given values and acts on how it stopped.
+-- Resumes the handler's coroutine with the given values and acts on how it stopped. The
+-- time a resume holds the thread is the call's: a handler that blocks (sleeps in C,
+-- loops in Lua) past its call's deadline ends the call with tool.timeout, and its
+-- coroutine is closed (its to-be-closed variables run; it never resumes).
 local function step(rec, ...)
   if rec.done or rec.cancelled then return end
   local co = rec.co
-  local ok, a = coroutine.resume(co, ...)
+  local left = E.deadline_ms(rec.box)
+  if left ~= nil and left <= 0 then  -- woken after its deadline, before the engine saw it
+    finish(rec, false, "did not answer within its time limit", "tool.timeout")
+    coroutine.close(co)
+    return
+  end
+  local ok, a, held_ms, late = E.resume(rec.box, co, ...)
+  if late and not rec.done and not rec.cancelled then
+    finish(rec, false, ("its handler held the engine for %.0f ms, past the call's time "
+      .. "limit, without waiting (it blocks in C or loops in Lua instead of waiting with "
+      .. "ctx.sleep, ctx.await or luv)"):format(held_ms), "tool.timeout")
+    coroutine.close(co)  -- suspended, or dead by the stopping hook: <close> variables run
+    return
+  end
   if coroutine.status(co) == "dead" then
     if ok then
       finish(rec, true, a)
     else
       local msg, code = describe_error(a, co)
+      coroutine.close(co)  -- a coroutine dead by an error keeps its <close> variables open
       finish(rec, false, msg, code)
     end
   elseif a ~= WAIT then
@@ -186,7 +205,22 @@ local function make_ctx(rec)
     call_id = info.call_id,
     tool = info.tool,
     workspace = info.workspace,
+    workspace_max = info.workspace_max,
   }
+
+  -- The run's file-write quota (--fs-quota): bytes left and the whole quota, or nil when
+  -- the run has none. A plugin that writes files charges what it wrote with
+  -- ctx.charge_writes, as the fs tools do.
+  function ctx.write_quota()
+    return E.fs_quota(rec.box)
+  end
+
+  function ctx.charge_writes(bytes)
+    if math.type(bytes) ~= "integer" or bytes < 0 then
+      error("ctx.charge_writes: bytes must be an integer >= 0", 2)
+    end
+    E.fs_charge(rec.box, bytes)
+  end
 
   -- Waits ms milliseconds on a luv timer; other runs and calls go on meanwhile.
   function ctx.sleep(ms)
@@ -339,7 +373,7 @@ function M.load_file(path)
     local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value)")
     if not has_position(msg) then msg = where(nil, 2) .. msg end
     return msg
-  end, { workspace = E.workspace() })  -- the plugin's load options (see tools/fs.lua)
+  end, { workspace = E.workspace(), workspace_max = E.workspace_max() })  -- see tools/fs.lua
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }

@@ -44,7 +44,7 @@ static const tp_allow tp_allowlist[] = {
   { "_G", "load",           TP_WRAP, "text only (binary chunks can crash the VM), size-capped" },
   { "_G", "setmetatable",   TP_WRAP, "refuses __gc: finalizers run with hooks off, outside the limits" },
   { "_G", "rawset",         TP_WRAP, "refuses the read-only library tables" },
-  { "_G", "collectgarbage", TP_WRAP, "only \"count\": other options stop, tune or force the collector" },
+  { "_G", "collectgarbage", TP_WRAP, "Lua's options and answers; stop, restart and the tuning options leave the collector as the engine set it" },
   { "_G", "xpcall",         TP_WRAP, "its handler is skipped after a kill (it would run with hooks off)" },
   { "_G", "warn",           TP_WRAP, "a no-op: Lua's warn writes to the host's stderr" },
   { "_G", "dofile",         TP_DROP, "reads files of the host" },
@@ -69,7 +69,7 @@ static const tp_allow tp_allowlist[] = {
   { "string", "unpack",   TP_KEEP, NULL },
   { "string", "find",     TP_WRAP, "plain search in linear time (Lua's is quadratic at worst)" },
   { "string", "format",   TP_WRAP, "no %p, and %s of a table shows no address" },
-  { "string", "rep",      TP_WRAP, "string.rep('', 1e18) would loop in C for ever" },
+  { "string", "rep",      TP_WRAP, "string.rep('', 1e18) would loop in C for ever; a result over the memory limit is limit.memory" },
   { "string", "dump",     TP_DROP, "makes bytecode, which load refuses anyway; leaks upvalue layout" },
   /* table */
   { "table", "insert",  TP_KEEP, NULL },

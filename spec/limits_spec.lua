@@ -248,9 +248,33 @@ describe("long C calls are stopped within the time limit", function()
     assert.are.equal(0, env.result)
   end)
 
-  it("string.rep with a huge count is a clear error at once", function()
-    local env = fails("return #string.rep('x', 1e15)", "runtime", { timeout = 0.2 })
-    assert.are.equal("resulting string too large", env.error.message)
+  it("string.rep with a huge count ends the run with limit.memory at once", function()
+    local env = fails("return #string.rep('x', 1e15)", "limit.memory", { timeout = 0.2 })
+    assert.are.equal("the script used more than its memory limit of 64 MiB", env.error.message)
+  end)
+
+  it("string.rep past the size Lua can make is limit.memory, not a catchable error", function()
+    local env = fails([[
+      local ok = pcall(string.rep, 'x', 2^62)
+      local ok2 = pcall(string.rep, 'ab', 2^40, ',')
+      return { ok, ok2 }]], "limit.memory", { timeout = 0.5 })
+    assert.are.equal("the script used more than its memory limit of 64 MiB", env.error.message)
+  end)
+
+  it("string.rep of a result larger than the memory limit is limit.memory", function()
+    fails("return #(('x'):rep(5 * 1024 * 1024))", "limit.memory", { memory = 4 * 1024 * 1024 })
+    fails("return #string.rep('abc', 1e6, ('-'):rep(10))", "limit.memory",
+      { memory = 4 * 1024 * 1024 })
+  end)
+
+  it("table.concat and .. past the memory limit are limit.memory", function()
+    fails([[local t = {} for i = 1, 64 do t[i] = ("x"):rep(64 * 1024) end
+            local s = table.concat(t) .. table.concat(t) return #s]], "limit.memory",
+      { memory = 4 * 1024 * 1024 })
+    fails([[local s = ("x"):rep(1024 * 1024) for i = 1, 10 do s = s .. s end return #s]],
+      "limit.memory", { memory = 4 * 1024 * 1024 })
+    fails([[return #string.format("%s%s%s%s%s", ("x"):rep(1e6), ("x"):rep(1e6), ("x"):rep(1e6),
+            ("x"):rep(1e6), ("x"):rep(1e6))]], "limit.memory", { memory = 4 * 1024 * 1024 })
   end)
 
   it("patterns that finish give the same answers as Lua's own matcher", function()

@@ -255,3 +255,68 @@ describe("built-in tools", function()
     assert.is_true(clean.ok, clean.error and clean.error.message)
   end)
 end)
+
+describe("a blocking handler (one that sleeps in C or loops instead of waiting)", function()
+  local BLOCKING = "spec/fixtures/plugins/blocking"
+
+  it("that sleeps in C past its timeout_ms is tool.timeout, with a hint about blocking", function()
+    local env = run([[
+      local ok, err = pcall(tools.block.sleep, { s = 1 })
+      return { ok = ok, code = err.code, message = err.message }]], { tools = { BLOCKING } })
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.is_false(env.result.ok)
+    assert.equal("tool.timeout", env.result.code)
+    assert.matches("^tools.block.sleep failed: its handler held the engine for %d+ ms, past "
+      .. "the call's time limit, without waiting %(it blocks in C or loops in Lua instead of "
+      .. "waiting with ctx.sleep, ctx.await or luv%)$", env.result.message)
+    assert.equal("tool.timeout", env.calls[1].error)
+    assert.is_true(env.calls[1].ms >= 900, "held " .. env.calls[1].ms .. " ms")
+  end)
+
+  it("that loops in Lua is stopped at its deadline, even through its own pcall", function()
+    local env = run([[
+      local ok, err = pcall(tools.block.spin, {})
+      return { ok = ok, code = err.code }]], { tools = { BLOCKING }, timeout = 20 })
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ ok = false, code = "tool.timeout" }, env.result)
+    assert.is_true(env.calls[1].ms >= 450, "stopped after " .. env.calls[1].ms .. " ms")
+    assert.is_true(env.calls[1].ms < 5000, "stopped after " .. env.calls[1].ms .. " ms")
+  end)
+
+  it("that blocks, then waits, is closed: it never resumes and its <close> runs", function()
+    local env = run([[
+      local ok, err = pcall(tools.block.sleep_then_wait, {})
+      return { code = err.code, closed = tools.block.closed{}.closed }]],
+      { tools = { BLOCKING } })
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.equal("tool.timeout", env.result.code)
+    assert.equal(1, env.result.closed)
+  end)
+
+  it("that takes the run past its time limit gives the run a blocking hint, not a loop hint",
+    function()
+      local env = run("return tools.block.sleep_long_timeout{ s = 1.5 }",
+        { tools = { BLOCKING }, timeout = 0.5 })
+      assert.is_false(env.ok)
+      assert.equal("limit.time", env.error.code)
+      assert.matches("^tools.block.sleep_long_timeout held the engine for 1%.%d s without "
+        .. "waiting: its plugin handler blocks", env.error.hint)
+      assert.not_matches("loop that never ends", env.error.hint, 1, true)
+    end)
+
+  it("that raises has its <close> variables closed", function()
+    local env = run([[
+      local before = tools.block.closed{}.closed
+      local ok, err = pcall(tools.block.fail_with_close, {})
+      return { err.code, tools.block.closed{}.closed - before }]], { tools = { BLOCKING } })
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ "tool.failed", 1 }, env.result)
+  end)
+
+  it("a run that loops on its own keeps the loop hint", function()
+    local env = run("tools.block.closed{} while true do end",
+      { tools = { BLOCKING }, timeout = 0.5 })
+    assert.equal("limit.time", env.error.code)
+    assert.matches("loop that never ends", env.error.hint, 1, true)
+  end)
+end)

@@ -13,7 +13,9 @@
 --     package.preload["tidepool.fs"] is tp__open_fs in the host state.
 -- A handler raises {message = "path escapes the workspace: ../x"} on failure, which the
 -- host reports to the script as tool.failed with that message (a table, so no position
--- of this file is put in front of it).
+-- of this file is put in front of it). Past a quota (the run's --fs-quota, read through
+-- ctx.write_quota, or the workspace's growth cap, ctx.workspace_max) the code is
+-- tool.denied and the message says which quota and how much is left.
 
 local load_opts = ...
 local workspace = type(load_opts) == "table" and load_opts.workspace or nil
@@ -28,24 +30,41 @@ local PATH_MAX = 4096
 -- One open root per workspace directory, kept for the engine's life.
 local roots = {}
 
-local function fail(msg) error({ message = msg }, 0) end
+local function fail(msg, code)
+  error({ message = msg, code = code == "quota" and "tool.denied" or nil }, 0)
+end
 
 local function root_of(ctx)
   local dir = type(ctx) == "table" and ctx.workspace or workspace
   local ws = roots[dir]
   if ws == nil then
     local msg
-    ws, msg = cfs.open(dir)
+    local max = type(ctx) == "table" and ctx.workspace_max or load_opts.workspace_max
+    ws, msg = cfs.open(dir, { max_growth = math.tointeger(max) or 0 })
     if ws == nil then fail(msg) end
     roots[dir] = ws
   end
   return ws
 end
 
--- Raises the message of a nil, msg result; passes other results through.
-local function check(v, msg, ...)
-  if v == nil then fail(msg) end
-  return v, msg, ...
+-- Raises the message of a nil, msg, code result; passes other results through.
+local function check(v, msg, code, ...)
+  if v == nil then fail(msg, code) end
+  return v, msg, code, ...
+end
+
+-- The run's write quota as ws:write and ws:mkdir take it: left (-1: none) and quota.
+local function quota_of(ctx)
+  if type(ctx) ~= "table" or type(ctx.write_quota) ~= "function" then return -1, 0 end
+  local left, quota = ctx.write_quota()
+  if left == nil then return -1, 0 end
+  return left, quota
+end
+
+local function charge(ctx, bytes)
+  if bytes and bytes > 0 and type(ctx) == "table" and ctx.charge_writes then
+    ctx.charge_writes(bytes)
+  end
 end
 
 local function path_schema(description)
@@ -81,7 +100,10 @@ return {
   {
     name = "fs.write",
     description = "Create or replace a file of the workspace with the given text. " ..
-      "The file is replaced whole and at once; its directory must exist (see fs.mkdir).",
+      "The file is replaced whole and at once; its directory must exist (see fs.mkdir). " ..
+      "A run has a write quota (64 MiB unless the host set another; a write counts at " ..
+      "least 4 KiB); past it, or past the workspace's growth cap, the call fails with " ..
+      "tool.denied.",
     input = {
       type = "object",
       properties = {
@@ -99,7 +121,10 @@ return {
       required = { "bytes" },
     },
     handler = function(args, ctx)
-      return { bytes = check(root_of(ctx):write(args.path, args.content)) }
+      local left, quota = quota_of(ctx)
+      local bytes, charged = check(root_of(ctx):write(args.path, args.content, left, quota))
+      charge(ctx, charged)
+      return { bytes = bytes }
     end,
   },
   {
@@ -192,7 +217,10 @@ return {
       required = { "created" },
     },
     handler = function(args, ctx)
-      check(root_of(ctx):mkdir(args.path, args.parents == true))
+      local left, quota = quota_of(ctx)
+      local ok, msg, code, spent = root_of(ctx):mkdir(args.path, args.parents == true, left, quota)
+      charge(ctx, ok and msg or spent)
+      if not ok then fail(msg, code) end
       return { created = true }
     end,
   },

@@ -60,6 +60,8 @@ typedef struct tp_limits {
   uint32_t tool_in_flight;/* calls running at once; more wait their turn; default 32 */
   size_t   tool_bytes;    /* JSON bytes of one call's arguments, and of its result; 4 MiB */
   uint64_t tool_timeout_us; /* a call's own deadline (the tool's, if shorter); 30 s */
+  uint64_t fs_bytes;      /* bytes the fs.* tools may write in one run (a write counts
+                          ** at least 4 KiB, a new directory 4 KiB); default 64 MiB */
 } tp_limits;
 
 /* Fills *l with the defaults. */
@@ -198,6 +200,11 @@ int tp_engine_load_tools(tp_engine *e, const char *dir);
 
 /* Confines the fs.* built-in tools to this directory (and offers them). */
 int tp_engine_set_workspace(tp_engine *e, const char *dir);
+
+/* Caps how many bytes the fs.* tools may add to the workspace, net, over what it held
+** when first used in this process (shared by every engine of the process using that
+** directory); default 1 GiB, 0 = no cap. Takes effect for workspaces opened after it. */
+int tp_engine_set_workspace_max(tp_engine *e, uint64_t bytes);
 
 /* The message of the last failed call on e, or "" (owned by e). */
 const char *tp_engine_error(const tp_engine *e);

@@ -59,6 +59,7 @@ TEST(every_public_function_accepts_null_without_crashing) {
   int ok = 7;
   tp_limits_init(NULL);
   tp_free(NULL);
+  CHECK_INT(tp_engine_set_workspace_max(NULL, 1), TP_EINVAL);
   tp_engine_destroy(NULL);
   CHECK_INT(tp_engine_run(NULL, "return 1", 8, NULL, &env, &ok), TP_EINVAL);
   CHECK(env == NULL);
@@ -117,6 +118,7 @@ TEST(limits_init_fills_the_documented_defaults) {
   CHECK_INT(l.output, 1u << 20);
   CHECK_INT(l.source, 1u << 20);
   CHECK_INT(l.result, 4u << 20);
+  CHECK_INT(l.fs_bytes, 64u << 20);
 }
 
 TEST(version_is_major_minor_patch) {

@@ -547,6 +547,74 @@ TEST(plugin_tools_call_the_confined_functions) {
   teardown(L);
 }
 
+/* ---- quotas ---------------------------------------------------------------------- */
+
+TEST(write_is_charged_its_length_at_least_4k_and_refused_past_what_is_left) {
+  lua_State *L = setup();
+  CHECK_STR(ev(L, "return select(2, ws:write('a', 'hi', 10000, 10000))"), "4096");
+  CHECK_STR(ev(L, "return select(2, ws:write('b', ('x'):rep(5000), 10000, 10000))"), "5000");
+  CHECK_STR(ev(L, "return show(ws:write('c', ('x'):rep(5000), 4999, 10000))"),
+            "writing c needs 4.9 KiB but the run's write quota of 9.8 KiB has 4.9 KiB left; "
+            "write less in one run: fewer or smaller files [quota]");
+  CHECK_STR(ev(L, "return show(ws:stat('c'))"), "no such file or directory: c [not_found]");
+  CHECK_STR(ev(L, "return select(2, ws:write('d', 'x'))"), "4096");   /* no quota given */
+  teardown(L);
+}
+
+TEST(growth_is_one_account_for_every_workspace_object_of_a_directory) {
+  lua_State *L = setup();
+  CHECK_STR(ev(L, "local w1 = assert(fs.open(ROOT, {max_growth = 12288}))\n"
+                  "local w2 = assert(fs.open(ROOT .. '/.', {max_growth = 12288}))\n"
+                  "assert(w1:write('a', 'x')) assert(w2:write('b', 'x'))\n"
+                  "local g = w1:growth()\n"
+                  "local ok = w2:write('c', ('x'):rep(4097))\n"
+                  "local r = {g, ok == nil, select(2, w2:write('c', ('x'):rep(4097)))}\n"
+                  "assert(w1:remove('a'))\n"
+                  "r[4] = w2:growth()\n"
+                  "r[5] = w2:write('c', ('x'):rep(4097))\n"
+                  "w1:close() w2:close() return show(r)"),
+            "{8192,true,writing c needs 8 KiB but the workspace's growth cap is 12 KiB over "
+            "the 0 bytes it held at start, and 4 KiB of it is left; remove files you no "
+            "longer need (fs.remove) or write less,4096,4097}");
+  teardown(L);
+}
+
+TEST(overwrites_count_the_difference_and_removes_give_back) {
+  lua_State *L = setup();
+  CHECK_STR(ev(L, "local w = assert(fs.open(ROOT, {max_growth = 8192}))\n"
+                  "for i = 1, 50 do assert(w:write('same', ('x'):rep(8000))) end\n"
+                  "local g1 = w:growth()\n"
+                  "assert(w:write('same', 'small'))\n"
+                  "local g2 = w:growth()\n"
+                  "assert(w:remove('same'))\n"
+                  "local g3 = w:growth() w:close() return g1 .. ' ' .. g2 .. ' ' .. g3"),
+            "8192 4096 0");
+  teardown(L);
+}
+
+TEST(mkdir_parents_stops_at_the_quota_and_reports_what_it_spent) {
+  lua_State *L = setup();
+  CHECK_STR(ev(L, "return show({ws:mkdir('p/q/r/s', true, 8192, 8192)})"),
+            "{making the directory p/q/r/s needs 4 KiB but the run's write quota of 8 KiB "
+            "has 0 bytes left; write less in one run: fewer or smaller files,quota,8192}");
+  CHECK_STR(ev(L, "return ws:stat('p/q').type .. ' ' .. show(ws:stat('p/q/r'))"),
+            "directory no such file or directory: p/q/r [not_found]");
+  CHECK_STR(ev(L, "return select(2, ws:mkdir('p/q', true, 0, 8192))"), "0");  /* exists */
+  teardown(L);
+}
+
+TEST(the_first_open_scans_what_the_workspace_holds) {
+  lua_State *L = setup();
+  ev(L, "ws:close() wsw:close()");   /* the account goes with its last object */
+  put(wsdir, "f", "0123456789");
+  char sub[400];
+  snprintf(sub, sizeof sub, "%s/sub", wsdir);
+  mkdir(sub, 0700);
+  CHECK_STR(ev(L, "local w = assert(fs.open(ROOT)) local r = {w:growth()} w:close() return show(r)"),
+            "{0,0,8192,false}");
+  teardown(L);
+}
+
 int main (void) {
   snprintf(tmp, sizeof tmp, "/tmp/tp-fs-test-XXXXXX");
   if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
@@ -579,6 +647,11 @@ int main (void) {
   RUN(walk_does_the_normal_operations);
   RUN(plugin_offers_no_tools_without_a_workspace);
   RUN(plugin_tools_call_the_confined_functions);
+  RUN(write_is_charged_its_length_at_least_4k_and_refused_past_what_is_left);
+  RUN(growth_is_one_account_for_every_workspace_object_of_a_directory);
+  RUN(overwrites_count_the_difference_and_removes_give_back);
+  RUN(mkdir_parents_stops_at_the_quota_and_reports_what_it_spent);
+  RUN(the_first_open_scans_what_the_workspace_holds);
   rm_rf(tmp);
   return tp_test_end();
 }
