@@ -85,6 +85,60 @@ test('a string, a number, null: -32600', async () => {
   await expectError('null\n', -32600);
 });
 test('an empty batch: -32600', () => expectError('[]\n', -32600));
+const batchOfPings = (n) => JSON.stringify(Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: `b${i}`, method: 'ping' }))) + '\n';
+async function initialize(version) {
+  s.send(JSON.stringify({ jsonrpc: '2.0', id: 'init', method: 'initialize', params: {
+    protocolVersion: version, capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }) + '\n');
+  eq((await s.msg()).result.protocolVersion, version, 'negotiated');
+}
+test('a batch on protocol 2025-06-18 or later: -32600, batching was removed there', async () => {
+  for (const version of ['2025-06-18', '2025-11-25']) {
+    await initialize(version);
+    const m = await expectError(batchOfPings(2), -32600);
+    eq(m.error.message, 'Invalid Request: JSON-RPC batches are not supported: batching was ' +
+      `removed from MCP in protocol version 2025-06-18, and this connection uses ${version}. ` +
+      'Send each message on a line of its own', 'message');
+  }
+});
+test('a batch before initialize: -32600, no version was negotiated', async () => {
+  const t = server();
+  t.send(batchOfPings(1));
+  const m = await t.msg();
+  eq(m.error.code, -32600, 'code');
+  assert(/no version was negotiated yet \(initialize first\)/.test(m.error.message), m.error.message);
+  eq(await t.close(), 0, 'exit status');
+});
+test('initialize inside a batch: -32600 (protocol 2025-03-26)', async () => {
+  await initialize('2025-03-26');
+  s.send(JSON.stringify([{ jsonrpc: '2.0', id: 'i', method: 'initialize', params: { protocolVersion: '2025-03-26' } }]) + '\n');
+  const m = await s.msg();
+  eq(m.map((x) => x.error.code), [-32600], 'code');
+  eq(m[0].error.message, 'Invalid Request: initialize must not be part of a batch', 'message');
+  await stillServes();
+});
+test('a batch of 65 messages: -32600, a batch holds at most 64 (protocol 2025-03-26)', async () => {
+  const m = await expectError(batchOfPings(65), -32600);
+  eq(m.error.message, 'Invalid Request: a batch holds at most 64 messages; this one has 65. Send fewer at once', 'message');
+  s.send(batchOfPings(64));
+  eq((await s.msg()).length, 64, 'a batch of 64 is answered');
+  await stillServes();
+});
+test('a batch of 64 calls with large results stays one line under 10 MiB, each result cut', async () => {
+  const call = (i) => ({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'run_lua',
+    arguments: { code: 'tools.test.echo{} return string.rep("y", 1000000)' } } });
+  s.send(JSON.stringify(Array.from({ length: 64 }, (_, i) => call(i))) + '\n');
+  const line = await s.line(60000);
+  assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
+  const m = JSON.parse(line);
+  eq(m.length, 64, 'every call answered');
+  for (const r of m) {
+    const env = r.result.structuredContent;
+    eq(env.ok, true, 'ok kept');
+    eq(env.calls.map((c) => c.tool), ['test.echo'], 'calls kept');
+    eq(typeof env.truncated.result_bytes, 'number', 'says the result was cut');
+  }
+  await stillServes();
+}, 60000);
 test('a batch of non-objects: an array of -32600 errors', async () => {
   s.send('[1, "x"]\n');
   const m = await s.msg();
