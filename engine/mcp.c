@@ -220,6 +220,7 @@ struct worker {
   int stopping;
   /* protocol side */
   size_t load, nsess;
+  int ready;                /* its first M_READY came: its mailbox is open */
 };
 
 struct server {
@@ -232,7 +233,7 @@ struct server {
   int quiet;                /* no logs on standard error (fuzzing) */
   mailbox mb;               /* from the workers; its async is on the protocol loop */
   worker *workers;
-  unsigned nworkers, nready, rr;
+  unsigned nworkers, nready, nstarted, rr;
   int start_failed;
   tp_kvstore *kv;           /* shared by the workers' engines */
   /* input */
@@ -937,6 +938,12 @@ static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t
   }
 }
 
+/* An envelope's text as a tree. The envelope is the engine's own output, whose size the
+** run's limits bound (and may make larger than tp_json_loads's 16 MiB input cap). */
+static json_t *parse_envelope (const char *env, size_t len) {
+  return json_loadb(env, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+}
+
 /* The tools/call response around envelope text env (compact JSON). NULL when out of memory
 ** or when it would not be shorter than max. */
 static char *wrap_envelope (const json_t *id, const char *env, size_t len, int ok, size_t max,
@@ -1004,7 +1011,7 @@ static char *call_response (const json_t *id, const char *env, size_t len, int o
   }
   char *out = wrap_envelope(id, env, len, ok, max, outlen);
   if (out) { free(owned); return out; }
-  json_t *j = tp_json_loads(env, len, NULL);
+  json_t *j = parse_envelope(env, len);
   free(owned);
   const char *code = NULL;
   char codebuf[64] = "";
@@ -1053,7 +1060,7 @@ static char *refusal_response (const json_t *id, const char *code, const char *m
 static char *exposed_response (const json_t *id, const char *env, size_t len, int ok,
                                size_t max, size_t *outlen) {
   if (!ok) return call_response(id, env, len, 0, NULL, max, outlen);
-  json_t *j = tp_json_loads(env, len, NULL);
+  json_t *j = parse_envelope(env, len);
   json_t *result = j ? json_object_get(j, "result") : NULL;
   if (result == NULL) { json_decref(j); return call_response(id, env, len, 1, NULL, max, outlen); }
   size_t n;
@@ -1665,7 +1672,9 @@ static void cancel_request (server *s, json_t *rid) {
 /* Tools are replaced only while no script runs (calls point at their tools): every
 ** worker drops and loads them again, then reports (M_READY). */
 static void maybe_reload (server *s) {
-  if (!s->reload_pending || s->nrunning > 0 || s->done || s->reloading) return;
+  if (!s->reload_pending || s->nrunning > 0 || s->done || s->reloading ||
+      s->nready < s->nworkers)
+    return;
   s->reload_pending = 0;
   s->reloading = s->nworkers;
   for (unsigned k = 0; k < s->nworkers; k++) post_worker(&s->workers[k], M_RELOAD, 0);
@@ -1709,6 +1718,7 @@ static void tools_reported (server *s, mail *m) {
 
 static void ready (server *s, mail *m) {
   if (m->fail) s->start_failed = 1;
+  else m->w->ready = 1;
   if (m->w->index == 0 && m->text) tools_reported(s, m);
   if (s->reloading) {
     if (--s->reloading == 0) {
@@ -1718,7 +1728,7 @@ static void ready (server *s, mail *m) {
     }
     return;
   }
-  if (++s->nready < s->nworkers) return;
+  if (++s->nready < s->nworkers || s->done) return;
   if (s->start_failed) {
     fprintf(stderr, "tidepool mcp: a worker could not start (out of memory)\n");
     s->done = 1;
@@ -2110,10 +2120,11 @@ static int server_init (server *s) {
 /* Stops the workers (M_STOP, then join) and frees what the protocol thread holds. */
 static void server_close (server *s) {
   shutdown_server(s);
+  while (s->nready < s->nstarted) uv_run(s->loop, UV_RUN_ONCE);  /* every mailbox is open */
   for (unsigned k = 0; k < s->nworkers; k++) {
     worker *w = &s->workers[k];
     if (w->threaded && w->thread_started) {
-      if (w->mb.inited) post_worker(w, M_STOP, 0);
+      if (w->ready) post_worker(w, M_STOP, 0);
       pthread_join(w->thread, NULL);
     }
     else if (!w->threaded) worker_close(w);
@@ -2280,6 +2291,7 @@ int tp__mcp_main (int argc, char **argv) {
       break;
     }
     w->thread_started = 1;
+    s->nstarted++;
   }
   while (!s->done) {
     if (uv_run(s->loop, UV_RUN_ONCE) == 0 && !s->done) shutdown_server(s);

@@ -235,6 +235,126 @@ test('cancelling a running script: no answer for it, the server goes on', async 
   await sleep(200);
   eq(s.pending(), 0, 'no response for the cancelled request');
 });
+// --- a script that never stops answering: ping, tools/list, other sessions, cancellation ---
+const call = (id, code, extra = {}) => JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call',
+  params: { name: 'run_lua', arguments: { code, ...extra } } }) + '\n';
+const busy5s = 'local t = os.clock() while os.clock() - t < 5 do end';
+test('a script stuck in a CPU loop: ping, tools/list and another session are answered before it', async () => {
+  const t = server(['--workers', '2']);
+  t.send(call('stuck', `${busy5s} return "stuck done"`, { session: 'A' }));
+  await sleep(200);  // the script is in its loop
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'ping' }) + '\n');
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'l', method: 'tools/list' }) + '\n');
+  t.send(call('other', 'return "other done"', { session: 'B' }));
+  t.send(call('nosession', 'return 7'));
+  const order = [];
+  for (let i = 0; i < 5; i++) order.push((await t.msg(10000)).id);
+  eq(order.slice(0, 2), ['p', 'l'], 'the protocol is answered first, in order');
+  eq(order.indexOf('stuck'), 4, `the stuck script is answered last (${order})`);
+  eq(await t.close(), 0, 'exit status');
+}, 20000);
+test('cancelling a script stuck in a CPU loop stops it: its session is free again before the loop could end', async () => {
+  const t = server(['--workers', '2']);
+  t.send(call('stuck', `${busy5s} tools.kv.set{key = "after", value = true}`, { session: 'A' }));
+  await sleep(200);
+  t.send('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"stuck"}}\n');
+  // the session is busy until its worker has stopped the run; poll it (each try is refused at once while busy)
+  let env;
+  for (let i = 0; i < 150; i++) {
+    t.send(call(`try${i}`, 'return tools.kv.get{key = "after"}.found', { session: 'A' }));
+    const m = await t.msg(10000);
+    eq(m.id, `try${i}`, 'no answer for the cancelled request');
+    env = m.result.structuredContent;
+    if (env.ok || env.error.code !== 'session.busy') break;
+    await sleep(20);
+  }
+  eq(env.ok, true, `the session runs again: ${JSON.stringify(env)}`);
+  eq(env.result, false, 'the cancelled script never reached its side effect');
+  eq(await t.close(), 0, 'exit status');
+}, 20000);
+test('kv is one store for the whole server: two sessions on different workers see the same keys', async () => {
+  const t = server(['--workers', '2']);
+  // A is made first and goes to one worker; B, made while A exists, to the other
+  t.send(call('a', 'tools.kv.set{key = "shared", value = {n = 42}} return true', { session: 'A' }));
+  eq((await t.msg()).result.structuredContent.ok, true, 'set');
+  t.send(call('b', 'return tools.kv.get{key = "shared"}', { session: 'B' }));
+  eq((await t.msg()).result.structuredContent.result, { found: true, value: { n: 42 } }, 'read by B');
+  t.send(call('c', 'tools.kv.delete{key = "shared"} return tools.kv.list{}.keys', { session: 'B' }));
+  eq((await t.msg()).result.structuredContent.result, [], 'deleted by B');
+  t.send(call('d', 'return tools.kv.get{key = "shared"}.found', { session: 'A' }));
+  eq((await t.msg()).result.structuredContent.result, false, 'gone for A');
+  eq(await t.close(), 0, 'exit status');
+});
+
+// --- session ids ---
+async function sessionRefused(sid, message) {
+  s.send(call('sid', 'return 1', { session: sid }));
+  const m = await s.msg();
+  eq(m.id, 'sid', 'id');
+  eq(m.result.isError, true, 'isError');
+  eq(m.result.structuredContent.error, { code: 'tool.invalid_input', message }, `session ${JSON.stringify(sid).slice(0, 40)}`);
+}
+test('a session id with NUL or a control character is refused: tool.invalid_input', async () => {
+  await sessionRefused('a\u0000b', 'arguments.session holds a control character (byte 0x00 at offset 1); a session id may not contain NUL or control characters: use letters, digits and punctuation');
+  await sessionRefused('main\n', 'arguments.session holds a control character (byte 0x0a at offset 4); a session id may not contain NUL or control characters: use letters, digits and punctuation');
+  await sessionRefused('\u007f', 'arguments.session holds a control character (byte 0x7f at offset 0); a session id may not contain NUL or control characters: use letters, digits and punctuation');
+  await stillServes();
+});
+test('a session id over 128 bytes is refused; 128 bytes are accepted', async () => {
+  await sessionRefused('x'.repeat(129), 'arguments.session is 129 bytes long; a session id has at most 128 bytes: use a short name such as "main"');
+  await sessionRefused('é'.repeat(65), 'arguments.session is 130 bytes long; a session id has at most 128 bytes: use a short name such as "main"');
+  await sessionRefused('', 'arguments.session must not be empty: pass a name such as "main", or leave it out');
+  await sessionRefused(7, 'arguments.session must be a string (1 to 128 bytes), or left out');
+  s.send(call('ok128', 'return 1', { session: 'x'.repeat(128) }));
+  const m = await s.msg();
+  eq(m.result.structuredContent.session, { id: 'x'.repeat(128), state: 'new' }, '128 bytes');
+});
+test('session ids are matched byte for byte (case, composed and decomposed accents)', async () => {
+  s.send(call('s1', 'x = "set" return x', { session: 'caf\u00e9' }));
+  eq((await s.msg()).result.structuredContent.session.state, 'new', 'first');
+  for (const other of ['cafe\u0301', 'CAF\u00c9', 'caf\u00e9 ']) {
+    s.send(call('s2', 'return x', { session: other }));
+    const env = (await s.msg()).result.structuredContent;
+    eq([env.session.state, env.result], ['new', null], `${JSON.stringify(other)} is another session`);
+  }
+  s.send(call('s3', 'return x', { session: 'caf\u00e9' }));
+  const env = (await s.msg()).result.structuredContent;
+  eq([env.session.state, env.result], ['continued', 'set'], 'the same bytes: the same session');
+});
+test('an id over 1 KiB is refused (-32600): it would be echoed into every response', async () => {
+  const m = await expectError(JSON.stringify({ jsonrpc: '2.0', id: 'i'.repeat(2000), method: 'ping' }) + '\n', -32600);
+  eq(m.error.message, 'Invalid Request: the id is 2000 bytes long; an id may have at most 1022', 'message');
+});
+
+// --- responses over 10 MiB ---
+test('an oversized result is cut: ok, the calls record and a note stay, the line is under 10 MiB', async () => {
+  const t = server(['--max-result', '0', '--memory', '512M', '--timeout', '30s']);
+  t.send(call('big', 'tools.test.echo{n = 1} tools.test.echo{n = 2} return string.rep("ab\\"", 4000000)'));
+  const line = await t.line(30000);
+  assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
+  const env = JSON.parse(line).result.structuredContent;
+  eq(env.ok, true, 'ok');
+  eq(env.calls.map((c) => [c.tool, c.ok]), [['test.echo', true], ['test.echo', true]], 'calls');
+  eq(env.truncated.result_bytes, 16000002, 'the result\'s size');
+  assert(/truncated by tidepool/.test(env.result), 'a marker');
+  eq(await t.close(), 0, 'exit status');
+}, 40000);
+test('an oversized failure is cut: the error, the calls record and a note stay', async () => {
+  const t = server(['--max-output', '0', '--memory', '512M', '--timeout', '30s']);
+  t.send(call('bigerr', 'tools.test.echo{n = 1} local l = string.rep("\\"", 100000) ' +
+    'for i = 1, 150 do print(l) end error("boom")'));
+  const line = await t.line(30000);
+  assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
+  const r = JSON.parse(line).result;
+  eq(r.isError, true, 'isError');
+  const env = r.structuredContent;
+  eq([env.ok, env.error.code], [false, 'runtime'], 'the error');
+  assert(/boom/.test(env.error.message), env.error.message);
+  eq(env.calls.map((c) => c.tool), ['test.echo'], 'calls');
+  assert(env.truncated.logs_dropped > 0, 'says logs were dropped');
+  eq(await t.close(), 0, 'exit status');
+}, 40000);
+
 test('standard output carries only JSON-RPC messages, even when scripts print', async () => {
   s.send(JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'tools/call', params: { name: 'run_lua', arguments: { code: 'print("to logs") return 1' } } }) + '\n');
   eq((await s.msg()).id, 'p', 'answered');
