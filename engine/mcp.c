@@ -67,7 +67,12 @@
 #include "json.h"
 #include "mcp.h"
 
-#define LINE_IN_MAX   (16u << 20)   /* a request line; longer ones are answered -32600 */
+/* A request line; longer ones are answered -32600. The protocol thread parses each line
+** itself, a step bounded by this cap, not by polling: dense JSON of 16 MiB (millions of
+** small values) takes about a second of CPU, and only the client that sent it waits. What
+** a script causes never runs here: responses are built and cut on the workers, and the
+** protocol thread only writes them (and parses a batch member's, at most BATCH_CALL_MAX). */
+#define LINE_IN_MAX   (16u << 20)
 #define LINE_OUT_MAX  (10u << 20)   /* a response line (the reference client's limit) */
 #define RUNS_MAX      64            /* scripts running at once, all workers together */
 #define WAITING_MAX   256           /* waiting scripts before reading pauses */
