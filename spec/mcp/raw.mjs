@@ -253,6 +253,26 @@ test('a script stuck in a CPU loop: ping, tools/list and another session are ans
   eq(order.indexOf('stuck'), 4, `the stuck script is answered last (${order})`);
   eq(await t.close(), 0, 'exit status');
 }, 20000);
+test('one worker: ping and a call in another session are still answered before a stuck script', async () => {
+  const t = server(['--workers', '1']);
+  t.send(call('stuck', `${busy5s} return "stuck done"`, { session: 'A' }));
+  await sleep(200);
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'ping' }) + '\n');
+  t.send(call('other', 'return "other done"', { session: 'B' }));
+  const order = [];
+  for (let i = 0; i < 3; i++) order.push((await t.msg(10000)).id);
+  eq(order, ['p', 'other', 'stuck'], 'the order of the answers');
+  eq(await t.close(), 0, 'exit status');
+}, 20000);
+test('--workers takes 1 to 64', async () => {
+  for (const n of ['0', '65', 'x', '-1']) {
+    const p = spawn(tidepool, ['mcp', '--workers', n], { stdio: ['pipe', 'ignore', 'pipe'] });
+    let err = '';
+    p.stderr.on('data', (d) => { err += d; });
+    eq(await new Promise((r) => p.on('exit', r)), 2, `--workers ${n}: usage error`);
+    assert(err.includes(`bad worker count '${n}' (1 to 64)`), err);
+  }
+});
 test('cancelling a script stuck in a CPU loop stops it: its session is free again before the loop could end', async () => {
   const t = server(['--workers', '2']);
   // 20 s of CPU: far longer than the polling below can take
