@@ -79,7 +79,7 @@
 #define DROPPED_MAX   64            /* dropped session ids remembered, with why */
 #define SESSION_ID_MAX 128          /* bytes */
 #define ID_MAX        1024          /* a request id, as JSON text: it is echoed back */
-#define BATCH_MAX     64            /* messages in one batch (protocol versions before 2025-06-18) */
+#define BATCH_MAX     64            /* messages in a batch (versions before 2025-06-18) */
 #define WORKERS_MAX   64
 /* What one tools/call response of a batch may take, so that BATCH_MAX of them fit a line. */
 #define BATCH_CALL_MAX ((LINE_OUT_MAX - 65536) / BATCH_MAX)
@@ -468,7 +468,11 @@ static void wsend (worker *w, json_t *j) {
   char *text = tp_json_dumpsn(j, &len);
   json_decref(j);
   mail *m = text ? msg_new(M_LINE) : NULL;
-  if (m == NULL) { free(text); fprintf(stderr, "tidepool mcp: out of memory (a notification)\n"); return; }
+  if (m == NULL) {
+    free(text);
+    fprintf(stderr, "tidepool mcp: out of memory (a notification)\n");
+    return;
+  }
   m->w = w;
   m->text = text;
   m->len = len;
@@ -975,7 +979,8 @@ static char *minimal_response (const json_t *id, int ok, const char *code, size_
   char *t = id ? tp_json_dumps(id) : NULL;
   snprintf(idtext, sizeof idtext, "%s", t && strlen(t) < ID_MAX ? t : "null");
   free(t);
-  int codeok = code != NULL && strlen(code) < 64 && strspn(code, "abcdefghijklmnopqrstuvwxyz._") == strlen(code);
+  int codeok = code != NULL && strlen(code) < 64 &&
+               strspn(code, "abcdefghijklmnopqrstuvwxyz._") == strlen(code);
   snprintf(env, sizeof env, "{\"ok\":%s%s%s%s,\"calls\":[],\"truncated\":{\"message\":\"The "
            "result could not be sent: it was too large for one MCP message, or the server "
            "ran out of memory. The calls record was lost: check side effects before "
@@ -2197,7 +2202,8 @@ int tp__mcp_main (int argc, char **argv) {
     const char *name_end = tp__cli_option_name(a, name, sizeof name);
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
-      "--session-idle", "--max-sessions", "--workers", "--memory", "--instructions", "--cpu", "--timeout",
+      "--session-idle", "--max-sessions", "--workers", "--memory", "--instructions", "--cpu",
+      "--timeout",
       "--max-output", "--max-result", "--max-source" };
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
