@@ -404,6 +404,17 @@ static void send_msg (server *s, batch *b, json_t *msg) {
   if (b != NULL) { batch_add(b, msg); return; }
   size_t len;
   char *text = tp_json_dumpsn(msg, &len);
+  if (text != NULL && len >= LINE_OUT_MAX) {  /* a tools/list of huge exposed schemas */
+    free(text);
+    char why[200];
+    snprintf(why, sizeof why, "the response would be %zu bytes, over the %u MiB a message "
+             "may have", len, LINE_OUT_MAX >> 20);
+    json_t *id = json_object_get(msg, "id");
+    json_t *err = error_msg(json_is_null(id) ? NULL : id, -32603, why);
+    json_decref(msg);
+    msg = err;
+    text = tp_json_dumpsn(msg, &len);
+  }
   json_decref(msg);
   if (text == NULL) {
     fprintf(stderr, "tidepool mcp: out of memory writing a message\n");
@@ -1707,7 +1718,8 @@ static void fs_event_cb (uv_fs_event_t *h, const char *file, int events, int sta
 static void start_reading(server *s);
 
 static void tools_reported (server *s, mail *m) {
-  json_t *j = m->text ? tp_json_loads(m->text, strlen(m->text), NULL) : NULL;
+  /* the worker's own JSON, as large as the plugins' schemas and descriptions make it */
+  json_t *j = m->text ? json_loads(m->text, 0, NULL) : NULL;
   json_t *list = json_object_get(j, "list"), *names = json_object_get(j, "names");
   if (!json_is_object(list) || !json_is_array(names)) {
     log_msg(s, L_ERROR, "out of memory: the tool list was not updated");

@@ -376,6 +376,24 @@ test('an oversized failure is cut: the error, the calls record and a note stay',
   eq(await t.close(), 0, 'exit status');
 }, 40000);
 
+test('a tools/list over 10 MiB (huge exposed descriptions): -32603 with the id, not an oversized line', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-bigtools-'));
+  try {
+    for (let k = 0; k < 12; k++)
+      fs.writeFileSync(path.join(dir, `t${k}.lua`), `return { name = "big.t${k}", ` +
+        'description = string.rep("d", 1000000), handler = function() return {} end }\n');
+    const t = server(['--tools', dir, '--expose-tools']);
+    t.send('{"jsonrpc":"2.0","id":"list","method":"tools/list"}\n');
+    const line = await t.line(20000);
+    assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
+    const m = JSON.parse(line);
+    eq([m.id, m.error.code], ['list', -32603], 'the error');
+    assert(/^the response would be \d+ bytes, over the 10 MiB a message may have$/.test(m.error.message), m.error.message);
+    eq(await t.close(), 0, 'exit status');
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}, 30000);
 test('standard output carries only JSON-RPC messages, even when scripts print', async () => {
   s.send(JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'tools/call', params: { name: 'run_lua', arguments: { code: 'print("to logs") return 1' } } }) + '\n');
   eq((await s.msg()).id, 'p', 'answered');
