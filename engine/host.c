@@ -556,6 +556,10 @@ static int open_p (lua_State *H) {
   luaL_getsubtable(H, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushcfunction(H, tp__open_fs);         /* require("tidepool.fs"): tools/fs.lua */
   lua_setfield(H, -2, "tidepool.fs");
+  if (e->kv) lua_pushlightuserdata(H, e->kv);
+  else lua_pushnil(H);
+  lua_pushcclosure(H, tp__kvstore_open, 1);  /* require("tidepool.kv"): tools/kv.lua */
+  lua_setfield(H, -2, "tidepool.kv");
   lua_pop(H, 1);
   lua_settop(H, 1);
   luaL_newmetatable(H, CALLBOX);

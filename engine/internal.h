@@ -223,6 +223,8 @@ struct tp_engine {
   uint64_t workspace_max;  /* tp_engine_set_workspace_max, when workspace_max_set */
   int workspace_max_set;
   char *remotes_dir;       /* for $ref in tool schemas; NULL */
+  struct tp_kvstore *kv;   /* the kv tools' store when shared with other engines
+                           ** (borrowed: outlives e), or NULL: the host state has its own */
 };
 
 /* ---- tools (tools.c) --------------------------------------------------------------- */
@@ -263,6 +265,15 @@ void tp__host_dispatch(tp_engine *e, tp_call *c, const tp_tool *t, const json_t 
 void tp__host_cancel(tp_engine *e, tp_call *c);
 char *tp__host_describe(tp_engine *e, const char *format, const char *tool);
 char *tp__host_search(tp_engine *e, const char *query);
+
+/* kvstore.c: the store of the kv.* tools, shareable between engines (and threads). */
+typedef struct tp_kvstore tp_kvstore;
+tp_kvstore *tp__kvstore_new(void);            /* one reference; NULL when out of memory */
+void tp__kvstore_ref(tp_kvstore *kv);
+void tp__kvstore_unref(tp_kvstore *kv);       /* frees it with the last reference */
+/* require("tidepool.kv") in the host state; upvalue 1: the shared store (light
+** userdata) or nil for a store of the state's own. */
+int tp__kvstore_open(lua_State *L);
 
 /* fs.c: pushes the table of workspace-confined file functions (host state only). */
 int tp__open_fs(lua_State *L);

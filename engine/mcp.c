@@ -1,35 +1,57 @@
 /*
 ** mcp.c: `tidepool mcp`, a Model Context Protocol server on standard input and output.
 **
-** One JSON-RPC 2.0 message (or batch) per line in, one per line out, on the engine's own
-** libuv loop. Standard output carries protocol messages only: at startup the protocol
-** gets a private duplicate of fd 1 and fd 1 itself is pointed at standard error, so
-** nothing a plugin or the engine prints can reach the client. Logs go to standard error
-** (and, at the client's logging level, as notifications/message).
+** One JSON-RPC 2.0 message per line in, one per line out. Standard output carries
+** protocol messages only: at startup the protocol gets a private duplicate of fd 1 and
+** fd 1 itself is pointed at standard error, so nothing a plugin or the engine prints can
+** reach the client. Logs go to standard error (and, at the client's logging level, as
+** notifications/message).
 **
-** Requests are served concurrently: tools/call makes a run and hands it to the engine's
-** driver (tp_run_start); its response goes out when the run finishes, while ping,
-** tools/list and other scripts are answered in between. At most RUNS_MAX scripts run at
-** once; more wait in order, and past WAITING_MAX waiting ones the server stops reading
-** standard input until some finish (a flood costs memory only up to that point).
+** Threads. The protocol thread owns standard input and output, on a libuv loop of its
+** own: it parses every line, answers initialize, ping, tools/list and logging/setLevel
+** itself, keeps the sessions' table, and never runs a script. Scripts run on a pool of
+** worker threads (--workers, default one per core), each with its own engine (an engine
+** is single-threaded; its host Lua state, luv loop, watchdog and sandboxes are its own).
+** The two sides talk through mailboxes: a mutex-guarded list of messages plus a
+** uv_async_t that wakes the receiving loop. A tools/call becomes a request that goes to
+** a worker (M_RUN); the worker runs it on its engine's driver, time-sliced with its other
+** runs, builds the response line (cutting it to size there, off the protocol thread) and
+** sends it back (M_DONE); progress notifications come back the same way (M_LINE) and
+** cancellation goes out the same way (M_CANCEL), so tp_run_cancel runs on the run's own
+** thread. A request belongs to the worker between M_RUN and M_DONE: the protocol thread
+** does not touch its run-side fields then. At most RUNS_MAX scripts run at once; more
+** wait in order, and past WAITING_MAX waiting ones the server stops reading standard
+** input until some finish (a flood costs memory only up to that point).
 **
-** Sessions: a call with a session id runs in that session's sandbox, so globals stay.
-** At most --max-sessions exist; a new one evicts the least recently used idle session,
-** or, when every session is busy, the call is refused (isError, code session.full).
-** A session idle longer than --session-idle, or whose run hit limit.memory, is dropped;
-** the model learns it from the "session" field of the next result with that id.
+** Sessions: a call with a session id runs in that session's sandbox, so globals stay. A
+** session lives on one worker (chosen when it is made: the least loaded) and every call
+** of it runs there. At most --max-sessions exist; a new one evicts the least recently
+** used idle session, or, when every session is busy, the call is refused (isError, code
+** session.full). A session idle longer than --session-idle, or whose run hit
+** limit.memory, is dropped; the model learns it from the "session" field of the next
+** result with that id. Session ids are 1 to SESSION_ID_MAX bytes without control
+** characters, and matched byte for byte.
+**
+** The kv.* tools of every worker share one store (engine/kvstore.c), so a key written by
+** one call is read by the next whichever worker runs it.
 **
 ** Results: the envelope as structuredContent and the same JSON as a text block. A
-** response line stays under the 10 MiB line limit of the reference client: past it the
-** result and logs are cut (with a marker) and the envelope says so in "truncated".
+** response line never exceeds LINE_OUT_MAX (the reference client's limit): past it the
+** result and logs are cut first, then the calls record; ok and the error always stay,
+** and the envelope says what was cut in "truncated".
+**
+** Batches (a JSON array of messages) were removed from MCP in 2025-06-18: they are refused
+** (-32600) unless the connection negotiated an older version; then at most BATCH_MAX
+** messages, and their responses together stay within LINE_OUT_MAX.
 **
 ** Standard input closing ends the server: every run is cancelled (without responses:
-** nobody is left to read them), sessions and the engine are destroyed, exit status 0.
+** nobody is left to read them), the workers stop and are joined, exit status 0.
 */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,14 +67,27 @@
 #include "json.h"
 #include "mcp.h"
 
-#define LINE_IN_MAX   (16u << 20)   /* a request line; longer ones are answered -32600 */
+/* A request line; longer ones are answered -32600. The protocol thread parses each line
+** itself, a step bounded by this cap, not by polling: dense JSON of 16 MiB (millions of
+** small values) takes about a second of CPU, and only the client that sent it waits. What
+** a script causes never runs here: responses are built and cut on the workers, and the
+** protocol thread only writes them (and parses a batch member's, at most BATCH_CALL_MAX). */
+#define LINE_IN_MAX   (16u << 20)
 #define LINE_OUT_MAX  (10u << 20)   /* a response line (the reference client's limit) */
-#define RUNS_MAX      64            /* scripts running at once */
+#define RUNS_MAX      64            /* scripts running at once, all workers together */
 #define WAITING_MAX   256           /* waiting scripts before reading pauses */
 #define DROPPED_MAX   64            /* dropped session ids remembered, with why */
-#define SESSION_ID_MAX 200
+#define SESSION_ID_MAX 128          /* bytes */
+#define ID_MAX        1024          /* a request id, as JSON text: it is echoed back */
+#define BATCH_MAX     64            /* messages in a batch (versions before 2025-06-18) */
+#define WORKERS_MAX   64
+/* What one tools/call response of a batch may take, so that BATCH_MAX of them fit a line. */
+#define BATCH_CALL_MAX ((LINE_OUT_MAX - 65536) / BATCH_MAX)
 
-static const char *const versions[] = { "2025-11-25", "2025-06-18" };  /* latest first */
+static const char *const versions[] = {  /* latest first */
+  "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"
+};
+static const char no_batch_version[] = "2025-06-18";  /* batching was removed here */
 
 static const char *const levels[] = {
   "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"
@@ -75,6 +110,9 @@ static const char usage_text[] =
   "  --expose-tools       also list every loaded tool as an MCP tool of its own\n"
   "  --session-idle DURATION  drop a session idle this long (default 10m)\n"
   "  --max-sessions N     sessions kept at once (default 16)\n"
+  "  --workers N          threads that run scripts, each with its own engine (default:\n"
+  "                       one per core, at most 64); the protocol is answered on a\n"
+  "                       thread of its own, so a busy script never delays it\n"
   "  --memory SIZE --instructions N --cpu DURATION --timeout DURATION\n"
   "  --max-output SIZE --max-result SIZE --max-source SIZE --fs-quota SIZE\n"
   "                       limits of each script, as for tidepool run (a session's\n"
@@ -91,52 +129,121 @@ typedef struct options {
   uint64_t workspace_max;   /* --workspace-max, when workspace_max_set */
   int workspace_max_set;
   uint64_t session_idle_us;
-  unsigned max_sessions;
+  unsigned max_sessions, workers;
 } options;
 
 typedef struct server server;
 typedef struct session session;
+typedef struct worker worker;
+typedef struct req req;
 
 /* The responses of one batch; sent as one array once no request of it is running. */
 typedef struct batch {
   json_t *responses;
+  size_t bytes;             /* of the responses' JSON text so far */
   int refs;
 } batch;
 
+/* The protocol thread's record of a session; its sandbox (a tp_session) lives on the
+** worker, found there by number. */
 struct session {
   session *prev, *next;
-  char *id;
-  tp_session *ts;
+  char *id;                 /* idlen bytes (no NUL inside: refused), NUL-terminated */
+  size_t idlen;
+  uint64_t num;
+  worker *w;
   int busy;
   uint64_t last_used_ns;
 };
 
-typedef struct req {
-  struct req *prev, *next;  /* s->reqs (running) or s->waiting */
+enum {
+  M_RUN, M_CANCEL, M_DROP, M_RELOAD, M_STOP,   /* to a worker */
+  M_READY, M_DONE, M_LINE, M_LOG               /* to the protocol thread */
+};
+
+typedef struct mail {
+  struct mail *next;
+  int kind;
+  worker *w;                /* the sender of a message to the protocol thread */
+  req *q;                   /* M_RUN, M_DONE */
+  uint64_t n;               /* M_CANCEL: the request's serial; M_DROP: the session's number */
+  int level;                /* M_LOG */
+  int fail;                 /* M_READY: the worker could not start */
+  char *text;               /* M_LINE, M_LOG; M_READY: the tools' JSON (worker 0) */
+  size_t len;
+} mail;
+
+typedef struct mailbox {
+  pthread_mutex_t mu;
+  mail *head, *tail;
+  uv_async_t async;
+  int inited;
+} mailbox;
+
+struct req {
+  /* protocol side */
+  req *prev, *next;         /* s->reqs (sent to a worker), s->waiting or s->deferred */
   server *s;
+  worker *w;
   json_t *id;
   batch *b;
-  tp_run *run;              /* NULL while waiting */
+  session *sess;
+  uint64_t serial;
+  int cancelled;            /* no response is wanted */
+  uv_timer_t defer;         /* holds the response back after progress notifications */
+  /* set before M_RUN, read by the worker */
   char *code;
   size_t codelen;
   char *tool;               /* the exposed tool called, or NULL for run_lua */
-  session *sess;
-  json_t *sess_info;        /* the "session" field of the result */
+  uint64_t sess_num;        /* 0: no session */
   json_t *token;            /* progressToken, or NULL */
+  size_t budget;            /* the response line's size cap */
+  /* worker side between M_RUN and M_DONE; read by the protocol thread after M_DONE */
+  req *wprev, *wnext;       /* the worker's running requests */
+  tp_run *run;
+  json_t *sess_info;        /* the "session" field of the result */
   uint64_t progress;
-  uint64_t serial;          /* for logs */
-  int cancelled;
-  uv_timer_t defer;         /* holds the response back after progress notifications */
-  char *line;               /* the deferred response */
+  int wcancelled, drop_session;
+  char *line;               /* the response, or NULL (cancelled) */
   size_t line_len;
-} req;
+  mail m;                   /* M_RUN out, M_DONE back: never in two mailboxes at once */
+};
 
-struct server {
+typedef struct sleeper sleeper;
+typedef struct wsess { struct wsess *next; uint64_t num; tp_session *ts; } wsess;
+
+struct worker {
+  server *s;
+  unsigned index;
+  pthread_t thread;
+  int threaded, thread_started;
+  mailbox mb;               /* its async is on the worker's loop */
+  /* worker side */
   tp_engine *e;
   uv_loop_t *loop;
+  req *running;
+  wsess *sessions;
+  sleeper *sleepers;
+  char *desc;               /* run_lua's description, cached */
+  int stopping;
+  /* protocol side */
+  size_t load, nsess;
+  int ready;                /* its first M_READY came: its mailbox is open */
+};
+
+struct server {
+  uv_loop_t loop_storage, *loop;  /* the protocol thread's */
   options o;
   int out;                  /* the protocol's fd (a duplicate of the original fd 1) */
   int out_broken;
+  void (*sink)(void *ud, const char *line, size_t len);  /* instead of out (fuzzing) */
+  void *sink_ud;
+  int quiet;                /* no logs on standard error (fuzzing) */
+  mailbox mb;               /* from the workers; its async is on the protocol loop */
+  worker *workers;
+  unsigned nworkers, nready, nstarted, rr;
+  int start_failed;
+  tp_kvstore *kv;           /* shared by the workers' engines */
   /* input */
   int in_file;              /* read with uv_fs_read (a file, /dev/null...) */
   union { uv_pipe_t pipe; uv_tty_t tty; } in;
@@ -155,10 +262,17 @@ struct server {
   req *deferred;            /* answered, waiting for their defer timer */
   uint64_t serial;
   int initialized, level;
+  const char *version;      /* negotiated by initialize, or NULL */
+  /* tools, as worker 0 last reported them */
+  json_t *tools;            /* the tools/list result */
+  json_t *tool_names;       /* name -> true, every loaded tool */
+  size_t ntools;
   /* sessions */
   session *sessions;
   size_t nsessions;
+  uint64_t session_nums;
   char *dropped_id[DROPPED_MAX], *dropped_why[DROPPED_MAX];
+  size_t dropped_len[DROPPED_MAX];
   size_t dropped_next;
   uv_timer_t sweep;
   /* plugin directories */
@@ -167,13 +281,65 @@ struct server {
   size_t nwatch;
   uv_timer_t reload_timer;
   int reload_pending;
-  char *desc;               /* run_lua's description, cached */
+  unsigned reloading;       /* workers still reloading */
 };
 
 static void log_msg(server *s, int level, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 
-/* ---- output -------------------------------------------------------------------------- */
+/* ---- mailboxes ----------------------------------------------------------------------- */
+
+static int mailbox_init (mailbox *mb, uv_loop_t *loop, uv_async_cb cb, void *data) {
+  if (pthread_mutex_init(&mb->mu, NULL) != 0) return -1;
+  if (uv_async_init(loop, &mb->async, cb) != 0) { pthread_mutex_destroy(&mb->mu); return -1; }
+  mb->async.data = data;
+  mb->head = mb->tail = NULL;
+  mb->inited = 1;
+  return 0;
+}
+
+/* Appends m and wakes the receiver's loop. Callable from any thread while the
+** receiver's async handle is open. */
+static void post (mailbox *mb, mail *m) {
+  m->next = NULL;
+  pthread_mutex_lock(&mb->mu);
+  if (mb->tail) mb->tail->next = m;
+  else mb->head = m;
+  mb->tail = m;
+  pthread_mutex_unlock(&mb->mu);
+  uv_async_send(&mb->async);
+}
+
+/* Takes every message posted so far, in order. */
+static mail *take_all (mailbox *mb) {
+  pthread_mutex_lock(&mb->mu);
+  mail *m = mb->head;
+  mb->head = mb->tail = NULL;
+  pthread_mutex_unlock(&mb->mu);
+  return m;
+}
+
+static int mailbox_empty (mailbox *mb) {
+  pthread_mutex_lock(&mb->mu);
+  int empty = mb->head == NULL;
+  pthread_mutex_unlock(&mb->mu);
+  return empty;
+}
+
+static mail *msg_new (int kind) {
+  mail *m = calloc(1, sizeof *m);
+  if (m) m->kind = kind;
+  return m;
+}
+
+/* Frees a message that is not a request's own (M_RUN, M_DONE). */
+static void msg_free (mail *m) {
+  if (m == NULL || m->kind == M_RUN || m->kind == M_DONE) return;
+  free(m->text);
+  free(m);
+}
+
+/* ---- output (protocol thread) ---------------------------------------------------------- */
 
 static void write_all (server *s, const char *p, size_t n) {
   while (n > 0 && !s->out_broken) {
@@ -190,7 +356,15 @@ static void write_all (server *s, const char *p, size_t n) {
   }
 }
 
+/* Every line the server writes goes through here. Lines are built under LINE_OUT_MAX
+** upstream; one that is not is a bug, never sent (the client would drop the stream). */
 static void write_line (server *s, const char *text, size_t len) {
+  if (len >= LINE_OUT_MAX) {
+    fprintf(stderr, "tidepool mcp: internal error: a %zu-byte message was not sent (over "
+            "the %u MiB line limit)\n", len, LINE_OUT_MAX >> 20);
+    return;
+  }
+  if (s->sink) { s->sink(s->sink_ud, text, len); return; }
   char *buf = malloc(len + 1);
   if (buf == NULL) { write_all(s, text, len); write_all(s, "\n", 1); return; }
   memcpy(buf, text, len);
@@ -199,12 +373,51 @@ static void write_line (server *s, const char *text, size_t len) {
   free(buf);
 }
 
+static json_t *error_msg (json_t *id, int code, const char *text) {
+  json_t *m = json_string(text);
+  if (m == NULL) m = json_string("error (message not valid UTF-8)");
+  return json_pack("{s:s, s:o, s:{s:i, s:o}}", "jsonrpc", "2.0",
+                   "id", id ? json_deep_copy(id) : json_null(), "error", "code", code,
+                   "message", m);
+}
+
+/* Adds a response to batch b (stolen), within the batch's share of the line. */
+static void batch_add (batch *b, json_t *msg) {
+  size_t n;
+  char *text = tp_json_dumpsn(msg, &n);
+  free(text);
+  if (text != NULL && b->bytes + n + 1 < LINE_OUT_MAX - 4096) {
+    b->bytes += n + 1;
+    json_array_append_new(b->responses, msg);
+    return;
+  }
+  json_t *id = json_object_get(msg, "id");
+  json_t *err = error_msg(id, -32603, "the responses of this batch would pass the 10 MiB a "
+                          "message may have: send this request on its own line");
+  json_decref(msg);
+  char *t = tp_json_dumpsn(err, &n);
+  free(t);
+  b->bytes += n + 1;
+  json_array_append_new(b->responses, err);
+}
+
 /* Sends msg (stolen): into the batch b, or as a line of its own. */
 static void send_msg (server *s, batch *b, json_t *msg) {
   if (msg == NULL) return;
-  if (b != NULL) { json_array_append_new(b->responses, msg); return; }
+  if (b != NULL) { batch_add(b, msg); return; }
   size_t len;
   char *text = tp_json_dumpsn(msg, &len);
+  if (text != NULL && len >= LINE_OUT_MAX) {  /* a tools/list of huge exposed schemas */
+    free(text);
+    char why[200];
+    snprintf(why, sizeof why, "the response would be %zu bytes, over the %u MiB a message "
+             "may have", len, LINE_OUT_MAX >> 20);
+    json_t *id = json_object_get(msg, "id");
+    json_t *err = error_msg(json_is_null(id) ? NULL : id, -32603, why);
+    json_decref(msg);
+    msg = err;
+    text = tp_json_dumpsn(msg, &len);
+  }
   json_decref(msg);
   if (text == NULL) {
     fprintf(stderr, "tidepool mcp: out of memory writing a message\n");
@@ -224,35 +437,75 @@ static void send_result (server *s, batch *b, json_t *id, json_t *result) {
 static void send_error (server *s, batch *b, json_t *id, int code, const char *fmt, ...)
   __attribute__((format(printf, 5, 6)));
 static void send_error (server *s, batch *b, json_t *id, int code, const char *fmt, ...) {
-  char msg[600];
+  char text[600];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  json_t *m = json_string(msg);
-  if (m == NULL) m = json_string("error (message not valid UTF-8)");
-  send_msg(s, b, json_pack("{s:s, s:o, s:{s:i, s:o}}", "jsonrpc", "2.0", "id", id_or_null(id),
-                           "error", "code", code, "message", m));
+  send_msg(s, b, error_msg(id, code, text));
+}
+
+static json_t *notification (const char *method, json_t *params) {
+  return json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method,
+                   "params", params ? params : json_object());
 }
 
 static void notify (server *s, const char *method, json_t *params) {
-  send_msg(s, NULL, json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method,
-                              "params", params ? params : json_object()));
+  send_msg(s, NULL, notification(method, params));
 }
 
-static void log_msg (server *s, int level, const char *fmt, ...) {
-  char msg[1000];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (level >= L_INFO || level >= s->level)
-    fprintf(stderr, "tidepool mcp: %s: %s\n", levels[level], msg);
+static void log_text (server *s, int level, const char *text) {
+  if (!s->quiet && (level >= L_INFO || level >= s->level))
+    fprintf(stderr, "tidepool mcp: %s: %s\n", levels[level], text);
   if (!s->initialized || level < s->level) return;
-  json_t *data = json_string(msg);
+  json_t *data = json_string(text);
   if (data == NULL) return;
   notify(s, "notifications/message",
          json_pack("{s:s, s:s, s:o}", "level", levels[level], "logger", "tidepool", "data", data));
+}
+
+static void log_msg (server *s, int level, const char *fmt, ...) {
+  char text[1000];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  log_text(s, level, text);
+}
+
+/* ---- messages from a worker ------------------------------------------------------------ */
+
+/* Posts msg (stolen) as a line for the protocol thread to write. */
+static void wsend (worker *w, json_t *j) {
+  if (j == NULL) return;
+  size_t len;
+  char *text = tp_json_dumpsn(j, &len);
+  json_decref(j);
+  mail *m = text ? msg_new(M_LINE) : NULL;
+  if (m == NULL) {
+    free(text);
+    fprintf(stderr, "tidepool mcp: out of memory (a notification)\n");
+    return;
+  }
+  m->w = w;
+  m->text = text;
+  m->len = len;
+  post(&w->s->mb, m);
+}
+
+static void wlog (worker *w, int level, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+static void wlog (worker *w, int level, const char *fmt, ...) {
+  char text[1000];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  mail *m = msg_new(M_LOG);
+  if (m == NULL || (m->text = strdup(text)) == NULL) { free(m); return; }
+  m->w = w;
+  m->level = level;
+  post(&w->s->mb, m);
 }
 
 /* ---- schemas and descriptions ---------------------------------------------------------- */
@@ -314,19 +567,19 @@ static json_t *envelope_schema (void) {
   return s;
 }
 
-/* run_lua's description: the engine's generated one, or a plain fallback. */
-static const char *run_lua_description (server *s) {
-  if (s->desc) return s->desc;
-  char *d = tp_engine_describe(s->e, "json");
+/* run_lua's description (worker side): the engine's generated one, or a plain fallback. */
+static const char *run_lua_description (worker *w) {
+  if (w->desc) return w->desc;
+  char *d = tp_engine_describe(w->e, "json");
   if (d != NULL && *d) {
     json_t *j = json_loads(d, 0, NULL);
     json_t *text = json_is_object(j) ? json_object_get(j, "description") : NULL;
-    if (json_is_string(text)) s->desc = strdup(json_string_value(text));
-    else if (j == NULL) s->desc = strdup(d);  /* plain text */
+    if (json_is_string(text)) w->desc = strdup(json_string_value(text));
+    else if (j == NULL) w->desc = strdup(d);  /* plain text */
     json_decref(j);
   }
   free(d);
-  if (s->desc) return s->desc;
+  if (w->desc) return w->desc;
   size_t cap = 4096, len;
   char *buf = malloc(cap);
   if (buf == NULL) return "Run a Lua 5.4 script in a sandbox.";
@@ -339,8 +592,8 @@ static const char *run_lua_description (server *s) {
     "are available; tools.list() and tools.describe(name) show the tools. Return the value "
     "you want back. Pass the same `session` id in later calls to keep global variables.\n"
     "Tools:");
-  for (size_t i = 0; i < s->e->ntools; i++) {
-    const tp_tool *t = s->e->tools[i];
+  for (size_t i = 0; i < w->e->ntools; i++) {
+    const tp_tool *t = w->e->tools[i];
     size_t need = len + strlen(t->name) + strlen(t->description) + 16;
     if (need > cap) {
       char *nb = realloc(buf, need * 2);
@@ -350,80 +603,101 @@ static const char *run_lua_description (server *s) {
     }
     len += (size_t)snprintf(buf + len, cap - len, "\n- tools.%s: %s", t->name, t->description);
   }
-  if (s->e->ntools == 0 && len + 8 < cap) len += (size_t)snprintf(buf + len, cap - len, " (none)");
-  s->desc = buf;
-  return s->desc;
+  if (w->e->ntools == 0 && len + 8 < cap) len += (size_t)snprintf(buf + len, cap - len, " (none)");
+  w->desc = buf;
+  return w->desc;
 }
 
-static json_t *tool_list (server *s) {
-  json_t *tools = json_array();
+/* What the protocol thread needs of the loaded tools (worker side), as JSON text:
+** {"list": <the tools/list result>, "names": [every tool's name]}. */
+static char *tools_report (worker *w) {
+  const options *o = &w->s->o;
+  json_t *tools = json_array(), *names = json_array();
   json_t *input = json_pack(
     "{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s], s:b}", "type", "object", "properties",
     "code", "type", "string", "description", "The Lua script. Its return value is the result.",
     "session", "type", "string", "description", "Optional. Calls with the same id share "
-    "global variables (a session), so a script can build on an earlier one.",
+    "global variables (a session), so a script can build on an earlier one. 1 to 128 "
+    "bytes, no control characters.",
     "required", "code", "additionalProperties", 0);
-  json_t *desc = json_string(run_lua_description(s));
-  json_array_append_new(tools, json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", s->o.name,
+  json_t *desc = json_string(run_lua_description(w));
+  json_array_append_new(tools, json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", o->name,
     "title", "Run a Lua script", "description", desc ? desc : json_string(""),
     "inputSchema", input, "outputSchema", envelope_schema()));
-  if (s->o.expose) {
-    for (size_t i = 0; i < s->e->ntools; i++) {
-      const tp_tool *t = s->e->tools[i];
-      if (strcmp(t->name, s->o.name) == 0) continue;
-      json_t *in = json_is_object(t->input) ? json_deep_copy(t->input) : json_object();
-      strip_dialect(in, 0);
-      if (json_object_get(in, "type") == NULL) json_object_set_new(in, "type", json_string("object"));
-      json_array_append_new(tools, json_pack("{s:s, s:s, s:o}", "name", t->name,
-                                             "description", t->description, "inputSchema", in));
-    }
+  for (size_t i = 0; i < w->e->ntools; i++) {
+    const tp_tool *t = w->e->tools[i];
+    json_array_append_new(names, json_string(t->name));
+    if (!o->expose || strcmp(t->name, o->name) == 0) continue;
+    json_t *in = json_is_object(t->input) ? json_deep_copy(t->input) : json_object();
+    strip_dialect(in, 0);
+    if (json_object_get(in, "type") == NULL) json_object_set_new(in, "type", json_string("object"));
+    json_array_append_new(tools, json_pack("{s:s, s:s, s:o}", "name", t->name,
+                                           "description", t->description, "inputSchema", in));
   }
-  return json_pack("{s:o}", "tools", tools);
+  json_t *r = json_pack("{s:{s:o}, s:o}", "list", "tools", tools, "names", names);
+  char *text = r ? tp_json_dumps(r) : NULL;
+  json_decref(r);
+  return text;
 }
 
-/* ---- sessions ------------------------------------------------------------------------ */
+/* ---- sessions (protocol thread) ---------------------------------------------------------- */
 
-static void remember_drop (server *s, const char *id, const char *why) {
+static void post_worker (worker *w, int kind, uint64_t n);
+
+static int id_is (const char *a, size_t alen, const char *b, size_t blen) {
+  return a != NULL && alen == blen && memcmp(a, b, alen) == 0;
+}
+
+static char *memdup0 (const char *p, size_t n) {
+  char *d = malloc(n + 1);
+  if (d) { memcpy(d, p, n); d[n] = '\0'; }
+  return d;
+}
+
+static void remember_drop (server *s, const session *ss, const char *why) {
   size_t k = s->dropped_next++ % DROPPED_MAX;
   free(s->dropped_id[k]);
   free(s->dropped_why[k]);
-  s->dropped_id[k] = strdup(id);
+  s->dropped_id[k] = memdup0(ss->id, ss->idlen);
+  s->dropped_len[k] = ss->idlen;
   s->dropped_why[k] = strdup(why);
 }
 
-static const char *dropped_why (server *s, const char *id) {
+static const char *dropped_why (server *s, const char *id, size_t len) {
   const char *why = NULL;
   for (size_t k = 0; k < DROPPED_MAX; k++)  /* the latest wins: scan all */
-    if (s->dropped_id[k] && strcmp(s->dropped_id[k], id) == 0) why = s->dropped_why[k];
+    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len)) why = s->dropped_why[k];
   return why;
 }
 
-static void forget_drop (server *s, const char *id) {
+static void forget_drop (server *s, const char *id, size_t len) {
   for (size_t k = 0; k < DROPPED_MAX; k++)
-    if (s->dropped_id[k] && strcmp(s->dropped_id[k], id) == 0) {
+    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len)) {
       free(s->dropped_id[k]);
       free(s->dropped_why[k]);
       s->dropped_id[k] = s->dropped_why[k] = NULL;
     }
 }
 
+/* Forgets a session that is not busy; its worker destroys the sandbox. */
 static void session_drop (server *s, session *ss, const char *why) {
   if (why) {
-    remember_drop(s, ss->id, why);
+    remember_drop(s, ss, why);
     log_msg(s, L_INFO, "session %s dropped: %s", ss->id, why);
   }
   if (ss->prev) ss->prev->next = ss->next;
   else s->sessions = ss->next;
   if (ss->next) ss->next->prev = ss->prev;
   s->nsessions--;
-  tp_session_destroy(ss->ts);
+  ss->w->nsess--;
+  if (!s->done) post_worker(ss->w, M_DROP, ss->num);
   free(ss->id);
   free(ss);
 }
 
-static session *session_find (server *s, const char *id) {
+static session *session_find (server *s, const char *id, size_t len) {
   for (session *ss = s->sessions; ss; ss = ss->next)
-    if (strcmp(ss->id, id) == 0) return ss;
+    if (id_is(ss->id, ss->idlen, id, len)) return ss;
   return NULL;
 }
 
@@ -441,11 +715,47 @@ static void sweep_cb (uv_timer_t *t) {
   }
 }
 
+/* The worker with the least work, counting sessions when with_sessions; ties go round. */
+static worker *least_loaded (server *s, int with_sessions) {
+  worker *best = NULL;
+  size_t best_load = 0;
+  for (unsigned k = 0; k < s->nworkers; k++) {
+    worker *w = &s->workers[(s->rr + k) % s->nworkers];
+    size_t load = w->load + (with_sessions ? w->nsess : 0);
+    if (best == NULL || load < best_load) { best = w; best_load = load; }
+  }
+  s->rr++;
+  return best;
+}
+
+/* Why a session id cannot be used, or NULL. */
+static const char *bad_session_id (const json_t *sid, char *buf, size_t len) {
+  if (!json_is_string(sid))
+    return "arguments.session must be a string (1 to 128 bytes), or left out";
+  const unsigned char *p = (const unsigned char *)json_string_value(sid);
+  size_t n = json_string_length(sid);
+  if (n == 0) return "arguments.session must not be empty: pass a name such as \"main\", "
+                     "or leave it out";
+  if (n > SESSION_ID_MAX) {
+    snprintf(buf, len, "arguments.session is %zu bytes long; a session id has at most %d "
+             "bytes: use a short name such as \"main\"", n, SESSION_ID_MAX);
+    return buf;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (p[i] < 0x20 || p[i] == 0x7f) {
+      snprintf(buf, len, "arguments.session holds a control character (byte 0x%02x at "
+               "offset %zu); a session id may not contain NUL or control characters: use "
+               "letters, digits and punctuation", p[i], i);
+      return buf;
+    }
+  return NULL;
+}
+
 /* The session for a call, made if needed. NULL with *err (code) and msg set when the call
 ** cannot have it. info gets the "session" field of the result. */
-static session *session_for (server *s, const char *id, json_t **info, const char **err,
-                             char *msg, size_t msglen) {
-  session *ss = session_find(s, id);
+static session *session_for (server *s, const char *id, size_t idlen, json_t **info,
+                             const char **err, char *msg, size_t msglen) {
+  session *ss = session_find(s, id, idlen);
   if (ss != NULL) {
     if (ss->busy) {
       *err = "session.busy";
@@ -453,7 +763,7 @@ static session *session_for (server *s, const char *id, json_t **info, const cha
                "script at a time: wait for that call's result, or use another session id", id);
       return NULL;
     }
-    *info = json_pack("{s:s, s:s}", "id", id, "state", "continued");
+    *info = json_pack("{s:s%, s:s}", "id", id, idlen, "state", "continued");
     return ss;
   }
   if (s->nsessions >= s->o.max_sessions) {
@@ -471,33 +781,31 @@ static session *session_for (server *s, const char *id, json_t **info, const cha
     session_drop(s, lru, msg);
   }
   ss = calloc(1, sizeof *ss);
-  if (ss == NULL || (ss->id = strdup(id)) == NULL ||
-      (ss->ts = tp_session_create(s->e, &s->o.lim)) == NULL) {
-    if (ss) free(ss->id);
+  if (ss == NULL || (ss->id = memdup0(id, idlen)) == NULL) {
     free(ss);
     *err = "limit.memory";
     snprintf(msg, msglen, "the server is out of memory: no new session can be made");
     return NULL;
   }
+  ss->idlen = idlen;
+  ss->num = ++s->session_nums;
+  ss->w = least_loaded(s, 1);
+  ss->w->nsess++;
   ss->next = s->sessions;
   if (s->sessions) s->sessions->prev = ss;
   s->sessions = ss;
   s->nsessions++;
-  const char *why = dropped_why(s, id);
+  const char *why = dropped_why(s, id, idlen);
   if (why) {
     char m[500];
     snprintf(m, sizeof m, "session \"%s\" was dropped earlier because %s: this call started "
              "it afresh, and the globals of earlier calls are gone", id, why);
-    *info = json_pack("{s:s, s:s, s:s}", "id", id, "state", "new", "message", m);
-    forget_drop(s, id);
+    *info = json_pack("{s:s%, s:s, s:s}", "id", id, idlen, "state", "new", "message", m);
+    forget_drop(s, id, idlen);
   }
-  else *info = json_pack("{s:s, s:s}", "id", id, "state", "new");
+  else *info = json_pack("{s:s%, s:s}", "id", id, idlen, "state", "new");
   return ss;
 }
-
-/* ---- tool results ---------------------------------------------------------------------- */
-
-static void batch_unref (server *s, batch *b);
 
 /* Appends bytes to a growing buffer; -1 when out of memory. */
 typedef struct sbuf { char *p; size_t len, cap; int oom; } sbuf;
@@ -544,71 +852,177 @@ static void sb_quoted (sbuf *b, const char *s, size_t n) {
   sb_put(b, "\"", 1);
 }
 
-/* Cuts the envelope's result and logs so the response fits LINE_OUT_MAX. Returns new
-** envelope text (caller frees), or NULL when out of memory. */
-static char *truncate_envelope (const char *env, size_t len, size_t budget) {
-  json_t *j = tp_json_loads(env, len, NULL);
-  if (j == NULL) return NULL;
-  json_t *note = json_object();
-  json_t *result = json_object_get(j, "result");
-  if (result != NULL) {
-    size_t n;
-    char *text = tp_json_dumpsn(result, &n);
-    if (text && n > budget / 2) {
-      size_t keep = budget / 2;
-      while (keep > 0 && ((unsigned char)text[keep] & 0xc0) == 0x80) keep--;
-      char marker[200];
-      snprintf(marker, sizeof marker, " ...[truncated by tidepool: the result is %zu bytes "
-               "of JSON; this string holds its first %zu]", n, keep);
-      text[keep] = '\0';
-      sbuf b = { 0 };
-      sb_put(&b, text, keep);
-      sb_str(&b, marker);
-      json_t *cut = b.oom ? NULL : json_stringn(b.p, b.len);
-      free(b.p);
-      if (cut) {
-        json_object_set_new(j, "result", cut);
-        json_object_set_new(note, "result_bytes", json_integer((json_int_t)n));
+/* A string holding the first `keep` bytes of text (cut at a UTF-8 boundary) and a marker. */
+static json_t *cut_string (const char *text, size_t n, size_t keep, const char *what) {
+  if (keep > n) keep = n;
+  while (keep > 0 && ((unsigned char)text[keep] & 0xc0) == 0x80) keep--;
+  char marker[200];
+  snprintf(marker, sizeof marker, " ...[truncated by tidepool: %s is %zu bytes; this holds "
+           "its first %zu]", what, n, keep);
+  sbuf b = { 0 };
+  sb_put(&b, text, keep);
+  sb_str(&b, marker);
+  json_t *cut = b.oom ? NULL : json_stringn(b.p, b.len);
+  free(b.p);
+  return cut;
+}
+
+/* Cuts envelope j in place, one stage at a time (each keeps what the earlier ones cut):
+** 1 cuts the result (orig_result, as JSON text) to a string of `keep` bytes and keeps the
+** first logs of orig_logs within keep / 2 (stage 1 may be tried with smaller keeps); 2
+** drops the result and the logs; 3 keeps the first calls and cuts the error's texts to
+** what room allows. ok, the error's code and the calls' count always stay; j.truncated
+** says what went. Work: a few dumps of j, which is at most a run's envelope (itself capped
+** by the run's result and output limits), on the worker thread. */
+static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t *orig_result,
+                          json_t *orig_logs) {
+  json_t *note = json_object_get(j, "truncated");
+  if (!json_is_object(note)) {
+    note = json_object();
+    json_object_set_new(j, "truncated", note);
+    json_object_set_new(note, "message", json_string("The result was too large for one MCP "
+      "message and was cut. Return less data: a summary, a count, or the first items."));
+  }
+  if (stage == 1) {
+    if (orig_result != NULL) {
+      size_t n;
+      char *text = tp_json_dumpsn(orig_result, &n);
+      if (text && n > keep) {
+        json_t *cut = cut_string(text, n, keep, "the result as JSON");
+        if (cut) {
+          json_object_set_new(j, "result", cut);
+          json_object_set_new(note, "result_bytes", json_integer((json_int_t)n));
+        }
+      }
+      free(text);
+    }
+    if (json_is_array(orig_logs)) {
+      size_t used = 0, i, nkeep = json_array_size(orig_logs);
+      json_t *v;
+      json_array_foreach(orig_logs, i, v) {
+        used += json_string_length(v) * 2 + 4;
+        if (used > keep / 2) { nkeep = i; break; }
+      }
+      size_t dropped = json_array_size(orig_logs) - nkeep;
+      if (dropped > 0) {
+        json_t *logs = json_array();
+        for (i = 0; i < nkeep; i++) json_array_append(logs, json_array_get(orig_logs, i));
+        char marker[200];
+        snprintf(marker, sizeof marker, "...[truncated by tidepool: %zu more log lines left "
+                 "out to fit the message size limit]", dropped);
+        json_array_append_new(logs, json_string(marker));
+        json_object_set_new(j, "logs", logs);
+        json_object_set_new(note, "logs_dropped", json_integer((json_int_t)dropped));
       }
     }
-    free(text);
   }
-  json_t *logs = json_object_get(j, "logs");
-  if (json_is_array(logs)) {
-    size_t used = 0, i, keep = json_array_size(logs);
-    json_t *v;
-    json_array_foreach(logs, i, v) {
-      used += json_string_length(v) + 4;
-      if (used > budget / 4) { keep = i; break; }
+  else if (stage == 2) {
+    json_t *logs = json_object_get(j, "logs");
+    if (orig_result != NULL) {
+      json_object_set_new(j, "result", json_null());
+      json_object_set_new(note, "result_dropped", json_true());
     }
-    size_t dropped = json_array_size(logs) - keep;
-    if (dropped > 0) {
-      while (json_array_size(logs) > keep) json_array_remove(logs, keep);
-      char marker[200];
-      snprintf(marker, sizeof marker, "...[truncated by tidepool: %zu more log lines left "
-               "out to fit the message size limit]", dropped);
-      json_array_append_new(logs, json_string(marker));
-      json_object_set_new(note, "logs_dropped", json_integer((json_int_t)dropped));
+    if (json_is_array(logs) && json_array_size(orig_logs) > 0) {
+      size_t n = json_array_size(orig_logs);
+      json_object_set_new(note, "logs_dropped", json_integer((json_int_t)n));
+      json_array_clear(logs);
+      json_array_append_new(logs, json_string("...[truncated by tidepool: the logs were left "
+                                              "out to fit the message size limit]"));
     }
   }
-  json_t *calls = json_object_get(j, "calls");
-  if (json_is_array(calls) && json_array_size(calls) > 2000) {
-    size_t dropped = json_array_size(calls) - 2000;
-    while (json_array_size(calls) > 2000) json_array_remove(calls, 2000);
-    json_object_set_new(note, "calls_dropped", json_integer((json_int_t)dropped));
+  else {
+    json_t *err = json_object_get(j, "error");
+    static const char *const texts[] = { "message", "source", "hint" };
+    for (size_t k = 0; json_is_object(err) && k < 3; k++) {
+      json_t *v = json_object_get(err, texts[k]);
+      if (json_is_string(v) && json_string_length(v) > 4000) {
+        json_t *cut = cut_string(json_string_value(v), json_string_length(v), 4000, texts[k]);
+        if (cut) json_object_set_new(err, texts[k], cut);
+      }
+    }
+    json_t *calls = json_object_get(j, "calls");
+    if (json_is_array(calls)) {
+      size_t used = 0, i, nkeep = json_array_size(calls);
+      json_t *v;
+      json_array_foreach(calls, i, v) {
+        size_t n = 1000;
+        char *t = tp_json_dumpsn(v, &n);
+        if (t == NULL) n = 1000;
+        free(t);
+        used += n * 2 + 4;
+        if (used > room / 4) { nkeep = i; break; }
+      }
+      size_t dropped = json_array_size(calls) - nkeep;
+      if (dropped > 0) {
+        while (json_array_size(calls) > nkeep) json_array_remove(calls, json_array_size(calls) - 1);
+        json_object_set_new(note, "calls_dropped", json_integer((json_int_t)dropped));
+      }
+    }
   }
-  json_object_set_new(note, "message", json_string("The result was too large for one MCP "
-    "message (10 MiB) and was cut. Return less data: a summary, a count, or the first items."));
-  json_object_set_new(j, "truncated", note);
-  char *out = tp_json_dumps(j);
-  json_decref(j);
+}
+
+/* An envelope's text as a tree. The envelope is the engine's own output, whose size the
+** run's limits bound (and may make larger than tp_json_loads's 16 MiB input cap). */
+static json_t *parse_envelope (const char *env, size_t len) {
+  return json_loadb(env, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+}
+
+/* The tools/call response around envelope text env (compact JSON). NULL when out of memory
+** or when it would not be shorter than max. */
+static char *wrap_envelope (const json_t *id, const char *env, size_t len, int ok, size_t max,
+                            size_t *outlen) {
+  sbuf b = { 0 };
+  sb_str(&b, "{\"id\":");
+  sb_json(&b, id);
+  sb_str(&b, ",\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
+  sb_quoted(&b, env, len);
+  sb_str(&b, "}],\"isError\":");
+  sb_str(&b, ok ? "false" : "true");
+  sb_str(&b, ",\"structuredContent\":");
+  sb_put(&b, env, len);
+  sb_str(&b, "}}");
+  if (b.oom || b.len >= max) { free(b.p); return NULL; }
+  *outlen = b.len;
+  return b.p;
+}
+
+/* The last resort: ok, the error code and a note (id is at most ID_MAX bytes of JSON):
+** a few KiB. NULL only when even those cannot be allocated. */
+static char *minimal_response (const json_t *id, int ok, const char *code, size_t *outlen) {
+  char idtext[ID_MAX + 8], env[600], quoted[1400];
+  char *t = id ? tp_json_dumps(id) : NULL;
+  snprintf(idtext, sizeof idtext, "%s", t && strlen(t) < ID_MAX ? t : "null");
+  free(t);
+  int codeok = code != NULL && strlen(code) < 64 &&
+               strspn(code, "abcdefghijklmnopqrstuvwxyz._") == strlen(code);
+  snprintf(env, sizeof env, "{\"ok\":%s%s%s%s,\"calls\":[],\"truncated\":{\"message\":\"The "
+           "result could not be sent: it was too large for one MCP message, or the server "
+           "ran out of memory. The calls record was lost: check side effects before "
+           "retrying. Return less data.\"}}", ok ? "true" : "false",
+           ok || !codeok ? "" : ",\"error\":{\"code\":\"", ok || !codeok ? "" : code,
+           ok || !codeok ? "" : "\",\"message\":\"the result was too large to send\"}");
+  size_t q = 0;
+  for (const char *p = env; *p && q + 3 < sizeof quoted; p++) {
+    if (*p == '"' || *p == '\\') quoted[q++] = '\\';
+    quoted[q++] = *p;
+  }
+  quoted[q] = '\0';
+  size_t cap = strlen(idtext) + strlen(env) + strlen(quoted) + 200;
+  char *out = malloc(cap);
+  if (out == NULL) return NULL;
+  int n = snprintf(out, cap, "{\"id\":%s,\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":"
+                   "\"text\",\"text\":\"%s\"}],\"isError\":%s,\"structuredContent\":%s}}",
+                   idtext, quoted, ok ? "false" : "true", env);
+  *outlen = n > 0 && (size_t)n < cap ? (size_t)n : cap - 1;
   return out;
 }
 
 /* The tools/call response of a run_lua call: envelope (compact JSON, ending in '}') as
-** structuredContent and text, plus the session field. Caller frees. */
+** structuredContent and text, plus the session field, shorter than max bytes. Past max,
+** the envelope is cut by stages (cut_envelope); the response always says ok and the
+** error's code. Caller frees; NULL only when not even the minimal response can be made. */
 static char *call_response (const json_t *id, const char *env, size_t len, int ok,
-                            const json_t *sess_info, size_t *outlen) {
+                            const json_t *sess_info, size_t max, size_t *outlen) {
   char *owned = NULL;
   if (sess_info != NULL && len > 0 && env[len - 1] == '}') {
     sbuf e = { 0 };
@@ -619,35 +1033,33 @@ static char *call_response (const json_t *id, const char *env, size_t len, int o
     if (!e.oom) { owned = e.p; env = owned; len = e.len; }
     else free(e.p);
   }
-  for (int attempt = 0; attempt < 3; attempt++) {
-    sbuf b = { 0 };
-    sb_str(&b, "{\"id\":");
-    sb_json(&b, id);
-    sb_str(&b, ",\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
-    sb_quoted(&b, env, len);
-    sb_str(&b, "}],\"isError\":");
-    sb_str(&b, ok ? "false" : "true");
-    sb_str(&b, ",\"structuredContent\":");
-    sb_put(&b, env, len);
-    sb_str(&b, "}}");
-    if (b.oom) { free(b.p); break; }
-    if (b.len < LINE_OUT_MAX - 1024 || attempt == 2) {
-      free(owned);
-      *outlen = b.len;
-      return b.p;
-    }
-    free(b.p);
-    /* too large: the text block is at most 2x the envelope, so aim at a third */
-    size_t budget = (LINE_OUT_MAX - 65536) / (attempt == 0 ? 3 : 6);
-    char *cut = truncate_envelope(env, len, budget);
-    if (cut == NULL) break;
-    free(owned);
-    owned = cut;
-    env = cut;
-    len = strlen(cut);
-  }
+  char *out = wrap_envelope(id, env, len, ok, max, outlen);
+  if (out) { free(owned); return out; }
+  json_t *j = parse_envelope(env, len);
   free(owned);
-  return NULL;
+  const char *code = NULL;
+  char codebuf[64] = "";
+  if (j != NULL) {
+    const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+    if (c) snprintf(codebuf, sizeof codebuf, "%s", c);
+    json_t *orig_result = json_incref(json_object_get(j, "result"));
+    json_t *orig_logs = json_incref(json_object_get(j, "logs"));
+    static const struct { int stage, div; } steps[] = { {1, 4}, {1, 16}, {1, 128}, {2, 1}, {3, 1} };
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0] && out == NULL; k++) {
+      cut_envelope(j, steps[k].stage, max / (size_t)steps[k].div, max, orig_result, orig_logs);
+      size_t n;
+      char *text = tp_json_dumpsn(j, &n);
+      if (text) out = wrap_envelope(id, text, n, ok, max, outlen);
+      free(text);
+    }
+    json_decref(orig_result);
+    json_decref(orig_logs);
+    json_decref(j);
+  }
+  if (*codebuf) code = codebuf;
+  else if (!ok) code = "runtime";
+  if (out == NULL) out = minimal_response(id, ok, code, outlen);
+  return out;
 }
 
 /* An envelope for a call refused before any script ran. */
@@ -659,31 +1071,22 @@ static char *refusal_envelope (const char *code, const char *msg) {
   return t;
 }
 
-static void respond_text (server *s, batch *b, const char *line, size_t len) {
-  if (b == NULL) { write_line(s, line, len); return; }
-  json_t *j = tp_json_loads(line, len, NULL);
-  if (j) json_array_append_new(b->responses, j);
-}
-
-static void refuse_call (server *s, batch *b, json_t *id, const char *code, const char *msg,
-                         const json_t *sess_info) {
+static char *refusal_response (const json_t *id, const char *code, const char *msg,
+                               const json_t *sess_info, size_t max, size_t *outlen) {
   char *env = refusal_envelope(code, msg);
-  if (env == NULL) { send_error(s, b, id, -32603, "out of memory"); return; }
-  size_t len;
-  char *line = call_response(id, env, strlen(env), 0, sess_info, &len);
+  if (env == NULL) return minimal_response(id, 0, code, outlen);
+  char *line = call_response(id, env, strlen(env), 0, sess_info, max, outlen);
   free(env);
-  if (line) respond_text(s, b, line, len);
-  else send_error(s, b, id, -32603, "out of memory");
-  free(line);
+  return line;
 }
 
 /* The response of an exposed tool: the tool's result itself. */
 static char *exposed_response (const json_t *id, const char *env, size_t len, int ok,
-                               size_t *outlen) {
-  if (!ok) return call_response(id, env, len, 0, NULL, outlen);
-  json_t *j = tp_json_loads(env, len, NULL);
+                               size_t max, size_t *outlen) {
+  if (!ok) return call_response(id, env, len, 0, NULL, max, outlen);
+  json_t *j = parse_envelope(env, len);
   json_t *result = j ? json_object_get(j, "result") : NULL;
-  if (result == NULL) { json_decref(j); return call_response(id, env, len, 1, NULL, outlen); }
+  if (result == NULL) { json_decref(j); return call_response(id, env, len, 1, NULL, max, outlen); }
   size_t n;
   char *text = tp_json_dumpsn(result, &n);
   sbuf b = { 0 };
@@ -700,19 +1103,340 @@ static char *exposed_response (const json_t *id, const char *env, size_t len, in
   sb_str(&b, "}}");
   free(text);
   json_decref(j);
-  if (b.oom || b.len >= LINE_OUT_MAX - 1024) {
+  if (b.oom || b.len >= max) {
     free(b.p);
-    return call_response(id, env, len, 1, NULL, outlen);  /* truncated envelope */
+    return call_response(id, env, len, 1, NULL, max, outlen);  /* the envelope, cut */
   }
   *outlen = b.len;
   return b.p;
 }
 
-/* ---- runs ----------------------------------------------------------------------------- */
+static int has_lua_files (const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return 0;
+  struct dirent *de;
+  int found = 0;
+  while (!found && (de = readdir(d)) != NULL) {
+    size_t n = strlen(de->d_name);
+    found = n > 4 && strcmp(de->d_name + n - 4, ".lua") == 0;
+  }
+  closedir(d);
+  return found;
+}
+/* ---- test tools (--test-tools, for the test suites and the benchmark) --------------------
+** test.echo returns its arguments; test.sleep{ms=} completes after ms milliseconds on the
+** worker's loop, or at once with an error once its run is cancelled. */
+
+struct sleeper {
+  uv_timer_t t;
+  tp_call *c;
+  worker *w;
+  struct sleeper *next;
+  int ms;
+};
+
+static void echo_fn (tp_call *c, void *ud) {
+  (void)ud;
+  tp_call_complete(c, tp_call_args(c), 0);
+}
+
+static void sleeper_closed (uv_handle_t *h) { free(h->data); }
+
+static void sleeper_unlink (sleeper *z) {
+  for (sleeper **p = &z->w->sleepers; *p; p = &(*p)->next)
+    if (*p == z) { *p = z->next; break; }
+}
+
+static void sleep_tick (uv_timer_t *t) {
+  sleeper *z = t->data;
+  if (tp_call_cancelled(z->c)) {
+    tp_call_fail(z->c, "tool.failed", "cancelled");
+  }
+  else {
+    z->ms -= 10;
+    if (z->ms > 0) return;
+    tp_call_complete(z->c, "{\"slept\":true}", 0);
+  }
+  uv_timer_stop(t);
+  sleeper_unlink(z);
+  uv_close((uv_handle_t *)t, sleeper_closed);
+}
+
+static void sleep_fn (tp_call *c, void *ud) {
+  worker *w = ud;
+  json_t *args = json_loads(tp_call_args(c), 0, NULL);
+  json_int_t ms = json_integer_value(json_object_get(args, "ms"));
+  json_decref(args);
+  sleeper *z = calloc(1, sizeof *z);
+  if (z == NULL) { tp_call_fail(c, "tool.failed", "out of memory"); return; }
+  z->c = c;
+  z->w = w;
+  z->ms = (int)ms;
+  z->t.data = z;
+  uv_timer_init(w->loop, &z->t);
+  uv_timer_start(&z->t, sleep_tick, 10, 10);  /* polls for cancellation every 10 ms */
+  z->next = w->sleepers;
+  w->sleepers = z;
+}
+
+static void sleepers_stop (worker *w) {
+  while (w->sleepers) {
+    sleeper *z = w->sleepers;
+    w->sleepers = z->next;
+    uv_timer_stop(&z->t);
+    tp_call_fail(z->c, "tool.failed", "the server is stopping");
+    uv_close((uv_handle_t *)&z->t, sleeper_closed);
+  }
+}
+
+static int add_test_tools (worker *w) {
+  tp_tool_def echo = { "test.echo", "Returns its arguments.", NULL, NULL, echo_fn, NULL, 0 };
+  tp_tool_def slp = { "test.sleep", "Waits ms milliseconds, then returns {slept = true}.",
+    "{\"type\":\"object\",\"properties\":{\"ms\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":60000}},\"required\":[\"ms\"]}",
+    "{\"type\":\"object\",\"properties\":{\"slept\":{\"type\":\"boolean\"}}}", sleep_fn, w, 0 };
+  if (tp_engine_add_tool(w->e, &echo) != TP_OK || tp_engine_add_tool(w->e, &slp) != TP_OK)
+    return -1;
+  return 0;
+}
+
+/* ---- the worker side ------------------------------------------------------------------- */
+
+static void wreq_remove (worker *w, req *q) {
+  if (q->wprev) q->wprev->wnext = q->wnext;
+  else w->running = q->wnext;
+  if (q->wnext) q->wnext->wprev = q->wprev;
+  q->wprev = q->wnext = NULL;
+}
+
+static wsess **wsess_find (worker *w, uint64_t num) {
+  wsess **p = &w->sessions;
+  while (*p && (*p)->num != num) p = &(*p)->next;
+  return p;
+}
+
+static void wsess_drop (worker *w, uint64_t num) {
+  wsess **p = wsess_find(w, num);
+  wsess *ws = *p;
+  if (ws == NULL) return;
+  *p = ws->next;
+  tp_session_destroy(ws->ts);
+  free(ws);
+}
+
+static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
+  (void)r;
+  req *q = ud;
+  if (q->wcancelled || q->token == NULL) return;
+  char text[200];
+  snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
+  wsend(q->w, notification("notifications/progress",
+        json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
+                  (json_int_t)++q->progress, "message", text)));
+}
+
+static void wdone (worker *w, req *q) {
+  q->m.kind = M_DONE;
+  q->m.q = q;
+  q->m.w = w;
+  post(&w->s->mb, &q->m);
+}
+
+static void run_done (tp_run *run, void *ud) {
+  req *q = ud;
+  worker *w = q->w;
+  tp__run_set_call_hook(run, NULL, NULL);
+  wreq_remove(w, q);
+  const char *env = tp_run_envelope(run);
+  size_t len = env ? strlen(env) : 0;
+  int ok = env && strncmp(env, "{\"ok\":true", 10) == 0;
+  if (q->sess_num) {
+    static const char mem[] = "{\"ok\":false,\"error\":{\"code\":\"limit.memory\"";
+    if (!ok && env && strncmp(env, mem, sizeof mem - 1) == 0) {
+      q->drop_session = 1;
+      json_t *sid = json_object_get(q->sess_info, "id");
+      json_t *info = json_pack("{s:O, s:s, s:s}", "id", sid ? sid : json_null(),
+        "state", "dropped", "message", "the session was dropped because the script went "
+        "over the session's memory limit: its globals are gone, and the next call with "
+        "this id starts afresh");
+      json_decref(q->sess_info);
+      q->sess_info = info;
+    }
+  }
+  if (!q->wcancelled) {
+    if (env == NULL) q->line = minimal_response(q->id, 0, "limit.memory", &q->line_len);
+    else q->line = q->tool ? exposed_response(q->id, env, len, ok, q->budget, &q->line_len)
+                           : call_response(q->id, env, len, ok, q->sess_info, q->budget,
+                                           &q->line_len);
+  }
+  tp_run_destroy(run);
+  q->run = NULL;
+  if (q->drop_session) wsess_drop(w, q->sess_num);
+  wdone(w, q);
+}
+
+static void worker_run (worker *w, req *q) {
+  tp_run *run = NULL;
+  const tp_limits *lim = &w->s->o.lim;
+  if (q->sess_num) {
+    wsess **p = wsess_find(w, q->sess_num);
+    if (*p == NULL && (*p = calloc(1, sizeof **p)) != NULL) {
+      (*p)->num = q->sess_num;
+      if (((*p)->ts = tp_session_create(w->e, lim)) == NULL) { free(*p); *p = NULL; }
+    }
+    if (*p) run = tp_session_run((*p)->ts, q->code, q->codelen);
+  }
+  else run = tp_run_create(w->e, q->code, q->codelen, lim);
+  if (run == NULL) {
+    q->line = refusal_response(q->id, "limit.memory", "the server is out of memory: the "
+                               "script could not start", q->sess_info, q->budget, &q->line_len);
+    wdone(w, q);
+    return;
+  }
+  q->run = run;
+  q->wnext = w->running;
+  if (w->running) w->running->wprev = q;
+  w->running = q;
+  if (q->token) {
+    tp__run_set_call_hook(run, progress_hook, q);
+    wsend(w, notification("notifications/progress",
+          json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
+                    (json_int_t)++q->progress, "message", "script started")));
+  }
+  if (tp_run_start(run, run_done, q) != TP_OK) {
+    tp_run_cancel(run);
+    run_done(run, q);
+  }
+}
+
+static void load_dir (worker *w, const char *dir, int quiet_if_empty) {
+  if (quiet_if_empty && !has_lua_files(dir)) return;
+  int n = tp_engine_load_tools(w->e, dir);
+  if (w->index != 0) return;  /* every worker loads the same files: one reports */
+  const char *err = tp_engine_error(w->e);
+  if (n < 0) wlog(w, L_WARNING, "tools from %s not loaded: %s", dir, err);
+  else if (err && *err) wlog(w, L_WARNING, "tools from %s: %s", dir, err);
+}
+
+/* Loads the plugin directories and tells the protocol thread (M_READY). */
+static void worker_load (worker *w) {
+  server *s = w->s;
+  if (s->builtin_dir) load_dir(w, s->builtin_dir, 1);
+  for (size_t i = 0; i < s->o.ndirs; i++) load_dir(w, s->o.dirs[i], 0);
+  free(w->desc);
+  w->desc = NULL;
+  mail *m = msg_new(M_READY);
+  if (m == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return; }
+  m->w = w;
+  if (w->index == 0) {
+    m->text = tools_report(w);
+    m->len = w->e->ntools;
+  }
+  post(&s->mb, m);
+}
+
+/* Stops everything of the worker: its runs without responses, its sandboxes. The
+** protocol thread frees the requests after joining the worker. */
+static void worker_stop (worker *w) {
+  w->stopping = 1;
+  while (w->running) {
+    req *q = w->running;
+    wreq_remove(w, q);
+    tp__run_set_call_hook(q->run, NULL, NULL);
+    tp_run_cancel(q->run);
+    tp_run_destroy(q->run);
+    q->run = NULL;
+  }
+  sleepers_stop(w);
+  while (w->sessions) wsess_drop(w, w->sessions->num);
+  uv_close((uv_handle_t *)&w->mb.async, NULL);
+}
+
+static void worker_mail (uv_async_t *a) {
+  worker *w = a->data;
+  for (mail *m = take_all(&w->mb), *next; m; m = next) {
+    next = m->next;
+    if (w->stopping) { msg_free(m); continue; }
+    switch (m->kind) {
+    case M_RUN: worker_run(w, m->q); continue;  /* m is the request's: it may be gone */
+    case M_CANCEL:
+      for (req *q = w->running; q; q = q->wnext)
+        if (q->serial == m->n) {
+          q->wcancelled = 1;  /* run_done sends no response line */
+          tp_run_cancel(q->run);
+          break;
+        }
+      break;
+    case M_DROP: wsess_drop(w, m->n); break;
+    case M_RELOAD:
+      if (w->running == NULL) tp__engine_drop_plugin_tools(w->e);
+      worker_load(w);
+      break;
+    case M_STOP: worker_stop(w); break;
+    }
+    msg_free(m);
+  }
+}
+
+/* Makes the worker's engine; on its own thread when threaded. 0, or -1. */
+static int worker_open (worker *w) {
+  server *s = w->s;
+  w->e = tp_engine_create();
+  if (w->e == NULL) return -1;
+  w->e->kv = s->kv;
+  w->loop = tp__engine_loop(w->e);
+  if (mailbox_init(&w->mb, w->loop, worker_mail, w) != 0) {
+    tp_engine_destroy(w->e);
+    w->e = NULL;
+    return -1;
+  }
+  if (s->o.workspace_max_set) tp_engine_set_workspace_max(w->e, s->o.workspace_max);
+  if (s->o.workspace && tp_engine_set_workspace(w->e, s->o.workspace) != TP_OK && w->index == 0)
+    wlog(w, L_WARNING, "--workspace %s: %s", s->o.workspace, tp_engine_error(w->e));
+  if (s->o.test_tools && add_test_tools(w) != 0 && w->index == 0)
+    wlog(w, L_WARNING, "test tools: %s", tp_engine_error(w->e));
+  return 0;
+}
+
+static void worker_close (worker *w) {
+  if (w->e == NULL) return;
+  if (!w->stopping) worker_stop(w);
+  tp_engine_destroy(w->e);  /* runs the loop until the mailbox's handle is closed */
+  w->e = NULL;
+  free(w->desc);
+  w->desc = NULL;
+  pthread_mutex_destroy(&w->mb.mu);
+}
+
+static void *worker_main (void *arg) {
+  worker *w = arg;
+  if (worker_open(w) != 0) {
+    mail *m = msg_new(M_READY);
+    if (m) { m->w = w; m->fail = 1; post(&w->s->mb, m); }
+    return NULL;
+  }
+  worker_load(w);
+  while (!w->stopping) uv_run(w->loop, UV_RUN_ONCE);
+  worker_close(w);
+  return NULL;
+}
+
+/* ---- requests (protocol thread) --------------------------------------------------------- */
 
 static void start_waiting(server *s);
 static void maybe_reload(server *s);
 static void resume_input(server *s);
+static void batch_unref(server *s, batch *b);
+
+static void post_worker (worker *w, int kind, uint64_t n) {
+  mail *m = msg_new(kind);
+  if (m == NULL) {
+    fprintf(stderr, "tidepool mcp: out of memory: a message to a worker was lost\n");
+    return;
+  }
+  m->n = n;
+  post(&w->mb, m);
+}
 
 static void req_free (server *s, req *q) {
   json_decref(q->id);
@@ -720,6 +1444,7 @@ static void req_free (server *s, req *q) {
   json_decref(q->sess_info);
   free(q->code);
   free(q->tool);
+  free(q->line);
   batch *b = q->b;
   free(q);
   if (b) batch_unref(s, b);
@@ -732,15 +1457,19 @@ static void list_remove (req **head, req *q) {
   q->prev = q->next = NULL;
 }
 
-static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
-  (void)r;
-  req *q = ud;
-  if (q->cancelled || q->token == NULL) return;
-  char msg[200];
-  snprintf(msg, sizeof msg, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
-  notify(q->s, "notifications/progress",
-         json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
-                   (json_int_t)++q->progress, "message", msg));
+static void list_push (req **head, req *q) {
+  q->prev = NULL;
+  q->next = *head;
+  if (*head) (*head)->prev = q;
+  *head = q;
+}
+
+/* A response line of a request, into its batch or out. */
+static void respond_text (server *s, batch *b, json_t *id, const char *line, size_t len) {
+  if (b == NULL) { write_line(s, line, len); return; }
+  json_t *j = tp_json_loads(line, len, NULL);  /* at most BATCH_CALL_MAX bytes */
+  if (j) batch_add(b, j);
+  else send_error(s, b, id, -32603, "out of memory: the result was lost");
 }
 
 static void deferred_closed (uv_handle_t *h) {
@@ -751,7 +1480,7 @@ static void deferred_closed (uv_handle_t *h) {
 /* Sends a deferred response and frees its request. */
 static void defer_flush (server *s, req *q) {
   list_remove(&s->deferred, q);
-  write_line(s, q->line, q->line_len);
+  if (q->line) write_line(s, q->line, q->line_len);
   free(q->line);
   q->line = NULL;
   uv_close((uv_handle_t *)&q->defer, deferred_closed);
@@ -762,56 +1491,33 @@ static void defer_cb (uv_timer_t *t) {
   defer_flush(q->s, q);
 }
 
-static void run_done (tp_run *run, void *ud) {
-  req *q = ud;
-  server *s = q->s;
-  tp__run_set_call_hook(run, NULL, NULL);
+/* A worker finished request q (M_DONE): the request is the protocol thread's again. */
+static void req_done (server *s, req *q) {
   list_remove(&s->reqs, q);
   s->nrunning--;
-  const char *env = tp_run_envelope(run);
-  size_t len = env ? strlen(env) : 0;
-  int ok = env && strncmp(env, "{\"ok\":true", 10) == 0;
+  q->w->load--;
   session *ss = q->sess;
-  int drop = 0;
   if (ss != NULL) {
     ss->busy = 0;
     ss->last_used_ns = tp__now_ns();
-    static const char mem[] = "{\"ok\":false,\"error\":{\"code\":\"limit.memory\"";
-    if (!ok && env && strncmp(env, mem, sizeof mem - 1) == 0) {
-      drop = 1;
-      json_decref(q->sess_info);
-      q->sess_info = json_pack("{s:s, s:s, s:s}", "id", ss->id, "state", "dropped",
-        "message", "the session was dropped because the script went over the session's "
-        "memory limit: its globals are gone, and the next call with this id starts afresh");
-    }
-  }
-  char *line = NULL;
-  size_t n = 0;
-  if (!q->cancelled && env != NULL) {
-    line = q->tool ? exposed_response(q->id, env, len, ok, &n)
-                   : call_response(q->id, env, len, ok, q->sess_info, &n);
-    if (line == NULL) send_error(s, q->b, q->id, -32603, "out of memory building the result");
+    if (q->drop_session) session_drop(s, ss, "its script went over the session's memory limit");
   }
   log_msg(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
-          q->cancelled ? "cancelled" : ok ? "succeeded" : "failed");
-  tp_run_destroy(run);
-  if (drop) session_drop(s, ss, "its script went over the session's memory limit");
-  if (line != NULL && q->progress > 0 && q->b == NULL &&
+          q->cancelled ? "cancelled" : "finished");
+  if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
+  if (q->line != NULL && q->progress > 0 && q->b == NULL && !s->sink &&
       uv_timer_init(s->loop, &q->defer) == 0) {
     /* The reference client handles notifications a tick after the response that arrives
     ** in the same read, and drops progress for a request already answered: send the
-    ** response a moment after the last progress notification. */
-    q->line = line;
-    q->line_len = n;
+    ** response a moment after the last progress notification, long enough for a client
+    ** on a loaded machine to have read them first (5 ms was not, at a load of 7 on 2
+    ** cores). Only requests with a progressToken wait. */
     q->defer.data = q;
-    q->next = s->deferred;
-    if (s->deferred) s->deferred->prev = q;
-    s->deferred = q;
-    uv_timer_start(&q->defer, defer_cb, 5, 0);
+    list_push(&s->deferred, q);
+    uv_timer_start(&q->defer, defer_cb, 20, 0);
   }
   else {
-    if (line) respond_text(s, q->b, line, n);
-    free(line);
+    if (q->line) respond_text(s, q->b, q->id, q->line, q->line_len);
     req_free(s, q);
   }
   start_waiting(s);
@@ -820,28 +1526,12 @@ static void run_done (tp_run *run, void *ud) {
 }
 
 static void start_req (server *s, req *q) {
-  tp_run *run = q->sess ? tp_session_run(q->sess->ts, q->code, q->codelen)
-                        : tp_run_create(s->e, q->code, q->codelen, &s->o.lim);
-  if (run == NULL) {
-    if (q->sess) q->sess->busy = 0;
-    refuse_call(s, q->b, q->id, "limit.memory", "the server is out of memory", q->sess_info);
-    req_free(s, q);
-    return;
-  }
-  q->run = run;
-  q->next = s->reqs;
-  if (s->reqs) s->reqs->prev = q;
-  s->reqs = q;
+  list_push(&s->reqs, q);
   s->nrunning++;
-  if (q->token) tp__run_set_call_hook(run, progress_hook, q);
-  if (q->token)
-    notify(s, "notifications/progress",
-           json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
-                     (json_int_t)++q->progress, "message", "script started"));
-  if (tp_run_start(run, run_done, q) != TP_OK) {
-    tp_run_cancel(run);
-    run_done(run, q);
-  }
+  q->w->load++;
+  q->m.kind = M_RUN;
+  q->m.q = q;
+  post(&q->w->mb, &q->m);
 }
 
 static void start_waiting (server *s) {
@@ -857,10 +1547,22 @@ static void start_waiting (server *s) {
 static void enqueue (server *s, req *q) {
   if (s->nrunning < RUNS_MAX && s->waiting == NULL) { start_req(s, q); return; }
   q->prev = s->waiting_tail;
+  q->next = NULL;
   if (s->waiting_tail) s->waiting_tail->next = q;
   else s->waiting = q;
   s->waiting_tail = q;
   s->nwaiting++;
+}
+
+/* A refusal of a call (isError result, an envelope with code), into b or out. */
+static void refuse_call (server *s, batch *b, json_t *id, const char *code, const char *text,
+                         const json_t *sess_info) {
+  size_t len;
+  char *line = refusal_response(id, code, text, sess_info, b ? BATCH_CALL_MAX : LINE_OUT_MAX,
+                                &len);
+  if (line) respond_text(s, b, id, line, len);
+  else send_error(s, b, id, -32603, "out of memory");
+  free(line);
 }
 
 /* 'return tools["a"]["b"](json.decode("ARGS"))': an exposed tool's call as a script (the
@@ -904,8 +1606,10 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     return;
   }
   const char *name = json_string_value(jname);
-  int is_run = strcmp(name, s->o.name) == 0;
-  if (!is_run && !(s->o.expose && tp__tool_find(s->e, name))) {
+  size_t namelen = json_string_length(jname);
+  int is_run = strlen(name) == namelen && strcmp(name, s->o.name) == 0;
+  if (!is_run && !(s->o.expose && strlen(name) == namelen && s->tool_names &&
+                   json_object_get(s->tool_names, name))) {
     send_error(s, b, id, -32602, "Unknown tool: %.200s (tools/list lists the tools)", name);
     return;
   }
@@ -914,20 +1618,20 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   q->s = s;
   q->serial = ++s->serial;
   q->id = json_deep_copy(id);
+  q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
   json_t *meta = json_object_get(params, "_meta");
   json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
-  if (json_is_string(token) || json_is_integer(token)) q->token = json_deep_copy(token);
+  if ((json_is_string(token) && json_string_length(token) <= 256) || json_is_integer(token))
+    q->token = json_deep_copy(token);
   if (is_run) {
     json_t *code = json_object_get(args, "code");
     json_t *sid = json_object_get(args, "session");
     const char *bad = NULL;
+    char why[300];
     if (!json_is_string(code))
       bad = code ? "arguments.code must be a string: the Lua script"
                  : "arguments.code is missing: pass the Lua script as {\"code\": \"...\"}";
-    else if (sid != NULL && !json_is_null(sid) &&
-             (!json_is_string(sid) || json_string_length(sid) == 0 ||
-              json_string_length(sid) > SESSION_ID_MAX))
-      bad = "arguments.session must be a non-empty string of at most 200 bytes, or left out";
+    else if (sid != NULL && !json_is_null(sid)) bad = bad_session_id(sid, why, sizeof why);
     if (bad) {
       refuse_call(s, b, id, "tool.invalid_input", bad, NULL);
       req_free(s, q);
@@ -938,15 +1642,18 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     if (q->code) memcpy(q->code, json_string_value(code), q->codelen + 1);
     if (json_is_string(sid)) {
       const char *err = NULL;
-      char msg[400];
-      q->sess = session_for(s, json_string_value(sid), &q->sess_info, &err, msg, sizeof msg);
+      char text[600];
+      q->sess = session_for(s, json_string_value(sid), json_string_length(sid), &q->sess_info,
+                            &err, text, sizeof text);
       if (q->sess == NULL) {
-        refuse_call(s, b, id, err, msg, NULL);
+        refuse_call(s, b, id, err, text, NULL);
         req_free(s, q);
         return;
       }
       q->sess->busy = 1;
       q->sess->last_used_ns = tp__now_ns();
+      q->sess_num = q->sess->num;
+      q->w = q->sess->w;
     }
   }
   else {
@@ -961,6 +1668,7 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     req_free(s, q);
     return;
   }
+  if (q->w == NULL) q->w = least_loaded(s, 0);
   if (b) { q->b = b; b->refs++; }
   enqueue(s, q);
 }
@@ -969,9 +1677,9 @@ static void cancel_request (server *s, json_t *rid) {
   if (rid == NULL) return;
   for (req *q = s->reqs; q; q = q->next) {
     if (!json_equal(q->id, rid) || q->cancelled) continue;
-    q->cancelled = 1;  /* no response; run_done frees it when the driver reports */
-    tp_run_cancel(q->run);
-    log_msg(s, L_DEBUG, "request %llu cancelled: its run stopped", (unsigned long long)q->serial);
+    q->cancelled = 1;  /* no response; req_done frees it when the worker reports */
+    post_worker(q->w, M_CANCEL, q->serial);
+    log_msg(s, L_DEBUG, "request %llu cancelled: its run stops", (unsigned long long)q->serial);
     return;
   }
   for (req *q = s->waiting; q; q = q->next) {
@@ -988,43 +1696,15 @@ static void cancel_request (server *s, json_t *rid) {
 
 /* ---- plugin directories ------------------------------------------------------------- */
 
-static int has_lua_files (const char *dir) {
-  DIR *d = opendir(dir);
-  if (d == NULL) return 0;
-  struct dirent *de;
-  int found = 0;
-  while (!found && (de = readdir(d)) != NULL) {
-    size_t n = strlen(de->d_name);
-    found = n > 4 && strcmp(de->d_name + n - 4, ".lua") == 0;
-  }
-  closedir(d);
-  return found;
-}
-
-static void load_dir (server *s, const char *dir, int quiet_if_empty) {
-  if (quiet_if_empty && !has_lua_files(dir)) return;
-  int n = tp_engine_load_tools(s->e, dir);
-  const char *err = tp_engine_error(s->e);
-  if (n < 0) log_msg(s, L_WARNING, "tools from %s not loaded: %s", dir, err);
-  else if (err && *err) log_msg(s, L_WARNING, "tools from %s: %s", dir, err);
-}
-
-static void load_all (server *s) {
-  if (s->builtin_dir) load_dir(s, s->builtin_dir, 1);
-  for (size_t i = 0; i < s->o.ndirs; i++) load_dir(s, s->o.dirs[i], 0);
-  free(s->desc);
-  s->desc = NULL;
-}
-
-/* Tools are replaced only while no script runs (calls point at their tools). */
+/* Tools are replaced only while no script runs (calls point at their tools): every
+** worker drops and loads them again, then reports (M_READY). */
 static void maybe_reload (server *s) {
-  if (!s->reload_pending || s->nrunning > 0 || s->done) return;
+  if (!s->reload_pending || s->nrunning > 0 || s->done || s->reloading ||
+      s->nready < s->nworkers)
+    return;
   s->reload_pending = 0;
-  size_t before = s->e->ntools;
-  tp__engine_drop_plugin_tools(s->e);
-  load_all(s);
-  log_msg(s, L_INFO, "plugin tools reloaded: %zu tools (%zu before)", s->e->ntools, before);
-  if (s->initialized) notify(s, "notifications/tools/list_changed", NULL);
+  s->reloading = s->nworkers;
+  for (unsigned k = 0; k < s->nworkers; k++) post_worker(&s->workers[k], M_RELOAD, 0);
 }
 
 static void reload_cb (uv_timer_t *t) {
@@ -1039,84 +1719,70 @@ static void fs_event_cb (uv_fs_event_t *h, const char *file, int events, int sta
   uv_timer_start(&s->reload_timer, reload_cb, 150, 0);  /* an editor writes in bursts */
 }
 
-/* ---- test tools (--test-tools, for the test suites and the benchmark) --------------------
-** test.echo returns its arguments; test.sleep{ms=} completes after ms milliseconds on the
-** engine's loop, or at once with an error once its run is cancelled. */
+/* ---- messages from the workers ------------------------------------------------------- */
 
-typedef struct sleeper {
-  uv_timer_t t;
-  tp_call *c;
-  struct sleeper *next;
-  int ms;
-} sleeper;
-static sleeper *sleepers;
+static void start_reading(server *s);
 
-static void echo_fn (tp_call *c, void *ud) {
-  (void)ud;
-  tp_call_complete(c, tp_call_args(c), 0);
-}
-
-static void sleeper_closed (uv_handle_t *h) { free(h->data); }
-
-static void sleeper_unlink (sleeper *z) {
-  for (sleeper **p = &sleepers; *p; p = &(*p)->next)
-    if (*p == z) { *p = z->next; break; }
-}
-
-static void sleep_tick (uv_timer_t *t) {
-  sleeper *z = t->data;
-  if (tp_call_cancelled(z->c)) {
-    tp_call_fail(z->c, "tool.failed", "cancelled");
+static void tools_reported (server *s, mail *m) {
+  /* the worker's own JSON, as large as the plugins' schemas and descriptions make it */
+  json_t *j = m->text ? json_loads(m->text, 0, NULL) : NULL;
+  json_t *list = json_object_get(j, "list"), *names = json_object_get(j, "names");
+  if (!json_is_object(list) || !json_is_array(names)) {
+    log_msg(s, L_ERROR, "out of memory: the tool list was not updated");
+    json_decref(j);
+    return;
   }
-  else {
-    z->ms -= 10;
-    if (z->ms > 0) return;
-    char out[64];
-    snprintf(out, sizeof out, "{\"slept\":true}");
-    tp_call_complete(z->c, out, 0);
+  json_t *set = json_object();
+  size_t i;
+  json_t *v;
+  json_array_foreach(names, i, v) json_object_set_new(set, json_string_value(v), json_true());
+  json_decref(s->tools);
+  json_decref(s->tool_names);
+  s->tools = json_incref(list);
+  s->tool_names = set;
+  s->ntools = m->len;
+  json_decref(j);
+}
+
+static void ready (server *s, mail *m) {
+  if (m->fail) s->start_failed = 1;
+  else m->w->ready = 1;
+  if (m->w->index == 0 && m->text) tools_reported(s, m);
+  if (s->reloading) {
+    if (--s->reloading == 0) {
+      log_msg(s, L_INFO, "plugin tools reloaded: %zu tools", s->ntools);
+      if (s->initialized) notify(s, "notifications/tools/list_changed", NULL);
+      maybe_reload(s);
+    }
+    return;
   }
-  uv_timer_stop(t);
-  sleeper_unlink(z);
-  uv_close((uv_handle_t *)t, sleeper_closed);
+  if (++s->nready < s->nworkers || s->done) return;
+  if (s->start_failed) {
+    fprintf(stderr, "tidepool mcp: a worker could not start (out of memory)\n");
+    s->done = 1;
+    return;
+  }
+  if (!s->quiet)
+    fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tools, %u "
+            "workers)\n", tp_version(), s->ntools, s->nworkers);
+  if (!s->sink) start_reading(s);
 }
 
-static void sleep_fn (tp_call *c, void *ud) {
-  tp_engine *e = ud;
-  json_t *args = json_loads(tp_call_args(c), 0, NULL);
-  json_int_t ms = json_integer_value(json_object_get(args, "ms"));
-  json_decref(args);
-  sleeper *z = calloc(1, sizeof *z);
-  if (z == NULL) { tp_call_fail(c, "tool.failed", "out of memory"); return; }
-  z->c = c;
-  z->ms = (int)ms;
-  z->t.data = z;
-  uv_timer_init(tp__engine_loop(e), &z->t);
-  uv_timer_start(&z->t, sleep_tick, 10, 10);  /* polls for cancellation every 10 ms */
-  z->next = sleepers;
-  sleepers = z;
-}
-
-static void sleepers_stop (void) {
-  while (sleepers) {
-    sleeper *z = sleepers;
-    sleepers = z->next;
-    uv_timer_stop(&z->t);
-    tp_call_fail(z->c, "tool.failed", "the server is stopping");
-    uv_close((uv_handle_t *)&z->t, sleeper_closed);
+static void server_mail (uv_async_t *a) {
+  server *s = a->data;
+  for (mail *m = take_all(&s->mb), *next; m; m = next) {
+    next = m->next;
+    switch (m->kind) {
+    case M_DONE: req_done(s, m->q); continue;  /* frees the request with its message */
+    case M_LINE: if (!s->done) write_line(s, m->text, m->len); break;
+    case M_LOG: log_text(s, m->level, m->text); break;
+    case M_READY: ready(s, m); break;
+    }
+    msg_free(m);
   }
 }
 
-static int add_test_tools (tp_engine *e) {
-  tp_tool_def echo = { "test.echo", "Returns its arguments.", NULL, NULL, echo_fn, NULL, 0 };
-  tp_tool_def slp = { "test.sleep", "Waits ms milliseconds, then returns {slept = true}.",
-    "{\"type\":\"object\",\"properties\":{\"ms\":{\"type\":\"integer\",\"minimum\":0,"
-    "\"maximum\":60000}},\"required\":[\"ms\"]}",
-    "{\"type\":\"object\",\"properties\":{\"slept\":{\"type\":\"boolean\"}}}", sleep_fn, e, 0 };
-  if (tp_engine_add_tool(e, &echo) != TP_OK || tp_engine_add_tool(e, &slp) != TP_OK) return -1;
-  return 0;
-}
-
-/* ---- messages -------------------------------------------------------------------------- */
+/* ---- messages ------------------------------------------------------------------------ */
 
 static int level_of (const char *name) {
   for (int i = 0; i < (int)(sizeof levels / sizeof levels[0]); i++)
@@ -1126,10 +1792,14 @@ static int level_of (const char *name) {
 
 static void handle_request (server *s, batch *b, json_t *id, const char *method, json_t *params) {
   if (params != NULL && !json_is_object(params)) {
-    send_error(s, b, id, -32602, "Invalid params: %s takes an object", method);
+    send_error(s, b, id, -32602, "Invalid params: %.100s takes an object", method);
     return;
   }
   if (strcmp(method, "initialize") == 0) {
+    if (b != NULL) {
+      send_error(s, b, id, -32600, "Invalid Request: initialize must not be part of a batch");
+      return;
+    }
     json_t *v = json_object_get(params, "protocolVersion");
     const char *want = json_string_value(v), *use = versions[0];
     for (size_t i = 0; want && i < sizeof versions / sizeof versions[0]; i++)
@@ -1139,6 +1809,7 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
              "calls the tools it needs (tools.name{...}) and returns only the data you need; "
              "its description lists the tools.", s->o.name);
     s->initialized = 1;
+    s->version = use;
     send_result(s, b, id, json_pack(
       "{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", use,
       "capabilities", "tools", "listChanged", 1, "logging",
@@ -1147,7 +1818,8 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
       "instructions", instructions));
   }
   else if (strcmp(method, "ping") == 0) send_result(s, b, id, NULL);
-  else if (strcmp(method, "tools/list") == 0) send_result(s, b, id, tool_list(s));
+  else if (strcmp(method, "tools/list") == 0)
+    send_result(s, b, id, s->tools ? json_deep_copy(s->tools) : json_pack("{s:[]}", "tools"));
   else if (strcmp(method, "tools/call") == 0) {
     if (params == NULL) send_error(s, b, id, -32602, "Invalid params: tools/call needs params");
     else tools_call(s, b, id, params);
@@ -1188,6 +1860,11 @@ static void handle_message (server *s, batch *b, json_t *msg) {
     send_error(s, b, NULL, -32600, "Invalid Request: id must be a string or an integer");
     return;
   }
+  if (json_is_string(id) && json_string_length(id) > ID_MAX - 2) {  /* echoed in the answer */
+    send_error(s, b, NULL, -32600, "Invalid Request: the id is %zu bytes long; an id may "
+               "have at most %d", json_string_length(id), ID_MAX - 2);
+    return;
+  }
   if (!json_is_string(jr) || strcmp(json_string_value(jr), "2.0") != 0) {
     send_error(s, b, id, -32600, "Invalid Request: \"jsonrpc\" must be \"2.0\"");
     return;
@@ -1198,8 +1875,8 @@ static void handle_message (server *s, batch *b, json_t *msg) {
     send_error(s, b, id, -32600, "Invalid Request: \"method\" is missing");
     return;
   }
-  if (!json_is_string(method)) {
-    send_error(s, b, id, -32600, "Invalid Request: \"method\" must be a string");
+  if (!json_is_string(method) || strlen(json_string_value(method)) != json_string_length(method)) {
+    send_error(s, b, id, -32600, "Invalid Request: \"method\" must be a string without NUL");
     return;
   }
   if (id == NULL) {
@@ -1216,6 +1893,42 @@ static void batch_unref (server *s, batch *b) {
   free(b);
 }
 
+static void handle_batch (server *s, json_t *msg) {
+  size_t n = json_array_size(msg);
+  if (n == 0) {
+    send_error(s, NULL, NULL, -32600, "Invalid Request: an empty batch");
+    return;
+  }
+  if (s->version == NULL || strcmp(s->version, no_batch_version) >= 0) {
+    if (s->version)
+      send_error(s, NULL, NULL, -32600, "Invalid Request: JSON-RPC batches are not supported: "
+                 "batching was removed from MCP in protocol version 2025-06-18, and this "
+                 "connection uses %s. Send each message on a line of its own", s->version);
+    else
+      send_error(s, NULL, NULL, -32600, "Invalid Request: JSON-RPC batches are not supported: "
+                 "batching was removed from MCP in protocol version 2025-06-18, and no version "
+                 "was negotiated yet (initialize first). Send each message on a line of its own");
+    return;
+  }
+  if (n > BATCH_MAX) {
+    send_error(s, NULL, NULL, -32600, "Invalid Request: a batch holds at most %d messages; "
+               "this one has %zu. Send fewer at once", BATCH_MAX, n);
+    return;
+  }
+  batch *b = calloc(1, sizeof *b);
+  if (b == NULL || (b->responses = json_array()) == NULL) {
+    free(b);
+    send_error(s, NULL, NULL, -32603, "out of memory");
+    return;
+  }
+  b->refs = 1;
+  b->bytes = 2;
+  size_t k;
+  json_t *m;
+  json_array_foreach(msg, k, m) handle_message(s, b, m);
+  batch_unref(s, b);
+}
+
 static void handle_line (server *s, char *line, size_t len) {
   while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
     len--;
@@ -1225,28 +1938,10 @@ static void handle_line (server *s, char *line, size_t len) {
   tp_json_err jerr;
   json_t *msg = tp_json_loads(line + i, len - i, &jerr);
   if (msg == NULL) {
-    send_error(s, NULL, NULL, -32700, "Parse error: %s", jerr.message);
+    send_error(s, NULL, NULL, -32700, "Parse error: %.400s", jerr.message);
     return;
   }
-  if (json_is_array(msg)) {
-    if (json_array_size(msg) == 0) {
-      send_error(s, NULL, NULL, -32600, "Invalid Request: an empty batch");
-      json_decref(msg);
-      return;
-    }
-    batch *b = calloc(1, sizeof *b);
-    if (b == NULL || (b->responses = json_array()) == NULL) {
-      free(b);
-      send_error(s, NULL, NULL, -32603, "out of memory");
-      json_decref(msg);
-      return;
-    }
-    b->refs = 1;
-    size_t k;
-    json_t *m;
-    json_array_foreach(msg, k, m) handle_message(s, b, m);
-    batch_unref(s, b);
-  }
+  if (json_is_array(msg)) handle_batch(s, msg);
   else handle_message(s, NULL, msg);
   json_decref(msg);
 }
@@ -1418,21 +2113,12 @@ static int open_input (server *s) {
 
 /* ---- life ------------------------------------------------------------------------------ */
 
+/* Stops serving: no more input; every run is cancelled without a response (the workers
+** do it on their threads, M_STOP); waiting requests are dropped. */
 static void shutdown_server (server *s) {
   if (s->done) return;
   s->done = 1;
   stop_reading(s);
-  while (s->reqs) {
-    req *q = s->reqs;
-    list_remove(&s->reqs, q);
-    s->nrunning--;
-    q->cancelled = 1;
-    tp__run_set_call_hook(q->run, NULL, NULL);
-    tp_run_cancel(q->run);
-    if (q->sess) q->sess->busy = 0;
-    tp_run_destroy(q->run);
-    req_free(s, q);
-  }
   while (s->waiting) {
     req *q = s->waiting;
     list_remove(&s->waiting, q);
@@ -1441,12 +2127,78 @@ static void shutdown_server (server *s) {
   s->waiting_tail = NULL;
   s->nwaiting = 0;
   while (s->deferred) defer_flush(s, s->deferred);
+}
+
+static int server_init (server *s) {
+  s->loop = &s->loop_storage;
+  if (uv_loop_init(s->loop) != 0) return -1;
+  s->level = L_INFO;
+  if (mailbox_init(&s->mb, s->loop, server_mail, s) != 0) return -1;
+  s->kv = tp__kvstore_new();
+  s->workers = calloc(s->o.workers, sizeof *s->workers);
+  if (s->kv == NULL || s->workers == NULL) return -1;
+  s->nworkers = s->o.workers;
+  for (unsigned k = 0; k < s->nworkers; k++) {
+    s->workers[k].s = s;
+    s->workers[k].index = k;
+  }
+  return 0;
+}
+
+/* Stops the workers (M_STOP, then join) and frees what the protocol thread holds. */
+static void server_close (server *s) {
+  shutdown_server(s);
+  while (s->nready < s->nstarted) uv_run(s->loop, UV_RUN_ONCE);  /* every mailbox is open */
+  for (unsigned k = 0; k < s->nworkers; k++) {
+    worker *w = &s->workers[k];
+    if (w->threaded && w->thread_started) {
+      if (w->ready) post_worker(w, M_STOP, 0);
+      pthread_join(w->thread, NULL);
+    }
+    else if (!w->threaded) worker_close(w);
+  }
+  /* the workers are gone: what they sent and every request are ours */
+  for (mail *m = take_all(&s->mb), *next; m; m = next) {
+    next = m->next;
+    msg_free(m);
+  }
+  while (s->reqs) {
+    req *q = s->reqs;
+    list_remove(&s->reqs, q);
+    req_free(s, q);
+  }
   while (s->sessions) session_drop(s, s->sessions, NULL);
-  sleepers_stop();
+  for (size_t i = 0; i < s->nwatch; i++) uv_close((uv_handle_t *)&s->watch[i], NULL);
+  if (s->nwatch || s->watch) {
+    uv_close((uv_handle_t *)&s->reload_timer, NULL);
+    uv_close((uv_handle_t *)&s->sweep, NULL);
+  }
+  if (s->in_open) uv_close((uv_handle_t *)&s->in, NULL);
+  if (s->in_file && s->reading) uv_cancel((uv_req_t *)&s->fsreq);
+  if (s->mb.inited) uv_close((uv_handle_t *)&s->mb.async, NULL);
+  uv_run(s->loop, UV_RUN_DEFAULT);
+  uv_loop_close(s->loop);
+  if (s->mb.inited) pthread_mutex_destroy(&s->mb.mu);
+  tp__kvstore_unref(s->kv);
+  json_decref(s->tools);
+  json_decref(s->tool_names);
+  free(s->workers);
+  free(s->watch);
+  free(s->line);
+  free(s->stash);
+  free(s->builtin_dir);
+  for (size_t k = 0; k < DROPPED_MAX; k++) { free(s->dropped_id[k]); free(s->dropped_why[k]); }
+}
+
+static unsigned default_workers (void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  if (n > WORKERS_MAX) n = WORKERS_MAX;
+  return (unsigned)n;
 }
 
 int tp__mcp_main (int argc, char **argv) {
-  static server srv;
+  static server srv;  /* large (its input buffer); one per process */
   server *s = &srv;
   options *o = &s->o;
   tp_limits_init(&o->lim);
@@ -1454,6 +2206,7 @@ int tp__mcp_main (int argc, char **argv) {
   o->name = "run_lua";
   o->session_idle_us = 600u * 1000000u;
   o->max_sessions = 16;
+  o->workers = default_workers();
   o->dirs = calloc((size_t)argc + 1, sizeof *o->dirs);
   if (o->dirs == NULL) return 1;
   for (int i = 0; i < argc; i++) {
@@ -1467,8 +2220,9 @@ int tp__mcp_main (int argc, char **argv) {
     const char *name_end = tp__cli_option_name(a, name, sizeof name);
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
-      "--session-idle", "--max-sessions", "--memory", "--instructions", "--cpu", "--timeout",
-      "--max-output", "--max-result", "--max-source", "--fs-quota", "--workspace-max" };
+      "--session-idle", "--max-sessions", "--workers", "--memory", "--instructions", "--cpu",
+      "--timeout", "--max-output", "--max-result", "--max-source", "--fs-quota",
+      "--workspace-max" };
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
       known |= strcmp(name, with_value[k]) == 0;
@@ -1515,6 +2269,14 @@ int tp__mcp_main (int argc, char **argv) {
         return tp__cli_usage_error("bad session count '%s'", val);
       o->max_sessions = (unsigned)n;
     }
+    else if (strcmp(name, "--workers") == 0) {
+      char *end;
+      errno = 0;
+      unsigned long n = strtoul(val, &end, 10);
+      if (errno || *end || end == val || *val == '-' || n < 1 || n > WORKERS_MAX)
+        return tp__cli_usage_error("bad worker count '%s' (1 to 64)", val);
+      o->workers = (unsigned)n;
+    }
     else return tp__cli_usage_error("unknown option '%s'", a);
   }
   if (o->lim.memory && o->lim.memory < 16 * 1024)
@@ -1528,20 +2290,14 @@ int tp__mcp_main (int argc, char **argv) {
     fprintf(stderr, "tidepool mcp: cannot set up standard output: %s\n", strerror(errno));
     return 1;
   }
-  s->level = L_INFO;
-  s->e = tp_engine_create();
-  if (s->e == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return 1; }
-  s->loop = tp__engine_loop(s->e);
-  if (o->workspace_max_set) tp_engine_set_workspace_max(s->e, o->workspace_max);
-  if (o->workspace && tp_engine_set_workspace(s->e, o->workspace) != TP_OK)
-    log_msg(s, L_WARNING, "--workspace %s: %s", o->workspace, tp_engine_error(s->e));
-  if (o->test_tools && add_test_tools(s->e) != 0)
-    log_msg(s, L_WARNING, "test tools: %s", tp_engine_error(s->e));
+  if (server_init(s) != 0) {
+    fprintf(stderr, "tidepool mcp: out of memory\n");
+    return 1;
+  }
   if (o->builtin) {
     char buf[4200];
     s->builtin_dir = strdup(tp__cli_builtin_tools_dir(buf, sizeof buf));
   }
-  load_all(s);
   s->watch = calloc(o->ndirs + 1, sizeof *s->watch);
   for (size_t i = 0; s->watch && i < o->ndirs; i++) {
     uv_fs_event_init(s->loop, &s->watch[i]);
@@ -1559,29 +2315,81 @@ int tp__mcp_main (int argc, char **argv) {
   if (every > 1000) every = 1000;
   if (s->o.session_idle_us) uv_timer_start(&s->sweep, sweep_cb, every, every);
   open_input(s);
-  fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tools)\n",
-          tp_version(), s->e->ntools);
-  start_reading(s);
-
+  /* the workers load the plugin directories; reading starts once all have (ready) */
+  for (unsigned k = 0; k < s->nworkers; k++) {
+    worker *w = &s->workers[k];
+    w->threaded = 1;
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+      fprintf(stderr, "tidepool mcp: cannot start a worker thread: %s\n", strerror(errno));
+      s->done = 1;
+      break;
+    }
+    w->thread_started = 1;
+    s->nstarted++;
+  }
   while (!s->done) {
     if (uv_run(s->loop, UV_RUN_ONCE) == 0 && !s->done) shutdown_server(s);
   }
-
-  /* close our handles, then the engine */
-  for (size_t i = 0; i < s->nwatch; i++) uv_close((uv_handle_t *)&s->watch[i], NULL);
-  uv_close((uv_handle_t *)&s->reload_timer, NULL);
-  uv_close((uv_handle_t *)&s->sweep, NULL);
-  if (s->in_open) uv_close((uv_handle_t *)&s->in, NULL);
-  if (s->in_file && s->reading) uv_cancel((uv_req_t *)&s->fsreq);
-  uv_run(s->loop, UV_RUN_NOWAIT);
-  tp_engine_destroy(s->e);
-  free(s->watch);
-  free(s->line);
-  free(s->stash);
-  free(s->desc);
-  free(s->builtin_dir);
-  for (size_t k = 0; k < DROPPED_MAX; k++) { free(s->dropped_id[k]); free(s->dropped_why[k]); }
+  int status = s->start_failed ? 1 : 0;
+  server_close(s);
   free(o->dirs);
   close(s->out);
-  return 0;
+  return status;
+}
+
+/* ---- fuzzing ------------------------------------------------------------------------------
+** A server in the calling thread: one worker without a thread of its own (its engine's
+** loop is run here), the test tools, no plugin directories, small limits; output goes to
+** a sink. Each line is handled with everything it starts, until nothing is left. */
+
+tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t len), void *ud) {
+  server *s = calloc(1, sizeof *s);
+  if (s == NULL) return NULL;
+  options *o = &s->o;
+  tp_limits_init(&o->lim);
+  o->lim.memory = 4u << 20;
+  o->lim.instructions = 200000;
+  o->lim.wall_us = 200000;
+  o->lim.cpu_us = 200000;
+  o->name = "run_lua";
+  o->max_sessions = 4;
+  o->workers = 1;
+  o->test_tools = 1;
+  o->expose = 1;
+  s->sink = sink;
+  s->sink_ud = ud;
+  s->quiet = 1;
+  s->out = -1;
+  if (server_init(s) != 0 || worker_open(&s->workers[0]) != 0) {
+    s->nworkers = 0;
+    server_close(s);
+    free(s);
+    return NULL;
+  }
+  worker_load(&s->workers[0]);
+  uv_run(s->loop, UV_RUN_NOWAIT);
+  return (tp__mcp_fuzz *)s;
+}
+
+void tp__mcp_fuzz_line (tp__mcp_fuzz *f, const char *line, size_t len) {
+  server *s = (server *)f;
+  char *copy = malloc(len + 1);
+  if (copy == NULL) return;
+  memcpy(copy, line, len);
+  copy[len] = '\0';
+  handle_line(s, copy, len);
+  free(copy);
+  worker *w = &s->workers[0];
+  while (s->nrunning > 0 || s->nwaiting > 0 || !mailbox_empty(&w->mb) ||
+         !mailbox_empty(&s->mb)) {
+    uv_run(w->loop, s->nrunning > 0 ? UV_RUN_ONCE : UV_RUN_NOWAIT);
+    uv_run(s->loop, UV_RUN_NOWAIT);
+  }
+}
+
+void tp__mcp_fuzz_free (tp__mcp_fuzz *f) {
+  server *s = (server *)f;
+  if (s == NULL) return;
+  server_close(s);
+  free(s);
 }

@@ -40,4 +40,13 @@ const char *tp__cli_option_name(const char *arg, char *name, size_t len);
 ** status (0, or TP_EXIT_USAGE for a bad option). */
 int tp__mcp_main(int argc, char **argv);
 
+/* For the fuzz target (spec/fuzz/fuzz_mcp.c): a server in the calling thread, with one
+** worker engine run inline (test tools, small limits, no plugin directories), whose
+** output lines go to sink instead of standard output. tp__mcp_fuzz_line handles one
+** input line and everything it starts until nothing is left. One at a time per thread. */
+typedef struct tp__mcp_fuzz tp__mcp_fuzz;
+tp__mcp_fuzz *tp__mcp_fuzz_new(void (*sink)(void *ud, const char *line, size_t len), void *ud);
+void tp__mcp_fuzz_line(tp__mcp_fuzz *f, const char *line, size_t len);
+void tp__mcp_fuzz_free(tp__mcp_fuzz *f);
+
 #endif

@@ -1,20 +1,18 @@
 -- Built-in tools: a key-value store kept in memory for as long as the engine lives
--- (across runs of one engine; not across processes). Values are any JSON value, stored
--- as JSON text, so a later change to a table a script passed in cannot reach the store.
+-- (across runs of one engine; not across processes). `tidepool mcp` shares one store
+-- between the engines of its worker threads, so every call of one server sees the same
+-- keys. Values are any JSON value, stored as JSON text, so a later change to a table a
+-- script passed in cannot reach the store.
 local json = require("json")  -- the host state's codec (exact integers, [] vs {})
+local store = require("tidepool.kv")  -- C, shareable between engines (engine/kvstore.c)
 
 local CAP = 16 * 1024 * 1024   -- bytes of keys + JSON text of values, all entries
-
-local store = {}                -- key -> JSON text
-local used = 0
 
 local KEY = { type = "string", minLength = 1, maxLength = 256,
               description = "The key: 1 to 256 characters." }
 -- The input of a tool whose only argument is the key.
 local KEY_ONLY = { type = "object", properties = { key = KEY }, required = { "key" },
                    additionalProperties = false }
-
-local function cost(key, text) return #key + #text end
 
 return {
   {
@@ -31,7 +29,7 @@ return {
       required = { "value", "found" },
     },
     handler = function(args)
-      local text = store[args.key]
+      local text = store.get(args.key)
       if text == nil then return { value = json.null, found = false } end
       return { value = json.decode(text), found = true }
     end,
@@ -63,15 +61,12 @@ return {
     handler = function(args)
       local key = args.key
       local text = json.encode(args.value)
-      local old = store[key]
-      local after = used - (old and cost(key, old) or 0) + cost(key, text)
-      if after > CAP then
+      local ok, used = store.set(key, text, CAP)
+      if not ok then
         error(("the kv store is full: storing %d bytes under %q would bring it to %d bytes, "
           .. "over its %d-byte limit; delete keys (kv.delete) or store less"):format(
-          #text, key, after, CAP), 0)
+          #text, key, used, CAP), 0)
       end
-      store[key] = text
-      used = after
       return { bytes = #text, used = used }
     end,
   },
@@ -85,11 +80,7 @@ return {
       required = { "deleted" },
     },
     handler = function(args)
-      local old = store[args.key]
-      if old == nil then return { deleted = false } end
-      store[args.key] = nil
-      used = used - cost(args.key, old)
-      return { deleted = true }
+      return { deleted = store.delete(args.key) }
     end,
   },
   {
@@ -115,14 +106,7 @@ return {
       required = { "keys", "truncated" },
     },
     handler = function(args)
-      local prefix, limit = args.prefix or "", args.limit or 1000
-      local keys = {}
-      for k in pairs(store) do
-        if k:sub(1, #prefix) == prefix then keys[#keys + 1] = k end
-      end
-      table.sort(keys)
-      local truncated = #keys > limit
-      for i = #keys, limit + 1, -1 do keys[i] = nil end
+      local keys, truncated = store.list(args.prefix or "", args.limit or 1000)
       return { keys = json.array(keys), truncated = truncated }
     end,
   },

@@ -85,6 +85,60 @@ test('a string, a number, null: -32600', async () => {
   await expectError('null\n', -32600);
 });
 test('an empty batch: -32600', () => expectError('[]\n', -32600));
+const batchOfPings = (n) => JSON.stringify(Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: `b${i}`, method: 'ping' }))) + '\n';
+async function initialize(version) {
+  s.send(JSON.stringify({ jsonrpc: '2.0', id: 'init', method: 'initialize', params: {
+    protocolVersion: version, capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }) + '\n');
+  eq((await s.msg()).result.protocolVersion, version, 'negotiated');
+}
+test('a batch on protocol 2025-06-18 or later: -32600, batching was removed there', async () => {
+  for (const version of ['2025-06-18', '2025-11-25']) {
+    await initialize(version);
+    const m = await expectError(batchOfPings(2), -32600);
+    eq(m.error.message, 'Invalid Request: JSON-RPC batches are not supported: batching was ' +
+      `removed from MCP in protocol version 2025-06-18, and this connection uses ${version}. ` +
+      'Send each message on a line of its own', 'message');
+  }
+});
+test('a batch before initialize: -32600, no version was negotiated', async () => {
+  const t = server();
+  t.send(batchOfPings(1));
+  const m = await t.msg();
+  eq(m.error.code, -32600, 'code');
+  assert(/no version was negotiated yet \(initialize first\)/.test(m.error.message), m.error.message);
+  eq(await t.close(), 0, 'exit status');
+});
+test('initialize inside a batch: -32600 (protocol 2025-03-26)', async () => {
+  await initialize('2025-03-26');
+  s.send(JSON.stringify([{ jsonrpc: '2.0', id: 'i', method: 'initialize', params: { protocolVersion: '2025-03-26' } }]) + '\n');
+  const m = await s.msg();
+  eq(m.map((x) => x.error.code), [-32600], 'code');
+  eq(m[0].error.message, 'Invalid Request: initialize must not be part of a batch', 'message');
+  await stillServes();
+});
+test('a batch of 65 messages: -32600, a batch holds at most 64 (protocol 2025-03-26)', async () => {
+  const m = await expectError(batchOfPings(65), -32600);
+  eq(m.error.message, 'Invalid Request: a batch holds at most 64 messages; this one has 65. Send fewer at once', 'message');
+  s.send(batchOfPings(64));
+  eq((await s.msg()).length, 64, 'a batch of 64 is answered');
+  await stillServes();
+});
+test('a batch of 64 calls with large results stays one line under 10 MiB, each result cut', async () => {
+  const call = (i) => ({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'run_lua',
+    arguments: { code: 'tools.test.echo{} return string.rep("y", 1000000)' } } });
+  s.send(JSON.stringify(Array.from({ length: 64 }, (_, i) => call(i))) + '\n');
+  const line = await s.line(60000);
+  assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
+  const m = JSON.parse(line);
+  eq(m.length, 64, 'every call answered');
+  for (const r of m) {
+    const env = r.result.structuredContent;
+    eq(env.ok, true, 'ok kept');
+    eq(env.calls.map((c) => c.tool), ['test.echo'], 'calls kept');
+    eq(typeof env.truncated.result_bytes, 'number', 'says the result was cut');
+  }
+  await stillServes();
+}, 60000);
 test('a batch of non-objects: an array of -32600 errors', async () => {
   s.send('[1, "x"]\n');
   const m = await s.msg();
@@ -181,6 +235,168 @@ test('cancelling a running script: no answer for it, the server goes on', async 
   await sleep(200);
   eq(s.pending(), 0, 'no response for the cancelled request');
 });
+// --- a script that never stops answering: ping, tools/list, other sessions, cancellation ---
+const call = (id, code, extra = {}) => JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call',
+  params: { name: 'run_lua', arguments: { code, ...extra } } }) + '\n';
+// 20 s of CPU: the tests end (and stop it) long before it could finish
+const busy20s = 'local t = os.clock() while os.clock() - t < 20 do end';
+test('a script stuck in a CPU loop: ping, tools/list and another session are answered before it', async () => {
+  const t = server(['--workers', '2']);
+  t.send(call('stuck', `${busy20s} return "stuck done"`, { session: 'A' }));
+  await sleep(200);  // the script is in its loop
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'ping' }) + '\n');
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'l', method: 'tools/list' }) + '\n');
+  t.send(call('other', 'return "other done"', { session: 'B' }));
+  t.send(call('nosession', 'return 7'));
+  const order = [];
+  for (let i = 0; i < 4; i++) order.push((await t.msg(10000)).id);
+  eq(order.slice(0, 2), ['p', 'l'], 'the protocol is answered first, in order');
+  eq(order.slice(2).sort(), ['nosession', 'other'], 'then the other calls, while the script still runs');
+  eq(t.pending(), 0, 'no answer for the stuck script yet');
+  eq(await t.close(), 0, 'exit status (the stuck script is stopped)');
+}, 20000);
+test('one worker: ping and a call in another session are still answered before a stuck script', async () => {
+  const t = server(['--workers', '1']);
+  t.send(call('stuck', `${busy20s} return "stuck done"`, { session: 'A' }));
+  await sleep(200);
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'ping' }) + '\n');
+  t.send(call('other', 'return "other done"', { session: 'B' }));
+  const order = [];
+  for (let i = 0; i < 2; i++) order.push((await t.msg(10000)).id);
+  eq(order, ['p', 'other'], 'the order of the answers');
+  eq(t.pending(), 0, 'no answer for the stuck script yet');
+  eq(await t.close(), 0, 'exit status (the stuck script is stopped)');
+}, 20000);
+test('--workers takes 1 to 64', async () => {
+  for (const n of ['0', '65', 'x', '-1']) {
+    const p = spawn(tidepool, ['mcp', '--workers', n], { stdio: ['pipe', 'ignore', 'pipe'] });
+    let err = '';
+    p.stderr.on('data', (d) => { err += d; });
+    eq(await new Promise((r) => p.on('exit', r)), 2, `--workers ${n}: usage error`);
+    assert(err.includes(`bad worker count '${n}' (1 to 64)`), err);
+  }
+});
+test('cancelling a script stuck in a CPU loop stops it: its session is free again before the loop could end', async () => {
+  const t = server(['--workers', '2']);
+  // 20 s of CPU: far longer than the polling below can take
+  t.send(call('stuck', 'local t = os.clock() while os.clock() - t < 20 do end tools.kv.set{key = "after", value = true}', { session: 'A' }));
+  await sleep(200);
+  t.send('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"stuck"}}\n');
+  // the session is busy until its worker has stopped the run; poll it (each try is refused at once while busy)
+  let env;
+  for (let i = 0; i < 150; i++) {
+    t.send(call(`try${i}`, 'return tools.kv.get{key = "after"}.found', { session: 'A' }));
+    const m = await t.msg(10000);
+    eq(m.id, `try${i}`, 'no answer for the cancelled request');
+    env = m.result.structuredContent;
+    if (env.ok || env.error.code !== 'session.busy') break;
+    await sleep(20);
+  }
+  eq(env.ok, true, `the session runs again: ${JSON.stringify(env)}`);
+  eq(env.result, false, 'the cancelled script never reached its side effect');
+  eq(await t.close(), 0, 'exit status');
+}, 20000);
+test('kv is one store for the whole server: two sessions on different workers see the same keys', async () => {
+  const t = server(['--workers', '2']);
+  // A is made first and goes to one worker; B, made while A exists, to the other
+  t.send(call('a', 'tools.kv.set{key = "shared", value = {n = 42}} return true', { session: 'A' }));
+  eq((await t.msg()).result.structuredContent.ok, true, 'set');
+  t.send(call('b', 'return tools.kv.get{key = "shared"}', { session: 'B' }));
+  eq((await t.msg()).result.structuredContent.result, { found: true, value: { n: 42 } }, 'read by B');
+  t.send(call('c', 'tools.kv.delete{key = "shared"} return tools.kv.list{}.keys', { session: 'B' }));
+  eq((await t.msg()).result.structuredContent.result, [], 'deleted by B');
+  t.send(call('d', 'return tools.kv.get{key = "shared"}.found', { session: 'A' }));
+  eq((await t.msg()).result.structuredContent.result, false, 'gone for A');
+  eq(await t.close(), 0, 'exit status');
+});
+
+// --- session ids ---
+async function sessionRefused(sid, message) {
+  s.send(call('sid', 'return 1', { session: sid }));
+  const m = await s.msg();
+  eq(m.id, 'sid', 'id');
+  eq(m.result.isError, true, 'isError');
+  eq(m.result.structuredContent.error, { code: 'tool.invalid_input', message }, `session ${JSON.stringify(sid).slice(0, 40)}`);
+}
+test('a session id with NUL or a control character is refused: tool.invalid_input', async () => {
+  await sessionRefused('a\u0000b', 'arguments.session holds a control character (byte 0x00 at offset 1); a session id may not contain NUL or control characters: use letters, digits and punctuation');
+  await sessionRefused('main\n', 'arguments.session holds a control character (byte 0x0a at offset 4); a session id may not contain NUL or control characters: use letters, digits and punctuation');
+  await sessionRefused('\u007f', 'arguments.session holds a control character (byte 0x7f at offset 0); a session id may not contain NUL or control characters: use letters, digits and punctuation');
+  await stillServes();
+});
+test('a session id over 128 bytes is refused; 128 bytes are accepted', async () => {
+  await sessionRefused('x'.repeat(129), 'arguments.session is 129 bytes long; a session id has at most 128 bytes: use a short name such as "main"');
+  await sessionRefused('é'.repeat(65), 'arguments.session is 130 bytes long; a session id has at most 128 bytes: use a short name such as "main"');
+  await sessionRefused('', 'arguments.session must not be empty: pass a name such as "main", or leave it out');
+  await sessionRefused(7, 'arguments.session must be a string (1 to 128 bytes), or left out');
+  s.send(call('ok128', 'return 1', { session: 'x'.repeat(128) }));
+  const m = await s.msg();
+  eq(m.result.structuredContent.session, { id: 'x'.repeat(128), state: 'new' }, '128 bytes');
+});
+test('session ids are matched byte for byte (case, composed and decomposed accents)', async () => {
+  s.send(call('s1', 'x = "set" return x', { session: 'caf\u00e9' }));
+  eq((await s.msg()).result.structuredContent.session.state, 'new', 'first');
+  for (const other of ['cafe\u0301', 'CAF\u00c9', 'caf\u00e9 ']) {
+    s.send(call('s2', 'return x', { session: other }));
+    const env = (await s.msg()).result.structuredContent;
+    eq([env.session.state, env.result], ['new', null], `${JSON.stringify(other)} is another session`);
+  }
+  s.send(call('s3', 'return x', { session: 'caf\u00e9' }));
+  const env = (await s.msg()).result.structuredContent;
+  eq([env.session.state, env.result], ['continued', 'set'], 'the same bytes: the same session');
+});
+test('an id over 1 KiB is refused (-32600): it would be echoed into every response', async () => {
+  const m = await expectError(JSON.stringify({ jsonrpc: '2.0', id: 'i'.repeat(2000), method: 'ping' }) + '\n', -32600);
+  eq(m.error.message, 'Invalid Request: the id is 2000 bytes long; an id may have at most 1022', 'message');
+});
+
+// --- responses over 10 MiB ---
+test('an oversized result is cut: ok, the calls record and a note stay, the line is under 10 MiB', async () => {
+  const t = server(['--max-result', '0', '--memory', '512M', '--timeout', '30s']);
+  t.send(call('big', 'tools.test.echo{n = 1} tools.test.echo{n = 2} return string.rep("ab\\"", 4000000)'));
+  const line = await t.line(30000);
+  assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
+  const env = JSON.parse(line).result.structuredContent;
+  eq(env.ok, true, 'ok');
+  eq(env.calls.map((c) => [c.tool, c.ok]), [['test.echo', true], ['test.echo', true]], 'calls');
+  eq(env.truncated.result_bytes, 16000002, 'the result\'s size');
+  assert(/truncated by tidepool/.test(env.result), 'a marker');
+  eq(await t.close(), 0, 'exit status');
+}, 40000);
+test('an oversized failure is cut: the error, the calls record and a note stay', async () => {
+  const t = server(['--max-output', '0', '--memory', '512M', '--timeout', '30s']);
+  t.send(call('bigerr', 'tools.test.echo{n = 1} local l = string.rep("\\"", 100000) ' +
+    'for i = 1, 150 do print(l) end error("boom")'));
+  const line = await t.line(30000);
+  assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
+  const r = JSON.parse(line).result;
+  eq(r.isError, true, 'isError');
+  const env = r.structuredContent;
+  eq([env.ok, env.error.code], [false, 'runtime'], 'the error');
+  assert(/boom/.test(env.error.message), env.error.message);
+  eq(env.calls.map((c) => c.tool), ['test.echo'], 'calls');
+  assert(env.truncated.logs_dropped > 0, 'says logs were dropped');
+  eq(await t.close(), 0, 'exit status');
+}, 40000);
+
+test('a tools/list over 10 MiB (huge exposed descriptions): -32603 with the id, not an oversized line', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-bigtools-'));
+  try {
+    for (let k = 0; k < 12; k++)
+      fs.writeFileSync(path.join(dir, `t${k}.lua`), `return { name = "big.t${k}", ` +
+        'description = string.rep("d", 1000000), handler = function() return {} end }\n');
+    const t = server(['--tools', dir, '--expose-tools']);
+    t.send('{"jsonrpc":"2.0","id":"list","method":"tools/list"}\n');
+    const line = await t.line(20000);
+    assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
+    const m = JSON.parse(line);
+    eq([m.id, m.error.code], ['list', -32603], 'the error');
+    assert(/^the response would be \d+ bytes, over the 10 MiB a message may have$/.test(m.error.message), m.error.message);
+    eq(await t.close(), 0, 'exit status');
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}, 30000);
 test('standard output carries only JSON-RPC messages, even when scripts print', async () => {
   s.send(JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'tools/call', params: { name: 'run_lua', arguments: { code: 'print("to logs") return 1' } } }) + '\n');
   eq((await s.msg()).id, 'p', 'answered');
