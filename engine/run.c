@@ -390,12 +390,25 @@ static const char *two_part_reader (lua_State *L, void *ud, size_t *size) {
 
 /* Compiles r->src onto T. A lone expression becomes "return <expr>". Returns nonzero
 ** on success; otherwise the syntax error is the run's pending error. */
+/* The compile runs before the first step, and Lua's parser is quadratic on some texts
+** (1 MiB of `x or x or ...` took 60 s), so it polls a deadline as it goes
+** (tp__sandbox_load): the run's time limit (wall or CPU, the shorter), from now. The
+** time it took is charged to the run's clocks at the first step. */
 static int compile (tp_run *r) {
   lua_State *T = r->sb->T;
+  const tp_limits *l = &r->sb->limits;
+  uint64_t t0 = tp__now_ns(), limit_us = l->wall_us;
+  if (l->cpu_us && (limit_us == 0 || l->cpu_us < limit_us)) limit_us = l->cpu_us;
+  uint64_t deadline = limit_us ? t0 + limit_us * 1000u : 0;
   reader_state rs = { { "return ", r->src }, { 7, r->srclen }, 0 };
-  if (lua_load(T, two_part_reader, &rs, "=script", "t") == LUA_OK) return 1;
-  lua_settop(T, 0);
-  int status = luaL_loadbufferx(T, r->src, r->srclen, "=script", "t");
+  int status = tp__sandbox_load(r->sb, T, two_part_reader, &rs, "=script", deadline);
+  if (status != LUA_OK && atomic_load(&r->sb->kill) == TP_KILL_NONE) {
+    lua_settop(T, 0);
+    reader_state whole = { { r->src, NULL }, { r->srclen, 0 }, 0 };
+    status = tp__sandbox_load(r->sb, T, two_part_reader, &whole, "=script", deadline);
+  }
+  r->compile_ns = tp__now_ns() - t0;
+  r->cpu_used_ns += r->compile_ns;
   if (status == LUA_OK) return 1;
   if (atomic_load(&r->sb->kill) != TP_KILL_NONE || status == LUA_ERRMEM) {
     r->pending_error = error_from_thread(r, T, status);
@@ -580,7 +593,10 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (r->state == ST_READY) {
     r->state = ST_STARTED;
     r->start_ns = now;
-    if (sb->limits.wall_us) r->deadline_ns = now + sb->limits.wall_us * 1000u;
+    if (sb->limits.wall_us) {
+      uint64_t wall = sb->limits.wall_us * 1000u;
+      r->deadline_ns = now + wall - (r->compile_ns < wall ? r->compile_ns : wall);
+    }
   }
   if (atomic_load(&sb->kill) == TP_KILL_NONE && r->deadline_ns && now >= r->deadline_ns)
     atomic_store(&sb->kill, TP_KILL_TIME);
