@@ -251,18 +251,42 @@ static void call_fail_now (tp_call *c, const char *code, const char *fmt, ...) {
   tp__call_finish(c, 0, NULL, code, buf);
 }
 
-/* Joins up to the first 8 schema errors into one message. */
+/* Joins up to the first 8 schema errors into one message ("; and N more"). */
 static void schema_message (char *buf, size_t len, const tp_schema_errors *errs) {
-  size_t o = 0;
-  buf[0] = '\0';
-  for (size_t i = 0; i < errs->count && i < 8 && o < len; i++) {
-    int n = snprintf(buf + o, len - o, "%s%s: %s", i ? "; " : "", errs->items[i].path,
-                     errs->items[i].message);
-    if (n < 0) break;
-    o += (size_t)n;
+  tp_schema_errors_text(errs, 8, buf, len);
+}
+
+/* Validation runs for the script (its arguments, its tools' results), so it polls the
+** run's verdict as it goes: it stops once the run has a verdict (the watchdog records
+** limit.time and limit.cpu while a step runs) or its wall deadline has passed (a result
+** may be checked while the script waits). */
+static int validation_stop (void *ud) {
+  tp_run *r = ud;
+  if (atomic_load(&r->sb->kill) != TP_KILL_NONE) return 1;
+  return r->deadline_ns && tp__now_ns() >= r->deadline_ns;
+}
+
+/* Validates v against s for run r: 1 valid, 0 invalid (errs), -1 out of memory, -2
+** stopped; then the run has a verdict (limit.time recorded if it had none). */
+static int validate_for (tp_run *r, const tp_schema *s, const json_t *v,
+                         tp_schema_errors *errs) {
+  tp_schema_bounds b = { TP_SCHEMA_MAX_ERRORS, validation_stop, r };
+  int rc = tp_schema_validate_bounded(s, v, errs, &b);
+  if (rc == -2) {
+    int expected = TP_KILL_NONE;
+    atomic_compare_exchange_strong(&r->sb->kill, &expected, TP_KILL_TIME);
   }
-  if (errs->count > 8 && o < len)
-    snprintf(buf + o, len - o, "; and %zu more", errs->count - 8);
+  return rc;
+}
+
+/* The error of a call whose validation was stopped by the run's verdict. */
+static void fail_stopped (tp_call *c, const char *what) {
+  tp_sandbox *sb = c->run->sb;
+  tp_kill why = (tp_kill)atomic_load(&sb->kill);
+  char msg[256];
+  tp__kill_message(sb, why, msg, sizeof msg);
+  call_fail_now(c, tp__kill_code(why), "tools.%s: %s were not checked: %s", c->name, what,
+                msg);
 }
 
 /* The closest tool names to a wrong one, for tool.unknown. */
@@ -459,7 +483,11 @@ uint64_t tp__call_begin (tp_run *r, const char *name, json_t *args, char *args_t
     return c->id;
   }
   tp_schema_errors errs = { 0 };
-  int v = tp_schema_validate(c->tool->in_schema, args, &errs);
+  int v = validate_for(r, c->tool->in_schema, args, &errs);
+  if (v == -2) {
+    fail_stopped(c, "the arguments");
+    return c->id;
+  }
   if (v != 1) {
     char msg[3000];
     if (v == 0) schema_message(msg, sizeof msg, &errs);
@@ -557,7 +585,12 @@ static int complete (tp_call *c, json_t *result, size_t text_len) {
   }
   if (c->tool->out_schema) {
     tp_schema_errors errs = { 0 };
-    int v = tp_schema_validate(c->tool->out_schema, result, &errs);
+    int v = validate_for(c->run, c->tool->out_schema, result, &errs);
+    if (v == -2) {
+      json_decref(result);
+      fail_stopped(c, "the results");
+      return TP_OK;
+    }
     if (v != 1) {
       char msg[3000];
       if (v == 0) schema_message(msg, sizeof msg, &errs);
