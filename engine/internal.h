@@ -246,8 +246,10 @@ int  tp__host_open(tp_engine *e);
 void tp__host_close(tp_engine *e);
 void tp__host_dispatch(tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args);
 void tp__host_cancel(tp_engine *e, tp_call *c);
-char *tp__host_describe(tp_engine *e, const char *format, const char *tool);
-char *tp__host_search(tp_engine *e, const char *query);
+/* Discovery for a script: sb is the run's sandbox (its verdict stops the work), or NULL
+** for the engine's own callers. */
+char *tp__host_describe(tp_engine *e, tp_sandbox *sb, const char *format, const char *tool);
+char *tp__host_search(tp_engine *e, tp_sandbox *sb, const char *query);
 
 /* fs.c: pushes the table of workspace-confined file functions (host state only). */
 int tp__open_fs(lua_State *L);

@@ -498,9 +498,11 @@ static const char *function_reader (lua_State *L, void *ud, size_t *size) {
   lua_replace(L, LOAD_RESERVED);
   const char *s = lua_tolstring(L, LOAD_RESERVED, size);
   f->total += *size;
-  if (f->cap && f->total > f->cap)
-    luaL_error(L, "chunk of more than %I bytes is over the %I-byte source limit",
-               (LUAI_UACINT)f->cap, (LUAI_UACINT)f->cap);
+  if (f->cap && f->total > f->cap) {  /* worded as for a string, without a position */
+    lua_pushfstring(L, "chunk of more than %I bytes is over the %I-byte source limit",
+                    (LUAI_UACINT)f->cap, (LUAI_UACINT)f->cap);
+    lua_error(L);
+  }
   return s;
 }
 

@@ -1261,6 +1261,10 @@ typedef struct vctx {
   const tp_schema *s;
   tp_schema_errors *errs;       /* NULL: stop at the first failure */
   size_t keep_until;            /* errs keeps errors while count is below this */
+  tp_schema_errors *top;        /* the caller's list, and its first error of this call */
+  size_t top_from;
+  uint64_t *seen;               /* hashes of the errors counted past the cap (emit) */
+  size_t nseen, cseen;
   pcre2_match_data *md;
   int depth, plen, nscope, nrefs;
   uint64_t seed;
@@ -1508,29 +1512,75 @@ static char *path_string (const vctx *x) {
 }
 
 static int emit (vctx *x, const char *kw, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* 64-bit hash of an error, for counting distinct ones past the cap */
+static uint64_t err_hash (const vctx *x, const char *path, const char *kw, const char *msg) {
+  uint64_t h = x->seed;
+  for (const char *p = path; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211u;
+  h = mix64(h ^ 1);
+  for (const char *p = kw; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211u;
+  h = mix64(h ^ 2);
+  for (const char *p = msg; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211u;
+  return mix64(h) | 1;  /* 0 marks an empty slot */
+}
+
+/* Records an error. The top-level list keeps the first keep_until distinct ones; past
+** them an error is only counted in errs->more, once per distinct error up to SEEN_MAX of
+** them (a schema that applies one subschema twice reports each failure twice), then
+** every time. Sub-lists (anyOf branches, propertyNames) keep what their caller shows. */
+#define SEEN_MAX 65536
 static int emit (vctx *x, const char *kw, const char *fmt, ...) {
   tp_schema_errors *e = x->errs;
   if (!e) return 0;
-  if (e->count >= x->keep_until) {  /* past the cap: counted, not built */
+  if (e != x->top && e->count >= x->keep_until) return 0;
+  if (e == x->top && e->count >= x->keep_until && x->nseen >= SEEN_MAX) {
     e->more++;
     return 0;
   }
-  if (grow((void **)&e->items, &e->cap, e->count + 1, sizeof *e->items) < 0) return -1;
-  tp_schema_error *it = &e->items[e->count];
-  char *msg = NULL;
+  if (spend(x, 8) < 0) return -1;
+  char *msg = NULL, *path = path_string(x);
   va_list ap;
   va_start(ap, fmt);
   int r = vasprintf(&msg, fmt, ap);
   va_end(ap);
-  it->path = path_string(x);
-  it->keyword = xstrdup(kw);
-  it->message = r < 0 ? NULL : msg;
-  if (!it->path || !it->keyword || !it->message) {
-    free(it->path);
-    free(it->keyword);
-    free(it->message);
-    return -1;
+  if (r < 0) msg = NULL;
+  if (!path || !msg) { free(path); free(msg); return -1; }
+  int dup = 0;
+  for (size_t i = x->top_from; e == x->top && i < e->count && !dup; i++)
+    dup = strcmp(e->items[i].message, msg) == 0 && strcmp(e->items[i].path, path) == 0 &&
+          strcmp(e->items[i].keyword, kw) == 0;
+  if (!dup && e == x->top && e->count >= x->keep_until) {
+    if ((x->nseen + 1) * 2 > x->cseen) {
+      size_t nc = x->cseen ? x->cseen * 2 : 1024;
+      uint64_t *nv = calloc(nc, sizeof *nv);
+      if (!nv) { free(path); free(msg); return -1; }
+      for (size_t i = 0; i < x->cseen; i++) {
+        if (!x->seen[i]) continue;
+        size_t j = (size_t)x->seen[i] & (nc - 1);
+        while (nv[j]) j = (j + 1) & (nc - 1);
+        nv[j] = x->seen[i];
+      }
+      free(x->seen);
+      x->seen = nv;
+      x->cseen = nc;
+    }
+    uint64_t h = err_hash(x, path, kw, msg);
+    size_t i = (size_t)h & (x->cseen - 1);
+    while (x->seen[i] && x->seen[i] != h) i = (i + 1) & (x->cseen - 1);
+    if (!x->seen[i]) { x->seen[i] = h; x->nseen++; e->more++; }
+    free(path);
+    free(msg);
+    return 0;
   }
+  if (dup || grow((void **)&e->items, &e->cap, e->count + 1, sizeof *e->items) < 0) {
+    free(path);
+    free(msg);
+    return dup ? 0 : -1;
+  }
+  tp_schema_error *it = &e->items[e->count];
+  it->path = path;
+  it->message = msg;
+  it->keyword = xstrdup(kw);
+  if (!it->keyword) { free(path); free(msg); return -1; }
   e->count++;
   return 0;
 }
@@ -2182,6 +2232,10 @@ int tp_schema_validate_bounded (const tp_schema *s, const json_t *instance,
   size_t max = b && b->max_errors ? b->max_errors : TP_SCHEMA_MAX_ERRORS;
   size_t from = errs ? errs->count : 0, more0 = errs ? errs->more : 0;
   x->keep_until = from + max;
+  x->top = errs;
+  x->top_from = from;
+  x->seen = NULL;
+  x->nseen = x->cseen = 0;
   int own_md = 0;
   if (s->npatterns) {
     if (!atomic_flag_test_and_set(&s->mc->busy)) {
@@ -2192,6 +2246,7 @@ int tp_schema_validate_bounded (const tp_schema *s, const json_t *instance,
     }
   }
   int r = v_node(x, s->root, instance, NULL, NULL);
+  free(x->seen);
   if (own_md) pcre2_match_data_free(x->md);
   else if (x->md) atomic_flag_clear(&s->mc->busy);
   if (x->stopped) r = -2;

@@ -896,30 +896,64 @@ static int tools_list (lua_State *L) {
   return 1;
 }
 
+/*
+** Discovery inside a script: describe.lua runs in the host state for the run, polling
+** its verdict (host.c), on capped inputs: a tool name is at most 128 bytes (longer ones
+** name no tool), a query at most DISCOVERY_QUERY_MAX bytes, of which describe.lua reads
+** 16 words and returns at most 50 tools. What the host builds for the answer is charged
+** to the run's host budget while it lives.
+*/
+#define DISCOVERY_QUERY_MAX 1024
+#define DISCOVERY_NODE_COST 128   /* host bytes of a JSON node of a search result */
+
 static int tools_describe (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
-  const char *name = luaL_checkstring(L, 1);
-  if (tp__tool_find(sb->run->e, name) == NULL)
-    return luaL_error(L, "tools.describe: there is no tool %s (tools.list() lists them)", name);
-  char *text = tp__host_describe(sb->run->e, "lua", name);
+  size_t len;
+  const char *name = luaL_checklstring(L, 1, &len);
+  if (len > 128 || strlen(name) != len || tp__tool_find(sb->run->e, name) == NULL)
+    return luaL_error(L, "tools.describe: there is no tool %s%s (tools.list() lists them)",
+                      len > 128 ? lua_pushlstring(L, name, 64) : name, len > 128 ? "..." : "");
+  char *text = tp__host_describe(sb->run->e, sb, "lua", name);
+  tp__sandbox_check(L, sb);  /* a verdict stopped it */
   if (text == NULL) return luaL_error(L, "tools.describe: no description available");
-  lua_pushstring(L, text);
+  size_t n = strlen(text) + 1;
+  if (tp__host_charge(sb, n) != 0) {
+    free(text);
+    tp__sandbox_check(L, sb);  /* limit.memory */
+  }
+  lua_pushlstring(L, text, n - 1);
   free(text);
+  tp__host_refund(sb, n);
   return 1;
 }
 
 static int tools_search (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
-  const char *q = luaL_checkstring(L, 1);
+  size_t qlen;
+  const char *q = luaL_checklstring(L, 1, &qlen);
+  if (qlen > DISCOVERY_QUERY_MAX)
+    return luaL_error(L, "tools.search: the query is %I bytes, over the limit of %d: search "
+                      "with a few words", (LUAI_UACINT)qlen, DISCOVERY_QUERY_MAX);
   json_t **slot = tp_json_box(L);  /* owns the tree while pushing it may raise */
-  char *json = tp__host_search(sb->run->e, q);
+  char *json = tp__host_search(sb->run->e, sb, q);
+  tp__sandbox_check(L, sb);  /* a verdict stopped it */
+  size_t len = json ? strlen(json) : 0, cost = 0;
+  if (json != NULL) {
+    /* the text, and the tree made of it: about 4 nodes a result, one per 40 bytes */
+    cost = len + 1 + (len / 40 + 1) * DISCOVERY_NODE_COST;
+    if (tp__host_charge(sb, cost) != 0) {
+      free(json);
+      tp__sandbox_check(L, sb);  /* limit.memory */
+    }
+  }
   tp_json_err jerr;
-  *slot = json ? tp_json_loads(json, strlen(json), &jerr) : NULL;
+  *slot = json ? tp_json_loads(json, len, &jerr) : NULL;
   free(json);
-  if (*slot == NULL) { lua_newtable(L); return 1; }
+  if (*slot == NULL) { tp__host_refund(sb, cost); lua_newtable(L); return 1; }
   tp_json_push(L, *slot, 0);
   json_decref(*slot);
   *slot = NULL;
+  tp__host_refund(sb, cost);
   return 1;
 }
 
