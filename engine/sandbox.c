@@ -829,6 +829,53 @@ static int sb_date (lua_State *L) {
   return 1;
 }
 
+/*
+** utf8.len is linear, but 64 MiB is one 150 ms C call. Over UTF8_PIECE bytes, Lua's
+** utf8.len counts the text a piece at a time, polling the verdict between pieces. A
+** piece ends just before a byte that is not a continuation byte: when the text before
+** it decoded, a character starts there, so counts and the position of an invalid byte
+** are Lua's. Nine continuation bytes in a row are invalid UTF-8 (Lua decodes at most
+** five after a lead byte), and Lua's count stops at them.
+*/
+#define UTF8_PIECE (1 << 20)
+static lua_CFunction orig_utf8len;
+
+static int sb_utf8len (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  if (len <= UTF8_PIECE) return orig_utf8len(L);
+  lua_Integer i = luaL_optinteger(L, 2, 1), j = luaL_optinteger(L, 3, -1);
+  if (i < 0) i = 0u - (size_t)i > len ? 0 : (lua_Integer)len + i + 1;
+  if (j < 0) j = 0u - (size_t)j > len ? 0 : (lua_Integer)len + j + 1;
+  if (!(1 <= i && i - 1 <= (lua_Integer)len && j - 1 < (lua_Integer)len))
+    return orig_utf8len(L);  /* its argument error */
+  int lax = lua_toboolean(L, 4);
+  lua_Integer n = 0;
+  for (lua_Integer a = i; a <= j; ) {  /* 1-based, inclusive */
+    lua_Integer b = j;
+    if (j - a >= UTF8_PIECE) {
+      b = a + UTF8_PIECE - 1;
+      lua_Integer k = 0;
+      while (k < 9 && ((unsigned char)s[b - k] & 0xC0) == 0x80) k++;  /* s[b - k]: byte b-k+1 */
+      b = k < 9 ? b - k : j;
+    }
+    lua_pushcfunction(L, orig_utf8len);
+    lua_pushvalue(L, 1);
+    lua_pushinteger(L, a);
+    lua_pushinteger(L, b);
+    lua_pushboolean(L, lax);
+    lua_call(L, 4, 2);
+    if (lua_isnil(L, -2) || lua_type(L, -2) == LUA_TBOOLEAN) return 2;  /* fail, position */
+    n += lua_tointeger(L, -2);
+    lua_pop(L, 2);
+    a = b + 1;
+    tp__sandbox_check(L, sb);
+  }
+  lua_pushinteger(L, n);
+  return 1;
+}
+
 static int sb_rep (lua_State *L) {
   size_t l, lsep = 0;
   luaL_checklstring(L, 1, &l);
@@ -847,6 +894,8 @@ static int has_specials (const char *p, size_t lp) {
   return 0;
 }
 
+#define FIND_WINDOW (1 << 20)
+
 /* string.find: plain searches (and patterns without specials, which Lua searches the
 ** same way) use memmem, linear in time; patterns go to Lua's metered matcher. */
 static int sb_find (lua_State *L) {
@@ -861,7 +910,21 @@ static int sb_find (lua_State *L) {
   else if (init < -(lua_Integer)ls) init = 0;
   else init = (lua_Integer)ls + init;
   if ((size_t)init > ls) { luaL_pushfail(L); return 1; }
-  const char *hit = memmem(s + init, ls - (size_t)init, p, lp);
+  /* memmem is linear, but 64 MiB is one ~200 ms C call: the text is searched in
+  ** windows of FIND_WINDOW starting places (at least the pattern's length, so the work
+  ** stays linear), overlapping by the pattern's length, polling between windows */
+  tp_sandbox *sb = tp__sandbox_of(L);
+  const char *hit = NULL, *at = s + init, *end = s + ls;
+  size_t win = lp > FIND_WINDOW ? lp : FIND_WINDOW;
+  for (;;) {
+    size_t left = (size_t)(end - at);
+    if (lp > left) break;
+    size_t n = left - lp + 1 > win ? win + lp - 1 : left;  /* win starting places */
+    hit = memmem(at, n, p, lp);
+    if (hit != NULL || n == left) break;
+    at += win;
+    tp__sandbox_check(L, sb);
+  }
   if (hit == NULL) { luaL_pushfail(L); return 1; }
   lua_pushinteger(L, (hit - s) + 1);
   lua_pushinteger(L, (lua_Integer)((size_t)(hit - s) + lp));
@@ -1217,6 +1280,7 @@ static const wrapper wrappers[] = {
   { "string", "rep", sb_rep },
   { "table", "concat", sb_concat },      { "table", "move", sb_move },
   { "table", "sort", sb_sort },        { "os", "date", sb_date },
+  { "utf8", "len", sb_utf8len },
   { "coroutine", "resume", sb_co_resume }, { "coroutine", "wrap", sb_co_wrap },
   { "coroutine", "yield", sb_co_yield },   { "coroutine", "close", sb_co_close },
   { "coroutine", "running", sb_co_running },
@@ -1336,6 +1400,7 @@ static void originals_setup (void) {
   orig_find = field_fn(L, "string", "find");
   orig_sort = field_fn(L, "table", "sort");
   orig_date = field_fn(L, "os", "date");
+  orig_utf8len = field_fn(L, "utf8", "len");
   plan_slots(L);
   lua_close(L);
   const char *g = getenv("TP_GC_AGGRESSIVE");

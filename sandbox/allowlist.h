@@ -97,7 +97,8 @@ static const tp_allow tp_allowlist[] = {
   /* utf8 */
   { "utf8", "char", TP_KEEP, NULL },  { "utf8", "charpattern", TP_KEEP, NULL },
   { "utf8", "codes", TP_KEEP, NULL }, { "utf8", "codepoint", TP_KEEP, NULL },
-  { "utf8", "len", TP_KEEP, NULL },   { "utf8", "offset", TP_KEEP, NULL },
+  { "utf8", "offset", TP_KEEP, NULL },
+  { "utf8", "len", TP_WRAP, "stoppable: 64 MiB of text is one long C call" },
   /* coroutine: wrapped so the host's tool requests and time slices pass through */
   { "coroutine", "create",      TP_KEEP, NULL },
   { "coroutine", "status",      TP_KEEP, NULL },

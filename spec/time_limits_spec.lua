@@ -156,6 +156,27 @@ describe("os.date", function()
   end)
 end)
 
+describe("long text functions done in pieces", function()
+  it("utf8.len of long text counts and fails like Lua", function()
+    local r = ok([[
+      local s = string.rep("a\u{E9}\u{20AC}\u{1F600}", 300000)
+      local bad = string.rep("a", 1048575) .. "\xed\xa0\x80b"
+      local run = string.rep("a", 1048570) .. string.rep("\x80", 20)
+      return { utf8.len(s), utf8.len(s, -1000), select(2, utf8.len(s, 5, -3)),
+               select(2, utf8.len(bad)), utf8.len(bad, 1, -1, true), select(2, utf8.len(run)) }]])
+    assert.are.same({ 1200000, 400, 5, 1048576, 1048578, 1048571 }, r)
+  end)
+
+  it("string.find of long text finds what Lua finds", function()
+    local r = ok([[
+      local s = string.rep("a", 1048576) .. "xyz" .. string.rep("a", 3e6)
+      local t = string.rep("a", 3e6) .. "b"
+      return { s:find("axyza", 1, true), s:find("xyz", 2^21, true) or 0,
+               t:find(string.rep("a", 2e6) .. "b", 1, true) }]])
+    assert.are.same({ 1048576, 0, 1000001, 3000001 }, r)
+  end)
+end)
+
 describe("schema validation", function()
   it("of uniqueItems over 200 k items finishes quickly", function()
     -- comparing every pair took minutes
