@@ -618,6 +618,7 @@ TEST(validation_stops_when_its_run_says_so) {
   CHECK_INT(polls, 1);
   CHECK_INT(e.count, 0);
   CHECK_INT(e.more, 0);
+  tp_schema_errors_clear(&e);
   json_t *good = json_array();  /* the fast check (no errors wanted) stops too */
   for (int i = 0; i < 100000; i++) json_array_append_new(good, json_integer(i));
   polls = 0;
@@ -685,16 +686,18 @@ TEST(unevaluated_properties_of_a_100k_key_object_is_not_quadratic) {
 TEST(format_checks_of_huge_strings_stay_linear) {
   size_t n = 4 << 20;
   char *v = malloc(n + 1);
-  memset(v, 'a', n);
-  memcpy(v, "http://h//", 10);
-  for (size_t i = 20; i < n; i += 2) v[i] = '[';
+  memset(v, 'a', n);  /* "x:aaa...//[[[...": each bracket looked for the first '/' */
+  memcpy(v, "x:", 2);
+  memcpy(v + n / 2, "//", 2);
+  for (size_t i = n / 2 + 2; i < n; i++) v[i] = '[';
   v[n] = 0;
   json_t *str = json_string(v);
   json_t *j = J("{\"format\":\"uri-reference\"}");
   tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 1, NULL, 0);
   double t0 = now_ns();
   CHECK_INT(tp_schema_validate(s, str, NULL), 1);
-  printf("# format uri-reference of a 4 MiB string of brackets: %.1f ms\n", (now_ns() - t0) / 1e6);
+  printf("# format uri-reference of a 4 MiB string of brackets: %.1f ms (was quadratic: 11 s "
+         "for 1 MiB)\n", (now_ns() - t0) / 1e6);
   tp_schema_free(s);
   json_decref(j);
   j = J("{\"format\":\"regex\"}");  /* over 256 KiB, not taken for a regular expression */
