@@ -637,10 +637,15 @@ static const char *fmt_spec (const char *f, const char *end, char *conv) {
 }
 
 /* Checks the arguments of every conversion the way Lua's format will, from the first
-** one on, stopping at a conversion it does not know (Lua's format reports that). */
-static void fmt_check_args (lua_State *L, const char *f, const char *end, int top) {
+** one on, stopping at a conversion it does not know (Lua's format reports that). Polls
+** the verdict every FMT_SCAN bytes. */
+#define FMT_SCAN 65536
+static void fmt_check_args (lua_State *L, tp_sandbox *sb, const char *f, const char *end,
+                            int top) {
   int arg = 1;
+  const char *next_poll = f + FMT_SCAN;
   while (f < end) {
+    if (f >= next_poll) { tp__sandbox_check(L, sb); next_poll = f + FMT_SCAN; }
     if (*f++ != '%') continue;
     if (f < end && *f == '%') { f++; continue; }
     if (++arg > top) luaL_argerror(L, arg, "no value");  /* Lua looks at this first */
@@ -702,7 +707,7 @@ static int fmt_pieces (lua_State *L, tp_sandbox *sb) {
   size_t flen;
   const char *f = lua_tolstring(L, 1, &flen), *end = f + flen;
   int top = lua_gettop(L), arg = 2;
-  fmt_check_args(L, f, end, top);
+  fmt_check_args(L, sb, f, end, top);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   const char *p = f;
@@ -748,7 +753,9 @@ static int sb_format (lua_State *L) {
   const char *f = luaL_checklstring(L, 1, &flen);
   const char *end = f + flen;
   int arg = 1, top = lua_gettop(L), pieces = flen > FMT_PIECE;
+  const char *next_poll = f + FMT_SCAN;
   while (f < end) {
+    if (f >= next_poll) { tp__sandbox_check(L, tp__sandbox_of(L)); next_poll = f + FMT_SCAN; }
     if (*f++ != '%') continue;
     if (f < end && *f == '%') { f++; continue; }
     arg++;
@@ -866,7 +873,7 @@ static int sb_utf8len (lua_State *L) {
     lua_pushinteger(L, b);
     lua_pushboolean(L, lax);
     lua_call(L, 4, 2);
-    if (lua_isnil(L, -2) || lua_type(L, -2) == LUA_TBOOLEAN) return 2;  /* fail, position */
+    if (lua_isnil(L, -2)) return 2;  /* fail, position */
     n += lua_tointeger(L, -2);
     lua_pop(L, 2);
     a = b + 1;

@@ -272,10 +272,7 @@ static int validate_for (tp_run *r, const tp_schema *s, const json_t *v,
                          tp_schema_errors *errs) {
   tp_schema_bounds b = { TP_SCHEMA_MAX_ERRORS, validation_stop, r };
   int rc = tp_schema_validate_bounded(s, v, errs, &b);
-  if (rc == -2) {
-    int expected = TP_KILL_NONE;
-    atomic_compare_exchange_strong(&r->sb->kill, &expected, TP_KILL_TIME);
-  }
+  if (rc == -2) tp__sandbox_kill(r->sb, TP_KILL_TIME);  /* kept if it had one */
   return rc;
 }
 
