@@ -1292,7 +1292,8 @@ static int spend (vctx *x, uint64_t n) {
 
 static size_t khash (const vctx *x, const char *k) { return (size_t)mix64(hstr(k) ^ x->seed); }
 
-static int mark_prop_h (ev *e, const char *k, uint64_t sd) {
+static int mark_prop (const vctx *x, ev *e, const char *k) {
+  uint64_t sd = x->seed;
   if (!e || e->allp) return 0;
   if ((e->np + 1) * 2 > e->cp) {
     size_t nc = e->cp ? e->cp * 2 : 16;
@@ -1313,8 +1314,6 @@ static int mark_prop_h (ev *e, const char *k, uint64_t sd) {
     if (e->props[i] == k || strcmp(e->props[i], k) == 0) return 0;
   }
 }
-
-#define mark_prop(e, k) mark_prop_h((e), (k), x->seed)
 
 static int prop_marked (const vctx *x, const ev *e, const char *k) {
   if (e->allp) return 1;
@@ -1340,7 +1339,7 @@ static int ev_merge (const vctx *x, ev *dst, const ev *src) {
   if (src->allp) dst->allp = 1;
   if (src->alli) dst->alli = 1;
   for (size_t i = 0; i < src->cp; i++)
-    if (src->props[i] && mark_prop(dst, src->props[i]) < 0) return -1;
+    if (src->props[i] && mark_prop(x, dst, src->props[i]) < 0) return -1;
   for (size_t i = 0; i < src->ni; i++)
     if (src->items[i] && mark_item(dst, i, src->ni) < 0) return -1;
   return 0;
@@ -1947,7 +1946,7 @@ static int v_object (vctx *x, const node *n, const json_t *inst, ev *le) {
     for (size_t i = 0; i < n->nprops; i++) {
       if (!(v = json_object_get(inst, n->props[i].name))) continue;
       CHECK_SUB(v_child(x, n->props[i].n, v, n->props[i].name, 0, "properties"));
-      OOM_IF(mark_prop(le, n->props[i].name) < 0);
+      OOM_IF(mark_prop(x, le, n->props[i].name) < 0);
     }
   } else {
     json_object_foreach(obj, k, v) {
@@ -1955,7 +1954,7 @@ static int v_object (vctx *x, const node *n, const json_t *inst, ev *le) {
       int hit = pn != NULL;
       if (pn) {
         CHECK_SUB(v_child(x, pn, v, k, 0, "properties"));
-        OOM_IF(mark_prop(le, k) < 0);
+        OOM_IF(mark_prop(x, le, k) < 0);
       }
       for (size_t i = 0; i < n->npprops; i++) {
         int r = pmatch(x, n->pprops[i].re, k, strlen(k));
@@ -1963,7 +1962,7 @@ static int v_object (vctx *x, const node *n, const json_t *inst, ev *le) {
         if (r != 1) continue;
         hit = 1;
         CHECK_SUB(v_child(x, n->pprops[i].n, v, k, 0, "patternProperties"));
-        OOM_IF(mark_prop(le, k) < 0);
+        OOM_IF(mark_prop(x, le, k) < 0);
       }
       if (!hit && n->addprops) {
         if (n->addprops->boolv == 0) {
@@ -1983,7 +1982,7 @@ static int v_object (vctx *x, const node *n, const json_t *inst, ev *le) {
         } else {
           CHECK_SUB(v_child(x, n->addprops, v, k, 0, "additionalProperties"));
         }
-        OOM_IF(mark_prop(le, k) < 0);
+        OOM_IF(mark_prop(x, le, k) < 0);
       }
       if (n->propnames) {
         json_t *ks = json_string_nocheck(k);
