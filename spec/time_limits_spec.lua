@@ -125,6 +125,12 @@ describe("string.format", function()
       { memory = "512M" })
   end)
 
+  it("%s of a value whose __tostring loops stops at the time limit", function()
+    stops([[
+      local v = setmetatable({}, { __tostring = function() while true do end end })
+      return string.format(string.rep("%s", 100), table.unpack({ v }, 1, 100))]], "limit.time")
+  end)
+
   it("long formats and long %q give Lua's results", function()
     local r = ok([[
       local n = {}
