@@ -815,8 +815,10 @@ static void push_describe (lua_State *H) {
 }
 
 /* Pushes the tools as describe.lua reads them: {name, description, input, output}, one
-** tool when only is not NULL. */
-static void push_tool_list (lua_State *H, const tp_engine *e, const char *only) {
+** tool when only is not NULL; without the schemas for a search, which reads names and
+** descriptions only. */
+static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
+                            int schemas) {
   lua_createtable(H, (int)e->ntools, 0);
   int n = 0;
   for (size_t i = 0; i < e->ntools; i++) {
@@ -827,6 +829,7 @@ static void push_tool_list (lua_State *H, const tp_engine *e, const char *only) 
     lua_setfield(H, -2, "name");
     lua_pushstring(H, t->description);
     lua_setfield(H, -2, "description");
+    if (!schemas) { lua_rawseti(H, -2, ++n); continue; }
     tp_json_push(H, t->input, 0);
     lua_setfield(H, -2, "input");
     if (t->output) {
@@ -865,7 +868,7 @@ static int describe_p (lua_State *H) {
   int M = lua_gettop(H);
   if (strcmp(what, "search") == 0) {
     lua_getfield(H, M, "search");
-    push_tool_list(H, e, NULL);
+    push_tool_list(H, e, NULL, 0);
     lua_pushstring(H, arg ? arg : "");
     lua_call(H, 2, 1);
     to_json_text(H);
@@ -873,7 +876,7 @@ static int describe_p (lua_State *H) {
   }
   if (strcmp(what, "json") == 0) {
     lua_getfield(H, M, "run_lua_tool");
-    push_tool_list(H, e, NULL);
+    push_tool_list(H, e, NULL, 1);
     lua_createtable(H, 0, 1);
     lua_pushboolean(H, arg != NULL);
     lua_setfield(H, -2, "session");
@@ -883,14 +886,14 @@ static int describe_p (lua_State *H) {
   }
   if (arg != NULL) {  /* one tool */
     lua_getfield(H, M, "lua_api");
-    push_tool_list(H, e, arg);
+    push_tool_list(H, e, arg, 1);
     lua_call(H, 1, 1);
     return 1;
   }
   lua_getfield(H, M, "preamble");
   lua_call(H, 0, 1);
   lua_getfield(H, M, "lua_api");
-  push_tool_list(H, e, NULL);
+  push_tool_list(H, e, NULL, 1);
   lua_call(H, 1, 1);
   lua_pushliteral(H, "\nThe tools (LuaCATS annotations):\n\n");
   lua_insert(H, -2);
@@ -898,10 +901,35 @@ static int describe_p (lua_State *H) {
   return 1;
 }
 
-static char *describe_call (tp_engine *e, const char *what, const char *arg) {
+/*
+** Discovery from a script (tools.describe, tools.search) runs describe.lua in the host
+** state on the run's behalf, so it polls the run's verdict as it goes: a count hook on
+** H, every DESCRIBE_HOOK_EVERY instructions, raises once the run has one (the watchdog
+** records limit.time and limit.cpu while the step runs). Its inputs are capped by the
+** caller (tools.c) and its output is charged to the run's host budget there. The C
+** calls it makes are bounded by the tool set, which the operator chose.
+*/
+#define DESCRIBE_HOOK_EVERY 1000
+static __thread tp_sandbox *describing_for;
+
+static void describe_hook (lua_State *H, lua_Debug *ar) {
+  (void)ar;
+  tp_sandbox *sb = describing_for;
+  if (sb != NULL && atomic_load(&sb->kill) != TP_KILL_NONE)
+    luaL_error(H, "stopped: the run that asked has ended");
+}
+
+static char *describe_call (tp_engine *e, tp_sandbox *sb, const char *what, const char *arg) {
   if (tp__host_open(e) != TP_OK) return NULL;
   lua_State *H = e->H;
   int top = lua_gettop(H);
+  lua_Hook old_hook = lua_gethook(H);
+  int old_mask = lua_gethookmask(H), old_count = lua_gethookcount(H);
+  tp_sandbox *old_sb = describing_for;
+  if (sb != NULL) {
+    describing_for = sb;
+    lua_sethook(H, describe_hook, LUA_MASKCOUNT, DESCRIBE_HOOK_EVERY);
+  }
   lua_pushcfunction(H, describe_p);
   lua_pushlightuserdata(H, e);
   lua_pushstring(H, what);
@@ -914,16 +942,20 @@ static char *describe_call (tp_engine *e, const char *what, const char *arg) {
     if (s && (out = malloc(len + 1)) != NULL) memcpy(out, s, len + 1);
   }
   else tp__engine_set_error(e, "describe: %s", error_text(H, -1));
+  if (sb != NULL) {
+    describing_for = old_sb;
+    lua_sethook(H, old_hook, old_mask, old_count);
+  }
   lua_settop(H, top);
   return out;
 }
 
-char *tp__host_describe (tp_engine *e, const char *format, const char *tool) {
-  return describe_call(e, strcmp(format, "json") == 0 ? "json" : "lua", tool);
+char *tp__host_describe (tp_engine *e, tp_sandbox *sb, const char *format, const char *tool) {
+  return describe_call(e, sb, strcmp(format, "json") == 0 ? "json" : "lua", tool);
 }
 
-char *tp__host_search (tp_engine *e, const char *query) {
-  return describe_call(e, "search", query);
+char *tp__host_search (tp_engine *e, tp_sandbox *sb, const char *query) {
+  return describe_call(e, sb, "search", query);
 }
 
 int tp_engine_set_workspace (tp_engine *e, const char *dir) {
@@ -942,8 +974,8 @@ int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
 
 char *tp_engine_describe (tp_engine *e, const char *format) {
   if (e == NULL || format == NULL) return NULL;
-  if (strcmp(format, "lua") == 0) return describe_call(e, "lua", NULL);
-  if (strcmp(format, "json") == 0) return describe_call(e, "json", NULL);
-  if (strcmp(format, "json+session") == 0) return describe_call(e, "json", "session");
+  if (strcmp(format, "lua") == 0) return describe_call(e, NULL, "lua", NULL);
+  if (strcmp(format, "json") == 0) return describe_call(e, NULL, "json", NULL);
+  if (strcmp(format, "json+session") == 0) return describe_call(e, NULL, "json", "session");
   return NULL;
 }

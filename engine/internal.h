@@ -144,6 +144,13 @@ void tp__host_refund(tp_sandbox *sb, size_t n);
 ** raises and does not stop the run. */
 void tp__sandbox_log_host(tp_sandbox *sb, const char *s, size_t len);
 
+/* lua_load of text ("t" mode) that feeds the parser a few bytes at a time and polls
+** between pieces: once sb has a verdict, or deadline_ns (CLOCK_MONOTONIC; 0 = none)
+** passes (the verdict limit.time is then recorded), it stops with the verdict's
+** message as the error. Lua's parser is quadratic on some texts (see sb_load). */
+int tp__sandbox_load(tp_sandbox *sb, lua_State *L, lua_Reader reader, void *ud,
+                     const char *name, uint64_t deadline_ns);
+
 /* The sandbox of a sandbox state (any of its threads), or NULL for other states. */
 tp_sandbox *tp__sandbox_of(lua_State *L);
 
@@ -263,8 +270,10 @@ int  tp__host_open(tp_engine *e);
 void tp__host_close(tp_engine *e);
 void tp__host_dispatch(tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args);
 void tp__host_cancel(tp_engine *e, tp_call *c);
-char *tp__host_describe(tp_engine *e, const char *format, const char *tool);
-char *tp__host_search(tp_engine *e, const char *query);
+/* Discovery for a script: sb is the run's sandbox (its verdict stops the work), or NULL
+** for the engine's own callers. */
+char *tp__host_describe(tp_engine *e, tp_sandbox *sb, const char *format, const char *tool);
+char *tp__host_search(tp_engine *e, tp_sandbox *sb, const char *query);
 
 /* kvstore.c: the store of the kv.* tools, shareable between engines (and threads). */
 typedef struct tp_kvstore tp_kvstore;
@@ -321,6 +330,7 @@ struct tp_run {
   pthread_t thread;        /* of the current step */
   clockid_t cpu_clock;
   uint64_t start_ns, deadline_ns, step_end_ns;
+  uint64_t compile_ns;     /* wall time the compile took, charged to the first step */
   uint64_t cpu_used_ns, step_cpu0;
   int compiled;            /* 0: pending_error is the syntax error */
   /* tool calls (tools.c). The run holds the calls listed in the envelope (the first

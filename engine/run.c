@@ -472,13 +472,18 @@ static const char *two_part_reader (lua_State *L, void *ud, size_t *size) {
 }
 
 /* Loads src onto T as "return <src>" when that compiles (a lone expression), else as
-** it is. LUA_OK, or the status with the error message on top; the stack below is kept. */
-static int load_text (lua_State *T, const char *src, size_t len) {
+** it is. LUA_OK, or the status with the error message on top; the stack below is kept.
+** Lua's parser is quadratic on some texts (1 MiB of `x or x or ...` took 60 s), so the
+** text is fed in pieces that poll the verdict and the deadline (tp__sandbox_load). */
+static int load_text (tp_run *r, const char *src, size_t len, uint64_t deadline) {
+  lua_State *T = r->sb->T;
   int base = lua_gettop(T);
   reader_state rs = { { "return ", src }, { 7, len }, 0 };
-  if (lua_load(T, two_part_reader, &rs, "=script", "t") == LUA_OK) return LUA_OK;
+  int status = tp__sandbox_load(r->sb, T, two_part_reader, &rs, "=script", deadline);
+  if (status == LUA_OK || atomic_load(&r->sb->kill) != TP_KILL_NONE) return status;
   lua_settop(T, base);
-  return luaL_loadbufferx(T, src, len, "=script", "t");
+  reader_state whole = { { src, NULL }, { len, 0 }, 0 };
+  return tp__sandbox_load(r->sb, T, two_part_reader, &whole, "=script", deadline);
 }
 
 /* Compiles r->src onto T. Text that does not compile as a whole, fails at or before
@@ -488,27 +493,35 @@ static int load_text (lua_State *T, const char *src, size_t len) {
 ** is Lua holding a fence (in a string or a comment) and is never cut: its own error is
 ** shown, so nothing but the text as written can run. Returns nonzero on success;
 ** otherwise the syntax error is the run's pending error. At most two parses of text
-** within the source limit, each linear. */
+** within the source limit, under the run's time limit (wall or CPU, the shorter) from
+** now; the time they took is charged to the run's clocks at the first step. */
 static int compile (tp_run *r) {
   lua_State *T = r->sb->T;
-  int status = load_text(T, r->src, r->srclen);
-  if (status == LUA_OK) return 1;
-  size_t blen = r->srclen;
-  int fence_line = 0, raw_line = 0;
-  const char *body = NULL;
-  if (status == LUA_ERRSYNTAX && atomic_load(&r->sb->kill) == TP_KILL_NONE)
-    body = tp__normalize_fence(r->src, &blen, &fence_line);
-  if (body != NULL && lua_tostring(T, -1) != NULL)
-    strip_position(lua_tostring(T, -1), &raw_line);
-  if (body != NULL && raw_line <= fence_line) {
-    body = tp__normalize_shebang(body, &blen);
-    memmove(r->src, body, blen);
-    r->src[blen] = '\0';
-    r->srclen = blen;
-    lua_settop(T, 0);
-    status = load_text(T, r->src, r->srclen);
-    if (status == LUA_OK) return 1;
+  const tp_limits *l = &r->sb->limits;
+  uint64_t t0 = tp__now_ns(), limit_us = l->wall_us;
+  if (l->cpu_us && (limit_us == 0 || l->cpu_us < limit_us)) limit_us = l->cpu_us;
+  uint64_t deadline = limit_us ? t0 + limit_us * 1000u : 0;
+  int status = load_text(r, r->src, r->srclen, deadline);
+  if (status != LUA_OK) {
+    size_t blen = r->srclen;
+    int fence_line = 0, raw_line = 0;
+    const char *body = NULL;
+    if (status == LUA_ERRSYNTAX && atomic_load(&r->sb->kill) == TP_KILL_NONE)
+      body = tp__normalize_fence(r->src, &blen, &fence_line);
+    if (body != NULL && lua_tostring(T, -1) != NULL)
+      strip_position(lua_tostring(T, -1), &raw_line);
+    if (body != NULL && raw_line <= fence_line) {
+      body = tp__normalize_shebang(body, &blen);
+      memmove(r->src, body, blen);
+      r->src[blen] = '\0';
+      r->srclen = blen;
+      lua_settop(T, 0);
+      status = load_text(r, r->src, r->srclen, deadline);
+    }
   }
+  r->compile_ns = tp__now_ns() - t0;
+  r->cpu_used_ns += r->compile_ns;
+  if (status == LUA_OK) return 1;
   if (atomic_load(&r->sb->kill) != TP_KILL_NONE || status == LUA_ERRMEM) {
     r->pending_error = error_from_thread(r, T, status);
     return 0;
@@ -691,7 +704,10 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (r->state == ST_READY) {
     r->state = ST_STARTED;
     r->start_ns = now;
-    if (sb->limits.wall_us) r->deadline_ns = now + sb->limits.wall_us * 1000u;
+    if (sb->limits.wall_us) {
+      uint64_t wall = sb->limits.wall_us * 1000u;
+      r->deadline_ns = now + wall - (r->compile_ns < wall ? r->compile_ns : wall);
+    }
   }
   if (atomic_load(&sb->kill) == TP_KILL_NONE && r->deadline_ns && now >= r->deadline_ns)
     atomic_store(&sb->kill, TP_KILL_TIME);

@@ -4,6 +4,7 @@
 ** limits, and its coroutine library lets tool requests and time slices pass through a
 ** script's own coroutines to the host.
 */
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -483,17 +484,96 @@ static const char *const string_arith[] = { "__add", "__sub", "__mul", "__mod", 
 #define NSTRING_ARITH (sizeof string_arith / sizeof string_arith[0])
 static lua_CFunction orig_string_arith[NSTRING_ARITH];
 
+/*
+** load. Lua's parser is not linear in its input: a chain of `x or x or ...` or of
+** `elseif`s patches a jump list that grows with the chain, and 1 MiB of such text took
+** 60 s to compile here. So the parser is fed LOAD_PIECE bytes at a time and the reader
+** polls the run's verdict (and, for the script itself, a deadline) between pieces: the
+** work between two polls is bounded by what 64 bytes of source can cost (~4 ms for a
+** 1 MiB `or` chain). A reader function's pieces count against the source limit, like
+** a string's length. Otherwise it is Lua's load: text only, same arguments, results
+** and messages.
+*/
+#define LOAD_PIECE 64
+#define LOAD_RESERVED 5   /* stack slot anchoring the reader function's last piece */
+
+typedef struct load_poll {
+  lua_Reader inner;
+  void *inner_ud;
+  const char *cur;
+  size_t left;
+  tp_sandbox *sb;
+  uint64_t deadline_ns;
+} load_poll;
+
+static const char *poll_reader (lua_State *L, void *ud, size_t *size) {
+  load_poll *lp = ud;
+  if (lp->left == 0) {
+    lp->cur = lp->inner(L, lp->inner_ud, &lp->left);
+    if (lp->cur == NULL || lp->left == 0) { lp->left = 0; *size = 0; return NULL; }
+  }
+  if (lp->deadline_ns && tp__now_ns() >= lp->deadline_ns) {
+    int expected = TP_KILL_NONE;
+    atomic_compare_exchange_strong(&lp->sb->kill, &expected, TP_KILL_TIME);
+  }
+  tp__sandbox_check(L, lp->sb);  /* raises the verdict: lua_load returns it as an error */
+  size_t n = lp->left < LOAD_PIECE ? lp->left : LOAD_PIECE;
+  const char *p = lp->cur;
+  lp->cur += n;
+  lp->left -= n;
+  *size = n;
+  return p;
+}
+
+int tp__sandbox_load (tp_sandbox *sb, lua_State *L, lua_Reader reader, void *ud,
+                      const char *name, uint64_t deadline_ns) {
+  load_poll lp = { reader, ud, NULL, 0, sb, deadline_ns };
+  return lua_load(L, poll_reader, &lp, name, "t");
+}
+
+typedef struct load_text { const char *s; size_t len; } load_text;
+
+static const char *text_reader (lua_State *L, void *ud, size_t *size) {
+  load_text *t = ud;
+  (void)L;
+  *size = t->len;
+  t->len = 0;
+  return *size ? t->s : NULL;
+}
+
+typedef struct load_fn { size_t total, cap; } load_fn;
+
+static const char *function_reader (lua_State *L, void *ud, size_t *size) {
+  load_fn *f = ud;
+  luaL_checkstack(L, 2, "too many nested functions");
+  lua_pushvalue(L, 1);
+  lua_call(L, 0, 1);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    *size = 0;
+    return NULL;
+  }
+  if (!lua_isstring(L, -1)) luaL_error(L, "reader function must return a string");
+  lua_replace(L, LOAD_RESERVED);
+  const char *s = lua_tolstring(L, LOAD_RESERVED, size);
+  f->total += *size;
+  if (f->cap && f->total > f->cap) {  /* worded as for a string, without a position */
+    lua_pushfstring(L, "chunk of more than %I bytes is over the %I-byte source limit",
+                    (LUAI_UACINT)f->cap, (LUAI_UACINT)f->cap);
+    lua_error(L);
+  }
+  return s;
+}
+
 static int sb_load (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   size_t len;
-  if (lua_type(L, 1) == LUA_TSTRING) {
-    lua_tolstring(L, 1, &len);
-    if (sb->limits.source && len > sb->limits.source) {
-      luaL_pushfail(L);
-      lua_pushfstring(L, "chunk of %I bytes is over the %I-byte source limit",
-                      (LUAI_UACINT)len, (LUAI_UACINT)sb->limits.source);
-      return 2;
-    }
+  const char *s = lua_tolstring(L, 1, &len);
+  if (s != NULL && sb->limits.source && len > sb->limits.source) {
+    luaL_pushfail(L);
+    lua_pushfstring(L, "chunk of %I bytes is over the %I-byte source limit",
+                    (LUAI_UACINT)len, (LUAI_UACINT)sb->limits.source);
+    return 2;
   }
   const char *mode = luaL_optstring(L, 3, "t");
   if (strchr(mode, 'b') != NULL) {
@@ -501,10 +581,30 @@ static int sb_load (lua_State *L) {
     lua_pushliteral(L, "attempt to load a binary chunk (the sandbox loads text only)");
     return 2;
   }
-  lua_settop(L, lua_gettop(L) < 4 ? 3 : 4);
-  lua_pushliteral(L, "t");
-  lua_replace(L, 3);
-  return orig_load(L);
+  int env = !lua_isnone(L, 4) ? 4 : 0;
+  int status;
+  if (s != NULL) {
+    const char *chunkname = luaL_optstring(L, 2, s);
+    load_text t = { s, len };
+    status = tp__sandbox_load(sb, L, text_reader, &t, chunkname, 0);
+  }
+  else {
+    const char *chunkname = luaL_optstring(L, 2, "=(load)");
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lua_settop(L, LOAD_RESERVED);
+    load_fn f = { 0, sb->limits.source };
+    status = tp__sandbox_load(sb, L, function_reader, &f, chunkname, 0);
+  }
+  if (status == LUA_OK) {
+    if (env != 0) {
+      lua_pushvalue(L, env);
+      if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
+    }
+    return 1;
+  }
+  luaL_pushfail(L);
+  lua_insert(L, -2);
+  return 2;
 }
 
 static int sb_setmetatable (lua_State *L) {
@@ -629,31 +729,173 @@ static int sb_collectgarbage (lua_State *L) {
 
 /* ---- wrapped string functions --------------------------------------------------- */
 
-/* string.format: %p is refused and %s shows tables without addresses. Arguments are
-** converted in place, then Lua's own format does the rest. */
+/*
+** string.format: %p is refused and %s shows tables without addresses. Arguments are
+** converted in place, then Lua's own format does the rest. A format is one C call, and
+** a long one is long work: 12 M "%%" took 90 ms here, 200 k "%99.99f" 150 ms, and %q
+** of an 8 MiB string 410 ms. So a format of more than FMT_PIECE bytes or FMT_PIECE_CONV
+** conversions, or with a %q of a string over FMT_QUOTE_PIECE bytes, is formatted in
+** pieces by Lua's format, polling the verdict between pieces (each piece well under a
+** millisecond). The arguments are checked first, in order, so an error names the
+** argument it names in Lua.
+*/
+#define FMT_PIECE 4096
+#define FMT_PIECE_CONV 64
+#define FMT_QUOTE_PIECE 65536
+
+static lua_CFunction orig_date;
+
+/* The end of the conversion spec that starts at f (just after '%'): flags, width and
+** precision as Lua's getformat spans them; *conv is its conversion character, '\0' at
+** the end of the text (Lua reports it). */
+static const char *fmt_spec (const char *f, const char *end, char *conv) {
+  while (f < end && *f != '\0' && strchr("-+#0 123456789.", *f) != NULL) f++;
+  *conv = f < end ? *f : '\0';
+  return f < end ? f + 1 : end;
+}
+
+/* Checks the arguments of every conversion the way Lua's format will, from the first
+** one on, stopping at a conversion it does not know (Lua's format reports that). Polls
+** the verdict every FMT_SCAN bytes. */
+#define FMT_SCAN 65536
+static void fmt_check_args (lua_State *L, tp_sandbox *sb, const char *f, const char *end,
+                            int top) {
+  int arg = 1;
+  const char *next_poll = f + FMT_SCAN;
+  while (f < end) {
+    if (f >= next_poll) { tp__sandbox_check(L, sb); next_poll = f + FMT_SCAN; }
+    if (*f++ != '%') continue;
+    if (f < end && *f == '%') { f++; continue; }
+    if (++arg > top) luaL_argerror(L, arg, "no value");  /* Lua looks at this first */
+    char c;
+    const char *spec = f;
+    f = fmt_spec(f, end, &c);
+    if (c == '\0' || strchr("cdiouxXaAfFeEgGqs", c) == NULL) return;
+    switch (c) {
+      case 's':
+        if (f - spec > 1 && lua_type(L, arg) == LUA_TSTRING) {
+          size_t l;
+          const char *v = lua_tolstring(L, arg, &l);
+          luaL_argcheck(L, l == strlen(v), arg, "string contains zeros");
+        }
+        break;
+      case 'q': {
+        int t = lua_type(L, arg);
+        if (f - spec == 1 && t != LUA_TSTRING && t != LUA_TNUMBER && t != LUA_TNIL &&
+            t != LUA_TBOOLEAN)
+          luaL_argerror(L, arg, "value has no literal form");
+        break;
+      }
+      case 'a': case 'A': case 'f': case 'F': case 'e': case 'E': case 'g': case 'G':
+        luaL_checknumber(L, arg);
+        break;
+      default:
+        luaL_checkinteger(L, arg);
+        break;
+    }
+  }
+}
+
+/* Adds %q of the long string at arg to b, FMT_QUOTE_PIECE bytes at a time. A control
+** character is written \ddd when a digit follows it, so a piece never ends between a
+** control character and a digit. */
+static void fmt_quote_long (lua_State *L, tp_sandbox *sb, luaL_Buffer *b, int arg) {
+  size_t len;
+  const char *s = lua_tolstring(L, arg, &len);
+  luaL_addchar(b, '"');
+  for (size_t k = 0; k < len; ) {
+    size_t e = len - k > FMT_QUOTE_PIECE ? k + FMT_QUOTE_PIECE : len;
+    if (e < len && s[e] >= '0' && s[e] <= '9' && iscntrl((unsigned char)s[e - 1])) e++;
+    lua_pushcfunction(L, orig_format);
+    lua_pushliteral(L, "%q");
+    lua_pushlstring(L, s + k, e - k);
+    lua_call(L, 2, 1);
+    size_t ql;
+    const char *q = lua_tolstring(L, -1, &ql);
+    lua_pushlstring(L, q + 1, ql - 2);  /* without its quotes */
+    lua_remove(L, -2);
+    luaL_addvalue(b);
+    k = e;
+    tp__sandbox_check(L, sb);
+  }
+  luaL_addchar(b, '"');
+}
+
+static int fmt_pieces (lua_State *L, tp_sandbox *sb) {
+  size_t flen;
+  const char *f = lua_tolstring(L, 1, &flen), *end = f + flen;
+  int top = lua_gettop(L), arg = 2;
+  fmt_check_args(L, sb, f, end, top);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  const char *p = f;
+  while (p < end) {
+    const char *q = p;
+    int first = arg, nconv = 0;
+    while (q < end && q - p < FMT_PIECE && nconv < FMT_PIECE_CONV) {
+      if (*q != '%') { q++; continue; }
+      if (q + 1 < end && q[1] == '%') { q += 2; continue; }
+      char c;
+      const char *after = fmt_spec(q + 1, end, &c);
+      if (c == 'q' && after == q + 2 && arg <= top && lua_type(L, arg) == LUA_TSTRING &&
+          lua_rawlen(L, arg) > FMT_QUOTE_PIECE) {
+        if (q > p) break;  /* the text before it first */
+        fmt_quote_long(L, sb, &b, arg);
+        first = ++arg;
+        p = q = after;
+        continue;
+      }
+      q = after;
+      nconv++;
+      if (c != '\0' && strchr("cdiouxXaAfFeEgGqs", c) != NULL) arg++;
+      else { q = end; break; }  /* Lua's format reports it */
+    }
+    if (q == p) continue;
+    int nargs = arg - first;
+    if (nargs > top - first + 1) nargs = top - first + 1;
+    luaL_checkstack(L, nargs + 3, "too many arguments to format");
+    lua_pushcfunction(L, orig_format);
+    lua_pushlstring(L, p, (size_t)(q - p));
+    for (int i = 0; i < nargs; i++) lua_pushvalue(L, first + i);
+    lua_call(L, nargs + 1, 1);
+    luaL_addvalue(&b);
+    p = q;
+    tp__sandbox_check(L, sb);
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
 static int sb_format (lua_State *L) {
   size_t flen;
   const char *f = luaL_checklstring(L, 1, &flen);
   const char *end = f + flen;
-  int arg = 1;
+  int arg = 1, top = lua_gettop(L), pieces = flen > FMT_PIECE;
+  const char *next_poll = f + FMT_SCAN;
   while (f < end) {
+    if (f >= next_poll) { tp__sandbox_check(L, tp__sandbox_of(L)); next_poll = f + FMT_SCAN; }
     if (*f++ != '%') continue;
     if (f < end && *f == '%') { f++; continue; }
     arg++;
-    while (f < end && strchr("-+ #0123456789.", *f) != NULL) f++;
-    if (f >= end) break;
-    if (*f == 'p')
+    char c;
+    const char *spec = f;
+    f = fmt_spec(f, end, &c);
+    if (c == 'p')
       return luaL_error(L, "bad argument #%d to 'format' ('%%p' shows memory addresses, "
                            "which the sandbox hides)", arg);
-    if (*f == 's' && arg <= lua_gettop(L)) {
+    if (c == 's' && arg <= top) {
       int t = lua_type(L, arg);
       if (t != LUA_TSTRING && t != LUA_TNUMBER) {
         show(L, arg, NULL);
         lua_replace(L, arg);
       }
     }
-    f++;
+    if (c == 'q' && f - spec == 1 && arg <= top && lua_type(L, arg) == LUA_TSTRING &&
+        lua_rawlen(L, arg) > FMT_QUOTE_PIECE)
+      pieces = 1;
+    if (arg > FMT_PIECE_CONV + 1) pieces = 1;
   }
+  if (pieces) return fmt_pieces(L, tp__sandbox_of(L));
   return orig_format(L);
 }
 
@@ -661,6 +903,109 @@ static int sb_format (lua_State *L) {
 ** at once. A result larger than the whole memory limit can never be built: it ends the
 ** run with limit.memory at once, as an allocation past the cap would, and not with Lua's
 ** "resulting string too large" runtime error (which pcall could catch). */
+
+/*
+** os.date: each conversion is a strftime, so a long format is one long C call (2 M
+** conversions took 420 ms here). A format of more than DATE_PIECE bytes is formatted
+** DATE_PIECE bytes at a time by Lua's os.date, every piece with the same time,
+** polling the verdict between pieces. Conversions are checked as Lua checks them
+** (C99's list), so a bad one gets Lua's message.
+*/
+#define DATE_PIECE 2048
+
+static size_t date_conv_len (const char *c, size_t left) {  /* c: after '%'; 0 if bad */
+  static const char one[] = "aAbBcCdDeFgGhHIjmMnprRStTuUVwWxXyYzZ%";
+  static const char two[] = "EcECExEXEyEYOdOeOHOIOmOMOSOuOUOVOwOWOy";
+  if (left >= 1 && c[0] != '\0' && strchr(one, c[0]) != NULL) return 1;
+  for (const char *o = two; left >= 2 && *o; o += 2)
+    if (o[0] == c[0] && o[1] == c[1]) return 2;
+  return 0;
+}
+
+static int sb_date (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  size_t flen;
+  const char *f = luaL_optlstring(L, 1, "%c", &flen);
+  if (flen <= DATE_PIECE) return orig_date(L);
+  lua_Integer t = lua_isnoneornil(L, 2) ? (lua_Integer)time(NULL) : luaL_checkinteger(L, 2);
+  const char *end = f + flen, *p = f;
+  int utc = *p == '!';
+  p += utc;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  while (p < end) {
+    if (!utc && *p == '!') { luaL_addchar(&b, '!'); p++; continue; }  /* not a prefix */
+    const char *q = p;
+    /* a piece never ends close to the end, so none is "*t" */
+    while (q < end && (q - p < DATE_PIECE || end - q < 16)) {
+      if (*q != '%') { q++; continue; }
+      size_t n = date_conv_len(q + 1, (size_t)(end - q - 1));
+      if (n == 0)
+        return luaL_argerror(L, 1, lua_pushfstring(L, "invalid conversion specifier '%%%s'",
+                                                   q + 1));
+      q += 1 + n;
+    }
+    lua_pushcfunction(L, orig_date);
+    if (utc) lua_pushliteral(L, "!");
+    lua_pushlstring(L, p, (size_t)(q - p));
+    if (utc) lua_concat(L, 2);
+    lua_pushinteger(L, t);
+    lua_call(L, 2, 1);
+    luaL_addvalue(&b);
+    p = q;
+    tp__sandbox_check(L, sb);
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
+/*
+** utf8.len is linear, but 64 MiB is one 150 ms C call. Over UTF8_PIECE bytes, Lua's
+** utf8.len counts the text a piece at a time, polling the verdict between pieces. A
+** piece ends just before a byte that is not a continuation byte: when the text before
+** it decoded, a character starts there, so counts and the position of an invalid byte
+** are Lua's. Nine continuation bytes in a row are invalid UTF-8 (Lua decodes at most
+** five after a lead byte), and Lua's count stops at them.
+*/
+#define UTF8_PIECE (1 << 20)
+static lua_CFunction orig_utf8len;
+
+static int sb_utf8len (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  if (len <= UTF8_PIECE) return orig_utf8len(L);
+  lua_Integer i = luaL_optinteger(L, 2, 1), j = luaL_optinteger(L, 3, -1);
+  if (i < 0) i = 0u - (size_t)i > len ? 0 : (lua_Integer)len + i + 1;
+  if (j < 0) j = 0u - (size_t)j > len ? 0 : (lua_Integer)len + j + 1;
+  if (!(1 <= i && i - 1 <= (lua_Integer)len && j - 1 < (lua_Integer)len))
+    return orig_utf8len(L);  /* its argument error */
+  int lax = lua_toboolean(L, 4);
+  lua_Integer n = 0;
+  for (lua_Integer a = i; a <= j; ) {  /* 1-based, inclusive */
+    lua_Integer b = j;
+    if (j - a >= UTF8_PIECE) {
+      b = a + UTF8_PIECE - 1;
+      lua_Integer k = 0;
+      while (k < 9 && ((unsigned char)s[b - k] & 0xC0) == 0x80) k++;  /* s[b - k]: byte b-k+1 */
+      b = k < 9 ? b - k : j;
+    }
+    lua_pushcfunction(L, orig_utf8len);
+    lua_pushvalue(L, 1);
+    lua_pushinteger(L, a);
+    lua_pushinteger(L, b);
+    lua_pushboolean(L, lax);
+    lua_call(L, 4, 2);
+    if (lua_isnil(L, -2)) return 2;  /* fail, position */
+    n += lua_tointeger(L, -2);
+    lua_pop(L, 2);
+    a = b + 1;
+    tp__sandbox_check(L, sb);
+  }
+  lua_pushinteger(L, n);
+  return 1;
+}
+
 static int sb_rep (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   size_t l, lsep = 0;
@@ -690,6 +1035,8 @@ static int has_specials (const char *p, size_t lp) {
   return 0;
 }
 
+#define FIND_WINDOW (1 << 20)
+
 /* string.find: plain searches (and patterns without specials, which Lua searches the
 ** same way) use memmem, linear in time; patterns go to Lua's metered matcher. */
 static int sb_find (lua_State *L) {
@@ -704,7 +1051,21 @@ static int sb_find (lua_State *L) {
   else if (init < -(lua_Integer)ls) init = 0;
   else init = (lua_Integer)ls + init;
   if ((size_t)init > ls) { luaL_pushfail(L); return 1; }
-  const char *hit = memmem(s + init, ls - (size_t)init, p, lp);
+  /* memmem is linear, but 64 MiB is one ~200 ms C call: the text is searched in
+  ** windows of FIND_WINDOW starting places (at least the pattern's length, so the work
+  ** stays linear), overlapping by the pattern's length, polling between windows */
+  tp_sandbox *sb = tp__sandbox_of(L);
+  const char *hit = NULL, *at = s + init, *end = s + ls;
+  size_t win = lp > FIND_WINDOW ? lp : FIND_WINDOW;
+  for (;;) {
+    size_t left = (size_t)(end - at);
+    if (lp > left) break;
+    size_t n = left - lp + 1 > win ? win + lp - 1 : left;  /* win starting places */
+    hit = memmem(at, n, p, lp);
+    if (hit != NULL || n == left) break;
+    at += win;
+    tp__sandbox_check(L, sb);
+  }
   if (hit == NULL) { luaL_pushfail(L); return 1; }
   lua_pushinteger(L, (hit - s) + 1);
   lua_pushinteger(L, (lua_Integer)((size_t)(hit - s) + lp));
@@ -784,10 +1145,22 @@ static int sb_move (lua_State *L) {
   return 1;
 }
 
-/* Heap sort for the cases Lua's sort cannot be stopped in: the default order or an
-** order function written in C. With an order function in Lua, the hook runs inside it
-** and Lua's own (faster) sort is used. */
-static int sort_less (lua_State *L, int a, int b) {  /* a, b: absolute stack indexes */
+/*
+** table.sort. Lua's own sort runs when the order function is written in Lua (the hook
+** runs inside it, so a verdict stops the sort at the next comparison), or when there
+** are fewer than SORT_SMALL values, each a number, a string of at most
+** SORT_SHORT_STRING bytes, or a value without a metatable that Lua cannot order at all
+** (its first comparison raises Lua's own error, so mixed arrays fail as in Lua), in a
+** plain table: about 10^4 cheap comparisons, well under 1 ms. Everything else (the default order over long strings, where one comparison of
+** two 30 MiB strings takes ~3 ms and Lua's sort of 1000 of them took 17 s; an order
+** function or __lt written in C; many values) goes to the heap sort below, which polls
+** the run's verdict at every comparison.
+*/
+#define SORT_SMALL 1024
+#define SORT_SHORT_STRING 256
+
+static int sort_less (lua_State *L, tp_sandbox *sb, int a, int b) {  /* absolute indexes */
+  if (atomic_load(&sb->kill) != TP_KILL_NONE) tp__sandbox_check(L, sb);
   if (lua_isnil(L, 2)) return lua_compare(L, a, b, LUA_OPLT);
   lua_pushvalue(L, 2);
   lua_pushvalue(L, a);
@@ -809,16 +1182,30 @@ static void sift (lua_State *L, tp_sandbox *sb, lua_Integer root, lua_Integer n,
     if (child < n) {
       lua_geti(L, 1, child + 1);                 /* c c+1 */
       int top = lua_gettop(L);
-      if (sort_less(L, top - 1, top)) { lua_remove(L, -2); child++; }
+      if (sort_less(L, sb, top - 1, top)) { lua_remove(L, -2); child++; }
       else lua_pop(L, 1);
     }
     lua_geti(L, 1, root);                        /* c r */
     int top = lua_gettop(L);
-    if (!sort_less(L, top, top - 1)) { lua_pop(L, 2); break; }
+    if (!sort_less(L, sb, top, top - 1)) { lua_pop(L, 2); break; }
     lua_seti(L, 1, child);                       /* t[child] = r; c */
     lua_seti(L, 1, root);                        /* t[root] = c */
     root = child;
   }
+}
+
+/* Whether Lua's sort of t (arg 1, n values, default order) is cheap; see above. */
+static int cheap_default_sort (lua_State *L, lua_Integer n) {
+  if (n >= SORT_SMALL || lua_type(L, 1) != LUA_TTABLE) return 0;
+  if (lua_getmetatable(L, 1)) { lua_pop(L, 1); return 0; }
+  int cheap = 1;
+  for (lua_Integer i = 1; i <= n && cheap; i++) {
+    int t = lua_rawgeti(L, 1, i);
+    if (t == LUA_TSTRING) cheap = lua_rawlen(L, -1) <= SORT_SHORT_STRING;
+    else if (t != LUA_TNUMBER && lua_getmetatable(L, -1)) { lua_pop(L, 1); cheap = 0; }
+    lua_pop(L, 1);
+  }
+  return cheap;
 }
 
 static int sb_sort (lua_State *L) {
@@ -826,10 +1213,11 @@ static int sb_sort (lua_State *L) {
   check_table(L, 1, 1);
   lua_Integer n = luaL_len(L, 1);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TFUNCTION);
-  if (n > 1 && n < 1024) return orig_sort(L);
+  if (n < 2) return 0;
   if (lua_type(L, 2) == LUA_TFUNCTION && !lua_iscfunction(L, 2)) return orig_sort(L);
-  luaL_argcheck(L, n < INT32_MAX, 1, "array too big");
   lua_settop(L, 2);
+  if (lua_isnil(L, 2) && cheap_default_sort(L, n)) return orig_sort(L);
+  luaL_argcheck(L, n < INT32_MAX, 1, "array too big");
   luaL_checkstack(L, 8, "sort");
   lua_Integer steps = 0;
   for (lua_Integer i = n / 2; i >= 1; i--) sift(L, sb, i, n, &steps);
@@ -1032,7 +1420,8 @@ static const wrapper wrappers[] = {
   { "string", "find", sb_find },         { "string", "format", sb_format },
   { "string", "rep", sb_rep },
   { "table", "concat", sb_concat },      { "table", "move", sb_move },
-  { "table", "sort", sb_sort },
+  { "table", "sort", sb_sort },        { "os", "date", sb_date },
+  { "utf8", "len", sb_utf8len },
   { "coroutine", "resume", sb_co_resume }, { "coroutine", "wrap", sb_co_wrap },
   { "coroutine", "yield", sb_co_yield },   { "coroutine", "close", sb_co_close },
   { "coroutine", "running", sb_co_running },
@@ -1160,6 +1549,9 @@ static void originals_setup (void) {
     lua_pop(L, 1);
   }
   lua_pop(L, 2);
+
+  orig_date = field_fn(L, "os", "date");
+  orig_utf8len = field_fn(L, "utf8", "len");
   plan_slots(L);
   lua_close(L);
   const char *g = getenv("TP_GC_AGGRESSIVE");

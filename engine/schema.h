@@ -26,7 +26,19 @@ typedef struct tp_schema_errors {
   tp_schema_error *items;
   size_t count;
   size_t cap;     /* private */
+  size_t more;    /* errors found past the cap (tp_schema_bounds.max_errors), not kept */
 } tp_schema_errors;
+
+/* Errors a validation keeps by default; the rest are only counted (errs->more). */
+#define TP_SCHEMA_MAX_ERRORS 20
+
+/* Bounds of one validation (tp_schema_validate_bounded). */
+typedef struct tp_schema_bounds {
+  size_t max_errors;        /* errors kept; 0 = TP_SCHEMA_MAX_ERRORS */
+  int (*stop)(void *ud);    /* polled as validation goes, about every 0.1 ms of work;
+                            ** nonzero stops it. NULL: never stopped */
+  void *ud;
+} tp_schema_bounds;
 
 /* Depth cap for every recursive walk: schema nesting, instance nesting and $ref chains. */
 #define TP_SCHEMA_MAX_DEPTH 128
@@ -45,13 +57,30 @@ tp_schema *tp_schema_compile(const json_t *schema, tp_dialect default_dialect,
                              char *err, size_t errlen);
 
 /*
-** Validate an instance. Returns 1 when valid, 0 when invalid (every error is appended to
-** errs when errs != NULL, deduplicated and sorted by path), -1 on internal failure (out
+** Validate an instance. Returns 1 when valid, 0 when invalid (the errors are appended to
+** errs when errs != NULL, deduplicated and sorted by path: the first
+** TP_SCHEMA_MAX_ERRORS of them, the rest counted in errs->more), -1 on internal failure (out
 ** of memory, or a NULL schema or instance). Thread-safe: one compiled schema may
 ** validate on several threads at once. Does not allocate on the valid path for schemas
 ** without propertyNames, unevaluated* or concurrent use of patterns.
 */
 int tp_schema_validate(const tp_schema *s, const json_t *instance, tp_schema_errors *errs);
+
+/*
+** tp_schema_validate under bounds (NULL: the defaults). Validation takes O(n log n) in
+** the instance at worst for a given schema (uniqueItems sorts by a hash of each item),
+** and the first b->max_errors errors are kept (sorted by path), the rest counted in
+** errs->more. Returns as tp_schema_validate, or -2 when b->stop asked it to stop (no
+** errors are added then).
+*/
+int tp_schema_validate_bounded(const tp_schema *s, const json_t *instance,
+                               tp_schema_errors *errs, const tp_schema_bounds *b);
+
+/* The errors as one line for a message: "path: message; path: message; and N more",
+** at most max_shown of them, N counting the rest (errs->more included); cut to fit
+** buf[len] with "..." at the end. */
+void tp_schema_errors_text(const tp_schema_errors *errs, size_t max_shown, char *buf,
+                           size_t len);
 
 /* The dialect the root schema was compiled as; TP_DIALECT_2020_12 for NULL. */
 tp_dialect tp_schema_dialect(const tp_schema *s);

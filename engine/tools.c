@@ -324,18 +324,39 @@ static void call_fail_now (tp_call *c, const char *code, const char *fmt, ...) {
   tp__call_finish(c, 0, NULL, code, buf);
 }
 
-/* Joins up to the first 8 schema errors into one message. */
+/* Joins up to the first 8 schema errors into one message ("; and N more"). */
 static void schema_message (char *buf, size_t len, const tp_schema_errors *errs) {
-  size_t o = 0;
-  buf[0] = '\0';
-  for (size_t i = 0; i < errs->count && i < 8 && o < len; i++) {
-    int n = snprintf(buf + o, len - o, "%s%s: %s", i ? "; " : "", errs->items[i].path,
-                     errs->items[i].message);
-    if (n < 0) break;
-    o += (size_t)n;
-  }
-  if (errs->count > 8 && o < len)
-    snprintf(buf + o, len - o, "; and %zu more", errs->count - 8);
+  tp_schema_errors_text(errs, 8, buf, len);
+}
+
+/* Validation runs for the script (its arguments, its tools' results), so it polls the
+** run's verdict as it goes: it stops once the run has a verdict (the watchdog records
+** limit.time and limit.cpu while a step runs) or its wall deadline has passed (a result
+** may be checked while the script waits). */
+static int validation_stop (void *ud) {
+  tp_run *r = ud;
+  if (atomic_load(&r->sb->kill) != TP_KILL_NONE) return 1;
+  return r->deadline_ns && tp__now_ns() >= r->deadline_ns;
+}
+
+/* Validates v against s for run r: 1 valid, 0 invalid (errs), -1 out of memory, -2
+** stopped; then the run has a verdict (limit.time recorded if it had none). */
+static int validate_for (tp_run *r, const tp_schema *s, const json_t *v,
+                         tp_schema_errors *errs) {
+  tp_schema_bounds b = { TP_SCHEMA_MAX_ERRORS, validation_stop, r };
+  int rc = tp_schema_validate_bounded(s, v, errs, &b);
+  if (rc == -2) tp__sandbox_kill(r->sb, TP_KILL_TIME);  /* kept if it had one */
+  return rc;
+}
+
+/* The error of a call whose validation was stopped by the run's verdict. */
+static void fail_stopped (tp_call *c, const char *what) {
+  tp_sandbox *sb = c->run->sb;
+  tp_kill why = (tp_kill)atomic_load(&sb->kill);
+  char msg[256];
+  tp__kill_message(sb, why, msg, sizeof msg);
+  call_fail_now(c, tp__kill_code(why), "tools.%s: %s were not checked: %s", c->name, what,
+                msg);
 }
 
 /* The closest tool names to a wrong one, for tool.unknown. */
@@ -661,7 +682,11 @@ static void call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *a
     return;
   }
   tp_schema_errors errs = { 0 };
-  int v = tp_schema_validate(c->tool->in_schema, args, &errs);
+  int v = validate_for(r, c->tool->in_schema, args, &errs);
+  if (v == -2) {
+    fail_stopped(c, "the arguments");
+    return;
+  }
   if (v != 1) {
     char msg[3000];
     if (v == 0) schema_message(msg, sizeof msg, &errs);
@@ -774,7 +799,12 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
   }
   if (c->tool->out_schema) {
     tp_schema_errors errs = { 0 };
-    int v = tp_schema_validate(c->tool->out_schema, result, &errs);
+    int v = validate_for(c->run, c->tool->out_schema, result, &errs);
+    if (v == -2) {
+      json_decref(result);
+      fail_stopped(c, "the results");
+      return TP_OK;
+    }
     if (v != 1) {
       char msg[3000];
       if (v == 0) schema_message(msg, sizeof msg, &errs);
@@ -1191,30 +1221,64 @@ static int tools_list (lua_State *L) {
   return 1;
 }
 
+/*
+** Discovery inside a script: describe.lua runs in the host state for the run, polling
+** its verdict (host.c), on capped inputs: a tool name is at most 128 bytes (longer ones
+** name no tool), a query at most DISCOVERY_QUERY_MAX bytes, of which describe.lua reads
+** 16 words and returns at most 50 tools. What the host builds for the answer is charged
+** to the run's host budget while it lives.
+*/
+#define DISCOVERY_QUERY_MAX 1024
+#define DISCOVERY_NODE_COST 128   /* host bytes of a JSON node of a search result */
+
 static int tools_describe (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
-  const char *name = luaL_checkstring(L, 1);
-  if (tp__tool_find(sb->run->e, name) == NULL)
-    return luaL_error(L, "tools.describe: there is no tool %s (tools.list() lists them)", name);
-  char *text = tp__host_describe(sb->run->e, "lua", name);
+  size_t len;
+  const char *name = luaL_checklstring(L, 1, &len);
+  if (len > 128 || strlen(name) != len || tp__tool_find(sb->run->e, name) == NULL)
+    return luaL_error(L, "tools.describe: there is no tool %s%s (tools.list() lists them)",
+                      len > 128 ? lua_pushlstring(L, name, 64) : name, len > 128 ? "..." : "");
+  char *text = tp__host_describe(sb->run->e, sb, "lua", name);
+  tp__sandbox_check(L, sb);  /* a verdict stopped it */
   if (text == NULL) return luaL_error(L, "tools.describe: no description available");
-  lua_pushstring(L, text);
+  size_t n = strlen(text) + 1;
+  if (tp__host_charge(sb, n) != 0) {
+    free(text);
+    tp__sandbox_check(L, sb);  /* limit.memory */
+  }
+  lua_pushlstring(L, text, n - 1);
   free(text);
+  tp__host_refund(sb, n);
   return 1;
 }
 
 static int tools_search (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
-  const char *q = luaL_checkstring(L, 1);
+  size_t qlen;
+  const char *q = luaL_checklstring(L, 1, &qlen);
+  if (qlen > DISCOVERY_QUERY_MAX)
+    return luaL_error(L, "tools.search: the query is %I bytes, over the limit of %d: search "
+                      "with a few words", (LUAI_UACINT)qlen, DISCOVERY_QUERY_MAX);
   json_t **slot = tp_json_box(L);  /* owns the tree while pushing it may raise */
-  char *json = tp__host_search(sb->run->e, q);
+  char *json = tp__host_search(sb->run->e, sb, q);
+  tp__sandbox_check(L, sb);  /* a verdict stopped it */
+  size_t len = json ? strlen(json) : 0, cost = 0;
+  if (json != NULL) {
+    /* the text, and the tree made of it: about 4 nodes a result, one per 40 bytes */
+    cost = len + 1 + (len / 40 + 1) * DISCOVERY_NODE_COST;
+    if (tp__host_charge(sb, cost) != 0) {
+      free(json);
+      tp__sandbox_check(L, sb);  /* limit.memory */
+    }
+  }
   tp_json_err jerr;
-  *slot = json ? tp_json_loads(json, strlen(json), &jerr) : NULL;
+  *slot = json ? tp_json_loads(json, len, &jerr) : NULL;
   free(json);
-  if (*slot == NULL) { lua_newtable(L); return 1; }
+  if (*slot == NULL) { tp__host_refund(sb, cost); lua_newtable(L); return 1; }
   tp_json_push(L, *slot, 0);
   json_decref(*slot);
   *slot = NULL;
+  tp__host_refund(sb, cost);
   return 1;
 }
 

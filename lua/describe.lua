@@ -8,7 +8,8 @@
 --   describe.preamble()                 -> text: the sandbox, for the model
 --   describe.lua_api(tools)             -> text: LuaCATS annotations of the tools
 --   describe.run_lua_tool(tools, opts)  -> {name, description, inputSchema} of run_lua
---   describe.search(tools, query)       -> {{name, description, score}...} best first
+--   describe.search(tools, query)       -> {{name, description, score}...} best first,
+--                                          at most 50
 local M = {}
 
 local concat, sort = table.concat, table.sort
@@ -352,12 +353,33 @@ local function count(s, word)
   end
 end
 
--- The tools ranked by the query's words: each occurrence in the name counts
--- NAME_WEIGHT, each in the description 1. Tools that match nothing are left out, unless
--- the query has no words, which lists every tool. Ties are broken by name.
+-- What a search reads and returns is capped, since a script can search in a loop: the
+-- host runs this under the run's verdict, and these caps keep one search small.
+local MAX_WORDS, MAX_RESULTS, MAX_DESCRIPTION = 16, 50, 1000
+
+-- s cut to at most n bytes at a character boundary, with "..." when cut.
+local function cut(s, n)
+  if #s <= n then return s end
+  local at = n
+  while at > 0 and (s:byte(at + 1) or 0) >= 0x80 and (s:byte(at + 1) or 0) < 0xC0 do
+    at = at - 1
+  end
+  return s:sub(1, at) .. "..."
+end
+
+-- The tools ranked by the query's words (the first 16 distinct ones): each occurrence in
+-- the name counts NAME_WEIGHT, each in the description 1. Tools that match nothing are
+-- left out, unless the query has no words, which lists every tool. Ties are broken by
+-- name. At most 50 tools, descriptions cut at 1000 bytes.
 function M.search(tools, query)
-  local words = {}
-  for w in tostring(query or ""):lower():gmatch("[%w_]+") do words[#words + 1] = w end
+  local words, seen = {}, {}
+  for w in tostring(query or ""):lower():gmatch("[%w_]+") do
+    if not seen[w] then
+      seen[w] = true
+      words[#words + 1] = w
+      if #words == MAX_WORDS then break end
+    end
+  end
   local hits = {}
   for _, t in ipairs(by_name(tools)) do
     local name = tostring(t.name):lower()
@@ -367,13 +389,16 @@ function M.search(tools, query)
       score = score + NAME_WEIGHT * count(name, w) + count(desc, w)
     end
     if score > 0 or #words == 0 then
-      hits[#hits + 1] = { name = t.name, description = t.description or "", score = score }
+      hits[#hits + 1] = { name = t.name, score = score,
+                          description = cut(type(t.description) == "string" and
+                                            t.description or "", MAX_DESCRIPTION) }
     end
   end
   sort(hits, function(a, b)
     if a.score ~= b.score then return a.score > b.score end
     return tostring(a.name) < tostring(b.name)
   end)
+  for i = #hits, MAX_RESULTS + 1, -1 do hits[i] = nil end
   return hits
 end
 

@@ -68,7 +68,7 @@ static const tp_allow tp_allowlist[] = {
   { "string", "packsize", TP_KEEP, NULL },
   { "string", "unpack",   TP_KEEP, NULL },
   { "string", "find",     TP_WRAP, "plain search in linear time (Lua's is quadratic at worst)" },
-  { "string", "format",   TP_WRAP, "no %p, and %s of a table shows no address" },
+  { "string", "format",   TP_WRAP, "no %p, %s of a table shows no address; stoppable: a long format is one long C call" },
   { "string", "rep",      TP_WRAP, "string.rep('', 1e18) would loop in C for ever; a result over the memory limit is limit.memory" },
   { "string", "dump",     TP_DROP, "makes bytecode, which load refuses anyway; leaks upvalue layout" },
   /* table */
@@ -97,7 +97,8 @@ static const tp_allow tp_allowlist[] = {
   /* utf8 */
   { "utf8", "char", TP_KEEP, NULL },  { "utf8", "charpattern", TP_KEEP, NULL },
   { "utf8", "codes", TP_KEEP, NULL }, { "utf8", "codepoint", TP_KEEP, NULL },
-  { "utf8", "len", TP_KEEP, NULL },   { "utf8", "offset", TP_KEEP, NULL },
+  { "utf8", "offset", TP_KEEP, NULL },
+  { "utf8", "len", TP_WRAP, "stoppable: 64 MiB of text is one long C call" },
   /* coroutine: wrapped so the host's tool requests and time slices pass through */
   { "coroutine", "create",      TP_KEEP, NULL },
   { "coroutine", "status",      TP_KEEP, NULL },
@@ -110,7 +111,7 @@ static const tp_allow tp_allowlist[] = {
   /* os: the clock only */
   { "os", "time",      TP_KEEP, NULL },
   { "os", "clock",     TP_KEEP, NULL },
-  { "os", "date",      TP_KEEP, NULL },
+  { "os", "date",      TP_WRAP, "stoppable: a long format is one long C call (a strftime per conversion)" },
   { "os", "difftime",  TP_KEEP, NULL },
   { "os", "execute",   TP_DROP, "runs host commands" },
   { "os", "exit",      TP_DROP, "ends the host process" },

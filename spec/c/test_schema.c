@@ -541,6 +541,178 @@ TEST(validation_is_fast_for_a_small_object) {
   json_decref(inst);
 }
 
+/* The work a validation does, as the number of times it asks whether to stop (every
+** 4096 units of work): a figure that does not depend on the machine. */
+static int polls;
+static int count_polls (void *ud) { (void)ud; polls++; return 0; }
+static int stop_now (void *ud) { (void)ud; polls++; return 1; }
+
+TEST(unique_items_of_100k_values_is_not_quadratic) {
+  json_t *j = J("{\"uniqueItems\":true}"), *a = json_array();
+  for (int i = 0; i < 100000; i++)
+    json_array_append_new(a, i % 2 ? json_integer(i) : json_pack("{s:i,s:[i]}", "k", i, "v", i));
+  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema_bounds b = { 0, count_polls, NULL };
+  tp_schema_errors e = {0};
+  polls = 0;
+  double t0 = now_ns();
+  CHECK_INT(tp_schema_validate_bounded(s, a, &e, &b), 1);
+  printf("# uniqueItems over 100000 distinct items: %.1f ms, %d polls\n",
+         (now_ns() - t0) / 1e6, polls);
+  CHECK(polls < 500);  /* pairwise comparison was 5e9 comparisons */
+  /* equal values found whatever their order or number type, first pair reported */
+  json_array_append_new(a, json_pack("{s:[f],s:f}", "v", 6.0, "k", 6.0));
+  json_array_append_new(a, json_real(99999.0));
+  polls = 0;
+  CHECK_INT(tp_schema_validate_bounded(s, a, &e, &b), 0);
+  CHECK_INT(e.count, 1);
+  CHECK_STR(e.count ? e.items[0].message : "", "expected unique items, but items 6 and 100000 are equal");
+  CHECK(polls < 500);
+  CHECK_INT(tp_schema_validate(s, a, NULL), 0);
+  tp_schema_errors_clear(&e);
+  tp_schema_free(s);
+  json_decref(j);
+  json_decref(a);
+}
+
+TEST(errors_are_capped_at_20_then_and_n_more) {
+  json_t *j = J("{\"items\":{\"type\":\"string\"}}"), *a = json_array();
+  for (int i = 0; i < 100; i++) json_array_append_new(a, json_integer(i));
+  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema_errors e = {0};
+  CHECK_INT(tp_schema_validate(s, a, &e), 0);
+  CHECK_INT(e.count, TP_SCHEMA_MAX_ERRORS);
+  CHECK_INT(e.more, 80);
+  CHECK_STR(e.items[19].path, "$[19]");
+  char text[4000];
+  tp_schema_errors_text(&e, 20, text, sizeof text);
+  CHECK_HAS(text, "$[19]: expected string, got integer 19; and 80 more");
+  tp_schema_errors_text(&e, 2, text, sizeof text);
+  CHECK_STR(text, "$[0]: expected string, got integer 0; $[1]: expected string, got integer 1; "
+                  "and 98 more");
+  tp_schema_errors_clear(&e);
+  CHECK_INT(e.more, 0);
+  tp_schema_bounds b = { 3, NULL, NULL };
+  CHECK_INT(tp_schema_validate_bounded(s, a, &e, &b), 0);
+  CHECK_INT(e.count, 3);
+  CHECK_INT(e.more, 97);
+  tp_schema_errors_text(&e, 8, text, sizeof text);
+  CHECK_STR(text, "$[0]: expected string, got integer 0; $[1]: expected string, got integer 1; "
+                  "$[2]: expected string, got integer 2; and 97 more");
+  tp_schema_errors_text(&e, 8, text, 20);
+  CHECK_STR(text, "$[0]: expected s...");
+  tp_schema_errors_clear(&e);
+  tp_schema_free(s);
+  json_decref(j);
+  json_decref(a);
+}
+
+TEST(validation_stops_when_its_run_says_so) {
+  json_t *j = J("{\"items\":{\"type\":\"integer\",\"minimum\":0}}"), *a = json_array();
+  for (int i = 0; i < 100000; i++) json_array_append_new(a, json_integer(-i));
+  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema_errors e = {0};
+  tp_schema_bounds b = { 0, stop_now, NULL };
+  polls = 0;
+  CHECK_INT(tp_schema_validate_bounded(s, a, &e, &b), -2);
+  CHECK_INT(polls, 1);
+  CHECK_INT(e.count, 0);
+  CHECK_INT(e.more, 0);
+  tp_schema_errors_clear(&e);
+  json_t *good = json_array();  /* the fast check (no errors wanted) stops too */
+  for (int i = 0; i < 100000; i++) json_array_append_new(good, json_integer(i));
+  polls = 0;
+  CHECK_INT(tp_schema_validate_bounded(s, good, NULL, &b), -2);
+  CHECK_INT(polls, 1);
+  json_decref(good);
+  tp_schema_free(s);
+  json_decref(j);
+  json_decref(a);
+}
+
+TEST(a_huge_property_name_is_cut_in_messages_and_paths) {
+  size_t n = 1 << 20;
+  char *k = malloc(n + 1);
+  memset(k, 'k', n);
+  k[n] = 0;
+  k[62] = '\xc3';  /* a two-byte character across the cut at 64 bytes */
+  k[63] = '\xa9';
+  k[64] = '\xc3';
+  k[65] = '\xa9';
+  json_t *j = J("{\"properties\":{\"a\":{\"properties\":{\"b\":true},\"additionalProperties\":false}}}");
+  json_t *inner = json_object(), *inst = json_object();
+  json_object_set_new(inner, k, json_integer(1));
+  json_object_set_new(inst, "a", inner);
+  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema_errors e = {0};
+  CHECK_INT(tp_schema_validate(s, inst, &e), 0);
+  CHECK_INT(e.count, 1);
+  if (e.count) {
+    char want[200];
+    snprintf(want, sizeof want, "$.a[\"%.64s...\"]", k);
+    CHECK_STR(e.items[0].path, want);
+    snprintf(want, sizeof want, "unexpected property \"%.64s...\" (allowed: \"b\")", k);
+    CHECK_STR(e.items[0].message, want);
+  }
+  tp_schema_errors_clear(&e);
+  tp_schema_free(s);
+  json_decref(j);
+  json_decref(inst);
+  free(k);
+}
+
+TEST(unevaluated_properties_of_a_100k_key_object_is_not_quadratic) {
+  json_t *j = J("{\"allOf\":[{\"properties\":{\"z\":true}},{\"patternProperties\":{\"^k1\":true}}],"
+                "\"unevaluatedProperties\":{\"type\":\"integer\"}}"), *o = json_object();
+  char key[32];
+  for (int i = 0; i < 100000; i++) {
+    snprintf(key, sizeof key, "k%d", i);
+    json_object_set_new(o, key, i == 77777 ? json_string("x") : json_integer(i));
+  }
+  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema_bounds b = { 0, count_polls, NULL };
+  tp_schema_errors e = {0};
+  polls = 0;
+  CHECK_INT(tp_schema_validate_bounded(s, o, &e, &b), 0);
+  CHECK_INT(e.count, 1);
+  CHECK_STR(e.count ? e.items[0].path : "", "$.k77777");
+  CHECK(polls < 500);
+  tp_schema_errors_clear(&e);
+  tp_schema_free(s);
+  json_decref(j);
+  json_decref(o);
+}
+
+TEST(format_checks_of_huge_strings_stay_linear) {
+  size_t n = 4 << 20;
+  char *v = malloc(n + 1);
+  memset(v, 'a', n);  /* "x:aaa...//[[[...": each bracket looked for the first '/' */
+  memcpy(v, "x:", 2);
+  memcpy(v + n / 2, "//", 2);
+  for (size_t i = n / 2 + 2; i < n; i++) v[i] = '[';
+  v[n] = 0;
+  json_t *str = json_string(v);
+  json_t *j = J("{\"format\":\"uri-reference\"}");
+  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 1, NULL, 0);
+  double t0 = now_ns();
+  CHECK_INT(tp_schema_validate(s, str, NULL), 1);
+  printf("# format uri-reference of a 4 MiB string of brackets: %.1f ms (was quadratic: 11 s "
+         "for 1 MiB)\n", (now_ns() - t0) / 1e6);
+  tp_schema_free(s);
+  json_decref(j);
+  j = J("{\"format\":\"regex\"}");  /* over 256 KiB, not taken for a regular expression */
+  s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 1, NULL, 0);
+  memset(v, 'a', n);
+  json_decref(str);
+  str = json_string(v);
+  CHECK_INT(tp_schema_validate(s, str, NULL), 0);
+  CHECK_INT(tp_schema_format_check("regex", v, 1000), 1);
+  tp_schema_free(s);
+  json_decref(j);
+  json_decref(str);
+  free(v);
+}
+
 int main (void) {
   RUN(type_error_names_expected_and_actual);
   RUN(required_reports_the_missing_property_at_the_object);
@@ -564,5 +736,11 @@ int main (void) {
   RUN(errors_append_and_clear);
   RUN(one_compiled_schema_validates_on_many_threads);
   RUN(validation_is_fast_for_a_small_object);
+  RUN(unique_items_of_100k_values_is_not_quadratic);
+  RUN(errors_are_capped_at_20_then_and_n_more);
+  RUN(validation_stops_when_its_run_says_so);
+  RUN(a_huge_property_name_is_cut_in_messages_and_paths);
+  RUN(unevaluated_properties_of_a_100k_key_object_is_not_quadratic);
+  RUN(format_checks_of_huge_strings_stay_linear);
   return tp_test_end();
 }
