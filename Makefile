@@ -15,6 +15,13 @@ CC         ?= cc
 OPT        ?= -O2 -g
 SANITIZE   ?=
 VERSION    := 0.1.0
+# Fuzzing (make fuzz): clang's libFuzzer under ASan+UBSan, objects in their own directory.
+FUZZ_CC      ?= clang
+FUZZ_BUILD   ?= $(BUILD)/fuzz
+FUZZ_OPT     ?= -O1 -g
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(patsubst spec/fuzz/%.c,%,$(wildcard spec/fuzz/fuzz_*.c))
+FUZZ_ARGS    ?=
 
 WARN_BASE   = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
               -Wpointer-arith -Wcast-align -Wwrite-strings -Wundef -Wno-unused-parameter
@@ -69,7 +76,8 @@ LUAMOD      = $(BUILD)/lua/tidepool.so
 PCFILE      = $(BUILD)/tidepool.pc
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
-.PHONY: all deps run test test-fast sanitize valgrind bench install uninstall clean lint
+.PHONY: all deps run test test-fast sanitize valgrind bench install uninstall clean lint \
+        fuzz fuzz-build
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE)
 
 # ---- setup --------------------------------------------------------------------------
@@ -156,6 +164,58 @@ valgrind: all $(CTESTS)
 lint:
 	luacheck --no-color -q sandbox lua tools spec
 
+# ---- fuzzing ------------------------------------------------------------------------
+# Every spec/fuzz/fuzz_*.c is a libFuzzer target (LLVMFuzzerTestOneInput) linked with the
+# engine, engine/mcp.c and Lua, all built by clang with coverage and ASan+UBSan in
+# $(FUZZ_BUILD). The embedded Lua files ($(GEN_SRCS)) and Lua's source are shared with
+# the plain build. mcp.c calls the option helpers of cli.c, so cli.c goes in too, with
+# its main made local: libFuzzer's main must be the one that runs.
+#   make fuzz                              each target for FUZZ_SECONDS (default 60)
+#   make fuzz FUZZ_TARGETS=fuzz_json FUZZ_SECONDS=600 FUZZ_ARGS='-max_len=8192'
+#   build/fuzz/fuzz_json build/fuzz/artifacts/json/crash-...   replays one input
+#   build/fuzz/fuzz_json build/fuzz/corpus/json spec/fuzz/corpus/json   by hand (libFuzzer
+#                                     adds its finds to the first directory: not the seeds)
+# Seeds come from spec/fuzz/corpus/<name>/; what a run finds is kept in
+# $(FUZZ_BUILD)/corpus/<name>/ and crashes in $(FUZZ_BUILD)/artifacts/<name>/.
+FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+               -fno-omit-frame-pointer
+# clang's -Wcast-align warns on x86 too (Lua's extra space, the arena), and its
+# -Wformat-nonliteral on vprintf-style wrappers; gcc's do not, and the code is the same.
+FUZZ_CFLAGS  = $(filter-out $(OPT) $(SAN_FLAGS),$(CFLAGS_ALL)) $(FUZZ_OPT) $(FUZZ_SAN) \
+               -Wno-cast-align -Wno-format-nonliteral
+FUZZ_LUA_OBJS = $(LUA_CORE:%=$(FUZZ_BUILD)/lua-obj/%.o)
+FUZZ_OBJS    = $(ENGINE_SRCS:engine/%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_BUILD)/obj/embedded.o \
+               $(FUZZ_BUILD)/obj/mcp.o $(FUZZ_BUILD)/obj/cli-nomain.o
+FUZZERS      = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
+
+$(FUZZ_BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/lua_patch.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=gnu99 $(FUZZ_OPT) $(LUA_DEFS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+	  -include engine/lua_patch.h -c $(LUA_SRC)/$*.c -o $@
+
+$(FUZZ_BUILD)/obj/%.o: engine/%.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/obj/embedded.o: $(GEN_SRCS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-missing-prototypes -c $< -o $@
+
+$(FUZZ_BUILD)/obj/cli-nomain.o: $(FUZZ_BUILD)/obj/cli.o
+	objcopy --localize-symbol=main $< $@
+
+# Objects, not an archive: luv (a shared library) takes from the executable Lua functions
+# that no engine object calls (luaL_openlibs), so all of Lua goes in.
+$(FUZZ_BUILD)/fuzz_%: spec/fuzz/fuzz_%.c $(wildcard spec/fuzz/*.h) $(FUZZ_OBJS) $(FUZZ_LUA_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Ispec/fuzz -fsanitize=fuzzer -Wl,-E -o $@ $< $(FUZZ_OBJS) \
+	  $(FUZZ_LUA_OBJS) $(LUV_LIBS) $(LIBS_ALL)
+
+fuzz-build: $(FUZZERS)
+
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_ARGS='$(FUZZ_ARGS)' \
+	  sh scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) \
 	  $(DESTDIR)$(LUACMOD) $(DESTDIR)$(DATADIR)/tools
@@ -178,4 +238,4 @@ uninstall:
 
 clean:
 	rm -rf $(BUILD)/obj $(BUILD)/gen $(BUILD)/tests $(BUILD)/bench $(BUILD)/lua-obj \
-	  $(BUILD)/lua $(BUILD)/sanitize $(LIB_A) $(LIB_SO) $(CLI) $(PCFILE)
+	  $(BUILD)/lua $(BUILD)/sanitize $(FUZZ_BUILD) $(LIB_A) $(LIB_SO) $(CLI) $(PCFILE)

@@ -45,7 +45,12 @@ static char thread_key;      /* registry: the script's thread T */
 */
 #if defined(__SANITIZE_ADDRESS__)
 #define ARENA_ON 0
-#else
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  /* clang before 16 has only this spelling */
+#define ARENA_ON 0
+#endif
+#endif
+#ifndef ARENA_ON
 #define ARENA_ON 1
 #endif
 #define ARENA_CHUNK (16 * 1024)

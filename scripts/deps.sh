@@ -1,25 +1,43 @@
 #!/bin/sh
 # Install the Debian packages tidepool needs, only those that are missing.
 # Runs apt-get as root, or through sudo; prints nothing when all are present.
+# FUZZ_PKGS build the fuzz targets (make fuzz, and briefly make test): clang and
+# libclang-rt-dev, its sanitizer and libFuzzer runtimes (libclang_rt.fuzzer). They are
+# wanted, not required: when they cannot be installed this says so and succeeds, and
+# make test counts the fuzz targets as failures.
 set -eu
 PKGS="build-essential pkg-config dpkg-dev ca-certificates debian-archive-keyring
 libjansson-dev libpcre2-dev libuv1-dev lua-luv-dev lua-lpeg-dev lua-busted lua-check
 valgrind nodejs npm"
+FUZZ_PKGS="clang libclang-rt-dev"
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-[ -z "$missing" ] && exit 0
+for p in $PKGS; do installed "$p" || missing="$missing $p"; done
+fuzz_missing=
+for p in $FUZZ_PKGS; do installed "$p" || fuzz_missing="$fuzz_missing $p"; done
+[ -z "$missing" ] && [ -z "$fuzz_missing" ] && exit 0
 # nodejs and npm may come from another repository already; skip them if commands exist.
 if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
   missing=$(echo "$missing" | tr ' ' '\n' | grep -vx -e nodejs -e npm | tr '\n' ' ')
-  [ -z "$(echo "$missing" | tr -d ' ')" ] && exit 0
 fi
+[ -z "$(echo "$missing" | tr -d ' ')" ] && [ -z "$fuzz_missing" ] && exit 0
 if [ "$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-  echo "deps.sh: missing packages:$missing; run as root or install sudo" >&2; exit 1
+  if [ -z "$(echo "$missing" | tr -d ' ')" ]; then
+    echo "deps.sh: missing$fuzz_missing (for the fuzz targets); run as root or install sudo" >&2
+    exit 0
+  fi
+  echo "deps.sh: missing packages:$missing$fuzz_missing; run as root or install sudo" >&2; exit 1
 fi
-echo "deps.sh: installing$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q >&2 || true
-# shellcheck disable=SC2086
-$SUDO apt-get install -y -q --no-install-recommends $missing >&2
+if [ -n "$(echo "$missing" | tr -d ' ')" ]; then
+  echo "deps.sh: installing$missing" >&2
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -q --no-install-recommends $missing >&2
+fi
+if [ -n "$fuzz_missing" ]; then
+  echo "deps.sh: installing$fuzz_missing (for the fuzz targets)" >&2
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -q --no-install-recommends $fuzz_missing >&2 ||
+    echo "deps.sh: could not install$fuzz_missing: make fuzz will not build" >&2
+fi

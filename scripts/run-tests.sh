@@ -6,6 +6,8 @@
 #   lint           luacheck over the Lua sources
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
 #                  error), one counted test, when valgrind is installed; about a minute
+#   fuzz           each libFuzzer target of spec/fuzz for FUZZ_TEST_SECONDS (5) from its
+#                  seeds, one counted test per target (scripts/fuzz.sh)
 # Exit status is non-zero when anything failed or a suite could not run.
 BUILD=${BUILD:-build}
 LUA="$BUILD/lua/lua"
@@ -101,6 +103,31 @@ if [ -z "${SANITIZE:-}" ] && command -v valgrind >/dev/null 2>&1 &&
     passed=$((passed + 1)); echo "valgrind: ok"
   else
     failed=$((failed + 1)); grep -vE '^ok - ' "$log" | tail -n 40; echo "valgrind: failed"
+  fi
+fi
+
+# Fuzzing: every libFuzzer target (spec/fuzz/fuzz_*.c) for a few seconds from its seeds
+# only (spec/fuzz/corpus/<name>/), so that a regression on a kept input, or a finding that
+# comes quickly, fails the suite; `make fuzz` runs them for longer. One count per target.
+# Needs clang and its libFuzzer runtime (scripts/deps.sh installs them): without them
+# every target counts as a failure. Not under `make sanitize`: the targets are ASan+UBSan
+# builds already.
+if [ -z "${SANITIZE:-}" ]; then
+  fuzz_targets=$(for f in spec/fuzz/fuzz_*.c; do [ -f "$f" ] && basename "$f" .c; done)
+  nfuzz=$(echo "$fuzz_targets" | grep -c .)
+  if ! command -v "${FUZZ_CC:-clang}" >/dev/null 2>&1; then
+    echo "fuzz: ${FUZZ_CC:-clang} is not installed: $nfuzz targets not run, counted as failures"
+    failed=$((failed + nfuzz))
+  elif ! env -u MAKEFLAGS -u MFLAGS make -s -j2 BUILD="$BUILD" fuzz-build >"$log" 2>&1; then
+    tail -n 20 "$log"
+    echo "fuzz: the targets did not build (clang's libFuzzer runtime missing?): $nfuzz failures"
+    failed=$((failed + nfuzz))
+  else
+    # shellcheck disable=SC2086
+    FUZZ_BUILD="$BUILD/fuzz" FUZZ_FRESH=1 sh scripts/fuzz.sh "${FUZZ_TEST_SECONDS:-5}" \
+      $fuzz_targets >"$log" 2>&1
+    grep -vE '^# [0-9]+ passed' "$log"
+    add_counts "fuzz"
   fi
 fi
 
