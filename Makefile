@@ -210,6 +210,9 @@ $(FUZZ_BUILD)/fuzz_%: spec/fuzz/fuzz_%.c $(wildcard spec/fuzz/*.h) $(FUZZ_OBJS) 
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Ispec/fuzz -fsanitize=fuzzer -Wl,-E -o $@ $< $(FUZZ_OBJS) \
 	  $(FUZZ_LUA_OBJS) $(LUV_LIBS) $(LIBS_ALL)
 
+# the objects are kept, or every make test would rebuild them all (about a minute)
+.SECONDARY: $(FUZZ_OBJS) $(FUZZ_LUA_OBJS) $(FUZZ_BUILD)/obj/cli.o
+
 fuzz-build: $(FUZZERS)
 
 fuzz: fuzz-build
