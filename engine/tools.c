@@ -981,9 +981,14 @@ static void put_summary (char *out, size_t *o, const tp_calls_summary *s) {
 ** formatting calls; at most 100 records, so it takes microseconds. NULL when out of
 ** memory; *len gets the length. */
 char *tp__run_calls_text (tp_run *r, size_t *len) {
-  size_t cap = 3 + TP_CALLS_LISTED * (RECORD_ROOM + 1) + SUMMARY_ROOM, o = 0;
-  for (size_t i = 0; i < r->ncallv; i++)
+  size_t listed = 0, o = 0;
+  for (size_t i = 0; i < r->ncallv; i++) {
     if (r->callv[i] != NULL && !is_listed(r->callv[i])) let_go(r, i);
+    listed += r->callv[i] != NULL;
+  }
+  /* sized from what is there: a buffer for every record a run may list is over 128 KiB,
+  ** which glibc gives back to the system at each free (a brk pair a run, 2x a cold run) */
+  size_t cap = 3 + listed * (RECORD_ROOM + 1) + (r->summary.calls > 0 ? SUMMARY_ROOM : 0);
   char *out = malloc(cap);
   if (out == NULL) return NULL;
   out[o++] = '[';
