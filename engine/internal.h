@@ -165,6 +165,12 @@ void tp__sandbox_hook(lua_State *L, lua_Debug *ar);
 void tp__sandbox_sethook(tp_sandbox *sb, lua_State *co);
 void tp__sandbox_charge(tp_sandbox *sb, lua_State *co);  /* the part of a hook period co ran */
 
+/* Records why as the first verdict, in its own words (the message of the run's error),
+** and arms the stopping hook like tp__sandbox_kill. Returns 0, leaving the note alone,
+** when another verdict came first. */
+int tp__sandbox_kill_note(tp_sandbox *sb, tp_kill why, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
 /* Raises the kill verdict as a Lua error if there is one; otherwise returns. */
 void tp__sandbox_check(lua_State *L, tp_sandbox *sb);
 

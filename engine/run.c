@@ -396,10 +396,9 @@ static void finish_ok (tp_run *r, int nres) {
     if (why == TP_KILL_NONE && o.over_bytes) {
       char cs[48];
       human_size(cs, sizeof cs, cap);
-      snprintf(sb->kill_note, sizeof sb->kill_note, "the script's return value is larger "
-               "than its result limit of %s of JSON (at %.60s)", cs, jerr.path);
-      tp__sandbox_kill(sb, TP_KILL_RESULT);
-      why = TP_KILL_RESULT;
+      tp__sandbox_kill_note(sb, TP_KILL_RESULT, "the script's return value is larger than "
+                            "its result limit of %s of JSON (at %.60s)", cs, jerr.path);
+      why = atomic_load(&sb->kill);
     }
     else if (why == TP_KILL_MEMORY && o.over_budget) {
       char ms[48];
@@ -437,9 +436,8 @@ static void finish_ok (tp_run *r, int nres) {
     text = NULL;
     budget->refund(budget->ud, text_cost);
     text_cost = 0;
-    snprintf(sb->kill_note, sizeof sb->kill_note, "the script's result is %zu bytes of "
-             "JSON, over its result limit of %s", n, cs);
-    tp__sandbox_kill(sb, TP_KILL_RESULT);
+    tp__sandbox_kill_note(sb, TP_KILL_RESULT, "the script's result is %zu bytes of JSON, "
+                          "over its result limit of %s", n, cs);
   }
   int why = atomic_load(&sb->kill);
   if (text == NULL && why == TP_KILL_NONE) why = TP_KILL_MEMORY;  /* the host's own malloc */

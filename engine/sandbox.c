@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
@@ -190,6 +191,20 @@ void tp__sandbox_kill (tp_sandbox *sb, tp_kill why) {
   atomic_compare_exchange_strong(&sb->kill, &expected, (int)why);
   lua_State *r = atomic_load(&sb->running);
   if (r) lua_sethook(r, tp__sandbox_hook, LUA_MASKCOUNT, 1);
+}
+
+int tp__sandbox_kill_note (tp_sandbox *sb, tp_kill why, const char *fmt, ...) {
+  char note[sizeof sb->kill_note];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(note, sizeof note, fmt, ap);
+  va_end(ap);
+  int expected = TP_KILL_NONE;
+  if (!atomic_compare_exchange_strong(&sb->kill, &expected, (int)why)) return 0;
+  memcpy(sb->kill_note, note, sizeof note);
+  lua_State *r = atomic_load(&sb->running);
+  if (r) lua_sethook(r, tp__sandbox_hook, LUA_MASKCOUNT, 1);
+  return 1;
 }
 
 void tp__sandbox_check (lua_State *L, tp_sandbox *sb) {

@@ -620,10 +620,10 @@ static tp_call *call_attempt (tp_run *r, const char *name, size_t nlen, int line
   charge(c, block_cost(sizeof *c) + block_cost(take + 1));
   if (r->call_hook) r->call_hook(r, c->name, 0, r->call_hook_ud);
   if (l->tool_calls && r->ncalls > l->tool_calls) {
-    snprintf(sb->kill_note, sizeof sb->kill_note, "the script made more than its limit of %u "
-             "tool calls", (unsigned)l->tool_calls);
-    tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
-    call_fail_now(c, "limit.tool_calls", "%s", sb->kill_note);
+    tp__sandbox_kill_note(sb, TP_KILL_TOOL_CALLS, "the script made more than its limit of "
+                          "%u tool calls", (unsigned)l->tool_calls);
+    call_fail_now(c, "limit.tool_calls", "the script made more than its limit of %u tool "
+                  "calls", (unsigned)l->tool_calls);
   }
   return c;
 }
@@ -670,10 +670,11 @@ static void call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *a
   }
   if (l->tool_calls_per_tool) {
     if (count_per_tool(r, c->tool) > l->tool_calls_per_tool) {
-      snprintf(sb->kill_note, sizeof sb->kill_note, "the script called tools.%s more than "
-               "its limit of %u calls of one tool", name, (unsigned)l->tool_calls_per_tool);
-      tp__sandbox_kill(sb, TP_KILL_TOOL_CALLS);
-      call_fail_now(c, "limit.tool_calls", "%s", sb->kill_note);
+      tp__sandbox_kill_note(sb, TP_KILL_TOOL_CALLS, "the script called tools.%.128s more "
+                            "than its limit of %u calls of one tool", name,
+                            (unsigned)l->tool_calls_per_tool);
+      call_fail_now(c, "limit.tool_calls", "the script called tools.%s more than its limit "
+                    "of %u calls of one tool", name, (unsigned)l->tool_calls_per_tool);
       return;
     }
   }
@@ -773,8 +774,10 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
     cost = tp_json_tree_cost(result);  /* O(nodes), capped by tool_bytes of text */
     if (tp__host_charge(sb, cost) != 0) {
       json_decref(result);
-      snprintf(sb->kill_note, sizeof sb->kill_note, "tools.%.60s returned a result that needs "
-               "more host memory than the memory limit allows; ask it for less", c->name);
+      if (atomic_load(&sb->kill) == TP_KILL_MEMORY)  /* this charge's verdict: its words */
+        snprintf(sb->kill_note, sizeof sb->kill_note, "tools.%.60s returned a result that "
+                 "needs more host memory than the memory limit allows; ask it for less",
+                 c->name);
       call_fail_now(c, "tool.failed", "tools.%s returned a result that needs more host "
                     "memory than the run's memory limit allows", c->name);
       return TP_OK;

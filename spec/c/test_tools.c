@@ -436,6 +436,23 @@ TEST(calls_completed_out_of_order_past_the_listed_ones_end_in_an_exact_summary) 
 
 /* What a session's run charged to the host budget (its logs, its call records) is given
 ** back: the calls when the run is destroyed, the logs when the next run starts. */
+/* The first verdict keeps its words: a later limit (a tool-call limit after a memory
+** kill) neither takes over the code nor rewrites the message. */
+TEST(a_later_verdict_does_not_rewrite_the_first_ones_message) {
+  tp_limits l;
+  tp_limits_init(&l);
+  tp_sandbox *sb = tp__sandbox_create(&l);
+  CHECK(sb != NULL);
+  if (sb == NULL) return;
+  CHECK_INT(tp__sandbox_kill_note(sb, TP_KILL_MEMORY, "first: %d", 1), 1);
+  CHECK_INT(tp__sandbox_kill_note(sb, TP_KILL_TOOL_CALLS, "second: %d", 2), 0);
+  CHECK_INT(atomic_load(&sb->kill), TP_KILL_MEMORY);
+  char msg[256];
+  tp__kill_message(sb, TP_KILL_MEMORY, msg, sizeof msg);
+  CHECK_STR(msg, "first: 1");
+  tp__sandbox_destroy(sb);
+}
+
 TEST(a_session_gives_back_the_host_budget_of_its_logs_and_calls) {
   tp_engine *e = engine_with_add();
   tp_session *s = tp_session_create(e, NULL);
@@ -469,5 +486,6 @@ int main (void) {
   RUN(a_session_run_waiting_on_a_handlerless_tool);
   RUN(calls_completed_out_of_order_past_the_listed_ones_end_in_an_exact_summary);
   RUN(a_session_gives_back_the_host_budget_of_its_logs_and_calls);
+  RUN(a_later_verdict_does_not_rewrite_the_first_ones_message);
   return tp_test_end();
 }
