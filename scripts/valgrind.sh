@@ -53,6 +53,20 @@ cli "output limit" 1 'for i = 1, 1e5 do print(i) end' --max-output 1K
 check "cli: check" 0 "$BUILD/tidepool" check "$script"
 printf 'return 1 + 1\n' >"$script"
 check "cli: stdin" 0 "$BUILD/tidepool" run - <"$script"
+# The MCP server with two worker threads: a session kept across calls, kv shared, a busy
+# session, a memory kill on a worker, a refused batch; standard input's end stops it.
+cat >"$script" <<'LINES'
+{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"vg","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_lua","arguments":{"code":"tools.kv.set{key='a', value=1} x = 5 return tools.kv.get{key='a'}","session":"s1"}}}
+{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"run_lua","arguments":{"code":"return x","session":"s1"}}}
+{"jsonrpc":"2.0","id":5,"method":"ping"}
+{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"run_lua","arguments":{"code":"local t = {} for i = 1, 1e8 do t[i] = i end"}}}
+[{"jsonrpc":"2.0","id":7,"method":"ping"}]
+LINES
+check "mcp: two workers, sessions, a memory kill, a batch" 0 \
+  "$BUILD/tidepool" mcp --memory 8M --workers 2 <"$script"
 
 echo "# $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
