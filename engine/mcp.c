@@ -2272,18 +2272,14 @@ int tp__mcp_main (int argc, char **argv) {
       }
     }
     else if (strcmp(name, "--max-sessions") == 0) {
-      char *end;
-      errno = 0;
-      unsigned long n = strtoul(val, &end, 10);
-      if (errno || *end || end == val || *val == '-' || n > 100000)
-        return tp__cli_usage_error("bad session count '%s'", val);
+      uint64_t n;
+      if (tp__parse_value(TP__UNIT_COUNT, val, 100000, &n) != 0)
+        return tp__cli_usage_error("bad session count '%s' (0 to 100000)", val);
       o->max_sessions = (unsigned)n;
     }
     else if (strcmp(name, "--workers") == 0) {
-      char *end;
-      errno = 0;
-      unsigned long n = strtoul(val, &end, 10);
-      if (errno || *end || end == val || *val == '-' || n < 1 || n > WORKERS_MAX)
+      uint64_t n;
+      if (tp__parse_value(TP__UNIT_COUNT, val, WORKERS_MAX, &n) != 0 || n < 1)
         return tp__cli_usage_error("bad worker count '%s' (1 to 64)", val);
       o->workers = (unsigned)n;
     }
