@@ -75,7 +75,7 @@ static uint64_t opt_value (lua_State *L, const char *name, tp__unit unit, const 
       rc = v > max ? TP__PARSE_RANGE : 0;
     }
     if (lua_isinteger(L, -1)) snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
-    else snprintf(num, sizeof num, "%.17g", (double)lua_tonumber(L, -1));
+    else snprintf(num, sizeof num, "%.14g", (double)lua_tonumber(L, -1));  /* as tostring */
     text = num;
   }
   else {
