@@ -16,8 +16,8 @@ local function sh(args, script, nofile)
   local f = assert(io.open(inpath, "wb"))
   f:write(script or "return 1")
   f:close()
-  local p = assert(io.popen(BIN .. " run " .. args .. (nofile and "" or " -") .. " <" .. inpath .. " 2>" .. errpath ..
-                            "; echo \"#rc=$?\"", "r"))
+  local cmd = BIN .. " run " .. args .. (nofile and "" or " -")
+  local p = assert(io.popen(cmd .. " <" .. inpath .. " 2>" .. errpath .. "; echo \"#rc=$?\"", "r"))
   local out = p:read("a")
   p:close()
   f = assert(io.open(errpath, "rb"))
@@ -86,7 +86,7 @@ describe("the tool-call limits of tidepool run", function()
     assert.are.equal(2, most)
   end)
 
-  it("--tool-bytes 100: a result over it is tool.invalid_output, arguments over it tool.invalid_input",
+  it("--tool-bytes 100: a result over it is tool.invalid_output, arguments tool.invalid_input",
     function()
     local env = envelope(FX .. " --tool-bytes 100", [[
       local a = tools.fx.big{n = 80}
@@ -132,7 +132,8 @@ describe("limit values of tidepool run that are refused", function()
   it("a negative value is a usage error that says so", function()
     usage_error("--cpu -1", "bad duration '-1' (it cannot be negative; 0 means no limit)")
     usage_error("--tool-bytes -1", "bad size '-1' (it cannot be negative; 0 means no limit)")
-    usage_error("--tool-calls-per-tool=-2", "bad count '-2' (it cannot be negative; 0 means no limit)")
+    usage_error("--tool-calls-per-tool=-2",
+      "bad count '-2' (it cannot be negative; 0 means no limit)")
     usage_error("--instructions -5",
       "bad instruction count '-5' (it cannot be negative; 0 means no limit)")
   end)
@@ -171,8 +172,8 @@ describe("tidepool --help and tidepool mcp --help", function()
         assert.truthy(s, l[1])
         assert.is_nil(out:find("\n  " .. l[1] .. " ", e, true), l[1] .. " twice")
         local line_end = out:find("(default", e, true)
-        assert.are.equal(("(default %s)"):format(l[2]), out:sub(line_end, out:find(")", line_end, true)),
-                         l[1])
+        local default = out:sub(line_end, out:find(")", line_end, true))
+        assert.are.equal(("(default %s)"):format(l[2]), default, l[1])
         at = e
       end
     end)
