@@ -13,13 +13,14 @@
 #include <jansson.h>
 
 #include "tidepool.h"
+#include "limits_table.h"
 #include "mcp.h"
 
 #define EXIT_SCRIPT_FAILED 1
 #define EXIT_USAGE TP_EXIT_USAGE
 #define INPUT_MAX (64u << 20)  /* refuse to read more source than this */
 
-static const char usage_text[] =
+static const char usage_head[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
   "       tidepool check [options] FILE   compile only, report syntax errors\n"
   "       tidepool describe [--tools DIR]... [--no-builtin-tools] [--workspace DIR]\n"
@@ -30,22 +31,35 @@ static const char usage_text[] =
   "\n"
   "options:\n"
   "  --json               print exactly one line: the result envelope as JSON\n"
-  "  --memory SIZE        memory limit, e.g. 64M, 512K, 1G or bytes (default 64M)\n"
-  "  --instructions N     instruction limit (default: none; costs about 2x speed)\n"
-  "  --cpu DURATION       CPU time limit, e.g. 500ms, 2s, 1m (default 10s)\n"
-  "  --timeout DURATION   wall-clock limit (default 10s)\n"
-  "  --max-output SIZE    limit on printed output (default 1M)\n"
-  "  --max-result SIZE    limit on the JSON result (default 4M)\n"
-  "  --max-source SIZE    limit on the script's size (default 1M)\n"
   "  --tools DIR          also load the plugin tools in DIR (repeatable)\n"
   "  --no-builtin-tools   leave out the built-in tools (time.*, kv.*, fs.*)\n"
   "  --workspace DIR      offer the fs.* tools, confined to DIR\n"
-  "  --fs-quota SIZE      bytes the fs.* tools may write in one run (default 64M)\n"
   "  --workspace-max SIZE how much the fs.* tools may grow the workspace, net, over\n"
   "                       what it held when first used (default 1G)\n"
   "\n"
-  "Sizes and durations of 0 mean no limit. Exit status: 0 the script succeeded,\n"
+  "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
+
+static const char usage_tail[] =
+  "\n"
+  "A limit of 0 means no limit. Exit status: 0 the script succeeded,\n"
   "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
+
+void tp__cli_limits_help (FILE *f, int mcp) {
+  char line[256];
+  for (size_t i = 0; i < tp__limits_count; i++) {
+    const tp__limit *li = &tp__limits[i];
+    const char *flag = mcp ? li->mcp : li->flag;
+    if (flag == NULL) continue;
+    tp__limit_help(li, flag, line, sizeof line);
+    fputs(line, f);
+  }
+}
+
+static void usage (FILE *f) {
+  fputs(usage_head, f);
+  tp__cli_limits_help(f, 0);
+  fputs(usage_tail, f);
+}
 
 const char *tp__cli_option_name (const char *arg, char *name, size_t len) {
   const char *eq = strchr(arg, '=');
@@ -65,77 +79,18 @@ int tp__cli_usage_error (const char *msg, const char *arg) {
   return EXIT_USAGE;
 }
 
-int tp__cli_parse_size (const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long n = strtoull(s, &end, 10);
-  if (errno || end == s || *s == '-') return -1;
-  uint64_t mul = 1;
-  if (*end == 'k' || *end == 'K') { mul = 1ull << 10; end++; }
-  else if (*end == 'm' || *end == 'M') { mul = 1ull << 20; end++; }
-  else if (*end == 'g' || *end == 'G') { mul = 1ull << 30; end++; }
-  if ((*end == 'b' || *end == 'B') && mul != 1) end++;
-  else if ((*end == 'i') && mul != 1 && (end[1] == 'B' || end[1] == 'b')) end += 2;
-  if (*end != '\0' || (n && mul > UINT64_MAX / n)) return -1;
-  *out = n * mul;
-  return 0;
-}
-
-int tp__cli_parse_duration (const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || v < 0 || v != v) return -1;
-  double mul = 1e6;
-  if (strcmp(end, "ms") == 0) mul = 1e3;
-  else if (strcmp(end, "us") == 0) mul = 1;
-  else if (strcmp(end, "s") == 0 || *end == '\0') mul = 1e6;
-  else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) mul = 60e6;
-  else return -1;
-  double us = v * mul;
-  if (us > 1e15) return -1;
-  *out = (uint64_t)us;
-  return 0;
-}
-
-int tp__cli_limit_option (const char *name, const char *val, tp_limits *lim,
-                          const char **why) {
+int tp__cli_limit_option (const char *name, const char *val, tp_limits *lim, int mcp,
+                          char *why, size_t whylen) {
+  const tp__limit *li = mcp ? tp__limit_by_mcp(name) : tp__limit_by_flag(name);
+  if (li == NULL) return 0;
   uint64_t v;
-  if (strcmp(name, "--memory") == 0 || strcmp(name, "--max-output") == 0 ||
-      strcmp(name, "--max-result") == 0 || strcmp(name, "--max-source") == 0 ||
-      strcmp(name, "--fs-quota") == 0) {
-    if (tp__cli_parse_size(val, &v) != 0) {
-      *why = "bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)";
-      return -1;
-    }
-    if (strcmp(name, "--memory") == 0) lim->memory = (size_t)v;
-    else if (strcmp(name, "--max-output") == 0) lim->output = (size_t)v;
-    else if (strcmp(name, "--max-result") == 0) lim->result = (size_t)v;
-    else if (strcmp(name, "--fs-quota") == 0) lim->fs_bytes = v;
-    else lim->source = (size_t)v;
-    return 1;
+  int rc = tp__parse_value(li->unit, val, tp__limit_max(li), &v);
+  if (rc != 0) {
+    tp__limit_why(li, rc, val, why, whylen);
+    return -1;
   }
-  if (strcmp(name, "--cpu") == 0 || strcmp(name, "--timeout") == 0) {
-    if (tp__cli_parse_duration(val, &v) != 0) {
-      *why = "bad duration '%s' (use 500ms, 2s, 1m)";
-      return -1;
-    }
-    if (name[2] == 'c') lim->cpu_us = v;
-    else lim->wall_us = v;
-    return 1;
-  }
-  if (strcmp(name, "--instructions") == 0) {
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(val, &end, 10);
-    if (errno || *end || end == val || *val == '-') {
-      *why = "bad instruction count '%s'";
-      return -1;
-    }
-    lim->instructions = n;
-    return 1;
-  }
-  return 0;
+  tp__limit_set(lim, li, v);
+  return 1;
 }
 
 static char *read_all (FILE *f, size_t *len) {
@@ -261,10 +216,10 @@ static void load_tools (tp_engine *e, int builtin, const char *const *dirs, int 
 }
 
 int main (int argc, char **argv) {
-  if (argc < 2) { fputs(usage_text, stderr); return EXIT_USAGE; }
+  if (argc < 2) { usage(stderr); return EXIT_USAGE; }
   const char *cmd = argv[1];
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-    fputs(usage_text, stdout);
+    usage(stdout);
     return 0;
   }
   if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
@@ -311,8 +266,12 @@ int main (int argc, char **argv) {
     if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
       const char *val = a[15] == '=' ? a + 16 : i + 1 < argc ? argv[++i] : NULL;
       if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
-      if (tp__cli_parse_size(val, &workspace_max) != 0)
-        return tp__cli_usage_error("bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)", val);
+      int rc = tp__parse_value(TP__UNIT_BYTES, val, UINT64_MAX, &workspace_max);
+      if (rc != 0) {
+        char why[256];
+        tp__parse_why(TP__UNIT_BYTES, NULL, rc, val, UINT64_MAX, why, sizeof why);
+        return tp__cli_usage_error("%s", why);
+      }
       workspace_max_set = 1;
       continue;
     }
@@ -329,15 +288,15 @@ int main (int argc, char **argv) {
       file = a;
       continue;
     }
-    if (strcmp(a, "--help") == 0) { fputs(usage_text, stdout); return 0; }
+    if (strcmp(a, "--help") == 0) { usage(stdout); return 0; }
     char name[64];
     const char *end = tp__cli_option_name(a, name, sizeof name);
     if (end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     const char *val = *end == '=' ? end + 1 : i + 1 < argc ? argv[++i] : NULL;
     if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
-    const char *why = NULL;
-    int lo = tp__cli_limit_option(name, val, &lim, &why);
-    if (lo < 0) return tp__cli_usage_error(why, val);
+    char why[256];
+    int lo = tp__cli_limit_option(name, val, &lim, 0, why, sizeof why);
+    if (lo < 0) return tp__cli_usage_error("%s", why);
     if (lo == 0) return tp__cli_usage_error("unknown option '%s'", a);
   }
   if (describe) {

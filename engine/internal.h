@@ -25,7 +25,7 @@
 #include "tidepool.h"
 #include "json.h"
 
-/* Why a run was stopped. Order matters only for the names table in run.c. */
+/* Why a run was stopped. The limits table (limits.c) gives each its words. */
 typedef enum tp_kill {
   TP_KILL_NONE = 0,
   TP_KILL_MEMORY,
@@ -174,9 +174,11 @@ int tp__sandbox_kill_note(tp_sandbox *sb, tp_kill why, const char *fmt, ...)
 /* Raises the kill verdict as a Lua error if there is one; otherwise returns. */
 void tp__sandbox_check(lua_State *L, tp_sandbox *sb);
 
-/* The message of a verdict, for the script's error and the envelope. */
+/* The code, message and hint of a verdict, for the script's error and the envelope;
+** worded by the limits table (limits.c). The hint may be NULL. */
 const char *tp__kill_code(tp_kill why);
 void tp__kill_message(const tp_sandbox *sb, tp_kill why, char *buf, size_t len);
+const char *tp__kill_hint(tp_kill why);
 
 /* Marks the thread's active sandbox for the interrupt signal (NULL to clear). */
 void tp__sandbox_enter(tp_sandbox *sb);

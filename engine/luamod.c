@@ -7,13 +7,12 @@
 **   local env = tidepool.check(source [, options]) -- compile only
 **   tidepool.version                               -- "0.1.0"
 **
-** options: memory, max_output, max_result, max_source (bytes or "64M"-style strings),
-** instructions (count), cpu and timeout (seconds as numbers, or "500ms"-style strings),
-** tool_calls, tool_calls_per_tool, tool_in_flight (counts), tool_bytes (bytes of one
-** call's arguments or result), tool_timeout (a call's deadline, like timeout), fs_quota
-** (bytes the fs.* tools may write in one run).
-** A value of 0 means no limit. Unknown option names are an error, so a typo is not a
-** silently ignored limit. JSON null in the envelope is tidepool.null.
+** options: every limit of the limits table (limits.c) by its Lua name: memory, instructions,
+** cpu, timeout, max_output, max_source, max_result, tool_calls, tool_calls_per_tool,
+** tool_in_flight, tool_bytes, tool_timeout, fs_quota. Sizes and counts are non-negative
+** integers or strings ("64M", "512K", "1G"); durations are seconds as numbers, or strings
+** ("500ms", "2s", "1m"). A value of 0 means no limit. Unknown option names are an error,
+** so a typo is not a silently ignored limit. JSON null in the envelope is tidepool.null.
 **
 ** Tools: `tools` (a list of plugin directories) and `builtin_tools` (true: the built-in
 ** tools/ directory; default false) pick an engine: one per distinct set, made on first use
@@ -25,6 +24,7 @@
 */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,6 +32,7 @@
 #include "lauxlib.h"
 #include "tidepool.h"
 #include "json.h"
+#include "limits_table.h"
 
 #define ENGINE_KEY "tidepool.engine"
 
@@ -52,54 +53,56 @@ static int engine_gc (lua_State *L) {
   return 0;
 }
 
-/* A size option: a non-negative integer, or a string like "64M", "512K", "1G". */
-static uint64_t opt_size (lua_State *L, const char *name) {
+/* The value at the top of the stack as option name of unit (at most max): an integer
+** (bytes, a count) or a number of seconds (a duration), or text the limits parser takes
+** ("64M", "500ms"). Raises a message that names the option when it is neither. */
+static uint64_t opt_value (lua_State *L, const char *name, tp__unit unit, const char *noun,
+                           uint64_t max) {
+  uint64_t v = 0;
+  int rc;
+  const char *text;
+  char why[256], num[64];
   if (lua_type(L, -1) == LUA_TNUMBER) {
-    lua_Integer n;
-    if (!lua_isinteger(L, -1) || (n = lua_tointeger(L, -1)) < 0)
-      luaL_error(L, "tidepool: option '%s' must be a non-negative integer", name);
-    return (uint64_t)lua_tointeger(L, -1);
+    if (unit == TP__UNIT_DURATION) {
+      rc = tp__parse_seconds((double)lua_tonumber(L, -1), max, &v);
+      if (rc == TP__PARSE_BAD || rc == TP__PARSE_NEGATIVE)
+        luaL_error(L, "tidepool: option '%s' must be >= 0 seconds", name);
+    }
+    else {
+      if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+        luaL_error(L, "tidepool: option '%s' must be a non-negative integer", name);
+      v = (uint64_t)lua_tointeger(L, -1);
+      rc = v > max ? TP__PARSE_RANGE : 0;
+    }
+    if (lua_isinteger(L, -1)) snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
+    else snprintf(num, sizeof num, "%.14g", (double)lua_tonumber(L, -1));  /* as tostring */
+    text = num;
   }
-  const char *s = lua_tostring(L, -1);
-  if (s == NULL) luaL_error(L, "tidepool: option '%s' must be a number or a string", name);
-  char *end;
-  errno = 0;
-  unsigned long long n = strtoull(s, &end, 10);
-  uint64_t mul = 1;
-  if (*end == 'K' || *end == 'k') { mul = 1u << 10; end++; }
-  else if (*end == 'M' || *end == 'm') { mul = 1u << 20; end++; }
-  else if (*end == 'G' || *end == 'g') { mul = 1u << 30; end++; }
-  if (errno || end == s || *end != '\0' || *s == '-')
-    luaL_error(L, "tidepool: option '%s': bad size '%s' (use bytes or 512K, 64M, 1G)", name, s);
-  return n * mul;
+  else {
+    text = lua_tostring(L, -1);
+    if (text == NULL) luaL_error(L, "tidepool: option '%s' must be a number or a string", name);
+    rc = tp__parse_value(unit, text, max, &v);
+  }
+  if (rc != 0) {
+    tp__parse_why(unit, noun, rc, text, max, why, sizeof why);
+    luaL_error(L, "tidepool: option '%s': %s", name, why);
+  }
+  return v;
 }
 
-/* A duration option in microseconds: seconds as a number, or "500ms", "2s", "250us". */
-static uint64_t opt_duration (lua_State *L, const char *name) {
-  if (lua_type(L, -1) == LUA_TNUMBER) {
-    lua_Number v = lua_tonumber(L, -1);
-    if (!(v >= 0 && v < 1e9)) luaL_error(L, "tidepool: option '%s' must be >= 0 seconds", name);
-    return (uint64_t)(v * 1e6);
-  }
-  const char *s = lua_tostring(L, -1);
-  if (s == NULL) luaL_error(L, "tidepool: option '%s' must be a number or a string", name);
-  char *end;
-  double v = strtod(s, &end);
-  double mul = 1e6;
-  if (strcmp(end, "ms") == 0) mul = 1e3;
-  else if (strcmp(end, "us") == 0) mul = 1;
-  else if (strcmp(end, "s") != 0 && *end != '\0') v = -1;
-  if (end == s || !(v >= 0 && v < 1e9))
-    luaL_error(L, "tidepool: option '%s': bad duration '%s' (use 500ms, 2s)", name, s);
-  return (uint64_t)(v * mul);
+/* Sets the limit of the options table's key k (the value at the top of the stack);
+** returns 0 when k names no limit. */
+static int opt_limit (lua_State *L, const char *k, tp_limits *lim) {
+  const tp__limit *li = tp__limit_by_option(k);
+  if (li == NULL) return 0;
+  const char *noun = strcmp(li->field, "instructions") == 0 ? "instruction count" : NULL;
+  tp__limit_set(lim, li, opt_value(L, k, li->unit, noun, tp__limit_max(li)));
+  return 1;
 }
 
-/* A count option that fits a uint32_t (tool_calls, ...). */
-static uint32_t opt_count32 (lua_State *L, const char *name) {
-  uint64_t n = opt_size(L, name);
-  if (n > UINT32_MAX) luaL_error(L, "tidepool: option '%s' is above %u", name, UINT32_MAX);
-  return (uint32_t)n;
-}
+/* Options that pick the engine (pick_engine) rather than set a limit. */
+static const char *const engine_options[] = { "tools", "builtin_tools", "workspace",
+                                              "workspace_max" };
 
 static void read_options (lua_State *L, int idx, tp_limits *lim) {
   tp_limits_init(lim);
@@ -108,26 +111,23 @@ static void read_options (lua_State *L, int idx, tp_limits *lim) {
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
-    if (strcmp(k, "memory") == 0) lim->memory = (size_t)opt_size(L, k);
-    else if (strcmp(k, "max_output") == 0) lim->output = (size_t)opt_size(L, k);
-    else if (strcmp(k, "max_result") == 0) lim->result = (size_t)opt_size(L, k);
-    else if (strcmp(k, "max_source") == 0) lim->source = (size_t)opt_size(L, k);
-    else if (strcmp(k, "instructions") == 0) lim->instructions = opt_size(L, k);
-    else if (strcmp(k, "cpu") == 0) lim->cpu_us = opt_duration(L, k);
-    else if (strcmp(k, "timeout") == 0) lim->wall_us = opt_duration(L, k);
-    else if (strcmp(k, "tool_calls") == 0) lim->tool_calls = opt_count32(L, k);
-    else if (strcmp(k, "tool_calls_per_tool") == 0)
-      lim->tool_calls_per_tool = opt_count32(L, k);
-    else if (strcmp(k, "tool_in_flight") == 0) lim->tool_in_flight = opt_count32(L, k);
-    else if (strcmp(k, "tool_bytes") == 0) lim->tool_bytes = (size_t)opt_size(L, k);
-    else if (strcmp(k, "tool_timeout") == 0) lim->tool_timeout_us = opt_duration(L, k);
-    else if (strcmp(k, "fs_quota") == 0) lim->fs_bytes = opt_size(L, k);
-    else if (strcmp(k, "tools") == 0 || strcmp(k, "builtin_tools") == 0 ||
-             strcmp(k, "workspace") == 0 || strcmp(k, "workspace_max") == 0) { /* pick_engine */ }
-    else luaL_error(L, "tidepool: unknown option '%s' (memory, instructions, cpu, timeout, "
-                       "max_output, max_result, max_source, tool_calls, tool_calls_per_tool, "
-                       "tool_in_flight, tool_bytes, tool_timeout, fs_quota, tools, builtin_tools, workspace, "
-                       "workspace_max)", k);
+    int known = opt_limit(L, k, lim);
+    for (size_t i = 0; !known && i < sizeof engine_options / sizeof engine_options[0]; i++)
+      known = strcmp(k, engine_options[i]) == 0;
+    if (!known) {  /* the message lists every option, from the table */
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (size_t i = 0; i < tp__limits_count; i++) {
+        luaL_addstring(&b, tp__limits[i].option);
+        luaL_addstring(&b, ", ");
+      }
+      for (size_t i = 0; i < sizeof engine_options / sizeof engine_options[0]; i++) {
+        luaL_addstring(&b, engine_options[i]);
+        if (i + 1 < sizeof engine_options / sizeof engine_options[0]) luaL_addstring(&b, ", ");
+      }
+      luaL_pushresult(&b);
+      luaL_error(L, "tidepool: unknown option '%s' (%s)", k, lua_tostring(L, -1));
+    }
     lua_pop(L, 1);
   }
 }
@@ -170,7 +170,7 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
     builtin = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (lua_getfield(L, idx, "workspace_max") != LUA_TNIL) {
-      ws_max = opt_size(L, "workspace_max");
+      ws_max = opt_value(L, "workspace_max", TP__UNIT_BYTES, NULL, UINT64_MAX);
       has_max = 1;
     }
     lua_pop(L, 1);

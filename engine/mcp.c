@@ -65,6 +65,7 @@
 
 #include "internal.h"
 #include "json.h"
+#include "limits_table.h"
 #include "mcp.h"
 
 /* A request line; longer ones are answered -32600. The protocol thread parses each line
@@ -113,10 +114,15 @@ static const char usage_text[] =
   "  --workers N          threads that run scripts, each with its own engine (default:\n"
   "                       one per core, at most 64); the protocol is answered on a\n"
   "                       thread of its own, so a busy script never delays it\n"
-  "  --memory SIZE --instructions N --cpu DURATION --timeout DURATION\n"
-  "  --max-output SIZE --max-result SIZE --max-source SIZE --fs-quota SIZE\n"
-  "                       limits of each script, as for tidepool run (a session's\n"
-  "                       memory limit holds for the whole session)\n";
+  "\n"
+  "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
+  "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count):\n";
+
+static void usage (FILE *f) {
+  fputs(usage_text, f);
+  tp__cli_limits_help(f, 1);
+  fputs("\nA limit of 0 means no limit.\n", f);
+}
 
 /* ---- state ------------------------------------------------------------------------- */
 
@@ -2211,7 +2217,7 @@ int tp__mcp_main (int argc, char **argv) {
   if (o->dirs == NULL) return 1;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(usage_text, stdout); return 0; }
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 0; }
     if (strcmp(a, "--no-builtin-tools") == 0) { o->builtin = 0; continue; }
     if (strcmp(a, "--expose-tools") == 0) { o->expose = 1; continue; }
     if (strcmp(a, "--test-tools") == 0) { o->test_tools = 1; continue; }
@@ -2220,18 +2226,16 @@ int tp__mcp_main (int argc, char **argv) {
     const char *name_end = tp__cli_option_name(a, name, sizeof name);
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
-      "--session-idle", "--max-sessions", "--workers", "--memory", "--instructions", "--cpu",
-      "--timeout", "--max-output", "--max-result", "--max-source", "--fs-quota",
-      "--workspace-max" };
-    int known = 0;
+      "--session-idle", "--max-sessions", "--workers", "--workspace-max" };
+    int known = tp__limit_by_mcp(name) != NULL;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
       known |= strcmp(name, with_value[k]) == 0;
     if (!known) return tp__cli_usage_error("unknown option '%s'", a);
     const char *val = *name_end == '=' ? name_end + 1 : i + 1 < argc ? argv[++i] : NULL;
     if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
-    const char *why = NULL;
-    int lo = tp__cli_limit_option(name, val, &o->lim, &why);
-    if (lo < 0) return tp__cli_usage_error(why, val);
+    char why[256];
+    int lo = tp__cli_limit_option(name, val, &o->lim, 1, why, sizeof why);
+    if (lo < 0) return tp__cli_usage_error("%s", why);
     if (lo > 0) continue;
     if (strcmp(name, "--tools") == 0) {
       struct stat st;
@@ -2246,8 +2250,11 @@ int tp__mcp_main (int argc, char **argv) {
       o->workspace = val;
     }
     else if (strcmp(name, "--workspace-max") == 0) {
-      if (tp__cli_parse_size(val, &o->workspace_max) != 0)
-        return tp__cli_usage_error("bad size '%s' (use bytes or a suffix: 512K, 64M, 1G)", val);
+      int rc = tp__parse_value(TP__UNIT_BYTES, val, UINT64_MAX, &o->workspace_max);
+      if (rc != 0) {
+        tp__parse_why(TP__UNIT_BYTES, NULL, rc, val, UINT64_MAX, why, sizeof why);
+        return tp__cli_usage_error("%s", why);
+      }
       o->workspace_max_set = 1;
     }
     else if (strcmp(name, "--name") == 0) {
@@ -2258,22 +2265,21 @@ int tp__mcp_main (int argc, char **argv) {
       o->name = val;
     }
     else if (strcmp(name, "--session-idle") == 0) {
-      if (tp__cli_parse_duration(val, &o->session_idle_us) != 0)
-        return tp__cli_usage_error("bad duration '%s' (use 500ms, 2s, 10m)", val);
+      int rc = tp__parse_value(TP__UNIT_DURATION, val, TP__DURATION_MAX, &o->session_idle_us);
+      if (rc != 0) {
+        tp__parse_why(TP__UNIT_DURATION, NULL, rc, val, TP__DURATION_MAX, why, sizeof why);
+        return tp__cli_usage_error("%s", why);
+      }
     }
     else if (strcmp(name, "--max-sessions") == 0) {
-      char *end;
-      errno = 0;
-      unsigned long n = strtoul(val, &end, 10);
-      if (errno || *end || end == val || *val == '-' || n > 100000)
-        return tp__cli_usage_error("bad session count '%s'", val);
+      uint64_t n;
+      if (tp__parse_value(TP__UNIT_COUNT, val, 100000, &n) != 0)
+        return tp__cli_usage_error("bad session count '%s' (0 to 100000)", val);
       o->max_sessions = (unsigned)n;
     }
     else if (strcmp(name, "--workers") == 0) {
-      char *end;
-      errno = 0;
-      unsigned long n = strtoul(val, &end, 10);
-      if (errno || *end || end == val || *val == '-' || n < 1 || n > WORKERS_MAX)
+      uint64_t n;
+      if (tp__parse_value(TP__UNIT_COUNT, val, WORKERS_MAX, &n) != 0 || n < 1)
         return tp__cli_usage_error("bad worker count '%s' (1 to 64)", val);
       o->workers = (unsigned)n;
     }

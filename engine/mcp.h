@@ -5,23 +5,22 @@
 #define tidepool_mcp_h
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "tidepool.h"
 
 #define TP_EXIT_USAGE 2
 
-/* "64M", "512K", "1G", "100" -> bytes. 0, or -1 when s is not a size. */
-int tp__cli_parse_size(const char *s, uint64_t *out);
+/* The limit option name (without "=value") of `tidepool run` (mcp 0) or of
+** `tidepool mcp` (mcp 1), as the limits table names them: sets the field of lim it stands
+** for from val. Returns 1 when done, 0 when name is no limit option, -1 when val is bad
+** (then why says so, for a person). */
+int tp__cli_limit_option(const char *name, const char *val, tp_limits *lim, int mcp,
+                         char *why, size_t whylen);
 
-/* "500ms", "2s", "1.5s", "1m", "250us", "3" (seconds) -> microseconds. 0 or -1. */
-int tp__cli_parse_duration(const char *s, uint64_t *out);
-
-/* The limit options of `tidepool run` (--memory --instructions --cpu --timeout
-** --max-output --max-result --max-source --fs-quota): sets the field of lim that option name
-** (without "=value") stands for. Returns 1 when done, 0 when name is not a limit option,
-** -1 when val is bad (then *why says what is expected). */
-int tp__cli_limit_option(const char *name, const char *val, tp_limits *lim, const char **why);
+/* Prints the --help lines of every limit (of `tidepool mcp` when mcp) to f. */
+void tp__cli_limits_help(FILE *f, int mcp);
 
 /* The built-in tools' directory: $TIDEPOOL_TOOLS_DIR, else the source tree's tools/ when
 ** the binary runs from a build directory, else TP_DATADIR/tools. May return buf. */

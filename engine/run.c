@@ -15,98 +15,14 @@
 
 #include "internal.h"
 #include "json.h"
+#include "limits_table.h"
 
 #define SOURCE_LINE_MAX 200
-
-void tp_limits_init (tp_limits *l) {
-  if (l == NULL) return;
-  l->memory = 64u << 20;
-  l->instructions = 0;
-  l->cpu_us = 10u * 1000000u;
-  l->wall_us = 10u * 1000000u;
-  l->output = 1u << 20;
-  l->source = 1u << 20;
-  l->result = 4u << 20;
-  l->tool_calls = 1000;
-  l->tool_calls_per_tool = 0;
-  l->tool_in_flight = 32;
-  l->tool_bytes = 4u << 20;
-  l->tool_timeout_us = 30u * 1000000u;
-  l->fs_bytes = 64u << 20;
-}
 
 const char *tp_version (void) { return TP_VERSION; }
 void tp_free (void *p) { free(p); }
 
 static void idle_start(tp_engine *e);
-
-/* ---- verdicts ------------------------------------------------------------------------ */
-
-static const char *const kill_codes[TP_KILL__COUNT] = {
-  "runtime", "limit.memory", "limit.instructions", "limit.cpu", "limit.time",
-  "limit.output", "cancelled", "limit.tool_calls", "limit.result",
-};
-
-const char *tp__kill_code (tp_kill why) { return kill_codes[why]; }
-
-static void human_size (char *buf, size_t len, uint64_t n) {
-  if (n >= (1u << 20) && n % (1u << 20) == 0) snprintf(buf, len, "%llu MiB", (unsigned long long)(n >> 20));
-  else if (n >= 1024 && n % 1024 == 0) snprintf(buf, len, "%llu KiB", (unsigned long long)(n >> 10));
-  else snprintf(buf, len, "%llu bytes", (unsigned long long)n);
-}
-
-static void human_time (char *buf, size_t len, uint64_t us) {
-  if (us % 1000000 == 0) snprintf(buf, len, "%llu s", (unsigned long long)(us / 1000000));
-  else if (us % 1000 == 0) snprintf(buf, len, "%llu ms", (unsigned long long)(us / 1000));
-  else snprintf(buf, len, "%llu us", (unsigned long long)us);
-}
-
-void tp__kill_message (const tp_sandbox *sb, tp_kill why, char *buf, size_t len) {
-  char n[48];
-  const tp_limits *l = &sb->limits;
-  switch (why) {
-    case TP_KILL_MEMORY: human_size(n, sizeof n, l->memory);
-      if (sb->kill_note[0]) snprintf(buf, len, "%s", sb->kill_note);  /* host memory */
-      else snprintf(buf, len, "the script used more than its memory limit of %s", n);
-      break;
-    case TP_KILL_INSTRUCTIONS:
-      snprintf(buf, len, "the script ran more than its limit of %llu instructions",
-               (unsigned long long)l->instructions); break;
-    case TP_KILL_CPU: human_time(n, sizeof n, l->cpu_us);
-      snprintf(buf, len, "the script used more than its CPU time limit of %s", n); break;
-    case TP_KILL_TIME: human_time(n, sizeof n, l->wall_us);
-      snprintf(buf, len, "the script ran longer than its time limit of %s", n); break;
-    case TP_KILL_OUTPUT: human_size(n, sizeof n, l->output);
-      snprintf(buf, len, "the script printed more than its output limit of %s", n); break;
-    case TP_KILL_CANCELLED: snprintf(buf, len, "the run was cancelled by the host"); break;
-    case TP_KILL_TOOL_CALLS:
-      if (sb->kill_note[0]) snprintf(buf, len, "%s", sb->kill_note);
-      else snprintf(buf, len, "the script made more tool calls than its limit allows");
-      break;
-    case TP_KILL_RESULT: human_size(n, sizeof n, l->result);
-      if (sb->kill_note[0]) snprintf(buf, len, "%s", sb->kill_note);
-      else snprintf(buf, len, "the script's result is larger than its result limit of %s", n);
-      break;
-    default: snprintf(buf, len, "stopped"); break;
-  }
-}
-
-static const char *kill_hint (tp_kill why) {
-  switch (why) {
-    case TP_KILL_MEMORY: return "Keep less data alive at once: process items in a loop "
-      "instead of collecting them all, and avoid building huge strings or tables.";
-    case TP_KILL_INSTRUCTIONS: case TP_KILL_CPU: case TP_KILL_TIME: return "Look for a "
-      "loop that never ends, or do less work in one run (fewer items, a cheaper method).";
-    case TP_KILL_OUTPUT: return "Print less: return the data as the script's result, or "
-      "print a summary instead of every item.";
-    case TP_KILL_CANCELLED: return "The host stopped the run; run it again if needed.";
-    case TP_KILL_TOOL_CALLS: return "Make fewer tool calls: use a tool that returns many items "
-      "at once, or stop the loop earlier.";
-    case TP_KILL_RESULT: return "Return less: a summary, the first items, or only the fields "
-      "that are needed.";
-    default: return NULL;
-  }
-}
 
 /* ---- the envelope ---------------------------------------------------------------------- */
 
@@ -206,7 +122,7 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   if (why != TP_KILL_NONE) {
     char msg[256];
     tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
-    const char *hint = kill_hint((tp_kill)why);
+    const char *hint = tp__kill_hint((tp_kill)why);
     /* Plugin handlers that held the thread for half the limit or more explain it. */
     uint64_t lim_us = why == TP_KILL_TIME ? sb->limits.wall_us :
                       why == TP_KILL_CPU ? sb->limits.cpu_us : 0;
@@ -327,7 +243,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
     free(p[P_VALUE].text);
     char msg[256];
     tp__kill_message(sb, TP_KILL_MEMORY, msg, sizeof msg);
-    error = make_error(r, "limit.memory", msg, strlen(msg), 0, kill_hint(TP_KILL_MEMORY));
+    error = make_error(r, "limit.memory", msg, strlen(msg), 0, tp__kill_hint(TP_KILL_MEMORY));
   }
   size_t total = envelope_size(p), len = 0;
   char *buf = malloc(total + 1);
@@ -395,14 +311,14 @@ static void finish_ok (tp_run *r, int nres) {
     int why = atomic_load(&sb->kill);
     if (why == TP_KILL_NONE && o.over_bytes) {
       char cs[48];
-      human_size(cs, sizeof cs, cap);
+      tp__limit_words(TP__UNIT_BYTES, cap, cs, sizeof cs);
       tp__sandbox_kill_note(sb, TP_KILL_RESULT, "the script's return value is larger than "
                             "its result limit of %s of JSON (at %.60s)", cs, jerr.path);
       why = atomic_load(&sb->kill);
     }
     else if (why == TP_KILL_MEMORY && o.over_budget) {
       char ms[48];
-      human_size(ms, sizeof ms, sb->limits.memory);
+      tp__limit_words(TP__UNIT_BYTES, sb->limits.memory, ms, sizeof ms);
       snprintf(sb->kill_note, sizeof sb->kill_note, "the script's result as JSON needs more "
                "host memory than its memory limit of %.16s (at %.40s); a table "
                "that appears several times is copied each time", ms, jerr.path);
@@ -411,7 +327,7 @@ static void finish_ok (tp_run *r, int nres) {
       char msg[256];
       tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
       finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), 0,
-                                    kill_hint((tp_kill)why)));
+                                    tp__kill_hint((tp_kill)why)));
       return;
     }
     char msg[700];
@@ -431,7 +347,7 @@ static void finish_ok (tp_run *r, int nres) {
   if (o.cost) budget->refund(budget->ud, o.cost);
   if (text != NULL && cap && n > cap) {  /* escapes made the text longer than counted */
     char cs[48];
-    human_size(cs, sizeof cs, cap);
+    tp__limit_words(TP__UNIT_BYTES, cap, cs, sizeof cs);
     free(text);
     text = NULL;
     budget->refund(budget->ud, text_cost);
@@ -447,7 +363,7 @@ static void finish_ok (tp_run *r, int nres) {
     if (text != NULL) budget->refund(budget->ud, text_cost);
     tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
     finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), 0,
-                                  kill_hint((tp_kill)why)));
+                                  tp__kill_hint((tp_kill)why)));
     return;
   }
   finish(r, text, n, NULL);
@@ -591,10 +507,10 @@ static tp_run *run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t
   sb->run = r;
   if (sb->limits.source && nlen > sb->limits.source) {
     char msg[160], n[48];
-    human_size(n, sizeof n, sb->limits.source);
+    tp__limit_words(TP__UNIT_BYTES, sb->limits.source, n, sizeof n);
     snprintf(msg, sizeof msg, "the script is %zu bytes, over its source limit of %s", nlen, n);
-    r->pending_error = make_error(r, "limit.source", msg, strlen(msg), 0,
-      "Write a shorter script: loop over data instead of spelling it out.");
+    const tp__limit *li = tp__limit_field(offsetof(tp_limits, source));
+    r->pending_error = make_error(r, li->code, msg, strlen(msg), 0, li->hint);
   }
   else r->compiled = compile(r);
   r->next = e->runs;
@@ -621,7 +537,7 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
   if (r == NULL) { tp__sandbox_destroy(sb); return NULL; }
   if (cap_too_small) {  /* the run ends at its first step with limit.memory */
     char msg[200], n[48];
-    human_size(n, sizeof n, lim.memory);
+    tp__limit_words(TP__UNIT_BYTES, lim.memory, n, sizeof n);
     snprintf(msg, sizeof msg, "the memory limit of %s is less than a fresh sandbox needs "
              "(%zu bytes)", n, sb->mem_used);
     sb->limits.memory = lim.memory;
@@ -629,7 +545,7 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
     json_decref(r->pending_error);
     r->compiled = 0;
     r->pending_error = make_error(r, "limit.memory", msg, strlen(msg), 0,
-                                  kill_hint(TP_KILL_MEMORY));
+                                  tp__kill_hint(TP_KILL_MEMORY));
   }
   return r;
 }
@@ -684,7 +600,7 @@ void tp_run_cancel (tp_run *r) {
   tp__kill_message(r->sb, (tp_kill)why, msg, sizeof msg);
   int line = r->state == ST_STARTED ? error_line(r->sb->T) : 0;
   finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
-                             kill_hint((tp_kill)why)));
+                             tp__kill_hint((tp_kill)why)));
   if (r->async) idle_start(r->e);  /* the driver reports it */
 }
 

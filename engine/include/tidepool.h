@@ -39,6 +39,10 @@ extern "C" {
 #define TP_ENOMEM  (-2)  /* the host ran out of memory */
 #define TP_ESTATE  (-3)  /* the call does not fit the object's state (e.g. step after done) */
 
+/* The meaning of a status code, for a person: "invalid argument" for TP_EINVAL, ...;
+** "unknown status" for a code that is none of the above. Static string. */
+const char *tp_strerror(int code);
+
 typedef struct tp_engine tp_engine;
 typedef struct tp_run tp_run;
 

@@ -296,6 +296,22 @@ test('cancelling a script stuck in a CPU loop stops it: its session is free agai
   eq(env.result, false, 'the cancelled script never reached its side effect');
   eq(await t.close(), 0, 'exit status');
 }, 20000);
+test('--tool-calls 3: a script making 4 calls ends with limit.tool_calls; a bad value is a usage error', async () => {
+  const t = server(['--tool-calls', '3']);
+  t.send(call('four', 'for i = 1, 4 do tools.test.echo{i = i} end return true'));
+  const env = (await t.msg()).result.structuredContent;
+  eq(env.ok, false, 'ok');
+  eq(env.error.code, 'limit.tool_calls', 'code');
+  eq(env.error.message, 'the script made more than its limit of 3 tool calls', 'message');
+  t.send(call('three', 'for i = 1, 3 do tools.test.echo{i = i} end return true'));
+  eq((await t.msg()).result.structuredContent.ok, true, 'three calls are fine');
+  eq(await t.close(), 0, 'exit status');
+  const p = spawn(tidepool, ['mcp', '--tool-calls', '4294967296'], { stdio: ['pipe', 'ignore', 'pipe'] });
+  let err = '';
+  p.stderr.on('data', (d) => { err += d; });
+  eq(await new Promise((r) => p.on('exit', r)), 2, 'usage error');
+  eq(err, "tidepool: bad count '4294967296' (too large: at most 4294967295)\nTry 'tidepool --help'.\n", 'message');
+});
 test('kv is one store for the whole server: two sessions on different workers see the same keys', async () => {
   const t = server(['--workers', '2']);
   // A is made first and goes to one worker; B, made while A exists, to the other

@@ -1,0 +1,345 @@
+/*
+** test_limits.c: the limits table (engine/limits.c) and its parser. Every tp_limits
+** member has exactly one entry; tp_limits_init gives each entry's default; the names the
+** front ends use are unique; the one parser of sizes, counts and durations refuses
+** overflow, negative values and what strtod/strtoull alone would take (" 1", "+1",
+** "inf", "0x10"); the verdicts' messages and hints are the ones scripts have always seen,
+** byte for byte; tp_strerror names every status code.
+*/
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tidepool.h"
+#include "internal.h"
+#include "limits_table.h"
+#include "tp_test.h"
+
+/* The members of tp_limits, in order, as the header declares them. A member added to
+** tp_limits and not here leaves a gap that the test below refuses (see its comment). */
+#define M(m) { #m, offsetof(tp_limits, m), sizeof(((tp_limits *)0)->m) }
+static const struct { const char *name; size_t offset, size; } members[] = {
+  M(memory), M(instructions), M(cpu_us), M(wall_us), M(output), M(source), M(result),
+  M(tool_calls), M(tool_calls_per_tool), M(tool_in_flight), M(tool_bytes),
+  M(tool_timeout_us), M(fs_bytes),
+};
+#define NMEMBERS (sizeof members / sizeof members[0])
+
+/* The table lists each member once, in the struct's order, and nothing else; between
+** two entries there is at most alignment padding (less than the next member's size), and
+** the last ends where the struct's own padding starts, so a member missing from both
+** this list and the table shows up as a hole. */
+TEST(every_tp_limits_member_has_exactly_one_table_entry) {
+  CHECK_INT(tp__limits_count, NMEMBERS);
+  size_t end = 0;
+  for (size_t i = 0; i < tp__limits_count && i < NMEMBERS; i++) {
+    const tp__limit *li = &tp__limits[i];
+    CHECK_STR(li->field, members[i].name);
+    CHECK_INT(li->offset, members[i].offset);
+    CHECK_INT(li->size, members[i].size);
+    CHECK(li->offset >= end);
+    CHECK(li->offset - end < li->size);
+    CHECK(tp__limit_field(li->offset) == li);
+    end = li->offset + li->size;
+  }
+  CHECK(sizeof(tp_limits) - end < 8);
+}
+
+TEST(flags_mcp_options_and_lua_options_are_unique_and_found_by_name) {
+  for (size_t i = 0; i < tp__limits_count; i++) {
+    const tp__limit *li = &tp__limits[i];
+    CHECK(li->flag && strncmp(li->flag, "--", 2) == 0);
+    CHECK(li->option && li->option[0] != '-');
+    CHECK(li->help && li->help[0]);
+    CHECK(tp__limit_by_flag(li->flag) == li);
+    CHECK(li->mcp == NULL || tp__limit_by_mcp(li->mcp) == li);
+    CHECK(tp__limit_by_option(li->option) == li);
+    for (size_t j = 0; j < i; j++) {
+      CHECK(strcmp(tp__limits[j].flag, li->flag) != 0);
+      CHECK(strcmp(tp__limits[j].option, li->option) != 0);
+    }
+  }
+  CHECK(tp__limit_by_flag("--bogus") == NULL);
+  CHECK(tp__limit_by_option("bogus") == NULL);
+  CHECK(tp__limit_by_option("--memory") == NULL);
+}
+
+/* Every entry that stops a run has a code and a hint; one that words its own message
+** has a verdict. */
+TEST(every_verdict_entry_has_a_code_and_a_hint) {
+  for (size_t i = 0; i < tp__limits_count; i++) {
+    const tp__limit *li = &tp__limits[i];
+    if (li->kill != TP_KILL_NONE) {
+      CHECK(li->code != NULL && strncmp(li->code, "limit.", 6) == 0);
+      CHECK(li->hint != NULL);
+    }
+    if (li->message) CHECK(li->kill != TP_KILL_NONE);
+  }
+}
+
+TEST(limits_init_sets_every_member_to_its_table_default) {
+  tp_limits l;
+  memset(&l, 0xA5, sizeof l);
+  tp_limits_init(&l);
+  for (size_t i = 0; i < tp__limits_count; i++)
+    CHECK_INT(tp__limit_get(&l, &tp__limits[i]), tp__limits[i].def);
+  CHECK_INT(l.memory, 64u << 20);
+  CHECK_INT(l.wall_us, 10000000);
+  CHECK_INT(l.tool_calls, 1000);
+  CHECK_INT(l.tool_in_flight, 32);
+  CHECK_INT(l.tool_timeout_us, 30000000);
+  CHECK_INT(l.fs_bytes, 64u << 20);
+}
+
+TEST(limit_set_writes_only_its_own_member) {
+  for (size_t i = 0; i < tp__limits_count; i++) {
+    tp_limits l;
+    tp_limits_init(&l);
+    tp__limit_set(&l, &tp__limits[i], 7);
+    for (size_t j = 0; j < tp__limits_count; j++)
+      CHECK_INT(tp__limit_get(&l, &tp__limits[j]), i == j ? 7 : tp__limits[j].def);
+  }
+}
+
+static void parses (tp__unit unit, const char *text, uint64_t max, int rc, uint64_t want) {
+  uint64_t v = 12345;
+  int got = tp__parse_value(unit, text, max, &v);
+  if (got != rc) TP_FAIL_AT("'%s': rc %d, expected %d", text, got, rc);
+  else if (rc == 0 && v != want)
+    TP_FAIL_AT("'%s': %llu, expected %llu", text, (unsigned long long)v, (unsigned long long)want);
+  else if (rc != 0 && v != 12345) TP_FAIL_AT("'%s': *out written on an error", text);
+}
+
+#define B TP__UNIT_BYTES
+#define C TP__UNIT_COUNT
+#define D TP__UNIT_DURATION
+#define BAD TP__PARSE_BAD
+#define NEG TP__PARSE_NEGATIVE
+#define RANGE TP__PARSE_RANGE
+
+TEST(sizes_parse_with_suffixes) {
+  parses(B, "0", UINT64_MAX, 0, 0);
+  parses(B, "100", UINT64_MAX, 0, 100);
+  parses(B, "512K", UINT64_MAX, 0, 512u << 10);
+  parses(B, "64M", UINT64_MAX, 0, 64u << 20);
+  parses(B, "64m", UINT64_MAX, 0, 64u << 20);
+  parses(B, "1G", UINT64_MAX, 0, 1u << 30);
+  parses(B, "1MiB", UINT64_MAX, 0, 1u << 20);
+  parses(B, "1MB", UINT64_MAX, 0, 1u << 20);
+  parses(B, "18446744073709551615", UINT64_MAX, 0, UINT64_MAX);
+}
+
+TEST(a_size_that_overflows_is_a_range_error_not_a_wrapped_value) {
+  parses(B, "99999999999999999999G", UINT64_MAX, RANGE, 0);
+  parses(B, "18446744073709551616", UINT64_MAX, RANGE, 0);
+  parses(B, "17179869184G", UINT64_MAX, RANGE, 0);      /* 2^34 GiB = 2^64 */
+  parses(B, "17179869183G", UINT64_MAX, 0, 17179869183ull << 30);
+  parses(B, "4G", UINT32_MAX, RANGE, 0);                /* a 4-byte member */
+}
+
+TEST(a_negative_or_malformed_size_is_refused) {
+  parses(B, "-1", UINT64_MAX, NEG, 0);
+  parses(B, "-0", UINT64_MAX, NEG, 0);
+  parses(B, "12Q", UINT64_MAX, BAD, 0);
+  parses(B, "", UINT64_MAX, BAD, 0);
+  parses(B, " 1", UINT64_MAX, BAD, 0);
+  parses(B, "+1", UINT64_MAX, BAD, 0);
+  parses(B, "1 M", UINT64_MAX, BAD, 0);
+  parses(B, "1B", UINT64_MAX, BAD, 0);
+  parses(B, "1T", UINT64_MAX, BAD, 0);
+  parses(B, "0x10", UINT64_MAX, BAD, 0);
+  parses(B, "1.5M", UINT64_MAX, BAD, 0);
+  parses(B, "M", UINT64_MAX, BAD, 0);
+  uint64_t v;
+  CHECK_INT(tp__parse_value(B, NULL, UINT64_MAX, &v), BAD);
+}
+
+TEST(counts_are_whole_numbers_within_their_member) {
+  parses(C, "0", UINT32_MAX, 0, 0);
+  parses(C, "4294967295", UINT32_MAX, 0, UINT32_MAX);
+  parses(C, "4294967296", UINT32_MAX, RANGE, 0);
+  parses(C, "99999999999999999999", UINT64_MAX, RANGE, 0);
+  parses(C, "-5", UINT64_MAX, NEG, 0);
+  parses(C, "1e3", UINT64_MAX, BAD, 0);
+  parses(C, "1K", UINT64_MAX, BAD, 0);
+  parses(C, "0x10", UINT64_MAX, BAD, 0);
+  parses(C, "", UINT64_MAX, BAD, 0);
+}
+
+TEST(durations_parse_with_units) {
+  parses(D, "500ms", TP__DURATION_MAX, 0, 500000);
+  parses(D, "2s", TP__DURATION_MAX, 0, 2000000);
+  parses(D, "1.5s", TP__DURATION_MAX, 0, 1500000);
+  parses(D, ".5s", TP__DURATION_MAX, 0, 500000);
+  parses(D, "5.", TP__DURATION_MAX, 0, 5000000);
+  parses(D, "3", TP__DURATION_MAX, 0, 3000000);
+  parses(D, "1m", TP__DURATION_MAX, 0, 60000000);
+  parses(D, "1min", TP__DURATION_MAX, 0, 60000000);
+  parses(D, "250us", TP__DURATION_MAX, 0, 250);
+  parses(D, "1e3ms", TP__DURATION_MAX, 0, 1000000);
+  parses(D, "4.35s", TP__DURATION_MAX, 0, 4350000);     /* rounded, not truncated */
+  parses(D, "1e-400s", TP__DURATION_MAX, 0, 0);
+  parses(D, "1000000000s", TP__DURATION_MAX, 0, TP__DURATION_MAX);
+}
+
+TEST(a_duration_that_overflows_is_a_range_error_not_a_wrapped_value) {
+  parses(D, "1e400s", TP__DURATION_MAX, RANGE, 0);
+  parses(D, "1e400", TP__DURATION_MAX, RANGE, 0);
+  parses(D, "1000000001s", TP__DURATION_MAX, RANGE, 0);
+  parses(D, "99999999999999999999999m", TP__DURATION_MAX, RANGE, 0);
+  parses(D, "5000s", UINT32_MAX, RANGE, 0);             /* 5e9 us in a 4-byte member */
+}
+
+TEST(a_negative_or_malformed_duration_is_refused) {
+  parses(D, "-1", TP__DURATION_MAX, NEG, 0);
+  parses(D, "-.5s", TP__DURATION_MAX, NEG, 0);
+  parses(D, "soon", TP__DURATION_MAX, BAD, 0);
+  parses(D, "inf", TP__DURATION_MAX, BAD, 0);
+  parses(D, "nan", TP__DURATION_MAX, BAD, 0);
+  parses(D, "infinity", TP__DURATION_MAX, BAD, 0);
+  parses(D, "0x10", TP__DURATION_MAX, BAD, 0);
+  parses(D, " 1s", TP__DURATION_MAX, BAD, 0);
+  parses(D, "+1s", TP__DURATION_MAX, BAD, 0);
+  parses(D, "1h", TP__DURATION_MAX, BAD, 0);
+  parses(D, "e5", TP__DURATION_MAX, BAD, 0);
+  parses(D, ".", TP__DURATION_MAX, BAD, 0);
+  parses(D, "", TP__DURATION_MAX, BAD, 0);
+  parses(D, "1e", TP__DURATION_MAX, BAD, 0);
+}
+
+TEST(seconds_as_numbers_are_checked_like_text) {
+  uint64_t v = 0;
+  CHECK_INT(tp__parse_seconds(0.5, TP__DURATION_MAX, &v), 0);
+  CHECK_INT(v, 500000);
+  CHECK_INT(tp__parse_seconds(-1, TP__DURATION_MAX, &v), NEG);
+  CHECK_INT(tp__parse_seconds(NAN, TP__DURATION_MAX, &v), BAD);
+  CHECK_INT(tp__parse_seconds(INFINITY, TP__DURATION_MAX, &v), RANGE);
+  CHECK_INT(tp__parse_seconds(1e300, TP__DURATION_MAX, &v), RANGE);
+  CHECK_INT(tp__parse_seconds(1e9, TP__DURATION_MAX, &v), 0);
+  CHECK_INT(v, TP__DURATION_MAX);
+}
+
+TEST(parse_errors_say_what_is_wrong_and_what_is_expected) {
+  char buf[256];
+  const tp__limit *mem = tp__limit_by_flag("--memory");
+  const tp__limit *ins = tp__limit_by_flag("--instructions");
+  const tp__limit *calls = tp__limit_by_flag("--tool-calls");
+  const tp__limit *tmo = tp__limit_by_flag("--timeout");
+  tp__limit_why(mem, BAD, "12Q", buf, sizeof buf);
+  CHECK_STR(buf, "bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)");
+  tp__limit_why(mem, RANGE, "99999999999999999999G", buf, sizeof buf);
+  CHECK_STR(buf, "bad size '99999999999999999999G' (too large: at most "
+                 "18446744073709551615 bytes)");
+  tp__limit_why(mem, NEG, "-1", buf, sizeof buf);
+  CHECK_STR(buf, "bad size '-1' (it cannot be negative; 0 means no limit)");
+  tp__limit_why(ins, NEG, "-5", buf, sizeof buf);
+  CHECK_STR(buf, "bad instruction count '-5' (it cannot be negative; 0 means no limit)");
+  tp__limit_why(calls, RANGE, "4294967296", buf, sizeof buf);
+  CHECK_STR(buf, "bad count '4294967296' (too large: at most 4294967295)");
+  tp__limit_why(calls, BAD, "many", buf, sizeof buf);
+  CHECK_STR(buf, "bad count 'many' (use a whole number)");
+  tp__limit_why(tmo, BAD, "soon", buf, sizeof buf);
+  CHECK_STR(buf, "bad duration 'soon' (use 500ms, 2s, 1m)");
+  tp__limit_why(tmo, RANGE, "1e400s", buf, sizeof buf);
+  CHECK_STR(buf, "bad duration '1e400s' (too large: at most 1000000000 s)");
+}
+
+TEST(help_lines_come_from_the_table_with_the_default) {
+  char buf[256];
+  tp__limit_help(tp__limit_by_flag("--memory"), "--memory", buf, sizeof buf);
+  CHECK_STR(buf, "  --memory SIZE        memory of the script's Lua state (default 64M)\n");
+  tp__limit_help(tp__limit_by_flag("--instructions"), "--instructions", buf, sizeof buf);
+  CHECK_HAS(buf, "(default none)\n");
+  tp__limit_help(tp__limit_by_flag("--tool-timeout"), "--tool-timeout", buf, sizeof buf);
+  CHECK_HAS(buf, "  --tool-timeout DURATION\n                       ");
+  CHECK_HAS(buf, "(default 30s)\n");
+}
+
+/* The words of each verdict, as scripts and specs have read them since before the table. */
+TEST(verdict_messages_and_hints_are_unchanged) {
+  tp_limits l;
+  tp_limits_init(&l);
+  l.instructions = 5000;
+  l.cpu_us = 500000;
+  l.output = 200;
+  tp_sandbox *sb = tp__sandbox_create(&l);
+  CHECK(sb != NULL);
+  if (sb == NULL) return;
+  static const struct { tp_kill why; const char *code, *msg, *hint; } v[] = {
+    { TP_KILL_MEMORY, "limit.memory", "the script used more than its memory limit of 64 MiB",
+      "Keep less data alive at once: process items in a loop instead of collecting them "
+      "all, and avoid building huge strings or tables." },
+    { TP_KILL_INSTRUCTIONS, "limit.instructions",
+      "the script ran more than its limit of 5000 instructions",
+      "Look for a loop that never ends, or do less work in one run (fewer items, a "
+      "cheaper method)." },
+    { TP_KILL_CPU, "limit.cpu", "the script used more than its CPU time limit of 500 ms",
+      "Look for a loop that never ends, or do less work in one run (fewer items, a "
+      "cheaper method)." },
+    { TP_KILL_TIME, "limit.time", "the script ran longer than its time limit of 10 s",
+      "Look for a loop that never ends, or do less work in one run (fewer items, a "
+      "cheaper method)." },
+    { TP_KILL_OUTPUT, "limit.output",
+      "the script printed more than its output limit of 200 bytes",
+      "Print less: return the data as the script's result, or print a summary instead of "
+      "every item." },
+    { TP_KILL_CANCELLED, "cancelled", "the run was cancelled by the host",
+      "The host stopped the run; run it again if needed." },
+    { TP_KILL_TOOL_CALLS, "limit.tool_calls",
+      "the script made more tool calls than its limit allows",
+      "Make fewer tool calls: use a tool that returns many items at once, or stop the loop "
+      "earlier." },
+    { TP_KILL_RESULT, "limit.result",
+      "the script's result is larger than its result limit of 4 MiB",
+      "Return less: a summary, the first items, or only the fields that are needed." },
+  };
+  char msg[256];
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    CHECK_STR(tp__kill_code(v[i].why), v[i].code);
+    tp__kill_message(sb, v[i].why, msg, sizeof msg);
+    CHECK_STR(msg, v[i].msg);
+    CHECK_STR(tp__kill_hint(v[i].why), v[i].hint);
+  }
+  CHECK_STR(tp__kill_code(TP_KILL_NONE), "runtime");
+  CHECK(tp__kill_hint(TP_KILL_NONE) == NULL);
+  /* a note replaces the words of the verdicts that take one, and only theirs */
+  snprintf(sb->kill_note, sizeof sb->kill_note, "a note");
+  tp__kill_message(sb, TP_KILL_MEMORY, msg, sizeof msg);
+  CHECK_STR(msg, "a note");
+  tp__kill_message(sb, TP_KILL_TIME, msg, sizeof msg);
+  CHECK_STR(msg, "the script ran longer than its time limit of 10 s");
+  tp__sandbox_destroy(sb);
+}
+
+TEST(strerror_names_every_status_code) {
+  CHECK_STR(tp_strerror(TP_OK), "success (or, from tp_run_step, the run has finished)");
+  CHECK_STR(tp_strerror(TP_YIELD), "the step's budget ran out; step again");
+  CHECK_STR(tp_strerror(TP_WAIT), "the script waits on pending requests");
+  CHECK_STR(tp_strerror(TP_EINVAL), "invalid argument");
+  CHECK_STR(tp_strerror(TP_ENOMEM), "out of memory");
+  CHECK_STR(tp_strerror(TP_ESTATE), "the call does not fit the object's state");
+  CHECK_STR(tp_strerror(-999), "unknown status");
+  CHECK_STR(tp_strerror(1000), "unknown status");
+}
+
+int main (void) {
+  RUN(every_tp_limits_member_has_exactly_one_table_entry);
+  RUN(flags_mcp_options_and_lua_options_are_unique_and_found_by_name);
+  RUN(every_verdict_entry_has_a_code_and_a_hint);
+  RUN(limits_init_sets_every_member_to_its_table_default);
+  RUN(limit_set_writes_only_its_own_member);
+  RUN(sizes_parse_with_suffixes);
+  RUN(a_size_that_overflows_is_a_range_error_not_a_wrapped_value);
+  RUN(a_negative_or_malformed_size_is_refused);
+  RUN(counts_are_whole_numbers_within_their_member);
+  RUN(durations_parse_with_units);
+  RUN(a_duration_that_overflows_is_a_range_error_not_a_wrapped_value);
+  RUN(a_negative_or_malformed_duration_is_refused);
+  RUN(seconds_as_numbers_are_checked_like_text);
+  RUN(parse_errors_say_what_is_wrong_and_what_is_expected);
+  RUN(help_lines_come_from_the_table_with_the_default);
+  RUN(verdict_messages_and_hints_are_unchanged);
+  RUN(strerror_names_every_status_code);
+  return tp_test_end();
+}
