@@ -851,9 +851,10 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
   /* the tree's cost, estimated from the text and charged before jansson builds it */
   size_t cost = live ? tp_json_text_cost(result_json, len) : 0;
   if (live && tp__host_charge(c->run->sb, cost) != 0) {
-    snprintf(c->run->sb->kill_note, sizeof c->run->sb->kill_note, "tools.%.60s returned %zu "
-             "bytes of JSON, which need more host memory than the memory limit allows; ask "
-             "it for less", c->name, len);
+    if (atomic_load(&c->run->sb->kill) == TP_KILL_MEMORY)  /* this charge's verdict */
+      snprintf(c->run->sb->kill_note, sizeof c->run->sb->kill_note, "tools.%.60s returned "
+               "%zu bytes of JSON, which need more host memory than the memory limit "
+               "allows; ask it for less", c->name, len);
     call_fail_now(c, "tool.failed", "tools.%s returned %zu bytes of JSON, which need more "
                   "host memory than the run's memory limit allows", c->name, len);
     handler_done(c);
