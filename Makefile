@@ -88,7 +88,7 @@ PCFILE      = $(BUILD)/tidepool.pc
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
 .PHONY: all deps run test test-fast sanitize valgrind bench install uninstall clean lint \
-        fuzz fuzz-build
+        fuzz fuzz-build FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE)
 
 # ---- setup --------------------------------------------------------------------------
@@ -197,7 +197,19 @@ $(LUAMOD): $(BUILD)/obj/luamod.o $(LIB_OBJ) $(BUILD)/obj/luamod.map
 	$(CC) -shared $(LDFLAGS_ALL) -Wl,--version-script=$(BUILD)/obj/luamod.map -o $@ \
 	  $(BUILD)/obj/luamod.o $(LIB_OBJ) $(LIBS_ALL)
 
-$(PCFILE): Makefile
+# The install paths are compiled in (TP_DATADIR: the built-in tools, in cli.o and luamod.o)
+# and written into the pkg-config file. This stamp holds the paths of the last build and
+# changes only when they do, so `make install PREFIX=/opt/tp` after a plain `make`
+# rebuilds those objects and the file for /opt/tp instead of installing /usr/local's.
+PATHS_STAMP = $(BUILD)/obj/install-paths
+$(PATHS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@paths='$(PREFIX) $(LIBDIR) $(INCDIR) $(DATADIR)'; \
+	if [ "$$(cat $@ 2>/dev/null)" != "$$paths" ]; then printf '%s\n' "$$paths" > $@; fi
+FORCE:
+$(BUILD)/obj/cli.o $(BUILD)/obj/luamod.o: $(PATHS_STAMP)
+
+$(PCFILE): Makefile $(PATHS_STAMP)
 	@mkdir -p $(@D)
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
 	  'Name: tidepool' 'Description: code-mode execution engine for agents (sandboxed Lua 5.4)' \

@@ -181,5 +181,38 @@ else
 fi
 rm -rf "$inst"
 
+# make install PREFIX=DIR after the plain build above: the installed CLI and Lua module
+# find the built-in tools under DIR (not /usr/local), and pkg-config points into DIR.
+pfx=$(mktemp -d)
+mod_ok=1
+if [ "$BUILD" != build ]; then
+  echo "install PREFIX=...: skipped in $BUILD"
+elif make -s install PREFIX="$pfx" BUILD="$BUILD" >"$log" 2>&1 &&
+   echo 'return tools.time.now{}.unix_ms > 0' |
+     env -u TIDEPOOL_TOOLS_DIR "$pfx/bin/tidepool" run --json - 2>>"$log" |
+     grep -q '"ok":true,"result":true,' &&
+   PKG_CONFIG_PATH="$pfx/lib/pkgconfig" pkg-config --cflags --libs tidepool |
+     grep -q -- "-I$pfx/include -L$pfx/lib -ltidepool" &&
+   cc -o "$pfx/embed" examples/embed.c $(PKG_CONFIG_PATH="$pfx/lib/pkgconfig" \
+      pkg-config --cflags --libs tidepool) -Wl,-rpath,"$pfx/lib" >>"$log" 2>&1 &&
+   "$pfx/embed" | grep -q '"ok":true,"result":5,'; then
+  if command -v lua5.4 >/dev/null 2>&1; then
+    env -u TIDEPOOL_TOOLS_DIR LUA_CPATH="$pfx/lib/lua/5.4/?.so" lua5.4 -e '
+      local env = require("tidepool").run("return tools.time.now{}.unix_ms > 0",
+                                          { builtin_tools = true })
+      assert(env.ok and env.result == true and not env.warnings, env.error and env.error.message)
+    ' >>"$log" 2>&1 || mod_ok=0
+  fi
+  if [ "$mod_ok" = 1 ]; then
+    passed=$((passed + 1)); echo "install PREFIX=DIR: tools and pkg-config under DIR: ok"
+  else
+    failed=$((failed + 1)); tail -n 20 "$log"
+    echo "install PREFIX=DIR: the Lua module does not find its tools under DIR: failed"
+  fi
+else
+  failed=$((failed + 1)); tail -n 20 "$log"; echo "install PREFIX=DIR: failed"
+fi
+rm -rf "$pfx"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
