@@ -30,6 +30,13 @@ PKGS        = jansson libpcre2-8 libuv
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LUV_LIBS    = -llua5.4-luv -llua5.4-lpeg
+# The same, static, for the public library: linked into it, they call its private Lua.
+LUV_STATIC  = $(shell $(CC) -print-file-name=liblua5.4-luv.a) \
+              $(shell $(CC) -print-file-name=liblua5.4-lpeg.a)
+# Debian's own Lua 5.4 (bookworm's 5.4.4), only for the embedding tests (spec/embed).
+DEB_LUA_CFLAGS = $(shell pkg-config --cflags lua5.4 2>/dev/null)
+DEB_LUA_LIBS   = $(shell pkg-config --libs lua5.4 2>/dev/null)
+DEB_LUA_A      = $(shell $(CC) -print-file-name=liblua5.4.a)
 
 ifneq ($(SANITIZE),)
 SAN_FLAGS   = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -44,7 +51,7 @@ LUA_SRCDIR ?= build/lua-src
 LUA_SRC     = $(LUA_SRCDIR)/src
 LUA_DEFS    = -DLUA_USE_LINUX
 LUA_CFLAGS  = -std=gnu99 $(OPT) -fPIC $(LUA_DEFS) $(SAN_FLAGS) -include engine/lua_patch.h
-CFLAGS_ALL  = -std=gnu11 $(OPT) -fPIC $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE \
+CFLAGS_ALL  = -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE \
               -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
               -Iengine -Iengine/include -Isandbox -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SAN_FLAGS) $(SAN_LDFLAGS) $(LDFLAGS)
@@ -71,13 +78,17 @@ LUA_BIN     = $(BUILD)/lua/lua
 LIBLUA      = $(BUILD)/lua/liblua.a
 LIB_A       = $(BUILD)/libtidepool.a
 LIB_SO      = $(BUILD)/libtidepool.so
+LIB_OBJ     = $(BUILD)/obj/tidepool-lib.o
+EXPORTS     = $(BUILD)/obj/tidepool.exports
+LIB_INT     = $(BUILD)/obj/libtidepool-internal.a
+EMBED_TESTS = $(addprefix $(BUILD)/embed/foreign_lua_,so_first so_last static static_both)
 CLI         = $(BUILD)/tidepool
 LUAMOD      = $(BUILD)/lua/tidepool.so
 PCFILE      = $(BUILD)/tidepool.pc
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
 .PHONY: all deps run test test-fast sanitize valgrind bench install uninstall clean lint \
-        fuzz fuzz-build
+        fuzz fuzz-build FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE)
 
 # ---- setup --------------------------------------------------------------------------
@@ -114,39 +125,137 @@ $(BUILD)/obj/embedded.o: $(GEN_SRCS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Wno-missing-prototypes -c $< -o $@
 
-$(LIB_A): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
+# ---- the public library: only tp_* leaves it -------------------------------------------
+# The engine is compiled with -fvisibility=hidden, so its only default-visibility symbols
+# are the TP_EXTERN functions of tidepool.h: they are the export list. The engine, its Lua
+# and Debian's static luv and lpeg (whose lua_* calls must reach this Lua, not the one a
+# program may link) are joined into one relocatable object, in which every other global
+# symbol is then made local. libtidepool.a is that object, libtidepool.so is linked from
+# it, and a program that links another Lua, before or after, cannot take ours or give us
+# its own. The build stops if anything but tp_* would be exported, or if the object still
+# needs a Lua symbol from outside.
+$(EXPORTS): $(ENGINE_OBJS) $(GEN_OBJS)
+	readelf -sW $^ | awk '$$5 == "GLOBAL" && $$6 == "DEFAULT" && $$7 != "UND" { print $$8 }' \
+	  | sort -u > $@.tmp
+	@if grep -v '^tp_[a-z0-9][a-z0-9_]*$$' $@.tmp; then rm -f $@.tmp; \
+	  echo "$@: the symbols above would be exported (not tp_*): make them static or" \
+	    "hidden (or objects older than -fvisibility=hidden are left: make clean)" >&2; \
+	  exit 1; fi
+	mv $@.tmp $@
+
+# Debian's static luv is compiled for executables: it reads libc's stderr PC-relative
+# (a copy relocation), which a shared library cannot hold. That reference is renamed to
+# a variable of host.c, tp__luv_stderr, which holds libc's stderr. The library's rule
+# below stops the build if any such reference to an outside symbol is left.
+$(BUILD)/obj/luv-lib.o: $(firstword $(LUV_STATIC))
+	@mkdir -p $(@D)
+	$(LD) -r -o $@.tmp --whole-archive $<
+	objcopy --redefine-sym stderr=tp__luv_stderr $@.tmp $@
+	rm -f $@.tmp
+
+$(LIB_OBJ): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS) $(EXPORTS) $(BUILD)/obj/luv-lib.o
+	$(LD) -r -o $@.tmp $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS) $(BUILD)/obj/luv-lib.o \
+	  $(lastword $(LUV_STATIC))
+	objcopy --keep-global-symbols=$(EXPORTS) $@.tmp $@
+	rm -f $@.tmp
+	@nm -u $@ | awk '{ print $$2 }' > $@.undef; \
+	if grep -E '^(lua|luaL|luaopen|luv|lpeg)_' $@.undef; then \
+	  echo "$@: the Lua symbols above are not resolved inside the library" >&2; \
+	  rm -f $@ $@.undef; exit 1; fi; \
+	if readelf -rW $@ | awk '$$3 ~ /^R_X86_64_(PC32|32|32S)$$/ { print $$5 }' | sort -u | \
+	   grep -Fx -f $@.undef; then \
+	  echo "$@: the symbols above are read PC-relative from outside: a shared library" \
+	    "cannot hold that (rename them as luv-lib.o does for stderr)" >&2; \
+	  rm -f $@ $@.undef; exit 1; fi; \
+	rm -f $@.undef
+
+$(LIB_A): $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIB_SO): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
-	$(CC) -shared $(LDFLAGS_ALL) -Wl,-soname,libtidepool.so.0 -o $@ $^ $(LUV_LIBS) $(LIBS_ALL)
+$(LIB_SO): $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS_ALL) -Wl,-soname,libtidepool.so.0 -o $@ $^ $(LIBS_ALL)
+	ln -sf libtidepool.so $(BUILD)/libtidepool.so.0
 
-$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_A)
-	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
+# The CLI, the C tests and the benchmarks use internal functions too: they link every
+# object as is, with Debian's shared luv and lpeg taking Lua from the executable (-Wl,-E).
+$(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
+	rm -f $@ && ar rcs $@ $^
 
-# The Lua module takes Lua's symbols from the interpreter that loads it (build/lua/lua),
-# so the engine objects go in without a second copy of Lua.
-$(LUAMOD): $(BUILD)/obj/luamod.o $(ENGINE_OBJS) $(GEN_OBJS)
+$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT)
+	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT) \
+	  $(LUV_LIBS) $(LIBS_ALL)
+
+# The Lua module talks to the Lua that loads it only through that Lua's C API (luamod.o
+# leaves lua_* undefined for it) and runs its engine on the library's private Lua, so it
+# loads into any Lua 5.4 host (Debian's lua5.4 included). It exports luaopen_tidepool only.
+# The limits table and its parser (limits.o, which uses no Lua) are linked in a copy of
+# their own (their copies inside the library object are local to it), with its public
+# tp_limits_init made local so the library's stays the one.
+$(BUILD)/obj/limits-mod.o: $(BUILD)/obj/limits.o
+	objcopy --localize-symbol=tp_limits_init $< $@
+
+$(BUILD)/obj/luamod.map:
 	@mkdir -p $(@D)
-	$(CC) -shared $(LDFLAGS_ALL) -o $@ $^ $(LUV_LIBS) $(LIBS_ALL)
+	printf '%s\n' '{ global: luaopen_tidepool; local: *; };' > $@
 
-$(PCFILE): Makefile
+$(LUAMOD): $(BUILD)/obj/luamod.o $(BUILD)/obj/limits-mod.o $(LIB_OBJ) $(BUILD)/obj/luamod.map
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS_ALL) -Wl,--version-script=$(BUILD)/obj/luamod.map -o $@ \
+	  $(BUILD)/obj/luamod.o $(BUILD)/obj/limits-mod.o $(LIB_OBJ) $(LIBS_ALL)
+
+# The install paths are compiled in (TP_DATADIR: the built-in tools, in cli.o and luamod.o)
+# and written into the pkg-config file. This stamp holds the paths of the last build and
+# changes only when they do, so `make install PREFIX=/opt/tp` after a plain `make`
+# rebuilds those objects and the file for /opt/tp instead of installing /usr/local's.
+PATHS_STAMP = $(BUILD)/obj/install-paths
+$(PATHS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@paths='$(PREFIX) $(LIBDIR) $(INCDIR) $(DATADIR)'; \
+	if [ "$$(cat $@ 2>/dev/null)" != "$$paths" ]; then printf '%s\n' "$$paths" > $@; fi
+FORCE:
+$(BUILD)/obj/cli.o $(BUILD)/obj/luamod.o: $(PATHS_STAMP)
+
+$(PCFILE): Makefile $(PATHS_STAMP)
 	@mkdir -p $(@D)
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
 	  'Name: tidepool' 'Description: code-mode execution engine for agents (sandboxed Lua 5.4)' \
 	  'Version: $(VERSION)' 'Requires.private: $(PKGS)' \
-	  'Libs: -L$${libdir} -ltidepool' 'Libs.private: $(LUV_LIBS) -lpthread -ldl -lm' \
+	  'Libs: -L$${libdir} -ltidepool' 'Libs.private: -lpthread -ldl -lm' \
 	  'Cflags: -I$${includedir}' > $@
 
 # ---- tests and benchmarks -------------------------------------------------------------
-$(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_A)
+$(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_INT)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
 
-$(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB_A)
+$(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB_INT)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_A) $(LUV_LIBS) $(LIBS_ALL)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
 
-test: all $(CTESTS)
+# A program that uses Debian's own Lua (liblua5.4, 5.4.4) and embeds tidepool, linked four
+# ways: Debian's shared Lua ahead of libtidepool.so, after it, with libtidepool.a, and
+# both static. It sees only tidepool.h and Debian's lua.h (spec/embed/foreign_lua.c).
+EMBED_CFLAGS = -std=gnu11 $(OPT) $(WARN_STRICT) $(SAN_FLAGS) -Iengine/include -Ispec/c \
+               $(DEB_LUA_CFLAGS)
+$(BUILD)/embed/foreign_lua.o: spec/embed/foreign_lua.c spec/c/tp_test.h engine/include/tidepool.h
+	@mkdir -p $(@D)
+	$(CC) $(EMBED_CFLAGS) -c $< -o $@
+
+$(BUILD)/embed/foreign_lua_so_first: $(BUILD)/embed/foreign_lua.o $(LIB_SO)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(DEB_LUA_LIBS) -L$(BUILD) -Wl,-rpath,$(abspath $(BUILD)) \
+	  -ltidepool -ldl
+
+$(BUILD)/embed/foreign_lua_so_last: $(BUILD)/embed/foreign_lua.o $(LIB_SO)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< -L$(BUILD) -Wl,-rpath,$(abspath $(BUILD)) -ltidepool \
+	  $(DEB_LUA_LIBS) -ldl
+
+$(BUILD)/embed/foreign_lua_static: $(BUILD)/embed/foreign_lua.o $(LIB_A)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(DEB_LUA_LIBS) $(LIB_A) $(LIBS_ALL)
+
+$(BUILD)/embed/foreign_lua_static_both: $(BUILD)/embed/foreign_lua.o $(LIB_A)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(DEB_LUA_A) $(LIB_A) $(LIBS_ALL)
+
+test: all $(CTESTS) $(EMBED_TESTS)
 	@BUILD=$(BUILD) sh scripts/run-tests.sh
 
 run: all
@@ -241,4 +350,5 @@ uninstall:
 
 clean:
 	rm -rf $(BUILD)/obj $(BUILD)/gen $(BUILD)/tests $(BUILD)/bench $(BUILD)/lua-obj \
-	  $(BUILD)/lua $(BUILD)/sanitize $(FUZZ_BUILD) $(LIB_A) $(LIB_SO) $(CLI) $(PCFILE)
+	  $(BUILD)/lua $(BUILD)/embed $(BUILD)/sanitize $(FUZZ_BUILD) $(LIB_A) $(LIB_SO) \
+	  $(BUILD)/libtidepool.so.0 $(CLI) $(PCFILE)

@@ -22,6 +22,7 @@
 */
 #include <assert.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -37,14 +38,21 @@
 #include "json.h"
 #include "embedded.h"
 
-/* luv and lpeg come from Debian's static libraries (liblua5.4-luv.a, liblua5.4-lpeg.a);
-** their headers would drag in a second set of Lua headers, so the few entry points are
-** declared here with the signatures of luv.h and lua-lpeg.h. */
+/* luv and lpeg come from Debian (shared in the CLI and tests, the static liblua5.4-luv.a
+** and liblua5.4-lpeg.a inside the public library and the Lua module); their headers would
+** drag in a second set of Lua headers, so the few entry points are declared here with
+** the signatures of luv.h and lua-lpeg.h. */
 typedef int (*tp_luv_pcall)(lua_State *L, int nargs, int nresults, int flags);
 void luv_set_loop(lua_State *L, uv_loop_t *loop);
 void luv_set_callback(lua_State *L, tp_luv_pcall pcall);
 int luaopen_luv(lua_State *L);
 int luaopen_lpeg(lua_State *L);
+
+/* Debian's static luv is compiled for executables (-fPIE): it reads libc's stderr
+** PC-relative, which a shared library cannot resolve. The public library's build renames
+** that reference to this variable (the Makefile's luv-lib.o), set before luv can run. */
+extern FILE *tp__luv_stderr;
+FILE *tp__luv_stderr;
 
 #define CALLBOX "tidepool.callbox"
 #define TP_WORKSPACE_MAX_DEFAULT ((uint64_t)1 << 30)
@@ -540,6 +548,23 @@ static int e_workspace (lua_State *H) {
 
 /* ---- opening and closing H ------------------------------------------------------ */
 
+/* A Lua C module binds to the lua_* of the process's global scope. libtidepool.so and
+** the Lua module keep their Lua private, and the program may have another Lua or none:
+** there a C module would run on the wrong Lua or not load, so the host state loads none
+** and require says why. Where this engine's Lua is the global one (the CLI, programs
+** linked with its objects), C modules load as usual. */
+static int c_modules_bind_here (void) {
+  return dlsym(RTLD_DEFAULT, "lua_newstate") == (void *)lua_newstate;
+}
+
+/* package.searchers[3] when C modules cannot load: a line for require's message. */
+static int no_c_searcher (lua_State *H) {
+  lua_pushfstring(H, "\n\tno C module '%s': this engine's Lua is private to the tidepool "
+                  "library, so Lua C modules cannot load here; plugins have luv, lpeg and "
+                  "Lua modules", luaL_checkstring(H, 1));
+  return 1;
+}
+
 static int open_p (lua_State *H) {
   tp_engine *e = lua_touserdata(H, 1);
   host *h = lua_newuserdatauv(H, sizeof *h, 0);
@@ -547,7 +572,20 @@ static int open_p (lua_State *H) {
   h->rt = LUA_NOREF;
   h->nrefs = 0;
   lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
+  tp__luv_stderr = stderr;
   luaL_openlibs(H);
+  if (!c_modules_bind_here()) {
+    lua_getglobal(H, LUA_LOADLIBNAME);
+    lua_getfield(H, -1, "searchers");
+    lua_pushcfunction(H, no_c_searcher);
+    lua_rawseti(H, -2, 3);
+    lua_pushnil(H);
+    lua_rawseti(H, -2, 4);  /* the all-in-one loader */
+    lua_pop(H, 1);
+    lua_pushnil(H);
+    lua_setfield(H, -2, "loadlib");
+    lua_pop(H, 1);
+  }
   luv_set_loop(H, e->loop);
   luv_set_callback(H, cb_pcall);
   luaL_requiref(H, "luv", luaopen_luv, 0);

@@ -1,6 +1,11 @@
 /*
-** luamod.c: the Lua module `tidepool`, loaded by the Lua of this same build
-** (build/lua/lua, whose Lua symbols it uses).
+** luamod.c: the Lua module `tidepool`, for any Lua 5.4 host (this build's build/lua/lua,
+** Debian's lua5.4, a server that embeds Lua). This file alone talks to the host, only
+** through the host's own Lua C API (its lua_* references stay undefined in tidepool.so
+** and bind to the host's at load time); the engine it drives runs on the library's
+** private Lua 5.4.7, linked in with its symbols made local. The two meet only as C
+** values: the envelope crosses as JSON text. So this file calls no function of the
+** engine's Lua side, only tidepool.h and jansson, and uses no Lua API newer than 5.4.0.
 **
 **   local tidepool = require "tidepool"
 **   local env = tidepool.run(source [, options])   -- the envelope as a Lua table
@@ -29,14 +34,20 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "lauxlib.h"
 #include "tidepool.h"
-#include "json.h"
 #include "limits_table.h"
 
 #define ENGINE_KEY "tidepool.engine"
+#define TREE_KEY "tidepool.envelope"  /* a box whose __gc frees a parsed envelope */
+#define ENVELOPE_MAX_DEPTH 128        /* as the engine's own pushes of JSON into Lua */
+#define ARRAY_MT_KEY "tidepool.json.array"  /* registry: the metatable of arrays, whose */
+#define JSON_ARRAY_TAG "json.array"         /* __metatable is json.decode's tag */
 
-int luaopen_tidepool(lua_State *L);
+/* The only symbol tidepool.so exports (the build compiles with -fvisibility=hidden). */
+__attribute__((visibility("default"))) int luaopen_tidepool(lua_State *L);
 
 typedef struct engine_box { tp_engine *e; } engine_box;
 
@@ -262,6 +273,79 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
   return b->e;
 }
 
+/* ---- the envelope, built in the host's state ----------------------------------------- */
+
+typedef struct tree_box { json_t *tree; } tree_box;
+
+static int tree_gc (lua_State *L) {
+  tree_box *b = luaL_checkudata(L, 1, TREE_KEY);
+  json_decref(b->tree);
+  b->tree = NULL;
+  return 0;
+}
+
+/* Pushes v; arrays get the metatable at index mt. Raises on nesting deeper than
+** ENVELOPE_MAX_DEPTH or out of memory: the tree is owned by a box, so nothing leaks.
+** Bounded by the envelope's size, which the run's result and log limits cap. */
+static void push_json (lua_State *L, const json_t *v, int depth, int mt) {
+  switch (json_typeof(v)) {
+    case JSON_NULL: lua_pushlightuserdata(L, NULL); return;
+    case JSON_TRUE: lua_pushboolean(L, 1); return;
+    case JSON_FALSE: lua_pushboolean(L, 0); return;
+    case JSON_INTEGER: lua_pushinteger(L, (lua_Integer)json_integer_value(v)); return;
+    case JSON_REAL: lua_pushnumber(L, (lua_Number)json_real_value(v)); return;
+    case JSON_STRING: lua_pushlstring(L, json_string_value(v), json_string_length(v)); return;
+    default: break;
+  }
+  if (depth >= ENVELOPE_MAX_DEPTH)
+    luaL_error(L, "tidepool: the envelope nests deeper than %d levels", ENVELOPE_MAX_DEPTH);
+  luaL_checkstack(L, 3, "tidepool: envelope too deep");
+  if (json_is_array(v)) {
+    size_t n = json_array_size(v);
+    lua_createtable(L, n > INT32_MAX ? INT32_MAX : (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+      push_json(L, json_array_get(v, i), depth + 1, mt);
+      lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lua_pushvalue(L, mt);
+    lua_setmetatable(L, -2);
+    return;
+  }
+  const char *key;
+  size_t klen;
+  json_t *child;
+  size_t n = json_object_size(v);
+  lua_createtable(L, 0, n > INT32_MAX ? INT32_MAX : (int)n);
+  json_object_keylen_foreach((json_t *)v, key, klen, child) {
+    lua_pushlstring(L, key, klen);
+    push_json(L, child, depth + 1, mt);
+    lua_rawset(L, -3);
+  }
+}
+
+/* Pushes an empty box for a tree; may raise, so call it before owning anything. */
+static tree_box *push_tree_box (lua_State *L) {
+  tree_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->tree = NULL;
+  luaL_setmetatable(L, TREE_KEY);
+  return b;
+}
+
+/* Parses the envelope (the caller's, freed here without raising first) into the box on
+** top of the stack, and replaces the box with the envelope as a table. */
+static void push_envelope (lua_State *L, tree_box *b, char *envelope) {
+  json_error_t je;
+  b->tree = json_loads(envelope, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
+  tp_free(envelope);
+  if (b->tree == NULL) luaL_error(L, "tidepool: bad envelope: %s", je.text);
+  lua_getfield(L, LUA_REGISTRYINDEX, ARRAY_MT_KEY);
+  push_json(L, b->tree, 0, lua_gettop(L));
+  json_decref(b->tree);
+  b->tree = NULL;
+  lua_replace(L, -3);  /* the envelope where the box was */
+  lua_pop(L, 1);
+}
+
 static int run_or_check (lua_State *L, int check) {
   tp_engine *e = pick_engine(L, 2);
   int warnings = lua_gettop(L);
@@ -269,18 +353,13 @@ static int run_or_check (lua_State *L, int check) {
   const char *src = luaL_checklstring(L, 1, &len);
   tp_limits lim;
   read_options(L, 2, &lim);
-  json_t **slot = tp_json_box(L);  /* owns the envelope's tree while it is pushed */
+  luaL_checkstack(L, 8, NULL);
+  tree_box *box = push_tree_box(L);
   char *envelope = NULL;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, NULL)
                  : tp_engine_run(e, src, len, &lim, &envelope, NULL);
   if (rc != TP_OK) return luaL_error(L, "tidepool: the engine failed (%d)", rc);
-  tp_json_err err;
-  *slot = tp_json_loads(envelope, strlen(envelope), &err);
-  tp_free(envelope);
-  if (*slot == NULL) return luaL_error(L, "tidepool: bad envelope: %s", err.message);
-  tp_json_push(L, *slot, 0);
-  json_decref(*slot);
-  *slot = NULL;
+  push_envelope(L, box, envelope);
   if (lua_istable(L, warnings)) {
     lua_pushvalue(L, warnings);
     lua_setfield(L, -2, "warnings");
@@ -300,6 +379,19 @@ int luaopen_tidepool (lua_State *L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
+  if (luaL_newmetatable(L, TREE_KEY)) {
+    lua_pushcfunction(L, tree_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  if (lua_getfield(L, LUA_REGISTRYINDEX, ARRAY_MT_KEY) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 1);  /* no __name: tostring(arr) stays "table: 0x..." */
+    lua_pushliteral(L, JSON_ARRAY_TAG);
+    lua_setfield(L, -2, "__metatable");  /* getmetatable(arr) answers the tag */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, ARRAY_MT_KEY);
+  }
+  lua_pop(L, 2);
   b->e = tp_engine_create();
   if (b->e == NULL) return luaL_error(L, "tidepool: cannot create an engine (out of memory)");
   lua_newtable(L);  /* engines by tool directories */

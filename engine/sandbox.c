@@ -1782,7 +1782,12 @@ void tp__sandbox_destroy (tp_sandbox *sb) {
 }
 
 /* A new script thread for the next run of a session; the old one is let go. */
+/* The old thread is let go first: a run killed at the memory cap may have left it holding
+** most of the cap (a deep recursion's stack), and only then can the allocator's emergency
+** collection take it back for the new one. */
 static int new_thread (lua_State *L) {
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &thread_key);
   tp__sandbox_of(L)->T = lua_newthread(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &thread_key);
   return 0;

@@ -1,6 +1,9 @@
 #!/bin/sh
 # Install the Debian packages tidepool needs, only those that are missing.
 # Runs apt-get as root, or through sudo; prints nothing when all are present.
+# liblua5.4-dev and lua5.4 are Debian's own Lua 5.4.4, never used by tidepool itself: the
+# embedding tests link it ahead of libtidepool and load the Lua module into its
+# interpreter, to prove tidepool's sandboxes still run on its private, patched 5.4.7.
 # FUZZ_PKGS build the fuzz targets (make fuzz, and briefly make test): clang and
 # libclang-rt-dev, its sanitizer and libFuzzer runtimes (libclang_rt.fuzzer). They are
 # wanted, not required: when they cannot be installed this says so and succeeds, and
@@ -8,7 +11,7 @@
 set -eu
 PKGS="build-essential pkg-config dpkg-dev ca-certificates debian-archive-keyring
 libjansson-dev libpcre2-dev libuv1-dev lua-luv-dev lua-lpeg-dev lua-busted lua-check
-valgrind nodejs npm"
+liblua5.4-dev lua5.4 valgrind nodejs npm"
 FUZZ_PKGS="clang libclang-rt-dev"
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=

@@ -1,7 +1,11 @@
 #!/bin/sh
 # Runs every test suite and prints one closing line "N passed, N failed".
 #   C tests        build/tests/test_* (each prints "# N passed, M failed")
-#   busted specs   spec/*_spec.lua on this build's Lua, then again with an aggressive GC
+#   busted specs   spec/*_spec.lua on this build's Lua, then again with an aggressive GC,
+#                  then on Debian's lua5.4 interpreter (5.4.4), whose C API alone the
+#                  module uses while its sandboxes run on its private Lua 5.4.7
+#   embedding      what the library exports (scripts/check-exports.sh), and a program
+#                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines)
 #   lint           luacheck over the Lua sources
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
@@ -44,8 +48,8 @@ for t in "$BUILD"/tests/test_*; do
   fi
 done
 
-run_busted() {  # $1 label
-  timeout 900 "$LUA" /usr/bin/busted -o TAP spec >"$log" 2>&1
+run_busted() {  # $1 label, $2 the interpreter (default: this build's)
+  timeout 900 "${2:-$LUA}" /usr/bin/busted -o TAP spec >"$log" 2>&1
   rc=$?
   p=$(grep -cE '^ok [0-9]+' "$log")
   f=$(grep -cE '^not ok [0-9]+' "$log")
@@ -60,7 +64,33 @@ run_busted() {  # $1 label
 if ls spec/*_spec.lua >/dev/null 2>&1; then
   run_busted "busted"
   TP_GC_AGGRESSIVE=1 run_busted "busted (aggressive GC)"
+  # Not under `make sanitize`: an ASan-built module cannot load into an interpreter
+  # without the ASan runtime.
+  if [ -n "${SANITIZE:-}" ]; then
+    :
+  elif command -v lua5.4 >/dev/null 2>&1; then
+    run_busted "busted (Debian's lua5.4)" lua5.4
+  else
+    echo "busted (Debian's lua5.4): lua5.4 is not installed (scripts/deps.sh): a failure"
+    failed=$((failed + 1))
+  fi
 fi
+
+# Embedding: the library exports only tp_*, and a program that links Debian's Lua 5.4.4
+# (ahead of libtidepool.so, after it, with libtidepool.a, both static) still runs its
+# sandboxes on tidepool's Lua: a backtracking pattern stops at a 1 s limit.
+sh scripts/check-exports.sh >"$log" 2>&1
+grep -E '^(not ok|#   )' "$log" | head -n 40
+add_counts "exports"
+for how in so_first so_last static static_both; do
+  t="$BUILD/embed/foreign_lua_$how"
+  from=liblua5.4.so
+  [ "$how" = static_both ] && from="foreign_lua_$how"
+  if [ ! -x "$t" ]; then echo "embed $how: $t was not built"; failed=$((failed + 1)); continue; fi
+  timeout 300 "$t" spec/embed/tools "$from" >"$log" 2>&1
+  grep -E '^(not ok|#   )' "$log" | head -n 20
+  add_counts "embed, Debian's Lua and libtidepool ($how)"
+done
 
 # MCP server: end-to-end with the official TypeScript SDK client (installed into
 # spec/mcp/node_modules on first use), and raw protocol tests (plain node).
@@ -150,6 +180,39 @@ else
   failed=$((failed + 1)); tail -n 20 "$log"; echo "install + examples/embed.c, frame_loop.c: failed"
 fi
 rm -rf "$inst"
+
+# make install PREFIX=DIR after the plain build above: the installed CLI and Lua module
+# find the built-in tools under DIR (not /usr/local), and pkg-config points into DIR.
+pfx=$(mktemp -d)
+mod_ok=1
+if [ "$BUILD" != build ]; then
+  echo "install PREFIX=...: skipped in $BUILD"
+elif make -s install PREFIX="$pfx" BUILD="$BUILD" >"$log" 2>&1 &&
+   echo 'return tools.time.now{}.unix_ms > 0' |
+     env -u TIDEPOOL_TOOLS_DIR "$pfx/bin/tidepool" run --json - 2>>"$log" |
+     grep -q '"ok":true,"result":true,' &&
+   PKG_CONFIG_PATH="$pfx/lib/pkgconfig" pkg-config --cflags --libs tidepool |
+     grep -q -- "-I$pfx/include -L$pfx/lib -ltidepool" &&
+   cc -o "$pfx/embed" examples/embed.c $(PKG_CONFIG_PATH="$pfx/lib/pkgconfig" \
+      pkg-config --cflags --libs tidepool) -Wl,-rpath,"$pfx/lib" >>"$log" 2>&1 &&
+   "$pfx/embed" | grep -q '"ok":true,"result":5,'; then
+  if command -v lua5.4 >/dev/null 2>&1; then
+    env -u TIDEPOOL_TOOLS_DIR LUA_CPATH="$pfx/lib/lua/5.4/?.so" lua5.4 -e '
+      local env = require("tidepool").run("return tools.time.now{}.unix_ms > 0",
+                                          { builtin_tools = true })
+      assert(env.ok and env.result == true and not env.warnings, env.error and env.error.message)
+    ' >>"$log" 2>&1 || mod_ok=0
+  fi
+  if [ "$mod_ok" = 1 ]; then
+    passed=$((passed + 1)); echo "install PREFIX=DIR: tools and pkg-config under DIR: ok"
+  else
+    failed=$((failed + 1)); tail -n 20 "$log"
+    echo "install PREFIX=DIR: the Lua module does not find its tools under DIR: failed"
+  fi
+else
+  failed=$((failed + 1)); tail -n 20 "$log"; echo "install PREFIX=DIR: failed"
+fi
+rm -rf "$pfx"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -15,6 +15,12 @@
 **   as `char *` belong to the caller, who frees them with tp_free().
 ** - An engine and its runs are used from one thread at a time (the engine's own watchdog
 **   thread is internal). Separate engines are independent.
+** - The library exports the functions marked TP_EXTERN and nothing else. Its own copy of
+**   Lua (5.4.7, with a pattern matcher that limits can stop) and the luv and lpeg of its
+**   host state are private to it: a program that links another Lua (Debian's liblua5.4,
+**   LuaJIT) keeps its own, ahead of libtidepool or after it, and tidepool's sandboxes
+**   still run on tidepool's Lua. For the same reason the host state of an embedded
+**   engine loads no Lua C modules (they would bind to the program's Lua, if any).
 */
 #ifndef TIDEPOOL_H
 #define TIDEPOOL_H
@@ -24,6 +30,18 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* TP_EXTERN marks the public functions. The library is compiled with -fvisibility=hidden,
+** so these are the only symbols libtidepool.so exports; libtidepool.a holds one object
+** whose only global symbols are these. Define TP_EXTERN before including this header to
+** add attributes of your own (it must keep the default visibility). */
+#ifndef TP_EXTERN
+# if defined(__GNUC__) || defined(__clang__)
+#  define TP_EXTERN extern __attribute__((visibility("default")))
+# else
+#  define TP_EXTERN extern
+# endif
 #endif
 
 #define TP_VERSION_MAJOR 0
@@ -41,7 +59,7 @@ extern "C" {
 
 /* The meaning of a status code, for a person: "invalid argument" for TP_EINVAL, ...;
 ** "unknown status" for a code that is none of the above. Static string. */
-const char *tp_strerror(int code);
+TP_EXTERN const char *tp_strerror(int code);
 
 typedef struct tp_engine tp_engine;
 typedef struct tp_run tp_run;
@@ -69,22 +87,22 @@ typedef struct tp_limits {
 } tp_limits;
 
 /* Fills *l with the defaults. */
-void tp_limits_init(tp_limits *l);
+TP_EXTERN void tp_limits_init(tp_limits *l);
 
 /* The library's version, "MAJOR.MINOR.PATCH". Static string. */
-const char *tp_version(void);
+TP_EXTERN const char *tp_version(void);
 
 /* Frees a string the library returned as `char *`. NULL is a no-op. */
-void tp_free(void *p);
+TP_EXTERN void tp_free(void *p);
 
 /* ---- engine ---------------------------------------------------------------------- */
 
 /* Creates an engine. Returns NULL when out of memory. */
-tp_engine *tp_engine_create(void);
+TP_EXTERN tp_engine *tp_engine_create(void);
 
 /* Destroys the engine. Every run created from it must have been destroyed first;
 ** runs still alive are destroyed here. NULL is a no-op. */
-void tp_engine_destroy(tp_engine *e);
+TP_EXTERN void tp_engine_destroy(tp_engine *e);
 
 /*
 ** Runs a script to completion synchronously and returns its envelope as a JSON string
@@ -93,13 +111,13 @@ void tp_engine_destroy(tp_engine *e);
 ** failed (read "ok" in the envelope, or *script_ok when not NULL); negative on a host
 ** error (then *envelope is NULL).
 */
-int tp_engine_run(tp_engine *e, const char *source, size_t len, const tp_limits *limits,
-                  char **envelope, int *script_ok);
+TP_EXTERN int tp_engine_run(tp_engine *e, const char *source, size_t len,
+                            const tp_limits *limits, char **envelope, int *script_ok);
 
 /* Compiles a script without running it; the envelope is that of tp_engine_run with
 ** "result": null on success, or the syntax error. Same ownership and return values. */
-int tp_engine_check(tp_engine *e, const char *source, size_t len, const tp_limits *limits,
-                    char **envelope, int *script_ok);
+TP_EXTERN int tp_engine_check(tp_engine *e, const char *source, size_t len,
+                              const tp_limits *limits, char **envelope, int *script_ok);
 
 /* ---- runs: a script as a resumable object ------------------------------------------
 **
@@ -114,33 +132,34 @@ int tp_engine_check(tp_engine *e, const char *source, size_t len, const tp_limit
 
 /* Creates a run. limits may be NULL (defaults). Returns NULL when out of memory or when
 ** e or source is NULL. */
-tp_run *tp_run_create(tp_engine *e, const char *source, size_t len, const tp_limits *limits);
+TP_EXTERN tp_run *tp_run_create(tp_engine *e, const char *source, size_t len,
+                                const tp_limits *limits);
 
 /* Runs for at most budget_us microseconds of wall time and budget_instructions VM
 ** instructions (0 = no budget of that kind). Returns TP_DONE, TP_YIELD, TP_WAIT, or a
 ** negative code (TP_ESTATE after TP_DONE, TP_EINVAL for NULL). */
-int tp_run_step(tp_run *r, uint64_t budget_us, uint64_t budget_instructions);
+TP_EXTERN int tp_run_step(tp_run *r, uint64_t budget_us, uint64_t budget_instructions);
 
 /* Stops the run: its envelope becomes the error "cancelled". A finished run is left as
 ** it is. Safe to call between steps. NULL is a no-op. */
-void tp_run_cancel(tp_run *r);
+TP_EXTERN void tp_run_cancel(tp_run *r);
 
 /* Nonzero once the run has finished. */
-int tp_run_done(const tp_run *r);
+TP_EXTERN int tp_run_done(const tp_run *r);
 
 /* The envelope of a finished run, as compact JSON; NULL before the run is done. Owned
 ** by the run. */
-const char *tp_run_envelope(const tp_run *r);
+TP_EXTERN const char *tp_run_envelope(const tp_run *r);
 
 /* Destroys the run (finished or not). NULL is a no-op. */
-void tp_run_destroy(tp_run *r);
+TP_EXTERN void tp_run_destroy(tp_run *r);
 
 /* Hands the run to the engine's loop: tp_engine_poll (or the loop of tp_engine_run)
 ** steps it in time slices, round-robin with the other started runs, while its tool
 ** calls wait without blocking anyone; done is called once, when the run has finished
 ** (tp_run_envelope is ready), and may destroy the run. */
 typedef void (*tp_run_done_cb)(tp_run *r, void *ud);
-int tp_run_start(tp_run *r, tp_run_done_cb done, void *ud);
+TP_EXTERN int tp_run_start(tp_run *r, tp_run_done_cb done, void *ud);
 
 /* ---- sessions: globals kept from one run to the next --------------------------------
 ** A session owns one sandbox; its runs execute in it one at a time, so a script can use
@@ -148,17 +167,17 @@ int tp_run_start(tp_run *r, tp_run_done_cb done, void *ud);
 typedef struct tp_session tp_session;
 
 /* Creates a session with these limits (NULL: defaults). NULL when out of memory. */
-tp_session *tp_session_create(tp_engine *e, const tp_limits *limits);
+TP_EXTERN tp_session *tp_session_create(tp_engine *e, const tp_limits *limits);
 
 /* A run in the session (the session's limits apply). NULL when another run of the
 ** session is not yet destroyed, or out of memory. */
-tp_run *tp_session_run(tp_session *s, const char *source, size_t len);
+TP_EXTERN tp_run *tp_session_run(tp_session *s, const char *source, size_t len);
 
 /* Bytes the session's sandbox holds now. */
-size_t tp_session_memory(const tp_session *s);
+TP_EXTERN size_t tp_session_memory(const tp_session *s);
 
 /* Destroys the session (and its run, if any). NULL is a no-op. */
-void tp_session_destroy(tp_session *s);
+TP_EXTERN void tp_session_destroy(tp_session *s);
 
 /* ---- tools ---------------------------------------------------------------------------
 **
@@ -194,52 +213,55 @@ typedef struct tp_tool_def {
 
 /* Registers a tool (strings are copied, schemas compiled once). TP_EINVAL on a bad
 ** name, a duplicate, or a schema that does not compile: tp_engine_error says why. */
-int tp_engine_add_tool(tp_engine *e, const tp_tool_def *def);
+TP_EXTERN int tp_engine_add_tool(tp_engine *e, const tp_tool_def *def);
 
 /* Loads every *.lua plugin of a directory into the engine's host Lua state. Returns the
 ** number of tools added, or a negative code when the directory cannot be read. A broken
 ** plugin is skipped and reported (file:line: why) in tp_engine_error, which lists every
 ** problem of the last call, one per line; the other plugins still load. */
-int tp_engine_load_tools(tp_engine *e, const char *dir);
+TP_EXTERN int tp_engine_load_tools(tp_engine *e, const char *dir);
 
 /* Confines the fs.* built-in tools to this directory (and offers them). */
-int tp_engine_set_workspace(tp_engine *e, const char *dir);
+TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);
 
 /* Caps how many bytes the fs.* tools may add to the workspace, net, over what it held
 ** when first used in this process (shared by every engine of the process using that
 ** directory); default 1 GiB, 0 = no cap. Takes effect for workspaces opened after it. */
-int tp_engine_set_workspace_max(tp_engine *e, uint64_t bytes);
+TP_EXTERN int tp_engine_set_workspace_max(tp_engine *e, uint64_t bytes);
 
 /* The message of the last failed call on e, or "" (owned by e). */
-const char *tp_engine_error(const tp_engine *e);
+TP_EXTERN const char *tp_engine_error(const tp_engine *e);
 
 /* The tools as the model reads them: LuaCATS annotations with a preamble that explains
 ** the sandbox (format "lua"), or a run_lua tool definition as JSON (format "json").
 ** Caller frees with tp_free. NULL for an unknown format or out of memory. */
-char *tp_engine_describe(tp_engine *e, const char *format);
+TP_EXTERN char *tp_engine_describe(tp_engine *e, const char *format);
 
 /* Runs the engine's event loop: once without waiting (block 0) or until something
 ** happened (block 1). Tool handlers that wait (timers, files, processes) and call
 ** deadlines progress only while the loop runs. Returns nonzero while work is pending. */
-int tp_engine_poll(tp_engine *e, int block);
+TP_EXTERN int tp_engine_poll(tp_engine *e, int block);
 
 /* The calls of r that wait for the embedding program (tools without handler), at most
 ** max of them, oldest first; returns how many. */
-size_t tp_run_pending(tp_run *r, tp_call **calls, size_t max);
+TP_EXTERN size_t tp_run_pending(tp_run *r, tp_call **calls, size_t max);
 
-const char *tp_call_tool(const tp_call *c);     /* "weather.current"; owned by c */
-const char *tp_call_args(tp_call *c);  /* arguments as JSON text; owned by c, valid until
-                                          ** the call is completed */
-uint64_t tp_call_id(const tp_call *c);          /* unique within its run, from 1 */
-int tp_call_cancelled(const tp_call *c);        /* the run ended or the call timed out */
+/* "weather.current"; owned by c */
+TP_EXTERN const char *tp_call_tool(const tp_call *c);
+/* The arguments as JSON text; owned by c, valid until the call is completed. */
+TP_EXTERN const char *tp_call_args(tp_call *c);
+/* Unique within its run, from 1. */
+TP_EXTERN uint64_t tp_call_id(const tp_call *c);
+/* Nonzero once the run ended or the call timed out. */
+TP_EXTERN int tp_call_cancelled(const tp_call *c);
 
 /* Completes the call with its result as JSON text (len may be 0 for NUL-terminated).
 ** TP_ESTATE if it was completed already. */
-int tp_call_complete(tp_call *c, const char *result_json, size_t len);
+TP_EXTERN int tp_call_complete(tp_call *c, const char *result_json, size_t len);
 
 /* Fails the call. code: "tool.failed" when NULL, or another tool.* code; message for
 ** the model (what went wrong, what to do). TP_ESTATE if completed already. */
-int tp_call_fail(tp_call *c, const char *code, const char *message);
+TP_EXTERN int tp_call_fail(tp_call *c, const char *code, const char *message);
 
 #ifdef __cplusplus
 }

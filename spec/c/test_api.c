@@ -361,6 +361,35 @@ TEST(two_engines_are_independent) {
   tp_engine_destroy(e2);
 }
 
+/* A run killed at the memory cap leaves its thread holding most of the cap (here a deep
+** recursion's stack); the session's next run still gets a thread: the old one is let go
+** before the new one is made, so the allocator's emergency collection can take it. */
+TEST(a_session_runs_again_after_a_run_killed_at_the_memory_cap) {
+  tp_engine *e = tp_engine_create();
+  tp_limits l;
+  tp_limits_init(&l);
+  l.memory = 16u << 20;
+  tp_session *s = tp_session_create(e, &l);
+  const char *src = "local function r() return r() + 1 end return r()";
+  for (int i = 0; i < 3; i++) {
+    tp_run *r = tp_session_run(s, src, strlen(src));
+    CHECK(r != NULL);
+    if (r == NULL) break;
+    CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+    CHECK_HAS(tp_run_envelope(r), "\"ok\":false");
+    tp_run_destroy(r);
+  }
+  tp_run *r = tp_session_run(s, "return 7", 8);
+  CHECK(r != NULL);
+  if (r != NULL) {
+    CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+    CHECK_HAS(tp_run_envelope(r), "\"result\":7");
+    tp_run_destroy(r);
+  }
+  tp_session_destroy(s);
+  tp_engine_destroy(e);
+}
+
 TEST(a_thousand_runs_in_a_loop) {
   tp_engine *e = tp_engine_create();
   const char *srcs[] = {
@@ -414,5 +443,6 @@ int main (void) {
   RUN(destroying_an_engine_with_live_runs);
   RUN(two_engines_are_independent);
   RUN(a_thousand_runs_in_a_loop);
+  RUN(a_session_runs_again_after_a_run_killed_at_the_memory_cap);
   return tp_test_end();
 }
