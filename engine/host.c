@@ -4,8 +4,11 @@
 ** loop, lpeg, and the runtime lua/host.lua, which does the Lua side of all this.
 **
 ** The life of a Lua tool call:
-**   tp__host_dispatch   host.lua's prepare() makes a record {co, ctx, box, handles} for
-**                       the call; c->host_ref holds it; start() resumes the handler.
+**   tp__host_dispatch   host.lua's prepare() gives a record {co, ctx, box, handles} for
+**                       the call, from its pool of idle ones when it can (see host.lua);
+**                       the arguments go in as a Lua table made from the tree, with no
+**                       JSON text; c->host_ref holds the record; start() resumes the
+**                       handler.
 **   the handler waits   ctx.sleep / ctx.await yield the coroutine; a luv callback resumes
 **                       it later, through the callback runner below (never exits).
 **   it ends             host.lua calls E.complete(box, ok, value): the result goes through
@@ -55,6 +58,9 @@ typedef struct host {
   tp_engine *e;
   int rt;      /* host.lua's table */
   int nrefs;   /* registry references taken by host.c and not yet released */
+  char *ws;    /* the workspace host.lua was last told (rt.set_workspace), or NULL */
+  uint64_t ws_max;
+  int ws_told; /* host.lua was told at least once */
 } host;
 
 static const char host_key = 0;
@@ -427,10 +433,10 @@ static void note_block (tp_run *r, const char *tool, uint64_t held) {
            "less work, and report the tool to its author.", tool, (double)held / 1e9);
 }
 
-/* E.resume(box, co, ...) -> ok, value, held_ms, late
+/* E.resume(box, co, ...) -> ok, value, held_ms, late, value2
 ** coroutine.resume of a call's handler coroutine: ok and its first result (or error),
-** the milliseconds it held the thread, and whether the call's deadline had passed when
-** it stopped. */
+** the milliseconds it held the thread, whether the call's deadline had passed when it
+** stopped, and its second result. */
 static int e_resume (lua_State *L) {
   callbox *b = luaL_checkudata(L, 1, CALLBOX);
   lua_State *co = lua_tothread(L, 2);
@@ -461,12 +467,17 @@ static int e_resume (lua_State *L) {
     if (atomic_load(&hw.target.expired)) lua_sethook(co, NULL, 0, 0);
   }
   lua_settop(L, 2);
+  int second = 0;
   if (st == LUA_OK || st == LUA_YIELD) {
     lua_pushboolean(L, 1);
     if (nres > 0) {
       lua_pushvalue(co, -nres);
       lua_xmove(co, L, 1);
-      lua_pop(co, nres);
+      if (nres > 1) {
+        lua_pushvalue(co, -nres + 1);
+        second = 1;
+      }
+      else lua_pop(co, nres);
     }
     else lua_pushnil(L);
   }
@@ -478,7 +489,20 @@ static int e_resume (lua_State *L) {
   if (r != NULL && held >= BLOCK_NOTE_NS) note_block(r, c->name, held);
   lua_pushnumber(L, (lua_Number)held / 1e6);
   lua_pushboolean(L, deadline != 0 && t1 >= deadline);
+  if (second) {
+    lua_xmove(co, L, 1);
+    lua_settop(co, lua_gettop(co) - nres);
+    return 5;
+  }
   return 4;
+}
+
+/* E.new_box() -> an empty call box (host.lua keeps one per record and reuses it). */
+static int e_new_box (lua_State *H) {
+  callbox *b = lua_newuserdatauv(H, sizeof *b, 0);
+  b->c = NULL;
+  luaL_setmetatable(H, CALLBOX);
+  return 1;
 }
 
 /* E.deadline_ms(box) -> milliseconds left before the call times out, or nil. */
@@ -546,6 +570,9 @@ static int open_p (lua_State *H) {
   h->e = e;
   h->rt = LUA_NOREF;
   h->nrefs = 0;
+  h->ws = NULL;
+  h->ws_max = 0;
+  h->ws_told = 0;
   lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
   luaL_openlibs(H);
   luv_set_loop(H, e->loop);
@@ -574,7 +601,7 @@ static int open_p (lua_State *H) {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
-    { "workspace", e_workspace }, { NULL, NULL } };
+    { "workspace", e_workspace }, { "new_box", e_new_box }, { NULL, NULL } };
   luaL_newlib(H, fns);
   lua_call(H, 1, 1);
   luaL_checktype(H, -1, LUA_TTABLE);
@@ -621,6 +648,8 @@ void tp__host_close (tp_engine *e) {
     }
   host *h = get_host(H);
   drop_ref(H, &h->rt);
+  free(h->ws);
+  h->ws = NULL;
   assert(h->nrefs == 0 && "host.c: registry references leaked");
   lua_close(H);
   e->H = NULL;
@@ -628,44 +657,52 @@ void tp__host_close (tp_engine *e) {
 
 /* ---- calls ------------------------------------------------------------------------ */
 
+/* Tells host.lua the engine's workspace when it differs from what it was told last
+** (tp_engine_set_workspace may be called at any time); ctx.workspace shows it. */
+static void tell_workspace (lua_State *H, host *h, const tp_engine *e) {
+  uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
+  int same = h->ws_told && h->ws_max == m &&
+             (e->workspace == NULL ? h->ws == NULL
+                                   : h->ws != NULL && strcmp(h->ws, e->workspace) == 0);
+  if (same) return;
+  char *copy = NULL;
+  if (e->workspace != NULL && (copy = strdup(e->workspace)) == NULL)
+    luaL_error(H, "not enough memory");
+  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
+  lua_getfield(H, -1, "set_workspace");
+  lua_remove(H, -2);
+  if (e->workspace) lua_pushstring(H, e->workspace);
+  else lua_pushnil(H);
+  lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
+  lua_call(H, 2, 0);  /* cannot raise after the copy is taken: a plain assignment */
+  free(h->ws);
+  h->ws = copy;
+  h->ws_max = m;
+  h->ws_told = 1;
+}
+
 static int dispatch_p (lua_State *H) {
   tp_call *c = lua_touserdata(H, 1);
   const tp_tool *t = lua_touserdata(H, 2);
   const json_t *args = lua_touserdata(H, 3);
-  tp_engine *e = c->e;
   lua_settop(H, 0);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
-  tp_json_push(H, args, 0);
-  callbox *b = lua_newuserdatauv(H, sizeof *b, 0);
-  b->c = NULL;
-  luaL_setmetatable(H, CALLBOX);
-  lua_createtable(H, 0, 5);
-  lua_pushinteger(H, (lua_Integer)c->id);
-  lua_setfield(H, -2, "call_id");
-  lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
-  lua_setfield(H, -2, "run_id");
-  lua_pushstring(H, c->name);
-  lua_setfield(H, -2, "tool");
-  if (e->workspace) {
-    lua_pushstring(H, e->workspace);
-    lua_setfield(H, -2, "workspace");
-    uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
-    lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
-    lua_setfield(H, -2, "workspace_max");
-  }
   host *h = get_host(H);
+  tell_workspace(H, h, c->e);
   lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, -1, "prepare");
-  lua_remove(H, -2);
-  lua_insert(H, 1);
-  lua_call(H, 4, 1);            /* prepare(handler, args, box, info) -> record */
-  luaL_checktype(H, -1, LUA_TTABLE);
+  lua_getfield(H, 1, "prepare");
+  lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
+  tp_json_push(H, args, 0);     /* the tree as a Lua table: no JSON text in between */
+  lua_pushinteger(H, (lua_Integer)c->id);
+  lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
+  lua_pushstring(H, c->name);
+  lua_call(H, 5, 2);            /* prepare(handler, args, call_id, run_id, tool) -> rec, box */
+  luaL_checktype(H, -2, LUA_TTABLE);
+  callbox *b = luaL_checkudata(H, -1, CALLBOX);
+  lua_pop(H, 1);
   lua_pushvalue(H, -1);
   c->host_ref = take_ref(H);    /* from here on, the call can be cancelled */
   b->c = c;
-  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, -1, "start");
-  lua_remove(H, -2);
+  lua_getfield(H, 1, "start");
   lua_insert(H, -2);
   lua_call(H, 1, 0);            /* start(record): runs the handler until it waits */
   return 0;
