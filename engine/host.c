@@ -690,21 +690,21 @@ static int dispatch_p (lua_State *H) {
   tell_workspace(H, h, c->e);
   lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
   lua_getfield(H, 1, "prepare");
-  lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
-  tp_json_push(H, args, 0);     /* the tree as a Lua table: no JSON text in between */
   lua_pushinteger(H, (lua_Integer)c->id);
   lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
   lua_pushstring(H, c->name);
-  lua_call(H, 5, 2);            /* prepare(handler, args, call_id, run_id, tool) -> rec, box */
-  luaL_checktype(H, -2, LUA_TTABLE);
-  callbox *b = luaL_checkudata(H, -1, CALLBOX);
-  lua_pop(H, 1);
-  lua_pushvalue(H, -1);
+  lua_call(H, 3, 2);            /* prepare(call_id, run_id, tool) -> rec, box */
+  luaL_checktype(H, 2, LUA_TTABLE);
+  callbox *b = luaL_checkudata(H, 3, CALLBOX);
+  lua_settop(H, 2);
+  lua_pushvalue(H, 2);
   c->host_ref = take_ref(H);    /* from here on, the call can be cancelled */
   b->c = c;
   lua_getfield(H, 1, "start");
-  lua_insert(H, -2);
-  lua_call(H, 1, 0);            /* start(record): runs the handler until it waits */
+  lua_insert(H, 2);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
+  tp_json_push(H, args, 0);     /* the tree as a Lua table: no JSON text in between */
+  lua_call(H, 3, 0);            /* start(record, handler, args): runs it until it waits */
   return 0;
 }
 

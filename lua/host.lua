@@ -16,8 +16,8 @@
 -- tracking a handle or handing a function to luv (records that did may be reachable from
 -- a callback that outlives the call). A record whose handler raised, timed out, was
 -- cancelled or yielded on its own is never reused: its coroutine is closed or dropped.
--- Reuse resets what a handler can leave behind: ctx's fields and metatable (a field the
--- handler added is removed), and a coroutine with a debug hook is not taken back. A ctx
+-- Reuse resets what a handler can leave behind: what it wrote into ctx and ctx's
+-- metatable; a coroutine left with a debug hook is not taken back. A ctx
 -- is valid during its call only: one a handler keeps past its call may reach a later
 -- call of the same tool set (plugins are trusted code; do not keep ctx).
 --
@@ -179,15 +179,8 @@ end
 -- time a resume holds the thread is the call's: a handler that blocks (sleeps in C,
 -- loops in Lua) past its call's deadline ends the call with tool.timeout, and its
 -- coroutine is closed (its to-be-closed variables run; it never resumes).
-local function step(rec, ...)
-  if rec.done or rec.cancelled then return end
+local function run(rec, ...)
   local co = rec.co
-  local left = E.deadline_ms(rec.box)
-  if left ~= nil and left <= 0 then  -- woken after its deadline, before the engine saw it
-    finish(rec, false, "did not answer within its time limit", "tool.timeout")
-    coroutine.close(co)
-    return
-  end
   local ok, a, held_ms, late, b = E.resume(rec.box, co, ...)
   if late and not rec.done and not rec.cancelled then
     finish(rec, false, ("its handler held the engine for %.0f ms, past the call's time "
@@ -207,6 +200,19 @@ local function step(rec, ...)
     finish(rec, false, "the handler yielded without waiting on anything (wait with "
       .. "ctx.sleep or ctx.await)")
   end
+end
+
+-- run() when the call is still on, checking first that it was not woken past its
+-- deadline (before the engine saw it).
+local function step(rec, ...)
+  if rec.done or rec.cancelled then return end
+  local left = E.deadline_ms(rec.box)
+  if left ~= nil and left <= 0 then
+    finish(rec, false, "did not answer within its time limit", "tool.timeout")
+    coroutine.close(rec.co)
+    return
+  end
+  return run(rec, ...)
 end
 
 -- Waits for the callback handed to start(resume); returns the values it got. The
@@ -236,33 +242,24 @@ local function wait(rec, what, start)
   return coroutine.yield(WAIT)
 end
 
--- The fields every ctx has; any other is removed before the ctx is reused.
-local CTX_KEYS = { run_id = true, call_id = true, tool = true, workspace = true,
-  workspace_max = true, write_quota = true, charge_writes = true, sleep = true,
-  await = true, track = true, log = true }
-
--- Sets ctx's fields for the call of rec: the per-call data, and the functions (made once
--- per record) in case the last handler replaced one.
+-- Sets ctx up for the call of rec. ctx itself is an empty table: what it shows is read
+-- through its metatable from the record's data table (per-call fields, the functions made
+-- once per record, deadline_ms computed), so whatever a handler writes into ctx (even
+-- with rawset) lands in ctx itself and is wiped before the next call, as is a metatable
+-- it changed.
+local ws_gen = 0
 local function reset_ctx(rec, run_id, call_id, tool)
-  local ctx, fns = rec.ctx, rec.fns
-  if rec.dirty or getmetatable(ctx) ~= rec.mt then
-    for k in pairs(ctx) do
-      if not CTX_KEYS[k] then ctx[k] = nil end
-    end
+  local ctx = rec.ctx
+  if next(ctx) ~= nil or getmetatable(ctx) ~= rec.mt then
+    for k in pairs(ctx) do ctx[k] = nil end
     setmetatable(ctx, rec.mt)
-    rec.dirty = false
   end
-  rawset(ctx, "run_id", run_id)
-  rawset(ctx, "call_id", call_id)
-  rawset(ctx, "tool", tool)
-  rawset(ctx, "workspace", ws_dir)
-  rawset(ctx, "workspace_max", ws_dir and ws_max or nil)
-  rawset(ctx, "write_quota", fns.write_quota)
-  rawset(ctx, "charge_writes", fns.charge_writes)
-  rawset(ctx, "sleep", fns.sleep)
-  rawset(ctx, "await", fns.await)
-  rawset(ctx, "track", fns.track)
-  rawset(ctx, "log", fns.log)
+  local data = rec.data
+  data.run_id, data.call_id, data.tool = run_id, call_id, tool
+  if rec.ws_gen ~= ws_gen then
+    data.workspace, data.workspace_max = ws_dir, ws_dir and ws_max or nil
+    rec.ws_gen = ws_gen
+  end
 end
 
 local function make_ctx(rec)
@@ -316,17 +313,13 @@ local function make_ctx(rec)
     E.log(rec.box, "[" .. rec.tool .. "] " .. table.concat(parts, "\t"))
   end
 
-  rec.fns = fns
-  rec.mt = {
+  rec.data = setmetatable(fns, {
     __index = function(_, k)
       if k == "deadline_ms" then return E.deadline_ms(rec.box) end
     end,
-    __newindex = function(t, k, v)  -- a field added by a handler: removed before reuse
-      rec.dirty = true
-      rawset(t, k, v)
-    end,
-  }
-  rec.ctx = {}
+  })
+  rec.mt = { __index = fns }
+  rec.ctx = setmetatable({}, rec.mt)
 end
 
 -- A handler's coroutine: runs one handler per turn of its loop and yields DONE with its
@@ -351,7 +344,7 @@ end
 -- ---- called by host.c ------------------------------------------------------------------
 
 -- A record for a call, with its box (host.c puts the call in it); start() runs it.
-function M.prepare(handler, args, call_id, run_id, tool)
+function M.prepare(call_id, run_id, tool)
   local rec
   if npool > 0 then
     rec = pool[npool]
@@ -360,21 +353,20 @@ function M.prepare(handler, args, call_id, run_id, tool)
   else
     rec = new_record()
   end
-  rec.handler, rec.args, rec.tool = handler, args, tool
-  rec.done, rec.cancelled, rec.wait, rec.claimed = false, false, nil, false
+  rec.tool, rec.done, rec.cancelled, rec.wait, rec.claimed = tool, false, false, nil, false
   reset_ctx(rec, run_id, call_id, tool)
   return rec, rec.box
 end
 
-function M.start(rec)
-  local handler, args = rec.handler, rec.args
-  rec.handler, rec.args = nil, nil
-  step(rec, RUN, handler, args, rec.ctx)
+-- Runs the handler of a prepared record until it returns, fails or waits.
+function M.start(rec, handler, args)
+  run(rec, RUN, handler, args, rec.ctx)
 end
 
 -- The engine's workspace changed (host.c): what the next calls' ctx shows.
 function M.set_workspace(dir, max)
   ws_dir, ws_max = dir, max
+  ws_gen = ws_gen + 1
 end
 
 -- The call is over for the engine (box emptied already); host.c closes the coroutine.
