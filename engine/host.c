@@ -433,10 +433,10 @@ static void note_block (tp_run *r, const char *tool, uint64_t held) {
            "less work, and report the tool to its author.", tool, (double)held / 1e9);
 }
 
-/* E.resume(box, co, ...) -> ok, value, held_ms, late, value2
+/* E.resume(box, co, ...) -> ok, value, held_ms, late
 ** coroutine.resume of a call's handler coroutine: ok and its first result (or error),
-** the milliseconds it held the thread, whether the call's deadline had passed when it
-** stopped, and its second result. */
+** the milliseconds it held the thread, and whether the call's deadline had passed when
+** it stopped. */
 static int e_resume (lua_State *L) {
   callbox *b = luaL_checkudata(L, 1, CALLBOX);
   lua_State *co = lua_tothread(L, 2);
@@ -467,17 +467,12 @@ static int e_resume (lua_State *L) {
     if (atomic_load(&hw.target.expired)) lua_sethook(co, NULL, 0, 0);
   }
   lua_settop(L, 2);
-  int second = 0;
   if (st == LUA_OK || st == LUA_YIELD) {
     lua_pushboolean(L, 1);
     if (nres > 0) {
       lua_pushvalue(co, -nres);
       lua_xmove(co, L, 1);
-      if (nres > 1) {
-        lua_pushvalue(co, -nres + 1);
-        second = 1;
-      }
-      else lua_pop(co, nres);
+      lua_pop(co, nres);
     }
     else lua_pushnil(L);
   }
@@ -489,11 +484,6 @@ static int e_resume (lua_State *L) {
   if (r != NULL && held >= BLOCK_NOTE_NS) note_block(r, c->name, held);
   lua_pushnumber(L, (lua_Number)held / 1e6);
   lua_pushboolean(L, deadline != 0 && t1 >= deadline);
-  if (second) {
-    lua_xmove(co, L, 1);
-    lua_settop(co, lua_gettop(co) - nres);
-    return 5;
-  }
   return 4;
 }
 

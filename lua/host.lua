@@ -25,7 +25,7 @@
 -- log(box, text); deadline_ms(box) -> ms | nil; fs_quota(box) -> left, quota | nothing;
 -- fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
 -- new_box() -> an empty call box;
--- resume(box, co, ...) -> ok, value, held_ms, late, value2 (coroutine.resume, timed).
+-- resume(box, co, ...) -> ok, value, held_ms, late (coroutine.resume, timed).
 local E = ...
 
 local uv = require("luv")
@@ -37,7 +37,7 @@ local DONE = setmetatable({}, { __name = "tidepool.done" })  -- the handler retu
 local RUN = setmetatable({}, { __name = "tidepool.run" })    -- only step() holds it
 
 local co_create, co_yield, co_running = coroutine.create, coroutine.yield, coroutine.running
-local co_status, co_close = coroutine.status, coroutine.close
+local co_status = coroutine.status
 local gethook = debug.gethook
 
 -- Idle records, at most POOL_MAX of them (the most calls seen at once, bounded).
@@ -181,7 +181,7 @@ end
 -- coroutine is closed (its to-be-closed variables run; it never resumes).
 local function run(rec, ...)
   local co = rec.co
-  local ok, a, held_ms, late, b = E.resume(rec.box, co, ...)
+  local ok, a, held_ms, late = E.resume(rec.box, co, ...)
   if late and not rec.done and not rec.cancelled then
     finish(rec, false, ("its handler held the engine for %.0f ms, past the call's time "
       .. "limit, without waiting (it blocks in C or loops in Lua instead of waiting with "
@@ -194,7 +194,9 @@ local function run(rec, ...)
     coroutine.close(co)  -- a coroutine dead by an error keeps its <close> variables open
     finish(rec, false, msg, code)
   elseif a == DONE then
-    finish(rec, true, b)
+    local result = rec.result
+    rec.result = nil
+    finish(rec, true, result)
     recycle(rec)
   elseif a ~= WAIT then
     finish(rec, false, "the handler yielded without waiting on anything (wait with "
@@ -322,20 +324,27 @@ local function make_ctx(rec)
   rec.ctx = setmetatable({}, rec.mt)
 end
 
--- A handler's coroutine: runs one handler per turn of its loop and yields DONE with its
--- first result; resumed only by step() with RUN.
-local function body(key, handler, args, ctx)
-  while true do
-    if key ~= RUN then error("a tool handler's coroutine was resumed from outside", 0) end
-    local result = handler(args, ctx)
-    handler, args, ctx = nil, nil, nil
-    key, handler, args, ctx = co_yield(DONE, result)
-  end
+-- One call of a record's handler, from rec.handler and rec.args; its first result goes
+-- to rec.result. Its frame is gone when the coroutine waits in the pool, so the pool
+-- keeps nothing of a call that is over.
+local function turn(rec)
+  local handler, args = rec.handler, rec.args
+  rec.handler, rec.args = nil, nil
+  rec.result = handler(args, rec.ctx)
 end
 
+-- A record: its coroutine runs one handler per turn of its loop and yields DONE after
+-- each; it is resumed only by run() with RUN (anything else ends it, and a record whose
+-- coroutine is not suspended is never taken from the pool).
 local function new_record()
   local rec = { handles = {}, box = E.new_box() }
-  rec.co = co_create(body)
+  rec.co = co_create(function(key)
+    while key == RUN do
+      turn(rec)
+      key = co_yield(DONE)
+    end
+    error("a tool handler's coroutine was resumed from outside the engine", 0)
+  end)
   co_rec[rec.co] = rec
   make_ctx(rec)
   return rec
@@ -346,13 +355,13 @@ end
 -- A record for a call, with its box (host.c puts the call in it); start() runs it.
 function M.prepare(call_id, run_id, tool)
   local rec
-  if npool > 0 then
+  while npool > 0 and not rec do
     rec = pool[npool]
     pool[npool] = nil
     npool = npool - 1
-  else
-    rec = new_record()
+    if co_status(rec.co) ~= "suspended" then rec = nil end
   end
+  rec = rec or new_record()
   rec.tool, rec.done, rec.cancelled, rec.wait, rec.claimed = tool, false, false, nil, false
   reset_ctx(rec, run_id, call_id, tool)
   return rec, rec.box
@@ -360,7 +369,8 @@ end
 
 -- Runs the handler of a prepared record until it returns, fails or waits.
 function M.start(rec, handler, args)
-  run(rec, RUN, handler, args, rec.ctx)
+  rec.handler, rec.args = handler, args
+  run(rec, RUN)
 end
 
 -- The engine's workspace changed (host.c): what the next calls' ctx shows.
