@@ -251,6 +251,16 @@ static json_t *shape (json_t *v, const json_t *schema, int depth) {
 
 /* ---- E: what host.lua may call ---------------------------------------------------- */
 
+/* The call box at idx. E's functions have CALLBOX's metatable as their upvalue 1: one
+** pointer comparison per call instead of luaL_checkudata's registry lookup by name. */
+static callbox *check_box (lua_State *L, int idx) {
+  callbox *b = lua_touserdata(L, idx);
+  if (b == NULL || !lua_getmetatable(L, idx) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
+    luaL_typeerror(L, idx, CALLBOX);
+  lua_pop(L, 1);
+  return b;
+}
+
 static json_t *schema_arg (lua_State *H, const char *field, const char *tool, int *bad,
                            char *err, size_t errlen) {
   json_t *doc = NULL;
@@ -348,11 +358,11 @@ static void release_record (lua_State *H, tp_call *c) {
 /* E.complete(box, ok, value [, code]) -> true when the call took the outcome. ok: value
 ** is the result; not ok: value is the message, code a tool.* code (tool.failed). */
 static int e_complete (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   tp_call *c = b->c;
   if (c == NULL) { lua_pushboolean(H, 0); return 1; }
   int ok = lua_toboolean(H, 2);
-  release_record(H, c);
+  drop_ref(H, &c->host_ref);    /* the record lets go of the call: its box is b */
   b->c = NULL;
   if (ok) {
     tp_json_opts o;  /* bounded by the run's host budget while it is built; complete()
@@ -385,7 +395,7 @@ static int e_complete (lua_State *H) {
 
 /* E.log(box, text): a line in the run's logs. */
 static int e_log (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   size_t len;
   const char *s = luaL_checklstring(H, 2, &len);
   if (b->c && b->c->run && b->c->run->sb) tp__sandbox_log_host(b->c->run->sb, s, len);
@@ -438,7 +448,7 @@ static void note_block (tp_run *r, const char *tool, uint64_t held) {
 ** the milliseconds it held the thread, and whether the call's deadline had passed when
 ** it stopped. */
 static int e_resume (lua_State *L) {
-  callbox *b = luaL_checkudata(L, 1, CALLBOX);
+  callbox *b = check_box(L, 1);
   lua_State *co = lua_tothread(L, 2);
   luaL_argcheck(L, co != NULL && co != L, 2, "a handler coroutine expected");
   int nargs = lua_gettop(L) - 2;
@@ -497,7 +507,7 @@ static int e_new_box (lua_State *H) {
 
 /* E.deadline_ms(box) -> milliseconds left before the call times out, or nil. */
 static int e_deadline_ms (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   if (b->c == NULL || b->c->deadline_ns == 0) return 0;
   uint64_t now = tp__now_ns();
   uint64_t left = b->c->deadline_ns > now ? b->c->deadline_ns - now : 0;
@@ -509,7 +519,7 @@ static int e_deadline_ms (lua_State *H) {
 ** fs tools, and its whole quota; nothing when the run has no quota. A call that is over
 ** (box emptied) has 0 left. */
 static int e_fs_quota (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   if (b->c == NULL || b->c->run == NULL) {
     lua_pushinteger(H, 0);
     lua_pushinteger(H, 0);
@@ -526,7 +536,7 @@ static int e_fs_quota (lua_State *H) {
 
 /* E.fs_charge(box, bytes): counts bytes written by the call against its run's quota. */
 static int e_fs_charge (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   lua_Integer n = luaL_checkinteger(H, 2);
   if (n > 0 && b->c != NULL && b->c->run != NULL) {
     tp_run *r = b->c->run;
@@ -592,7 +602,9 @@ static int open_p (lua_State *H) {
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { "new_box", e_new_box }, { NULL, NULL } };
-  luaL_newlib(H, fns);
+  luaL_newlibtable(H, fns);
+  luaL_getmetatable(H, CALLBOX);
+  luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
   lua_call(H, 1, 1);
   luaL_checktype(H, -1, LUA_TTABLE);
   h->rt = take_ref(H);
