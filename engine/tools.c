@@ -786,11 +786,7 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
   c->result_cost = cost;
   c->charged += cost;
   const tp_limits *l = &c->run->sb->limits;
-  size_t n = text_len;
-  if (n == 0) {
-    char *text = tp_json_dumpsn(result, &n);
-    free(text);
-  }
+  size_t n = text_len ? text_len : tp_json_dump_len(result);  /* O(nodes), no text made */
   c->bytes_out = n;
   if (l->tool_bytes && n > l->tool_bytes) {
     json_decref(result);
