@@ -21,6 +21,16 @@ describe("a plugin tool", function()
     assert.is_true(env.calls[1].ok)
   end)
 
+  it("counts bytes_in and bytes_out as the length of the JSON text, though none is made",
+    function()
+      local env = run([[return tools.test.echo{a = 1, b = {"x", "y"}, s = "q\"\n"}]])
+      assert.is_true(env.ok, env.error and env.error.message)
+      local text = '{"a":1,"b":["x","y"],"s":"q\\"\\n"}'
+      assert.equal(33, #text)
+      assert.equal(#text, env.calls[1].bytes_in)
+      assert.equal(#text, env.calls[1].bytes_out)
+    end)
+
   it("waits with ctx.sleep without blocking the calls around it (parallel 10 x 50 ms)", function()
     local env = run([[
       local fs = {}
