@@ -27,6 +27,7 @@
 -- new_box() -> an empty call box;
 -- resume(box, co, ...) -> ok, value, held_ms, late (coroutine.resume, timed).
 local E = ...
+local E_resume, E_complete = E.resume, E.complete  -- on every call's path
 
 local uv = require("luv")
 
@@ -161,14 +162,14 @@ local function finish(rec, ok, value, code)
   rec.done = true
   rec.wait = nil
   close_handles(rec)
-  E.complete(rec.box, ok, value, code)
+  E_complete(rec.box, ok, value, code)
 end
 
 -- A record whose call is over goes back to the pool when nothing of the call can reach
--- it any more and its coroutine waits at the top of its loop (see the header).
+-- it any more (see the header). Its coroutine yielded DONE; prepare() checks that it is
+-- still suspended when it takes it.
 local function recycle(rec)
-  if rec.cancelled or rec.claimed or npool >= POOL_MAX or co_status(rec.co) ~= "suspended"
-     or gethook(rec.co) ~= nil then
+  if rec.cancelled or rec.claimed or npool >= POOL_MAX or gethook(rec.co) ~= nil then
     return
   end
   npool = npool + 1
@@ -181,7 +182,7 @@ end
 -- coroutine is closed (its to-be-closed variables run; it never resumes).
 local function run(rec, ...)
   local co = rec.co
-  local ok, a, held_ms, late = E.resume(rec.box, co, ...)
+  local ok, a, held_ms, late = E_resume(rec.box, co, ...)
   if late and not rec.done and not rec.cancelled then
     finish(rec, false, ("its handler held the engine for %.0f ms, past the call's time "
       .. "limit, without waiting (it blocks in C or loops in Lua instead of waiting with "
