@@ -10,16 +10,15 @@
 -- to ctx.track) is closed when the call ends, however it ends, so nothing of it runs
 -- afterwards.
 --
---
 -- A call allocates almost nothing: its record (coroutine, ctx, box, handles) comes from a
 -- pool of idle records and goes back to it when the handler returned without waiting,
 -- tracking a handle or handing a function to luv (records that did may be reachable from
 -- a callback that outlives the call). A record whose handler raised, timed out, was
 -- cancelled or yielded on its own is never reused: its coroutine is closed or dropped.
 -- Reuse resets what a handler can leave behind: what it wrote into ctx and ctx's
--- metatable; a coroutine left with a debug hook is not taken back. A ctx
--- is valid during its call only: one a handler keeps past its call may reach a later
--- call of the same tool set (plugins are trusted code; do not keep ctx).
+-- metatable; a coroutine left with a debug hook is not taken back. A ctx is valid during
+-- its call only: one a handler keeps past its call (in a global) may reach a later call
+-- (plugins are trusted code; they must not keep ctx).
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
 -- log(box, text); deadline_ms(box) -> ms | nil; fs_quota(box) -> left, quota | nothing;
@@ -35,7 +34,7 @@ local M = {}
 
 local WAIT = setmetatable({}, { __name = "tidepool.wait" })
 local DONE = setmetatable({}, { __name = "tidepool.done" })  -- the handler returned
-local RUN = setmetatable({}, { __name = "tidepool.run" })    -- only step() holds it
+local RUN = setmetatable({}, { __name = "tidepool.run" })    -- only run() passes it
 
 local co_create, co_yield, co_running = coroutine.create, coroutine.yield, coroutine.running
 local co_status = coroutine.status
