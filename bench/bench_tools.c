@@ -3,12 +3,15 @@
 **
 **   tool_call_us         one call of a trivial C tool with a three-field input schema,
 **                        in process: (a run making N calls - the same run making none) / N
+**   lua_tool_call_us     the same for a Lua plugin tool (bench/plugins/echo.lua) with the
+**                        same schema: its handler returns {ok = true} at once
 **   ten_calls_run_us     a fresh run making ten such calls, run create to destroy
 **   parallel_10x50ms_ms  ten parallel calls of time.sleep{ms = 50} (a Lua plugin tool that
 **                        waits on a luv timer), the whole run
 **
-** Medians. The two runs of tool_call_us alternate in one loop so noise falls on both.
-** usage: bench_tools TOOLS_DIR [scale]
+** Medians. The runs of tool_call_us and lua_tool_call_us alternate in one loop so noise
+** falls on all.
+** usage: bench_tools TOOLS_DIR [scale [PLUGINS_DIR]]   (PLUGINS_DIR: bench/plugins)
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,21 +67,30 @@ int main (int argc, char **argv) {
     fprintf(stderr, "bench_tools: cannot load %s: %s\n", tools_dir, tp_engine_error(e));
     return 1;
   }
+  const char *plugins_dir = argc > 3 ? argv[3] : "bench/plugins";
+  if (tp_engine_load_tools(e, plugins_dir) < 1) {
+    fprintf(stderr, "bench_tools: cannot load %s: %s\n", plugins_dir, tp_engine_error(e));
+    return 1;
+  }
 
-  char with[256], without[256];
+  char with[256], with_lua[256], without[256];
   snprintf(with, sizeof with, "local f = tools.bench.echo for i = 1, %d do "
+           "f{id = i, name = \"x\", flag = true} end", CALLS);
+  snprintf(with_lua, sizeof with_lua, "local f = tools.bench.lua_echo for i = 1, %d do "
            "f{id = i, name = \"x\", flag = true} end", CALLS);
   snprintf(without, sizeof without, "local f = function() end for i = 1, %d do "
            "f{id = i, name = \"x\", flag = true} end", CALLS);
   enum { REPS = 15 };
-  double per[REPS * 4];
+  double per[REPS * 4], per_lua[REPS * 4];
   int reps = REPS * scale > REPS * 4 ? REPS * 4 : REPS * scale;
   for (int i = 0; i < reps; i++) {
-    double a = timed_run(e, with), b = timed_run(e, without);
-    if (a < 0 || b < 0) return 1;
+    double a = timed_run(e, with), l = timed_run(e, with_lua), b = timed_run(e, without);
+    if (a < 0 || l < 0 || b < 0) return 1;
     per[i] = (a - b) / CALLS;
+    per_lua[i] = (l - b) / CALLS;
   }
   printf("tool_call_us: %.3f us\n", median(per, reps));
+  printf("lua_tool_call_us: %.3f us\n", median(per_lua, reps));
 
   const char ten[] = "for i = 1, 10 do tools.bench.echo{id = i, name = \"x\", flag = true} end";
   enum { TEN = 2001 };

@@ -4,8 +4,11 @@
 ** loop, lpeg, and the runtime lua/host.lua, which does the Lua side of all this.
 **
 ** The life of a Lua tool call:
-**   tp__host_dispatch   host.lua's prepare() makes a record {co, ctx, box, handles} for
-**                       the call; c->host_ref holds it; start() resumes the handler.
+**   tp__host_dispatch   host.lua's prepare() gives a record {co, ctx, box, handles} for
+**                       the call, from its pool of idle ones when it can (see host.lua);
+**                       the arguments go in as a Lua table made from the tree, with no
+**                       JSON text; c->host_ref holds the record; start() resumes the
+**                       handler.
 **   the handler waits   ctx.sleep / ctx.await yield the coroutine; a luv callback resumes
 **                       it later, through the callback runner below (never exits).
 **   it ends             host.lua calls E.complete(box, ok, value): the result goes through
@@ -63,6 +66,9 @@ typedef struct host {
   tp_engine *e;
   int rt;      /* host.lua's table */
   int nrefs;   /* registry references taken by host.c and not yet released */
+  char *ws;    /* the workspace host.lua was last told (rt.set_workspace), or NULL */
+  uint64_t ws_max;
+  int ws_told; /* host.lua was told at least once */
 } host;
 
 static const char host_key = 0;
@@ -253,6 +259,16 @@ static json_t *shape (json_t *v, const json_t *schema, int depth) {
 
 /* ---- E: what host.lua may call ---------------------------------------------------- */
 
+/* The call box at idx. E's functions have CALLBOX's metatable as their upvalue 1: one
+** pointer comparison per call instead of luaL_checkudata's registry lookup by name. */
+static callbox *check_box (lua_State *L, int idx) {
+  callbox *b = lua_touserdata(L, idx);
+  if (b == NULL || !lua_getmetatable(L, idx) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
+    luaL_typeerror(L, idx, CALLBOX);
+  lua_pop(L, 1);
+  return b;
+}
+
 static json_t *schema_arg (lua_State *H, const char *field, const char *tool, int *bad,
                            char *err, size_t errlen) {
   json_t *doc = NULL;
@@ -350,11 +366,11 @@ static void release_record (lua_State *H, tp_call *c) {
 /* E.complete(box, ok, value [, code]) -> true when the call took the outcome. ok: value
 ** is the result; not ok: value is the message, code a tool.* code (tool.failed). */
 static int e_complete (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   tp_call *c = b->c;
   if (c == NULL) { lua_pushboolean(H, 0); return 1; }
   int ok = lua_toboolean(H, 2);
-  release_record(H, c);
+  drop_ref(H, &c->host_ref);    /* the record lets go of the call: its box is b */
   b->c = NULL;
   if (ok) {
     tp_json_opts o;  /* bounded by the run's host budget while it is built; complete()
@@ -387,7 +403,7 @@ static int e_complete (lua_State *H) {
 
 /* E.log(box, text): a line in the run's logs. */
 static int e_log (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   size_t len;
   const char *s = luaL_checklstring(H, 2, &len);
   if (b->c && b->c->run && b->c->run->sb) tp__sandbox_log_host(b->c->run->sb, s, len);
@@ -440,7 +456,7 @@ static void note_block (tp_run *r, const char *tool, uint64_t held) {
 ** the milliseconds it held the thread, and whether the call's deadline had passed when
 ** it stopped. */
 static int e_resume (lua_State *L) {
-  callbox *b = luaL_checkudata(L, 1, CALLBOX);
+  callbox *b = check_box(L, 1);
   lua_State *co = lua_tothread(L, 2);
   luaL_argcheck(L, co != NULL && co != L, 2, "a handler coroutine expected");
   int nargs = lua_gettop(L) - 2;
@@ -489,9 +505,17 @@ static int e_resume (lua_State *L) {
   return 4;
 }
 
+/* E.new_box() -> an empty call box (host.lua keeps one per record and reuses it). */
+static int e_new_box (lua_State *H) {
+  callbox *b = lua_newuserdatauv(H, sizeof *b, 0);
+  b->c = NULL;
+  luaL_setmetatable(H, CALLBOX);
+  return 1;
+}
+
 /* E.deadline_ms(box) -> milliseconds left before the call times out, or nil. */
 static int e_deadline_ms (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   if (b->c == NULL || b->c->deadline_ns == 0) return 0;
   uint64_t now = tp__now_ns();
   uint64_t left = b->c->deadline_ns > now ? b->c->deadline_ns - now : 0;
@@ -503,7 +527,7 @@ static int e_deadline_ms (lua_State *H) {
 ** fs tools, and its whole quota; nothing when the run has no quota. A call that is over
 ** (box emptied) has 0 left. */
 static int e_fs_quota (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   if (b->c == NULL || b->c->run == NULL) {
     lua_pushinteger(H, 0);
     lua_pushinteger(H, 0);
@@ -520,7 +544,7 @@ static int e_fs_quota (lua_State *H) {
 
 /* E.fs_charge(box, bytes): counts bytes written by the call against its run's quota. */
 static int e_fs_charge (lua_State *H) {
-  callbox *b = luaL_checkudata(H, 1, CALLBOX);
+  callbox *b = check_box(H, 1);
   lua_Integer n = luaL_checkinteger(H, 2);
   if (n > 0 && b->c != NULL && b->c->run != NULL) {
     tp_run *r = b->c->run;
@@ -571,6 +595,9 @@ static int open_p (lua_State *H) {
   h->e = e;
   h->rt = LUA_NOREF;
   h->nrefs = 0;
+  h->ws = NULL;
+  h->ws_max = 0;
+  h->ws_told = 0;
   lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
@@ -612,8 +639,10 @@ static int open_p (lua_State *H) {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
-    { "workspace", e_workspace }, { NULL, NULL } };
-  luaL_newlib(H, fns);
+    { "workspace", e_workspace }, { "new_box", e_new_box }, { NULL, NULL } };
+  luaL_newlibtable(H, fns);
+  luaL_getmetatable(H, CALLBOX);
+  luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
   lua_call(H, 1, 1);
   luaL_checktype(H, -1, LUA_TTABLE);
   h->rt = take_ref(H);
@@ -659,6 +688,8 @@ void tp__host_close (tp_engine *e) {
     }
   host *h = get_host(H);
   drop_ref(H, &h->rt);
+  free(h->ws);
+  h->ws = NULL;
   assert(h->nrefs == 0 && "host.c: registry references leaked");
   lua_close(H);
   e->H = NULL;
@@ -666,46 +697,54 @@ void tp__host_close (tp_engine *e) {
 
 /* ---- calls ------------------------------------------------------------------------ */
 
+/* Tells host.lua the engine's workspace when it differs from what it was told last
+** (tp_engine_set_workspace may be called at any time); ctx.workspace shows it. */
+static void tell_workspace (lua_State *H, host *h, const tp_engine *e) {
+  uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
+  int same = h->ws_told && h->ws_max == m &&
+             (e->workspace == NULL ? h->ws == NULL
+                                   : h->ws != NULL && strcmp(h->ws, e->workspace) == 0);
+  if (same) return;
+  char *copy = NULL;
+  if (e->workspace != NULL && (copy = strdup(e->workspace)) == NULL)
+    luaL_error(H, "not enough memory");
+  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
+  lua_getfield(H, -1, "set_workspace");
+  lua_remove(H, -2);
+  if (e->workspace) lua_pushstring(H, e->workspace);
+  else lua_pushnil(H);
+  lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
+  lua_call(H, 2, 0);  /* cannot raise after the copy is taken: a plain assignment */
+  free(h->ws);
+  h->ws = copy;
+  h->ws_max = m;
+  h->ws_told = 1;
+}
+
 static int dispatch_p (lua_State *H) {
   tp_call *c = lua_touserdata(H, 1);
   const tp_tool *t = lua_touserdata(H, 2);
   const json_t *args = lua_touserdata(H, 3);
-  tp_engine *e = c->e;
   lua_settop(H, 0);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
-  tp_json_push(H, args, 0);
-  callbox *b = lua_newuserdatauv(H, sizeof *b, 0);
-  b->c = NULL;
-  luaL_setmetatable(H, CALLBOX);
-  lua_createtable(H, 0, 5);
-  lua_pushinteger(H, (lua_Integer)c->id);
-  lua_setfield(H, -2, "call_id");
-  lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
-  lua_setfield(H, -2, "run_id");
-  lua_pushstring(H, c->name);
-  lua_setfield(H, -2, "tool");
-  if (e->workspace) {
-    lua_pushstring(H, e->workspace);
-    lua_setfield(H, -2, "workspace");
-    uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
-    lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
-    lua_setfield(H, -2, "workspace_max");
-  }
   host *h = get_host(H);
+  tell_workspace(H, h, c->e);
   lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, -1, "prepare");
-  lua_remove(H, -2);
-  lua_insert(H, 1);
-  lua_call(H, 4, 1);            /* prepare(handler, args, box, info) -> record */
-  luaL_checktype(H, -1, LUA_TTABLE);
-  lua_pushvalue(H, -1);
+  lua_getfield(H, 1, "prepare");
+  lua_pushinteger(H, (lua_Integer)c->id);
+  lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
+  lua_pushstring(H, c->name);
+  lua_call(H, 3, 2);            /* prepare(call_id, run_id, tool) -> rec, box */
+  luaL_checktype(H, 2, LUA_TTABLE);
+  callbox *b = luaL_checkudata(H, 3, CALLBOX);
+  lua_settop(H, 2);
+  lua_pushvalue(H, 2);
   c->host_ref = take_ref(H);    /* from here on, the call can be cancelled */
   b->c = c;
-  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, -1, "start");
-  lua_remove(H, -2);
-  lua_insert(H, -2);
-  lua_call(H, 1, 0);            /* start(record): runs the handler until it waits */
+  lua_getfield(H, 1, "start");
+  lua_insert(H, 2);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
+  tp_json_push(H, args, 0);     /* the tree as a Lua table: no JSON text in between */
+  lua_call(H, 3, 0);            /* start(record, handler, args): runs it until it waits */
   return 0;
 }
 

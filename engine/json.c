@@ -778,11 +778,20 @@ typedef struct dbuf {
   size_t charged;
   unsigned nodes;
   int refused, stopped;
+  size_t counted;  /* count_only: bytes counted and dropped from p before len */
+  int count_only;  /* measure: p is a fixed scratch buffer whose bytes are only counted */
 } dbuf;
 
 static int db_grow (dbuf *b, size_t need) {
   if (b->oom) return 0;
   if (b->cap - b->len >= need) return 1;
+  if (b->count_only) {  /* count what the scratch holds and start it over */
+    b->counted += b->len;
+    b->len = 0;
+    if (need <= b->cap) return 1;
+    b->counted += need;  /* too long for the scratch: counted, not written */
+    return 0;
+  }
   size_t cap = b->cap ? b->cap : 256;
   while (cap - b->len < need) {
     if (cap > SIZE_MAX / 2) { b->oom = 1; return 0; }
@@ -955,8 +964,20 @@ static int dump_into (dbuf *b, const json_t *v) {
   return 1;
 }
 
+size_t tp_json_dump_len (const json_t *v) {
+  char scratch[256];
+  dbuf b;
+  memset(&b, 0, sizeof b);
+  b.p = scratch;
+  b.cap = sizeof scratch;
+  b.count_only = 1;
+  if (v == NULL) return 4;
+  dump_value(&b, v);
+  return b.counted + b.len;
+}
+
 char *tp_json_dumpsn (const json_t *v, size_t *len) {
-  dbuf b = { NULL, 0, 0, 0, NULL, 0, 0, 0, 0 };
+  dbuf b = { NULL, 0, 0, 0, NULL, 0, 0, 0, 0, 0, 0 };
   if (!dump_into(&b, v)) { free(b.p); return NULL; }
   if (len) *len = b.len;
   return b.p;
@@ -964,7 +985,7 @@ char *tp_json_dumpsn (const json_t *v, size_t *len) {
 
 char *tp_json_dumps_charged (const json_t *v, const tp_json_budget *budget, size_t *len,
                              size_t *charged, int *refused) {
-  dbuf b = { NULL, 0, 0, 0, budget, 0, 0, 0, 0 };
+  dbuf b = { NULL, 0, 0, 0, budget, 0, 0, 0, 0, 0, 0 };
   *charged = 0;
   if (refused) *refused = 0;
   if (!dump_into(&b, v)) {
@@ -1151,7 +1172,7 @@ static int l_encode (lua_State *L) {
   json_t *v = tp_json_from_lua_ex(L, 1, &o, &err);
   if (v == NULL) return luaL_error(L, "json.encode: %s", err.message);
   box *bx = lua_touserdata(L, lua_upvalueindex(1));
-  dbuf b = { bx->buf, 0, bx->cap, 0, o.budget, 0, 0, 0, 0 };
+  dbuf b = { bx->buf, 0, bx->cap, 0, o.budget, 0, 0, 0, 0, 0, 0 };
   int ok = dump_into(&b, v);
   json_decref(v);
   if (o.cost) o.budget->refund(o.budget->ud, o.cost);

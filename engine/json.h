@@ -192,6 +192,9 @@ json_t *tp_json_loads_polled(const char *text, size_t len, const tp_json_budget 
 char *tp_json_dumps(const json_t *v);
 char *tp_json_dumpsn(const json_t *v, size_t *len);
 
+/* The length of tp_json_dumpsn's text for v, measured without writing it (no allocation). */
+size_t tp_json_dump_len(const json_t *v);
+
 /* tp_json_dumpsn with the text's buffer charged to budget as it grows (*charged: what to
 ** refund when the text is freed) and the verdict polled as it goes. NULL when out of
 ** memory, or with *refused (if not NULL) 1 when the budget refused, 2 when stopped; then

@@ -448,7 +448,7 @@ static void dispatch (tp_run *r, tp_call *c, int was_queued) {
   }
   /* else: the embedding program completes it (tp_run_pending) */
   int handled = !c->handler_owns && (t->fn != NULL || t->lua_ref != LUA_NOREF);
-  if (c->args_text != NULL || handled) args_release(c, 1, 0);
+  if (c->args_text != NULL || handled || t->lua_ref != LUA_NOREF) args_release(c, 1, 0);
 }
 
 size_t tp__run_active_from (tp_run *r) {
@@ -638,16 +638,24 @@ static void call_refuse (tp_run *r, tp_call *c, const char *code, const char *ms
 ** NULL, and the text's size). nlen: the length of the name the script used; exact: it is
 ** all in c->name (not cut, no NUL byte), else the name is not looked up. The call may be
 ** complete on return. */
-static void call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args,
-                        char *args_text, size_t bytes_in) {
+static void call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args) {
   tp_sandbox *sb = r->sb;
   const tp_limits *l = &sb->limits;
   const char *name = c->name;
   c->args = args;
+  c->tool = exact ? tp__tool_find(r->e, name) : NULL;
+  /* A Lua handler gets the tree as a Lua table (host.c), so its call makes no JSON text,
+  ** only measures it (bytes_in); the others get the text tp_call_args returns (NULL when
+  ** out of memory: made later). */
+  size_t bytes_in = 0;
+  char *args_text = NULL;
+  if (args != NULL && c->tool != NULL && c->tool->lua_ref != LUA_NOREF)
+    bytes_in = tp_json_dump_len(args);
+  else if (args != NULL)
+    args_text = tp_json_dumpsn(args, &bytes_in);
   c->args_text = args_text;
   c->bytes_in = bytes_in;
   if (args_text) charge(c, block_cost(bytes_in + 1));
-  c->tool = exact ? tp__tool_find(r->e, name) : NULL;
   if (c->tool == NULL) {
     char near[400];
     if (nlen > TP_TOOL_NAME_MAX)
@@ -786,11 +794,7 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
   c->result_cost = cost;
   c->charged += cost;
   const tp_limits *l = &c->run->sb->limits;
-  size_t n = text_len;
-  if (n == 0) {
-    char *text = tp_json_dumpsn(result, &n);
-    free(text);
-  }
+  size_t n = text_len ? text_len : tp_json_dump_len(result);  /* O(nodes), no text made */
   c->bytes_out = n;
   if (l->tool_bytes && n > l->tool_bytes) {
     json_decref(result);
@@ -1164,14 +1168,12 @@ static int ns_call (lua_State *L) {
              "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
     return refuse_with_object(L, r, c, msg);
   }
-  size_t in = 0;
-  char *text = tp_json_dumpsn(args, &in);  /* what tp_call_args returns; NULL: made later */
   uint64_t id = c->id;
   /* the tree stays charged (o.cost, by the walker) until the call lets go of it
-  ** (args_release); the text is charged by call_start */
+  ** (args_release); the text, when one is made, is charged by call_start */
   c->args_cost = o.cost;
   c->charged += o.cost;
-  call_start(r, c, nlen, exact, args, text, in);
+  call_start(r, c, nlen, exact, args);
   lua_settop(L, 0);
   return await_call(L, id);
 }

@@ -10,17 +10,42 @@
 -- to ctx.track) is closed when the call ends, however it ends, so nothing of it runs
 -- afterwards.
 --
+-- A call allocates almost nothing: its record (coroutine, ctx, box, handles) comes from a
+-- pool of idle records and goes back to it when the handler returned without waiting,
+-- tracking a handle or handing a function to luv (records that did may be reachable from
+-- a callback that outlives the call). A record whose handler raised, timed out, was
+-- cancelled or yielded on its own is never reused: its coroutine is closed or dropped.
+-- Reuse resets what a handler can leave behind: what it wrote into ctx and ctx's
+-- metatable; a coroutine left with a debug hook is not taken back. A ctx is valid during
+-- its call only: one a handler keeps past its call (in a global) may reach a later call
+-- (plugins are trusted code; they must not keep ctx).
+--
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
 -- log(box, text); deadline_ms(box) -> ms | nil; fs_quota(box) -> left, quota | nothing;
 -- fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
+-- new_box() -> an empty call box;
 -- resume(box, co, ...) -> ok, value, held_ms, late (coroutine.resume, timed).
 local E = ...
+local E_resume, E_complete = E.resume, E.complete  -- on every call's path
 
 local uv = require("luv")
 
 local M = {}
 
 local WAIT = setmetatable({}, { __name = "tidepool.wait" })
+local DONE = setmetatable({}, { __name = "tidepool.done" })  -- the handler returned
+local RUN = setmetatable({}, { __name = "tidepool.run" })    -- only run() passes it
+
+local co_create, co_yield, co_running = coroutine.create, coroutine.yield, coroutine.running
+local co_status = coroutine.status
+local gethook = debug.gethook
+
+-- Idle records, at most POOL_MAX of them (the most calls seen at once, bounded).
+local POOL_MAX = 64
+local pool, npool = {}, 0
+
+-- The engine's workspace as ctx shows it (set by host.c when it changes).
+local ws_dir, ws_max = nil, nil
 
 -- Callbacks -> the record of the call whose handler made or registered them, so that an
 -- error raised in one reaches that call (callback_error) instead of stderr.
@@ -34,8 +59,9 @@ local all_handles = setmetatable({}, { __mode = "k" })
 -- luv's functions and handle methods are wrapped: functions handed to them from a
 -- handler's coroutine are claimed for its call, and new handles are remembered.
 local function claim(...)
-  local rec = co_rec[coroutine.running()]
+  local rec = co_rec[co_running()]
   if rec then
+    rec.claimed = true
     for i = 1, select("#", ...) do
       local v = select(i, ...)
       if type(v) == "function" then owners[v] = rec end
@@ -92,6 +118,7 @@ end
 
 local function close_handles(rec)
   local hs = rec.handles
+  if next(hs) == nil then return end
   rec.handles = {}
   for h in pairs(hs) do close_handle(h) end
 end
@@ -134,23 +161,27 @@ local function finish(rec, ok, value, code)
   rec.done = true
   rec.wait = nil
   close_handles(rec)
-  E.complete(rec.box, ok, value, code)
+  E_complete(rec.box, ok, value, code)
+end
+
+-- A record whose call is over goes back to the pool when nothing of the call can reach
+-- it any more (see the header). Its coroutine yielded DONE; prepare() checks that it is
+-- still suspended when it takes it.
+local function recycle(rec)
+  if rec.cancelled or rec.claimed or npool >= POOL_MAX or gethook(rec.co) ~= nil then
+    return
+  end
+  npool = npool + 1
+  pool[npool] = rec
 end
 
 -- Resumes the handler's coroutine with the given values and acts on how it stopped. The
 -- time a resume holds the thread is the call's: a handler that blocks (sleeps in C,
 -- loops in Lua) past its call's deadline ends the call with tool.timeout, and its
 -- coroutine is closed (its to-be-closed variables run; it never resumes).
-local function step(rec, ...)
-  if rec.done or rec.cancelled then return end
+local function run(rec, ...)
   local co = rec.co
-  local left = E.deadline_ms(rec.box)
-  if left ~= nil and left <= 0 then  -- woken after its deadline, before the engine saw it
-    finish(rec, false, "did not answer within its time limit", "tool.timeout")
-    coroutine.close(co)
-    return
-  end
-  local ok, a, held_ms, late = E.resume(rec.box, co, ...)
+  local ok, a, held_ms, late = E_resume(rec.box, co, ...)
   if late and not rec.done and not rec.cancelled then
     finish(rec, false, ("its handler held the engine for %.0f ms, past the call's time "
       .. "limit, without waiting (it blocks in C or loops in Lua instead of waiting with "
@@ -158,18 +189,32 @@ local function step(rec, ...)
     coroutine.close(co)  -- suspended, or dead by the stopping hook: <close> variables run
     return
   end
-  if coroutine.status(co) == "dead" then
-    if ok then
-      finish(rec, true, a)
-    else
-      local msg, code = describe_error(a, co)
-      coroutine.close(co)  -- a coroutine dead by an error keeps its <close> variables open
-      finish(rec, false, msg, code)
-    end
+  if not ok then
+    local msg, code = describe_error(a, co)
+    coroutine.close(co)  -- a coroutine dead by an error keeps its <close> variables open
+    finish(rec, false, msg, code)
+  elseif a == DONE then
+    local result = rec.result
+    rec.result = nil
+    finish(rec, true, result)
+    recycle(rec)
   elseif a ~= WAIT then
     finish(rec, false, "the handler yielded without waiting on anything (wait with "
       .. "ctx.sleep or ctx.await)")
   end
+end
+
+-- run() when the call is still on, checking first that it was not woken past its
+-- deadline (before the engine saw it).
+local function step(rec, ...)
+  if rec.done or rec.cancelled then return end
+  local left = E.deadline_ms(rec.box)
+  if left ~= nil and left <= 0 then
+    finish(rec, false, "did not answer within its time limit", "tool.timeout")
+    coroutine.close(rec.co)
+    return
+  end
+  return run(rec, ...)
 end
 
 -- Waits for the callback handed to start(resume); returns the values it got. The
@@ -182,6 +227,7 @@ local function wait(rec, what, start)
   local token = {}
   local yielded, early = false, nil
   rec.wait = token
+  rec.claimed = true  -- resume may be called after the call: the record is not reused
   local function resume(...)
     if rec.wait ~= token or rec.done or rec.cancelled then return end
     rec.wait = nil
@@ -198,24 +244,37 @@ local function wait(rec, what, start)
   return coroutine.yield(WAIT)
 end
 
+-- Sets ctx up for the call of rec. ctx itself is an empty table: what it shows is read
+-- through its metatable from the record's data table (per-call fields, the functions made
+-- once per record, deadline_ms computed), so whatever a handler writes into ctx (even
+-- with rawset) lands in ctx itself and is wiped before the next call, as is a metatable
+-- it changed.
+local ws_gen = 0
+local function reset_ctx(rec, run_id, call_id, tool)
+  local ctx = rec.ctx
+  if next(ctx) ~= nil or getmetatable(ctx) ~= rec.mt then
+    for k in pairs(ctx) do ctx[k] = nil end
+    setmetatable(ctx, rec.mt)
+  end
+  local data = rec.data
+  data.run_id, data.call_id, data.tool = run_id, call_id, tool
+  if rec.ws_gen ~= ws_gen then
+    data.workspace, data.workspace_max = ws_dir, ws_dir and ws_max or nil
+    rec.ws_gen = ws_gen
+  end
+end
+
 local function make_ctx(rec)
-  local info = rec.info
-  local ctx = {
-    run_id = info.run_id,
-    call_id = info.call_id,
-    tool = info.tool,
-    workspace = info.workspace,
-    workspace_max = info.workspace_max,
-  }
+  local fns = {}
 
   -- The run's file-write quota (--fs-quota): bytes left and the whole quota, or nil when
   -- the run has none. A plugin that writes files charges what it wrote with
   -- ctx.charge_writes, as the fs tools do.
-  function ctx.write_quota()
+  function fns.write_quota()
     return E.fs_quota(rec.box)
   end
 
-  function ctx.charge_writes(bytes)
+  function fns.charge_writes(bytes)
     if math.type(bytes) ~= "integer" or bytes < 0 then
       error("ctx.charge_writes: bytes must be an integer >= 0", 2)
     end
@@ -223,7 +282,7 @@ local function make_ctx(rec)
   end
 
   -- Waits ms milliseconds on a luv timer; other runs and calls go on meanwhile.
-  function ctx.sleep(ms)
+  function fns.sleep(ms)
     if type(ms) ~= "number" or ms ~= ms or ms < 0 then
       error("ctx.sleep: ms must be a number >= 0", 2)
     end
@@ -236,46 +295,88 @@ local function make_ctx(rec)
   end
 
   -- Calls start(cb) and waits until cb is called; returns cb's arguments.
-  function ctx.await(start)
+  function fns.await(start)
     if type(start) ~= "function" then error("ctx.await: expects function(cb) ... end", 2) end
     return wait(rec, "ctx.await", start)
   end
 
   -- A luv handle to close when the call ends (completed, failed, timed out, cancelled).
-  function ctx.track(h)
+  function fns.track(h)
+    rec.claimed = true
     rec.handles[h] = true
     return h
   end
 
   -- A line in the run's logs, prefixed with the tool's name.
-  function ctx.log(...)
+  function fns.log(...)
     local n = select("#", ...)
     local parts = {}
     for i = 1, n do parts[i] = tostring((select(i, ...))) end
-    E.log(rec.box, "[" .. info.tool .. "] " .. table.concat(parts, "\t"))
+    E.log(rec.box, "[" .. rec.tool .. "] " .. table.concat(parts, "\t"))
   end
 
-  return setmetatable(ctx, {
+  rec.data = setmetatable(fns, {
     __index = function(_, k)
       if k == "deadline_ms" then return E.deadline_ms(rec.box) end
     end,
   })
+  rec.mt = { __index = fns }
+  rec.ctx = setmetatable({}, rec.mt)
+end
+
+-- One call of a record's handler, from rec.handler and rec.args; its first result goes
+-- to rec.result. Its frame is gone when the coroutine waits in the pool, so the pool
+-- keeps nothing of a call that is over.
+local function turn(rec)
+  local handler, args = rec.handler, rec.args
+  rec.handler, rec.args = nil, nil
+  rec.result = handler(args, rec.ctx)
+end
+
+-- A record: its coroutine runs one handler per turn of its loop and yields DONE after
+-- each; it is resumed only by run() with RUN (anything else ends it, and a record whose
+-- coroutine is not suspended is never taken from the pool).
+local function new_record()
+  local rec = { handles = {}, box = E.new_box() }
+  rec.co = co_create(function(key)
+    while key == RUN do
+      turn(rec)
+      key = co_yield(DONE)
+    end
+    error("a tool handler's coroutine was resumed from outside the engine", 0)
+  end)
+  co_rec[rec.co] = rec
+  make_ctx(rec)
+  return rec
 end
 
 -- ---- called by host.c ------------------------------------------------------------------
 
-function M.prepare(handler, args, box, info)
-  local rec = { box = box, info = info, handles = {}, args = args }
-  rec.co = coroutine.create(handler)
-  co_rec[rec.co] = rec
-  rec.ctx = make_ctx(rec)
-  return rec
+-- A record for a call, with its box (host.c puts the call in it); start() runs it.
+function M.prepare(call_id, run_id, tool)
+  local rec
+  while npool > 0 and not rec do
+    rec = pool[npool]
+    pool[npool] = nil
+    npool = npool - 1
+    if co_status(rec.co) ~= "suspended" then rec = nil end
+  end
+  rec = rec or new_record()
+  rec.tool, rec.done, rec.cancelled, rec.wait, rec.claimed = tool, false, false, nil, false
+  reset_ctx(rec, run_id, call_id, tool)
+  return rec, rec.box
 end
 
-function M.start(rec)
-  local args = rec.args
-  rec.args = nil
-  step(rec, args, rec.ctx)
+-- Runs the handler of a prepared record until it returns, fails or waits.
+function M.start(rec, handler, args)
+  rec.handler, rec.args = handler, args
+  run(rec, RUN)
+end
+
+-- The engine's workspace changed (host.c): what the next calls' ctx shows.
+function M.set_workspace(dir, max)
+  ws_dir, ws_max = dir, max
+  ws_gen = ws_gen + 1
 end
 
 -- The call is over for the engine (box emptied already); host.c closes the coroutine.

@@ -21,6 +21,16 @@ describe("a plugin tool", function()
     assert.is_true(env.calls[1].ok)
   end)
 
+  it("counts bytes_in and bytes_out as the length of the JSON text, though none is made",
+    function()
+      local env = run([[return tools.test.echo{a = 1, b = {"x", "y"}, s = "q\"\n"}]])
+      assert.is_true(env.ok, env.error and env.error.message)
+      local text = '{"a":1,"b":["x","y"],"s":"q\\"\\n"}'
+      assert.equal(33, #text)
+      assert.equal(#text, env.calls[1].bytes_in)
+      assert.equal(#text, env.calls[1].bytes_out)
+    end)
+
   it("waits with ctx.sleep without blocking the calls around it (parallel 10 x 50 ms)", function()
     local env = run([[
       local fs = {}
@@ -318,5 +328,112 @@ describe("a blocking handler (one that sleeps in C or loops instead of waiting)"
       { tools = { BLOCKING }, timeout = 0.5 })
     assert.equal("limit.time", env.error.code)
     assert.matches("loop that never ends", env.error.hint, 1, true)
+  end)
+end)
+
+describe("a reused handler record (coroutine and ctx of a call that returned)", function()
+  local REUSE = "spec/fixtures/plugins/reuse"
+  local function rrun(src, opts)
+    opts = opts or {}
+    opts.tools = { REUSE }
+    return run(src, opts)
+  end
+
+  it("is reused for the next call, with that call's run_id, call_id and tool", function()
+    local env = rrun([[return { tools.reuse.probe{}, tools.reuse.probe{} }]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    local a, b = env.result[1], env.result[2]
+    assert.equal(a.co, b.co)  -- the pool works: the other tests of reuse are not vacuous
+    assert.same({ 1, 2 }, { a.call_id, b.call_id })
+    assert.equal(a.run_id, b.run_id)
+    assert.equal("reuse.probe", b.tool)
+    assert.is_true(b.deadline_ok)
+  end)
+
+  it("does not carry what a handler wrote into ctx (fields, rawset, functions) to the next call",
+    function()
+      local env = rrun([[return { tools.reuse.probe{dirty = true}, tools.reuse.probe{} }]])
+      assert.is_true(env.ok, env.error and env.error.message)
+      local a, b = env.result[1], env.result[2]
+      assert.equal(a.co, b.co)
+      assert.is_nil(b.mine)
+      assert.equal(2, b.call_id)
+      assert.equal("reuse.probe", b.tool)
+      assert.is_true(b.log_is_function)
+      assert.is_true(b.sleep_is_function)
+    end)
+
+  it("does not carry a metatable a handler took off its ctx to the next call", function()
+    local env = rrun([[return { tools.reuse.probe{strip = true}, tools.reuse.probe{} }]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    local b = env.result[2]
+    assert.equal(env.result[1].co, b.co)
+    assert.same({ 2, "reuse.probe", true, true }, { b.call_id, b.tool, b.log_is_function,
+      b.deadline_ok })
+  end)
+
+  it("is not reused when its handler left a debug hook on its coroutine", function()
+    local env = rrun([[tools.reuse.hook{}
+      return { probe = tools.reuse.probe{}, seen = tools.reuse.seen{} }]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.not_equal(env.result.seen.hook, env.result.probe.co)
+    assert.is_false(env.result.probe.hook)
+  end)
+
+  it("is not reused when its handler raised", function()
+    local env = rrun([[local ok, err = pcall(tools.reuse.fail, {})
+      return { code = err.code, probe = tools.reuse.probe{}, seen = tools.reuse.seen{} }]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.equal("tool.failed", env.result.code)
+    assert.not_equal(env.result.seen.fail, env.result.probe.co)
+  end)
+
+  it("is not reused when its handler yielded on its own", function()
+    local env = rrun([[local ok, err = pcall(tools.reuse.yield, {})
+      return { code = err.code, probe = tools.reuse.probe{}, seen = tools.reuse.seen{} }]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.equal("tool.failed", env.result.code)
+    assert.not_equal(env.result.seen.yield, env.result.probe.co)
+  end)
+
+  it("is not reused when its handler ran past its deadline (tool.timeout)", function()
+    local env = rrun([[local ok, err = pcall(tools.reuse.spin, {})
+      return { code = err.code, probe = tools.reuse.probe{}, seen = tools.reuse.seen{} }]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.equal("tool.timeout", env.result.code)
+    assert.not_equal(env.result.seen.spin, env.result.probe.co)
+  end)
+
+  it("is not reused when its handler left a luv timer pending: the timer's error cannot "
+    .. "fail a later call", function()
+    local env = rrun([[tools.reuse.leave_timer{ms = 20}
+      local nap = tools.reuse.nap{ms = 300}
+      return { nap = nap, seen = tools.reuse.seen{} }]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.not_equal(env.result.seen.leave_timer, env.result.nap.co)
+    assert.equal(2, env.result.nap.after.call_id)
+  end)
+
+  it("gives each of many parallel calls its own run_id, call_id, tool and deadline", function()
+    local env = rrun([[
+      local fs = {}
+      for i = 1, 20 do
+        if i % 2 == 0 then fs[i] = function() return tools.reuse.nap{ms = 20} end
+        else fs[i] = function() return tools.reuse.probe{} end end
+      end
+      return { parallel(table.unpack(fs)) }]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    local ids = {}
+    for i, r in ipairs(env.result) do
+      local v = r.before or r
+      if r.after then assert.same(r.before, r.after) end
+      assert.equal(i % 2 == 0 and "reuse.nap" or "reuse.probe", v.tool)
+      assert.is_true(v.deadline_ok)
+      assert.equal(env.result[1].run_id, v.run_id)
+      ids[#ids + 1] = v.call_id
+    end
+    table.sort(ids)
+    for i = 1, 20 do assert.equal(i, ids[i]) end
+    assert.equal(20, #env.result)
   end)
 end)

@@ -11,6 +11,7 @@
 
 #define GOOD "spec/fixtures/plugins/good"
 #define BROKEN "spec/fixtures/plugins/broken"
+#define REUSE "spec/fixtures/plugins/reuse"
 
 typedef struct finish_log { int done; uint64_t at_ns; } finish_log;
 
@@ -119,11 +120,50 @@ TEST(a_handler_can_complete_while_the_script_is_stepped_by_hand) {
   tp_engine_destroy(e);
 }
 
+/* Reused handler records (lua/host.lua's pool) under the sanitizers and valgrind: many
+** calls that return, raise, yield on their own or leave a timer, a run destroyed with a
+** record in use, and an engine destroyed with records in the pool. */
+TEST(pooled_handler_records_leak_nothing_through_errors_cancels_and_engine_destroy) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_load_tools(e, REUSE), 8);
+  const char *src =
+    "local n = 0\n"
+    "for i = 1, 300 do\n"
+    "  local p = tools.reuse.probe{dirty = i % 3 == 0, strip = i % 7 == 0}\n"
+    "  if p.call_id ~= n + 1 or p.mine ~= nil then error('leaked at ' .. i) end\n"
+    "  n = n + 1\n"
+    "  if i % 50 == 0 then\n"
+    "    local ok1 = pcall(tools.reuse.fail, {})\n"
+    "    local ok2 = pcall(tools.reuse.yield, {})\n"
+    "    if ok1 or ok2 then error('not failed') end\n"
+    "    n = n + 2\n"
+    "  end\n"
+    "end\n"
+    "tools.reuse.leave_timer{ms = 1}\n"
+    "return tools.reuse.nap{ms = 30}.after.call_id";
+  char *env = NULL;
+  int ok = 0;
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.tool_calls = 0;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), &lim, &env, &ok), TP_OK);
+  CHECK(ok);
+  CHECK_HAS(env, "\"result\":314");
+  tp_free(env);
+  const char *hang = "tools.reuse.probe{} return tools.reuse.nap{ms = 5000}";
+  tp_run *r = tp_run_create(e, hang, strlen(hang), NULL);
+  CHECK_INT(tp_run_start(r, NULL, NULL), TP_OK);
+  for (int i = 0; i < 5; i++) tp_engine_poll(e, 0);
+  tp_run_destroy(r);            /* its record is cancelled, never pooled */
+  tp_engine_destroy(e);         /* the pool goes with the host state */
+}
+
 int main (void) {
   RUN(load_tools_counts_the_tools_added_and_lists_each_problem);
   RUN(the_loop_stays_free_while_a_handler_waits);
   RUN(a_run_destroyed_while_its_handler_sleeps_leaves_nothing_behind);
   RUN(an_engine_destroyed_with_handlers_waiting_closes_cleanly);
   RUN(a_handler_can_complete_while_the_script_is_stepped_by_hand);
+  RUN(pooled_handler_records_leak_nothing_through_errors_cancels_and_engine_destroy);
   return tp_test_end();
 }

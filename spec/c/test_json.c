@@ -755,6 +755,37 @@ TEST(decode_of_long_text_is_polled_and_stops_with_the_verdict) {
   free(text);
 }
 
+/* tp_json_dump_len gives tp_json_dumpsn's length without making the text: bytes_in and
+** bytes_out of Lua tool calls come from it. Strings longer than its scratch buffer,
+** escapes, reals and nesting all count. */
+TEST(dump_len_is_the_length_of_the_dumped_text) {
+  char big[1000];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  big[10] = '"';
+  big[500] = '\n';
+  const char *texts[] = { "{}", "[]", "null", "true", "-12345678901234", "0.1",
+    "{\"a\":[1,2.5,{\"b\":\"q\\\"\\u0001\"}],\"c\":false}", NULL };
+  for (int i = 0; texts[i]; i++) {
+    json_t *v = json_loads(texts[i], JSON_DECODE_ANY, NULL);
+    CHECK(v != NULL);
+    size_t n = 0;
+    char *t = tp_json_dumpsn(v, &n);
+    CHECK(t != NULL);
+    CHECK_INT((long long)tp_json_dump_len(v), (long long)n);
+    free(t);
+    json_decref(v);
+  }
+  json_t *o = json_pack("{s:s, s:[s, s]}", "long", big, "list", big, "short");
+  size_t n = 0;
+  char *t = tp_json_dumpsn(o, &n);
+  CHECK(n > 2000);
+  CHECK_INT((long long)tp_json_dump_len(o), (long long)n);
+  free(t);
+  json_decref(o);
+  CHECK_INT((long long)tp_json_dump_len(NULL), 4);
+}
+
 int main (void) {
   RUN(encodes_scalars_exactly);
   RUN(encodes_tables_arrays_and_objects);
@@ -785,5 +816,6 @@ int main (void) {
   RUN(cost_figures_cover_what_jansson_allocates);
   RUN(json_encode_and_decode_charge_the_budget_and_refund_it);
   RUN(decode_of_long_text_is_polled_and_stops_with_the_verdict);
+  RUN(dump_len_is_the_length_of_the_dumped_text);
   return tp_test_end();
 }
