@@ -103,6 +103,10 @@ typedef struct tp_sandbox {
   uint64_t instr_limit;    /* 0 = none */
   uint64_t instr_step_end; /* instr_used value at which the step's budget ends; 0 = none */
   int hook_period;         /* the count hook's period on T, 0 = no count hook */
+  /* the step's end, CLOCK_MONOTONIC, once it is near (0 = not yet or none): the count
+  ** hook then reads the clock every TP_POLL_PERIOD instructions and ends the slice
+  ** itself, since a timer signal comes tens of microseconds late (a VM's floor here). */
+  _Atomic uint64_t poll_end_ns;
 
   /* host memory built on the run's behalf (tp__host_charge) */
   size_t host_used, host_peak, host_cap;
@@ -178,11 +182,39 @@ void tp__sandbox_check(lua_State *L, tp_sandbox *sb);
 const char *tp__kill_code(tp_kill why);
 void tp__kill_message(const tp_sandbox *sb, tp_kill why, char *buf, size_t len);
 
-/* Marks the thread's active sandbox for the interrupt signal (NULL to clear). */
+/* Marks the thread's active sandbox for the interrupt signal (NULL to clear). Entering
+** sets the stopping hook at once when sb already has a verdict or its slice is over, so
+** a signal that came before the entry is not lost. */
 void tp__sandbox_enter(tp_sandbox *sb);
 void tp__sandbox_leave(void);
 int  tp__signal_install(void);
 void tp__signal_interrupt(pthread_t thread);
+
+/* The clocks of a step, read by the interrupt signal's handler on the stepping thread.
+** A per-thread POSIX timer (CLOCK_MONOTONIC, delivered to this thread only) fires at the
+** earliest of them; the handler records the verdict (limit.time, limit.cpu) or ends the
+** slice, and sets the hook, so the step's end does not wait for another thread to be
+** scheduled. While a verdict or a slice end is pending the timer fires again every 2 ms
+** (the script may be in host code that cannot yield), until disarmed. */
+#define TP_POLL_PERIOD 256          /* instructions between reads of the clock */
+#define TP_POLL_LEAD_NS 200000u     /* the hook reads the clock from this before the end */
+typedef struct tp_step_clock {
+  tp_sandbox *sb;
+  uint64_t poll_at_ns;     /* CLOCK_MONOTONIC: when the hook starts reading the clock
+                           ** (sets sb->poll_end_ns); 0 = done or from the start */
+  uint64_t deadline_ns;    /* CLOCK_MONOTONIC: limit.time; 0 = none */
+  uint64_t step_end_ns;    /* CLOCK_MONOTONIC: the step's budget; 0 = none */
+  uint64_t cpu_end_ns;     /* CLOCK_THREAD_CPUTIME_ID of this thread: limit.cpu; 0 = none */
+  uint64_t wake_ns;        /* when the timer is armed to fire */
+  struct tp_step_clock *prev; /* the step this one is nested in, on this thread */
+} tp_step_clock;
+
+/* Arms this thread's timer for c (filled in but for wake_ns and prev). Returns -1 when
+** the timer cannot be created (the caller falls back to the watchdog). */
+int  tp__step_timer_arm(tp_step_clock *c);
+/* Disarms c (armed on this thread) and re-arms the step it was nested in, if any. After
+** it returns, the handler no longer touches c. */
+void tp__step_timer_disarm(tp_step_clock *c);
 
 /* A plugin handler's coroutine that host.c resumes on this thread: once expired is set
 ** (its call's deadline passed; the watchdog then signals the thread), the signal handler
@@ -332,7 +364,9 @@ struct tp_run {
   size_t srclen;
   int state;
   int nargs;               /* values to resume the thread with */
-  tp_watch watch;
+  tp_watch watch;          /* the fallback when the thread's timer is unavailable */
+  tp_step_clock clock;     /* the step's deadlines, for the thread's timer */
+  int timed;               /* the step runs under clock (0: under watch) */
   pthread_t thread;        /* of the current step */
   clockid_t cpu_clock;
   uint64_t start_ns, deadline_ns, step_end_ns;

@@ -688,6 +688,27 @@ void tp_run_cancel (tp_run *r) {
   if (r->async) idle_start(r->e);  /* the driver reports it */
 }
 
+/* The thread's CPU clock at a step's start. Reading it is a system call (about 1 us
+** here, as much as a step of a game loop may overshoot), so the reading taken at the
+** end of the thread's last step serves when it is under CPU_SEEN_NS old: the CPU spent
+** in between (at most that) is charged to this step, never left out. */
+#define CPU_SEEN_NS 20000u
+static __thread uint64_t cpu_seen_ns, cpu_seen_at;
+static uint64_t step_cpu (uint64_t now) {
+  if (cpu_seen_at && now - cpu_seen_at < CPU_SEEN_NS) return cpu_seen_ns;
+  return tp__thread_cpu_ns();
+}
+
+/* Ends the step's timing: the thread's timer, or the watch when the step fell back on
+** the watchdog. On the stepping thread only. */
+static void step_disarm (tp_run *r) {
+  if (r->timed) {
+    tp__step_timer_disarm(&r->clock);
+    r->timed = 0;
+  }
+  else tp__watch_disarm(&r->e->wd, &r->watch);
+}
+
 int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (r == NULL) return TP_EINVAL;
   if (r->state == ST_DONE) return TP_ESTATE;
@@ -724,44 +745,67 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   }
   if (tp__signal_install() != 0) return TP_ESTATE;
 
-  /* the step's budgets */
+  /* the step's budgets, ended by this thread's timer (the watchdog when the thread
+  ** cannot have one) */
   r->step_end_ns = budget_us ? now + budget_us * 1000u : 0;
   sb->instr_step_end = budget_instructions ? sb->instr_used + budget_instructions : 0;
   atomic_store(&sb->slice_over, 0);
   sb->hook_yielded = 0;
   r->thread = pthread_self();
-  pthread_getcpuclockid(r->thread, &r->cpu_clock);
-  r->step_cpu0 = tp__thread_cpu_ns();
-  uint64_t wake = r->deadline_ns;
-  if (r->step_end_ns && (wake == 0 || r->step_end_ns < wake)) wake = r->step_end_ns;
+  r->step_cpu0 = step_cpu(now);
+  uint64_t cpu_left = 0;
   if (sb->limits.cpu_us) {
-    uint64_t left = sb->limits.cpu_us * 1000u - (r->cpu_used_ns < sb->limits.cpu_us * 1000u
-                                                 ? r->cpu_used_ns : sb->limits.cpu_us * 1000u);
-    if (wake == 0 || now + left < wake) wake = now + left;
+    uint64_t limit = sb->limits.cpu_us * 1000u;
+    cpu_left = limit - (r->cpu_used_ns < limit ? r->cpu_used_ns : limit);
   }
-  if (wake && tp__watch_arm(&r->e->wd, &r->watch, wake) != 0) return TP_ENOMEM;
+  /* A short budget is ended by the hook reading the clock from the start; a longer one
+  ** from TP_POLL_LEAD_NS before its end, when the timer hands the end to the hook. */
+  int poll_now = r->step_end_ns && budget_us * 1000u <= TP_POLL_LEAD_NS;
+  atomic_store(&sb->poll_end_ns, poll_now ? r->step_end_ns : 0);
+  int timed = r->deadline_ns || r->step_end_ns || sb->limits.cpu_us;
+  r->timed = 0;
+  if (timed) {
+    tp_step_clock *c = &r->clock;
+    c->sb = sb;
+    c->poll_at_ns = r->step_end_ns && !poll_now ? r->step_end_ns - TP_POLL_LEAD_NS : 0;
+    c->deadline_ns = r->deadline_ns;
+    c->step_end_ns = r->step_end_ns;
+    c->cpu_end_ns = sb->limits.cpu_us ? r->step_cpu0 + (cpu_left ? cpu_left : 1) : 0;
+    r->timed = tp__step_timer_arm(c) == 0;
+  }
+  if (timed && !r->timed) {
+    uint64_t wake = r->deadline_ns;
+    if (r->step_end_ns && (wake == 0 || r->step_end_ns < wake)) wake = r->step_end_ns;
+    if (sb->limits.cpu_us && (wake == 0 || now + cpu_left < wake)) wake = now + cpu_left;
+    pthread_getcpuclockid(r->thread, &r->cpu_clock);
+    if (tp__watch_arm(&r->e->wd, &r->watch, wake) != 0) return TP_ENOMEM;
+  }
 
   lua_State *T = sb->T;
   tp__sandbox_sethook(sb, T);
   int nres = 0;
-  tp__sandbox_enter(sb);
   atomic_store(&sb->running, T);
+  tp__sandbox_enter(sb);   /* after running: sets the hook if the timer came first */
   int status = lua_resume(T, NULL, r->nargs, &nres);
-  atomic_store(&sb->running, sb->L);
   tp__sandbox_leave();
-  /* The watch stays armed until the envelope is built: a deadline (or the CPU limit)
-  ** passing while host code converts the result sets the verdict, which the converters
-  ** poll. The CPU used so far moves into cpu_used_ns under the watchdog's lock, since
-  ** run_fire reads both fields. */
+  atomic_store(&sb->running, sb->L);
+  atomic_store(&sb->poll_end_ns, 0);
+  /* The timer (or watch) stays armed until the envelope is built: a deadline (or the
+  ** CPU limit) passing while host code converts the result sets the verdict, which the
+  ** converters poll. Under the watchdog, the CPU used so far moves into cpu_used_ns
+  ** under its lock, since run_fire reads both fields. */
   uint64_t cpu_now = tp__thread_cpu_ns();
-  if (wake) pthread_mutex_lock(&r->e->wd.mu);
+  cpu_seen_ns = cpu_now;
+  cpu_seen_at = tp__now_ns();
+  int locked = timed && !r->timed;
+  if (locked) pthread_mutex_lock(&r->e->wd.mu);
   r->cpu_used_ns += cpu_now - r->step_cpu0;
   r->step_cpu0 = cpu_now;
-  if (wake) pthread_mutex_unlock(&r->e->wd.mu);
+  if (locked) pthread_mutex_unlock(&r->e->wd.mu);
   r->nargs = 0;
   tp__sandbox_charge(sb, T);
   if (sb->fail_armed) tp__sandbox_kill(sb, TP_KILL_MEMORY);  /* a refusal ended it */
-  if (status == LUA_YIELD && wake) tp__watch_disarm(&r->e->wd, &r->watch);
+  if (status == LUA_YIELD && timed) step_disarm(r);
 
   if (status == LUA_YIELD) {
     if (sb->hook_yielded) {
@@ -781,7 +825,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   }
   if (status == LUA_OK && atomic_load(&sb->kill) == TP_KILL_NONE) finish_ok(r, nres);
   else finish(r, NULL, 0, error_from_thread(r, T, status));
-  if (wake) tp__watch_disarm(&r->e->wd, &r->watch);
+  if (timed) step_disarm(r);
   return TP_DONE;
 }
 
@@ -791,6 +835,7 @@ void tp_run_destroy (tp_run *r) {
   if (r->prev) r->prev->next = r->next;
   else e->runs = r->next;
   if (r->next) r->next->prev = r->prev;
+  if (r->timed) step_disarm(r);  /* destroyed from inside its own step (a tool) */
   tp__watch_disarm(&e->wd, &r->watch);
   if (r->state != ST_DONE) tp__run_cancel_calls(r);
   tp__run_free_calls(r);
