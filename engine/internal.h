@@ -7,7 +7,8 @@
 ** by tp_run_step. Stopping a script that is busy in Lua is done the way lua.c handles
 ** Ctrl-C: a count hook of 1 is set on the running thread, and the hook raises. The hook
 ** is set from the run's own thread: by the allocator, print, the pattern meter, or the
-** handler of a signal that the engine's watchdog thread sends when a deadline passes.
+** handler of a signal that the stepping thread's own timer sends when a deadline passes
+** (the engine's watchdog thread sends it for plugin handlers' deadlines).
 ** The verdict (which limit) lives in the sandbox, never in the error object, and the
 ** hook keeps raising until the script is out of Lua code, so pcall cannot swallow it.
 */
@@ -194,8 +195,9 @@ void tp__signal_interrupt(pthread_t thread);
 ** A per-thread POSIX timer (CLOCK_MONOTONIC, delivered to this thread only) fires at the
 ** earliest of them; the handler records the verdict (limit.time, limit.cpu) or ends the
 ** slice, and sets the hook, so the step's end does not wait for another thread to be
-** scheduled. While a verdict or a slice end is pending the timer fires again every 2 ms
-** (the script may be in host code that cannot yield), until disarmed. */
+** scheduled. The last TP_POLL_LEAD_NS of a step are the hook's (poll_end_ns). While a
+** verdict is pending the timer fires again every 2 ms (the script may be in host code,
+** or its hook replaced), until the step ends. */
 #define TP_POLL_PERIOD 256          /* instructions between reads of the clock */
 #define TP_POLL_LEAD_NS 200000u     /* the hook reads the clock from this before the end */
 typedef struct tp_step_clock {

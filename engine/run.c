@@ -2,7 +2,7 @@
 ** run.c: a script as a resumable object, and its result envelope.
 **
 ** tp_run_create normalizes and compiles; tp_run_step resumes the script's thread under
-** the watchdog until it finishes, its step budget ends, or it waits on the host; the
+** its thread's step timer until it finishes, its step budget ends, or it waits on the host; the
 ** envelope is built once, when the run finishes. The verdict of a limit is read from the
 ** sandbox, never from the error object.
 */
@@ -354,7 +354,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
 ** array of them. All the values share one result cap (limits.result, JSON text) and the
 ** run's host budget (the trees at their cost in host memory, then the text): past the
 ** cap the run ends with limit.result, past the budget with limit.memory, as soon as the
-** conversion passes it. Bounded in time by the run's verdict: the watchdog stays armed
+** conversion passes it. Bounded in time by the run's verdict: the step's timer stays armed
 ** while this runs (tp_run_step), and the walk and the dump poll the verdict every few
 ** thousand nodes, so a deadline passing here ends the run with limit.time.
 */

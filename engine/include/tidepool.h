@@ -125,7 +125,10 @@ int tp_run_step(tp_run *r, uint64_t budget_us, uint64_t budget_instructions);
 ** sandbox) at the first step of a run. A timed step arms a POSIX timer of its own thread
 ** (timer_create, SIGEV_THREAD_ID on CLOCK_MONOTONIC, one per thread that steps runs,
 ** deleted when the thread exits), so the step ends on time whatever other threads do;
-** while the end waits for the script, the signal repeats every 2 ms. Plugin handlers'
+** the last 200 us of a step are ended by the VM's count hook reading the clock. While a
+** limit's verdict waits for the script, the signal repeats every 2 ms. The timer is left
+** armed between steps, so a thread that stops stepping gets one more signal, at most, at
+** the earliest deadline of the runs it stepped. Plugin handlers'
 ** deadlines are signalled by one helper thread per engine. The signal must not be
 ** blocked in a thread that steps runs, or a script that loops is stopped only by its
 ** instruction limit. System calls it interrupts are restarted (EINTR only where the
