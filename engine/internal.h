@@ -198,7 +198,7 @@ void tp__signal_interrupt(pthread_t thread);
 ** scheduled. The last TP_POLL_LEAD_NS of a step are the hook's (poll_end_ns). While a
 ** verdict is pending the timer fires again every 2 ms (the script may be in host code,
 ** or its hook replaced), until the step ends. */
-#define TP_POLL_PERIOD 256          /* instructions between reads of the clock */
+#define TP_POLL_PERIOD 128          /* instructions between reads of the clock */
 #define TP_POLL_LEAD_NS 200000u     /* the hook reads the clock from this before the end */
 typedef struct tp_step_clock {
   tp_sandbox *sb;
@@ -207,6 +207,7 @@ typedef struct tp_step_clock {
   uint64_t deadline_ns;    /* CLOCK_MONOTONIC: limit.time; 0 = none */
   uint64_t step_end_ns;    /* CLOCK_MONOTONIC: the step's budget; 0 = none */
   uint64_t cpu_end_ns;     /* CLOCK_THREAD_CPUTIME_ID of this thread: limit.cpu; 0 = none */
+  uint64_t start_ns, cpu_start_ns; /* the step's start on both clocks */
   uint64_t wake_ns;        /* when the timer is armed to fire */
   struct tp_step_clock *prev; /* the step this one is nested in, on this thread */
 } tp_step_clock;
@@ -264,6 +265,7 @@ struct tp_engine {
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
   struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
   int idle_on;
+  uint64_t round;          /* the idle driver's round (run.c, idle_cb) */
   uint64_t slice_us;       /* time slice of a started run; default 5 ms */
   uint64_t run_ids;        /* the last run id given out */
   char *workspace;
@@ -399,6 +401,7 @@ struct tp_run {
   tp_run_done_cb done_cb;
   void *done_ud;
   int async, reported;
+  uint64_t round;          /* the engine's round in which the driver last stepped it */
   struct tp_session *session; /* the run borrows the session's sandbox */
   uint64_t fs_used;        /* bytes charged to limits.fs_bytes (host.c, E.fs_charge) */
   uint64_t blocked_ns;     /* time plugin handlers held the thread past 100 ms (host.c) */

@@ -699,6 +699,12 @@ static uint64_t step_cpu (uint64_t now) {
   return tp__thread_cpu_ns();
 }
 
+/* What the end of a time-sliced step costs on this thread, from the script's yield to
+** the return (mostly reading the CPU clock), as a moving average: the slice ends that
+** much before the budget, at most a quarter of it, so that the call as a whole keeps
+** to its budget. */
+static __thread uint64_t exit_ns;
+
 /* Ends the step's timing: the thread's timer, or the watch when the step fell back on
 ** the watchdog. On the stepping thread only. */
 static void step_disarm (tp_run *r) {
@@ -760,16 +766,23 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   }
   /* A short budget is ended by the hook reading the clock from the start; a longer one
   ** from TP_POLL_LEAD_NS before its end, when the timer hands the end to the hook. */
-  int poll_now = r->step_end_ns && budget_us * 1000u <= TP_POLL_LEAD_NS;
-  atomic_store(&sb->poll_end_ns, poll_now ? r->step_end_ns : 0);
+  uint64_t end_ns = 0;
+  if (r->step_end_ns) {
+    uint64_t quarter = budget_us * 250u;
+    end_ns = r->step_end_ns - (exit_ns < quarter ? exit_ns : quarter);
+  }
+  int poll_now = end_ns && budget_us * 1000u <= TP_POLL_LEAD_NS;
+  atomic_store(&sb->poll_end_ns, poll_now ? end_ns : 0);
   int timed = r->deadline_ns || r->step_end_ns || sb->limits.cpu_us;
   r->timed = 0;
   if (timed) {
     tp_step_clock *c = &r->clock;
     c->sb = sb;
-    c->poll_at_ns = r->step_end_ns && !poll_now ? r->step_end_ns - TP_POLL_LEAD_NS : 0;
+    c->start_ns = now;
+    c->cpu_start_ns = r->step_cpu0;
+    c->poll_at_ns = end_ns && !poll_now ? end_ns - TP_POLL_LEAD_NS : 0;
     c->deadline_ns = r->deadline_ns;
-    c->step_end_ns = r->step_end_ns;
+    c->step_end_ns = end_ns;
     c->cpu_end_ns = sb->limits.cpu_us ? r->step_cpu0 + (cpu_left ? cpu_left : 1) : 0;
     r->timed = tp__step_timer_arm(c) == 0;
   }
@@ -787,6 +800,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   atomic_store(&sb->running, T);
   tp__sandbox_enter(sb);   /* after running: sets the hook if the timer came first */
   int status = lua_resume(T, NULL, r->nargs, &nres);
+  uint64_t back_ns = r->step_end_ns ? tp__now_ns() : 0;
   tp__sandbox_leave();
   atomic_store(&sb->running, sb->L);
   atomic_store(&sb->poll_end_ns, 0);
@@ -810,6 +824,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (status == LUA_YIELD) {
     if (sb->hook_yielded) {
       sb->hook_yielded = 0;
+      if (back_ns) exit_ns = (exit_ns * 7 + (tp__now_ns() - back_ns)) / 8;
       return TP_YIELD;
     }
     if (nres >= 1 && lua_type(T, -nres) == LUA_TLIGHTUSERDATA &&
@@ -860,6 +875,7 @@ tp_engine *tp_engine_create (void) {
   if (e == NULL) return NULL;
   e->loop = malloc(sizeof *e->loop);
   if (e->loop == NULL || uv_loop_init(e->loop) != 0) { free(e->loop); free(e); return NULL; }
+  e->round = 1;             /* a new run's round, 0, is never the current one */
   if (tp__watchdog_init(&e->wd) != 0) {
     uv_loop_close(e->loop);
     free(e->loop);
@@ -991,21 +1007,30 @@ void tp__run_wake (tp_run *r) {
   idle_start(r->e);
 }
 
+/* One call steps the started runs in rounds: each run not yet stepped in this round
+** gets a slice, until the calls' slices add up to one slice; the rest of the round is
+** for the next call. So one tp_engine_poll does bounded work (about two slices at most)
+** however many runs are busy, and the loop's I/O and timers run in between. */
 static void idle_cb (uv_idle_t *h) {
   tp_engine *e = h->data;
-  int busy = 0;
+  uint64_t slice = e->slice_us ? e->slice_us : 5000, t0 = tp__now_ns();
+  int busy = 0, full = 0;
   for (tp_run *r = e->runs, *next; r != NULL; r = next) {
     next = r->next;
     if (!r->async) continue;
     if (r->state == ST_DONE) { report_done(r); continue; }
-    if (r->waiting == 1) continue;
+    if (r->waiting == 1 || r->round == e->round) continue;
+    if (tp__now_ns() - t0 >= slice * 1000u) { full = 1; break; }
+    r->round = e->round;
     if (r->waiting == 2) r->waiting = 1;
-    int rc = tp_run_step(r, e->slice_us ? e->slice_us : 5000, 0);
+    int rc = tp_run_step(r, slice, 0);
     if (rc == TP_DONE || r->state == ST_DONE) report_done(r);
     else if (rc == TP_YIELD) busy = 1;
     else if (rc == TP_WAIT) arm_deadline(r);
     else { tp_run_cancel(r); report_done(r); }
   }
+  if (full) busy = 1;
+  else e->round++;  /* every run had its turn: the next call starts a new round */
   if (!busy) {
     for (tp_run *r = e->runs; r != NULL; r = r->next)
       if (r->async && (r->waiting != 1 || r->state == ST_DONE)) busy = 1;

@@ -395,15 +395,14 @@ static void timer_set_before (uint64_t at_ns) {
   if (at_ns && (timer_at == 0 || at_ns < timer_at)) timer_set(at_ns);
 }
 
-/* When c's next check is due, 0 for none: the earliest deadline, the time the hook takes
+/* When c's next check is due, 0 for none, given the time and the thread's CPU clock: the earliest deadline, the time the hook takes
 ** over the step's end, the CPU limit reckoned as if the thread kept the CPU from now on
 ** (checked again when the time comes). The step's end itself is the hook's: the slice
 ** can end only where the hook runs anyway. */
-static uint64_t clock_next (const tp_step_clock *c, uint64_t now) {
+static uint64_t clock_next (const tp_step_clock *c, uint64_t now, uint64_t cpu) {
   uint64_t next = c->deadline_ns;
   if (c->poll_at_ns && (next == 0 || c->poll_at_ns < next)) next = c->poll_at_ns;
   if (c->cpu_end_ns) {
-    uint64_t cpu = tp__thread_cpu_ns();
     uint64_t at = now + (c->cpu_end_ns > cpu ? c->cpu_end_ns - cpu : 0);
     if (next == 0 || at < next) next = at;
   }
@@ -433,7 +432,7 @@ static int clock_fire (tp_step_clock *c) {
     timer_set(now + REFIRE_NS);
     return 1;
   }
-  c->wake_ns = clock_next(c, now);
+  c->wake_ns = clock_next(c, now, c->cpu_end_ns ? tp__thread_cpu_ns() : 0);
   timer_set(c->wake_ns);
   return hook || atomic_load(&sb->slice_over);
 }
@@ -512,7 +511,7 @@ void tp__signal_interrupt (pthread_t thread) {
 int tp__step_timer_arm (tp_step_clock *c) {
   if (timer_get() != 0) return -1;
   c->prev = armed;
-  c->wake_ns = clock_next(c, tp__now_ns());
+  c->wake_ns = clock_next(c, c->start_ns, c->cpu_start_ns);
   atomic_signal_fence(memory_order_seq_cst);  /* c is complete before the handler sees it */
   armed = c;
   atomic_signal_fence(memory_order_seq_cst);

@@ -166,6 +166,29 @@ TEST(each_stepping_thread_timer_goes_when_the_thread_exits) {
   tp_engine_destroy(e);
 }
 
+static void count_done (tp_run *r, void *ud) { (void)r; (void)ud; }
+
+/* Ten busy runs started at once: one poll used to step every one of them (ten slices,
+** 50 ms and more, with no I/O in between); now it steps them until one slice's worth of
+** time is used and returns, and the next polls carry on round-robin. */
+TEST(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them) {
+  tp_engine *e = tp_engine_create();
+  tp_run *rv[10];
+  for (int i = 0; i < 10; i++) {
+    rv[i] = spinner(e);
+    CHECK_INT(tp_run_start(rv[i], count_done, NULL), TP_OK);
+  }
+  tp_engine_poll(e, 0);
+  int started_runs = 0;
+  for (int i = 0; i < 10; i++) started_runs += rv[i]->state != ST_READY;
+  CHECK(started_runs >= 1);
+  CHECK(started_runs < 10);
+  for (int p = 0; p < 40; p++) tp_engine_poll(e, 0);  /* every run gets its turns */
+  for (int i = 0; i < 10; i++) CHECK(rv[i]->state == ST_STARTED);
+  for (int i = 0; i < 10; i++) tp_run_destroy(rv[i]);
+  tp_engine_destroy(e);
+}
+
 int main (void) {
   RUN(the_chosen_signal_is_used_instead_of_sigurg);
   RUN(a_budgeted_step_yields_and_resumes_a_thousand_times);
@@ -173,5 +196,6 @@ int main (void) {
   RUN(time_and_instruction_budgets_together_then_none);
   RUN(an_interrupt_before_the_run_is_entered_is_honoured_at_entry);
   RUN(each_stepping_thread_timer_goes_when_the_thread_exits);
+  RUN(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them);
   return tp_test_end();
 }
