@@ -218,6 +218,8 @@ int  tp__step_timer_arm(tp_step_clock *c);
 /* Disarms c (armed on this thread) and re-arms the step it was nested in, if any. After
 ** it returns, the handler no longer touches c. */
 void tp__step_timer_disarm(tp_step_clock *c);
+/* Stops this thread's timer when no step is armed (it is left armed between steps). */
+void tp__step_timer_stop(void);
 
 /* A plugin handler's coroutine that host.c resumes on this thread: once expired is set
 ** (its call's deadline passed; the watchdog then signals the thread), the signal handler

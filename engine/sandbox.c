@@ -325,6 +325,7 @@ static void poll (lua_State *L, tp_sandbox *sb, lua_Integer i) {
 */
 static int signo = SIGURG;
 static int signal_state;      /* 0: not installed, 1: installed, -1: sigaction failed */
+static atomic_int signal_done; /* signal_state is 1: the fast path of tp__signal_install */
 static pthread_mutex_t signal_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_action;
 static __thread tp_sandbox *volatile active __attribute__((tls_model("initial-exec")));
@@ -487,8 +488,7 @@ int tp_get_signal (void) {
 }
 
 int tp__signal_install (void) {
-  static atomic_int done;
-  if (atomic_load_explicit(&done, memory_order_acquire)) return 0;
+  if (atomic_load_explicit(&signal_done, memory_order_acquire)) return 0;
   pthread_mutex_lock(&signal_mu);
   if (signal_state == 0) {
     struct sigaction sa;
@@ -497,7 +497,7 @@ int tp__signal_install (void) {
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     signal_state = sigaction(signo, &sa, &old_action) == 0 ? 1 : -1;
-    if (signal_state == 1) atomic_store_explicit(&done, 1, memory_order_release);
+    if (signal_state == 1) atomic_store_explicit(&signal_done, 1, memory_order_release);
   }
   int rc = signal_state == 1 ? 0 : -1;
   pthread_mutex_unlock(&signal_mu);
@@ -528,6 +528,25 @@ void tp__step_timer_disarm (tp_step_clock *c) {
   armed = prev;
   atomic_signal_fence(memory_order_seq_cst);
   if (prev) timer_set_before(prev->wake_ns ? prev->wake_ns : 0);
+}
+
+void tp__step_timer_stop (void) {
+  if (thread_timer_state == 1 && armed == NULL && timer_at) timer_set(0);
+}
+
+/* When the library is unloaded (a Lua host closing its state dlcloses the module) or
+** the process exits: nothing may call into its code afterwards. This thread's timer is
+** deleted, the key's destructor dropped (other threads' timers then stay until the
+** process ends; should one fire, it finds the signal's previous action) and the
+** previous action put back. */
+__attribute__((destructor)) static void signal_unload (void) {
+  if (thread_timer_state == 1) timer_delete(thread_timer);
+  thread_timer_state = 0;
+  if (timer_key_ok) pthread_key_delete(timer_key);
+  timer_key_ok = 0;
+  atomic_store(&signal_done, 0);
+  if (signal_state == 1) sigaction(signo, &old_action, NULL);
+  signal_state = 0;
 }
 
 void tp__sandbox_enter (tp_sandbox *sb) {
