@@ -342,7 +342,7 @@ tp_host_target *tp__signal_host_target (tp_host_target *t) {
 }
 
 /* This thread's step timer: created at its first timed step, deleted when it exits. */
-#define REFIRE_NS 2000000u  /* while a verdict or a slice end waits for the script */
+#define REFIRE_NS 2000000u  /* while a verdict waits for the script to stop */
 static __thread timer_t thread_timer __attribute__((tls_model("initial-exec")));
 static __thread int thread_timer_state __attribute__((tls_model("initial-exec")));
 static __thread tp_step_clock *volatile armed __attribute__((tls_model("initial-exec")));
