@@ -474,6 +474,8 @@ static int e_resume (lua_State *L) {
   int armed = deadline && tp__signal_install() == 0 &&
               tp__watch_arm(&e->wd, &hw.watch, deadline) == 0;
   tp_host_target *prev = armed ? tp__signal_host_target(&hw.target) : NULL;
+  if (armed && atomic_load(&hw.target.expired))  /* fired before the target was in place */
+    lua_sethook(co, stop_hook, LUA_MASKCOUNT, 1);
   lua_xmove(L, co, nargs);
   uint64_t t0 = tp__now_ns();
   int nres = 0;

@@ -7,7 +7,8 @@
 ** by tp_run_step. Stopping a script that is busy in Lua is done the way lua.c handles
 ** Ctrl-C: a count hook of 1 is set on the running thread, and the hook raises. The hook
 ** is set from the run's own thread: by the allocator, print, the pattern meter, or the
-** handler of a signal that the engine's watchdog thread sends when a deadline passes.
+** handler of a signal that the stepping thread's own timer sends when a deadline passes
+** (the engine's watchdog thread sends it for plugin handlers' deadlines).
 ** The verdict (which limit) lives in the sandbox, never in the error object, and the
 ** hook keeps raising until the script is out of Lua code, so pcall cannot swallow it.
 */
@@ -103,6 +104,10 @@ typedef struct tp_sandbox {
   uint64_t instr_limit;    /* 0 = none */
   uint64_t instr_step_end; /* instr_used value at which the step's budget ends; 0 = none */
   int hook_period;         /* the count hook's period on T, 0 = no count hook */
+  /* the step's end, CLOCK_MONOTONIC, once it is near (0 = not yet or none): the count
+  ** hook then reads the clock every TP_POLL_PERIOD instructions and ends the slice
+  ** itself, since a timer signal comes tens of microseconds late (a VM's floor here). */
+  _Atomic uint64_t poll_end_ns;
 
   /* host memory built on the run's behalf (tp__host_charge) */
   size_t host_used, host_peak, host_cap;
@@ -180,11 +185,43 @@ const char *tp__kill_code(tp_kill why);
 void tp__kill_message(const tp_sandbox *sb, tp_kill why, char *buf, size_t len);
 const char *tp__kill_hint(tp_kill why);
 
-/* Marks the thread's active sandbox for the interrupt signal (NULL to clear). */
+/* Marks the thread's active sandbox for the interrupt signal (NULL to clear). Entering
+** sets the stopping hook at once when sb already has a verdict or its slice is over, so
+** a signal that came before the entry is not lost. */
 void tp__sandbox_enter(tp_sandbox *sb);
 void tp__sandbox_leave(void);
 int  tp__signal_install(void);
 void tp__signal_interrupt(pthread_t thread);
+
+/* The clocks of a step, read by the interrupt signal's handler on the stepping thread.
+** A per-thread POSIX timer (CLOCK_MONOTONIC, delivered to this thread only) fires at the
+** earliest of them; the handler records the verdict (limit.time, limit.cpu) or ends the
+** slice, and sets the hook, so the step's end does not wait for another thread to be
+** scheduled. The last TP_POLL_LEAD_NS of a step are the hook's (poll_end_ns). While a
+** verdict is pending the timer fires again every 2 ms (the script may be in host code,
+** or its hook replaced), until the step ends. */
+#define TP_POLL_PERIOD 128          /* instructions between reads of the clock */
+#define TP_POLL_LEAD_NS 200000u     /* the hook reads the clock from this before the end */
+typedef struct tp_step_clock {
+  tp_sandbox *sb;
+  uint64_t poll_at_ns;     /* CLOCK_MONOTONIC: when the hook starts reading the clock
+                           ** (sets sb->poll_end_ns); 0 = done or from the start */
+  uint64_t deadline_ns;    /* CLOCK_MONOTONIC: limit.time; 0 = none */
+  uint64_t step_end_ns;    /* CLOCK_MONOTONIC: the step's budget; 0 = none */
+  uint64_t cpu_end_ns;     /* CLOCK_THREAD_CPUTIME_ID of this thread: limit.cpu; 0 = none */
+  uint64_t start_ns, cpu_start_ns; /* the step's start on both clocks */
+  uint64_t wake_ns;        /* when the timer is armed to fire */
+  struct tp_step_clock *prev; /* the step this one is nested in, on this thread */
+} tp_step_clock;
+
+/* Arms this thread's timer for c (filled in but for wake_ns and prev). Returns -1 when
+** the timer cannot be created (the caller falls back to the watchdog). */
+int  tp__step_timer_arm(tp_step_clock *c);
+/* Disarms c (armed on this thread) and re-arms the step it was nested in, if any. After
+** it returns, the handler no longer touches c. */
+void tp__step_timer_disarm(tp_step_clock *c);
+/* Stops this thread's timer when no step is armed (it is left armed between steps). */
+void tp__step_timer_stop(void);
 
 /* A plugin handler's coroutine that host.c resumes on this thread: once expired is set
 ** (its call's deadline passed; the watchdog then signals the thread), the signal handler
@@ -232,6 +269,7 @@ struct tp_engine {
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
   struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
   int idle_on;
+  uint64_t round;          /* the idle driver's round (run.c, idle_cb) */
   uint64_t slice_us;       /* time slice of a started run; default 5 ms */
   uint64_t run_ids;        /* the last run id given out */
   char *workspace;
@@ -334,7 +372,9 @@ struct tp_run {
   size_t srclen;
   int state;
   int nargs;               /* values to resume the thread with */
-  tp_watch watch;
+  tp_watch watch;          /* the fallback when the thread's timer is unavailable */
+  tp_step_clock clock;     /* the step's deadlines, for the thread's timer */
+  int timed;               /* the step runs under clock (0: under watch) */
   pthread_t thread;        /* of the current step */
   clockid_t cpu_clock;
   uint64_t start_ns, deadline_ns, step_end_ns;
@@ -365,6 +405,7 @@ struct tp_run {
   tp_run_done_cb done_cb;
   void *done_ud;
   int async, reported;
+  uint64_t round;          /* the engine's round in which the driver last stepped it */
   struct tp_session *session; /* the run borrows the session's sandbox */
   uint64_t fs_used;        /* bytes charged to limits.fs_bytes (host.c, E.fs_charge) */
   uint64_t blocked_ns;     /* time plugin handlers held the thread past 100 ms (host.c) */

@@ -2,7 +2,7 @@
 ** run.c: a script as a resumable object, and its result envelope.
 **
 ** tp_run_create normalizes and compiles; tp_run_step resumes the script's thread under
-** the watchdog until it finishes, its step budget ends, or it waits on the host; the
+** its thread's step timer until it finishes, its step budget ends, or it waits on the host; the
 ** envelope is built once, when the run finishes. The verdict of a limit is read from the
 ** sandbox, never from the error object.
 */
@@ -270,7 +270,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
 ** array of them. All the values share one result cap (limits.result, JSON text) and the
 ** run's host budget (the trees at their cost in host memory, then the text): past the
 ** cap the run ends with limit.result, past the budget with limit.memory, as soon as the
-** conversion passes it. Bounded in time by the run's verdict: the watchdog stays armed
+** conversion passes it. Bounded in time by the run's verdict: the step's timer stays armed
 ** while this runs (tp_run_step), and the walk and the dump poll the verdict every few
 ** thousand nodes, so a deadline passing here ends the run with limit.time.
 */
@@ -604,6 +604,33 @@ void tp_run_cancel (tp_run *r) {
   if (r->async) idle_start(r->e);  /* the driver reports it */
 }
 
+/* The thread's CPU clock at a step's start. Reading it is a system call (about 1 us
+** here, as much as a step of a game loop may overshoot), so the reading taken at the
+** end of the thread's last step serves when it is under CPU_SEEN_NS old: the CPU spent
+** in between (at most that) is charged to this step, never left out. */
+#define CPU_SEEN_NS 20000u
+static __thread uint64_t cpu_seen_ns, cpu_seen_at;
+static uint64_t step_cpu (uint64_t now) {
+  if (cpu_seen_at && now - cpu_seen_at < CPU_SEEN_NS) return cpu_seen_ns;
+  return tp__thread_cpu_ns();
+}
+
+/* What the end of a time-sliced step costs on this thread, from the script's yield to
+** the return (mostly reading the CPU clock), as a moving average: the slice ends that
+** much before the budget, at most a quarter of it, so that the call as a whole keeps
+** to its budget. */
+static __thread uint64_t exit_ns;
+
+/* Ends the step's timing: the thread's timer, or the watch when the step fell back on
+** the watchdog. On the stepping thread only. */
+static void step_disarm (tp_run *r) {
+  if (r->timed) {
+    tp__step_timer_disarm(&r->clock);
+    r->timed = 0;
+  }
+  else tp__watch_disarm(&r->e->wd, &r->watch);
+}
+
 int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (r == NULL) return TP_EINVAL;
   if (r->state == ST_DONE) return TP_ESTATE;
@@ -640,48 +667,80 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   }
   if (tp__signal_install() != 0) return TP_ESTATE;
 
-  /* the step's budgets */
+  /* the step's budgets, ended by this thread's timer (the watchdog when the thread
+  ** cannot have one) */
   r->step_end_ns = budget_us ? now + budget_us * 1000u : 0;
   sb->instr_step_end = budget_instructions ? sb->instr_used + budget_instructions : 0;
   atomic_store(&sb->slice_over, 0);
   sb->hook_yielded = 0;
   r->thread = pthread_self();
-  pthread_getcpuclockid(r->thread, &r->cpu_clock);
-  r->step_cpu0 = tp__thread_cpu_ns();
-  uint64_t wake = r->deadline_ns;
-  if (r->step_end_ns && (wake == 0 || r->step_end_ns < wake)) wake = r->step_end_ns;
+  r->step_cpu0 = step_cpu(now);
+  uint64_t cpu_left = 0;
   if (sb->limits.cpu_us) {
-    uint64_t left = sb->limits.cpu_us * 1000u - (r->cpu_used_ns < sb->limits.cpu_us * 1000u
-                                                 ? r->cpu_used_ns : sb->limits.cpu_us * 1000u);
-    if (wake == 0 || now + left < wake) wake = now + left;
+    uint64_t limit = sb->limits.cpu_us * 1000u;
+    cpu_left = limit - (r->cpu_used_ns < limit ? r->cpu_used_ns : limit);
   }
-  if (wake && tp__watch_arm(&r->e->wd, &r->watch, wake) != 0) return TP_ENOMEM;
+  /* A short budget is ended by the hook reading the clock from the start; a longer one
+  ** from TP_POLL_LEAD_NS before its end, when the timer hands the end to the hook. */
+  uint64_t end_ns = 0;
+  if (r->step_end_ns) {
+    uint64_t quarter = budget_us * 250u;
+    end_ns = r->step_end_ns - (exit_ns < quarter ? exit_ns : quarter);
+  }
+  int poll_now = end_ns && budget_us * 1000u <= TP_POLL_LEAD_NS;
+  atomic_store(&sb->poll_end_ns, poll_now ? end_ns : 0);
+  int timed = r->deadline_ns || r->step_end_ns || sb->limits.cpu_us;
+  r->timed = 0;
+  if (timed) {
+    tp_step_clock *c = &r->clock;
+    c->sb = sb;
+    c->start_ns = now;
+    c->cpu_start_ns = r->step_cpu0;
+    c->poll_at_ns = end_ns && !poll_now ? end_ns - TP_POLL_LEAD_NS : 0;
+    c->deadline_ns = r->deadline_ns;
+    c->step_end_ns = end_ns;
+    c->cpu_end_ns = sb->limits.cpu_us ? r->step_cpu0 + (cpu_left ? cpu_left : 1) : 0;
+    r->timed = tp__step_timer_arm(c) == 0;
+  }
+  if (timed && !r->timed) {
+    uint64_t wake = r->deadline_ns;
+    if (r->step_end_ns && (wake == 0 || r->step_end_ns < wake)) wake = r->step_end_ns;
+    if (sb->limits.cpu_us && (wake == 0 || now + cpu_left < wake)) wake = now + cpu_left;
+    pthread_getcpuclockid(r->thread, &r->cpu_clock);
+    if (tp__watch_arm(&r->e->wd, &r->watch, wake) != 0) return TP_ENOMEM;
+  }
 
   lua_State *T = sb->T;
   tp__sandbox_sethook(sb, T);
   int nres = 0;
-  tp__sandbox_enter(sb);
   atomic_store(&sb->running, T);
+  tp__sandbox_enter(sb);   /* after running: sets the hook if the timer came first */
   int status = lua_resume(T, NULL, r->nargs, &nres);
-  atomic_store(&sb->running, sb->L);
+  uint64_t back_ns = r->step_end_ns ? tp__now_ns() : 0;
   tp__sandbox_leave();
-  /* The watch stays armed until the envelope is built: a deadline (or the CPU limit)
-  ** passing while host code converts the result sets the verdict, which the converters
-  ** poll. The CPU used so far moves into cpu_used_ns under the watchdog's lock, since
-  ** run_fire reads both fields. */
+  atomic_store(&sb->running, sb->L);
+  atomic_store(&sb->poll_end_ns, 0);
+  /* The timer (or watch) stays armed until the envelope is built: a deadline (or the
+  ** CPU limit) passing while host code converts the result sets the verdict, which the
+  ** converters poll. Under the watchdog, the CPU used so far moves into cpu_used_ns
+  ** under its lock, since run_fire reads both fields. */
   uint64_t cpu_now = tp__thread_cpu_ns();
-  if (wake) pthread_mutex_lock(&r->e->wd.mu);
+  cpu_seen_ns = cpu_now;
+  cpu_seen_at = tp__now_ns();
+  int locked = timed && !r->timed;
+  if (locked) pthread_mutex_lock(&r->e->wd.mu);
   r->cpu_used_ns += cpu_now - r->step_cpu0;
   r->step_cpu0 = cpu_now;
-  if (wake) pthread_mutex_unlock(&r->e->wd.mu);
+  if (locked) pthread_mutex_unlock(&r->e->wd.mu);
   r->nargs = 0;
   tp__sandbox_charge(sb, T);
   if (sb->fail_armed) tp__sandbox_kill(sb, TP_KILL_MEMORY);  /* a refusal ended it */
-  if (status == LUA_YIELD && wake) tp__watch_disarm(&r->e->wd, &r->watch);
+  if (status == LUA_YIELD && timed) step_disarm(r);
 
   if (status == LUA_YIELD) {
     if (sb->hook_yielded) {
       sb->hook_yielded = 0;
+      if (back_ns) exit_ns = (exit_ns * 7 + (tp__now_ns() - back_ns)) / 8;
       return TP_YIELD;
     }
     if (nres >= 1 && lua_type(T, -nres) == LUA_TLIGHTUSERDATA &&
@@ -697,7 +756,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   }
   if (status == LUA_OK && atomic_load(&sb->kill) == TP_KILL_NONE) finish_ok(r, nres);
   else finish(r, NULL, 0, error_from_thread(r, T, status));
-  if (wake) tp__watch_disarm(&r->e->wd, &r->watch);
+  if (timed) step_disarm(r);
   return TP_DONE;
 }
 
@@ -707,6 +766,7 @@ void tp_run_destroy (tp_run *r) {
   if (r->prev) r->prev->next = r->next;
   else e->runs = r->next;
   if (r->next) r->next->prev = r->prev;
+  if (r->timed) step_disarm(r);  /* destroyed from inside its own step (a tool) */
   tp__watch_disarm(&e->wd, &r->watch);
   if (r->state != ST_DONE) tp__run_cancel_calls(r);
   tp__run_free_calls(r);
@@ -731,6 +791,7 @@ tp_engine *tp_engine_create (void) {
   if (e == NULL) return NULL;
   e->loop = malloc(sizeof *e->loop);
   if (e->loop == NULL || uv_loop_init(e->loop) != 0) { free(e->loop); free(e); return NULL; }
+  e->round = 1;             /* a new run's round, 0, is never the current one */
   if (tp__watchdog_init(&e->wd) != 0) {
     uv_loop_close(e->loop);
     free(e->loop);
@@ -748,6 +809,7 @@ static void close_handle (uv_handle_t *h, void *arg) {
 void tp_engine_destroy (tp_engine *e) {
   if (e == NULL) return;
   while (e->runs) tp_run_destroy(e->runs);
+  tp__step_timer_stop();  /* the thread that steps the runs most likely destroys it */
   tp__host_close(e);
   if (e->idle) uv_close((uv_handle_t *)e->idle, (uv_close_cb)free);
   uv_run(e->loop, UV_RUN_NOWAIT);   /* close callbacks of the runs' timers */
@@ -862,21 +924,30 @@ void tp__run_wake (tp_run *r) {
   idle_start(r->e);
 }
 
+/* One call steps the started runs in rounds: each run not yet stepped in this round
+** gets a slice, until the calls' slices add up to one slice; the rest of the round is
+** for the next call. So one tp_engine_poll does bounded work (about two slices at most)
+** however many runs are busy, and the loop's I/O and timers run in between. */
 static void idle_cb (uv_idle_t *h) {
   tp_engine *e = h->data;
-  int busy = 0;
+  uint64_t slice = e->slice_us ? e->slice_us : 5000, t0 = tp__now_ns();
+  int busy = 0, full = 0;
   for (tp_run *r = e->runs, *next; r != NULL; r = next) {
     next = r->next;
     if (!r->async) continue;
     if (r->state == ST_DONE) { report_done(r); continue; }
-    if (r->waiting == 1) continue;
+    if (r->waiting == 1 || r->round == e->round) continue;
+    if (tp__now_ns() - t0 >= slice * 1000u) { full = 1; break; }
+    r->round = e->round;
     if (r->waiting == 2) r->waiting = 1;
-    int rc = tp_run_step(r, e->slice_us ? e->slice_us : 5000, 0);
+    int rc = tp_run_step(r, slice, 0);
     if (rc == TP_DONE || r->state == ST_DONE) report_done(r);
     else if (rc == TP_YIELD) busy = 1;
     else if (rc == TP_WAIT) arm_deadline(r);
     else { tp_run_cancel(r); report_done(r); }
   }
+  if (full) busy = 1;
+  else e->round++;  /* every run had its turn: the next call starts a new round */
   if (!busy) {
     for (tp_run *r = e->runs; r != NULL; r = r->next)
       if (r->async && (r->waiting != 1 || r->state == ST_DONE)) busy = 1;

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lauxlib.h"
 #include "lualib.h"
@@ -220,12 +222,14 @@ void tp__sandbox_check (lua_State *L, tp_sandbox *sb) {
 /* The count hook period a thread needs when nothing is pending: up to the next
 ** instruction boundary (limit or step budget), 0 when nothing counts. */
 static int hook_period (const tp_sandbox *sb) {
+  int poll = atomic_load_explicit(&sb->poll_end_ns, memory_order_relaxed) != 0;
   uint64_t next = UINT64_MAX;
   if (sb->instr_limit) next = sb->instr_limit + 1;
   if (sb->instr_step_end && sb->instr_step_end < next) next = sb->instr_step_end;
-  if (next == UINT64_MAX) return 0;
+  if (next == UINT64_MAX) return poll ? TP_POLL_PERIOD : 0;
   uint64_t left = next > sb->instr_used ? next - sb->instr_used : 1;
-  return left > 100000 ? 100000 : (int)left;
+  uint64_t cap = poll ? TP_POLL_PERIOD : 100000;
+  return left > cap ? (int)cap : (int)left;
 }
 
 /* Sets co's count hook to the period it needs now. A thread that yielded from the hook
@@ -267,10 +271,13 @@ void tp__sandbox_hook (lua_State *L, lua_Debug *ar) {
   tp__sandbox_check(L, sb);  /* raises on a verdict */
   if (sb->instr_step_end && sb->instr_used >= sb->instr_step_end)
     atomic_store(&sb->slice_over, 1);
+  uint64_t poll_end = atomic_load_explicit(&sb->poll_end_ns, memory_order_relaxed);
+  if (poll_end && tp__now_ns() >= poll_end) atomic_store(&sb->slice_over, 1);
   if (atomic_load(&sb->slice_over)) {
     if (lua_isyieldable(L) && !sb->in_host) {
       atomic_store(&sb->slice_over, 0);
       sb->instr_step_end = 0;
+      atomic_store(&sb->poll_end_ns, 0);
       sb->hook_yielded = 1;
       tp__sandbox_sethook(sb, L);
       lua_yield(L, 0);
@@ -306,17 +313,22 @@ static void poll (lua_State *L, tp_sandbox *sb, lua_Integer i) {
 }
 
 /* ---- the interrupt signal ------------------------------------------------------------
-** The watchdog thread cannot touch a running Lua state safely; it sends this signal to
-** the run's thread, whose handler sets the hook exactly as lua.c does on Ctrl-C. SIGURG
-** is ignored by default, so a stray one harms nothing; a previous handler is chained.
+** No other thread may touch a running Lua state, so a limit is enforced by a signal to
+** the run's own thread, whose handler sets the hook exactly as lua.c does on Ctrl-C.
+** Two senders: the stepping thread's own timer (tp__step_timer_arm), which the kernel
+** fires at that thread, and the engine's watchdog thread (plugin handlers' deadlines,
+** and steps whose thread could not get a timer). The handler does only async-signal-safe
+** work: lock-free atomics, clock_gettime, timer_settime, and lua_sethook (made for this,
+** lua.c calls it from its SIGINT handler). SIGURG by default, ignored by default so a
+** stray one harms nothing; tp_set_signal picks another before the first step. A handler
+** that was installed before ours is chained for signals not meant for a sandbox.
 */
-#ifndef TP_SIGNAL
-#define TP_SIGNAL SIGURG
-#endif
-static __thread tp_sandbox *active __attribute__((tls_model("initial-exec")));
+static int signo = SIGURG;
+static int signal_state;      /* 0: not installed, 1: installed, -1: sigaction failed */
+static atomic_int signal_done; /* signal_state is 1: the fast path of tp__signal_install */
+static pthread_mutex_t signal_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_action;
-static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
-static int signal_ok;
+static __thread tp_sandbox *volatile active __attribute__((tls_model("initial-exec")));
 
 /* The plugin handler's coroutine running on this thread, if any (host.c). */
 static __thread tp_host_target *volatile host_target __attribute__((tls_model("initial-exec")));
@@ -329,48 +341,226 @@ tp_host_target *tp__signal_host_target (tp_host_target *t) {
   return old;
 }
 
-static void on_signal (int sig, siginfo_t *info, void *uc) {
-  tp_host_target *ht = host_target;
-  if (ht != NULL && atomic_load(&ht->expired)) {
-    lua_sethook(ht->co, ht->hook, LUA_MASKCOUNT, 1);
-    return;
-  }
-  tp_sandbox *sb = active;
-  if (sb != NULL) {
-    if (atomic_load(&sb->kill) != TP_KILL_NONE || atomic_load(&sb->slice_over)) {
-      lua_State *r = atomic_load(&sb->running);
-      if (r) lua_sethook(r, tp__sandbox_hook, LUA_MASKCOUNT, 1);
-    }
-    return;
-  }
-  if (old_action.sa_flags & SA_SIGINFO) {
-    if (old_action.sa_sigaction) old_action.sa_sigaction(sig, info, uc);
-  }
-  else if (old_action.sa_handler != SIG_DFL && old_action.sa_handler != SIG_IGN &&
-           old_action.sa_handler != NULL)
-    old_action.sa_handler(sig);
+/* This thread's step timer: created at its first timed step, deleted when it exits. */
+#define REFIRE_NS 2000000u  /* while a verdict waits for the script to stop */
+static __thread timer_t thread_timer __attribute__((tls_model("initial-exec")));
+static __thread int thread_timer_state __attribute__((tls_model("initial-exec")));
+static __thread tp_step_clock *volatile armed __attribute__((tls_model("initial-exec")));
+static __thread uint64_t timer_at __attribute__((tls_model("initial-exec"))); /* 0: stopped */
+static pthread_key_t timer_key;
+static pthread_once_t timer_key_once = PTHREAD_ONCE_INIT;
+static int timer_key_ok;
+
+static void timer_key_dtor (void *p) {
+  (void)p;  /* thread-local storage is still there while key destructors run */
+  if (thread_timer_state == 1) timer_delete(thread_timer);
+  thread_timer_state = 0;
 }
 
-static void signal_setup (void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_signal;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  signal_ok = sigaction(TP_SIGNAL, &sa, &old_action) == 0;
+static void timer_key_setup (void) {
+  timer_key_ok = pthread_key_create(&timer_key, timer_key_dtor) == 0;
+}
+
+static int timer_get (void) {
+  if (thread_timer_state == 0) {
+    struct sigevent sev;
+    pthread_once(&timer_key_once, timer_key_setup);
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = signo;
+    sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    if (!timer_key_ok || timer_create(CLOCK_MONOTONIC, &sev, &thread_timer) != 0)
+      thread_timer_state = -1;  /* e.g. RLIMIT_SIGPENDING: the watchdog serves instead */
+    else if (pthread_setspecific(timer_key, &thread_timer_state) != 0) {
+      timer_delete(thread_timer);
+      thread_timer_state = -1;
+    }
+    else thread_timer_state = 1;
+  }
+  return thread_timer_state == 1 ? 0 : -1;
+}
+
+/* Arms the thread's timer to fire once at at_ns (CLOCK_MONOTONIC); 0 stops it. */
+static void timer_set (uint64_t at_ns) {
+  struct itimerspec its;
+  memset(&its, 0, sizeof its);
+  its.it_value.tv_sec = (time_t)(at_ns / 1000000000u);
+  its.it_value.tv_nsec = (long)(at_ns % 1000000000u);
+  timer_at = at_ns;
+  timer_settime(thread_timer, TIMER_ABSTIME, &its, NULL);
+}
+
+/* Arms the timer at at_ns unless it fires at or before then already: an early fire only
+** makes the handler look again, and a step saves a system call (about 1 us here). */
+static void timer_set_before (uint64_t at_ns) {
+  if (at_ns && (timer_at == 0 || at_ns < timer_at)) timer_set(at_ns);
+}
+
+/* When c's next check is due, 0 for none, given the time and the thread's CPU clock: the earliest deadline, the time the hook takes
+** over the step's end, the CPU limit reckoned as if the thread kept the CPU from now on
+** (checked again when the time comes). The step's end itself is the hook's: the slice
+** can end only where the hook runs anyway. */
+static uint64_t clock_next (const tp_step_clock *c, uint64_t now, uint64_t cpu) {
+  uint64_t next = c->deadline_ns;
+  if (c->poll_at_ns && (next == 0 || c->poll_at_ns < next)) next = c->poll_at_ns;
+  if (c->cpu_end_ns) {
+    uint64_t at = now + (c->cpu_end_ns > cpu ? c->cpu_end_ns - cpu : 0);
+    if (next == 0 || at < next) next = at;
+  }
+  return next;
+}
+
+/* The timer fired for c: records what has passed, or hands the last stretch of the
+** step to the hook (poll_end_ns). While a verdict is pending the timer fires again every
+** REFIRE_NS (the hook that raises it may have been replaced, or the script is in host
+** code); otherwise it is re-armed at the next check (the CPU limit comes later when the
+** thread was off the CPU). Returns 1 when the running thread needs its hook set now. */
+static int clock_fire (tp_step_clock *c) {
+  tp_sandbox *sb = c->sb;
+  uint64_t now = tp__now_ns();
+  int expected = TP_KILL_NONE, hook = 0;
+  if (c->deadline_ns && now >= c->deadline_ns)
+    atomic_compare_exchange_strong(&sb->kill, &expected, TP_KILL_TIME);
+  else if (c->cpu_end_ns && tp__thread_cpu_ns() >= c->cpu_end_ns)
+    atomic_compare_exchange_strong(&sb->kill, &expected, TP_KILL_CPU);
+  if (c->step_end_ns && now >= c->step_end_ns) atomic_store(&sb->slice_over, 1);
+  if (c->poll_at_ns && now >= c->poll_at_ns) {
+    c->poll_at_ns = 0;
+    atomic_store(&sb->poll_end_ns, c->step_end_ns);
+    hook = 1;
+  }
+  if (atomic_load(&sb->kill) != TP_KILL_NONE) {
+    timer_set(now + REFIRE_NS);
+    return 1;
+  }
+  c->wake_ns = clock_next(c, now, c->cpu_end_ns ? tp__thread_cpu_ns() : 0);
+  timer_set(c->wake_ns);
+  return hook || atomic_load(&sb->slice_over);
+}
+
+static void set_stop_hook (tp_sandbox *sb, int always) {
+  if (always || atomic_load(&sb->kill) != TP_KILL_NONE || atomic_load(&sb->slice_over)) {
+    lua_State *r = atomic_load(&sb->running);
+    if (r) lua_sethook(r, tp__sandbox_hook, LUA_MASKCOUNT, 1);
+  }
+}
+
+static void on_signal (int sig, siginfo_t *info, void *uc) {
+  int saved_errno = errno;
+  tp_host_target *ht = host_target;
+  tp_step_clock *c = armed;
+  tp_sandbox *sb = active;
+  if (ht != NULL && atomic_load(&ht->expired))
+    lua_sethook(ht->co, ht->hook, LUA_MASKCOUNT, 1);
+  else {
+    int hook = c != NULL && clock_fire(c);
+    if (sb != NULL) set_stop_hook(sb, hook && c->sb == sb);
+    else if (c == NULL) {
+      /* the timer left armed by the last step (see tp__step_timer_disarm) stops here */
+      if (info != NULL && info->si_code == SI_TIMER && thread_timer_state == 1 && timer_at)
+        timer_set(0);
+      if (old_action.sa_flags & SA_SIGINFO) {
+        if (old_action.sa_sigaction) old_action.sa_sigaction(sig, info, uc);
+      }
+      else if (old_action.sa_handler != SIG_DFL && old_action.sa_handler != SIG_IGN &&
+               old_action.sa_handler != NULL)
+        old_action.sa_handler(sig);
+    }
+  }
+  errno = saved_errno;
+}
+
+int tp_set_signal (int sig) {
+  if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP) return TP_EINVAL;
+  int rc = TP_OK;
+  pthread_mutex_lock(&signal_mu);
+  if (signal_state != 0 && sig != signo) rc = TP_ESTATE;
+  else signo = sig;
+  pthread_mutex_unlock(&signal_mu);
+  return rc;
+}
+
+int tp_get_signal (void) {
+  pthread_mutex_lock(&signal_mu);
+  int sig = signo;
+  pthread_mutex_unlock(&signal_mu);
+  return sig;
 }
 
 int tp__signal_install (void) {
-  pthread_once(&signal_once, signal_setup);
-  return signal_ok ? 0 : -1;
+  if (atomic_load_explicit(&signal_done, memory_order_acquire)) return 0;
+  pthread_mutex_lock(&signal_mu);
+  if (signal_state == 0) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    signal_state = sigaction(signo, &sa, &old_action) == 0 ? 1 : -1;
+    if (signal_state == 1) atomic_store_explicit(&signal_done, 1, memory_order_release);
+  }
+  int rc = signal_state == 1 ? 0 : -1;
+  pthread_mutex_unlock(&signal_mu);
+  return rc;
 }
 
 void tp__signal_interrupt (pthread_t thread) {
-  pthread_kill(thread, TP_SIGNAL);
+  pthread_kill(thread, signo);
 }
 
-void tp__sandbox_enter (tp_sandbox *sb) { active = sb; }
-void tp__sandbox_leave (void) { active = NULL; }
+int tp__step_timer_arm (tp_step_clock *c) {
+  if (timer_get() != 0) return -1;
+  c->prev = armed;
+  c->wake_ns = clock_next(c, c->start_ns, c->cpu_start_ns);
+  atomic_signal_fence(memory_order_seq_cst);  /* c is complete before the handler sees it */
+  armed = c;
+  atomic_signal_fence(memory_order_seq_cst);
+  timer_set_before(c->wake_ns);
+  return 0;
+}
+
+/* The timer is left armed: the next step most likely needs it at the same time or
+** later, and then needs no system call. Should it fire with no step armed, the handler
+** stops it. */
+void tp__step_timer_disarm (tp_step_clock *c) {
+  tp_step_clock *prev = c->prev;
+  atomic_signal_fence(memory_order_seq_cst);
+  armed = prev;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (prev) timer_set_before(prev->wake_ns ? prev->wake_ns : 0);
+}
+
+void tp__step_timer_stop (void) {
+  if (thread_timer_state == 1 && armed == NULL && timer_at) timer_set(0);
+}
+
+/* When the library is unloaded (a Lua host closing its state dlcloses the module) or
+** the process exits: nothing may call into its code afterwards. This thread's timer is
+** deleted, the key's destructor dropped (other threads' timers then stay until the
+** process ends; should one fire, it finds the signal's previous action) and the
+** previous action put back. */
+__attribute__((destructor)) static void signal_unload (void) {
+  if (thread_timer_state == 1) timer_delete(thread_timer);
+  thread_timer_state = 0;
+  if (timer_key_ok) pthread_key_delete(timer_key);
+  timer_key_ok = 0;
+  atomic_store(&signal_done, 0);
+  if (signal_state == 1) sigaction(signo, &old_action, NULL);
+  signal_state = 0;
+}
+
+void tp__sandbox_enter (tp_sandbox *sb) {
+  atomic_signal_fence(memory_order_seq_cst);
+  active = sb;
+  atomic_signal_fence(memory_order_seq_cst);
+  set_stop_hook(sb, 0);  /* a verdict or slice end recorded before now is not lost */
+}
+
+void tp__sandbox_leave (void) {
+  atomic_signal_fence(memory_order_seq_cst);
+  active = NULL;
+  atomic_signal_fence(memory_order_seq_cst);
+}
 
 /* ---- values shown to the script without addresses ---------------------------------- */
 
@@ -1283,13 +1473,15 @@ static int do_resume (lua_State *L, lua_State *co, int narg, int mode) {
   tp_sandbox *sb = tp__sandbox_of(L);
   int nres, status;
   for (;;) {
-    if (sb->instr_limit || sb->instr_step_end)
+    if (sb->instr_limit || sb->instr_step_end || atomic_load(&sb->poll_end_ns))
       tp__sandbox_sethook(sb, co);  /* a period counted from now, not from its creation */
     atomic_store(&sb->running, co);
     if (atomic_load(&sb->kill) != TP_KILL_NONE || atomic_load(&sb->slice_over))
       lua_sethook(co, tp__sandbox_hook, LUA_MASKCOUNT, 1);  /* what the signal would do */
     status = lua_resume(co, L, narg, &nres);
     atomic_store(&sb->running, L);
+    if (atomic_load(&sb->poll_end_ns) && L->hook != tp__sandbox_hook)
+      tp__sandbox_sethook(sb, L);   /* the end came near while co ran: L reads it too */
     tp__sandbox_charge(sb, co);
     tp__sandbox_check(L, sb);
     if (status != LUA_YIELD) break;

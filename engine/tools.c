@@ -330,7 +330,7 @@ static void schema_message (char *buf, size_t len, const tp_schema_errors *errs)
 }
 
 /* Validation runs for the script (its arguments, its tools' results), so it polls the
-** run's verdict as it goes: it stops once the run has a verdict (the watchdog records
+** run's verdict as it goes: it stops once the run has a verdict (the step's timer records
 ** limit.time and limit.cpu while a step runs) or its wall deadline has passed (a result
 ** may be checked while the script waits). */
 static int validation_stop (void *ud) {

@@ -1,8 +1,10 @@
 /*
 ** watchdog.c: one thread per engine that sleeps until the earliest armed deadline and
-** calls that watch's fire function. Runs arm a watch when a step starts and disarm it
-** when the step ends; the thread is started by the first arm, so an engine that never
-** runs a script never starts it. Arming only signals the thread when the new deadline
+** calls that watch's fire function. It serves the deadlines of plugin handlers (host.c),
+** which run on the loop's thread outside any step, and the steps of a thread that could
+** not create its own timer (run.c; see tp__step_timer_arm): a step's end must not wait
+** for this thread to be scheduled, so steps use their thread's timer whenever they can.
+** The thread is started by the first arm, so an engine that never arms never starts it. Arming only signals the thread when the new deadline
 ** is earlier than the one it sleeps towards, so most runs cost a lock and no wakeup.
 */
 #include <errno.h>

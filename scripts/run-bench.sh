@@ -1,5 +1,6 @@
 #!/bin/sh
-# `make bench`: the figures of issues 2 and 3, as "name: value unit" lines, all medians.
+# `make bench`: the figures of issues 2 and 3, as "name: value unit" lines, medians
+# unless a figure says otherwise.
 #   build/bench/bench_engine   cold runs and CPU overhead, in process (see its header)
 #   build/bench/bench_cli      whole `tidepool run` processes
 #   bench/mcp_call.mjs         mcp_call_ms: a tools/call round trip to `tidepool mcp`
@@ -7,11 +8,14 @@
 #   bench/mcp_ping_while_stuck.mjs  mcp_ping_while_stuck_ms: a ping round trip while
 #                              another session's script is stuck in long C work
 #   build/bench/bench_tools    tool calls (see its header)
+#   build/bench/bench_step     step_overshoot_us, frame_500_ms: time-budgeted steps of
+#                              CPU-bound scripts (see its header)
 #   build/tests/test_hostile   host_rss_ratio: the peak RSS of the worst hostile script
 #                              (spec/c/test_hostile.c, --memory 16M) divided by --memory
 # Targets (checked here, reported as "target_...: met|missed"): cold_run_us <= 30,
 # cpu_overhead_time <= 1.10, cli_run_ms <= 5, host_rss_ratio <= 4, lua_tool_call_us <= 2,
-# mcp_ping_while_stuck_ms <= 50. BENCH_SCALE=N repeats N times as much.
+# mcp_ping_while_stuck_ms <= 50, step_overshoot_us <= 30, frame_500_ms <= 17. BENCH_SCALE=N
+# repeats N times as much.
 # Exit status is non-zero only when a benchmark could not run, not when a target is missed.
 BUILD=${BUILD:-build}
 SCALE=${BENCH_SCALE:-1}
@@ -29,6 +33,7 @@ else
   echo "mcp_ping_while_stuck_ms: not measured (node is not installed)"
 fi
 "$BUILD/bench/bench_tools" tools "$SCALE" | tee -a "$out" || status=1
+"$BUILD/bench/bench_step" "$SCALE" | tee -a "$out" || status=1
 "$BUILD/tests/test_hostile" --bench | grep '^host_rss_ratio:' | tee -a "$out"
 grep -q '^host_rss_ratio:' "$out" || { echo "host_rss_ratio: not measured"; status=1; }
 
@@ -47,4 +52,6 @@ target ten_calls_run_us 60
 target parallel_10x50ms_ms 70
 target host_rss_ratio 4
 target mcp_ping_while_stuck_ms 50
+target step_overshoot_us 30
+target frame_500_ms 17
 exit $status

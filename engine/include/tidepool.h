@@ -140,6 +140,33 @@ TP_EXTERN tp_run *tp_run_create(tp_engine *e, const char *source, size_t len,
 ** negative code (TP_ESTATE after TP_DONE, TP_EINVAL for NULL). */
 TP_EXTERN int tp_run_step(tp_run *r, uint64_t budget_us, uint64_t budget_instructions);
 
+/* ---- the interrupt signal ------------------------------------------------------------
+**
+** A script busy in Lua is stopped (a time or CPU limit, the end of a step's budget) by a
+** signal sent to the thread that steps it: the library installs a handler for SIGURG
+** (with SA_RESTART, chaining a handler installed before it for signals not meant for a
+** sandbox) at the first step of a run, and puts the previous action back when it is
+** unloaded. A timed step arms a POSIX timer of its own thread (timer_create with
+** SIGEV_THREAD_ID on CLOCK_MONOTONIC, one per thread that steps runs, deleted when the
+** thread exits), so the step ends on time whatever other threads do; the last 200 us of
+** a step are ended by the VM's count hook reading the clock. While a limit's verdict
+** waits for the script, the signal repeats every 2 ms. The timer stays armed between
+** steps (one system call less per step): a thread that stops stepping gets at most one
+** more signal, at the earliest deadline of the runs it stepped, unless it destroys the
+** engine. Plugin handlers' deadlines are signalled by one helper thread per engine. The
+** signal must not be blocked in a thread that steps runs, or a script that loops is
+** stopped only by its instruction limit. System calls it interrupts are restarted
+** (EINTR only where the system never restarts, e.g. poll with a timeout).
+*/
+
+/* Picks the signal the library uses instead of SIGURG (e.g. SIGRTMIN + n when the
+** program uses SIGURG itself). Process-wide; call it before the first step of any run.
+** TP_OK, TP_EINVAL for a signal that cannot be caught, TP_ESTATE once the handler is
+** installed for another signal. */
+TP_EXTERN int tp_set_signal(int signo);
+/* The signal the library uses (or will use). */
+TP_EXTERN int tp_get_signal(void);
+
 /* Stops the run: its envelope becomes the error "cancelled". A finished run is left as
 ** it is. Safe to call between steps. NULL is a no-op. */
 TP_EXTERN void tp_run_cancel(tp_run *r);

@@ -1,0 +1,201 @@
+/*
+** test_step.c: time-budgeted steps (tp_run_step with budget_us) and the interrupt
+** signal: a step ends and resumes exactly where it stopped, however often; a verdict
+** recorded before the run is entered is honoured at entry; the signal picked with
+** tp_set_signal is the one used; each stepping thread's timer goes when the thread
+** does. No timing is asserted, except one wall limit of 0.5 s that only the signal can
+** enforce (generous: the run must end, with limit.time).
+*/
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "tp_test.h"
+
+static const char spin[] = "local x = 0 while true do x = x + 1 end";
+
+static tp_run *spinner (tp_engine *e) {
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = lim.cpu_us = 600u * 1000000u;
+  return tp_run_create(e, spin, strlen(spin), &lim);
+}
+
+/* Must run first: the signal can only be picked before the handler is installed. */
+TEST(the_chosen_signal_is_used_instead_of_sigurg) {
+  int sig = SIGRTMIN + 2;
+  CHECK_INT(tp_get_signal(), SIGURG);
+  CHECK_INT(tp_set_signal(SIGKILL), TP_EINVAL);
+  CHECK_INT(tp_set_signal(0), TP_EINVAL);
+  CHECK_INT(tp_set_signal(sig), TP_OK);
+  CHECK_INT(tp_get_signal(), sig);
+  tp_engine *e = tp_engine_create();
+  /* an endless loop with no step budget: only the signal can end it, at its wall limit */
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = 500000;
+  char *env = NULL;
+  int ok = 1;
+  CHECK_INT(tp_engine_run(e, spin, strlen(spin), &lim, &env, &ok), TP_OK);
+  CHECK_INT(ok, 0);
+  CHECK_HAS(env, "\"code\":\"limit.time\"");
+  tp_free(env);
+  struct sigaction sa;
+  CHECK_INT(sigaction(sig, NULL, &sa), 0);
+  CHECK(sa.sa_flags & SA_SIGINFO);
+  CHECK(sa.sa_sigaction != NULL);
+  CHECK_INT(sigaction(SIGURG, NULL, &sa), 0);
+  CHECK(!(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL);
+  CHECK_INT(tp_set_signal(SIGUSR1), TP_ESTATE);  /* installed: too late to change */
+  CHECK_INT(tp_set_signal(sig), TP_OK);          /* the same one is no change */
+  tp_engine_destroy(e);
+}
+
+TEST(a_budgeted_step_yields_and_resumes_a_thousand_times) {
+  tp_engine *e = tp_engine_create();
+  tp_run *r = spinner(e);
+  int yields = 0;
+  for (int i = 0; i < 1000; i++) yields += tp_run_step(r, 20, 0) == TP_YIELD;
+  CHECK_INT(yields, 1000);
+  tp_run_cancel(r);
+  CHECK_HAS(tp_run_envelope(r), "\"code\":\"cancelled\"");
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
+/* Stopped at arbitrary points (the hook), the script's state carries over exactly. */
+TEST(a_script_stepped_in_slices_of_10_us_computes_what_it_computes_unstepped) {
+  static const char src[] =
+    "local t, s = {}, 0\n"
+    "for i = 1, 200000 do t[i] = i * 2 end\n"
+    "local co = coroutine.wrap(function () for i = 1, #t do s = s + t[i] end end)\n"
+    "co()\n"
+    "return s\n";
+  tp_engine *e = tp_engine_create();
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  int rc, steps = 0;
+  while ((rc = tp_run_step(r, 10, 0)) == TP_YIELD) steps++;
+  CHECK_INT(rc, TP_DONE);
+  CHECK(steps > 0);
+  CHECK_HAS(tp_run_envelope(r), "\"result\":40000200000");
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
+/* Budgets of both kinds in one step: whichever ends first ends it, and the next step
+** starts clean (a slice end left over from the last step does not end it at once). */
+TEST(time_and_instruction_budgets_together_then_none) {
+  static const char src[] = "local n = 0 for i = 1, 3000000 do n = n + 1 end return n";
+  tp_engine *e = tp_engine_create();
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  for (int i = 0; i < 50; i++) CHECK_INT(tp_run_step(r, 5, 1000), TP_YIELD);
+  for (int i = 0; i < 50; i++) CHECK_INT(tp_run_step(r, 100000, 500), TP_YIELD);
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  CHECK_HAS(tp_run_envelope(r), "\"result\":3000000");
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
+/* The race the entry check closes: the thread's timer fires (the run's wall deadline has
+** passed) after the step's checks but before the run is entered, when no sandbox is
+** active yet. The handler records the verdict; entering sets the stopping hook. */
+TEST(an_interrupt_before_the_run_is_entered_is_honoured_at_entry) {
+  tp_engine *e = tp_engine_create();
+  tp_run *r = spinner(e);
+  CHECK_INT(tp_run_step(r, 20, 0), TP_YIELD);  /* started; the handler is installed */
+  tp_sandbox *sb = r->sb;
+  lua_sethook(sb->T, NULL, 0, 0);
+  tp_step_clock c;
+  memset(&c, 0, sizeof c);
+  c.sb = sb;
+  c.deadline_ns = 1;                   /* long past: the timer fires at once */
+  CHECK_INT(tp__step_timer_arm(&c), 0);
+  CHECK_INT(atomic_load(&sb->kill), TP_KILL_TIME);
+  CHECK(lua_gethook(sb->T) == NULL);   /* no sandbox active: nothing to hook yet */
+  atomic_store(&sb->running, sb->T);
+  tp__sandbox_enter(sb);
+  CHECK(lua_gethook(sb->T) == tp__sandbox_hook);
+  CHECK_INT(lua_gethookcount(sb->T), 1);
+  tp__sandbox_leave();
+  atomic_store(&sb->running, sb->L);
+  tp__step_timer_disarm(&c);
+  CHECK_INT(tp_run_step(r, 20, 0), TP_DONE);
+  CHECK_HAS(tp_run_envelope(r), "\"code\":\"limit.time\"");
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
+static int count_timers (void) {
+  FILE *f = fopen("/proc/self/timers", "r");
+  if (f == NULL) return -1;
+  int n = 0;
+  char line[256];
+  while (fgets(line, sizeof line, f)) n += strncmp(line, "ID:", 3) == 0;
+  fclose(f);
+  return n;
+}
+
+static void *step_on_thread (void *arg) {
+  tp_engine *e = arg;
+  tp_run *r = spinner(e);
+  int *rc = malloc(sizeof *rc);
+  *rc = 0;
+  for (int i = 0; i < 20; i++) *rc += tp_run_step(r, 20, 0) == TP_YIELD;
+  tp_run_destroy(r);
+  return rc;
+}
+
+/* Worker threads that step runs (the MCP server's) each get a timer; a thread that exits
+** must not leave one behind, or a server that replaces its workers runs out of them. */
+TEST(each_stepping_thread_timer_goes_when_the_thread_exits) {
+  tp_engine *e = tp_engine_create();
+  int before = count_timers();
+  for (int i = 0; i < 100; i++) {
+    pthread_t t;
+    void *res = NULL;
+    CHECK_INT(pthread_create(&t, NULL, step_on_thread, e), 0);
+    CHECK_INT(pthread_join(t, &res), 0);
+    CHECK(res != NULL && *(int *)res == 20);
+    free(res);
+  }
+  CHECK(before >= 0);
+  CHECK_INT(count_timers(), before);
+  tp_engine_destroy(e);
+}
+
+static void count_done (tp_run *r, void *ud) { (void)r; (void)ud; }
+
+/* Ten busy runs started at once: one poll used to step every one of them (ten slices,
+** 50 ms and more, with no I/O in between); now it steps them until one slice's worth of
+** time is used and returns, and the next polls carry on round-robin. */
+TEST(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them) {
+  tp_engine *e = tp_engine_create();
+  tp_run *rv[10];
+  for (int i = 0; i < 10; i++) {
+    rv[i] = spinner(e);
+    CHECK_INT(tp_run_start(rv[i], count_done, NULL), TP_OK);
+  }
+  tp_engine_poll(e, 0);
+  int started_runs = 0;
+  for (int i = 0; i < 10; i++) started_runs += rv[i]->state != ST_READY;
+  CHECK(started_runs >= 1);
+  CHECK(started_runs < 10);
+  for (int p = 0; p < 40; p++) tp_engine_poll(e, 0);  /* every run gets its turns */
+  for (int i = 0; i < 10; i++) CHECK(rv[i]->state == ST_STARTED);
+  for (int i = 0; i < 10; i++) tp_run_destroy(rv[i]);
+  tp_engine_destroy(e);
+}
+
+int main (void) {
+  RUN(the_chosen_signal_is_used_instead_of_sigurg);
+  RUN(a_budgeted_step_yields_and_resumes_a_thousand_times);
+  RUN(a_script_stepped_in_slices_of_10_us_computes_what_it_computes_unstepped);
+  RUN(time_and_instruction_budgets_together_then_none);
+  RUN(an_interrupt_before_the_run_is_entered_is_honoured_at_entry);
+  RUN(each_stepping_thread_timer_goes_when_the_thread_exits);
+  RUN(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them);
+  return tp_test_end();
+}
