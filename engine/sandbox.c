@@ -684,7 +684,7 @@ static int sb_warn (lua_State *L) {
 
 /* ---- wrapped base functions ------------------------------------------------------- */
 
-static lua_CFunction orig_load, orig_setmetatable, orig_rawset, orig_xpcall, orig_format, orig_rep,
+static lua_CFunction orig_setmetatable, orig_rawset, orig_xpcall, orig_format, orig_rep,
                      orig_find, orig_sort;
 
 /* The arithmetic metamethods of Lua's string metatable (lstrlib.c), which coerce
@@ -1744,7 +1744,6 @@ static void originals_setup (void) {
   lua_State *L = luaL_newstate();
   if (L == NULL) abort();  /* at startup, with the host out of memory: nothing to do */
   luaL_openlibs(L);
-  orig_load = field_fn(L, "_G", "load");
   orig_setmetatable = field_fn(L, "_G", "setmetatable");
   orig_rawset = field_fn(L, "_G", "rawset");
   orig_xpcall = field_fn(L, "_G", "xpcall");
