@@ -50,10 +50,10 @@ endif
 LUA_SRCDIR ?= build/lua-src
 LUA_SRC     = $(LUA_SRCDIR)/src
 LUA_DEFS    = -DLUA_USE_LINUX
-LUA_CFLAGS  = -std=gnu99 $(OPT) -fPIC $(LUA_DEFS) $(SAN_FLAGS) -include engine/lua_patch.h
+LUA_CFLAGS  = -std=gnu99 $(OPT) -fPIC $(LUA_DEFS) $(SAN_FLAGS) -include engine/core/lua_patch.h
 CFLAGS_ALL  = -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE \
               -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
-              -Iengine -Iengine/include -Isandbox -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
+              -Iengine/include $(ENGINE_DIRS:%=-I%) -Isandbox -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SAN_FLAGS) $(SAN_LDFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -ldl -lm
 
@@ -62,13 +62,17 @@ LUA_CORE    = lapi lcode lctype ldebug ldo ldump lfunc lgc llex lmem lobject lop
               lparser lstate lstring ltable ltm lundump lvm lzio lauxlib lbaselib lcorolib \
               ldblib liolib lmathlib loadlib loslib lstrlib ltablib lutf8lib linit
 LUA_OBJS    = $(LUA_CORE:%=$(BUILD)/lua-obj/%.o)
-FRONT_SRCS  = engine/cli.c engine/mcp.c engine/luamod.c
-ENGINE_SRCS = $(filter-out $(FRONT_SRCS),$(wildcard engine/*.c))
-ENGINE_OBJS = $(ENGINE_SRCS:engine/%.c=$(BUILD)/obj/%.o)
+# engine/ by layer (DESIGN.md section 2): front ends over host over core over leaves.
+# Objects keep flat names (build/obj/run.o): a file's name is unique across the layers.
+ENGINE_DIRS = engine/front engine/host engine/core engine/lib
+vpath %.c $(ENGINE_DIRS)
+FRONT_SRCS  = $(wildcard engine/front/*.c)
+ENGINE_SRCS = $(wildcard engine/host/*.c engine/core/*.c engine/lib/*.c)
+ENGINE_OBJS = $(patsubst %.c,$(BUILD)/obj/%.o,$(notdir $(ENGINE_SRCS)))
 GEN_SRCS    = $(BUILD)/gen/embedded.c
 GEN_OBJS    = $(BUILD)/obj/embedded.o
 EMBED_FILES = $(wildcard sandbox/*.lua) $(wildcard lua/*.lua)
-HEADERS     = $(wildcard engine/*.h) $(wildcard engine/include/*.h) $(wildcard sandbox/*.h)
+HEADERS     = $(wildcard $(ENGINE_DIRS:%=%/*.h)) $(wildcard engine/include/*.h) $(wildcard sandbox/*.h)
 CTEST_SRCS  = $(wildcard spec/c/test_*.c)
 CTESTS      = $(CTEST_SRCS:spec/c/%.c=$(BUILD)/tests/%)
 BENCH_SRCS  = $(wildcard bench/*.c)
@@ -101,7 +105,7 @@ $(LUA_SRCDIR)/.tidepool-patched: scripts/fetch-lua.sh | $(DEPS_STAMP)
 	@sh scripts/fetch-lua.sh $(LUA_SRCDIR)
 
 # ---- Lua (Debian trixie's 5.4.7, our patch to lstrlib.c) -------------------------------
-$(BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/lua_patch.h
+$(BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/core/lua_patch.h
 	@mkdir -p $(@D)
 	$(CC) $(LUA_CFLAGS) -c $(LUA_SRC)/$*.c -o $@
 
@@ -113,7 +117,7 @@ $(LUA_BIN): $(BUILD)/lua-obj/lua.o $(LIBLUA)
 	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIBLUA) -ldl -lm
 
 # ---- engine -------------------------------------------------------------------------
-$(BUILD)/obj/%.o: engine/%.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
+$(BUILD)/obj/%.o: %.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -275,7 +279,7 @@ lint:
 
 # ---- fuzzing ------------------------------------------------------------------------
 # Every spec/fuzz/fuzz_*.c is a libFuzzer target (LLVMFuzzerTestOneInput) linked with the
-# engine, engine/mcp.c and Lua, all built by clang with coverage and ASan+UBSan in
+# engine, engine/front/mcp.c and Lua, all built by clang with coverage and ASan+UBSan in
 # $(FUZZ_BUILD). The embedded Lua files ($(GEN_SRCS)) and Lua's source are shared with
 # the plain build. mcp.c calls the option helpers of cli.c, so cli.c goes in too, with
 # its main made local: libFuzzer's main must be the one that runs.
@@ -293,16 +297,16 @@ FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=undefined \
 FUZZ_CFLAGS  = $(filter-out $(OPT) $(SAN_FLAGS),$(CFLAGS_ALL)) $(FUZZ_OPT) $(FUZZ_SAN) \
                -Wno-cast-align -Wno-format-nonliteral
 FUZZ_LUA_OBJS = $(LUA_CORE:%=$(FUZZ_BUILD)/lua-obj/%.o)
-FUZZ_OBJS    = $(ENGINE_SRCS:engine/%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_BUILD)/obj/embedded.o \
+FUZZ_OBJS    = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(notdir $(ENGINE_SRCS))) $(FUZZ_BUILD)/obj/embedded.o \
                $(FUZZ_BUILD)/obj/mcp.o $(FUZZ_BUILD)/obj/cli-nomain.o
 FUZZERS      = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 
-$(FUZZ_BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/lua_patch.h
+$(FUZZ_BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/core/lua_patch.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=gnu99 $(FUZZ_OPT) $(LUA_DEFS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
-	  -include engine/lua_patch.h -c $(LUA_SRC)/$*.c -o $@
+	  -include engine/core/lua_patch.h -c $(LUA_SRC)/$*.c -o $@
 
-$(FUZZ_BUILD)/obj/%.o: engine/%.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
+$(FUZZ_BUILD)/obj/%.o: %.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 

@@ -1,4 +1,4 @@
--- host.lua: the runtime of the engine's host Lua state (trusted; see engine/host.c).
+-- host.lua: the runtime of the engine's host Lua state (trusted; see engine/host/host.c).
 --
 -- It loads plugin files, runs each tool call's handler as a coroutine with a ctx, and
 -- turns the handler's end into a completion of the call:

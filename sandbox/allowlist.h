@@ -1,11 +1,11 @@
 /*
-** allowlist.h: everything a script can reach, in one place. engine/sandbox.c builds each
+** allowlist.h: everything a script can reach, in one place. engine/core/sandbox.c builds each
 ** sandbox from this table and from nothing else: a name that is not listed here is not
 ** in the sandbox. Every exclusion carries its reason.
 **
 ** kind:
 **   KEEP     the function of Lua's own library, unchanged
-**   WRAP     our replacement (engine/sandbox.c), named after what it guards
+**   WRAP     our replacement (engine/core/sandbox.c), named after what it guards
 **   DROP     excluded; reason says why
 **   OURS     not Lua's: tidepool's own (json, tools, parallel), opened in engine/
 ** A library whose entries are all DROP (io, package, debug) is not opened at all.
@@ -50,13 +50,13 @@ static const tp_allow tp_allowlist[] = {
   { "_G", "dofile",         TP_DROP, "reads files of the host" },
   { "_G", "loadfile",       TP_DROP, "reads files of the host" },
   { "_G", "require",        TP_DROP, "loads modules and C libraries from the host" },
-  { "_G", "json",           TP_OURS, "encode, decode, null, array (engine/json.c)" },
-  { "_G", "tools",          TP_OURS, "the tool namespace (engine/tools.c)" },
-  { "_G", "parallel",       TP_OURS, "runs functions side by side (engine/tools.c)" },
+  { "_G", "json",           TP_OURS, "encode, decode, null, array (engine/lib/json.c)" },
+  { "_G", "tools",          TP_OURS, "the tool namespace (engine/core/tools.c)" },
+  { "_G", "parallel",       TP_OURS, "runs functions side by side (engine/core/tools.c)" },
   /* string */
   { "string", "byte",     TP_KEEP, NULL },
   { "string", "char",     TP_KEEP, NULL },
-  { "string", "gmatch",   TP_KEEP, NULL },  /* pattern steps metered: engine/lua_patch.h */
+  { "string", "gmatch",   TP_KEEP, NULL },  /* pattern steps metered: engine/core/lua_patch.h */
   { "string", "gsub",     TP_KEEP, NULL },
   { "string", "len",      TP_KEEP, NULL },
   { "string", "lower",    TP_KEEP, NULL },

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Fetch Lua's source from Debian's lua5.4 source package of the trixie suite into DEST,
 # and patch its string library so that pattern matching can be stopped (see
-# engine/lua_patch.h). Bookworm's liblua5.4 is never used: DESIGN.md section 7.
+# engine/core/lua_patch.h). Bookworm's liblua5.4 is never used: DESIGN.md section 7.
 #
 # The mirror comes from this machine's own apt configuration; apt runs against a
 # private list and cache directory so the system's package state is untouched.
@@ -49,7 +49,7 @@ cp -R "$work/lua/src" "$DEST/src"
 cp "$work/lua/debian/copyright" "$DEST/COPYRIGHT" 2>/dev/null || true
 
 # Our patch: every step of the pattern matcher calls tp_pattern_step (a static inline
-# in engine/lua_patch.h, a no-op in states that are not sandboxes). Each edit is checked
+# in engine/core/lua_patch.h, a no-op in states that are not sandboxes). Each edit is checked
 # so a changed source fails loudly instead of silently running unbounded.
 s=$DEST/src/lstrlib.c
 sed -i \

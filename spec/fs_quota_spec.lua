@@ -1,4 +1,4 @@
--- The fs.* tools' budgets (engine/fs.c, tools/fs.lua): a per-run write quota (fs_quota,
+-- The fs.* tools' budgets (engine/host/fs.c, tools/fs.lua): a per-run write quota (fs_quota,
 -- --fs-quota, default 64 MiB) and a cap on how much the workspace may grow (workspace_max,
 -- --workspace-max, default 1 GiB). Past either, the call is tool.denied with a message
 -- that names the budget and what is left. One test per way of filling a disk.

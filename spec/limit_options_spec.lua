@@ -1,4 +1,4 @@
--- Every limit is set the same way from every front end, from one table (engine/limits.c):
+-- Every limit is set the same way from every front end, from one table (engine/core/limits.c):
 -- `tidepool run` takes each as a flag (the tool-call limits included), lists each in
 -- --help with its default, and refuses an overflowing, negative or malformed value with
 -- a usage error that says so; the Lua module takes the same limits by their Lua names.

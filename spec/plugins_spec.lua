@@ -1,5 +1,5 @@
 -- Plugin tools: Lua files in tool directories, run in the engine's host state as
--- coroutines on the engine's libuv loop (engine/host.c, lua/host.lua, tools/).
+-- coroutines on the engine's libuv loop (engine/host/host.c, lua/host.lua, tools/).
 local tidepool = require("tidepool")
 
 local GOOD = "spec/fixtures/plugins/good"

@@ -1,4 +1,4 @@
--- Tool calls from the script (engine/tools.c, engine/sandbox.c): yields through the
+-- Tool calls from the script (engine/core/tools.c, engine/core/sandbox.c): yields through the
 -- script's coroutines, where Lua cannot yield, forged yields, parallel, error objects,
 -- schema validation, values across the boundary, tool limits and the envelope's calls.
 -- Fixture tools: spec/fixtures/tools_calls (fx.* and weather.*).

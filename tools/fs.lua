@@ -1,15 +1,15 @@
 -- tools/fs.lua: fs.read, fs.write, fs.list, fs.stat, fs.remove, fs.mkdir, confined to the
 -- engine's workspace directory (`tidepool run --workspace DIR`). The confinement is done
--- by the kernel in engine/fs.c (openat2 RESOLVE_BENEATH from a descriptor of the root),
+-- by the kernel in engine/host/fs.c (openat2 RESOLVE_BENEATH from a descriptor of the root),
 -- not here: this file only shapes arguments and results.
 --
--- Contract with the plugin loader (lua/host.lua, engine/host.c):
+-- Contract with the plugin loader (lua/host.lua, engine/host/host.c):
 --   * the loader calls this chunk with one argument, a table whose `workspace` field is
 --     the directory given to tp_engine_set_workspace, or nil. Without a workspace this
 --     file returns an empty list: the fs tools are not offered at all;
 --   * a handler's ctx.workspace is that same directory (the load-time value is used when
 --     ctx has none);
---   * engine/fs.c is reachable as require("tidepool.fs"), that is
+--   * engine/host/fs.c is reachable as require("tidepool.fs"), that is
 --     package.preload["tidepool.fs"] is tp__open_fs in the host state.
 -- A handler raises {message = "path escapes the workspace: ../x"} on failure, which the
 -- host reports to the script as tool.failed with that message (a table, so no position

@@ -4,7 +4,7 @@
 -- keys. Values are any JSON value, stored as JSON text, so a later change to a table a
 -- script passed in cannot reach the store.
 local json = require("json")  -- the host state's codec (exact integers, [] vs {})
-local store = require("tidepool.kv")  -- C, shareable between engines (engine/kvstore.c)
+local store = require("tidepool.kv")  -- C, shareable between engines (engine/host/kvstore.c)
 
 local CAP = 16 * 1024 * 1024   -- bytes of keys + JSON text of values, all entries
 

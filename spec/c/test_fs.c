@@ -1,5 +1,5 @@
 /*
-** test_fs.c: the workspace-confined file functions of engine/fs.c, driven through a
+** test_fs.c: the workspace-confined file functions of engine/host/fs.c, driven through a
 ** plain Lua state in a temporary directory. Every escape attempt is its own test and
 ** must fail with the exact message; the race tests swap a directory and a link to the
 ** outside while the other thread works through that path.

@@ -1,5 +1,5 @@
 /*
-** test_host.c: the host Lua state and plugin tools through the C API (engine/host.c).
+** test_host.c: the host Lua state and plugin tools through the C API (engine/host/host.c).
 ** Run from the repository's root (the fixtures are spec/fixtures/plugins/...).
 */
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
-** test_json.c: the Lua <-> JSON bridge (engine/json.c). Round trips of every value kind,
+** test_json.c: the Lua <-> JSON bridge (engine/lib/json.c). Round trips of every value kind,
 ** every encode error with its exact JSON path, metamethods that must not run, cycles and
 ** caps, invalid UTF-8, decode errors, and NULL inputs.
 */

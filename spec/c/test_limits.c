@@ -1,5 +1,5 @@
 /*
-** test_limits.c: the limits table (engine/limits.c) and its parser. Every tp_limits
+** test_limits.c: the limits table (engine/core/limits.c) and its parser. Every tp_limits
 ** member has exactly one entry; tp_limits_init gives each entry's default; the names the
 ** front ends use are unique; the one parser of sizes, counts and durations refuses
 ** overflow, negative values and what strtod/strtoull alone would take (" 1", "+1",

@@ -1,5 +1,5 @@
 /*
-** test_schema.c: the JSON Schema validator (engine/schema.h): error paths, keywords and
+** test_schema.c: the JSON Schema validator (engine/lib/schema.h): error paths, keywords and
 ** messages, formats, patterns, $ref, dialect selection, schemas rejected at compile time,
 ** recursion caps, NULL arguments, concurrent validation, and a speed figure.
 */

@@ -1,5 +1,5 @@
 /*
-** fuzz_json.c: the JSON codec (engine/json.c) in both directions.
+** fuzz_json.c: the JSON codec (engine/lib/json.c) in both directions.
 **
 ** The input is JSON text (any bytes). Asserted:
 ** - tp_json_loads either fails with a message "<what> at line L column C" or gives a

@@ -1,5 +1,5 @@
 /*
-** fuzz_normalize.c: the source normalizer (engine/normalize.c) and the compile of what it
+** fuzz_normalize.c: the source normalizer (engine/core/normalize.c) and the compile of what it
 ** gives.
 **
 ** Input: what a model might send (prose, fences, #! lines, Lua). Asserted:

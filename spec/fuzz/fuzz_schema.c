@@ -1,5 +1,5 @@
 /*
-** fuzz_schema.c: the JSON Schema compiler and validator (engine/schema.c).
+** fuzz_schema.c: the JSON Schema compiler and validator (engine/lib/schema.c).
 **
 ** Input: one flag byte (bit 0: default dialect draft-07 instead of 2020-12, bit 1:
 ** formats asserted), then the schema's JSON text, a NUL byte, and the instance's JSON

@@ -32,7 +32,7 @@
 ** result with that id. Session ids are 1 to SESSION_ID_MAX bytes without control
 ** characters, and matched byte for byte.
 **
-** The kv.* tools of every worker share one store (engine/kvstore.c), so a key written by
+** The kv.* tools of every worker share one store (engine/host/kvstore.c), so a key written by
 ** one call is read by the next whichever worker runs it.
 **
 ** Results: the envelope as structuredContent and the same JSON as a text block. A
