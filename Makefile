@@ -10,6 +10,7 @@ BINDIR     ?= $(PREFIX)/bin
 INCDIR     ?= $(PREFIX)/include
 LUACMOD    ?= $(PREFIX)/lib/lua/5.4
 DATADIR    ?= $(PREFIX)/share/tidepool
+MANDIR     ?= $(PREFIX)/share/man
 BUILD      ?= build
 CC         ?= cc
 OPT        ?= -O2 -g
@@ -92,7 +93,7 @@ PCFILE      = $(BUILD)/tidepool.pc
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
 .PHONY: all deps run test test-fast sanitize valgrind bench install uninstall clean lint \
-        fuzz fuzz-build FORCE
+        fuzz fuzz-build deb man print-version FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE)
 
 # ---- setup --------------------------------------------------------------------------
@@ -332,9 +333,18 @@ fuzz: fuzz-build
 	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_ARGS='$(FUZZ_ARGS)' \
 	  sh scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-install: all
+# The man page: doc/tidepool.1.in with its option lists taken from the built command's
+# --help (scripts/man.sh), and the tools' path from DATADIR.
+MANPAGE = $(BUILD)/doc/tidepool.1
+$(MANPAGE): doc/tidepool.1.in scripts/man.sh $(CLI) $(PATHS_STAMP)
+	@mkdir -p $(@D)
+	sh scripts/man.sh $(CLI) doc/tidepool.1.in $@ $(DATADIR)
+man: $(MANPAGE)
+
+install: all $(MANPAGE)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) \
-	  $(DESTDIR)$(LUACMOD) $(DESTDIR)$(DATADIR)/tools
+	  $(DESTDIR)$(LUACMOD) $(DESTDIR)$(DATADIR)/tools $(DESTDIR)$(MANDIR)/man1
+	install -m 644 $(MANPAGE) $(DESTDIR)$(MANDIR)/man1/tidepool.1
 	install -m 755 $(CLI) $(DESTDIR)$(BINDIR)/tidepool
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libtidepool.a
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libtidepool.so.$(VERSION)
@@ -350,9 +360,19 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/libtidepool.so $(DESTDIR)$(LIBDIR)/libtidepool.so.0 \
 	  $(DESTDIR)$(LIBDIR)/libtidepool.so.$(VERSION) $(DESTDIR)$(INCDIR)/tidepool.h \
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/tidepool.pc $(DESTDIR)$(LUACMOD)/tidepool.so
+	rm -f $(DESTDIR)$(MANDIR)/man1/tidepool.1
 	rm -rf $(DESTDIR)$(DATADIR)
+
+# The Debian package, $(BUILD)/tidepool_<version>-<rev>_<arch>.deb, checked by lintian
+# (packaging/deb.sh; scripts/deps.sh deb installs lintian, needed only here).
+deb:
+	@sh scripts/deps.sh deb
+	@BUILD=$(BUILD) MAKE='$(MAKE)' sh packaging/deb.sh
+
+print-version:
+	@echo $(VERSION)
 
 clean:
 	rm -rf $(BUILD)/obj $(BUILD)/gen $(BUILD)/tests $(BUILD)/bench $(BUILD)/lua-obj \
 	  $(BUILD)/lua $(BUILD)/embed $(BUILD)/sanitize $(FUZZ_BUILD) $(LIB_A) $(LIB_SO) \
-	  $(BUILD)/libtidepool.so.0 $(CLI) $(PCFILE)
+	  $(BUILD)/libtidepool.so.0 $(CLI) $(PCFILE) $(BUILD)/doc $(BUILD)/deb $(BUILD)/tidepool_*.deb

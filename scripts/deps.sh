@@ -8,11 +8,18 @@
 # libclang-rt-dev, its sanitizer and libFuzzer runtimes (libclang_rt.fuzzer). They are
 # wanted, not required: when they cannot be installed this says so and succeeds, and
 # make test counts the fuzz targets as failures.
+# lighttpd and lighttpd-modules-lua (its mod_magnet, on Debian's liblua5.4) and curl run
+# the module inside a real Lua 5.4 server (spec/embed/lighttpd_test.sh). Their install
+# does not start a server where no init system runs (a container); on a machine with one,
+# Debian enables and starts lighttpd on port 80, as for any install of it.
+#   sh scripts/deps.sh deb   only what `make deb` needs besides the build: lintian, heavy
+#                            (about 130 packages), so the first `make` stays quick
 set -eu
 PKGS="build-essential pkg-config dpkg-dev ca-certificates debian-archive-keyring
 libjansson-dev libpcre2-dev libuv1-dev lua-luv-dev lua-lpeg-dev lua-busted lua-check
-liblua5.4-dev lua5.4 valgrind nodejs npm"
+liblua5.4-dev lua5.4 valgrind nodejs npm lighttpd lighttpd-modules-lua curl"
 FUZZ_PKGS="clang libclang-rt-dev"
+if [ "${1:-}" = deb ]; then PKGS="lintian"; FUZZ_PKGS=; fi
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=
 for p in $PKGS; do installed "$p" || missing="$missing $p"; done
