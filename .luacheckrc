@@ -2,5 +2,7 @@ std = "lua54"
 max_line_length = 100
 files["spec"] = { std = "+busted" }
 files["sandbox"] = { globals = { "tools", "parallel", "json" } }
+files["examples/report.lua"] = { globals = { "tools", "parallel", "json" } }  -- a script
+files["examples/lighttpd"] = { globals = { "lighty" } }  -- mod_magnet's request API
 exclude_files = { "build/**", "node_modules/**",
   "spec/fixtures/plugins/broken/b_syntax.lua" }  -- a syntax error on purpose

@@ -276,7 +276,7 @@ valgrind: all $(CTESTS)
 	@BUILD=$(BUILD) sh scripts/valgrind.sh
 
 lint:
-	luacheck --no-color -q sandbox lua tools spec
+	luacheck --no-color -q sandbox lua tools spec scripts examples
 
 # ---- fuzzing ------------------------------------------------------------------------
 # Every spec/fuzz/fuzz_*.c is a libFuzzer target (LLVMFuzzerTestOneInput) linked with the

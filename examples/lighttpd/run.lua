@@ -1,0 +1,88 @@
+-- A lighttpd mod_magnet handler (lighttpd 1.4.65 or later; Debian's lighttpd-modules-lua,
+-- which runs it on Debian's Lua 5.4.4) that runs the Lua script POSTed to it in a tidepool
+-- sandbox, with the built-in tools and a workspace for the fs.* tools, and answers with
+-- the run's envelope as JSON:
+--   curl --data-binary 'return tools.kv.get{key = "a"}' http://127.0.0.1:8080/run
+-- The module talks to lighttpd's Lua only through its C API and runs the script on its
+-- own Lua 5.4.7. Its engines live as long as this script's Lua state in lighttpd, so the
+-- kv.* store lasts across requests. A run holds lighttpd's one thread while it runs: the
+-- limits below bound that.
+local tidepool = require("tidepool")
+
+local OPTIONS = {
+  builtin_tools = true,
+  workspace = os.getenv("TIDEPOOL_WORKSPACE") or "/var/lib/tidepool/workspace",
+  workspace_max = "64M",
+  timeout = "1s",       -- wall-clock time: limit.time
+  cpu = "2s",           -- never first for a loop: the wall clock reaches 1 s before
+  memory = "32M",
+  tool_calls = 100,
+  max_output = "64K",
+}
+
+-- JSON text of the envelope table. The module marks JSON's arrays with a metatable whose
+-- __metatable is "json.array" (so an empty array stays []), and null as tidepool.null.
+local TOP = { "ok", "result", "error", "logs", "calls", "stats", "warnings" }
+local encode
+
+local ESCAPED = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r",
+                  ["\t"] = "\\t" }
+local function encode_string(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    return ESCAPED[c] or string.format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+local function encode_number(n)
+  if math.type(n) == "integer" then return string.format("%d", n) end
+  for _, digits in ipairs({ 15, 16, 17 }) do  -- the shortest text that reads back as n
+    local s = string.format("%." .. digits .. "g", n)
+    if tonumber(s) == n then return s end
+  end
+end
+
+local function encode_object(t, keys)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    if t[k] ~= nil then parts[#parts + 1] = encode_string(k) .. ":" .. encode(t[k]) end
+  end
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+encode = function(v)
+  local kind = type(v)
+  if v == tidepool.null then return "null" end
+  if kind == "boolean" then return tostring(v) end
+  if kind == "number" then return encode_number(v) end
+  if kind == "string" then return encode_string(v) end
+  if getmetatable(v) == "json.array" then
+    local parts = {}
+    for i = 1, #v do parts[i] = encode(v[i]) end
+    return "[" .. table.concat(parts, ",") .. "]"
+  end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return encode_object(v, keys)
+end
+
+local r = lighty.r
+if r.req_attr["request.method"] ~= "POST" then
+  r.resp_header["Allow"] = "POST"
+  r.resp_body.set({ "POST a Lua script to run\n" })
+  return 405
+end
+-- lighttpd reads the body after this returns 0, then runs this script again
+local collected = r.req_body.collect
+if collected == false then return 0 end
+if not collected then return 500 end
+
+-- lighttpd 1.4.69 (Debian 12) returns a body that came in the same read as the headers
+-- with the headers in front of it (the whole read buffer): the body is its last len bytes.
+local body, len = r.req_body.get or "", r.req_body.len
+if #body > len then body = body:sub(-len) end
+
+local env = tidepool.run(body, OPTIONS)
+r.resp_header["Content-Type"] = "application/json"
+r.resp_body.set({ encode_object(env, TOP), "\n" })
+return 200
