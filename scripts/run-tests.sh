@@ -5,13 +5,15 @@
 #                  then on Debian's lua5.4 interpreter (5.4.4), whose C API alone the
 #                  module uses while its sandboxes run on its private Lua 5.4.7
 #   embedding      what the library exports (scripts/check-exports.sh), and a program
-#                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed)
+#                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
+#                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines)
-#   lint           luacheck over the Lua sources
+#   lint           luacheck over the Lua sources (examples/ included)
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
 #                  error), one counted test, when valgrind is installed; about a minute
 #   fuzz           each libFuzzer target of spec/fuzz for FUZZ_TEST_SECONDS (5) from its
 #                  seeds, one counted test per target (scripts/fuzz.sh)
+#   packaging      make deb: lintian without errors, and the unpacked package works
 # Exit status is non-zero when anything failed or a suite could not run.
 BUILD=${BUILD:-build}
 LUA="$BUILD/lua/lua"
@@ -116,7 +118,7 @@ else
 fi
 
 if command -v luacheck >/dev/null 2>&1; then
-  if luacheck --no-color -q sandbox lua tools spec scripts >"$log" 2>&1; then
+  if luacheck --no-color -q sandbox lua tools spec scripts examples >"$log" 2>&1; then
     passed=$((passed + 1)); echo "luacheck: ok"
   else
     failed=$((failed + 1)); cat "$log" | tail -n 30; echo "luacheck: failed"
@@ -215,6 +217,56 @@ else
   failed=$((failed + 1)); tail -n 20 "$log"; echo "install PREFIX=DIR: failed"
 fi
 rm -rf "$pfx"
+
+# The Lua module inside a real Lua 5.4 server: Debian's lighttpd, whose mod_magnet runs on
+# Debian's liblua5.4 (5.4.4), serves examples/lighttpd/ on 127.0.0.1 (spec/embed/lighttpd.mjs).
+# Not under `make sanitize`: an ASan-built module cannot load into lighttpd.
+if [ -n "${SANITIZE:-}" ]; then
+  echo "lighttpd (mod_magnet): skipped under the sanitizers"
+elif ! command -v lighttpd >/dev/null 2>&1 || [ ! -f /usr/lib/lighttpd/mod_magnet.so ] ||
+     ! command -v node >/dev/null 2>&1; then
+  echo "lighttpd (mod_magnet): lighttpd, lighttpd-modules-lua or node is not installed" \
+    "(scripts/deps.sh): a failure"
+  failed=$((failed + 1))
+else
+  BUILD="$BUILD" timeout 120 node spec/embed/lighttpd.mjs >"$log" 2>&1
+  grep -A3 -E '^not ok' "$log" | head -n 40
+  add_counts "lighttpd (mod_magnet)"
+fi
+
+# make deb: the package builds and lintian reports no error (packaging/deb.sh stops
+# otherwise); then, unpacked into a temporary root, its tidepool runs a script with the
+# package's tools, its Lua module loads into Debian's lua5.4 from there, and its man page
+# documents every flag that --help lists. (Only for the plain build.)
+debroot=$(mktemp -d)
+if [ "$BUILD" != build ]; then
+  echo "make deb: skipped in $BUILD"
+elif make -s deb BUILD="$BUILD" >"$log" 2>&1 && grep -q '^deb.sh: lintian: no errors' "$log" &&
+     deb=$(ls "$BUILD"/tidepool_*.deb) && dpkg-deb -x "$deb" "$debroot" >>"$log" 2>&1; then
+  ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+  tools="$debroot/usr/share/tidepool/tools"
+  deb_ok=1
+  echo 'tools.kv.set{key = "k", value = 41}; return tools.kv.get{key = "k"}.value + 1' |
+    TIDEPOOL_TOOLS_DIR="$tools" "$debroot/usr/bin/tidepool" run --json - 2>>"$log" |
+    grep -q '^{"ok":true,"result":42,' || { deb_ok=0; echo "the packaged tidepool run failed"; }
+  TIDEPOOL_TOOLS_DIR="$tools" LUA_CPATH_5_4="$debroot/usr/lib/$ma/lua/5.4/?.so" lua5.4 -e '
+    local env = require("tidepool").run("return tools.time.now{}.unix_ms > 0",
+                                        { builtin_tools = true, timeout = "2s" })
+    assert(env.ok and env.result == true and not env.warnings, env.error and env.error.message)
+  ' >>"$log" 2>&1 || { deb_ok=0; echo "the packaged Lua module failed in lua5.4"; }
+  for flag in $("$debroot/usr/bin/tidepool" --help | grep -oE -- '--[a-z][a-z-]*' | sort -u); do
+    zcat "$debroot/usr/share/man/man1/tidepool.1.gz" | grep -qF -- "$(echo "$flag" |
+      sed 's/-/\\-/g')" || { deb_ok=0; echo "the man page lacks $flag"; }
+  done
+  if [ "$deb_ok" = 1 ]; then
+    passed=$((passed + 1)); echo "make deb: lintian clean, the unpacked package works: ok"
+  else
+    failed=$((failed + 1)); tail -n 20 "$log"; echo "make deb: the unpacked package: failed"
+  fi
+else
+  failed=$((failed + 1)); tail -n 30 "$log"; echo "make deb: failed"
+fi
+rm -rf "$debroot"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
