@@ -235,14 +235,20 @@ else
 fi
 
 # make deb: the package builds and lintian reports no error (packaging/deb.sh stops
-# otherwise); then, unpacked into a temporary root, its tidepool runs a script with the
-# package's tools, its Lua module loads into Debian's lua5.4 from there, and its man page
-# documents every flag that --help lists. (Only for the plain build.)
+# otherwise); dpkg installs it into a temporary root (a dpkg database of its own, where
+# its dependencies are not installed: the system's serve); there its tidepool runs a
+# script with the package's tools, its Lua module loads into Debian's lua5.4, and its man
+# page documents every flag that --help lists. (Only for the plain build.)
 debroot=$(mktemp -d)
 if [ "$BUILD" != build ]; then
   echo "make deb: skipped in $BUILD"
 elif make -s deb BUILD="$BUILD" >"$log" 2>&1 && grep -q '^deb.sh: lintian: no errors' "$log" &&
-     deb=$(ls "$BUILD"/tidepool_*.deb) && dpkg-deb -x "$deb" "$debroot" >>"$log" 2>&1; then
+     deb=$(ls "$BUILD"/tidepool_*.deb) &&
+     mkdir -p "$debroot/var/lib/dpkg/info" "$debroot/var/lib/dpkg/updates" &&
+     : >"$debroot/var/lib/dpkg/status" &&
+     dpkg --root="$debroot" --force-depends --force-not-root --force-script-chrootless \
+       --no-triggers --log=/dev/null -i "$deb" >>"$log" 2>&1 &&
+     dpkg --root="$debroot" -s tidepool 2>>"$log" | grep -q '^Status: install ok installed'; then
   ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
   tools="$debroot/usr/share/tidepool/tools"
   deb_ok=1
@@ -259,9 +265,9 @@ elif make -s deb BUILD="$BUILD" >"$log" 2>&1 && grep -q '^deb.sh: lintian: no er
       sed 's/-/\\-/g')" || { deb_ok=0; echo "the man page lacks $flag"; }
   done
   if [ "$deb_ok" = 1 ]; then
-    passed=$((passed + 1)); echo "make deb: lintian clean, the unpacked package works: ok"
+    passed=$((passed + 1)); echo "make deb: lintian clean; installed by dpkg into a temporary root, it works: ok"
   else
-    failed=$((failed + 1)); tail -n 20 "$log"; echo "make deb: the unpacked package: failed"
+    failed=$((failed + 1)); tail -n 20 "$log"; echo "make deb: the installed package: failed"
   fi
 else
   failed=$((failed + 1)); tail -n 30 "$log"; echo "make deb: failed"
