@@ -97,6 +97,15 @@ test("the module's engine lives in lighttpd's Lua state: kv entries last across 
     eq(r.env.result, { found: true, value: 'hello' }, 'result');
   });
 
+test('a script of 300 KB (lighttpd keeps such a body in a temporary file) runs whole',
+  async () => {
+    const lines = ['local n = 0'];
+    for (let i = 0; i < 10000; i++) lines.push('n = n + 1 -- ' + 'x'.repeat(20));
+    const r = await post(lines.join('\n') + '\nreturn n');
+    assert(r.ms < 8000, `answered after ${r.ms} ms`);
+    eq([r.env.ok, r.env.result], [true, 10000], `the run (${r.text.slice(0, 200)})`);
+  });
+
 test('an endless loop stops at the handler\'s 1 s time limit with limit.time', async () => {
   const r = await post('while true do end');
   eq(r.status, 200, 'status');
