@@ -58,13 +58,13 @@ install -d "$root/usr/share/lintian/overrides"
 install -m 644 "$deb/lintian-overrides" "$root/usr/share/lintian/overrides/tidepool"
 
 # Depends: what the binaries need, from the shlibs and symbols files of the packages
-# that hold those libraries.
+# that hold those libraries (dpkg-shlibdeps finds the package's tree by its DEBIAN/).
+mkdir -p "$root/DEBIAN"
 lib=debian/tidepool/usr/lib/$multiarch
 depends=$(cd "$BUILD/deb" && dpkg-shlibdeps -O -l"$lib" debian/tidepool/usr/bin/tidepool \
   "$lib/libtidepool.so.$upstream" "$lib/lua/5.4/tidepool.so" | sed -n 's/^shlibs:Depends=//p')
 [ -n "$depends" ] || { echo "deb.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
 
-mkdir -p "$root/DEBIAN"
 size=$(du -sk --apparent-size "$root/usr" | cut -f1)
 sed -e "s/@VERSION@/$full/" -e "s/@ARCH@/$arch/" -e "s/@SIZE@/$size/" \
     -e "s/@DEPENDS@/$depends/" "$deb/control.in" >"$root/DEBIAN/control"
