@@ -203,9 +203,14 @@ const char *tp__cli_builtin_tools_dir (char *buf, size_t len) {
   return TP_DATADIR "/tools";
 }
 
+/* A problem as warnings, one per line of it. */
 static void warn (const char *problem, void *ud) {
   (void)ud;
-  fprintf(stderr, "tidepool: warning: %s\n", problem);
+  while (*problem) {
+    int n = (int)strcspn(problem, "\n");
+    fprintf(stderr, "tidepool: warning: %.*s\n", n, problem);
+    problem += n + (problem[n] == '\n');
+  }
 }
 
 /* Loads the plugin directories; their problems are warnings on stderr, not failures. */

@@ -145,19 +145,7 @@ void tp_run_on_call (tp_run *r, tp_call_event_cb cb, void *ud) {
 
 int tp_engine_load_tools_cb (tp_engine *e, const char *dir, tp_problem_cb problem,
                              void *ud) {
-  int rc = tp_engine_load_tools(e, dir);
-  if (rc < 0 || problem == NULL) return rc;
-  const char *all = tp_engine_error(e);
-  if (*all == '\0') return rc;
-  char *copy = strdup(all);  /* problem may not call into e, but stay clear of it anyway */
-  if (copy == NULL) { tp__engine_set_error(e, "out of memory"); return TP_ENOMEM; }
-  for (char *p = copy, *nl; p != NULL; p = nl ? nl + 1 : NULL) {
-    nl = strchr(p, '\n');
-    if (nl) *nl = '\0';
-    if (*p) problem(p, ud);
-  }
-  free(copy);
-  return rc;
+  return tp__host_load_tools(e, dir, problem, ud);
 }
 
 int tp_engine_unload_tools (tp_engine *e) {

@@ -344,8 +344,9 @@ TP_EXTERN int tp_engine_add_tool(tp_engine *e, const tp_tool_def *def);
 TP_EXTERN int tp_engine_load_tools(tp_engine *e, const char *dir);
 
 /* tp_engine_load_tools that hands each problem of this directory to problem, one call per
-** problem, in the order of the files (sorted by name), as they are met: "file:line: why".
-** problem may be NULL. The return value is tp_engine_load_tools's; when it is negative
+** problem, in the order of the files (sorted by name), as they are met: "file:line: why"
+** (a plugin's own error message may hold newlines: it is still one problem; the text is
+** valid during the call). problem may be NULL. tp_engine_error still lists them all. The return value is tp_engine_load_tools's; when it is negative
 ** (the directory cannot be read, out of memory), tp_engine_error says why and problem is
 ** not called. problem must not call into e. */
 typedef void (*tp_problem_cb)(const char *problem, void *ud);
