@@ -1446,7 +1446,7 @@ static void run_done (tp_run *run, void *ud) {
   wreq_remove(w, q);
   const char *env = tp_run_envelope(run);
   size_t len = env ? strlen(env) : 0;
-  int ok = env && strncmp(env, "{\"ok\":true", 10) == 0;
+  int ok = tp_run_ok(run);
   if (q->sess_num) {
     static const char mem[] = "{\"ok\":false,\"error\":{\"code\":\"limit.memory\"";
     if (!ok && env && strncmp(env, mem, sizeof mem - 1) == 0) {

@@ -475,6 +475,19 @@ TEST(limit_find_takes_field_flag_and_lua_option) {
   CHECK(tp_limit_find(NULL) == NULL);
 }
 
+TEST(every_name_of_every_limit_finds_that_limit_alone) {
+  for (size_t i = 0; i < tp_limit_count(); i++) {
+    const tp_limit_info *li = tp_limit_at(i);
+    CHECK(tp_limit_find(li->field) == li);
+    CHECK(tp_limit_find(li->flag) == li);
+    CHECK(tp_limit_find(li->option) == li);
+    CHECK(li->mcp == NULL || tp_limit_find(li->mcp) == li);
+    CHECK(strncmp(li->flag, "--", 2) == 0 && strncmp(li->option, "--", 2) != 0);
+    CHECK(li->help != NULL && li->help[0] != '\0');
+    CHECK(li->def <= li->max);
+  }
+}
+
 TEST(limits_set_parses_each_unit) {
   tp_limits l;
   tp_limits_init(&l);
@@ -889,6 +902,7 @@ int main (void) {
   RUN(limit_table_lists_every_field_in_struct_order);
   RUN(limit_defaults_match_limits_init);
   RUN(limit_find_takes_field_flag_and_lua_option);
+  RUN(every_name_of_every_limit_finds_that_limit_alone);
   RUN(limits_set_parses_each_unit);
   RUN(limits_set_refuses_bad_names_and_values_and_leaves_l_alone);
   RUN(limits_set_number_takes_seconds_and_whole_numbers);
