@@ -204,8 +204,10 @@ $(LIB_SO): $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS_ALL) -Wl,-soname,libtidepool.so.0 -o $@ $^ $(LIBS_ALL)
 	ln -sf libtidepool.so $(BUILD)/libtidepool.so.0
 
-# The CLI, the C tests and the benchmarks use internal functions too: they link every
-# object as is, with Debian's shared luv and lpeg taking Lua from the executable (-Wl,-E).
+# The C tests and the benchmarks use internal functions too: they link every object as is,
+# with Debian's shared luv and lpeg taking Lua from the executable (-Wl,-E). So does the
+# CLI, which calls only the public API (front-api.ok) but whose plugins may load Lua C
+# modules, which need the executable's Lua.
 $(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 	rm -f $@ && ar rcs $@ $^
 

@@ -12,7 +12,7 @@
 **   local env = tidepool.check(source [, options]) -- compile only
 **   tidepool.version                               -- "0.1.0"
 **
-** options: every limit of the limits table (limits.c) by its Lua name: memory, instructions,
+** options: every limit of the limits table (tp_limit_at in tidepool.h) by its Lua name: memory, instructions,
 ** cpu, timeout, max_output, max_source, max_result, tool_calls, tool_calls_per_tool,
 ** tool_in_flight, tool_bytes, tool_timeout, fs_quota. Sizes and counts are non-negative
 ** integers or strings ("64M", "512K", "1G"); durations are seconds as numbers, or strings

@@ -17,6 +17,11 @@
 
 /* ---- limits ---------------------------------------------------------------------------- */
 
+_Static_assert((int)TP_UNIT_BYTES == (int)TP__UNIT_BYTES &&
+               (int)TP_UNIT_COUNT == (int)TP__UNIT_COUNT &&
+               (int)TP_UNIT_DURATION == (int)TP__UNIT_DURATION,
+               "tp_unit and tp__unit must agree: values cross between them by a cast");
+
 #define LIMITS_MAX 64
 static tp_limit_info infos[LIMITS_MAX];
 static size_t ninfos;
