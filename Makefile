@@ -122,6 +122,30 @@ $(BUILD)/obj/%.o: %.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# The front ends (engine/front) see the public API only: their include path is
+# engine/include (tidepool.h) and the system's, plus jansson's and libuv's; the Lua module
+# also Lua's headers (the C API of whichever Lua 5.4 loads it). front-api.ok then checks
+# that their objects call nothing of the engine but the library's exports.
+FRONT_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(notdir $(FRONT_SRCS)))
+FRONT_CFLAGS = -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(WARN_STRICT) $(SAN_FLAGS) \
+               -D_GNU_SOURCE -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
+               -Iengine/include $(PKG_CFLAGS) $(CFLAGS)
+$(BUILD)/obj/luamod.o: FRONT_CFLAGS += -I$(LUA_SRC)
+$(FRONT_OBJS): $(BUILD)/obj/%.o: engine/front/%.c $(wildcard engine/front/*.h) \
+               engine/include/tidepool.h $(LUA_SRCDIR)/.tidepool-patched
+	@mkdir -p $(@D)
+	$(CC) $(FRONT_CFLAGS) -c $< -o $@
+
+# Every tp_* symbol a front end leaves undefined is an export of the library or a function
+# of another front end (tp__cli_*, tp__mcp_*).
+$(BUILD)/obj/front-api.ok: $(FRONT_OBJS) $(EXPORTS)
+	@nm -u $(FRONT_OBJS) | awk '$$2 ~ /^tp_/ { print $$2 }' | sort -u > $@.tmp; \
+	nm --defined-only $(FRONT_OBJS) | awk '$$3 ~ /^tp_/ { print $$3 }' | sort -u \
+	  | cat - $(EXPORTS) | sort -u | comm -23 $@.tmp - > $@.bad; \
+	if [ -s $@.bad ]; then cat $@.bad; rm -f $@.tmp $@.bad; \
+	  echo "$@: the front ends call the engine's internals above: use tidepool.h" >&2; \
+	  exit 1; fi; rm -f $@.tmp $@.bad; touch $@
+
 $(GEN_SRCS): scripts/embed.lua $(EMBED_FILES) $(LUA_BIN)
 	@mkdir -p $(@D)
 	$(LUA_BIN) scripts/embed.lua $@ $(EMBED_FILES)
@@ -181,32 +205,28 @@ $(LIB_SO): $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS_ALL) -Wl,-soname,libtidepool.so.0 -o $@ $^ $(LIBS_ALL)
 	ln -sf libtidepool.so $(BUILD)/libtidepool.so.0
 
-# The CLI, the C tests and the benchmarks use internal functions too: they link every
-# object as is, with Debian's shared luv and lpeg taking Lua from the executable (-Wl,-E).
+# The C tests and the benchmarks use internal functions too: they link every object as is,
+# with Debian's shared luv and lpeg taking Lua from the executable (-Wl,-E). So does the
+# CLI, which calls only the public API (front-api.ok) but whose plugins may load Lua C
+# modules, which need the executable's Lua.
 $(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT)
+$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT) $(BUILD)/obj/front-api.ok
 	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT) \
 	  $(LUV_LIBS) $(LIBS_ALL)
 
 # The Lua module talks to the Lua that loads it only through that Lua's C API (luamod.o
 # leaves lua_* undefined for it) and runs its engine on the library's private Lua, so it
 # loads into any Lua 5.4 host (Debian's lua5.4 included). It exports luaopen_tidepool only.
-# The limits table and its parser (limits.o, which uses no Lua) are linked in a copy of
-# their own (their copies inside the library object are local to it), with its public
-# tp_limits_init made local so the library's stays the one.
-$(BUILD)/obj/limits-mod.o: $(BUILD)/obj/limits.o
-	objcopy --localize-symbol=tp_limits_init $< $@
-
 $(BUILD)/obj/luamod.map:
 	@mkdir -p $(@D)
 	printf '%s\n' '{ global: luaopen_tidepool; local: *; };' > $@
 
-$(LUAMOD): $(BUILD)/obj/luamod.o $(BUILD)/obj/limits-mod.o $(LIB_OBJ) $(BUILD)/obj/luamod.map
+$(LUAMOD): $(BUILD)/obj/luamod.o $(LIB_OBJ) $(BUILD)/obj/luamod.map $(BUILD)/obj/front-api.ok
 	@mkdir -p $(@D)
 	$(CC) -shared $(LDFLAGS_ALL) -Wl,--version-script=$(BUILD)/obj/luamod.map -o $@ \
-	  $(BUILD)/obj/luamod.o $(BUILD)/obj/limits-mod.o $(LIB_OBJ) $(LIBS_ALL)
+	  $(BUILD)/obj/luamod.o $(LIB_OBJ) $(LIBS_ALL)
 
 # The install paths are compiled in (TP_DATADIR: the built-in tools, in cli.o and luamod.o)
 # and written into the pkg-config file. This stamp holds the paths of the last build and

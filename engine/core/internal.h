@@ -313,6 +313,9 @@ int tp__call_consume(struct tp_run *r, uint64_t id, lua_State *L);
 
 /* host.c: the host Lua state */
 int  tp__host_open(tp_engine *e);
+/* tp_engine_load_tools, telling problem (may be NULL) each problem as it is met. */
+int  tp__host_load_tools(tp_engine *e, const char *dir, void (*problem)(const char *, void *),
+                         void *ud);
 void tp__host_close(tp_engine *e);
 void tp__host_dispatch(tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args);
 void tp__host_cancel(tp_engine *e, tp_call *c);

@@ -13,7 +13,6 @@
 #include <jansson.h>
 
 #include "tidepool.h"
-#include "limits_table.h"
 #include "mcp.h"
 
 #define EXIT_SCRIPT_FAILED 1
@@ -44,14 +43,22 @@ static const char usage_tail[] =
   "A limit of 0 means no limit. Exit status: 0 the script succeeded,\n"
   "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
 
+/* The option of `tidepool run` (mcp 0) or `tidepool mcp` (mcp 1) for limit li, or NULL. */
+static const char *limit_flag (const tp_limit_info *li, int mcp) {
+  return mcp ? li->mcp : li->flag;
+}
+
 void tp__cli_limits_help (FILE *f, int mcp) {
-  char line[256];
-  for (size_t i = 0; i < tp__limits_count; i++) {
-    const tp__limit *li = &tp__limits[i];
-    const char *flag = mcp ? li->mcp : li->flag;
+  static const char *const args[] = { "SIZE", "N", "DURATION" };
+  for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
+    const tp_limit_info *li = tp_limit_at(i);
+    const char *flag = limit_flag(li, mcp);
     if (flag == NULL) continue;
-    tp__limit_help(li, flag, line, sizeof line);
-    fputs(line, f);
+    char opt[64], def[32];
+    snprintf(opt, sizeof opt, "%s %s", flag, args[li->unit]);
+    tp_format_value(li->unit, li->def, def, sizeof def);
+    if (strlen(opt) <= 20) fprintf(f, "  %-20s %s (default %s)\n", opt, li->help, def);
+    else fprintf(f, "  %s\n  %-20s %s (default %s)\n", opt, "", li->help, def);
   }
 }
 
@@ -81,16 +88,13 @@ int tp__cli_usage_error (const char *msg, const char *arg) {
 
 int tp__cli_limit_option (const char *name, const char *val, tp_limits *lim, int mcp,
                           char *why, size_t whylen) {
-  const tp__limit *li = mcp ? tp__limit_by_mcp(name) : tp__limit_by_flag(name);
-  if (li == NULL) return 0;
-  uint64_t v;
-  int rc = tp__parse_value(li->unit, val, tp__limit_max(li), &v);
-  if (rc != 0) {
-    tp__limit_why(li, rc, val, why, whylen);
-    return -1;
+  for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
+    const tp_limit_info *li = tp_limit_at(i);
+    const char *flag = limit_flag(li, mcp);
+    if (flag == NULL || strcmp(flag, name) != 0) continue;
+    return tp_limits_set(lim, li->field, val, why, whylen) == TP_OK ? 1 : -1;
   }
-  tp__limit_set(lim, li, v);
-  return 1;
+  return 0;
 }
 
 static char *read_all (FILE *f, size_t *len) {
@@ -199,19 +203,22 @@ const char *tp__cli_builtin_tools_dir (char *buf, size_t len) {
   return TP_DATADIR "/tools";
 }
 
+/* A problem as warnings, one per line of it. */
+static void warn (const char *problem, void *ud) {
+  (void)ud;
+  while (*problem) {
+    int n = (int)strcspn(problem, "\n");
+    fprintf(stderr, "tidepool: warning: %.*s\n", n, problem);
+    problem += n + (problem[n] == '\n');
+  }
+}
+
 /* Loads the plugin directories; their problems are warnings on stderr, not failures. */
 static void load_tools (tp_engine *e, int builtin, const char *const *dirs, int ndirs) {
   char buf[4200];
   for (int i = builtin ? -1 : 0; i < ndirs; i++) {
     const char *dir = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
-    tp_engine_load_tools(e, dir);
-    const char *err = tp_engine_error(e);
-    while (*err) {
-      const char *nl = strchr(err, '\n');
-      int n = nl ? (int)(nl - err) : (int)strlen(err);
-      fprintf(stderr, "tidepool: warning: %.*s\n", n, err);
-      err += n + (nl != NULL);
-    }
+    if (tp_engine_load_tools_cb(e, dir, warn, NULL) < 0) warn(tp_engine_error(e), NULL);
   }
 }
 
@@ -266,12 +273,10 @@ int main (int argc, char **argv) {
     if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
       const char *val = a[15] == '=' ? a + 16 : i + 1 < argc ? argv[++i] : NULL;
       if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
-      int rc = tp__parse_value(TP__UNIT_BYTES, val, UINT64_MAX, &workspace_max);
-      if (rc != 0) {
-        char why[256];
-        tp__parse_why(TP__UNIT_BYTES, NULL, rc, val, UINT64_MAX, why, sizeof why);
+      char why[256];
+      if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &workspace_max, NULL, why,
+                         sizeof why) != TP_OK)
         return tp__cli_usage_error("%s", why);
-      }
       workspace_max_set = 1;
       continue;
     }

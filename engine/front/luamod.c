@@ -12,7 +12,7 @@
 **   local env = tidepool.check(source [, options]) -- compile only
 **   tidepool.version                               -- "0.1.0"
 **
-** options: every limit of the limits table (limits.c) by its Lua name: memory, instructions,
+** options: every limit of the limits table (tp_limit_at in tidepool.h) by its Lua name: memory, instructions,
 ** cpu, timeout, max_output, max_source, max_result, tool_calls, tool_calls_per_tool,
 ** tool_in_flight, tool_bytes, tool_timeout, fs_quota. Sizes and counts are non-negative
 ** integers or strings ("64M", "512K", "1G"); durations are seconds as numbers, or strings
@@ -38,7 +38,6 @@
 
 #include "lauxlib.h"
 #include "tidepool.h"
-#include "limits_table.h"
 
 #define ENGINE_KEY "tidepool.engine"
 #define TREE_KEY "tidepool.envelope"  /* a box whose __gc frees a parsed envelope */
@@ -64,51 +63,51 @@ static int engine_gc (lua_State *L) {
   return 0;
 }
 
-/* The value at the top of the stack as option name of unit (at most max): an integer
-** (bytes, a count) or a number of seconds (a duration), or text the limits parser takes
-** ("64M", "500ms"). Raises a message that names the option when it is neither. */
-static uint64_t opt_value (lua_State *L, const char *name, tp__unit unit, const char *noun,
-                           uint64_t max) {
-  uint64_t v = 0;
-  int rc;
-  const char *text;
+/* Sets limit `field` of *lim (or, with field NULL, *out in bytes) from the value at the top
+** of the stack, as option name: an integer (bytes, a count) or a number of seconds (a
+** duration), or text the limits parser takes ("64M", "500ms"). Raises a message that
+** names the option when it is neither, or out of range. */
+static void opt_value (lua_State *L, const char *name, tp_unit unit, const char *field,
+                       tp_limits *lim, uint64_t *out) {
   char why[256], num[64];
+  int rc;
   if (lua_type(L, -1) == LUA_TNUMBER) {
-    if (unit == TP__UNIT_DURATION) {
-      rc = tp__parse_seconds((double)lua_tonumber(L, -1), max, &v);
-      if (rc == TP__PARSE_BAD || rc == TP__PARSE_NEGATIVE)
+    lua_Number n = lua_tonumber(L, -1);
+    if (unit == TP_UNIT_DURATION) {  /* seconds; an integer as text, so that a message */
+      if (n != n || n < 0)           /* quotes it in full */
         luaL_error(L, "tidepool: option '%s' must be >= 0 seconds", name);
+      snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
+      rc = field == NULL ? TP_EINVAL
+         : lua_isinteger(L, -1) ? tp_limits_set(lim, field, num, why, sizeof why)
+         : tp_limits_set_number(lim, field, (double)n, why, sizeof why);
     }
     else {
       if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
         luaL_error(L, "tidepool: option '%s' must be a non-negative integer", name);
-      v = (uint64_t)lua_tointeger(L, -1);
-      rc = v > max ? TP__PARSE_RANGE : 0;
+      snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
+      rc = field ? tp_limits_set(lim, field, num, why, sizeof why)
+                 : tp_parse_value(unit, num, UINT64_MAX, out, NULL, why, sizeof why);
     }
-    if (lua_isinteger(L, -1)) snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
-    else snprintf(num, sizeof num, "%.14g", (double)lua_tonumber(L, -1));  /* as tostring */
-    text = num;
   }
   else {
-    text = lua_tostring(L, -1);
+    const char *text = lua_tostring(L, -1);
     if (text == NULL) luaL_error(L, "tidepool: option '%s' must be a number or a string", name);
-    rc = tp__parse_value(unit, text, max, &v);
+    rc = field ? tp_limits_set(lim, field, text, why, sizeof why)
+               : tp_parse_value(unit, text, UINT64_MAX, out, NULL, why, sizeof why);
   }
-  if (rc != 0) {
-    tp__parse_why(unit, noun, rc, text, max, why, sizeof why);
-    luaL_error(L, "tidepool: option '%s': %s", name, why);
-  }
-  return v;
+  if (rc != TP_OK) luaL_error(L, "tidepool: option '%s': %s", name, why);
 }
 
 /* Sets the limit of the options table's key k (the value at the top of the stack);
 ** returns 0 when k names no limit. */
 static int opt_limit (lua_State *L, const char *k, tp_limits *lim) {
-  const tp__limit *li = tp__limit_by_option(k);
-  if (li == NULL) return 0;
-  const char *noun = strcmp(li->field, "instructions") == 0 ? "instruction count" : NULL;
-  tp__limit_set(lim, li, opt_value(L, k, li->unit, noun, tp__limit_max(li)));
-  return 1;
+  for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
+    const tp_limit_info *li = tp_limit_at(i);
+    if (strcmp(li->option, k) != 0) continue;
+    opt_value(L, k, li->unit, li->field, lim, NULL);
+    return 1;
+  }
+  return 0;
 }
 
 /* Options that pick the engine (pick_engine) rather than set a limit. */
@@ -128,8 +127,8 @@ static void read_options (lua_State *L, int idx, tp_limits *lim) {
     if (!known) {  /* the message lists every option, from the table */
       luaL_Buffer b;
       luaL_buffinit(L, &b);
-      for (size_t i = 0; i < tp__limits_count; i++) {
-        luaL_addstring(&b, tp__limits[i].option);
+      for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
+        luaL_addstring(&b, tp_limit_at(i)->option);
         luaL_addstring(&b, ", ");
       }
       for (size_t i = 0; i < sizeof engine_options / sizeof engine_options[0]; i++) {
@@ -181,7 +180,7 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
     builtin = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (lua_getfield(L, idx, "workspace_max") != LUA_TNIL) {
-      ws_max = opt_value(L, "workspace_max", TP__UNIT_BYTES, NULL, UINT64_MAX);
+      opt_value(L, "workspace_max", TP_UNIT_BYTES, NULL, NULL, &ws_max);
       has_max = 1;
     }
     lua_pop(L, 1);

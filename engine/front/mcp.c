@@ -50,6 +50,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -58,15 +60,197 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 #include <uv.h>
 
-#include "internal.h"
-#include "json.h"
-#include "limits_table.h"
+#include "tidepool.h"
 #include "mcp.h"
+
+/* ---- JSON text -------------------------------------------------------------------------
+** The engine writes JSON in one form (compact, keys sorted bytewise, integers exact, reals
+** in the shortest form that reads back, always with '.' or an exponent); the protocol's
+** lines use the same form, so an envelope looks alike wherever it is quoted. jansson reads;
+** writing is done here, since jansson has no shortest form of reals. */
+
+typedef struct jbuf { char *p; size_t len, cap; int oom; } jbuf;
+
+static void jb_put (jbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (n > b->cap - b->len) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (n > cap - b->len) {
+      if (cap > SIZE_MAX / 2) { b->oom = 1; return; }
+      cap *= 2;
+    }
+    char *p = realloc(b->p, cap);
+    if (p == NULL) { b->oom = 1; return; }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+}
+
+static void jb_string (jbuf *b, const char *s, size_t len) {
+  static const char hex[] = "0123456789abcdef";
+  size_t run = 0;
+  jb_put(b, "\"", 1);
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    jb_put(b, s + run, i - run);
+    run = i + 1;
+    char esc[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+    const char *two = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r'
+                    ? "\\r" : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+    if (two) jb_put(b, two, 2);
+    else jb_put(b, esc, 6);
+  }
+  jb_put(b, s + run, len - run);
+  jb_put(b, "\"", 1);
+}
+
+static void jb_real (jbuf *b, double d) {
+  char tmp[40];
+  int n = 0;
+  if (d == floor(d) && fabs(d) < 9007199254740992.0) {  /* integral */
+    n = snprintf(tmp, sizeof tmp, "%s%lld.0", signbit(d) && d == 0 ? "-" : "", (long long)d);
+    jb_put(b, tmp, (size_t)n);
+    return;
+  }
+  for (int prec = 15; prec <= 17; prec++) {
+    n = snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+    if (prec == 17 || strtod(tmp, NULL) == d) break;
+  }
+  char dp = localeconv()->decimal_point[0];
+  int has_dot = 0;
+  for (int i = 0; i < n; i++) {
+    if (tmp[i] == dp && dp != '.') tmp[i] = '.';
+    if (tmp[i] == '.' || tmp[i] == 'e' || tmp[i] == 'E') has_dot = 1;
+  }
+  jb_put(b, tmp, (size_t)n);
+  if (!has_dot) jb_put(b, ".0", 2);
+}
+
+typedef struct jkv { const char *k; size_t len; json_t *v; } jkv;
+
+static int jkv_cmp (const void *a, const void *b) {
+  const jkv *x = a, *y = b;
+  int c = memcmp(x->k, y->k, x->len < y->len ? x->len : y->len);
+  return c != 0 ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static void jb_value (jbuf *b, const json_t *v) {
+  char tmp[32];
+  switch (json_typeof(v)) {
+    case JSON_NULL: jb_put(b, "null", 4); return;
+    case JSON_TRUE: jb_put(b, "true", 4); return;
+    case JSON_FALSE: jb_put(b, "false", 5); return;
+    case JSON_INTEGER:
+      jb_put(b, tmp, (size_t)snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT,
+                                      json_integer_value(v)));
+      return;
+    case JSON_REAL: jb_real(b, json_real_value(v)); return;
+    case JSON_STRING: jb_string(b, json_string_value(v), json_string_length(v)); return;
+    case JSON_ARRAY:
+      jb_put(b, "[", 1);
+      for (size_t i = 0, n = json_array_size(v); i < n && !b->oom; i++) {
+        if (i) jb_put(b, ",", 1);
+        jb_value(b, json_array_get(v, i));
+      }
+      jb_put(b, "]", 1);
+      return;
+    case JSON_OBJECT: {
+      size_t n = json_object_size(v), i = 0, klen;
+      const char *key;
+      json_t *child;
+      jkv *items = malloc((n ? n : 1) * sizeof *items);
+      if (items == NULL) { b->oom = 1; return; }
+      json_object_keylen_foreach((json_t *)v, key, klen, child) {
+        if (i < n) items[i++] = (jkv){ key, klen, child };
+      }
+      qsort(items, i, sizeof *items, jkv_cmp);
+      jb_put(b, "{", 1);
+      for (size_t j = 0; j < i && !b->oom; j++) {
+        if (j) jb_put(b, ",", 1);
+        jb_string(b, items[j].k, items[j].len);
+        jb_put(b, ":", 1);
+        jb_value(b, items[j].v);
+      }
+      jb_put(b, "}", 1);
+      free(items);
+      return;
+    }
+  }
+}
+
+/* v as JSON text (NUL-terminated; *len, if not NULL, its length), or NULL when out of
+** memory. The caller frees. */
+static char *json_text (const json_t *v, size_t *len) {
+  jbuf b = { NULL, 0, 0, 0 };
+  if (v == NULL) jb_put(&b, "null", 4);
+  else jb_value(&b, v);
+  jb_put(&b, "", 1);
+  if (b.oom) { free(b.p); return NULL; }
+  if (len) *len = b.len - 1;
+  return b.p;
+}
+
+/* The length of the first n bytes of s that are valid UTF-8. */
+static size_t utf8_valid (const unsigned char *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = s[i], k = c < 0x80 ? 0 : c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0
+                 ? 2 : c >= 0xf0 && c < 0xf5 ? 3 : 9;
+    if (k == 9 || i + k >= n + (k == 0)) return i;
+    unsigned cp = k == 0 ? c : c & (0x3f >> k);
+    for (unsigned j = 1; j <= k; j++) {
+      if ((s[i + j] & 0xc0) != 0x80) return i;
+      cp = cp << 6 | (s[i + j] & 0x3f);
+    }
+    if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) || (k == 3 && (cp < 0x10000 ||
+        cp > 0x10ffff))) return i;
+    i += k + 1;
+  }
+  return i;
+}
+
+/* A request line as a tree (any value, NUL allowed in strings, duplicate keys refused), or
+** NULL with why (if not NULL, at least 200 bytes) saying so for the client: jansson's
+** message made valid UTF-8 and clearer, and where. */
+static json_t *json_parse (const char *text, size_t len, char *why, size_t whylen) {
+  json_error_t je;
+  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES,
+                         &je);
+  if (v != NULL || why == NULL) return v;
+  char t[JSON_ERROR_TEXT_LENGTH + 1];
+  size_t n = strnlen(je.text, JSON_ERROR_TEXT_LENGTH);
+  memcpy(t, je.text, n);
+  t[n] = '\0';
+  if (utf8_valid((const unsigned char *)t, n) != n)
+    for (size_t i = 0; i < n; i++) if ((unsigned char)t[i] >= 0x80) t[i] = '?';
+  const char *hint = "";
+  if (strstr(t, "too big") != NULL)
+    hint = " (integers must fit in 64 bits; send larger numbers as strings)";
+  else if (strstr(t, "real number overflow") != NULL)
+    hint = " (the number is outside the range of a double)";
+  else if (strstr(t, "duplicate object key") != NULL)
+    hint = " (each key may appear once in an object)";
+  else if (strstr(t, "NUL byte in object key") != NULL)
+    hint = " (object keys cannot contain \\u0000)";
+  snprintf(why, whylen, "%s%s at line %d column %d", t, hint, je.line, je.column);
+  return NULL;
+}
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+static uint64_t now_ns (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* A request line; longer ones are answered -32600. The protocol thread parses each line
 ** itself, a step bounded by this cap, not by polling: dense JSON of 16 MiB (millions of
@@ -249,7 +433,7 @@ struct server {
   worker *workers;
   unsigned nworkers, nready, nstarted, rr;
   int start_failed;
-  tp_kvstore *kv;           /* shared by the workers' engines */
+  tp_store *kv;             /* shared by the workers' engines */
   /* input */
   int in_file;              /* read with uv_fs_read (a file, /dev/null...) */
   union { uv_pipe_t pipe; uv_tty_t tty; } in;
@@ -390,7 +574,7 @@ static json_t *error_msg (json_t *id, int code, const char *text) {
 /* Adds a response to batch b (stolen), within the batch's share of the line. */
 static void batch_add (batch *b, json_t *msg) {
   size_t n;
-  char *text = tp_json_dumpsn(msg, &n);
+  char *text = json_text(msg, &n);
   free(text);
   if (text != NULL && b->bytes + n + 1 < LINE_OUT_MAX - 4096) {
     b->bytes += n + 1;
@@ -401,7 +585,7 @@ static void batch_add (batch *b, json_t *msg) {
   json_t *err = error_msg(id, -32603, "the responses of this batch would pass the 10 MiB a "
                           "message may have: send this request on its own line");
   json_decref(msg);
-  char *t = tp_json_dumpsn(err, &n);
+  char *t = json_text(err, &n);
   free(t);
   b->bytes += n + 1;
   json_array_append_new(b->responses, err);
@@ -412,7 +596,7 @@ static void send_msg (server *s, batch *b, json_t *msg) {
   if (msg == NULL) return;
   if (b != NULL) { batch_add(b, msg); return; }
   size_t len;
-  char *text = tp_json_dumpsn(msg, &len);
+  char *text = json_text(msg, &len);
   if (text != NULL && len >= LINE_OUT_MAX) {  /* a tools/list of huge exposed schemas */
     free(text);
     char why[200];
@@ -422,7 +606,7 @@ static void send_msg (server *s, batch *b, json_t *msg) {
     json_t *err = error_msg(json_is_null(id) ? NULL : id, -32603, why);
     json_decref(msg);
     msg = err;
-    text = tp_json_dumpsn(msg, &len);
+    text = json_text(msg, &len);
   }
   json_decref(msg);
   if (text == NULL) {
@@ -485,7 +669,7 @@ static void log_msg (server *s, int level, const char *fmt, ...) {
 static void wsend (worker *w, json_t *j) {
   if (j == NULL) return;
   size_t len;
-  char *text = tp_json_dumpsn(j, &len);
+  char *text = json_text(j, &len);
   json_decref(j);
   mail *m = text ? msg_new(M_LINE) : NULL;
   if (m == NULL) {
@@ -598,8 +782,10 @@ static const char *run_lua_description (worker *w) {
     "are available; tools.list() and tools.describe(name) show the tools. Return the value "
     "you want back. Pass the same `session` id in later calls to keep global variables.\n"
     "Tools:");
-  for (size_t i = 0; i < w->e->ntools; i++) {
-    const tp_tool *t = w->e->tools[i];
+  size_t ntools = tp_engine_tool_count(w->e);
+  for (size_t i = 0; i < ntools; i++) {
+    tp_tool_info ti, *t = &ti;
+    tp_engine_tool_info(w->e, i, &ti);
     size_t need = len + strlen(t->name) + strlen(t->description) + 16;
     if (need > cap) {
       char *nb = realloc(buf, need * 2);
@@ -609,7 +795,7 @@ static const char *run_lua_description (worker *w) {
     }
     len += (size_t)snprintf(buf + len, cap - len, "\n- tools.%s: %s", t->name, t->description);
   }
-  if (w->e->ntools == 0 && len + 8 < cap) len += (size_t)snprintf(buf + len, cap - len, " (none)");
+  if (ntools == 0 && len + 8 < cap) len += (size_t)snprintf(buf + len, cap - len, " (none)");
   w->desc = buf;
   return w->desc;
 }
@@ -630,18 +816,23 @@ static char *tools_report (worker *w) {
   json_array_append_new(tools, json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", o->name,
     "title", "Run a Lua script", "description", desc ? desc : json_string(""),
     "inputSchema", input, "outputSchema", envelope_schema()));
-  for (size_t i = 0; i < w->e->ntools; i++) {
-    const tp_tool *t = w->e->tools[i];
+  for (size_t i = 0, n = tp_engine_tool_count(w->e); i < n; i++) {
+    tp_tool_info ti, *t = &ti;
+    tp_engine_tool_info(w->e, i, &ti);
     json_array_append_new(names, json_string(t->name));
     if (!o->expose || strcmp(t->name, o->name) == 0) continue;
-    json_t *in = json_is_object(t->input) ? json_deep_copy(t->input) : json_object();
+    char *schema = NULL;
+    tp_engine_tool_schema(w->e, i, 0, &schema);
+    json_t *in = schema ? json_loads(schema, JSON_ALLOW_NUL, NULL) : NULL;
+    tp_free(schema);
+    if (!json_is_object(in)) { json_decref(in); in = json_object(); }
     strip_dialect(in, 0);
     if (json_object_get(in, "type") == NULL) json_object_set_new(in, "type", json_string("object"));
     json_array_append_new(tools, json_pack("{s:s, s:s, s:o}", "name", t->name,
                                            "description", t->description, "inputSchema", in));
   }
   json_t *r = json_pack("{s:{s:o}, s:o}", "list", "tools", tools, "names", names);
-  char *text = r ? tp_json_dumps(r) : NULL;
+  char *text = r ? json_text(r, NULL) : NULL;
   json_decref(r);
   return text;
 }
@@ -709,7 +900,7 @@ static session *session_find (server *s, const char *id, size_t len) {
 
 static void sweep_cb (uv_timer_t *t) {
   server *s = t->data;
-  uint64_t now = tp__now_ns(), idle = s->o.session_idle_us * 1000u;
+  uint64_t now = now_ns(), idle = s->o.session_idle_us * 1000u;
   char why[160];
   for (session *ss = s->sessions, *next; ss; ss = next) {
     next = ss->next;
@@ -831,7 +1022,7 @@ static void sb_put (sbuf *b, const char *s, size_t n) {
 static void sb_str (sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 static void sb_json (sbuf *b, const json_t *v) {
   size_t n;
-  char *t = tp_json_dumpsn(v, &n);
+  char *t = json_text(v, &n);
   if (t == NULL) { b->oom = 1; return; }
   sb_put(b, t, n);
   free(t);
@@ -892,7 +1083,7 @@ static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t
   if (stage == 1) {
     if (orig_result != NULL) {
       size_t n;
-      char *text = tp_json_dumpsn(orig_result, &n);
+      char *text = json_text(orig_result, &n);
       if (text && n > keep) {
         json_t *cut = cut_string(text, n, keep, "the result as JSON");
         if (cut) {
@@ -952,7 +1143,7 @@ static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t
       json_t *v;
       json_array_foreach(calls, i, v) {
         size_t n = 1000;
-        char *t = tp_json_dumpsn(v, &n);
+        char *t = json_text(v, &n);
         if (t == NULL) n = 1000;
         free(t);
         used += n * 2 + 4;
@@ -968,7 +1159,7 @@ static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t
 }
 
 /* An envelope's text as a tree. The envelope is the engine's own output, whose size the
-** run's limits bound (and may make larger than tp_json_loads's 16 MiB input cap). */
+** run's limits bound (and may make larger than LINE_IN_MAX). */
 static json_t *parse_envelope (const char *env, size_t len) {
   return json_loadb(env, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 }
@@ -996,7 +1187,7 @@ static char *wrap_envelope (const json_t *id, const char *env, size_t len, int o
 ** a few KiB. NULL only when even those cannot be allocated. */
 static char *minimal_response (const json_t *id, int ok, const char *code, size_t *outlen) {
   char idtext[ID_MAX + 8], env[600], quoted[1400];
-  char *t = id ? tp_json_dumps(id) : NULL;
+  char *t = id ? json_text(id, NULL) : NULL;
   snprintf(idtext, sizeof idtext, "%s", t && strlen(t) < ID_MAX ? t : "null");
   free(t);
   int codeok = code != NULL && strlen(code) < 64 &&
@@ -1054,7 +1245,7 @@ static char *call_response (const json_t *id, const char *env, size_t len, int o
     for (size_t k = 0; k < sizeof steps / sizeof steps[0] && out == NULL; k++) {
       cut_envelope(j, steps[k].stage, max / (size_t)steps[k].div, max, orig_result, orig_logs);
       size_t n;
-      char *text = tp_json_dumpsn(j, &n);
+      char *text = json_text(j, &n);
       if (text) out = wrap_envelope(id, text, n, ok, max, outlen);
       free(text);
     }
@@ -1072,7 +1263,7 @@ static char *call_response (const json_t *id, const char *env, size_t len, int o
 static char *refusal_envelope (const char *code, const char *msg) {
   json_t *env = json_pack("{s:b, s:{s:s, s:s}, s:[], s:[]}", "ok", 0, "error", "code", code,
                           "message", msg, "logs", "calls");
-  char *t = env ? tp_json_dumps(env) : NULL;
+  char *t = env ? json_text(env, NULL) : NULL;
   json_decref(env);
   return t;
 }
@@ -1094,7 +1285,7 @@ static char *exposed_response (const json_t *id, const char *env, size_t len, in
   json_t *result = j ? json_object_get(j, "result") : NULL;
   if (result == NULL) { json_decref(j); return call_response(id, env, len, 1, NULL, max, outlen); }
   size_t n;
-  char *text = tp_json_dumpsn(result, &n);
+  char *text = json_text(result, &n);
   sbuf b = { 0 };
   sb_str(&b, "{\"id\":");
   sb_json(&b, id);
@@ -1251,11 +1442,11 @@ static void wdone (worker *w, req *q) {
 static void run_done (tp_run *run, void *ud) {
   req *q = ud;
   worker *w = q->w;
-  tp__run_set_call_hook(run, NULL, NULL);
+  tp_run_on_call(run, NULL, NULL);
   wreq_remove(w, q);
   const char *env = tp_run_envelope(run);
   size_t len = env ? strlen(env) : 0;
-  int ok = env && strncmp(env, "{\"ok\":true", 10) == 0;
+  int ok = tp_run_ok(run);
   if (q->sess_num) {
     static const char mem[] = "{\"ok\":false,\"error\":{\"code\":\"limit.memory\"";
     if (!ok && env && strncmp(env, mem, sizeof mem - 1) == 0) {
@@ -1304,7 +1495,7 @@ static void worker_run (worker *w, req *q) {
   if (w->running) w->running->wprev = q;
   w->running = q;
   if (q->token) {
-    tp__run_set_call_hook(run, progress_hook, q);
+    tp_run_on_call(run, progress_hook, q);
     wsend(w, notification("notifications/progress",
           json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
                     (json_int_t)++q->progress, "message", "script started")));
@@ -1336,7 +1527,7 @@ static void worker_load (worker *w) {
   m->w = w;
   if (w->index == 0) {
     m->text = tools_report(w);
-    m->len = w->e->ntools;
+    m->len = tp_engine_tool_count(w->e);
   }
   post(&s->mb, m);
 }
@@ -1348,7 +1539,7 @@ static void worker_stop (worker *w) {
   while (w->running) {
     req *q = w->running;
     wreq_remove(w, q);
-    tp__run_set_call_hook(q->run, NULL, NULL);
+    tp_run_on_call(q->run, NULL, NULL);
     tp_run_cancel(q->run);
     tp_run_destroy(q->run);
     q->run = NULL;
@@ -1375,7 +1566,7 @@ static void worker_mail (uv_async_t *a) {
       break;
     case M_DROP: wsess_drop(w, m->n); break;
     case M_RELOAD:
-      if (w->running == NULL) tp__engine_drop_plugin_tools(w->e);
+      tp_engine_unload_tools(w->e);  /* TP_ESTATE while runs are alive */
       worker_load(w);
       break;
     case M_STOP: worker_stop(w); break;
@@ -1389,8 +1580,8 @@ static int worker_open (worker *w) {
   server *s = w->s;
   w->e = tp_engine_create();
   if (w->e == NULL) return -1;
-  w->e->kv = s->kv;
-  w->loop = tp__engine_loop(w->e);
+  tp_engine_set_store(w->e, s->kv);  /* before anything starts its host state */
+  w->loop = tp_engine_loop(w->e);
   if (mailbox_init(&w->mb, w->loop, worker_mail, w) != 0) {
     tp_engine_destroy(w->e);
     w->e = NULL;
@@ -1473,7 +1664,7 @@ static void list_push (req **head, req *q) {
 /* A response line of a request, into its batch or out. */
 static void respond_text (server *s, batch *b, json_t *id, const char *line, size_t len) {
   if (b == NULL) { write_line(s, line, len); return; }
-  json_t *j = tp_json_loads(line, len, NULL);  /* at most BATCH_CALL_MAX bytes */
+  json_t *j = json_parse(line, len, NULL, 0);  /* at most BATCH_CALL_MAX bytes */
   if (j) batch_add(b, j);
   else send_error(s, b, id, -32603, "out of memory: the result was lost");
 }
@@ -1505,7 +1696,7 @@ static void req_done (server *s, req *q) {
   session *ss = q->sess;
   if (ss != NULL) {
     ss->busy = 0;
-    ss->last_used_ns = tp__now_ns();
+    ss->last_used_ns = now_ns();
     if (q->drop_session) session_drop(s, ss, "its script went over the session's memory limit");
   }
   log_msg(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
@@ -1575,7 +1766,7 @@ static void refuse_call (server *s, batch *b, json_t *id, const char *code, cons
 ** name's parts may be Lua keywords, so they are indexed as strings). */
 static char *exposed_script (const char *name, const json_t *args, size_t *len) {
   size_t n;
-  char *text = tp_json_dumpsn(args, &n);
+  char *text = json_text(args, &n);
   if (text == NULL) return NULL;
   sbuf b = { 0 };
   sb_str(&b, "return tools[\"");
@@ -1657,7 +1848,7 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
         return;
       }
       q->sess->busy = 1;
-      q->sess->last_used_ns = tp__now_ns();
+      q->sess->last_used_ns = now_ns();
       q->sess_num = q->sess->num;
       q->w = q->sess->w;
     }
@@ -1941,10 +2132,10 @@ static void handle_line (server *s, char *line, size_t len) {
   size_t i = 0;
   while (i < len && (line[i] == ' ' || line[i] == '\t')) i++;
   if (i == len) return;  /* blank lines are skipped */
-  tp_json_err jerr;
-  json_t *msg = tp_json_loads(line + i, len - i, &jerr);
+  char why[300];
+  json_t *msg = json_parse(line + i, len - i, why, sizeof why);
   if (msg == NULL) {
-    send_error(s, NULL, NULL, -32700, "Parse error: %.400s", jerr.message);
+    send_error(s, NULL, NULL, -32700, "Parse error: %.400s", why);
     return;
   }
   if (json_is_array(msg)) handle_batch(s, msg);
@@ -2140,7 +2331,7 @@ static int server_init (server *s) {
   if (uv_loop_init(s->loop) != 0) return -1;
   s->level = L_INFO;
   if (mailbox_init(&s->mb, s->loop, server_mail, s) != 0) return -1;
-  s->kv = tp__kvstore_new();
+  s->kv = tp_store_create();
   s->workers = calloc(s->o.workers, sizeof *s->workers);
   if (s->kv == NULL || s->workers == NULL) return -1;
   s->nworkers = s->o.workers;
@@ -2185,7 +2376,7 @@ static void server_close (server *s) {
   uv_run(s->loop, UV_RUN_DEFAULT);
   uv_loop_close(s->loop);
   if (s->mb.inited) pthread_mutex_destroy(&s->mb.mu);
-  tp__kvstore_unref(s->kv);
+  tp_store_destroy(s->kv);
   json_decref(s->tools);
   json_decref(s->tool_names);
   free(s->workers);
@@ -2227,7 +2418,8 @@ int tp__mcp_main (int argc, char **argv) {
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max" };
-    int known = tp__limit_by_mcp(name) != NULL;
+    const tp_limit_info *li = tp_limit_find(name);
+    int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
       known |= strcmp(name, with_value[k]) == 0;
     if (!known) return tp__cli_usage_error("unknown option '%s'", a);
@@ -2250,11 +2442,9 @@ int tp__mcp_main (int argc, char **argv) {
       o->workspace = val;
     }
     else if (strcmp(name, "--workspace-max") == 0) {
-      int rc = tp__parse_value(TP__UNIT_BYTES, val, UINT64_MAX, &o->workspace_max);
-      if (rc != 0) {
-        tp__parse_why(TP__UNIT_BYTES, NULL, rc, val, UINT64_MAX, why, sizeof why);
+      if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &o->workspace_max, NULL, why,
+                         sizeof why) != TP_OK)
         return tp__cli_usage_error("%s", why);
-      }
       o->workspace_max_set = 1;
     }
     else if (strcmp(name, "--name") == 0) {
@@ -2265,21 +2455,19 @@ int tp__mcp_main (int argc, char **argv) {
       o->name = val;
     }
     else if (strcmp(name, "--session-idle") == 0) {
-      int rc = tp__parse_value(TP__UNIT_DURATION, val, TP__DURATION_MAX, &o->session_idle_us);
-      if (rc != 0) {
-        tp__parse_why(TP__UNIT_DURATION, NULL, rc, val, TP__DURATION_MAX, why, sizeof why);
+      if (tp_parse_value(TP_UNIT_DURATION, val, UINT64_MAX, &o->session_idle_us, NULL, why,
+                         sizeof why) != TP_OK)
         return tp__cli_usage_error("%s", why);
-      }
     }
     else if (strcmp(name, "--max-sessions") == 0) {
       uint64_t n;
-      if (tp__parse_value(TP__UNIT_COUNT, val, 100000, &n) != 0)
+      if (tp_parse_value(TP_UNIT_COUNT, val, 100000, &n, NULL, NULL, 0) != TP_OK)
         return tp__cli_usage_error("bad session count '%s' (0 to 100000)", val);
       o->max_sessions = (unsigned)n;
     }
     else if (strcmp(name, "--workers") == 0) {
       uint64_t n;
-      if (tp__parse_value(TP__UNIT_COUNT, val, WORKERS_MAX, &n) != 0 || n < 1)
+      if (tp_parse_value(TP_UNIT_COUNT, val, WORKERS_MAX, &n, NULL, NULL, 0) != TP_OK || n < 1)
         return tp__cli_usage_error("bad worker count '%s' (1 to 64)", val);
       o->workers = (unsigned)n;
     }

@@ -813,6 +813,11 @@ static void add_problem (char **buf, size_t *len, const char *line) {
 }
 
 int tp_engine_load_tools (tp_engine *e, const char *dir) {
+  return tp__host_load_tools(e, dir, NULL, NULL);
+}
+
+int tp__host_load_tools (tp_engine *e, const char *dir, void (*problem)(const char *, void *),
+                         void *ud) {
   if (e == NULL || dir == NULL) return TP_EINVAL;
   DIR *d = opendir(dir);
   if (d == NULL) {
@@ -851,13 +856,17 @@ int tp_engine_load_tools (tp_engine *e, const char *dir) {
     lua_remove(H, -2);
     if (rt_call(H, "load_file", 1, 2) != LUA_OK) {
       add_problem(&problems, &plen, error_text(H, -1));
+      if (problem) problem(error_text(H, -1), ud);
     }
     else {
       added += (int)lua_tointeger(H, -2);
       lua_Integer np = luaL_len(H, -1);
       for (lua_Integer k = 1; k <= np; k++) {
         lua_rawgeti(H, -1, k);
-        if (lua_type(H, -1) == LUA_TSTRING) add_problem(&problems, &plen, lua_tostring(H, -1));
+        if (lua_type(H, -1) == LUA_TSTRING) {
+          add_problem(&problems, &plen, lua_tostring(H, -1));
+          if (problem) problem(lua_tostring(H, -1), ud);
+        }
         lua_pop(H, 1);
       }
     }

@@ -89,6 +89,86 @@ typedef struct tp_limits {
 /* Fills *l with the defaults. */
 TP_EXTERN void tp_limits_init(tp_limits *l);
 
+/* ---- the limits as data -------------------------------------------------------------
+**
+** Every field of tp_limits has one entry in a static table, in the order of the struct:
+** its unit, default, largest value, the names the front ends give it (the option of
+** `tidepool run` and of `tidepool mcp`, the option of the Lua module), a help line, and
+** the error code, message and hint a script gets when the limit stops it. A front end
+** parses and documents every limit from this table, so a limit added to tp_limits needs
+** no front-end change. Text values are parsed by one parser (tp_parse_value) with
+** overflow checks: sizes "64M", "512K", "1G", "1MiB", "100" (bytes); counts "1000";
+** durations "500ms", "2s", "1.5s", "1m", "250us", "3" (seconds). A value of 0 means no
+** limit. Everything here is static and thread-safe.
+*/
+typedef enum tp_unit {
+  TP_UNIT_BYTES = 0,     /* bytes */
+  TP_UNIT_COUNT = 1,     /* a whole number */
+  TP_UNIT_DURATION = 2   /* microseconds */
+} tp_unit;
+
+typedef struct tp_limit_info {
+  const char *field;     /* the tp_limits member, "wall_us" */
+  tp_unit unit;
+  uint64_t def;          /* what tp_limits_init sets */
+  uint64_t max;          /* the largest value the member takes (UINT32_MAX for 32-bit
+                         ** counts; 10^15 us for durations) */
+  const char *flag;      /* option of `tidepool run`, "--timeout" */
+  const char *mcp;       /* option of `tidepool mcp`, or NULL when not offered there */
+  const char *option;    /* option of the Lua module's run and check, "timeout" */
+  const char *help;      /* a help line without the default: "wall-clock time from the
+                         ** start" */
+  const char *code;      /* the error code when the limit stops a run or a call,
+                         ** "limit.time"; NULL when it has none of its own */
+  const char *message;   /* that error's message, "%s" standing for the limit in words;
+                         ** NULL when it is written where the limit is checked */
+  const char *hint;      /* what a script should do instead; NULL: none */
+} tp_limit_info;
+
+/* How many limits the table has (the fields of tp_limits). */
+TP_EXTERN size_t tp_limit_count(void);
+
+/* The entry i (0 to tp_limit_count() - 1), in the order of tp_limits' fields; NULL past
+** the end. Static: valid for the life of the process. */
+TP_EXTERN const tp_limit_info *tp_limit_at(size_t i);
+
+/* The entry whose field, `tidepool run` flag, `tidepool mcp` flag or Lua option is name
+** ("wall_us", "--timeout", "timeout"); NULL when none is (or name is NULL). */
+TP_EXTERN const tp_limit_info *tp_limit_find(const char *name);
+
+/* The value of the limit li in *l. */
+TP_EXTERN uint64_t tp_limits_get(const tp_limits *l, const tp_limit_info *li);
+
+/* Sets the limit called name (as tp_limit_find takes it) in *l from text, parsed by
+** tp_parse_value in the limit's unit and range. TP_OK, or TP_EINVAL (l unchanged) with
+** err (when not NULL, cut to errlen) saying why, for a person:
+**   "unknown limit 'x'", "bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)",
+**   "bad count '-2' (it cannot be negative; 0 means no limit)",
+**   "bad count '4294967296' (too large: at most 4294967295)". */
+TP_EXTERN int tp_limits_set(tp_limits *l, const char *name, const char *text, char *err,
+                            size_t errlen);
+
+/* Sets the limit called name from a number, as scripting languages pass them: seconds for
+** a duration (1.5 is 1500000 us), the value itself for sizes and counts (which must then
+** be whole). TP_OK, or TP_EINVAL (l unchanged) with err: "unknown limit 'x'",
+** "bad duration '1e+300' (too large: at most 1000000000 s)" (the number as "%.14g"),
+** "bad size '-1' (it cannot be negative; 0 means no limit)", "bad count '1.5' (use a
+** whole number)"; NaN is a bad value. */
+TP_EXTERN int tp_limits_set_number(tp_limits *l, const char *name, double v, char *err,
+                                   size_t errlen);
+
+/* The one parser of sizes, counts and durations (the whole text; no sign, no spaces).
+** Stores the value (bytes, a count, microseconds) in *out and returns TP_OK, or returns
+** TP_EINVAL with err (may be NULL) saying why, as tp_limits_set does; a value past max,
+** or past what 64 bits hold anywhere in the computation, is "too large", never wrapped.
+** noun names a count in the message ("instruction count"; NULL: "count"). */
+TP_EXTERN int tp_parse_value(tp_unit unit, const char *text, uint64_t max, uint64_t *out,
+                             const char *noun, char *err, size_t errlen);
+
+/* A value as an option takes it, for help texts: "64M", "10s", "250ms", "1000", or
+** "none" for 0. Writes at most len bytes, NUL included. */
+TP_EXTERN void tp_format_value(tp_unit unit, uint64_t v, char *buf, size_t len);
+
 /* The library's version, "MAJOR.MINOR.PATCH". Static string. */
 TP_EXTERN const char *tp_version(void);
 
@@ -178,6 +258,10 @@ TP_EXTERN int tp_run_done(const tp_run *r);
 ** by the run. */
 TP_EXTERN const char *tp_run_envelope(const tp_run *r);
 
+/* 1 when the run has finished and its script succeeded (the envelope's "ok" is true); 0
+** when it failed, has not finished, or r is NULL. */
+TP_EXTERN int tp_run_ok(const tp_run *r);
+
 /* Destroys the run (finished or not). NULL is a no-op. */
 TP_EXTERN void tp_run_destroy(tp_run *r);
 
@@ -187,6 +271,17 @@ TP_EXTERN void tp_run_destroy(tp_run *r);
 ** (tp_run_envelope is ready), and may destroy the run. */
 typedef void (*tp_run_done_cb)(tp_run *r, void *ud);
 TP_EXTERN int tp_run_start(tp_run *r, tp_run_done_cb done, void *ud);
+
+/* Tells cb about each tool call of r: once when the script makes it (done 0, before the
+** call is checked or dispatched, so an unknown tool or one past a limit is told too) and
+** once when it completes (done 1: it returned, failed, timed out or was cancelled), in
+** that order for each call; tool is the name the script used (owned by the call, valid
+** during cb). For progress reports. cb runs on the
+** run's thread from inside tp_run_step, tp_engine_poll or a completion, so it must not
+** step, cancel or destroy r, nor call into its engine; it may record and send. One
+** callback per run: a new one replaces the old; NULL clears it. NULL r is a no-op. */
+typedef void (*tp_call_event_cb)(tp_run *r, const char *tool, int done, void *ud);
+TP_EXTERN void tp_run_on_call(tp_run *r, tp_call_event_cb cb, void *ud);
 
 /* ---- sessions: globals kept from one run to the next --------------------------------
 ** A session owns one sandbox; its runs execute in it one at a time, so a script can use
@@ -248,6 +343,42 @@ TP_EXTERN int tp_engine_add_tool(tp_engine *e, const tp_tool_def *def);
 ** problem of the last call, one per line; the other plugins still load. */
 TP_EXTERN int tp_engine_load_tools(tp_engine *e, const char *dir);
 
+/* tp_engine_load_tools that hands each problem of this directory to problem, one call per
+** problem, in the order of the files (sorted by name), as they are met: "file:line: why"
+** (a plugin's own error message may hold newlines: it is still one problem; the text is
+** valid during the call). problem may be NULL. tp_engine_error still lists them all. The return value is tp_engine_load_tools's; when it is negative
+** (the directory cannot be read, out of memory), tp_engine_error says why and problem is
+** not called. problem must not call into e. */
+typedef void (*tp_problem_cb)(const char *problem, void *ud);
+TP_EXTERN int tp_engine_load_tools_cb(tp_engine *e, const char *dir, tp_problem_cb problem,
+                                      void *ud);
+
+/* Removes every plugin tool (those loaded by tp_engine_load_tools; tools added with
+** tp_engine_add_tool stay), so that directories can be loaded again after their files
+** changed: a reload is this, then tp_engine_load_tools for each directory. Returns how
+** many were removed, or TP_ESTATE while a run of e is alive (its calls point at their
+** tools; nothing is removed), TP_EINVAL for NULL. */
+TP_EXTERN int tp_engine_unload_tools(tp_engine *e);
+
+/* The tools of e, sorted by name: tp_engine_tool_count() of them, read one by one with
+** tp_engine_tool_info(e, i, &info) for i from 0. The strings of info belong to e and stay
+** valid until its tools change (add, load, unload) or e is destroyed. Use from e's
+** thread. */
+typedef struct tp_tool_info {
+  const char *name;         /* "weather.current" */
+  const char *description;  /* "" when it has none */
+  const char *origin;       /* "dir/file.lua:12" for a plugin tool; NULL for a C tool */
+  uint64_t timeout_us;      /* its own deadline; 0: the run's tool_timeout_us */
+} tp_tool_info;
+TP_EXTERN size_t tp_engine_tool_count(const tp_engine *e);
+/* TP_OK, or TP_EINVAL when i is past the end or an argument is NULL (info untouched). */
+TP_EXTERN int tp_engine_tool_info(const tp_engine *e, size_t i, tp_tool_info *info);
+/* The input schema (output 0) or output schema (output 1) of tool i as compact JSON text
+** with sorted keys in *json (caller frees with tp_free). A tool registered without an
+** input schema has {"type":"object"}; without an output schema, *json is NULL. TP_OK, TP_EINVAL (i past the end, NULL
+** arguments), TP_ENOMEM. */
+TP_EXTERN int tp_engine_tool_schema(const tp_engine *e, size_t i, int output, char **json);
+
 /* Confines the fs.* built-in tools to this directory (and offers them). */
 TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);
 
@@ -268,6 +399,32 @@ TP_EXTERN char *tp_engine_describe(tp_engine *e, const char *format);
 ** happened (block 1). Tool handlers that wait (timers, files, processes) and call
 ** deadlines progress only while the loop runs. Returns nonzero while work is pending. */
 TP_EXTERN int tp_engine_poll(tp_engine *e, int block);
+
+/* The engine's libuv loop (a uv_loop_t *), for tool handlers written in C that wait on
+** timers, sockets or processes: handles made on it are run by tp_engine_poll and by the
+** loop of tp_engine_run. Owned by e; valid until tp_engine_destroy, which runs the loop
+** until the handles the program closed are gone, so close yours before (or from a close
+** callback). Use it from e's thread only. NULL for NULL e. */
+TP_EXTERN void *tp_engine_loop(tp_engine *e);
+
+/* ---- a kv store shared by engines ----------------------------------------------------
+** The built-in kv.* tools keep their keys in a store of the engine's own. Engines that
+** share a tp_store (for example one engine per worker thread) see one set of keys: a key
+** one engine's script writes, another's reads. The store is thread-safe.
+*/
+typedef struct tp_store tp_store;
+
+/* An empty store. NULL when out of memory. */
+TP_EXTERN tp_store *tp_store_create(void);
+
+/* Lets go of the caller's store. It must outlive every engine given it with
+** tp_engine_set_store (destroy those first). NULL is a no-op. */
+TP_EXTERN void tp_store_destroy(tp_store *s);
+
+/* Makes e's kv.* tools use s (borrowed: s must outlive e). Call it before e loads any
+** tools or runs any script: TP_ESTATE once e's host state has started (its kv tools are
+** bound then). TP_EINVAL for NULL. */
+TP_EXTERN int tp_engine_set_store(tp_engine *e, tp_store *s);
 
 /* The calls of r that wait for the embedding program (tools without handler), at most
 ** max of them, oldest first; returns how many. */

@@ -5,8 +5,11 @@
 ** between steps; the wall limit counted from the first step; an engine destroyed with
 ** live runs; and many runs in a loop (for valgrind).
 */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -418,6 +421,458 @@ TEST(a_thousand_runs_in_a_loop) {
   tp_engine_destroy(e);
 }
 
+/* ---- the limits table and its parser ------------------------------------------------- */
+
+TEST(limit_table_lists_every_field_in_struct_order) {
+  static const char *const fields[] = { "memory", "instructions", "cpu_us", "wall_us",
+    "output", "source", "result", "tool_calls", "tool_calls_per_tool", "tool_in_flight",
+    "tool_bytes", "tool_timeout_us", "fs_bytes" };
+  size_t n = sizeof fields / sizeof fields[0];
+  CHECK_INT(tp_limit_count(), n);
+  for (size_t i = 0; i < n && i < tp_limit_count(); i++) CHECK_STR(tp_limit_at(i)->field, fields[i]);
+  CHECK(tp_limit_at(n) == NULL);
+  CHECK(tp_limit_at(SIZE_MAX) == NULL);
+  const tp_limit_info *t = tp_limit_at(3);
+  CHECK_STR(t->flag, "--timeout");
+  CHECK_STR(t->mcp, "--timeout");
+  CHECK_STR(t->option, "timeout");
+  CHECK_INT(t->unit, TP_UNIT_DURATION);
+  CHECK(t->def == 10000000u);
+  CHECK(t->max == UINT64_C(1000000000000000));
+  CHECK_STR(t->code, "limit.time");
+  CHECK_STR(t->message, "the script ran longer than its time limit of %s");
+  CHECK(t->hint != NULL && strstr(t->hint, "loop that never ends") != NULL);
+  CHECK_STR(t->help, "wall-clock time from the start");
+  const tp_limit_info *c = tp_limit_at(7);
+  CHECK_STR(c->field, "tool_calls");
+  CHECK_INT(c->unit, TP_UNIT_COUNT);
+  CHECK(c->max == UINT32_MAX);
+  CHECK(c->def == 1000);
+  const tp_limit_info *f = tp_limit_at(9);  /* fails nothing: no code, message or hint */
+  CHECK_STR(f->field, "tool_in_flight");
+  CHECK(f->code == NULL && f->message == NULL && f->hint == NULL);
+}
+
+TEST(limit_defaults_match_limits_init) {
+  tp_limits l;
+  tp_limits_init(&l);
+  for (size_t i = 0; i < tp_limit_count(); i++)
+    CHECK(tp_limits_get(&l, tp_limit_at(i)) == tp_limit_at(i)->def);
+  CHECK(tp_limits_get(NULL, tp_limit_at(0)) == 0);
+  CHECK(tp_limits_get(&l, NULL) == 0);
+}
+
+TEST(limit_find_takes_field_flag_and_lua_option) {
+  CHECK(tp_limit_find("wall_us") == tp_limit_at(3));
+  CHECK(tp_limit_find("--timeout") == tp_limit_at(3));
+  CHECK(tp_limit_find("timeout") == tp_limit_at(3));
+  CHECK(tp_limit_find("--fs-quota") == tp_limit_at(12));
+  CHECK(tp_limit_find("fs_quota") == tp_limit_at(12));
+  CHECK(tp_limit_find("fs_bytes") == tp_limit_at(12));
+  CHECK(tp_limit_find("Timeout") == NULL);
+  CHECK(tp_limit_find("--wall_us") == NULL);
+  CHECK(tp_limit_find("") == NULL);
+  CHECK(tp_limit_find(NULL) == NULL);
+}
+
+TEST(every_name_of_every_limit_finds_that_limit_alone) {
+  for (size_t i = 0; i < tp_limit_count(); i++) {
+    const tp_limit_info *li = tp_limit_at(i);
+    CHECK(tp_limit_find(li->field) == li);
+    CHECK(tp_limit_find(li->flag) == li);
+    CHECK(tp_limit_find(li->option) == li);
+    CHECK(li->mcp == NULL || tp_limit_find(li->mcp) == li);
+    CHECK(strncmp(li->flag, "--", 2) == 0 && strncmp(li->option, "--", 2) != 0);
+    CHECK(li->help != NULL && li->help[0] != '\0');
+    CHECK(li->def <= li->max);
+  }
+}
+
+TEST(limits_set_parses_each_unit) {
+  tp_limits l;
+  tp_limits_init(&l);
+  char err[200] = "untouched";
+  CHECK_INT(tp_limits_set(&l, "--memory", "32M", err, sizeof err), TP_OK);
+  CHECK(l.memory == 32u << 20);
+  CHECK_STR(err, "untouched");
+  CHECK_INT(tp_limits_set(&l, "timeout", "1.5s", err, sizeof err), TP_OK);
+  CHECK(l.wall_us == 1500000);
+  CHECK_INT(tp_limits_set(&l, "cpu_us", "250ms", NULL, 0), TP_OK);
+  CHECK(l.cpu_us == 250000);
+  CHECK_INT(tp_limits_set(&l, "tool_calls", "4294967295", NULL, 0), TP_OK);
+  CHECK(l.tool_calls == UINT32_MAX);
+  CHECK_INT(tp_limits_set(&l, "--tool-timeout", "2m", NULL, 0), TP_OK);
+  CHECK(l.tool_timeout_us == 120000000);
+  CHECK_INT(tp_limits_set(&l, "max_output", "0", NULL, 0), TP_OK);
+  CHECK(l.output == 0);
+}
+
+TEST(limits_set_refuses_bad_names_and_values_and_leaves_l_alone) {
+  tp_limits l, before;
+  tp_limits_init(&l);
+  before = l;
+  char err[200];
+  CHECK_INT(tp_limits_set(&l, "walltime", "1s", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "unknown limit 'walltime'");
+  CHECK_INT(tp_limits_set(&l, NULL, "1s", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "unknown limit '(null)'");
+  CHECK_INT(tp_limits_set(&l, "memory", "12Q", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)");
+  CHECK_INT(tp_limits_set(&l, "tool_calls", "-2", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad count '-2' (it cannot be negative; 0 means no limit)");
+  CHECK_INT(tp_limits_set(&l, "tool_calls", "4294967296", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad count '4294967296' (too large: at most 4294967295)");
+  CHECK_INT(tp_limits_set(&l, "instructions", "1e3", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad instruction count '1e3' (use a whole number)");
+  CHECK_INT(tp_limits_set(&l, "memory", "99999999999999999999G", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad size '99999999999999999999G' (too large: at most 18446744073709551615 bytes)");
+  CHECK_INT(tp_limits_set(&l, "memory", "17179869184G", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad size '17179869184G' (too large: at most 18446744073709551615 bytes)");
+  CHECK_INT(tp_limits_set(&l, "timeout", "1e400s", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad duration '1e400s' (too large: at most 1000000000 s)");
+  CHECK_INT(tp_limits_set(&l, "timeout", "nan", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad duration 'nan' (use 500ms, 2s, 1m)");
+  CHECK_INT(tp_limits_set(&l, "timeout", NULL, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad duration '(null)' (use 500ms, 2s, 1m)");
+  CHECK_INT(tp_limits_set(&l, "timeout", "2s", err, 8), TP_OK);  /* err untouched */
+  before.wall_us = 2000000;
+  CHECK(memcmp(&l, &before, sizeof l) == 0);
+  CHECK_INT(tp_limits_set(NULL, "timeout", "2s", err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "no limits to set (NULL)");
+  CHECK_INT(tp_limits_set(&l, "memory", "12Q", err, 9), TP_EINVAL);  /* cut, terminated */
+  CHECK_STR(err, "bad size");
+}
+
+TEST(limits_set_number_takes_seconds_and_whole_numbers) {
+  tp_limits l;
+  tp_limits_init(&l);
+  char err[200];
+  CHECK_INT(tp_limits_set_number(&l, "timeout", 0.25, err, sizeof err), TP_OK);
+  CHECK(l.wall_us == 250000);
+  CHECK_INT(tp_limits_set_number(&l, "memory", 65536, err, sizeof err), TP_OK);
+  CHECK(l.memory == 65536);
+  CHECK_INT(tp_limits_set_number(&l, "memory", 1.5, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad size '1.5' (use bytes or a suffix: 512K, 64M, 1G)");
+  CHECK_INT(tp_limits_set_number(&l, "tool_calls", -1, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad count '-1' (it cannot be negative; 0 means no limit)");
+  CHECK_INT(tp_limits_set_number(&l, "tool_calls", 4294967296.0, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad count '4294967296' (too large: at most 4294967295)");
+  CHECK_INT(tp_limits_set_number(&l, "memory", 1e30, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad size '1e+30' (too large: at most 18446744073709551615 bytes)");
+  CHECK_INT(tp_limits_set_number(&l, "timeout", 1e300, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad duration '1e+300' (too large: at most 1000000000 s)");
+  CHECK_INT(tp_limits_set_number(&l, "timeout", -0.5, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad duration '-0.5' (it cannot be negative; 0 means no limit)");
+  CHECK_INT(tp_limits_set_number(&l, "nope", 1, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "unknown limit 'nope'");
+  CHECK(l.wall_us == 250000 && l.memory == 65536 && l.tool_calls == 1000);
+}
+
+TEST(parse_value_and_format_value) {
+  uint64_t v = 7;
+  char err[200];
+  CHECK_INT(tp_parse_value(TP_UNIT_BYTES, "1GiB", UINT64_MAX, &v, NULL, err, sizeof err), TP_OK);
+  CHECK(v == UINT64_C(1) << 30);
+  CHECK_INT(tp_parse_value(TP_UNIT_DURATION, "90", UINT64_MAX, &v, NULL, err, sizeof err), TP_OK);
+  CHECK(v == 90000000);
+  CHECK_INT(tp_parse_value(TP_UNIT_COUNT, "101", 100, &v, "session count", err, sizeof err),
+            TP_EINVAL);
+  CHECK_STR(err, "bad session count '101' (too large: at most 100)");
+  CHECK(v == 90000000);
+  CHECK_INT(tp_parse_value(TP_UNIT_COUNT, "18446744073709551616", UINT64_MAX, &v, NULL, err,
+                           sizeof err), TP_EINVAL);
+  CHECK_STR(err, "bad count '18446744073709551616' (too large: at most 18446744073709551615)");
+  CHECK_INT(tp_parse_value((tp_unit)9, "1", 10, &v, NULL, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "unknown unit 9");
+  char buf[32];
+  tp_format_value(TP_UNIT_BYTES, UINT64_C(64) << 20, buf, sizeof buf);
+  CHECK_STR(buf, "64M");
+  tp_format_value(TP_UNIT_DURATION, 600000000, buf, sizeof buf);
+  CHECK_STR(buf, "10m");
+  tp_format_value(TP_UNIT_DURATION, 1500, buf, sizeof buf);
+  CHECK_STR(buf, "1500us");
+  tp_format_value(TP_UNIT_COUNT, 0, buf, sizeof buf);
+  CHECK_STR(buf, "none");
+  tp_format_value(TP_UNIT_BYTES, 1536, buf, 3);
+  CHECK_STR(buf, "15");
+}
+
+/* ---- runs: ok and call events --------------------------------------------------------- */
+
+static void answer_fn (tp_call *c, void *ud) {
+  (void)ud;
+  tp_call_complete(c, "42", 0);
+}
+
+typedef struct events { char log[512]; int n; } events;
+
+static void on_call (tp_run *r, const char *tool, int done, void *ud) {
+  events *ev = ud;
+  size_t len = strlen(ev->log);
+  snprintf(ev->log + len, sizeof ev->log - len, "%s%s:%s", len ? " " : "", done ? "end" : "start",
+           tool);
+  ev->n++;
+  (void)r;
+}
+
+TEST(run_ok_is_set_only_when_done_and_succeeded) {
+  tp_engine *e = tp_engine_create();
+  tp_run *r = tp_run_create(e, "return 1", 8, NULL);
+  CHECK_INT(tp_run_ok(r), 0);
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  CHECK_INT(tp_run_ok(r), 1);
+  tp_run_destroy(r);
+  r = tp_run_create(e, "error('x')", 10, NULL);
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  CHECK_INT(tp_run_ok(r), 0);
+  tp_run_destroy(r);
+  r = tp_run_create(e, "return +", 8, NULL);
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  CHECK_INT(tp_run_ok(r), 0);
+  tp_run_destroy(r);
+  CHECK_INT(tp_run_ok(NULL), 0);
+  tp_engine_destroy(e);
+}
+
+TEST(call_events_come_in_order_once_per_start_and_end) {
+  tp_engine *e = tp_engine_create();
+  tp_tool_def a = { "t.answer", "Answers 42.", NULL, NULL, answer_fn, NULL, 0 };
+  tp_tool_def p = { "t.pending", "Completed by the program.", NULL, NULL, NULL, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
+  CHECK_INT(tp_engine_add_tool(e, &p), TP_OK);
+  const char *src = "local x = tools.t.answer{} local ok = pcall(tools.t.nosuch, {}) "
+                    "return x + tools.t.pending{}";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  events ev = { "", 0 }, other = { "", 0 };
+  tp_run_on_call(r, on_call, &other);
+  tp_run_on_call(r, on_call, &ev);  /* replaces the first */
+  CHECK_INT(tp_run_step(r, 0, 0), TP_WAIT);
+  CHECK_STR(ev.log, "start:t.answer end:t.answer start:t.nosuch end:t.nosuch start:t.pending");
+  tp_call *calls[4];
+  CHECK_INT(tp_run_pending(r, calls, 4), 1);
+  CHECK_INT(tp_call_complete(calls[0], "1", 0), TP_OK);
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  CHECK_STR(ev.log, "start:t.answer end:t.answer start:t.nosuch end:t.nosuch start:t.pending "
+                    "end:t.pending");
+  CHECK_INT(ev.n, 6);
+  CHECK_INT(other.n, 0);
+  CHECK_INT(tp_run_ok(r), 1);
+  CHECK_HAS(tp_run_envelope(r), "\"result\":43");
+  tp_run_destroy(r);
+  r = tp_run_create(e, src, strlen(src), NULL);  /* cleared: no events */
+  tp_run_on_call(r, on_call, &other);
+  tp_run_on_call(r, NULL, &other);
+  CHECK_INT(tp_run_step(r, 0, 0), TP_WAIT);
+  CHECK_INT(other.n, 0);
+  tp_run_destroy(r);
+  tp_run_on_call(NULL, on_call, &ev);
+  tp_engine_destroy(e);
+}
+
+/* ---- tools: one by one, problems, unload and reload ------------------------------------ */
+
+/* A fresh directory under /tmp (dir holds at least 64 bytes). */
+static void make_dir (char *dir) {
+  strcpy(dir, "/tmp/tp_api_XXXXXX");
+  CHECK(mkdtemp(dir) != NULL);
+}
+
+static void write_file (const char *dir, const char *name, const char *text) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f) { fputs(text, f); fclose(f); }
+}
+
+static void remove_file (const char *dir, const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  unlink(path);
+}
+
+typedef struct problems { char text[4][300]; int n; } problems;
+
+static void on_problem (const char *problem, void *ud) {
+  problems *p = ud;
+  if (p->n < 4) snprintf(p->text[p->n], sizeof p->text[0], "%s", problem);
+  p->n++;
+}
+
+TEST(tools_are_listed_one_by_one_sorted_with_their_schemas) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_tool_count(e), 0);
+  tp_tool_def b = { "b.tool", NULL, "{\"type\":\"object\",\"required\":[\"x\"]}",
+                    "{\"type\":\"number\"}", answer_fn, NULL, 2500 };
+  tp_tool_def a = { "a.tool", "First.", NULL, NULL, answer_fn, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &b), TP_OK);
+  CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
+  CHECK_INT(tp_engine_tool_count(e), 2);
+  tp_tool_info ti;
+  CHECK_INT(tp_engine_tool_info(e, 0, &ti), TP_OK);
+  CHECK_STR(ti.name, "a.tool");
+  CHECK_STR(ti.description, "First.");
+  CHECK(ti.origin == NULL);
+  CHECK(ti.timeout_us == 0);
+  CHECK_INT(tp_engine_tool_info(e, 1, &ti), TP_OK);
+  CHECK_STR(ti.name, "b.tool");
+  CHECK_STR(ti.description, "");
+  CHECK(ti.timeout_us == 2500);
+  ti.name = "kept";
+  CHECK_INT(tp_engine_tool_info(e, 2, &ti), TP_EINVAL);
+  CHECK_STR(ti.name, "kept");
+  CHECK_INT(tp_engine_tool_info(e, 0, NULL), TP_EINVAL);
+  CHECK_INT(tp_engine_tool_info(NULL, 0, &ti), TP_EINVAL);
+  char *json = (char *)"sentinel";
+  CHECK_INT(tp_engine_tool_schema(e, 1, 0, &json), TP_OK);
+  CHECK_STR(json, "{\"required\":[\"x\"],\"type\":\"object\"}");
+  tp_free(json);
+  CHECK_INT(tp_engine_tool_schema(e, 1, 1, &json), TP_OK);
+  CHECK_STR(json, "{\"type\":\"number\"}");
+  tp_free(json);
+  CHECK_INT(tp_engine_tool_schema(e, 0, 0, &json), TP_OK);
+  CHECK_STR(json, "{\"type\":\"object\"}");
+  tp_free(json);
+  json = (char *)"sentinel";
+  CHECK_INT(tp_engine_tool_schema(e, 0, 1, &json), TP_OK);
+  CHECK(json == NULL);
+  json = (char *)"sentinel";
+  CHECK_INT(tp_engine_tool_schema(e, 2, 0, &json), TP_EINVAL);
+  CHECK(json == NULL);
+  CHECK_INT(tp_engine_tool_schema(e, 0, 0, NULL), TP_EINVAL);
+  CHECK_INT(tp_engine_tool_count(NULL), 0);
+  tp_engine_destroy(e);
+}
+
+TEST(load_problems_come_one_by_one_in_file_order) {
+  char dir[64];
+  make_dir(dir);
+  write_file(dir, "a_ok.lua", "return { name = 'p.one', description = 'One.', "
+             "handler = function() return 1 end }\n");
+  write_file(dir, "b_syntax.lua", "return {\n");
+  write_file(dir, "c_two.lua", "error('two\\nlines')\n");
+  tp_engine *e = tp_engine_create();
+  problems p = { .n = 0 };
+  CHECK_INT(tp_engine_load_tools_cb(e, dir, on_problem, &p), 1);
+  CHECK_INT(p.n, 2);
+  char want[300];
+  snprintf(want, sizeof want, "%s/b_syntax.lua:2: unexpected symbol near <eof>", dir);
+  CHECK_STR(p.text[0], want);
+  snprintf(want, sizeof want, "%s/c_two.lua:1: two\nlines", dir);  /* one problem */
+  CHECK_STR(p.text[1], want);
+  CHECK_INT(tp_engine_tool_count(e), 1);
+  /* a directory that cannot be read: a negative code, no problem calls */
+  p.n = 0;
+  CHECK_INT(tp_engine_load_tools_cb(e, "/nonexistent/tp", on_problem, &p), TP_EINVAL);
+  CHECK_INT(p.n, 0);
+  CHECK_HAS(tp_engine_error(e), "cannot read the tools directory /nonexistent/tp");
+  /* no callback: problems stay in tp_engine_error as before */
+  tp_engine *e2 = tp_engine_create();
+  CHECK_INT(tp_engine_load_tools_cb(e2, dir, NULL, NULL), 1);
+  CHECK_HAS(tp_engine_error(e2), "b_syntax.lua:2:");
+  tp_engine_destroy(e2);
+  tp_engine_destroy(e);
+  remove_file(dir, "a_ok.lua");
+  remove_file(dir, "b_syntax.lua");
+  remove_file(dir, "c_two.lua");
+  rmdir(dir);
+}
+
+TEST(unload_then_load_picks_up_a_changed_plugin_dir) {
+  char dir[64];
+  make_dir(dir);
+  write_file(dir, "p.lua", "return { name = 'p.v', description = 'Version 1.', "
+             "handler = function() return 1 end }\n");
+  tp_engine *e = tp_engine_create();
+  tp_tool_def c = { "c.kept", "A C tool.", NULL, NULL, answer_fn, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &c), TP_OK);
+  CHECK_INT(tp_engine_load_tools(e, dir), 1);
+  tp_tool_info ti;
+  CHECK_INT(tp_engine_tool_count(e), 2);
+  CHECK_INT(tp_engine_tool_info(e, 1, &ti), TP_OK);
+  CHECK_STR(ti.name, "p.v");
+  char origin[128];
+  snprintf(origin, sizeof origin, "%s/p.lua:1", dir);
+  CHECK_STR(ti.origin, origin);
+  /* a live run holds its tools: nothing is removed */
+  tp_run *r = tp_run_create(e, "return tools.p.v{}", 18, NULL);
+  CHECK_INT(tp_engine_unload_tools(e), TP_ESTATE);
+  CHECK_INT(tp_engine_tool_count(e), 2);
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  CHECK_HAS(tp_run_envelope(r), "\"result\":1");
+  tp_run_destroy(r);
+  /* the file changes: a reload sees the new version, and a new tool */
+  write_file(dir, "p.lua", "return { { name = 'p.v', description = 'Version 2.', "
+             "handler = function() return 2 end }, { name = 'p.w', description = 'New.', "
+             "handler = function() return 3 end } }\n");
+  CHECK_INT(tp_engine_unload_tools(e), 1);
+  CHECK_INT(tp_engine_tool_count(e), 1);
+  CHECK_INT(tp_engine_tool_info(e, 0, &ti), TP_OK);
+  CHECK_STR(ti.name, "c.kept");
+  CHECK_INT(tp_engine_load_tools(e, dir), 2);
+  CHECK_STR(tp_engine_error(e), "");
+  CHECK_INT(tp_engine_tool_count(e), 3);
+  CHECK_INT(tp_engine_tool_info(e, 1, &ti), TP_OK);
+  CHECK_STR(ti.description, "Version 2.");
+  char *env = NULL;
+  CHECK_INT(tp_engine_run(e, "return tools.p.v{} * 10 + tools.p.w{}", 37, NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"result\":23");
+  tp_free(env);
+  CHECK_INT(tp_engine_unload_tools(e), 2);
+  CHECK_INT(tp_engine_unload_tools(e), 0);
+  CHECK_INT(tp_engine_unload_tools(NULL), TP_EINVAL);
+  tp_engine_destroy(e);
+  remove_file(dir, "p.lua");
+  rmdir(dir);
+}
+
+/* ---- the loop and the shared store ------------------------------------------------------ */
+
+TEST(engine_loop_is_the_engines_own) {
+  tp_engine *a = tp_engine_create(), *b = tp_engine_create();
+  CHECK(tp_engine_loop(a) != NULL);
+  CHECK(tp_engine_loop(a) == tp_engine_loop(a));
+  CHECK(tp_engine_loop(a) != tp_engine_loop(b));
+  CHECK(tp_engine_loop(NULL) == NULL);
+  tp_engine_destroy(a);
+  tp_engine_destroy(b);
+}
+
+/* The built-in kv tools (tools/kv.lua), from the source tree. */
+static int load_kv (tp_engine *e) {
+  const char *env = getenv("TIDEPOOL_TOOLS_DIR");
+  return tp_engine_load_tools(e, env && *env ? env : "tools");
+}
+
+TEST(engines_sharing_a_store_see_each_others_keys) {
+  tp_store *s = tp_store_create();
+  CHECK(s != NULL);
+  tp_engine *a = tp_engine_create(), *b = tp_engine_create(), *c = tp_engine_create();
+  CHECK_INT(tp_engine_set_store(a, s), TP_OK);
+  CHECK_INT(tp_engine_set_store(b, s), TP_OK);
+  CHECK(load_kv(a) > 0 && load_kv(b) > 0 && load_kv(c) > 0);
+  CHECK_INT(tp_engine_set_store(c, s), TP_ESTATE);  /* its host state has started */
+  char *env = NULL;
+  const char *put = "tools.kv.set{key = 'k', value = 'from a'} return true";
+  CHECK_INT(tp_engine_run(a, put, strlen(put), NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"ok\":true");
+  tp_free(env);
+  const char *get = "return tools.kv.get{key = 'k'}";
+  CHECK_INT(tp_engine_run(b, get, strlen(get), NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "from a");
+  tp_free(env);
+  CHECK_INT(tp_engine_run(c, get, strlen(get), NULL, &env, NULL), TP_OK);  /* its own */
+  CHECK(env != NULL && strstr(env, "from a") == NULL);
+  tp_free(env);
+  CHECK_INT(tp_engine_set_store(NULL, s), TP_EINVAL);
+  CHECK_INT(tp_engine_set_store(a, NULL), TP_EINVAL);
+  tp_engine_destroy(a);
+  tp_engine_destroy(b);
+  tp_engine_destroy(c);
+  tp_store_destroy(s);
+  tp_store_destroy(NULL);
+}
+
 int main (void) {
   RUN(every_public_function_accepts_null_without_crashing);
   RUN(null_source_or_envelope_pointer_is_refused);
@@ -444,5 +899,20 @@ int main (void) {
   RUN(two_engines_are_independent);
   RUN(a_thousand_runs_in_a_loop);
   RUN(a_session_runs_again_after_a_run_killed_at_the_memory_cap);
+  RUN(limit_table_lists_every_field_in_struct_order);
+  RUN(limit_defaults_match_limits_init);
+  RUN(limit_find_takes_field_flag_and_lua_option);
+  RUN(every_name_of_every_limit_finds_that_limit_alone);
+  RUN(limits_set_parses_each_unit);
+  RUN(limits_set_refuses_bad_names_and_values_and_leaves_l_alone);
+  RUN(limits_set_number_takes_seconds_and_whole_numbers);
+  RUN(parse_value_and_format_value);
+  RUN(run_ok_is_set_only_when_done_and_succeeded);
+  RUN(call_events_come_in_order_once_per_start_and_end);
+  RUN(tools_are_listed_one_by_one_sorted_with_their_schemas);
+  RUN(load_problems_come_one_by_one_in_file_order);
+  RUN(unload_then_load_picks_up_a_changed_plugin_dir);
+  RUN(engine_loop_is_the_engines_own);
+  RUN(engines_sharing_a_store_see_each_others_keys);
   return tp_test_end();
 }
