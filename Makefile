@@ -24,7 +24,8 @@ FUZZ_TARGETS ?= $(patsubst spec/fuzz/%.c,%,$(wildcard spec/fuzz/fuzz_*.c))
 FUZZ_ARGS    ?=
 
 WARN_BASE   = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
-              -Wpointer-arith -Wcast-align -Wwrite-strings -Wundef -Wno-unused-parameter
+              -Wpointer-arith -Wcast-align -Wwrite-strings -Wundef -Wno-unused-parameter \
+              -Werror=implicit-function-declaration
 WARN_STRICT = $(WARN_BASE) -Wformat=2 -Wvla
 PKGS        = jansson libpcre2-8 libuv
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)

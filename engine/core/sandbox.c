@@ -20,7 +20,7 @@
 
 #include "lstate.h"   /* hookcount: how much of its count-hook period a thread has run */
 
-#include "internal.h"
+#include "sandbox.h"
 #include "json.h"
 #include "allowlist.h"
 

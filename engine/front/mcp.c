@@ -63,7 +63,9 @@
 #include <jansson.h>
 #include <uv.h>
 
-#include "internal.h"
+#include "engine.h"
+#include "registry.h"
+#include "host.h"
 #include "json.h"
 #include "limits_table.h"
 #include "mcp.h"

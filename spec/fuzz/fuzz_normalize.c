@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "internal.h"
+#include "normalize.h"
 #include "fuzz.h"
 
 static tp_engine *engine;
