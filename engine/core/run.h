@@ -39,8 +39,9 @@ typedef struct tp__host_hooks {
   void (*run_gone)(void *ud, tp_run *r);
   /* Discovery from a script: the tools' names, sorted (index i of n); one tool's
   ** description as Lua annotations (malloc'd; *known 0 when there is no such tool);
-  ** a search as JSON text (malloc'd). sb is the asking run's sandbox: its verdict stops
-  ** the work, and NULL is out of memory or stopped. */
+  ** a search as JSON text [{name, score, description}...] (malloc'd). sb is the asking
+  ** run's sandbox. NULL when out of memory. The host answers from data it keeps: these
+  ** run no Lua of the host's. */
   size_t (*tool_count)(void *ud);
   const char *(*tool_name)(void *ud, size_t i);
   char *(*describe)(void *ud, tp_sandbox *sb, const char *tool, int *known);

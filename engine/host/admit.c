@@ -70,14 +70,17 @@ static size_t tool_count (void *ud) { return ((tp_engine *)ud)->ntools; }
 
 static const char *tool_name (void *ud, size_t i) { return ((tp_engine *)ud)->tools[i]->name; }
 
+/* Discovery from a script reads what registration made: no Lua runs for it. */
 static char *describe (void *ud, tp_sandbox *sb, const char *tool, int *known) {
-  tp_engine *e = ud;
-  *known = tp__tool_find(e, tool) != NULL;
-  return *known ? tp__host_describe(e, sb, "lua", tool) : NULL;
+  (void)sb;
+  const tp_tool *t = tp__tool_find(ud, tool);
+  *known = t != NULL;
+  return t != NULL && t->lua_api != NULL ? strdup(t->lua_api) : NULL;
 }
 
 static char *search (void *ud, tp_sandbox *sb, const char *query) {
-  return tp__host_search(ud, sb, query);
+  (void)sb;
+  return tp__tool_search(ud, query);
 }
 
 const tp__host_hooks tp__engine_hooks = {

@@ -122,9 +122,9 @@ int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
 
 char *tp_engine_describe (tp_engine *e, const char *format) {
   if (e == NULL || format == NULL) return NULL;
-  if (strcmp(format, "lua") == 0) return tp__host_describe(e, NULL, "lua", NULL);
-  if (strcmp(format, "json") == 0) return tp__host_describe(e, NULL, "json", NULL);
-  if (strcmp(format, "json+session") == 0) return tp__host_describe(e, NULL, "json", "session");
+  if (strcmp(format, "lua") == 0) return tp__host_describe(e, "lua", NULL);
+  if (strcmp(format, "json") == 0) return tp__host_describe(e, "json", NULL);
+  if (strcmp(format, "json+session") == 0) return tp__host_describe(e, "json", "session");
   return NULL;
 }
 

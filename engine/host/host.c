@@ -871,6 +871,7 @@ int tp__host_load_dir (tp_engine *e, const char *dir) {
   }
   free(e->error);
   e->error = problems;  /* NULL reads as "" */
+  tp__tools_annotate(e);
   return added;
 }
 
@@ -979,34 +980,32 @@ static int describe_p (lua_State *H) {
   return 1;
 }
 
-/*
-** Discovery from a script (tools.describe, tools.search) runs describe.lua in the host
-** state on the run's behalf, so it polls the run's verdict as it goes: a count hook on
-** H, every DESCRIBE_HOOK_EVERY instructions, raises once the run has one (the watchdog
-** records limit.time and limit.cpu while the step runs). Its inputs are capped by the
-** caller (tools.c) and its output is charged to the run's host budget there. The C
-** calls it makes are bounded by the tool set, which the operator chose.
-*/
-#define DESCRIBE_HOOK_EVERY 1000
-static __thread tp_sandbox *describing_for;
+/* The work of one tool's annotations made at its registration is capped: a schema of
+** megabytes would otherwise hold every engine that loads it for seconds. Past the cap
+** the tool gets a short text instead (registry.c). */
+#define TOOL_API_BUDGET 5000000    /* instructions of describe.lua (about 25 ms here) */
+#define TOOL_API_HOOK 10000
+static __thread uint64_t api_left;
 
-static void describe_hook (lua_State *H, lua_Debug *ar) {
+static void api_hook (lua_State *H, lua_Debug *ar) {
   (void)ar;
-  tp_sandbox *sb = describing_for;
-  if (sb != NULL && atomic_load(&sb->kill) != TP_KILL_NONE)
-    luaL_error(H, "stopped: the run that asked has ended");
+  if (api_left <= TOOL_API_HOOK) luaL_error(H, "the tool's schema is too large to annotate");
+  api_left -= TOOL_API_HOOK;
 }
 
-static char *describe_call (tp_engine *e, tp_sandbox *sb, const char *what, const char *arg) {
+/* Runs describe_p in H. report: a failure is the engine's error (tp_engine_error);
+** else it is left out (a tool's text made at its registration, under TOOL_API_BUDGET).
+** NULL on failure. Scripts never come here: their discovery reads the texts made at
+** registration (registry.c). */
+static char *describe_call (tp_engine *e, const char *what, const char *arg, int report) {
   if (tp__host_open(e) != TP_OK) return NULL;
   lua_State *H = e->H;
   int top = lua_gettop(H);
   lua_Hook old_hook = lua_gethook(H);
   int old_mask = lua_gethookmask(H), old_count = lua_gethookcount(H);
-  tp_sandbox *old_sb = describing_for;
-  if (sb != NULL) {
-    describing_for = sb;
-    lua_sethook(H, describe_hook, LUA_MASKCOUNT, DESCRIBE_HOOK_EVERY);
+  if (!report) {
+    api_left = TOOL_API_BUDGET;
+    lua_sethook(H, api_hook, LUA_MASKCOUNT, TOOL_API_HOOK);
   }
   lua_pushcfunction(H, describe_p);
   lua_pushlightuserdata(H, e);
@@ -1019,21 +1018,18 @@ static char *describe_call (tp_engine *e, tp_sandbox *sb, const char *what, cons
     const char *s = lua_tolstring(H, -1, &len);
     if (s && (out = malloc(len + 1)) != NULL) memcpy(out, s, len + 1);
   }
-  else tp__engine_set_error(e, "describe: %s", error_text(H, -1));
-  if (sb != NULL) {
-    describing_for = old_sb;
-    lua_sethook(H, old_hook, old_mask, old_count);
-  }
+  else if (report) tp__engine_set_error(e, "describe: %s", error_text(H, -1));
+  if (!report) lua_sethook(H, old_hook, old_mask, old_count);
   lua_settop(H, top);
   return out;
 }
 
-char *tp__host_describe (tp_engine *e, tp_sandbox *sb, const char *format, const char *tool) {
-  return describe_call(e, sb, strcmp(format, "json") == 0 ? "json" : "lua", tool);
+char *tp__host_describe (tp_engine *e, const char *format, const char *arg) {
+  return describe_call(e, strcmp(format, "json") == 0 ? "json" : "lua", arg, 1);
 }
 
-char *tp__host_search (tp_engine *e, tp_sandbox *sb, const char *query) {
-  return describe_call(e, sb, "search", query);
+char *tp__host_tool_api (tp_engine *e, const char *tool) {
+  return describe_call(e, "lua", tool, 0);
 }
 
 /* ---- the provider of Lua plugin tools ---------------------------------------------- */

@@ -6,16 +6,17 @@
 
 #include "lua.h"
 #include "tidepool.h"
-#include "sandbox.h"
 
 int  tp__host_open(tp_engine *e);
 void tp__host_close(tp_engine *e);
 /* Loads the plugin files of dir (tp_engine_load_tools). */
 int  tp__host_load_dir(tp_engine *e, const char *dir);
-/* Discovery: describe.lua over the registry. sb is a run's sandbox (its verdict stops
-** the work), or NULL for the engine's own callers. */
-char *tp__host_describe(tp_engine *e, tp_sandbox *sb, const char *format, const char *tool);
-char *tp__host_search(tp_engine *e, tp_sandbox *sb, const char *query);
+/* Discovery: describe.lua over the registry, for the engine's callers (never for a
+** script). format "lua": the preamble and every tool's annotations; "json": the run_lua
+** tool (arg non-NULL adds the session argument). NULL on failure (tp_engine_error). */
+char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
+/* Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
+char *tp__host_tool_api(tp_engine *e, const char *tool);
 
 /* kvstore.c: the store of the kv.* tools, shareable between engines (and threads). */
 typedef struct tp_kvstore tp_kvstore;

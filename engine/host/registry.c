@@ -12,6 +12,7 @@
 #include "registry.h"
 #include "json.h"
 #include "schema.h"
+#include "host.h"
 
 
 
@@ -160,6 +161,7 @@ int tp__tool_add_def (tp_engine *e, const tp_tool_def *def) {
   if (bad) { json_decref(in); return TP_EINVAL; }
   const tp__provider *prov = def->handler ? &tp__c_provider : &tp__external_provider;
   int rc = tp__tool_add(e, def, in, out, prov, LUA_NOREF, NULL);
+  if (rc == TP_OK) tp__tools_annotate(e);
   json_decref(in);
   json_decref(out);
   return rc;
@@ -243,3 +245,128 @@ void tp__tool_suggest (const tp_engine *e, const char *name, char *buf, size_t l
   }
 }
 
+
+/* ---- what tools.describe tells a script --------------------------------------------
+** Each tool's annotations are made once, when it is registered (after a C tool's
+** tp_engine_add_tool, after a plugin directory's load), by describe.lua in the host
+** state under a cap on its work; so a script's tools.describe reads data and runs no
+** Lua. A tool whose annotations cannot be made (past the cap, or the host state out of
+** memory) gets a short text saying so, made here.
+*/
+static char *short_api (const tp_tool *t) {
+  const char *d = t->description;
+  size_t dl = strcspn(d, "\r\n");
+  if (dl > 200) dl = 200;
+  size_t n = strlen(t->name) + dl + 160;
+  char *s = malloc(n);
+  if (s == NULL) return NULL;
+  snprintf(s, n, "%s%.*s%s---@param args table (its schema is too large to annotate)\n"
+           "---@return any\nfunction tools.%s(args) end\n", dl ? "---" : "", (int)dl, d,
+           dl ? "\n" : "", t->name);
+  return s;
+}
+
+void tp__tools_annotate (tp_engine *e) {
+  for (size_t i = 0; i < e->ntools; i++) {
+    tp_tool *t = e->tools[i];
+    if (t->lua_api != NULL || t->api_tried) continue;
+    t->api_tried = 1;
+    t->lua_api = tp__host_tool_api(e, t->name);
+    if (t->lua_api == NULL) t->lua_api = short_api(t);
+  }
+}
+
+/* ---- search: tools.search from a script, over the registry's data ------------------
+** The tools ranked by the query's words (the first SEARCH_WORDS distinct runs of ASCII
+** letters, digits and '_', lowercased): each occurrence in the lowercased name counts
+** NAME_WEIGHT, each in the description 1. Tools that match nothing are left out, unless
+** the query has no words, which lists every tool. Ties go by name. At most
+** SEARCH_RESULTS tools, descriptions cut at SEARCH_DESCRIPTION bytes (on a character
+** boundary, "..." added). The same ranking as describe.lua's search, made in C so that
+** a script's search never enters the host Lua state.
+*/
+#define SEARCH_WORDS 16
+#define SEARCH_RESULTS 50
+#define SEARCH_DESCRIPTION 1000
+#define NAME_WEIGHT 3
+
+static int word_char (unsigned char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '_';
+}
+
+static char *lower_dup (const char *s) {
+  char *d = strdup(s);
+  for (char *p = d; p && *p; p++) if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
+  return d;
+}
+
+/* Occurrences of w in s, not overlapping. */
+static uint64_t occurrences (const char *s, const char *w) {
+  uint64_t n = 0;
+  size_t wl = strlen(w);
+  for (const char *p = strstr(s, w); p != NULL; p = strstr(p + wl, w)) n++;
+  return n;
+}
+
+typedef struct hit { const tp_tool *t; uint64_t score; } hit;
+
+static int cmp_hit (const void *a, const void *b) {
+  const hit *x = a, *y = b;
+  if (x->score != y->score) return x->score > y->score ? -1 : 1;
+  return strcmp(x->t->name, y->t->name);
+}
+
+char *tp__tool_search (const tp_engine *e, const char *query) {
+  char *words[SEARCH_WORDS];
+  size_t nwords = 0;
+  char *q = lower_dup(query);
+  hit *hits = malloc((e->ntools ? e->ntools : 1) * sizeof *hits);
+  json_t *out = json_array();
+  char *text = NULL;
+  if (q == NULL || hits == NULL || out == NULL) goto done;
+  for (char *p = q; *p && nwords < SEARCH_WORDS;) {
+    while (*p && !word_char((unsigned char)*p)) p++;
+    char *w = p;
+    while (*p && word_char((unsigned char)*p)) p++;
+    if (p == w) break;
+    if (*p) *p++ = '\0';
+    size_t k = 0;
+    while (k < nwords && strcmp(words[k], w) != 0) k++;
+    if (k == nwords) words[nwords++] = w;
+  }
+  size_t nhits = 0;
+  for (size_t i = 0; i < e->ntools; i++) {
+    const tp_tool *t = e->tools[i];
+    uint64_t score = 0;
+    if (nwords > 0) {
+      char *name = lower_dup(t->name), *desc = lower_dup(t->description);
+      if (name == NULL || desc == NULL) { free(name); free(desc); goto done; }
+      for (size_t k = 0; k < nwords; k++)
+        score += NAME_WEIGHT * occurrences(name, words[k]) + occurrences(desc, words[k]);
+      free(name);
+      free(desc);
+    }
+    if (score > 0 || nwords == 0) hits[nhits++] = (hit){ t, score };
+  }
+  qsort(hits, nhits, sizeof *hits, cmp_hit);
+  for (size_t i = 0; i < nhits && i < SEARCH_RESULTS; i++) {
+    const char *d = hits[i].t->description;
+    size_t len = strlen(d), take = len;
+    if (len > SEARCH_DESCRIPTION) {
+      take = SEARCH_DESCRIPTION;
+      while (take > 0 && ((unsigned char)d[take] & 0xc0) == 0x80) take--;
+    }
+    json_t *desc = tp_json_string_lossy(d, take, take < len ? "..." : NULL);
+    json_t *o = json_pack("{s:s, s:I, s:o}", "name", hits[i].t->name, "score",
+                          (json_int_t)hits[i].score, "description",
+                          desc ? desc : json_string(""));
+    if (o == NULL || json_array_append_new(out, o) != 0) goto done;
+  }
+  text = json_dumps(out, JSON_COMPACT);
+done:
+  free(q);
+  free(hits);
+  json_decref(out);
+  return text;
+}

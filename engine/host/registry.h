@@ -24,7 +24,9 @@ typedef struct tp_tool {
   void *ud;
   int lua_ref;                        /* the Lua provider's handler in the host state,
                                       ** or LUA_NOREF */
-  char *lua_api;                      /* its description as Lua annotations, made once */
+  char *lua_api;                      /* its description as Lua annotations, made once
+                                      ** (tp__tools_annotate) */
+  int api_tried;
 } tp_tool;
 
 const tp_tool *tp__tool_find(const tp_engine *e, const char *name);
@@ -38,6 +40,11 @@ void tp__engine_free_tools(tp_engine *e);
 ** so the plugin directories can be loaded again (mcp.c, when a directory changes).
 ** Only while no run is alive, since calls point at their tools. Returns how many. */
 size_t tp__engine_drop_plugin_tools(tp_engine *e);
+/* Makes the annotations of the tools that have none yet (registry.c). */
+void tp__tools_annotate(tp_engine *e);
+/* tools.search from a script: the ranked tools as JSON text [{name, score,
+** description}...] (malloc'd), or NULL when out of memory. Runs no Lua. */
+char *tp__tool_search(const tp_engine *e, const char *query);
 /* The closest tool names to a wrong one ("tools.a, tools.b"), or "" in buf. */
 void tp__tool_suggest(const tp_engine *e, const char *name, char *buf, size_t len);
 
