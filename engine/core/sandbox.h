@@ -71,20 +71,18 @@ typedef struct tp_sandbox {
   atomic_int kill;         /* tp_kill; first one wins */
   atomic_int slice_over;   /* the step's budget ended: yield at the next chance */
   int hook_yielded;        /* T or a coroutine yielded from the hook (a time slice) */
-  int in_host;             /* host code is running Lua (reading results): no slicing */
 
   /* instructions: counted only when a limit or a step budget asks for it */
   uint64_t instr_used;     /* completed periods of the count hook */
   uint64_t instr_limit;    /* 0 = none */
   uint64_t instr_step_end; /* instr_used value at which the step's budget ends; 0 = none */
-  int hook_period;         /* the count hook's period on T, 0 = no count hook */
   /* the step's end, CLOCK_MONOTONIC, once it is near (0 = not yet or none): the count
   ** hook then reads the clock every TP_POLL_PERIOD instructions and ends the slice
   ** itself, since a timer signal comes tens of microseconds late (a VM's floor here). */
   _Atomic uint64_t poll_end_ns;
 
   /* host memory built on the run's behalf (tp__host_charge) */
-  size_t host_used, host_peak, host_cap;
+  size_t host_used, host_cap;
   tp_json_budget json_budget;  /* the same budget for json.c's converters */
 
   /* output */
