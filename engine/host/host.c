@@ -1029,7 +1029,11 @@ char *tp__host_describe (tp_engine *e, const char *format, const char *arg) {
 }
 
 char *tp__host_tool_api (tp_engine *e, const char *tool) {
-  return describe_call(e, "lua", tool, 0);
+  char *text = describe_call(e, "lua", tool, 0);
+  /* the loop's cached time is as old as this work (the host state may have just been
+  ** opened): a handler's uv timer started from it later would fire that much early */
+  uv_update_time(e->loop);
+  return text;
 }
 
 /* ---- the provider of Lua plugin tools ---------------------------------------------- */

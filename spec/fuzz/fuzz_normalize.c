@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "tidepool.h"
 #include "normalize.h"
 #include "fuzz.h"
 
