@@ -199,7 +199,7 @@ static void dispatch (tp_run *r, tp_call *c, int was_queued) {
   int external = (t->flags & TP__TOOL_EXTERNAL) != 0;
   if (!external) {
     c->handler_owns = 1;
-    tp__core(r->e)->hooks->dispatch(tp__core(r->e)->ud, c);
+    tp__hook(r, dispatch, c);
   }
   /* else: the embedding program completes it (tp_run_pending) */
   int handled = !c->handler_owns && !external;
@@ -390,7 +390,7 @@ void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args
   const char *name = c->name;
   c->args = args;
   if (exact) {
-    tp__core(r->e)->hooks->call(tp__core(r->e)->ud, c);
+    tp__hook(r, call, c);
     return;
   }
   tp__call_bind(c, NULL);
@@ -488,7 +488,7 @@ int tp__call_ready (tp_run *r, uint64_t id) {
   if (c == NULL) return 1;
   if (c->state != CALL_DONE && call_deadline_passed(c, tp__now_ns())) {
     c->cancelled = 1;
-    if (c->handler_owns) tp__core(r->e)->hooks->cancel(tp__core(r->e)->ud, c);
+    if (c->handler_owns) tp__hook(r, cancel, c);
     tp__call_failf(c, "tool.timeout", "tools.%s did not answer within its time limit", c->name);
     start_queued(r);
   }
@@ -788,7 +788,7 @@ void tp__run_cancel_calls (tp_run *r) {
     tp_call *c = r->callv[i];
     if (c != NULL && c->state != CALL_DONE) {
       c->cancelled = 1;
-      if (c->handler_owns) tp__core(r->e)->hooks->cancel(tp__core(r->e)->ud, c);
+      if (c->handler_owns) tp__hook(r, cancel, c);
       if (c->state != CALL_DONE)
         tp__call_finish(c, 0, NULL, "cancelled", "the run ended before the call completed");
     }

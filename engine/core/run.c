@@ -575,7 +575,7 @@ void tp_run_cancel (tp_run *r) {
   int line = r->state == ST_STARTED ? error_line(r->sb->T) : 0;
   finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
                              tp__kill_hint((tp_kill)why)));
-  if (r->async) tp__core(r->e)->hooks->wake(tp__core(r->e)->ud, r);  /* the driver reports it */
+  if (r->async) tp__hook(r, wake, r);  /* the driver reports it */
 }
 
 /* The thread's CPU clock at a step's start. Reading it is a system call (about 1 us
@@ -763,7 +763,7 @@ void tp_run_destroy (tp_run *r) {
 void tp__run_wake (tp_run *r) {
   if (r == NULL || !r->async) return;
   r->waiting = r->waiting ? 2 : 0;  /* 2: look again */
-  tp__core(r->e)->hooks->wake(tp__core(r->e)->ud, r);
+  tp__hook(r, wake, r);
 }
 
 int tp_run_start (tp_run *r, tp_run_done_cb done, void *ud) {
@@ -772,7 +772,7 @@ int tp_run_start (tp_run *r, tp_run_done_cb done, void *ud) {
   r->done_cb = done;
   r->done_ud = ud;
   r->async = 1;
-  return tp__core(r->e)->hooks->wake(tp__core(r->e)->ud, r);
+  return tp__hook(r, wake, r);
 }
 
 void tp__run_finish_unstarted (tp_run *r) {

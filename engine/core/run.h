@@ -60,6 +60,8 @@ typedef struct tp_core {
 } tp_core;
 
 #define tp__core(e) ((tp_core *)(void *)(e))
+/* Tells the host through callback fn of run r's engine: tp__hook(r, wake, r). */
+#define tp__hook(r, fn, ...) (tp__core((r)->e)->hooks->fn(tp__core((r)->e)->ud, __VA_ARGS__))
 
 /* 0, or -1 when the watchdog cannot be set up. */
 int  tp__core_init(tp_core *k, const tp__host_hooks *hooks, void *ud);
