@@ -319,8 +319,8 @@ static int e_add_tool (lua_State *H) {
   const tp_tool *old = tp__tool_find(h->e, name);
   if (old != NULL) {
     luaL_pushfail(H);
-    if (old->origin)
-      lua_pushfstring(H, "tool %s is defined already (at %s)", name, old->origin);
+    if (old->origin)  /* a plugin's: the provider says where */
+      lua_pushfstring(H, "tool %s is defined already (at %s)", name, old->prov->describe(old));
     else
       lua_pushfstring(H, "tool %s is registered already", name);
     return 2;
