@@ -1,7 +1,8 @@
 /*
 ** test_discovery.c: a script's discovery (tools.list, tools.describe, tools.search)
 ** reads what the host made when the tools were registered: no Lua runs in the host
-** state while the script asks. A hook on the host state counts every Lua call there.
+** state while the script asks: a hook there counts every Lua call, and the state's
+** memory, which any Lua work there changes, stays exactly the same.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,12 @@ TEST(describe_and_search_run_no_lua_in_the_host_state) {
   CHECK(e->H != NULL);  /* opened at registration, to make the annotations */
   host_calls = 0;
   lua_sethook(e->H, count_calls, LUA_MASKCALL | LUA_MASKCOUNT, 1);
+  int kb = lua_gc(e->H, LUA_GCCOUNT), b = lua_gc(e->H, LUA_GCCOUNTB);
   char *env = run(e, "local s = tools.search('math') "
                      "return {list = tools.list(), d = tools.describe('math.add'), "
                      "first = s[1].name, second = s[2].name, score = s[1].score, n = #s}");
+  CHECK_INT(lua_gc(e->H, LUA_GCCOUNT), kb);
+  CHECK_INT(lua_gc(e->H, LUA_GCCOUNTB), b);
   lua_sethook(e->H, NULL, 0, 0);
   CHECK_INT(host_calls, 0);
   CHECK_HAS(env, "\"list\":[\"math.add\",\"weather.current\"]");
