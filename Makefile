@@ -25,7 +25,8 @@ FUZZ_TARGETS ?= $(patsubst spec/fuzz/%.c,%,$(wildcard spec/fuzz/fuzz_*.c))
 FUZZ_ARGS    ?=
 
 WARN_BASE   = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
-              -Wpointer-arith -Wcast-align -Wwrite-strings -Wundef -Wno-unused-parameter
+              -Wpointer-arith -Wcast-align -Wwrite-strings -Wundef -Wno-unused-parameter \
+              -Werror=implicit-function-declaration
 WARN_STRICT = $(WARN_BASE) -Wformat=2 -Wvla
 PKGS        = jansson libpcre2-8 libuv
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -52,9 +53,18 @@ LUA_SRCDIR ?= build/lua-src
 LUA_SRC     = $(LUA_SRCDIR)/src
 LUA_DEFS    = -DLUA_USE_LINUX
 LUA_CFLAGS  = -std=gnu99 $(OPT) -fPIC $(LUA_DEFS) $(SAN_FLAGS) -include engine/core/lua_patch.h
+# Each layer compiles with its own headers and those of the layers below it, never those
+# above (DESIGN.md section 2; scripts/check-layers.sh checks the includes and the calls).
+# lib and core are also compiled with libuv's include guard defined, so that uv.h reads
+# as empty there and any use of the event loop is a compile error. Front ends, tests and
+# benches see every engine folder (LAYER_INC's default).
+LAYER_INC_LIB   = -Iengine/lib -DUV_H
+LAYER_INC_CORE  = -Iengine/core -Iengine/lib -Isandbox -DUV_H
+LAYER_INC_HOST  = -Iengine/host -Iengine/core -Iengine/lib -Isandbox
+LAYER_INC       = $(ENGINE_DIRS:%=-I%) -Isandbox
 CFLAGS_ALL  = -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE \
               -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
-              -Iengine/include $(ENGINE_DIRS:%=-I%) -Isandbox -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
+              -Iengine/include $(LAYER_INC) -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SAN_FLAGS) $(SAN_LDFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -ldl -lm
 
@@ -70,6 +80,10 @@ vpath %.c $(ENGINE_DIRS)
 FRONT_SRCS  = $(wildcard engine/front/*.c)
 ENGINE_SRCS = $(wildcard engine/host/*.c engine/core/*.c engine/lib/*.c)
 ENGINE_OBJS = $(patsubst %.c,$(BUILD)/obj/%.o,$(notdir $(ENGINE_SRCS)))
+layer_objs  = $(patsubst %.c,$(1)/%.o,$(notdir $(wildcard engine/$(2)/*.c)))
+$(call layer_objs,$(BUILD)/obj,lib) $(call layer_objs,$(FUZZ_BUILD)/obj,lib): LAYER_INC = $(LAYER_INC_LIB)
+$(call layer_objs,$(BUILD)/obj,core) $(call layer_objs,$(FUZZ_BUILD)/obj,core): LAYER_INC = $(LAYER_INC_CORE)
+$(call layer_objs,$(BUILD)/obj,host) $(call layer_objs,$(FUZZ_BUILD)/obj,host) $(BUILD)/obj/embedded.o: LAYER_INC = $(LAYER_INC_HOST)
 GEN_SRCS    = $(BUILD)/gen/embedded.c
 GEN_OBJS    = $(BUILD)/obj/embedded.o
 EMBED_FILES = $(wildcard sandbox/*.lua) $(wildcard lua/*.lua)

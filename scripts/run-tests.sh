@@ -4,6 +4,7 @@
 #   busted specs   spec/*_spec.lua on this build's Lua, then again with an aggressive GC,
 #                  then on Debian's lua5.4 interpreter (5.4.4), whose C API alone the
 #                  module uses while its sandboxes run on its private Lua 5.4.7
+#   layers         scripts/check-layers.sh: no upward include or call (and its self-test)
 #   embedding      what the library exports (scripts/check-exports.sh), and a program
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
@@ -93,6 +94,16 @@ for how in so_first so_last static static_both; do
   grep -E '^(not ok|#   )' "$log" | head -n 20
   add_counts "embed, Debian's Lua and libtidepool ($how)"
 done
+
+# Layers (DESIGN.md section 2): no file includes a header, and no object calls a
+# function, of a higher layer; the core uses no libuv. The self-test proves the check
+# fails on a doctored copy.
+BUILD="$BUILD" sh scripts/check-layers.sh engine "$BUILD/obj" >"$log" 2>&1
+grep -E '^(not ok|#   )' "$log" | head -n 40
+add_counts "layers"
+BUILD="$BUILD" sh scripts/check-layers.sh --self-test >"$log" 2>&1
+grep -E '^(not ok|#   )' "$log" | head -n 40
+add_counts "layers (self-test)"
 
 # MCP server: end-to-end with the official TypeScript SDK client (installed into
 # spec/mcp/node_modules on first use), and raw protocol tests (plain node).

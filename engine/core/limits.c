@@ -7,7 +7,7 @@
 #include <strings.h>
 
 #include "limits_table.h"
-#include "internal.h"
+#include "sandbox.h"
 
 #define F(m) offsetof(tp_limits, m), sizeof(((tp_limits *)0)->m)
 #define KiB (UINT64_C(1) << 10)

@@ -12,7 +12,7 @@
 */
 #include <string.h>
 
-#include "internal.h"
+#include "normalize.h"
 
 /* Start of the line after p (or end). */
 static const char *next_line (const char *p, const char *end) {

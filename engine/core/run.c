@@ -9,20 +9,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <uv.h>
-
 #include "lauxlib.h"
 
-#include "internal.h"
+#include "run.h"
+#include "calls.h"
+#include "normalize.h"
 #include "json.h"
 #include "limits_table.h"
 
 #define SOURCE_LINE_MAX 200
 
-const char *tp_version (void) { return TP_VERSION; }
-void tp_free (void *p) { free(p); }
+int tp__core_init (tp_core *k, const tp__host_hooks *hooks, void *ud) {
+  k->runs = NULL;
+  k->run_ids = 0;
+  k->hooks = hooks;
+  k->ud = ud;
+  return tp__watchdog_init(&k->wd);
+}
 
-static void idle_start(tp_engine *e);
+void tp__core_close (tp_core *k) {
+  while (k->runs) tp_run_destroy(k->runs);
+  tp__watchdog_close(&k->wd);
+}
 
 /* ---- the envelope ---------------------------------------------------------------------- */
 
@@ -490,11 +498,12 @@ static uint64_t run_fire (tp_watch *w, uint64_t now) {
 }
 
 /* Makes a run of source in sandbox sb (created for it, or a session's). */
-static tp_run *run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t len) {
+tp_run *tp__run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t len) {
+  tp_core *k = tp__core(e);
   tp_run *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->e = e;
-  r->id = ++e->run_ids;
+  r->id = ++k->run_ids;
   r->sb = sb;
   size_t nlen = len;
   const char *src = tp__normalize_shebang(source, &nlen);  /* fences: see compile */
@@ -513,9 +522,9 @@ static tp_run *run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t
     r->pending_error = make_error(r, li->code, msg, strlen(msg), 0, li->hint);
   }
   else r->compiled = compile(r);
-  r->next = e->runs;
-  if (e->runs) e->runs->prev = r;
-  e->runs = r;
+  r->next = k->runs;
+  if (k->runs) k->runs->prev = r;
+  k->runs = r;
   return r;
 }
 
@@ -533,7 +542,7 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
     cap_too_small = sb != NULL;
   }
   if (sb == NULL) return NULL;
-  tp_run *r = run_new(e, sb, source, len);
+  tp_run *r = tp__run_new(e, sb, source, len);
   if (r == NULL) { tp__sandbox_destroy(sb); return NULL; }
   if (cap_too_small) {  /* the run ends at its first step with limit.memory */
     char msg[200], n[48];
@@ -548,41 +557,6 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
                                   tp__kill_hint(TP_KILL_MEMORY));
   }
   return r;
-}
-
-/* ---- sessions ----------------------------------------------------------------------- */
-
-tp_session *tp_session_create (tp_engine *e, const tp_limits *limits) {
-  if (e == NULL) return NULL;
-  tp_limits lim;
-  if (limits) lim = *limits;
-  else tp_limits_init(&lim);
-  tp_session *s = calloc(1, sizeof *s);
-  if (s == NULL) return NULL;
-  s->e = e;
-  s->sb = tp__sandbox_create(&lim);
-  if (s->sb == NULL) { free(s); return NULL; }
-  return s;
-}
-
-tp_run *tp_session_run (tp_session *s, const char *source, size_t len) {
-  if (s == NULL || source == NULL || s->busy != NULL) return NULL;
-  if (tp__sandbox_reset(s->sb) != 0) return NULL;
-  tp_run *r = run_new(s->e, s->sb, source, len);
-  if (r == NULL) return NULL;
-  r->session = s;
-  s->busy = r;
-  s->runs++;
-  return r;
-}
-
-size_t tp_session_memory (const tp_session *s) { return s ? s->sb->mem_used : 0; }
-
-void tp_session_destroy (tp_session *s) {
-  if (s == NULL) return;
-  if (s->busy) tp_run_destroy(s->busy);
-  tp__sandbox_destroy(s->sb);
-  free(s);
 }
 
 int tp_run_done (const tp_run *r) { return r != NULL && r->state == ST_DONE; }
@@ -601,7 +575,7 @@ void tp_run_cancel (tp_run *r) {
   int line = r->state == ST_STARTED ? error_line(r->sb->T) : 0;
   finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
                              tp__kill_hint((tp_kill)why)));
-  if (r->async) idle_start(r->e);  /* the driver reports it */
+  if (r->async) tp__hook(r, wake, r);  /* the driver reports it */
 }
 
 /* The thread's CPU clock at a step's start. Reading it is a system call (about 1 us
@@ -628,7 +602,7 @@ static void step_disarm (tp_run *r) {
     tp__step_timer_disarm(&r->clock);
     r->timed = 0;
   }
-  else tp__watch_disarm(&r->e->wd, &r->watch);
+  else tp__watch_disarm(&tp__core(r->e)->wd, &r->watch);
 }
 
 int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
@@ -707,7 +681,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
     if (r->step_end_ns && (wake == 0 || r->step_end_ns < wake)) wake = r->step_end_ns;
     if (sb->limits.cpu_us && (wake == 0 || now + cpu_left < wake)) wake = now + cpu_left;
     pthread_getcpuclockid(r->thread, &r->cpu_clock);
-    if (tp__watch_arm(&r->e->wd, &r->watch, wake) != 0) return TP_ENOMEM;
+    if (tp__watch_arm(&tp__core(r->e)->wd, &r->watch, wake) != 0) return TP_ENOMEM;
   }
 
   lua_State *T = sb->T;
@@ -728,10 +702,10 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   cpu_seen_ns = cpu_now;
   cpu_seen_at = tp__now_ns();
   int locked = timed && !r->timed;
-  if (locked) pthread_mutex_lock(&r->e->wd.mu);
+  if (locked) pthread_mutex_lock(&tp__core(r->e)->wd.mu);
   r->cpu_used_ns += cpu_now - r->step_cpu0;
   r->step_cpu0 = cpu_now;
-  if (locked) pthread_mutex_unlock(&r->e->wd.mu);
+  if (locked) pthread_mutex_unlock(&tp__core(r->e)->wd.mu);
   r->nargs = 0;
   tp__sandbox_charge(sb, T);
   if (sb->fail_armed) tp__sandbox_kill(sb, TP_KILL_MEMORY);  /* a refusal ended it */
@@ -762,16 +736,16 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
 
 void tp_run_destroy (tp_run *r) {
   if (r == NULL) return;
-  tp_engine *e = r->e;
+  tp_core *k = tp__core(r->e);
   if (r->prev) r->prev->next = r->next;
-  else e->runs = r->next;
+  else k->runs = r->next;
   if (r->next) r->next->prev = r->prev;
   if (r->timed) step_disarm(r);  /* destroyed from inside its own step (a tool) */
-  tp__watch_disarm(&e->wd, &r->watch);
+  tp__watch_disarm(&k->wd, &r->watch);
   if (r->state != ST_DONE) tp__run_cancel_calls(r);
   tp__run_free_calls(r);
   free(r->per_tool);
-  if (r->timer) uv_close((uv_handle_t *)r->timer, (uv_close_cb)free);
+  if (k->hooks->run_gone) k->hooks->run_gone(k->ud, r);
   if (r->session) {
     r->session->busy = NULL;
     r->sb->run = NULL;
@@ -784,178 +758,12 @@ void tp_run_destroy (tp_run *r) {
   free(r);
 }
 
-/* ---- engine -------------------------------------------------------------------------- */
-
-tp_engine *tp_engine_create (void) {
-  tp_engine *e = calloc(1, sizeof *e);
-  if (e == NULL) return NULL;
-  e->loop = malloc(sizeof *e->loop);
-  if (e->loop == NULL || uv_loop_init(e->loop) != 0) { free(e->loop); free(e); return NULL; }
-  e->round = 1;             /* a new run's round, 0, is never the current one */
-  if (tp__watchdog_init(&e->wd) != 0) {
-    uv_loop_close(e->loop);
-    free(e->loop);
-    free(e);
-    return NULL;
-  }
-  return e;
-}
-
-static void close_handle (uv_handle_t *h, void *arg) {
-  (void)arg;
-  if (!uv_is_closing(h)) uv_close(h, NULL);
-}
-
-void tp_engine_destroy (tp_engine *e) {
-  if (e == NULL) return;
-  while (e->runs) tp_run_destroy(e->runs);
-  tp__step_timer_stop();  /* the thread that steps the runs most likely destroys it */
-  tp__host_close(e);
-  if (e->idle) uv_close((uv_handle_t *)e->idle, (uv_close_cb)free);
-  uv_run(e->loop, UV_RUN_NOWAIT);   /* close callbacks of the runs' timers */
-  uv_walk(e->loop, close_handle, NULL);
-  uv_run(e->loop, UV_RUN_DEFAULT);
-  uv_loop_close(e->loop);
-  free(e->loop);
-  tp__engine_free_tools(e);
-  tp__watchdog_close(&e->wd);
-  free(e->workspace);
-  free(e->remotes_dir);
-  free(e->error);
-  free(e);
-}
-
-int tp_engine_poll (tp_engine *e, int block) {
-  if (e == NULL) return 0;
-  return uv_run(e->loop, block ? UV_RUN_ONCE : UV_RUN_NOWAIT);
-}
-
-static void wake_cb (uv_timer_t *t) { (void)t; }
-
-/* Runs the engine's loop until something may have changed for r: a call completed, a
-** call's or the run's deadline passed. Calls nobody will complete (tools without a
-** handler, in a synchronous run) fail at once. */
-static void wait_for_calls (tp_run *r) {
-  uint64_t now = tp__now_ns(), next = r->deadline_ns;
-  for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
-    tp_call *c = r->callv[i];
-    if (c == NULL || c->state != CALL_RUNNING) continue;
-    if (c->tool && c->tool->fn == NULL && c->tool->lua_ref == LUA_NOREF) {
-      tp_call_fail(c, "tool.failed", "this tool has no handler here: it is completed by "
-                   "the program that embeds tidepool, which did not run it step by step");
-      return;
-    }
-    if (c->deadline_ns && (next == 0 || c->deadline_ns < next)) next = c->deadline_ns;
-  }
-  if (r->timer == NULL) {
-    r->timer = malloc(sizeof *r->timer);
-    if (r->timer == NULL || uv_timer_init(r->e->loop, r->timer) != 0) {
-      free(r->timer);
-      r->timer = NULL;
-      tp_run_cancel(r);
-      return;
-    }
-  }
-  if (next) {
-    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
-    uv_timer_start(r->timer, wake_cb, ms, 0);
-  }
-  uv_run(r->e->loop, UV_RUN_ONCE);
-  uv_timer_stop(r->timer);
-}
-
-/* ---- the async driver -------------------------------------------------------------------
-** Started runs are stepped by an idle handle of the engine's loop, a time slice each in
-** turn. A run whose script waits on calls is skipped until tp__run_wake (a call
-** completed, or its deadline timer fired); when every started run waits, the idle
-** handle stops, so a server whose scripts all wait on tools uses no CPU.
-*/
-static void report_done (tp_run *r) {
-  if (r->reported) return;
-  r->reported = 1;
-  r->async = 0;
-  if (r->timer) uv_timer_stop(r->timer);
-  if (r->done_cb) r->done_cb(r, r->done_ud);  /* may destroy r */
-}
-
-static void idle_cb (uv_idle_t *h);
-
-static void idle_start (tp_engine *e) {
-  if (e->idle_on) return;
-  if (e->idle == NULL) {
-    e->idle = malloc(sizeof *e->idle);
-    if (e->idle == NULL || uv_idle_init(e->loop, e->idle) != 0) {
-      free(e->idle);
-      e->idle = NULL;
-      return;
-    }
-    e->idle->data = e;
-  }
-  uv_idle_start(e->idle, idle_cb);
-  e->idle_on = 1;
-}
-
-static void deadline_cb (uv_timer_t *t) { tp__run_wake(t->data); }
-
-/* Arms r's timer at its nearest deadline while it waits. */
-static void arm_deadline (tp_run *r) {
-  uint64_t now = tp__now_ns(), next = r->deadline_ns;
-  for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
-    tp_call *c = r->callv[i];
-    if (c != NULL && c->state == CALL_RUNNING && c->deadline_ns && (next == 0 || c->deadline_ns < next))
-      next = c->deadline_ns;
-  }
-  if (next == 0) return;
-  if (r->timer == NULL) {
-    r->timer = malloc(sizeof *r->timer);
-    if (r->timer == NULL || uv_timer_init(r->e->loop, r->timer) != 0) {
-      free(r->timer);
-      r->timer = NULL;
-      return;
-    }
-  }
-  r->timer->data = r;
-  uv_timer_start(r->timer, deadline_cb, next > now ? (next - now + 999999) / 1000000 : 0, 0);
-}
+/* ---- driven by the host ------------------------------------------------------------- */
 
 void tp__run_wake (tp_run *r) {
   if (r == NULL || !r->async) return;
   r->waiting = r->waiting ? 2 : 0;  /* 2: look again */
-  idle_start(r->e);
-}
-
-/* One call steps the started runs in rounds: each run not yet stepped in this round
-** gets a slice, until the calls' slices add up to one slice; the rest of the round is
-** for the next call. So one tp_engine_poll does bounded work (about two slices at most)
-** however many runs are busy, and the loop's I/O and timers run in between. */
-static void idle_cb (uv_idle_t *h) {
-  tp_engine *e = h->data;
-  uint64_t slice = e->slice_us ? e->slice_us : 5000, t0 = tp__now_ns();
-  int busy = 0, full = 0;
-  for (tp_run *r = e->runs, *next; r != NULL; r = next) {
-    next = r->next;
-    if (!r->async) continue;
-    if (r->state == ST_DONE) { report_done(r); continue; }
-    if (r->waiting == 1 || r->round == e->round) continue;
-    if (tp__now_ns() - t0 >= slice * 1000u) { full = 1; break; }
-    r->round = e->round;
-    if (r->waiting == 2) r->waiting = 1;
-    int rc = tp_run_step(r, slice, 0);
-    if (rc == TP_DONE || r->state == ST_DONE) report_done(r);
-    else if (rc == TP_YIELD) busy = 1;
-    else if (rc == TP_WAIT) arm_deadline(r);
-    else { tp_run_cancel(r); report_done(r); }
-  }
-  if (full) busy = 1;
-  else e->round++;  /* every run had its turn: the next call starts a new round */
-  if (!busy) {
-    for (tp_run *r = e->runs; r != NULL; r = r->next)
-      if (r->async && (r->waiting != 1 || r->state == ST_DONE)) busy = 1;
-  }
-  if (!busy) {
-    uv_idle_stop(h);
-    e->idle_on = 0;
-  }
+  tp__hook(r, wake, r);
 }
 
 int tp_run_start (tp_run *r, tp_run_done_cb done, void *ud) {
@@ -964,45 +772,23 @@ int tp_run_start (tp_run *r, tp_run_done_cb done, void *ud) {
   r->done_cb = done;
   r->done_ud = ud;
   r->async = 1;
-  idle_start(r->e);
-  return r->e->idle_on ? TP_OK : TP_ENOMEM;
+  return tp__hook(r, wake, r);
 }
 
-static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
-                     int check_only, char **envelope, int *script_ok) {
-  if (envelope) *envelope = NULL;
-  if (e == NULL || source == NULL || envelope == NULL) return TP_EINVAL;
-  tp_run *r = tp_run_create(e, source, len, limits);
-  if (r == NULL) return TP_ENOMEM;
-  if (check_only && r->compiled) {
-    lua_settop(r->sb->T, 0);
-    r->start_ns = tp__now_ns();
-    finish(r, NULL, 0, NULL);
+void tp__run_finish_unstarted (tp_run *r) {
+  lua_settop(r->sb->T, 0);
+  r->start_ns = tp__now_ns();
+  finish(r, NULL, 0, NULL);
+}
+
+size_t tp_run_pending (tp_run *r, tp_call **calls, size_t max) {
+  size_t n = 0;
+  if (r == NULL || calls == NULL) return 0;
+  for (size_t i = tp__run_active_from(r); i < r->ncallv && n < max; i++) {
+    tp_call *c = r->callv[i];
+    if (c != NULL && c->state == CALL_RUNNING && c->tool &&
+        (c->tool->flags & TP__TOOL_EXTERNAL))
+      calls[n++] = c;
   }
-  int rc;
-  for (;;) {
-    rc = tp_run_step(r, 0, 0);
-    if (rc == TP_YIELD) continue;
-    if (rc != TP_WAIT) break;
-    wait_for_calls(r);
-  }
-  if (!tp_run_done(r)) { tp_run_destroy(r); return rc < 0 ? rc : TP_ESTATE; }
-  *envelope = r->envelope;
-  r->envelope = NULL;
-  if (script_ok) *script_ok = r->ok;
-  tp_run_destroy(r);
-  return TP_OK;
+  return n;
 }
-
-int tp_engine_run (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
-                   char **envelope, int *script_ok) {
-  return run_sync(e, source, len, limits, 0, envelope, script_ok);
-}
-
-int tp_engine_check (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
-                     char **envelope, int *script_ok) {
-  return run_sync(e, source, len, limits, 1, envelope, script_ok);
-}
-
-/* The engine's libuv loop, for host.c, the MCP server and tests (not public API). */
-void *tp__engine_loop (tp_engine *e) { return e ? e->loop : NULL; }

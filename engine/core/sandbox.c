@@ -20,7 +20,7 @@
 
 #include "lstate.h"   /* hookcount: how much of its count-hook period a thread has run */
 
-#include "internal.h"
+#include "sandbox.h"
 #include "json.h"
 #include "allowlist.h"
 
@@ -161,7 +161,6 @@ int tp__host_charge (tp_sandbox *sb, size_t n) {
     return -1;
   }
   sb->host_used += n;
-  if (sb->host_used > sb->host_peak) sb->host_peak = sb->host_used;
   return 0;
 }
 
@@ -288,7 +287,7 @@ void tp__sandbox_hook (lua_State *L, lua_Debug *ar) {
   uint64_t poll_end = atomic_load_explicit(&sb->poll_end_ns, memory_order_relaxed);
   if (poll_end && tp__now_ns() >= poll_end) atomic_store(&sb->slice_over, 1);
   if (atomic_load(&sb->slice_over)) {
-    if (lua_isyieldable(L) && !sb->in_host) {
+    if (lua_isyieldable(L)) {
       atomic_store(&sb->slice_over, 0);
       sb->instr_step_end = 0;
       atomic_store(&sb->poll_end_ns, 0);
@@ -2019,7 +2018,7 @@ int tp__sandbox_reset (tp_sandbox *sb) {
   sb->logs_host = 0;
   sb->out_used = 0;
   sb->out_truncated = 0;
-  sb->host_used = sb->host_peak = 0;  /* nothing a finished run built is still held */
+  sb->host_used = 0;  /* nothing a finished run built is still held */
   sb->instr_used = 0;
   sb->instr_step_end = 0;
   sb->mem_peak = sb->mem_used;

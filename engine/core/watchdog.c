@@ -10,7 +10,7 @@
 #include <errno.h>
 #include <time.h>
 
-#include "internal.h"
+#include "watchdog.h"
 
 uint64_t tp__now_ns (void) {
   struct timespec ts;

@@ -65,7 +65,7 @@
 #include <linux/openat2.h>
 
 #include "lauxlib.h"
-#include "internal.h"
+#include "host.h"
 
 #define WS_META "tidepool.fs.workspace"
 #define SCOPE_META "tidepool.fs.scope"

@@ -4,7 +4,7 @@
 ** loop, lpeg, and the runtime lua/host.lua, which does the Lua side of all this.
 **
 ** The life of a Lua tool call:
-**   tp__host_dispatch   host.lua's prepare() gives a record {co, ctx, box, handles} for
+**   host_dispatch       host.lua's prepare() gives a record {co, ctx, box, handles} for
 **                       the call, from its pool of idle ones when it can (see host.lua);
 **                       the arguments go in as a Lua table made from the tree, with no
 **                       JSON text; c->host_ref holds the record; start() resumes the
@@ -15,7 +15,7 @@
 **                       tp__call_complete_tree (schema checks), an error through
 **                       tp_call_fail. The box is emptied first, so a record can never
 **                       reach a call that is gone.
-**   it is cut short     tp__host_cancel (call timeout, run finished or destroyed): the box
+**   it is cut short     host_cancel (call timeout, run finished or destroyed): the box
 **                       is emptied, the call's luv handles closed, its coroutine closed
 **                       (lua_closethread), and the handler's ownership of the call ends.
 **
@@ -37,7 +37,8 @@
 #include "lauxlib.h"
 #include "lualib.h"
 
-#include "internal.h"
+#include "registry.h"
+#include "host.h"
 #include "json.h"
 #include "embedded.h"
 
@@ -318,8 +319,8 @@ static int e_add_tool (lua_State *H) {
   const tp_tool *old = tp__tool_find(h->e, name);
   if (old != NULL) {
     luaL_pushfail(H);
-    if (old->origin)
-      lua_pushfstring(H, "tool %s is defined already (at %s)", name, old->origin);
+    if (old->origin)  /* a plugin's: the provider says where */
+      lua_pushfstring(H, "tool %s is defined already (at %s)", name, old->prov->describe(old));
     else
       lua_pushfstring(H, "tool %s is registered already", name);
     return 2;
@@ -336,7 +337,7 @@ static int e_add_tool (lua_State *H) {
   def.name = name;
   def.description = desc;
   def.timeout_us = tmo > 0 ? (uint64_t)(tmo * 1000.0) : 0;
-  int rc = tp__engine_add_lua_tool(h->e, &def, in, out, ref, origin);
+  int rc = tp__tool_add(h->e, &def, in, out, &tp__lua_provider, ref, origin);
   json_decref(in);
   json_decref(out);
   if (rc != TP_OK) {
@@ -388,7 +389,7 @@ static int e_complete (lua_State *H) {
       tp_call_fail(c, "tool.invalid_output", msg);
     }
     else {
-      json_t *n = c->tool ? shape(v, c->tool->output, 0) : NULL;
+      json_t *n = c->tool ? shape(v, ((const tp_tool *)c->tool)->output, 0) : NULL;
       if (n) { json_decref(v); v = n; }
       tp__call_complete_tree(c, v);
     }
@@ -472,7 +473,7 @@ static int e_resume (lua_State *L) {
   hw.target.hook = stop_hook;
   hw.thread = pthread_self();
   int armed = deadline && tp__signal_install() == 0 &&
-              tp__watch_arm(&e->wd, &hw.watch, deadline) == 0;
+              tp__watch_arm(&e->core.wd, &hw.watch, deadline) == 0;
   tp_host_target *prev = armed ? tp__signal_host_target(&hw.target) : NULL;
   if (armed && atomic_load(&hw.target.expired))  /* fired before the target was in place */
     lua_sethook(co, stop_hook, LUA_MASKCOUNT, 1);
@@ -482,7 +483,7 @@ static int e_resume (lua_State *L) {
   int st = lua_resume(co, L, nargs, &nres);
   uint64_t t1 = tp__now_ns();
   if (armed) {
-    tp__watch_disarm(&e->wd, &hw.watch);   /* no fire after this */
+    tp__watch_disarm(&e->core.wd, &hw.watch);   /* no fire after this */
     tp__signal_host_target(prev);           /* a late signal no longer reaches co */
     if (atomic_load(&hw.target.expired)) lua_sethook(co, NULL, 0, 0);
   }
@@ -684,10 +685,7 @@ void tp__host_close (tp_engine *e) {
   if (rt_call(H, "shutdown", 0, 0) != LUA_OK) lua_pop(H, 1);  /* closes luv handles */
   uv_run(e->loop, UV_RUN_NOWAIT);  /* their close callbacks, while H still exists */
   for (size_t i = 0; i < e->ntools; i++)  /* the tools outlive H, without handlers */
-    if (e->tools[i]->lua_ref != LUA_NOREF) {
-      luaL_unref(H, LUA_REGISTRYINDEX, e->tools[i]->lua_ref);
-      e->tools[i]->lua_ref = LUA_NOREF;
-    }
+    if (e->tools[i]->prov->release) e->tools[i]->prov->release(e, e->tools[i]);
   host *h = get_host(H);
   drop_ref(H, &h->rt);
   free(h->ws);
@@ -729,7 +727,7 @@ static int dispatch_p (lua_State *H) {
   const json_t *args = lua_touserdata(H, 3);
   lua_settop(H, 0);
   host *h = get_host(H);
-  tell_workspace(H, h, c->e);
+  tell_workspace(H, h, h->e);
   lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
   lua_getfield(H, 1, "prepare");
   lua_pushinteger(H, (lua_Integer)c->id);
@@ -750,7 +748,9 @@ static int dispatch_p (lua_State *H) {
   return 0;
 }
 
-void tp__host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args) {
+static void host_cancel (tp_engine *e, tp_call *c);
+
+static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args) {
   if (e->H == NULL && tp__host_open(e) != TP_OK) {
     tp_call_fail(c, "tool.failed", "the host Lua state cannot start");
     return;
@@ -767,14 +767,14 @@ void tp__host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const json_t
     lua_settop(H, top);
     if (c->handler_owns) {
       int cancelled = c->cancelled;
-      tp__host_cancel(e, c);  /* releases whatever was set up; the call stays ours */
+      host_cancel(e, c);  /* releases whatever was set up; the call stays ours */
       if (!cancelled && c->handler_owns) tp_call_fail(c, "tool.failed", msg);
     }
   }
   lua_settop(H, top);
 }
 
-void tp__host_cancel (tp_engine *e, tp_call *c) {
+static void host_cancel (tp_engine *e, tp_call *c) {
   lua_State *H = e->H;
   if (H == NULL || c->host_ref == LUA_NOREF) return;
   int top = lua_gettop(H);
@@ -812,12 +812,8 @@ static void add_problem (char **buf, size_t *len, const char *line) {
   (*buf)[*len] = '\0';
 }
 
-int tp_engine_load_tools (tp_engine *e, const char *dir) {
-  return tp__host_load_tools(e, dir, NULL, NULL);
-}
-
-int tp__host_load_tools (tp_engine *e, const char *dir, void (*problem)(const char *, void *),
-                         void *ud) {
+int tp__host_load_dir (tp_engine *e, const char *dir,
+                       void (*problem)(const char *, void *), void *ud) {
   if (e == NULL || dir == NULL) return TP_EINVAL;
   DIR *d = opendir(dir);
   if (d == NULL) {
@@ -881,6 +877,7 @@ int tp__host_load_tools (tp_engine *e, const char *dir, void (*problem)(const ch
   }
   free(e->error);
   e->error = problems;  /* NULL reads as "" */
+  tp__tools_annotate(e);
   return added;
 }
 
@@ -989,34 +986,32 @@ static int describe_p (lua_State *H) {
   return 1;
 }
 
-/*
-** Discovery from a script (tools.describe, tools.search) runs describe.lua in the host
-** state on the run's behalf, so it polls the run's verdict as it goes: a count hook on
-** H, every DESCRIBE_HOOK_EVERY instructions, raises once the run has one (the watchdog
-** records limit.time and limit.cpu while the step runs). Its inputs are capped by the
-** caller (tools.c) and its output is charged to the run's host budget there. The C
-** calls it makes are bounded by the tool set, which the operator chose.
-*/
-#define DESCRIBE_HOOK_EVERY 1000
-static __thread tp_sandbox *describing_for;
+/* The work of one tool's annotations made at its registration is capped: a schema of
+** megabytes would otherwise hold every engine that loads it for seconds. Past the cap
+** the tool gets a short text instead (registry.c). */
+#define TOOL_API_BUDGET 5000000    /* instructions of describe.lua (about 25 ms here) */
+#define TOOL_API_HOOK 10000
+static __thread uint64_t api_left;
 
-static void describe_hook (lua_State *H, lua_Debug *ar) {
+static void api_hook (lua_State *H, lua_Debug *ar) {
   (void)ar;
-  tp_sandbox *sb = describing_for;
-  if (sb != NULL && atomic_load(&sb->kill) != TP_KILL_NONE)
-    luaL_error(H, "stopped: the run that asked has ended");
+  if (api_left <= TOOL_API_HOOK) luaL_error(H, "the tool's schema is too large to annotate");
+  api_left -= TOOL_API_HOOK;
 }
 
-static char *describe_call (tp_engine *e, tp_sandbox *sb, const char *what, const char *arg) {
+/* Runs describe_p in H. report: a failure is the engine's error (tp_engine_error);
+** else it is left out (a tool's text made at its registration, under TOOL_API_BUDGET).
+** NULL on failure. Scripts never come here: their discovery reads the texts made at
+** registration (registry.c). */
+static char *describe_call (tp_engine *e, const char *what, const char *arg, int report) {
   if (tp__host_open(e) != TP_OK) return NULL;
   lua_State *H = e->H;
   int top = lua_gettop(H);
   lua_Hook old_hook = lua_gethook(H);
   int old_mask = lua_gethookmask(H), old_count = lua_gethookcount(H);
-  tp_sandbox *old_sb = describing_for;
-  if (sb != NULL) {
-    describing_for = sb;
-    lua_sethook(H, describe_hook, LUA_MASKCOUNT, DESCRIBE_HOOK_EVERY);
+  if (!report) {
+    api_left = TOOL_API_BUDGET;
+    lua_sethook(H, api_hook, LUA_MASKCOUNT, TOOL_API_HOOK);
   }
   lua_pushcfunction(H, describe_p);
   lua_pushlightuserdata(H, e);
@@ -1029,41 +1024,45 @@ static char *describe_call (tp_engine *e, tp_sandbox *sb, const char *what, cons
     const char *s = lua_tolstring(H, -1, &len);
     if (s && (out = malloc(len + 1)) != NULL) memcpy(out, s, len + 1);
   }
-  else tp__engine_set_error(e, "describe: %s", error_text(H, -1));
-  if (sb != NULL) {
-    describing_for = old_sb;
-    lua_sethook(H, old_hook, old_mask, old_count);
-  }
+  else if (report) tp__engine_set_error(e, "describe: %s", error_text(H, -1));
+  if (!report) lua_sethook(H, old_hook, old_mask, old_count);
   lua_settop(H, top);
   return out;
 }
 
-char *tp__host_describe (tp_engine *e, tp_sandbox *sb, const char *format, const char *tool) {
-  return describe_call(e, sb, strcmp(format, "json") == 0 ? "json" : "lua", tool);
+char *tp__host_describe (tp_engine *e, const char *format, const char *arg) {
+  return describe_call(e, strcmp(format, "json") == 0 ? "json" : "lua", arg, 1);
 }
 
-char *tp__host_search (tp_engine *e, tp_sandbox *sb, const char *query) {
-  return describe_call(e, sb, "search", query);
+char *tp__host_tool_api (tp_engine *e, const char *tool) {
+  char *text = describe_call(e, "lua", tool, 0);
+  /* the loop's cached time is as old as this work (the host state may have just been
+  ** opened): a handler's uv timer started from it later would fire that much early */
+  uv_update_time(e->loop);
+  return text;
 }
 
-int tp_engine_set_workspace (tp_engine *e, const char *dir) {
-  if (e == NULL || dir == NULL) return TP_EINVAL;
-  free(e->workspace);
-  e->workspace = strdup(dir);
-  return e->workspace ? TP_OK : TP_ENOMEM;
+/* ---- the provider of Lua plugin tools ---------------------------------------------- */
+
+static void lua_dispatch (tp_engine *e, const tp_tool *t, tp_call *c) {
+  host_dispatch(e, c, t, c->args);
 }
 
-int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
-  if (e == NULL) return TP_EINVAL;
-  e->workspace_max = bytes;
-  e->workspace_max_set = 1;
-  return TP_OK;
+static void lua_cancel (tp_engine *e, const tp_tool *t, tp_call *c) {
+  (void)t;
+  host_cancel(e, c);
 }
 
-char *tp_engine_describe (tp_engine *e, const char *format) {
-  if (e == NULL || format == NULL) return NULL;
-  if (strcmp(format, "lua") == 0) return describe_call(e, NULL, "lua", NULL);
-  if (strcmp(format, "json") == 0) return describe_call(e, NULL, "json", NULL);
-  if (strcmp(format, "json+session") == 0) return describe_call(e, NULL, "json", "session");
-  return NULL;
+/* The handler's reference goes (H may be gone already: then it went with it). */
+static void lua_release (tp_engine *e, tp_tool *t) {
+  if (e->H != NULL && t->lua_ref != LUA_NOREF) luaL_unref(e->H, LUA_REGISTRYINDEX, t->lua_ref);
+  t->lua_ref = LUA_NOREF;
 }
+
+static const char *lua_describe (const tp_tool *t) {
+  return t->origin ? t->origin : "a Lua plugin";
+}
+
+const tp__provider tp__lua_provider = {
+  "lua", TP__TOOL_TREE_ARGS, 1, lua_dispatch, lua_cancel, lua_release, lua_describe
+};

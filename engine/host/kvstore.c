@@ -18,7 +18,7 @@
 #include "lauxlib.h"
 #include "lua.h"
 
-#include "internal.h"
+#include "host.h"
 
 typedef struct kv_entry {
   size_t klen, tlen;

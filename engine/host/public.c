@@ -12,7 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "engine.h"
+#include "registry.h"
+#include "host.h"
+#include "run.h"
+#include "calls.h"
+#include "sandbox.h"
 #include "limits_table.h"
 
 /* ---- limits ---------------------------------------------------------------------------- */
@@ -150,12 +155,12 @@ void tp_run_on_call (tp_run *r, tp_call_event_cb cb, void *ud) {
 
 int tp_engine_load_tools_cb (tp_engine *e, const char *dir, tp_problem_cb problem,
                              void *ud) {
-  return tp__host_load_tools(e, dir, problem, ud);
+  return tp__host_load_dir(e, dir, problem, ud);
 }
 
 int tp_engine_unload_tools (tp_engine *e) {
   if (e == NULL) return TP_EINVAL;
-  if (e->runs != NULL) return TP_ESTATE;
+  if (e->core.runs != NULL) return TP_ESTATE;
   size_t n = tp__engine_drop_plugin_tools(e);
   return n > INT32_MAX ? INT32_MAX : (int)n;
 }
@@ -168,7 +173,7 @@ int tp_engine_tool_info (const tp_engine *e, size_t i, tp_tool_info *info) {
   info->name = t->name;
   info->description = t->description ? t->description : "";
   info->origin = t->origin;
-  info->timeout_us = t->timeout_us;
+  info->timeout_us = t->face.timeout_us;
   return TP_OK;
 }
 

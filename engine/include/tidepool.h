@@ -447,6 +447,21 @@ TP_EXTERN int tp_call_complete(tp_call *c, const char *result_json, size_t len);
 ** the model (what went wrong, what to do). TP_ESTATE if completed already. */
 TP_EXTERN int tp_call_fail(tp_call *c, const char *code, const char *message);
 
+/* ---- policy: every tool call passes it before its arguments are checked ------------
+** fn sees each call a script makes to a registered tool (tp_call_tool, tp_call_args) and
+** returns TP_POLICY_ALLOW, TP_POLICY_DENY (the call fails with code "tool.denied", and
+** the reason fn wrote into reason[0..len) is in its message), or TP_POLICY_HOLD: the
+** call stays pending, its script waiting, until tp_call_decide(call, TP_POLICY_ALLOW or
+** TP_POLICY_DENY, reason) is called once for it, from the engine's thread. A held call
+** whose run ended meanwhile must still be decided (tp_call_decide then returns
+** TP_ESTATE and lets go of it). fn NULL: every call is allowed (the default). */
+#define TP_POLICY_ALLOW 0
+#define TP_POLICY_DENY  1
+#define TP_POLICY_HOLD  2
+typedef int (*tp_policy_fn)(tp_call *call, void *ud, char *reason, size_t len);
+TP_EXTERN int tp_engine_set_policy(tp_engine *e, tp_policy_fn fn, void *ud);
+TP_EXTERN int tp_call_decide(tp_call *call, int verdict, const char *reason);
+
 #ifdef __cplusplus
 }
 #endif

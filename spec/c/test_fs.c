@@ -21,7 +21,7 @@
 #include "lauxlib.h"
 #include "lualib.h"
 
-#include "internal.h"
+#include "host.h"
 #include "tp_test.h"
 
 static char tmp[256], wsdir[300], outdir[300];

@@ -7,7 +7,7 @@
 
 #include "tp_test.h"
 #include "tidepool.h"
-#include "internal.h"
+#include "watchdog.h"
 
 #define GOOD "spec/fixtures/plugins/good"
 #define BROKEN "spec/fixtures/plugins/broken"

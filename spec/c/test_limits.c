@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "tidepool.h"
-#include "internal.h"
+#include "sandbox.h"
 #include "limits_table.h"
 #include "tp_test.h"
 

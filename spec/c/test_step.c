@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "run.h"
 #include "tp_test.h"
 
 static const char spin[] = "local x = 0 while true do x = x + 1 end";

@@ -11,7 +11,8 @@
 
 #include "tp_test.h"
 #include "tidepool.h"
-#include "internal.h"
+#include "engine.h"
+#include "calls.h"
 
 /* ---- handlers ------------------------------------------------------------------------- */
 
@@ -44,7 +45,7 @@ static void later_fire (uv_timer_t *t) {
 static void async_timer (tp_call *c, void *ud) {
   later *l = calloc(1, sizeof *l);
   l->call = c;
-  uv_timer_init((uv_loop_t *)tp__engine_loop(c->e), &l->t);
+  uv_timer_init((uv_loop_t *)tp__engine_loop(c->run->e), &l->t);
   uv_timer_start(&l->t, later_fire, (uint64_t)(uintptr_t)ud, 0);
 }
 

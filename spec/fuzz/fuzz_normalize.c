@@ -14,7 +14,8 @@
 
 #include <jansson.h>
 
-#include "internal.h"
+#include "tidepool.h"
+#include "normalize.h"
 #include "fuzz.h"
 
 static tp_engine *engine;

@@ -1,0 +1,818 @@
+/*
+** calls.c: the life of a tool call as the core keeps it: its record, its outcome, what
+** the run holds of it and what that costs the run's host budget, and the C API of
+** calls (tp_call_*). The script's side starts calls (namespace.c); the host resolves,
+** admits and runs them (host/admit.c), and is told through tp__host_hooks.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lauxlib.h"
+
+#include "calls.h"
+#include "json.h"
+#include "schema.h"
+
+void tp__run_set_call_hook (tp_run *r, void (*hook)(tp_run *r, const char *tool, int done,
+                            void *ud), void *ud) {
+  r->call_hook = hook;
+  r->call_hook_ud = ud;
+}
+
+/* ---- calls ------------------------------------------------------------------------ */
+
+/* What a malloc'd block of n bytes costs the host: glibc's header, 16-byte rounding and
+** its smallest chunk. Call records are charged to the run's host budget at this price. */
+static size_t block_cost (size_t n) {
+  size_t c = (n + 8 + 15) & ~(size_t)15;
+  return c < 32 ? 32 : c;
+}
+
+/* Charges n bytes of c's record to its run's host budget. Past the budget the verdict
+** limit.memory is recorded and nothing is charged: the record stays (it is small), and
+** the run ends at its next check. */
+static void charge (tp_call *c, size_t n) {
+  if (c->run != NULL && tp__host_charge(c->run->sb, n) == 0) c->charged += n;
+}
+
+/* Gives back what a freed part of c's record (n bytes) was charged, never more than c
+** holds of the budget. */
+static void give_back (tp_call *c, size_t n) {
+  if (n > c->charged) n = c->charged;
+  if (c->run != NULL) tp__host_refund(c->run->sb, n);
+  c->charged -= n;
+}
+
+size_t tp__cut_utf8 (const char *s, size_t len, size_t max) {
+  if (len <= max) return len;
+  size_t n = max;
+  for (int k = 0; k < 3 && n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80; k++) n--;
+  return n;
+}
+
+/* A copy of msg, cut to max bytes with TP_MSG_CUT at the end when it is longer; reads
+** at most max + 1 bytes of msg. NULL when out of memory. */
+static char *dup_cut (const char *msg, size_t max) {
+  size_t len = strnlen(msg, max + 1);
+  size_t take = tp__cut_utf8(msg, len, max), mark = take < len ? strlen(TP_MSG_CUT) : 0;
+  char *m = malloc(take + mark + 1);
+  if (m == NULL) return NULL;
+  memcpy(m, msg, take);
+  memcpy(m + take, TP_MSG_CUT, mark);
+  m[take + mark] = '\0';
+  return m;
+}
+
+/* Frees a call once both its run and its handler are done with it. */
+static void call_release (tp_call *c) {
+  if (c->run != NULL || c->handler_owns) return;
+  json_decref(c->args);
+  json_decref(c->result);
+  free(c->args_text);
+  free(c->name);
+  free(c->code);
+  free(c->message);
+  free(c);
+}
+
+#define CODE_MAX 64  /* codes are short identifiers: tool.invalid_input */
+
+/* Lets go of the argument tree (tree) and text (text) and gives back what they were
+** charged to the run's host budget. */
+static void args_release (tp_call *c, int tree, int text) {
+  if (tree && c->args != NULL) {
+    json_decref(c->args);
+    c->args = NULL;
+    give_back(c, c->args_cost);
+    c->args_cost = 0;
+  }
+  if (text && c->args_text != NULL) {
+    give_back(c, block_cost(strlen(c->args_text) + 1));
+    free(c->args_text);
+    c->args_text = NULL;
+  }
+}
+
+/* Lets go of a result tree and gives back its charge. */
+static void result_release (tp_call *c) {
+  json_decref(c->result);
+  c->result = NULL;
+  give_back(c, c->result_cost);
+  c->result_cost = 0;
+}
+
+/* Records the outcome (results are checked by the caller) and starts queued calls. The
+** message is cut to TP_MSG_MAX bytes; code and message are charged to the run. */
+void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, const char *msg) {
+  if (c->state == CALL_DONE) { json_decref(result); return; }
+  tp_run *r = c->run;
+  int was_running = c->state == CALL_RUNNING;
+  if (!was_running && !c->handler_owns) args_release(c, 1, 1);  /* no handler will read them */
+  c->state = CALL_DONE;
+  c->end_ns = tp__now_ns();
+  c->ok = ok;
+  c->result = ok ? (result ? result : json_null()) : NULL;
+  if (!ok) {
+    json_decref(result);
+    c->code = dup_cut(code ? code : "tool.failed", CODE_MAX);
+    c->message = dup_cut(msg ? msg : "the tool failed", TP_MSG_MAX);
+    if (c->code) charge(c, block_cost(strlen(c->code) + 1));
+    if (c->message) charge(c, block_cost(strlen(c->message) + 1));
+  }
+  if (r != NULL && was_running && r->in_flight > 0) r->in_flight--;
+  if (r != NULL && !c->consumed) r->ready_count++;
+  if (r != NULL && r->call_hook) r->call_hook(r, c->name, 1, r->call_hook_ud);
+  if (r != NULL) tp__run_wake(r);
+}
+
+/* Fails c with a formatted message; the buffer cuts what is longer (dup_cut cuts
+** again to TP_MSG_MAX, marked). Pass text from elsewhere with "%.*s" and a precision of
+** TP_MSG_MAX + 1, so that a huge string is not read to its end. */
+void tp__call_failf (tp_call *c, const char *code, const char *fmt, ...) {
+  char buf[TP_MSG_MAX + 512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  tp__call_finish(c, 0, NULL, code, buf);
+}
+
+/* Joins up to the first 8 schema errors into one message ("; and N more"). */
+static void schema_message (char *buf, size_t len, const tp_schema_errors *errs) {
+  tp_schema_errors_text(errs, 8, buf, len);
+}
+
+/* Validation runs for the script (its arguments, its tools' results), so it polls the
+** run's verdict as it goes: it stops once the run has a verdict (the step's timer records
+** limit.time and limit.cpu while a step runs) or its wall deadline has passed (a result
+** may be checked while the script waits). */
+static int validation_stop (void *ud) {
+  tp_run *r = ud;
+  if (atomic_load(&r->sb->kill) != TP_KILL_NONE) return 1;
+  return r->deadline_ns && tp__now_ns() >= r->deadline_ns;
+}
+
+/* Validates v against s for run r: 1 valid, 0 invalid (errs), -1 out of memory, -2
+** stopped; then the run has a verdict (limit.time recorded if it had none). */
+static int validate_for (tp_run *r, const tp_schema *s, const json_t *v,
+                         tp_schema_errors *errs) {
+  tp_schema_bounds b = { TP_SCHEMA_MAX_ERRORS, validation_stop, r };
+  int rc = tp_schema_validate_bounded(s, v, errs, &b);
+  if (rc == -2) tp__sandbox_kill(r->sb, TP_KILL_TIME);  /* kept if it had one */
+  return rc;
+}
+
+int tp__call_validate (tp_call *c, const tp_schema *s, const json_t *v,
+                       tp_schema_errors *errs) {
+  return validate_for(c->run, s, v, errs);
+}
+
+/* The error of a call whose validation was stopped by the run's verdict. */
+void tp__call_fail_stopped (tp_call *c, const char *what) {
+  tp_sandbox *sb = c->run->sb;
+  tp_kill why = (tp_kill)atomic_load(&sb->kill);
+  char msg[256];
+  tp__kill_message(sb, why, msg, sizeof msg);
+  tp__call_failf(c, tp__kill_code(why), "tools.%s: %s were not checked: %s", c->name, what,
+                msg);
+}
+
+static int call_deadline_passed (tp_call *c, uint64_t now) {
+  return c->deadline_ns && now >= c->deadline_ns;
+}
+
+/* Hands a call to its handler through the host (or leaves it for tp_run_pending). Its
+** timeout counts from now: the call's start when it was not queued. The argument tree
+** is not needed once the handler has it (C handlers read the text, a handler that takes
+** the tree converts it at once). */
+static void dispatch (tp_run *r, tp_call *c, int was_queued) {
+  const tp__tool_face *t = c->tool;
+  const tp_limits *l = &r->sb->limits;
+  c->state = CALL_RUNNING;
+  r->in_flight++;
+  uint64_t now = was_queued ? tp__now_ns() : c->start_ns;
+  uint64_t tmo = l->tool_timeout_us;
+  if (t->timeout_us && (tmo == 0 || t->timeout_us < tmo)) tmo = t->timeout_us;
+  c->deadline_ns = tmo ? now + tmo * 1000u : 0;
+  int external = (t->flags & TP__TOOL_EXTERNAL) != 0;
+  if (!external) {
+    c->handler_owns = 1;
+    tp__hook(r, dispatch, c);
+  }
+  /* else: the embedding program completes it (tp_run_pending) */
+  int handled = !c->handler_owns && !external;
+  if (c->args_text != NULL || handled || (t->flags & TP__TOOL_TREE_ARGS))
+    args_release(c, 1, 0);
+}
+
+size_t tp__run_active_from (tp_run *r) {
+  while (r->active_from < r->ncallv && (r->callv[r->active_from] == NULL ||
+                                        r->callv[r->active_from]->state == CALL_DONE))
+    r->active_from++;
+  return r->active_from;
+}
+
+static void start_queued (tp_run *r) {
+  uint32_t cap = r->sb->limits.tool_in_flight;
+  for (size_t i = tp__run_active_from(r); i < r->ncallv; i++) {
+    tp_call *c = r->callv[i];
+    if (cap && r->in_flight >= cap) break;
+    if (c != NULL && c->state == CALL_QUEUED && !c->cancelled) dispatch(r, c, 1);
+  }
+}
+
+/* Counts a call of tool t; returns the count so far. */
+static uint32_t count_per_tool (tp_run *r, const tp__tool_face *t) {
+  for (size_t i = 0; i < r->nper_tool; i++)
+    if (r->per_tool[i].tool == t) return ++r->per_tool[i].n;
+  void *np = realloc(r->per_tool, (r->nper_tool + 1) * sizeof *r->per_tool);
+  if (np == NULL) return UINT32_MAX;
+  r->per_tool = np;
+  r->per_tool[r->nper_tool].tool = t;
+  r->per_tool[r->nper_tool].n = 1;
+  return r->per_tool[r->nper_tool++].n;
+}
+
+/* ---- the calls a run holds ----------------------------------------------------------
+** callv/callid hold, by increasing id, the calls listed in the envelope and the later
+** calls not yet let go. A later call is let go once it is done and the script has taken
+** it (or at the end of the run): its outcome goes into r->summary, its slot becomes a
+** hole, and the holes are squeezed out when they are half the array. So the host keeps
+** what the envelope lists, the calls in progress and a fixed set of counters, however
+** many calls a run makes (tool_calls = 0 included). The arrays are charged to the host
+** budget by capacity (16 bytes a slot).
+*/
+#define SLOT_COST (sizeof(tp_call *) + sizeof(uint64_t))
+
+static int is_listed (const tp_call *c) { return c->id <= TP_CALLS_LISTED; }
+
+/* The index of call id in callv, or -1. */
+static long call_index (const tp_run *r, uint64_t id) {
+  size_t lo = 0, hi = r->ncallv;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (r->callid[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < r->ncallv && r->callid[lo] == id && r->callv[lo] != NULL ? (long)lo : -1;
+}
+
+static tp_call *find_call (tp_run *r, uint64_t id) {
+  long i = call_index(r, id);
+  return i < 0 ? NULL : r->callv[i];
+}
+
+/* Adds c's outcome to the summary of the calls past the listed ones. */
+static void summary_add (tp_run *r, const tp_call *c) {
+  tp_calls_summary *s = &r->summary;
+  s->calls++;
+  if (!(c->state == CALL_DONE && c->ok)) s->failed++;
+  const char *name = c->name ? c->name : "?";
+  for (size_t i = 0; i < s->ntools; i++)
+    if (strcmp(s->by_tool[i].name, name) == 0) { s->by_tool[i].n++; return; }
+  char *copy = s->ntools < TP_CALLS_BY_TOOL ? strdup(name) : NULL;
+  if (copy != NULL && tp__host_charge(r->sb, block_cost(strlen(copy) + 1)) != 0) {
+    free(copy);  /* past the budget: the verdict is recorded, the count kept */
+    copy = NULL;
+  }
+  if (copy == NULL) { s->other++; return; }
+  s->by_tool[s->ntools].name = copy;
+  s->by_tool[s->ntools++].n = 1;
+}
+
+/* The run lets go of callv[i] (done): its outcome is counted when it is past the listed
+** calls, its charge given back, and it is freed unless a handler still owns it. */
+static void let_go (tp_run *r, size_t i) {
+  tp_call *c = r->callv[i];
+  if (!is_listed(c)) summary_add(r, c);
+  give_back(c, c->charged);
+  r->callv[i] = NULL;
+  r->nholes++;
+  c->run = NULL;
+  call_release(c);
+}
+
+/* Squeezes the holes out of callv once they are half of it (amortized O(1) a call). */
+static void squeeze (tp_run *r) {
+  if (r->nholes < 32 || r->nholes * 2 < r->ncallv) return;
+  size_t o = 0;
+  for (size_t i = 0; i < r->ncallv; i++) {
+    if (r->callv[i] == NULL) continue;
+    r->callv[o] = r->callv[i];
+    r->callid[o++] = r->callid[i];
+  }
+  r->ncallv = o;
+  r->nholes = 0;
+  r->active_from = 0;
+}
+
+/* The script has taken c's outcome (or will never get it): what only the script needed
+** goes, and a call past the listed ones is let go once done. */
+void tp__call_taken (tp_run *r, tp_call *c) {
+  if (!c->consumed && c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
+  c->consumed = 1;
+  if (c->state != CALL_DONE) return;
+  result_release(c);  /* only its size stays, for the envelope */
+  if (is_listed(c)) {
+    if (c->message) give_back(c, block_cost(strlen(c->message) + 1));
+    free(c->message);
+    c->message = NULL;
+    return;
+  }
+  long i = call_index(r, c->id);
+  if (i < 0) return;
+  let_go(r, (size_t)i);
+  squeeze(r);
+}
+
+/*
+** The one door of every tool call a script makes, whatever becomes of it: counts the
+** attempt against tool_calls and makes its record. Every later refusal (where Lua cannot
+** wait, arguments that are not a table or not JSON, an unknown tool, a schema) happens
+** after this, so no call escapes the count. Past the limit the record fails with
+** limit.tool_calls and the verdict is recorded (the caller raises it). The host copies
+** at most TP_TOOL_NAME_MAX bytes of the name (NUL bytes become '?'). NULL when the host
+** is out of memory, with the verdict recorded.
+*/
+tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
+  tp_sandbox *sb = r->sb;
+  const tp_limits *l = &sb->limits;
+  r->ncalls++;
+  tp_call *c = calloc(1, sizeof *c);
+  size_t take = tp__cut_utf8(name, nlen, TP_TOOL_NAME_MAX);
+  char *copy = c ? malloc(take + 1) : NULL;
+  if (copy != NULL && r->ncallv == r->capcallv) {
+    size_t ncap = r->capcallv ? r->capcallv * 2 : 16;
+    tp_call **nv = NULL;
+    uint64_t *ni = NULL;
+    if (tp__host_charge(sb, (ncap - r->capcallv) * SLOT_COST) == 0) {
+      nv = realloc(r->callv, ncap * sizeof *nv);
+      if (nv != NULL) r->callv = nv;
+      ni = nv ? realloc(r->callid, ncap * sizeof *ni) : NULL;
+      if (ni != NULL) { r->callid = ni; r->capcallv = ncap; }
+      else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
+    }
+    if (ni == NULL) { free(copy); copy = NULL; }
+  }
+  if (copy == NULL) {
+    free(c);
+    tp__sandbox_kill(sb, TP_KILL_MEMORY);
+    return NULL;
+  }
+  for (size_t i = 0; i < take; i++) copy[i] = name[i] ? name[i] : '?';
+  copy[take] = '\0';
+  c->run = r;
+  c->id = ++r->next_call_id;
+  c->name = copy;
+  c->line = line;
+  c->host_ref = LUA_NOREF;
+  c->start_ns = tp__now_ns();
+  r->callid[r->ncallv] = c->id;
+  r->callv[r->ncallv++] = c;
+  charge(c, block_cost(sizeof *c) + block_cost(take + 1));
+  if (r->call_hook) r->call_hook(r, c->name, 0, r->call_hook_ud);
+  if (l->tool_calls && r->ncalls > l->tool_calls) {
+    tp__sandbox_kill_note(sb, TP_KILL_TOOL_CALLS, "the script made more than its limit of "
+                          "%u tool calls", (unsigned)l->tool_calls);
+    tp__call_failf(c, "limit.tool_calls", "the script made more than its limit of %u tool "
+                  "calls", (unsigned)l->tool_calls);
+  }
+  return c;
+}
+
+/* Starts call c, counted by tp__call_attempt, with args (stolen: the tree, or NULL).
+** nlen: the length of the name the script used; exact: it is all in c->name (not cut,
+** no NUL byte), else the name is not looked up. The host resolves the rest
+** (tp__host_hooks.call). The call may be complete on return. */
+void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args) {
+  const char *name = c->name;
+  c->args = args;
+  if (exact) {
+    tp__hook(r, call, c);
+    return;
+  }
+  tp__call_bind(c, NULL);
+  if (nlen > TP_TOOL_NAME_MAX)
+    tp__call_failf(c, "tool.unknown", "there is no tool tools.%s...: that name is %zu bytes "
+                   "long, and tool names are at most 128 bytes (tools.list() lists the tools "
+                   "there are)", name, nlen);
+  else
+    tp__call_failf(c, "tool.unknown", "there is no tool tools.%s: a tool name has no NUL "
+                   "bytes (tools.list() lists the tools there are)", name);
+}
+
+/* A handler that takes the tree (TP__TOOL_TREE_ARGS) gets it as it is, so its call
+** makes no JSON text, only measures it (bytes_in); the others get the text tp_call_args
+** returns (NULL when out of memory: made later). */
+int tp__call_bind (tp_call *c, const tp__tool_face *t) {
+  tp_run *r = c->run;
+  tp_sandbox *sb = r->sb;
+  const tp_limits *l = &sb->limits;
+  c->tool = t;
+  size_t bytes_in = 0;
+  char *args_text = NULL;
+  if (c->args != NULL && t != NULL && (t->flags & TP__TOOL_TREE_ARGS))
+    bytes_in = tp_json_dump_len(c->args);
+  else if (c->args != NULL)
+    args_text = tp_json_dumpsn(c->args, &bytes_in);
+  c->args_text = args_text;
+  c->bytes_in = bytes_in;
+  if (args_text) charge(c, block_cost(bytes_in + 1));
+  if (t != NULL && l->tool_calls_per_tool &&
+      count_per_tool(r, t) > l->tool_calls_per_tool) {
+    tp__sandbox_kill_note(sb, TP_KILL_TOOL_CALLS, "the script called tools.%.128s more "
+                          "than its limit of %u calls of one tool", c->name,
+                          (unsigned)l->tool_calls_per_tool);
+    tp__call_failf(c, "limit.tool_calls", "the script called tools.%s more than its limit "
+                   "of %u calls of one tool", c->name, (unsigned)l->tool_calls_per_tool);
+    return -1;
+  }
+  return 0;
+}
+
+static void admit (tp_call *c) {
+  tp_run *r = c->run;
+  const tp_limits *l = &r->sb->limits;
+  c->state = CALL_QUEUED;
+  if (!l->tool_in_flight || r->in_flight < l->tool_in_flight) dispatch(r, c, 0);
+}
+
+void tp__call_check_admit (tp_call *c) {
+  const char *name = c->name;
+  tp_schema_errors errs = { 0 };
+  int v = validate_for(c->run, c->tool->in_schema, c->args, &errs);
+  if (v == -2) {
+    tp__call_fail_stopped(c, "the arguments");
+    return;
+  }
+  if (v != 1) {
+    char msg[3000];
+    if (v == 0) schema_message(msg, sizeof msg, &errs);
+    else snprintf(msg, sizeof msg, "the arguments could not be checked (out of memory)");
+    tp_schema_errors_clear(&errs);
+    tp__call_failf(c, "tool.invalid_input", "tools.%s: invalid arguments: %s "
+                   "(tools.describe(\"%s\") shows what it takes)", name, msg, name);
+    return;
+  }
+  admit(c);
+}
+
+void tp__call_hold (tp_call *c) {
+  c->held = 1;
+  c->handler_owns = 1;
+}
+
+void tp__call_deny (tp_call *c, const char *reason) {
+  tp__call_failf(c, "tool.denied", "tools.%s was denied by the host's policy: %.*s", c->name,
+                 TP_MSG_MAX + 1, reason && *reason ? reason : "no reason given");
+}
+
+int tp_call_decide (tp_call *c, int verdict, const char *reason) {
+  if (c == NULL || (verdict != TP_POLICY_ALLOW && verdict != TP_POLICY_DENY)) return TP_EINVAL;
+  if (!c->held) return TP_ESTATE;
+  c->held = 0;
+  if (c->state != CALL_DECIDING || c->cancelled || c->run == NULL) {
+    tp__call_handler_done(c);  /* the run ended meanwhile: the hold lets go of it */
+    return TP_ESTATE;
+  }
+  c->handler_owns = 0;
+  if (verdict == TP_POLICY_DENY) tp__call_deny(c, reason);
+  else tp__call_check_admit(c);
+  return TP_OK;
+}
+
+int tp__call_ready (tp_run *r, uint64_t id) {
+  tp_call *c = find_call(r, id);
+  if (c == NULL) return 1;
+  if (c->state != CALL_DONE && call_deadline_passed(c, tp__now_ns())) {
+    c->cancelled = 1;
+    if (c->handler_owns) tp__hook(r, cancel, c);
+    tp__call_failf(c, "tool.timeout", "tools.%s did not answer within its time limit", c->name);
+    start_queued(r);
+  }
+  return c->state == CALL_DONE;
+}
+
+/* The error object a script gets: {code=, message=, tool=} with a tostring. */
+void tp__push_error_object (lua_State *L, const char *code, const char *msg,
+                               const char *tool) {
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, code);
+  lua_setfield(L, -2, "code");
+  lua_pushstring(L, msg);
+  lua_setfield(L, -2, "message");
+  lua_pushstring(L, tool);
+  lua_setfield(L, -2, "tool");
+  if (luaL_getmetatable(L, "tidepool.error") == LUA_TTABLE) lua_setmetatable(L, -2);
+  else lua_pop(L, 1);
+}
+
+int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
+  tp_call *c = find_call(r, id);
+  if (c == NULL || c->consumed) {
+    tp__push_error_object(L, "tool.failed", "the call's result was lost", "?");
+    return 0;
+  }
+  int ok = c->ok;
+  if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
+  c->consumed = 1;  /* before anything may raise: the script cannot ask again */
+  if (ok) tp_json_push(L, c->result, 0);  /* may raise: c still owns the tree */
+  else tp__push_error_object(L, c->code ? c->code : "tool.failed",
+                         c->message ? c->message : "the tool failed", c->name);
+  tp__call_taken(r, c);  /* may free c */
+  return ok;
+}
+
+/* ---- the C API of calls ----------------------------------------------------------- */
+
+const char *tp_call_tool (const tp_call *c) { return c ? c->name : NULL; }
+uint64_t tp_call_id (const tp_call *c) { return c ? c->id : 0; }
+int tp_call_cancelled (const tp_call *c) { return c == NULL || c->cancelled || c->run == NULL; }
+
+const char *tp_call_args (tp_call *c) {
+  if (c == NULL) return NULL;
+  if (c->args_text == NULL && c->args != NULL) {
+    c->args_text = tp_json_dumps(c->args);
+    if (c->args_text) charge(c, block_cost(strlen(c->args_text) + 1));
+  }
+  return c->args_text;
+}
+
+/* Checks a result and records it; used by C handlers and host.c alike. */
+/* text_len: the size of the JSON text the result came from, or 0 to measure it. cost:
+** what the tree was charged to the run's host budget already (charged 1), or charged 0
+** to charge it here (a refusal ends the run with limit.memory); refunded when the tree
+** is freed. */
+static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, int charged) {
+  tp_sandbox *sb = c->run ? c->run->sb : NULL;
+  if (c->state == CALL_DONE || c->cancelled || c->run == NULL) {
+    json_decref(result);
+    if (sb) tp__host_refund(sb, cost);
+    return TP_ESTATE;
+  }
+  if (!charged) {
+    cost = tp_json_tree_cost(result);  /* O(nodes), capped by tool_bytes of text */
+    if (tp__host_charge(sb, cost) != 0) {
+      json_decref(result);
+      if (atomic_load(&sb->kill) == TP_KILL_MEMORY)  /* this charge's verdict: its words */
+        snprintf(sb->kill_note, sizeof sb->kill_note, "tools.%.60s returned a result that "
+                 "needs more host memory than the memory limit allows; ask it for less",
+                 c->name);
+      tp__call_failf(c, "tool.failed", "tools.%s returned a result that needs more host "
+                    "memory than the run's memory limit allows", c->name);
+      return TP_OK;
+    }
+  }
+  c->result_cost = cost;
+  c->charged += cost;
+  const tp_limits *l = &c->run->sb->limits;
+  size_t n = text_len ? text_len : tp_json_dump_len(result);  /* O(nodes), no text made */
+  c->bytes_out = n;
+  if (l->tool_bytes && n > l->tool_bytes) {
+    json_decref(result);
+    give_back(c, c->result_cost);
+    c->result_cost = 0;
+    tp__call_failf(c, "tool.invalid_output", "tools.%s returned %zu bytes of JSON, over the "
+                  "%zu-byte limit of a tool result", c->name, n, l->tool_bytes);
+    return TP_OK;
+  }
+  if (c->tool->out_schema) {
+    tp_schema_errors errs = { 0 };
+    int v = validate_for(c->run, c->tool->out_schema, result, &errs);
+    if (v == -2) {
+      json_decref(result);
+      tp__call_fail_stopped(c, "the results");
+      return TP_OK;
+    }
+    if (v != 1) {
+      char msg[3000];
+      if (v == 0) schema_message(msg, sizeof msg, &errs);
+      else snprintf(msg, sizeof msg, "out of memory");
+      tp_schema_errors_clear(&errs);
+      json_decref(result);
+      give_back(c, c->result_cost);
+      c->result_cost = 0;
+      tp__call_failf(c, "tool.invalid_output", "tools.%s returned a result that does not "
+                    "match its output schema: %s (a fault of the tool, not the script)",
+                    c->name, msg);
+      return TP_OK;
+    }
+  }
+  tp__call_finish(c, 1, result, NULL, NULL);
+  return TP_OK;
+}
+
+void tp__call_handler_done (tp_call *c) {
+  c->handler_owns = 0;
+  args_release(c, 0, 1);  /* tp_call_args is valid until the call is completed */
+  tp_run *r = c->run;
+  if (r != NULL) start_queued(r);
+  call_release(c);
+}
+
+int tp__call_complete_tree (tp_call *c, json_t *result) {
+  if (c == NULL) { json_decref(result); return TP_EINVAL; }
+  int rc = complete(c, result, 0, 0, 0);
+  tp__call_handler_done(c);
+  return rc;
+}
+
+int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
+  if (c == NULL || result_json == NULL) return TP_EINVAL;
+  if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;
+  if (len == 0) len = strlen(result_json);
+  tp_json_err jerr;
+  int live = c->state != CALL_DONE && !c->cancelled && c->run;
+  /* the tree's cost, estimated from the text and charged before jansson builds it */
+  size_t cost = live ? tp_json_text_cost(result_json, len) : 0;
+  if (live && tp__host_charge(c->run->sb, cost) != 0) {
+    if (atomic_load(&c->run->sb->kill) == TP_KILL_MEMORY)  /* this charge's verdict */
+      snprintf(c->run->sb->kill_note, sizeof c->run->sb->kill_note, "tools.%.60s returned "
+               "%zu bytes of JSON, which need more host memory than the memory limit "
+               "allows; ask it for less", c->name, len);
+    tp__call_failf(c, "tool.failed", "tools.%s returned %zu bytes of JSON, which need more "
+                  "host memory than the run's memory limit allows", c->name, len);
+    tp__call_handler_done(c);
+    return TP_OK;
+  }
+  /* polled: parsing up to tool_bytes of text stops when the run has a verdict */
+  json_t *v = tp_json_loads_polled(result_json, len,
+                                   live ? tp__sandbox_budget(c->run->sb) : NULL, &jerr);
+  int rc;
+  if (v == NULL) {
+    if (live) {
+      tp__host_refund(c->run->sb, cost);
+      tp__call_failf(c, "tool.invalid_output", "tools.%s returned text that is not JSON: %s",
+                    c->name, jerr.message);
+    }
+    rc = TP_OK;
+  }
+  else rc = complete(c, v, len, cost, 1);
+  tp__call_handler_done(c);
+  return rc;
+}
+
+int tp_call_fail (tp_call *c, const char *code, const char *message) {
+  if (c == NULL) return TP_EINVAL;
+  if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;
+  if (code == NULL || strncmp(code, "tool.", 5) != 0) code = "tool.failed";
+  int rc = TP_ESTATE;
+  if (c->state != CALL_DONE && !c->cancelled && c->run) {
+    tp__call_failf(c, code, "tools.%s failed: %.*s", c->name, TP_MSG_MAX + 1,
+                  message ? message : "no reason given");
+    rc = TP_OK;
+  }
+  tp__call_handler_done(c);
+  return rc;
+}
+
+
+/* Appends s as a JSON string, at most TP_TOOL_NAME_MAX bytes of it; bytes that are not
+** printable ASCII become '?' (tool names and codes are ASCII identifiers; only a
+** script's misspelt name can hold anything else). Writes at most 2 + 2 * 256 bytes. */
+static void put_name (char *out, size_t *o, const char *s) {
+  out[(*o)++] = '"';
+  for (size_t i = 0; s[i] != '\0' && i < TP_TOOL_NAME_MAX; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\') { out[(*o)++] = '\\'; out[(*o)++] = (char)ch; }
+    else out[(*o)++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+  }
+  out[(*o)++] = '"';
+}
+#define NAME_ROOM (2 + 2 * TP_TOOL_NAME_MAX)
+
+static void put_lit (char *out, size_t *o, const char *lit) {
+  size_t n = strlen(lit);
+  memcpy(out + *o, lit, n);
+  *o += n;
+}
+
+/* Decimal digits of v; at least min_digits of them (zero-padded). */
+static void put_uint (char *out, size_t *o, uint64_t v, int min_digits) {
+  char tmp[24];
+  int n = 0;
+  do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v != 0 || n < min_digits);
+  while (n > 0) out[(*o)++] = tmp[--n];
+}
+
+/* One record: {"tool":..,"ok":..,["error":..,]"ms":..,"bytes_in":..,"bytes_out":..[,"line":..]} */
+#define RECORD_ROOM (160 + 2 * NAME_ROOM)
+static void put_record (char *out, size_t *o, const tp_call *c) {
+  uint64_t end = c->state == CALL_DONE ? c->end_ns : tp__now_ns();
+  uint64_t us = (end - c->start_ns) / 1000;
+  int ok = c->state == CALL_DONE && c->ok;
+  put_lit(out, o, "{\"tool\":");
+  put_name(out, o, c->name ? c->name : "?");
+  put_lit(out, o, ok ? ",\"ok\":true" : ",\"ok\":false,\"error\":");
+  if (!ok) put_name(out, o, c->state == CALL_DONE && c->code ? c->code : "cancelled");
+  put_lit(out, o, ",\"ms\":");
+  put_uint(out, o, us / 1000, 1);
+  out[(*o)++] = '.';
+  put_uint(out, o, us % 1000, 3);
+  put_lit(out, o, ",\"bytes_in\":");
+  put_uint(out, o, c->bytes_in, 1);
+  put_lit(out, o, ",\"bytes_out\":");
+  put_uint(out, o, c->bytes_out, 1);
+  if (c->line > 0) {
+    put_lit(out, o, ",\"line\":");
+    put_uint(out, o, (uint64_t)c->line, 1);
+  }
+  out[(*o)++] = '}';
+}
+
+/* The summary record of the calls past the listed ones (see TP_CALLS_LISTED). */
+#define SUMMARY_ROOM (120 + (TP_CALLS_BY_TOOL + 1) * (NAME_ROOM + 24))
+static void put_summary (char *out, size_t *o, const tp_calls_summary *s) {
+  put_lit(out, o, "{\"summary\":true,\"calls\":");
+  put_uint(out, o, s->calls, 1);
+  put_lit(out, o, ",\"failed\":");
+  put_uint(out, o, s->failed, 1);
+  put_lit(out, o, ",\"by_tool\":{");
+  for (size_t i = 0; i < s->ntools; i++) {
+    if (i > 0) out[(*o)++] = ',';
+    put_name(out, o, s->by_tool[i].name);
+    out[(*o)++] = ':';
+    put_uint(out, o, s->by_tool[i].n, 1);
+  }
+  if (s->other) {
+    put_lit(out, o, s->ntools ? ",\"other\":" : "\"other\":");
+    put_uint(out, o, s->other, 1);
+  }
+  put_lit(out, o, "}}");
+}
+
+/* The envelope's "calls" as JSON text, made by the host so a script cannot forge it: a
+** record for each of the first TP_CALLS_LISTED calls, including calls that failed, were
+** refused or were cut short, then a summary record of the later ones when there were
+** any. Called once, when the run has ended (its calls are all done): the later calls
+** still held are counted into the summary and let go. Written directly, with no
+** formatting calls; at most 100 records, so it takes microseconds. NULL when out of
+** memory; *len gets the length. */
+char *tp__run_calls_text (tp_run *r, size_t *len) {
+  size_t listed = 0, o = 0;
+  for (size_t i = 0; i < r->ncallv; i++) {
+    if (r->callv[i] != NULL && !is_listed(r->callv[i])) let_go(r, i);
+    listed += r->callv[i] != NULL;
+  }
+  /* sized from what is there: a buffer for every record a run may list is over 128 KiB,
+  ** which glibc gives back to the system at each free (a brk pair a run, 2x a cold run) */
+  size_t cap = 3 + listed * (RECORD_ROOM + 1) + (r->summary.calls > 0 ? SUMMARY_ROOM : 0);
+  char *out = malloc(cap);
+  if (out == NULL) return NULL;
+  out[o++] = '[';
+  for (size_t i = 0; i < r->ncallv; i++) {
+    const tp_call *c = r->callv[i];
+    if (c == NULL) continue;
+    if (o > 1) out[o++] = ',';
+    put_record(out, &o, c);
+  }
+  if (r->summary.calls > 0) {
+    if (o > 1) out[o++] = ',';
+    put_summary(out, &o, &r->summary);
+  }
+  out[o++] = ']';
+  out[o] = '\0';
+  *len = o;
+  return out;
+}
+
+/* The run ends: calls still running are cancelled (their handlers are told, and their
+** late completions ignored). */
+void tp__run_cancel_calls (tp_run *r) {
+  /* all first, so a handler told to stop cannot start a queued call of this run */
+  for (size_t i = 0; i < r->ncallv; i++)
+    if (r->callv[i] != NULL && r->callv[i]->state != CALL_DONE) r->callv[i]->cancelled = 1;
+  for (size_t i = 0; i < r->ncallv; i++) {
+    tp_call *c = r->callv[i];
+    if (c != NULL && c->state != CALL_DONE) {
+      c->cancelled = 1;
+      if (c->handler_owns) tp__hook(r, cancel, c);
+      if (c->state != CALL_DONE)
+        tp__call_finish(c, 0, NULL, "cancelled", "the run ended before the call completed");
+    }
+  }
+}
+
+void tp__run_free_calls (tp_run *r) {
+  for (size_t i = 0; i < r->ncallv; i++) {
+    tp_call *c = r->callv[i];
+    if (c == NULL) continue;
+    give_back(c, c->charged);
+    c->run = NULL;
+    call_release(c);
+  }
+  tp__host_refund(r->sb, r->capcallv * SLOT_COST);
+  for (size_t i = 0; i < r->summary.ntools; i++) {
+    tp__host_refund(r->sb, block_cost(strlen(r->summary.by_tool[i].name) + 1));
+    free(r->summary.by_tool[i].name);
+  }
+  free(r->callv);
+  free(r->callid);
+  r->callv = NULL;
+  r->callid = NULL;
+  r->ncallv = r->capcallv = r->nholes = r->active_from = 0;
+  memset(&r->summary, 0, sizeof r->summary);
+}
+

@@ -1,0 +1,126 @@
+/*
+** calls.h: the life of a tool call as the core keeps it (calls.c): its record, its
+** outcome, what the run holds of it and what it costs the run's host budget. The
+** script's side (namespace.c) starts calls; the host resolves, admits and runs them
+** through the core's functions below, and is told through tp__host_hooks (run.h).
+*/
+#ifndef tidepool_calls_h
+#define tidepool_calls_h
+
+#include <stdint.h>
+#include <stddef.h>
+#include <jansson.h>
+
+#include "tidepool.h"
+#include "run.h"
+#include "schema.h"
+
+struct tp_schema;
+
+/* What the core knows of the tool a call was bound to (tp__call_bind); the host's
+** registry entry begins with it. */
+enum {
+  TP__TOOL_TREE_ARGS = 1,  /* the handler takes the argument tree: no JSON text is made */
+  TP__TOOL_EXTERNAL = 2    /* no handler: the embedding program completes its calls
+                           ** (tp_run_pending) */
+};
+typedef struct tp__tool_face {
+  const char *name;
+  const struct tp_schema *in_schema;   /* arguments are checked against it */
+  const struct tp_schema *out_schema;  /* results are checked against it, or NULL */
+  uint64_t timeout_us;                 /* 0: the run's tool_timeout alone */
+  unsigned flags;                      /* TP__TOOL_* */
+} tp__tool_face;
+
+/* DECIDING: the host has not admitted it yet (a policy may hold it there). */
+enum { CALL_DECIDING, CALL_QUEUED, CALL_RUNNING, CALL_DONE };
+
+struct tp_call {
+  tp_run *run;             /* NULL once the run let go of it */
+  uint64_t id;
+  const tp__tool_face *tool; /* NULL: not bound (unknown tool) */
+  char *name;
+  json_t *args;
+  char *args_text;         /* lazily made by tp_call_args */
+  int state;               /* CALL_* */
+  int handler_owns;        /* the handler (or a policy's hold) has not let go of it yet */
+  int held;                /* a policy holds it (tp__call_hold) until tp_call_decide */
+  int cancelled, consumed;
+  int ok;
+  json_t *result;          /* when ok */
+  char *code, *message;    /* when not ok */
+  int line;
+  uint64_t start_ns, end_ns, deadline_ns;
+  size_t bytes_in, bytes_out;
+  size_t args_cost, result_cost;  /* parts of `charged` held by the args and result trees */
+  int host_ref;            /* the provider's handle of the call (host.c: its record's
+                           ** registry reference), or LUA_NOREF */
+  size_t charged;          /* what the run's host budget holds for this record */
+};
+
+/* The length of s[0..len) cut to at most max bytes, backed off to a UTF-8 boundary. */
+size_t tp__cut_utf8(const char *s, size_t len, size_t max);
+
+/* ---- what the host does with a new call (tp__host_hooks.call) ---------------------- */
+
+/* Binds c to tool t (t outlives the call) and counts it against tool_calls_per_tool.
+** Returns 0, or -1 when c failed (limit.tool_calls, the verdict recorded). */
+int  tp__call_bind(tp_call *c, const tp__tool_face *t);
+/* Checks v against s for c's run, polling the run's verdict: 1 valid, 0 invalid
+** (errs), -1 out of memory, -2 stopped (the run has a verdict; see tp__call_fail_stopped). */
+int  tp__call_validate(tp_call *c, const struct tp_schema *s, const json_t *v,
+                       tp_schema_errors *errs);
+/* Fails c with the run's verdict: `what` (e.g. "the arguments") were not checked. */
+void tp__call_fail_stopped(tp_call *c, const char *what);
+/* Checks c's arguments against its tool's input schema and admits it (it runs now, or
+** once the run's in-flight cap allows), or fails it with tool.invalid_input. c is bound
+** to a tool and has arguments. */
+void tp__call_check_admit(tp_call *c);
+/* The host's policy holds c: it stays undecided (its script waits) and owned by the hold
+** until tp_call_decide; nothing else of it runs meanwhile. */
+void tp__call_hold(tp_call *c);
+/* Fails c with tool.denied; reason (may be NULL or "") goes into the message. */
+void tp__call_deny(tp_call *c, const char *reason);
+/* Fails c (not yet handed to a handler) with a formatted message, cut to TP_MSG_MAX.
+** Pass text from elsewhere with "%.*s" and a precision of TP_MSG_MAX + 1. */
+void tp__call_failf(tp_call *c, const char *code, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+/* ---- outcomes ------------------------------------------------------------------------ */
+
+void tp__call_finish(tp_call *c, int ok, json_t *result, const char *code, const char *msg);
+/* Completes a handler's call with a result tree (stolen), checked like tp_call_complete. */
+int tp__call_complete_tree(tp_call *c, json_t *result);
+/* Ends the handler's (or hold's) ownership of c: queued calls may start, and c is freed
+** when its run let go of it too. */
+void tp__call_handler_done(tp_call *c);
+
+/* ---- what the run holds ------------------------------------------------------------ */
+
+char *tp__run_calls_text(tp_run *r, size_t *len);
+void tp__run_cancel_calls(tp_run *r);
+/* The run lets go of every call it holds (at its destruction); handlers that still own
+** a call keep it until they complete it. */
+void tp__run_free_calls(tp_run *r);
+/* Advances r->active_from past done calls; returns it. */
+size_t tp__run_active_from(tp_run *r);
+/* A new call of r named name[0..nlen) at the script's line: counted against tool_calls
+** (past it the record fails with limit.tool_calls and the verdict is recorded). NULL
+** when the host is out of memory, the verdict recorded. */
+tp_call *tp__call_attempt(tp_run *r, const char *name, size_t nlen, int line);
+/* The script has taken c's outcome (or never will). */
+void tp__call_taken(tp_run *r, tp_call *c);
+/* Starts c (from tp__call_attempt) with args (stolen; NULL: they could not be read):
+** the host decides on it (tp__host_hooks.call). exact: c->name is the whole name the
+** script used (not cut, no NUL byte); else the call fails with tool.unknown. */
+void tp__call_start(tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args);
+/* The completion of call id, if any: 1 done (or gone), 0 still running; a call whose
+** timeout passed fails with tool.timeout here. */
+int tp__call_ready(tp_run *r, uint64_t id);
+/* Pushes the result (returns 1) or the error object (returns 0) of a ready call onto L
+** and forgets it. */
+int tp__call_consume(tp_run *r, uint64_t id, lua_State *L);
+/* The error object a script gets: {code=, message=, tool=} with a tostring. */
+void tp__push_error_object(lua_State *L, const char *code, const char *msg, const char *tool);
+
+#endif

@@ -1,0 +1,167 @@
+/*
+** run.h: runs and sessions (run.c, session.c), and how the core tells the host about
+** them. Core: a run is a resumable object; the host that drives it registers the
+** callbacks of tp__host_hooks, and the core calls nothing else above it.
+*/
+#ifndef tidepool_run_h
+#define tidepool_run_h
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+#include <jansson.h>
+
+#include "tidepool.h"
+#include "watchdog.h"
+#include "sandbox.h"
+
+/*
+** What the core tells the host, through the callbacks the host registers in its
+** tp_core (tp__core_init). ud is tp_core.ud. Each is called on the thread that steps
+** or completes the run, never while the core holds a lock.
+*/
+typedef struct tp__host_hooks {
+  /* A script made call c: counted, its name copied (c->name), its arguments read
+  ** (c->args, or NULL when they could not be). The host resolves the tool
+  ** (tp__call_bind), decides whether it may run, checks the arguments, then admits it
+  ** (tp__call_admit) or fails it (tp__call_failf); or it holds it, and decides later.
+  ** c may be complete when this returns. */
+  void (*call)(void *ud, tp_call *c);
+  /* Admitted call c has its turn (the run's in-flight cap allows it): hand it to its
+  ** tool's handler, which owns it (c->handler_owns) until it completes or fails it. */
+  void (*dispatch)(void *ud, tp_call *c);
+  /* c was cut short (its timeout, the run's end) while its handler owns it. */
+  void (*cancel)(void *ud, tp_call *c);
+  /* Run r, started with tp_run_start, may go on: a call completed, it was cancelled,
+  ** or it was just started. Returns TP_OK, or TP_ENOMEM when the host cannot drive it. */
+  int (*wake)(void *ud, tp_run *r);
+  /* r is being destroyed: the host lets go of what it keeps for r (r->host_data). */
+  void (*run_gone)(void *ud, tp_run *r);
+  /* Discovery from a script: the tools' names, sorted (index i of n); one tool's
+  ** description as Lua annotations (malloc'd; *known 0 when there is no such tool);
+  ** a search as JSON text [{name, score, description}...] (malloc'd). sb is the asking
+  ** run's sandbox. NULL when out of memory. The host answers from data it keeps: these
+  ** run no Lua of the host's. */
+  size_t (*tool_count)(void *ud);
+  const char *(*tool_name)(void *ud, size_t i);
+  char *(*describe)(void *ud, tp_sandbox *sb, const char *tool, int *known);
+  char *(*search)(void *ud, tp_sandbox *sb, const char *query);
+} tp__host_hooks;
+
+/* The part of an engine that the core owns. struct tp_engine (host/engine.h) begins
+** with it, so the core reaches it from a tp_engine * with tp__core(e) and reaches
+** nothing else of the engine. */
+typedef struct tp_core {
+  tp_watchdog wd;
+  tp_run *runs;            /* live runs, newest first */
+  uint64_t run_ids;        /* the last run id given out */
+  const tp__host_hooks *hooks;
+  void *ud;                /* the hooks' first argument */
+} tp_core;
+
+#define tp__core(e) ((tp_core *)(void *)(e))
+/* Tells the host through callback fn of run r's engine: tp__hook(r, wake, r). */
+#define tp__hook(r, fn, ...) (tp__core((r)->e)->hooks->fn(tp__core((r)->e)->ud, __VA_ARGS__))
+
+/* 0, or -1 when the watchdog cannot be set up. */
+int  tp__core_init(tp_core *k, const tp__host_hooks *hooks, void *ud);
+/* Destroys the runs still alive, then the watchdog. */
+void tp__core_close(tp_core *k);
+
+/* The envelope's "calls" lists the first TP_CALLS_LISTED calls of a run one record each;
+** when there were more, one summary record follows, counting the calls after them:
+** {"summary":true,"calls":N,"failed":F,"by_tool":{"kv.get":N,...,"other":N}}, with at
+** most TP_CALLS_BY_TOOL names in by_tool (later names count under "other"). The run
+** keeps only these counters for such calls, so its host memory does not grow with the
+** number of calls it makes. */
+#define TP_CALLS_LISTED 100
+#define TP_CALLS_BY_TOOL 20
+/* The longest tool name the host copies out of a script (tool names are at most 128
+** bytes; a longer one is cut to this many bytes, and the call is tool.unknown). */
+#define TP_TOOL_NAME_MAX 256
+/* Messages the host keeps for a script (of failed calls, in error objects and the
+** envelope) are cut to TP_MSG_MAX bytes, on a UTF-8 boundary, ending in TP_MSG_CUT. */
+#define TP_MSG_MAX 2048
+#define TP_MSG_CUT "...[cut]"
+
+typedef struct tp_calls_summary {
+  uint64_t calls, failed;  /* calls counted here; those that did not end ok */
+  uint64_t other;          /* calls of tools past the first TP_CALLS_BY_TOOL names */
+  size_t ntools;
+  struct { char *name; uint64_t n; } by_tool[TP_CALLS_BY_TOOL];
+} tp_calls_summary;
+
+enum { ST_READY, ST_STARTED, ST_DONE };
+
+struct tp_run {
+  tp_engine *e;            /* opaque here: the core's part of it is tp__core(e) */
+  uint64_t id;             /* unique within the engine, from 1 */
+  tp_run *prev, *next;     /* the engine's live runs */
+  tp_sandbox *sb;
+  char *src;               /* normalized source, for the "source" line of errors */
+  size_t srclen;
+  int state;
+  int nargs;               /* values to resume the thread with */
+  tp_watch watch;          /* the fallback when the thread's timer is unavailable */
+  tp_step_clock clock;     /* the step's deadlines, for the thread's timer */
+  int timed;               /* the step runs under clock (0: under watch) */
+  pthread_t thread;        /* of the current step */
+  clockid_t cpu_clock;
+  uint64_t start_ns, deadline_ns, step_end_ns;
+  uint64_t compile_ns;     /* wall time the compile took, charged to the first step */
+  uint64_t cpu_used_ns, step_cpu0;
+  int compiled;            /* 0: pending_error is the syntax error */
+  /* tool calls (calls.c). The run holds the calls listed in the envelope (the first
+  ** TP_CALLS_LISTED) and the later calls the script has not taken yet; a later call is
+  ** let go, its outcome folded into `summary`, once it is done and taken. */
+  tp_call **callv;         /* the calls held, by increasing id; NULL where let go */
+  uint64_t *callid;        /* callid[i]: the id of callv[i], kept where callv[i] is NULL */
+  size_t ncallv, capcallv, nholes;
+  size_t active_from;      /* callv[i] for i below this are all done or let go */
+  uint32_t ready_count;    /* done calls the script has not taken yet */
+  struct { const void *tool; uint32_t n; } *per_tool;  /* calls per tool, when limited */
+  size_t nper_tool;
+  uint64_t next_call_id;
+  uint64_t ncalls;         /* every call attempt, the count limit.tool_calls checks */
+  uint32_t in_flight;
+  tp_calls_summary summary;/* the calls past the listed ones that were let go */
+  int waiting;             /* the script is blocked on calls (2: look again) */
+  void *host_data;         /* what the host keeps for the run (its driver's timer) */
+  json_t *pending_error;   /* an error decided before the run started */
+  char *envelope;
+  size_t envelope_cost;    /* what the envelope was charged to the host budget */
+  int ok;
+  /* driven by the engine's loop (tp_run_start) */
+  tp_run_done_cb done_cb;
+  void *done_ud;
+  int async, reported;
+  uint64_t round;          /* the engine's round in which the driver last stepped it */
+  struct tp_session *session; /* the run borrows the session's sandbox */
+  uint64_t fs_used;        /* bytes charged to limits.fs_bytes (host.c, E.fs_charge) */
+  uint64_t blocked_ns;     /* time plugin handlers held the thread past 100 ms (host.c) */
+  char blocked_hint[300];  /* the hint of a time limit those blocks explain, or "" */
+  /* tp__run_set_call_hook: told when a tool call of the run starts and ends */
+  void (*call_hook)(struct tp_run *r, const char *tool, int done, void *ud);
+  void *call_hook_ud;
+};
+
+struct tp_session {
+  tp_engine *e;            /* opaque here: the core's part of it is tp__core(e) */
+  tp_sandbox *sb;
+  tp_run *busy;            /* the run using the sandbox now */
+};
+
+/* Makes a run of source in sandbox sb (created for it, or a session's); compiles it. */
+tp_run *tp__run_new(tp_engine *e, tp_sandbox *sb, const char *source, size_t len);
+/* A call of r completed or a deadline passed: tells the host when it drives r. */
+void tp__run_wake(tp_run *r);
+/* Ends a compiled run that has not started as a check (tp_engine_check): ok, no result. */
+void tp__run_finish_unstarted(tp_run *r);
+
+/* Sets a hook told when each tool call of r starts (done 0) and completes (done 1),
+** for progress reports (mcp.c). It is called from inside steps and completions, so
+** it must not touch the run or the engine. NULL clears it. */
+void tp__run_set_call_hook(tp_run *r, void (*hook)(tp_run *r, const char *tool,
+                           int done, void *ud), void *ud);
+
+#endif

@@ -1,0 +1,223 @@
+/*
+** sandbox.h: a sandbox state, its limits, verdicts and signals (sandbox.c, limits.c). Core:
+** it knows no event loop, no host Lua state and no tool registry.
+**
+** A run owns one sandbox: a Lua state with a capped allocator and only the allowlisted
+** library (sandbox/allowlist.h). The script runs in a thread T of that state, resumed
+** by tp_run_step. Stopping a script that is busy in Lua is done the way lua.c handles
+** Ctrl-C: a count hook of 1 is set on the running thread, and the hook raises. The hook
+** is set from the run's own thread: by the allocator, print, the pattern meter, or the
+** handler of a signal that the stepping thread's own timer sends when a deadline passes
+** (the engine's watchdog thread sends it for plugin handlers' deadlines).
+** The verdict (which limit) lives in the sandbox, never in the error object, and the
+** hook keeps raising until the script is out of Lua code, so pcall cannot swallow it.
+*/
+#ifndef tidepool_sandbox_h
+#define tidepool_sandbox_h
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <jansson.h>
+
+#include "lua.h"
+#include "lua_patch.h"
+#include "tidepool.h"
+#include "json.h"
+#include "watchdog.h"
+
+/* Why a run was stopped. The limits table (limits.c) gives each its words. */
+typedef enum tp_kill {
+  TP_KILL_NONE = 0,
+  TP_KILL_MEMORY,
+  TP_KILL_INSTRUCTIONS,
+  TP_KILL_CPU,
+  TP_KILL_TIME,
+  TP_KILL_OUTPUT,
+  TP_KILL_CANCELLED,
+  TP_KILL_TOOL_CALLS,
+  TP_KILL_RESULT,
+  TP_KILL__COUNT
+} tp_kill;
+
+/* ---- sandbox ------------------------------------------------------------------------ */
+
+/* Small blocks of a sandbox state come from its own chunks, with a free list per size
+** class: a state makes and drops hundreds of them per run, and malloc/free of each was
+** a third of a cold run. Off under AddressSanitizer, so it sees every block. */
+#define TP_ARENA_CLASSES 16             /* 16 to 256 bytes, in steps of 16 */
+#define TP_ARENA_SMALL (TP_ARENA_CLASSES * 16)
+typedef struct tp_arena {
+  char *cur, *end;                      /* the free tail of the newest chunk */
+  void *chunks;                         /* linked through their first word */
+  void *free_[TP_ARENA_CLASSES + 1];
+} tp_arena;
+
+typedef struct tp_sandbox {
+  tp_meter meter;          /* pattern-matcher steps; the state's extra space points here */
+  lua_State *L;            /* main thread: host-side work (reading results, messages) */
+  lua_State *T;            /* the script's thread */
+  lua_State *_Atomic running; /* the thread executing Lua now (T or a script coroutine) */
+
+  /* memory */
+  tp_arena arena;
+  size_t mem_used, mem_peak, mem_cap;
+  const void *fail_ptr;    /* the last refused request, to tell a retry after the */
+  size_t fail_osize, fail_nsize; /* emergency collection from a fresh request */
+  int fail_armed;
+
+  /* verdicts */
+  atomic_int kill;         /* tp_kill; first one wins */
+  atomic_int slice_over;   /* the step's budget ended: yield at the next chance */
+  int hook_yielded;        /* T or a coroutine yielded from the hook (a time slice) */
+
+  /* instructions: counted only when a limit or a step budget asks for it */
+  uint64_t instr_used;     /* completed periods of the count hook */
+  uint64_t instr_limit;    /* 0 = none */
+  uint64_t instr_step_end; /* instr_used value at which the step's budget ends; 0 = none */
+  /* the step's end, CLOCK_MONOTONIC, once it is near (0 = not yet or none): the count
+  ** hook then reads the clock every TP_POLL_PERIOD instructions and ends the slice
+  ** itself, since a timer signal comes tens of microseconds late (a VM's floor here). */
+  _Atomic uint64_t poll_end_ns;
+
+  /* host memory built on the run's behalf (tp__host_charge) */
+  size_t host_used, host_cap;
+  tp_json_budget json_budget;  /* the same budget for json.c's converters */
+
+  /* output */
+  json_t *logs;            /* array of strings */
+  size_t logs_host;        /* what the logs hold of the host budget */
+  size_t out_used, out_cap;
+  int out_truncated;
+
+  /* limits, kept for messages */
+  tp_limits limits;
+  char kill_note[200];     /* the verdict's own words, when more precise than the code's */
+  struct tp_run *run;      /* owner, for tool calls */
+} tp_sandbox;
+
+/* Creates the sandbox state with the allowlisted library. Returns NULL when out of
+** memory (host or cap). */
+tp_sandbox *tp__sandbox_create(const tp_limits *limits);
+void tp__sandbox_destroy(tp_sandbox *sb);
+/* Readies a session's sandbox for its next run: a new script thread, empty logs,
+** counters and verdicts cleared; globals stay. 0, or -1 when out of memory. */
+int tp__sandbox_reset(tp_sandbox *sb);
+
+/* The host budget. What the host builds because of a script (JSON trees, text, the
+** envelope, logs, call records, messages) is charged here at what it costs in host
+** memory, against a cap tied to the run's memory limit (host_cap; 0 = none). A charge
+** past the cap records the limit.memory verdict and returns -1: the caller stops
+** building and lets go of what it built. Refunds give back what was charged. */
+int  tp__host_charge(tp_sandbox *sb, size_t n);
+void tp__host_refund(tp_sandbox *sb, size_t n);
+/* The host budget as json.c's converters take it (charge, refund, and stopped: the run
+** has a verdict). */
+#define tp__sandbox_budget(sb) (&(sb)->json_budget)
+
+/* Appends a line that host code (a tool's ctx.log) writes to the run's logs, within the
+** output cap: past it the line is cut, marked once, and later lines are dropped. Never
+** raises and does not stop the run. */
+void tp__sandbox_log_host(tp_sandbox *sb, const char *s, size_t len);
+
+/* lua_load of text ("t" mode) that feeds the parser a few bytes at a time and polls
+** between pieces: once sb has a verdict, or deadline_ns (CLOCK_MONOTONIC; 0 = none)
+** passes (the verdict limit.time is then recorded), it stops with the verdict's
+** message as the error. Lua's parser is quadratic on some texts (see sb_load). */
+int tp__sandbox_load(tp_sandbox *sb, lua_State *L, lua_Reader reader, void *ud,
+                     const char *name, uint64_t deadline_ns);
+
+/* The sandbox of a sandbox state (any of its threads), or NULL for other states. */
+tp_sandbox *tp__sandbox_of(lua_State *L);
+
+/* Records the first verdict and arms the stopping hook on the running thread. Callable
+** from the run's thread only (a signal handler counts). */
+void tp__sandbox_kill(tp_sandbox *sb, tp_kill why);
+
+/* The hook that enforces verdicts, counts instructions and ends time slices. */
+void tp__sandbox_hook(lua_State *L, lua_Debug *ar);
+
+/* Sets the instruction hook (or none) on thread co according to sb's counters. */
+void tp__sandbox_sethook(tp_sandbox *sb, lua_State *co);
+void tp__sandbox_charge(tp_sandbox *sb, lua_State *co);  /* the part of a hook period co ran */
+
+/* Records why as the first verdict, in its own words (the message of the run's error),
+** and arms the stopping hook like tp__sandbox_kill. Returns 0, leaving the note alone,
+** when another verdict came first. */
+int tp__sandbox_kill_note(tp_sandbox *sb, tp_kill why, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+/* Raises the kill verdict as a Lua error if there is one; otherwise returns. */
+void tp__sandbox_check(lua_State *L, tp_sandbox *sb);
+
+/* The code, message and hint of a verdict, for the script's error and the envelope;
+** worded by the limits table (limits.c). The hint may be NULL. */
+const char *tp__kill_code(tp_kill why);
+void tp__kill_message(const tp_sandbox *sb, tp_kill why, char *buf, size_t len);
+const char *tp__kill_hint(tp_kill why);
+
+/* Marks the thread's active sandbox for the interrupt signal (NULL to clear). Entering
+** sets the stopping hook at once when sb already has a verdict or its slice is over, so
+** a signal that came before the entry is not lost. */
+void tp__sandbox_enter(tp_sandbox *sb);
+void tp__sandbox_leave(void);
+int  tp__signal_install(void);
+void tp__signal_interrupt(pthread_t thread);
+
+/* The clocks of a step, read by the interrupt signal's handler on the stepping thread.
+** A per-thread POSIX timer (CLOCK_MONOTONIC, delivered to this thread only) fires at the
+** earliest of them; the handler records the verdict (limit.time, limit.cpu) or ends the
+** slice, and sets the hook, so the step's end does not wait for another thread to be
+** scheduled. The last TP_POLL_LEAD_NS of a step are the hook's (poll_end_ns). While a
+** verdict is pending the timer fires again every 2 ms (the script may be in host code,
+** or its hook replaced), until the step ends. */
+#define TP_POLL_PERIOD 128          /* instructions between reads of the clock */
+#define TP_POLL_LEAD_NS 200000u     /* the hook reads the clock from this before the end */
+typedef struct tp_step_clock {
+  tp_sandbox *sb;
+  uint64_t poll_at_ns;     /* CLOCK_MONOTONIC: when the hook starts reading the clock
+                           ** (sets sb->poll_end_ns); 0 = done or from the start */
+  uint64_t deadline_ns;    /* CLOCK_MONOTONIC: limit.time; 0 = none */
+  uint64_t step_end_ns;    /* CLOCK_MONOTONIC: the step's budget; 0 = none */
+  uint64_t cpu_end_ns;     /* CLOCK_THREAD_CPUTIME_ID of this thread: limit.cpu; 0 = none */
+  uint64_t start_ns, cpu_start_ns; /* the step's start on both clocks */
+  uint64_t wake_ns;        /* when the timer is armed to fire */
+  struct tp_step_clock *prev; /* the step this one is nested in, on this thread */
+} tp_step_clock;
+
+/* Arms this thread's timer for c (filled in but for wake_ns and prev). Returns -1 when
+** the timer cannot be created (the caller falls back to the watchdog). */
+int  tp__step_timer_arm(tp_step_clock *c);
+/* Disarms c (armed on this thread) and re-arms the step it was nested in, if any. After
+** it returns, the handler no longer touches c. */
+void tp__step_timer_disarm(tp_step_clock *c);
+/* Stops this thread's timer when no step is armed (it is left armed between steps). */
+void tp__step_timer_stop(void);
+
+/* A plugin handler's coroutine that host.c resumes on this thread: once expired is set
+** (its call's deadline passed; the watchdog then signals the thread), the signal handler
+** sets hook on co with a count of 1, so a handler busy in Lua stops. Installs t (NULL:
+** none) and returns the previous one, for nesting. */
+typedef struct tp_host_target {
+  lua_State *co;
+  atomic_int expired;
+  lua_Hook hook;
+} tp_host_target;
+tp_host_target *tp__signal_host_target(tp_host_target *t);
+
+/* ---- what the script's side of tools shares with the sandbox (namespace.c) ---------- */
+
+/* What a script is told when it calls a tool where Lua cannot yield. */
+#define TP_MSG_CANNOT_WAIT "a tool was called where Lua cannot wait for it: inside a " \
+  "function that C code called (a gsub or table.sort callback, an xpcall message handler, " \
+  "a metamethod run by a library function such as tostring); call it outside that " \
+  "callback and pass the result in"
+
+extern char tp__request_tag;  /* first value of a yield that is a host request */
+extern char tp__readonly_key; /* in a metatable: rawset refuses the table */
+
+/* Opens tools, parallel into the sandbox's new globals table on top of L. */
+void tp__tools_open(lua_State *L);
+
+#endif

@@ -1,0 +1,136 @@
+/*
+** engine.c: the engine object, every public tp_engine_* function: creating and
+** destroying it, its tools, workspace, policy and descriptions, polling its loop, and
+** the synchronous runs (tp_engine_run, tp_engine_check).
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "engine.h"
+#include "registry.h"
+#include "host.h"
+
+const char *tp_version (void) { return TP_VERSION; }
+void tp_free (void *p) { free(p); }
+
+tp_engine *tp_engine_create (void) {
+  tp_engine *e = calloc(1, sizeof *e);
+  if (e == NULL) return NULL;
+  e->loop = malloc(sizeof *e->loop);
+  if (e->loop == NULL || uv_loop_init(e->loop) != 0) { free(e->loop); free(e); return NULL; }
+  e->round = 1;             /* a new run's round, 0, is never the current one */
+  if (tp__core_init(&e->core, &tp__engine_hooks, e) != 0) {
+    uv_loop_close(e->loop);
+    free(e->loop);
+    free(e);
+    return NULL;
+  }
+  return e;
+}
+
+void tp_engine_destroy (tp_engine *e) {
+  if (e == NULL) return;
+  while (e->core.runs) tp_run_destroy(e->core.runs);
+  tp__step_timer_stop();  /* the thread that steps the runs most likely destroys it */
+  tp__host_close(e);
+  tp__driver_close(e);
+  tp__engine_free_tools(e);
+  tp__core_close(&e->core);
+  free(e->workspace);
+  free(e->error);
+  free(e);
+}
+
+int tp_engine_poll (tp_engine *e, int block) {
+  if (e == NULL) return 0;
+  return uv_run(e->loop, block ? UV_RUN_ONCE : UV_RUN_NOWAIT);
+}
+
+static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
+                     int check_only, char **envelope, int *script_ok) {
+  if (envelope) *envelope = NULL;
+  if (e == NULL || source == NULL || envelope == NULL) return TP_EINVAL;
+  tp_run *r = tp_run_create(e, source, len, limits);
+  if (r == NULL) return TP_ENOMEM;
+  if (check_only && r->compiled) tp__run_finish_unstarted(r);
+  int rc;
+  for (;;) {
+    rc = tp_run_step(r, 0, 0);
+    if (rc == TP_YIELD) continue;
+    if (rc != TP_WAIT) break;
+    tp__driver_wait(r);
+  }
+  if (!tp_run_done(r)) { tp_run_destroy(r); return rc < 0 ? rc : TP_ESTATE; }
+  *envelope = r->envelope;
+  r->envelope = NULL;
+  if (script_ok) *script_ok = r->ok;
+  tp_run_destroy(r);
+  return TP_OK;
+}
+
+int tp_engine_run (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
+                   char **envelope, int *script_ok) {
+  return run_sync(e, source, len, limits, 0, envelope, script_ok);
+}
+
+int tp_engine_check (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
+                     char **envelope, int *script_ok) {
+  return run_sync(e, source, len, limits, 1, envelope, script_ok);
+}
+
+void tp__engine_set_error (tp_engine *e, const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  free(e->error);
+  e->error = strdup(buf);
+}
+
+const char *tp_engine_error (const tp_engine *e) {
+  return e != NULL && e->error != NULL ? e->error : "";
+}
+
+int tp_engine_add_tool (tp_engine *e, const tp_tool_def *def) {
+  if (e == NULL || def == NULL) return TP_EINVAL;
+  return tp__tool_add_def(e, def);
+}
+
+int tp_engine_load_tools (tp_engine *e, const char *dir) {
+  if (e == NULL || dir == NULL) return TP_EINVAL;
+  return tp__host_load_dir(e, dir, NULL, NULL);
+}
+
+int tp_engine_set_workspace (tp_engine *e, const char *dir) {
+  if (e == NULL || dir == NULL) return TP_EINVAL;
+  free(e->workspace);
+  e->workspace = strdup(dir);
+  return e->workspace ? TP_OK : TP_ENOMEM;
+}
+
+int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
+  if (e == NULL) return TP_EINVAL;
+  e->workspace_max = bytes;
+  e->workspace_max_set = 1;
+  return TP_OK;
+}
+
+char *tp_engine_describe (tp_engine *e, const char *format) {
+  if (e == NULL || format == NULL) return NULL;
+  if (strcmp(format, "lua") == 0) return tp__host_describe(e, "lua", NULL);
+  if (strcmp(format, "json") == 0) return tp__host_describe(e, "json", NULL);
+  if (strcmp(format, "json+session") == 0) return tp__host_describe(e, "json", "session");
+  return NULL;
+}
+
+int tp_engine_set_policy (tp_engine *e, tp_policy_fn fn, void *ud) {
+  if (e == NULL) return TP_EINVAL;
+  e->policy = fn;
+  e->policy_ud = ud;
+  return TP_OK;
+}

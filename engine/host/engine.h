@@ -1,0 +1,52 @@
+/*
+** engine.h: the engine as the host layer keeps it (engine.c, driver.c, registry.c,
+** admit.c, host.c). The core's part of it comes first (tp_core, core/run.h); the core
+** reaches nothing else.
+*/
+#ifndef tidepool_engine_h
+#define tidepool_engine_h
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "lua.h"
+#include "tidepool.h"
+#include "run.h"
+
+struct tp_tool;
+struct tp_kvstore;
+
+struct tp_engine {
+  tp_core core;            /* first: see tp__core */
+  struct tp_tool **tools;  /* sorted by name (registry.c) */
+  size_t ntools, captools;
+  char *error;             /* tp_engine_error */
+  struct uv_loop_s *loop;
+  lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
+  struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
+  int idle_on;
+  uint64_t round;          /* the idle driver's round (driver.c, idle_cb) */
+  uint64_t slice_us;       /* time slice of a started run; 0: 5 ms */
+  char *workspace;
+  uint64_t workspace_max;  /* tp_engine_set_workspace_max, when workspace_max_set */
+  int workspace_max_set;
+  struct tp_kvstore *kv;   /* the kv tools' store when shared with other engines
+                           ** (borrowed: outlives e), or NULL: the host state has its own */
+  tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */
+  void *policy_ud;
+};
+
+void tp__engine_set_error(tp_engine *e, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+void *tp__engine_loop(tp_engine *e);  /* the uv_loop_t */
+
+/* driver.c: the libuv driver of started runs, and the synchronous wait. */
+extern const tp__host_hooks tp__engine_hooks;  /* admit.c: what the core tells the host */
+int  tp__driver_wake(void *ud, tp_run *r);     /* tp__host_hooks.wake */
+void tp__driver_run_gone(void *ud, tp_run *r); /* tp__host_hooks.run_gone */
+/* Runs the engine's loop until something may have changed for r (a synchronous run). */
+void tp__driver_wait(tp_run *r);
+/* Closes the driver's handles and the loop (tp_engine_destroy). */
+void tp__driver_close(tp_engine *e);
+
+#endif

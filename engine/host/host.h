@@ -1,0 +1,35 @@
+/*
+** host.h: the engine's host Lua state and what runs in it (host.c, fs.c, kvstore.c).
+*/
+#ifndef tidepool_host_h
+#define tidepool_host_h
+
+#include "lua.h"
+#include "tidepool.h"
+
+int  tp__host_open(tp_engine *e);
+void tp__host_close(tp_engine *e);
+/* Loads the plugin files of dir (tp_engine_load_tools), telling problem (may be NULL)
+** each problem as it is met. */
+int  tp__host_load_dir(tp_engine *e, const char *dir, void (*problem)(const char *, void *),
+                       void *ud);
+/* Discovery: describe.lua over the registry, for the engine's callers (never for a
+** script). format "lua": the preamble and every tool's annotations; "json": the run_lua
+** tool (arg non-NULL adds the session argument). NULL on failure (tp_engine_error). */
+char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
+/* Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
+char *tp__host_tool_api(tp_engine *e, const char *tool);
+
+/* kvstore.c: the store of the kv.* tools, shareable between engines (and threads). */
+typedef struct tp_kvstore tp_kvstore;
+tp_kvstore *tp__kvstore_new(void);            /* one reference; NULL when out of memory */
+void tp__kvstore_ref(tp_kvstore *kv);
+void tp__kvstore_unref(tp_kvstore *kv);       /* frees it with the last reference */
+/* require("tidepool.kv") in the host state; upvalue 1: the shared store (light
+** userdata) or nil for a store of the state's own. */
+int tp__kvstore_open(lua_State *L);
+
+/* fs.c: pushes the table of workspace-confined file functions (host state only). */
+int tp__open_fs(lua_State *L);
+
+#endif

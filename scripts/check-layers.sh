@@ -1,0 +1,131 @@
+#!/bin/sh
+# The layers of DESIGN.md section 2, checked on the sources and on the objects:
+#   front (engine/front) -> host (engine/host) -> core (engine/core, sandbox/) ->
+#   lib (engine/lib); engine/include/tidepool.h is the public API, open to every layer.
+# (a) includes: no file of engine/ includes a header of a higher layer;
+# (b) calls: every undefined symbol of a layer's objects (nm) is defined by an object of
+#     the same or a lower layer, or outside the engine (libc, Lua, jansson, pcre2); only
+#     host and front objects may reference libuv, luv or lpeg (uv_*, luv_*, luaopen_*).
+# Each offence is printed with its file and the header or symbol. Prints TAP lines and
+# "# N passed, M failed"; exit status 1 when a check failed.
+#
+#   scripts/check-layers.sh [ENGINE_DIR [OBJ_DIR]]   (default: engine build/obj)
+#   scripts/check-layers.sh --self-test              checks that a doctored copy fails
+set -u
+passed=0
+failed=0
+ok()     { passed=$((passed + 1)); echo "ok - $1"; }
+not_ok() { failed=$((failed + 1)); echo "not ok - $1"; }
+
+rank() {  # the layer's rank: lib 0, core 1, host 2, front 3, public API -1
+  case "$1" in
+    lib) echo 0 ;; core|sandbox) echo 1 ;; host) echo 2 ;; front) echo 3 ;; *) echo -1 ;;
+  esac
+}
+
+if [ "${1:-}" = "--self-test" ]; then
+  self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  obj=${BUILD:-build}/obj
+  cp -r engine "$tmp/engine"
+  mkdir -p "$tmp/obj"
+  cp "$obj"/*.o "$tmp/obj/"
+  # an upward include in the core, and a core object that calls the host and libuv
+  printf '#include "engine.h"\n' >>"$tmp/engine/core/normalize.c"
+  printf 'int tp__host_open(void *e);\nint uv_now(void *l);\n%s\n' \
+    'int tp__doctored(void *e) { return tp__host_open(e) + uv_now(e); }' \
+    | ${CC:-cc} -c -x c - -o "$tmp/obj/normalize.o"
+  out=$(sh "$self" "$tmp/engine" "$tmp/obj" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ]; then ok "self-test: a doctored copy fails the check"
+  else not_ok "self-test: a doctored copy fails the check (exit $rc)"; fi
+  for want in 'engine/core/normalize.c includes "engine.h" of layer host' \
+              'normalize.o (core) uses tp__host_open, defined in host.o (host)' \
+              'normalize.o (core) uses uv_now (libuv'; do
+    if printf '%s\n' "$out" | grep -qF "$want"; then ok "self-test: reports: $want"
+    else not_ok "self-test: reports: $want"; printf '%s\n' "$out" | sed 's/^/#   /'; fi
+  done
+  echo "# $passed passed, $failed failed"
+  [ $failed -eq 0 ]
+  exit $?
+fi
+
+src=${1:-engine}
+obj=${2:-${BUILD:-build}/obj}
+
+# ---- (a) includes --------------------------------------------------------------------
+where() {  # the layer holding header $1, or "" (system, Lua, jansson) or "api"
+  for l in lib core host front; do
+    [ -f "$src/$l/$1" ] && { echo "$l"; return; }
+  done
+  [ -f "$src/include/$1" ] && { echo api; return; }
+  [ -f "sandbox/$1" ] && { echo sandbox; return; }
+  echo ""
+}
+bad=0
+for l in lib core host front; do
+  for f in "$src/$l"/*.c "$src/$l"/*.h; do
+    [ -f "$f" ] || continue
+    for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
+      hl=$(where "$h")
+      [ -n "$hl" ] || continue
+      if [ "$(rank "$hl")" -gt "$(rank "$l")" ]; then
+        echo "#   engine/$l/$(basename "$f") includes \"$h\" of layer $hl"
+        bad=$((bad + 1))
+      fi
+    done
+  done
+done
+if [ $bad -eq 0 ]; then ok "includes: no file includes a header of a higher layer"
+else not_ok "includes: $bad upward includes"; fi
+
+# ---- (b) calls -------------------------------------------------------------------------
+layer_of() {  # the layer of object $1 (its source's folder); embedded.o is the host's
+  b=$(basename "$1" .o)
+  [ "$b" = embedded ] && { echo host; return; }
+  for l in lib core host front; do
+    [ -f "$src/$l/$b.c" ] && { echo "$l"; return; }
+  done
+  echo ""
+}
+syms=$(mktemp)
+trap 'rm -f "$syms"' EXIT
+nobj=0
+for o in "$obj"/*.o; do
+  l=$(layer_of "$o")
+  [ -n "$l" ] || continue
+  nobj=$((nobj + 1))
+  b=$(basename "$o")
+  nm -P -g --defined-only "$o" 2>/dev/null | awk -v o="$b" -v l="$l" '{ print "D", $1, o, l }'
+  nm -P -u "$o" 2>/dev/null | awk -v o="$b" -v l="$l" '{ print "U", $1, o, l }'
+done >"$syms"
+bad=$(awk '
+  function rank(l) { return l == "lib" ? 0 : l == "core" ? 1 : l == "host" ? 2 : 3 }
+  $1 == "D" && !($2 in def) { def[$2] = $3; dlayer[$2] = $4; next }
+  $1 == "U" { n++; us[n] = $2; uo[n] = $3; ul[n] = $4 }
+  END {
+    bad = 0
+    for (i = 1; i <= n; i++) {
+      s = us[i]
+      if (s in def) {
+        if (rank(dlayer[s]) > rank(ul[i])) {
+          printf "#   %s (%s) uses %s, defined in %s (%s)\n", uo[i], ul[i], s, def[s], dlayer[s]
+          bad++
+        }
+      }
+      else if (rank(ul[i]) < 2 && (s ~ /^uv_/ || s ~ /^luv_/ || s == "luaopen_luv" || s == "luaopen_lpeg")) {
+        printf "#   %s (%s) uses %s (libuv, luv or lpeg: host and front only)\n", uo[i], ul[i], s
+        bad++
+      }
+    }
+    print bad
+  }' "$syms")
+printf '%s\n' "$bad" | sed '$d'
+bad=$(printf '%s\n' "$bad" | tail -n 1)
+if [ $nobj -eq 0 ]; then not_ok "calls: no objects of engine/ in $obj (build first)"
+elif [ $bad -eq 0 ]; then ok "calls: $nobj objects call only their own layer or lower ones"
+else not_ok "calls: $bad upward or forbidden references"; fi
+
+echo "# $passed passed, $failed failed"
+[ $failed -eq 0 ]
