@@ -50,8 +50,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <locale.h>
-#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -68,182 +66,6 @@
 
 #include "tidepool.h"
 #include "mcp.h"
-
-/* ---- JSON text -------------------------------------------------------------------------
-** The engine writes JSON in one form (compact, keys sorted bytewise, integers exact, reals
-** in the shortest form that reads back, always with '.' or an exponent); the protocol's
-** lines use the same form, so an envelope looks alike wherever it is quoted. jansson reads;
-** writing is done here, since jansson has no shortest form of reals. */
-
-typedef struct jbuf { char *p; size_t len, cap; int oom; } jbuf;
-
-static void jb_put (jbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (n > b->cap - b->len) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (n > cap - b->len) {
-      if (cap > SIZE_MAX / 2) { b->oom = 1; return; }
-      cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (p == NULL) { b->oom = 1; return; }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-}
-
-static void jb_string (jbuf *b, const char *s, size_t len) {
-  static const char hex[] = "0123456789abcdef";
-  size_t run = 0;
-  jb_put(b, "\"", 1);
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    jb_put(b, s + run, i - run);
-    run = i + 1;
-    char esc[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
-    const char *two = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r'
-                    ? "\\r" : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
-    if (two) jb_put(b, two, 2);
-    else jb_put(b, esc, 6);
-  }
-  jb_put(b, s + run, len - run);
-  jb_put(b, "\"", 1);
-}
-
-static void jb_real (jbuf *b, double d) {
-  char tmp[40];
-  int n = 0;
-  if (d == floor(d) && fabs(d) < 9007199254740992.0) {  /* integral */
-    n = snprintf(tmp, sizeof tmp, "%s%lld.0", signbit(d) && d == 0 ? "-" : "", (long long)d);
-    jb_put(b, tmp, (size_t)n);
-    return;
-  }
-  for (int prec = 15; prec <= 17; prec++) {
-    n = snprintf(tmp, sizeof tmp, "%.*g", prec, d);
-    if (prec == 17 || strtod(tmp, NULL) == d) break;
-  }
-  char dp = localeconv()->decimal_point[0];
-  int has_dot = 0;
-  for (int i = 0; i < n; i++) {
-    if (tmp[i] == dp && dp != '.') tmp[i] = '.';
-    if (tmp[i] == '.' || tmp[i] == 'e' || tmp[i] == 'E') has_dot = 1;
-  }
-  jb_put(b, tmp, (size_t)n);
-  if (!has_dot) jb_put(b, ".0", 2);
-}
-
-typedef struct jkv { const char *k; size_t len; json_t *v; } jkv;
-
-static int jkv_cmp (const void *a, const void *b) {
-  const jkv *x = a, *y = b;
-  int c = memcmp(x->k, y->k, x->len < y->len ? x->len : y->len);
-  return c != 0 ? c : (x->len > y->len) - (x->len < y->len);
-}
-
-static void jb_value (jbuf *b, const json_t *v) {
-  char tmp[32];
-  switch (json_typeof(v)) {
-    case JSON_NULL: jb_put(b, "null", 4); return;
-    case JSON_TRUE: jb_put(b, "true", 4); return;
-    case JSON_FALSE: jb_put(b, "false", 5); return;
-    case JSON_INTEGER:
-      jb_put(b, tmp, (size_t)snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT,
-                                      json_integer_value(v)));
-      return;
-    case JSON_REAL: jb_real(b, json_real_value(v)); return;
-    case JSON_STRING: jb_string(b, json_string_value(v), json_string_length(v)); return;
-    case JSON_ARRAY:
-      jb_put(b, "[", 1);
-      for (size_t i = 0, n = json_array_size(v); i < n && !b->oom; i++) {
-        if (i) jb_put(b, ",", 1);
-        jb_value(b, json_array_get(v, i));
-      }
-      jb_put(b, "]", 1);
-      return;
-    case JSON_OBJECT: {
-      size_t n = json_object_size(v), i = 0, klen;
-      const char *key;
-      json_t *child;
-      jkv *items = malloc((n ? n : 1) * sizeof *items);
-      if (items == NULL) { b->oom = 1; return; }
-      json_object_keylen_foreach((json_t *)v, key, klen, child) {
-        if (i < n) items[i++] = (jkv){ key, klen, child };
-      }
-      qsort(items, i, sizeof *items, jkv_cmp);
-      jb_put(b, "{", 1);
-      for (size_t j = 0; j < i && !b->oom; j++) {
-        if (j) jb_put(b, ",", 1);
-        jb_string(b, items[j].k, items[j].len);
-        jb_put(b, ":", 1);
-        jb_value(b, items[j].v);
-      }
-      jb_put(b, "}", 1);
-      free(items);
-      return;
-    }
-  }
-}
-
-/* v as JSON text (NUL-terminated; *len, if not NULL, its length), or NULL when out of
-** memory. The caller frees. */
-static char *json_text (const json_t *v, size_t *len) {
-  jbuf b = { NULL, 0, 0, 0 };
-  if (v == NULL) jb_put(&b, "null", 4);
-  else jb_value(&b, v);
-  jb_put(&b, "", 1);
-  if (b.oom) { free(b.p); return NULL; }
-  if (len) *len = b.len - 1;
-  return b.p;
-}
-
-/* The length of the first n bytes of s that are valid UTF-8. */
-static size_t utf8_valid (const unsigned char *s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = s[i], k = c < 0x80 ? 0 : c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0
-                 ? 2 : c >= 0xf0 && c < 0xf5 ? 3 : 9;
-    if (k == 9 || i + k >= n + (k == 0)) return i;
-    unsigned cp = k == 0 ? c : c & (0x3f >> k);
-    for (unsigned j = 1; j <= k; j++) {
-      if ((s[i + j] & 0xc0) != 0x80) return i;
-      cp = cp << 6 | (s[i + j] & 0x3f);
-    }
-    if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) || (k == 3 && (cp < 0x10000 ||
-        cp > 0x10ffff))) return i;
-    i += k + 1;
-  }
-  return i;
-}
-
-/* A request line as a tree (any value, NUL allowed in strings, duplicate keys refused), or
-** NULL with why (if not NULL, at least 200 bytes) saying so for the client: jansson's
-** message made valid UTF-8 and clearer, and where. */
-static json_t *json_parse (const char *text, size_t len, char *why, size_t whylen) {
-  json_error_t je;
-  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES,
-                         &je);
-  if (v != NULL || why == NULL) return v;
-  char t[JSON_ERROR_TEXT_LENGTH + 1];
-  size_t n = strnlen(je.text, JSON_ERROR_TEXT_LENGTH);
-  memcpy(t, je.text, n);
-  t[n] = '\0';
-  if (utf8_valid((const unsigned char *)t, n) != n)
-    for (size_t i = 0; i < n; i++) if ((unsigned char)t[i] >= 0x80) t[i] = '?';
-  const char *hint = "";
-  if (strstr(t, "too big") != NULL)
-    hint = " (integers must fit in 64 bits; send larger numbers as strings)";
-  else if (strstr(t, "real number overflow") != NULL)
-    hint = " (the number is outside the range of a double)";
-  else if (strstr(t, "duplicate object key") != NULL)
-    hint = " (each key may appear once in an object)";
-  else if (strstr(t, "NUL byte in object key") != NULL)
-    hint = " (object keys cannot contain \\u0000)";
-  snprintf(why, whylen, "%s%s at line %d column %d", t, hint, je.line, je.column);
-  return NULL;
-}
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static uint64_t now_ns (void) {
@@ -574,7 +396,7 @@ static json_t *error_msg (json_t *id, int code, const char *text) {
 /* Adds a response to batch b (stolen), within the batch's share of the line. */
 static void batch_add (batch *b, json_t *msg) {
   size_t n;
-  char *text = json_text(msg, &n);
+  char *text = tp_json_text(msg, &n);
   free(text);
   if (text != NULL && b->bytes + n + 1 < LINE_OUT_MAX - 4096) {
     b->bytes += n + 1;
@@ -585,7 +407,7 @@ static void batch_add (batch *b, json_t *msg) {
   json_t *err = error_msg(id, -32603, "the responses of this batch would pass the 10 MiB a "
                           "message may have: send this request on its own line");
   json_decref(msg);
-  char *t = json_text(err, &n);
+  char *t = tp_json_text(err, &n);
   free(t);
   b->bytes += n + 1;
   json_array_append_new(b->responses, err);
@@ -596,7 +418,7 @@ static void send_msg (server *s, batch *b, json_t *msg) {
   if (msg == NULL) return;
   if (b != NULL) { batch_add(b, msg); return; }
   size_t len;
-  char *text = json_text(msg, &len);
+  char *text = tp_json_text(msg, &len);
   if (text != NULL && len >= LINE_OUT_MAX) {  /* a tools/list of huge exposed schemas */
     free(text);
     char why[200];
@@ -606,7 +428,7 @@ static void send_msg (server *s, batch *b, json_t *msg) {
     json_t *err = error_msg(json_is_null(id) ? NULL : id, -32603, why);
     json_decref(msg);
     msg = err;
-    text = json_text(msg, &len);
+    text = tp_json_text(msg, &len);
   }
   json_decref(msg);
   if (text == NULL) {
@@ -669,7 +491,7 @@ static void log_msg (server *s, int level, const char *fmt, ...) {
 static void wsend (worker *w, json_t *j) {
   if (j == NULL) return;
   size_t len;
-  char *text = json_text(j, &len);
+  char *text = tp_json_text(j, &len);
   json_decref(j);
   mail *m = text ? msg_new(M_LINE) : NULL;
   if (m == NULL) {
@@ -832,7 +654,7 @@ static char *tools_report (worker *w) {
                                            "description", t->description, "inputSchema", in));
   }
   json_t *r = json_pack("{s:{s:o}, s:o}", "list", "tools", tools, "names", names);
-  char *text = r ? json_text(r, NULL) : NULL;
+  char *text = r ? tp_json_text(r, NULL) : NULL;
   json_decref(r);
   return text;
 }
@@ -1022,7 +844,7 @@ static void sb_put (sbuf *b, const char *s, size_t n) {
 static void sb_str (sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 static void sb_json (sbuf *b, const json_t *v) {
   size_t n;
-  char *t = json_text(v, &n);
+  char *t = tp_json_text(v, &n);
   if (t == NULL) { b->oom = 1; return; }
   sb_put(b, t, n);
   free(t);
@@ -1083,7 +905,7 @@ static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t
   if (stage == 1) {
     if (orig_result != NULL) {
       size_t n;
-      char *text = json_text(orig_result, &n);
+      char *text = tp_json_text(orig_result, &n);
       if (text && n > keep) {
         json_t *cut = cut_string(text, n, keep, "the result as JSON");
         if (cut) {
@@ -1143,7 +965,7 @@ static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t
       json_t *v;
       json_array_foreach(calls, i, v) {
         size_t n = 1000;
-        char *t = json_text(v, &n);
+        char *t = tp_json_text(v, &n);
         if (t == NULL) n = 1000;
         free(t);
         used += n * 2 + 4;
@@ -1187,7 +1009,7 @@ static char *wrap_envelope (const json_t *id, const char *env, size_t len, int o
 ** a few KiB. NULL only when even those cannot be allocated. */
 static char *minimal_response (const json_t *id, int ok, const char *code, size_t *outlen) {
   char idtext[ID_MAX + 8], env[600], quoted[1400];
-  char *t = id ? json_text(id, NULL) : NULL;
+  char *t = id ? tp_json_text(id, NULL) : NULL;
   snprintf(idtext, sizeof idtext, "%s", t && strlen(t) < ID_MAX ? t : "null");
   free(t);
   int codeok = code != NULL && strlen(code) < 64 &&
@@ -1245,7 +1067,7 @@ static char *call_response (const json_t *id, const char *env, size_t len, int o
     for (size_t k = 0; k < sizeof steps / sizeof steps[0] && out == NULL; k++) {
       cut_envelope(j, steps[k].stage, max / (size_t)steps[k].div, max, orig_result, orig_logs);
       size_t n;
-      char *text = json_text(j, &n);
+      char *text = tp_json_text(j, &n);
       if (text) out = wrap_envelope(id, text, n, ok, max, outlen);
       free(text);
     }
@@ -1263,7 +1085,7 @@ static char *call_response (const json_t *id, const char *env, size_t len, int o
 static char *refusal_envelope (const char *code, const char *msg) {
   json_t *env = json_pack("{s:b, s:{s:s, s:s}, s:[], s:[]}", "ok", 0, "error", "code", code,
                           "message", msg, "logs", "calls");
-  char *t = env ? json_text(env, NULL) : NULL;
+  char *t = env ? tp_json_text(env, NULL) : NULL;
   json_decref(env);
   return t;
 }
@@ -1285,7 +1107,7 @@ static char *exposed_response (const json_t *id, const char *env, size_t len, in
   json_t *result = j ? json_object_get(j, "result") : NULL;
   if (result == NULL) { json_decref(j); return call_response(id, env, len, 1, NULL, max, outlen); }
   size_t n;
-  char *text = json_text(result, &n);
+  char *text = tp_json_text(result, &n);
   sbuf b = { 0 };
   sb_str(&b, "{\"id\":");
   sb_json(&b, id);
@@ -1664,7 +1486,7 @@ static void list_push (req **head, req *q) {
 /* A response line of a request, into its batch or out. */
 static void respond_text (server *s, batch *b, json_t *id, const char *line, size_t len) {
   if (b == NULL) { write_line(s, line, len); return; }
-  json_t *j = json_parse(line, len, NULL, 0);  /* at most BATCH_CALL_MAX bytes */
+  json_t *j = tp_json_parse(line, len, NULL, 0);  /* at most BATCH_CALL_MAX bytes */
   if (j) batch_add(b, j);
   else send_error(s, b, id, -32603, "out of memory: the result was lost");
 }
@@ -1766,7 +1588,7 @@ static void refuse_call (server *s, batch *b, json_t *id, const char *code, cons
 ** name's parts may be Lua keywords, so they are indexed as strings). */
 static char *exposed_script (const char *name, const json_t *args, size_t *len) {
   size_t n;
-  char *text = json_text(args, &n);
+  char *text = tp_json_text(args, &n);
   if (text == NULL) return NULL;
   sbuf b = { 0 };
   sb_str(&b, "return tools[\"");
@@ -2133,7 +1955,7 @@ static void handle_line (server *s, char *line, size_t len) {
   while (i < len && (line[i] == ' ' || line[i] == '\t')) i++;
   if (i == len) return;  /* blank lines are skipped */
   char why[300];
-  json_t *msg = json_parse(line + i, len - i, why, sizeof why);
+  json_t *msg = tp_json_parse(line + i, len - i, why, sizeof why);
   if (msg == NULL) {
     send_error(s, NULL, NULL, -32700, "Parse error: %.400s", why);
     return;

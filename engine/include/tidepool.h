@@ -175,6 +175,23 @@ TP_EXTERN const char *tp_version(void);
 /* Frees a string the library returned as `char *`. NULL is a no-op. */
 TP_EXTERN void tp_free(void *p);
 
+/* ---- JSON text, in the engine's form -------------------------------------------------
+** The engine writes JSON in one form: compact, object keys sorted bytewise, integers
+** exact, reals in the shortest form that reads back (always with '.' or an exponent).
+** A program that quotes envelopes in messages of its own (tidepool mcp does) writes them
+** with tp_json_text so they read alike everywhere. Trees are jansson's (a dependency of
+** the library); tidepool.h does not include jansson.h. */
+struct json_t;
+/* v as JSON text (NUL-terminated; *len, if not NULL, its length; NULL v is "null"), or
+** NULL when out of memory. Free with tp_free. */
+TP_EXTERN char *tp_json_text(const struct json_t *v, size_t *len);
+/* text as a jansson tree, read as the engine reads JSON: any value at the top, NUL allowed
+** in strings, duplicate keys refused, UTF-8 checked, at most 16 MiB. NULL on failure with
+** why (if not NULL) set to "<what> at line L column C", with a hint for a client. The
+** caller owns the tree (json_decref). */
+TP_EXTERN struct json_t *tp_json_parse(const char *text, size_t len, char *why,
+                                       size_t whylen);
+
 /* ---- engine ---------------------------------------------------------------------- */
 
 /* Creates an engine. Returns NULL when out of memory. */

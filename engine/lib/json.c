@@ -17,6 +17,7 @@
 #include "lua.h"
 #include "lauxlib.h"
 
+#include "tidepool.h"
 #include "json.h"
 
 /* Registry keys: addresses of private statics. */
@@ -997,6 +998,17 @@ char *tp_json_dumps_charged (const json_t *v, const tp_json_budget *budget, size
   if (len) *len = b.len;
   *charged = b.charged;
   return b.p;
+}
+
+char *tp_json_text (const json_t *v, size_t *len) {
+  return tp_json_dumpsn(v, len);
+}
+
+json_t *tp_json_parse (const char *text, size_t len, char *why, size_t whylen) {
+  tp_json_err err;
+  json_t *v = tp_json_loads(text, len, &err);
+  if (v == NULL && why != NULL && whylen > 0) snprintf(why, whylen, "%s", err.message);
+  return v;
 }
 
 char *tp_json_dumps (const json_t *v) {

@@ -873,7 +873,29 @@ TEST(engines_sharing_a_store_see_each_others_keys) {
   tp_store_destroy(NULL);
 }
 
+TEST(json_text_writes_the_engines_form_and_parse_reads_as_the_engine_does) {
+  char why[256] = "";
+  const char in[] = "{\"b\":[1,2.5,1e300,-0.0,\"\\u0000x\"],\"a\":{\"z\":null,\"y\":true}}";
+  struct json_t *v = tp_json_parse(in, sizeof in - 1, why, sizeof why);
+  CHECK(v != NULL);
+  size_t n = 0;
+  char *t = tp_json_text(v, &n);
+  CHECK_STR(t, "{\"a\":{\"y\":true,\"z\":null},\"b\":[1,2.5,1e+300,-0.0,\"\\u0000x\"]}");
+  CHECK_INT(n, t ? strlen(t) : 0);
+  tp_free(t);
+  json_decref((json_t *)v);
+  t = tp_json_text(NULL, NULL);
+  CHECK_STR(t, "null");
+  tp_free(t);
+  CHECK(tp_json_parse("{\"a\":1,\"a\":2}", 13, why, sizeof why) == NULL);
+  CHECK(strstr(why, "duplicate object key") != NULL);
+  CHECK(strstr(why, "(each key may appear once in an object)") != NULL);
+  CHECK(strstr(why, "at line 1 column") != NULL);
+  CHECK(tp_json_parse("[1,", 3, NULL, 0) == NULL);
+}
+
 int main (void) {
+  RUN(json_text_writes_the_engines_form_and_parse_reads_as_the_engine_does);
   RUN(every_public_function_accepts_null_without_crashing);
   RUN(null_source_or_envelope_pointer_is_refused);
   RUN(limits_init_fills_the_documented_defaults);
