@@ -634,6 +634,111 @@ static void call_refuse (tp_run *r, tp_call *c, const char *code, const char *ms
   call_taken(r, c);
 }
 
+/* ---- empty tables where the schema wants an array ----------------------------------
+** An empty Lua table has no keys to tell an array from an object, and is sent as {}. In
+** tool arguments the tool's input schema says which it is: where it expects an array
+** (and not an object), an empty object becomes []. Only the schema's plain structure is
+** followed (properties, additionalProperties, items, prefixItems, allOf, local $ref), to
+** a bounded depth.
+*/
+#define EMPTY_DEPTH 64
+
+static const json_t *schema_deref (const json_t *s, const json_t *root, int *hops) {
+  while (json_is_object(s) && (*hops)++ < EMPTY_DEPTH) {
+    const char *ref = json_string_value(json_object_get(s, "$ref"));
+    if (ref == NULL || ref[0] != '#') return s;
+    const json_t *node = root;
+    const char *p = ref + 1;
+    while (*p == '/' && node != NULL) {
+      char part[128];
+      size_t n = 0;
+      for (p++; *p && *p != '/' && n < sizeof part - 1; p++) {
+        if (p[0] == '~' && p[1] == '1') { part[n++] = '/'; p++; }
+        else if (p[0] == '~' && p[1] == '0') { part[n++] = '~'; p++; }
+        else part[n++] = *p;
+      }
+      part[n] = '\0';
+      node = json_is_array(node) ? json_array_get(node, strtoul(part, NULL, 10))
+                                 : json_object_get(node, part);
+    }
+    if (node == NULL || node == s) return s;
+    s = node;
+  }
+  return s;
+}
+
+static int wants_array (const json_t *s, const json_t *root, int depth) {
+  int hops = 0;
+  s = schema_deref(s, root, &hops);
+  if (!json_is_object(s) || depth > EMPTY_DEPTH) return 0;
+  const json_t *t = json_object_get(s, "type");
+  if (json_is_string(t)) return strcmp(json_string_value(t), "array") == 0;
+  if (json_is_array(t)) {
+    int arr = 0, obj = 0;
+    size_t i;
+    const json_t *one;
+    json_array_foreach(t, i, one) {
+      const char *n = json_string_value(one);
+      if (n && strcmp(n, "array") == 0) arr = 1;
+      if (n && strcmp(n, "object") == 0) obj = 1;
+    }
+    return arr && !obj;
+  }
+  const json_t *all = json_object_get(s, "allOf");
+  size_t i;
+  const json_t *one;
+  json_array_foreach(all, i, one)
+    if (wants_array(one, root, depth + 1)) return 1;
+  return 0;
+}
+
+static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth);
+
+/* Fixes the child value *slot (of schema sub): replaced or walked. */
+static json_t *empty_child (json_t *child, const json_t *sub, const json_t *root, int depth) {
+  if (sub == NULL) return NULL;
+  if (json_is_object(child) && json_object_size(child) == 0 && wants_array(sub, root, depth))
+    return json_array();
+  empty_arrays(child, sub, root, depth + 1);
+  return NULL;
+}
+
+static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth) {
+  int hops = 0;
+  s = schema_deref(s, root, &hops);
+  if (!json_is_object(s) || depth > EMPTY_DEPTH) return;
+  size_t i;
+  const json_t *one;
+  json_array_foreach(json_object_get(s, "allOf"), i, one) empty_arrays(v, one, root, depth + 1);
+  if (json_is_object(v)) {
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *extra = json_object_get(s, "additionalProperties");
+    const char *key;
+    json_t *child;
+    void *iter = json_object_iter(v);
+    while (iter) {
+      key = json_object_iter_key(iter);
+      child = json_object_iter_value(iter);
+      const json_t *sub = json_object_get(props, key);
+      json_t *rep = empty_child(child, sub ? sub : json_is_object(extra) ? extra : NULL,
+                                root, depth);
+      if (rep) json_object_iter_set_new(v, iter, rep);
+      iter = json_object_iter_next(v, iter);
+    }
+  }
+  else if (json_is_array(v)) {
+    const json_t *prefix = json_object_get(s, "prefixItems");
+    const json_t *items = json_object_get(s, "items");
+    json_t *child;
+    json_array_foreach(v, i, child) {
+      const json_t *sub = i < json_array_size(prefix) ? json_array_get(prefix, i)
+                        : json_is_object(items) ? items : NULL;
+      json_t *rep = empty_child(child, sub, root, depth);
+      if (rep) json_array_set_new(v, i, rep);
+    }
+  }
+}
+
 /* Starts call c, counted by call_attempt, with args (stolen: the tree, its JSON text or
 ** NULL, and the text's size). nlen: the length of the name the script used; exact: it is
 ** all in c->name (not cut, no NUL byte), else the name is not looked up. The call may be
@@ -644,6 +749,8 @@ static void call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *a
   const char *name = c->name;
   c->args = args;
   c->tool = exact ? tp__tool_find(r->e, name) : NULL;
+  if (args != NULL && c->tool != NULL && c->tool->input != NULL)
+    empty_arrays(args, c->tool->input, c->tool->input, 0);  /* before the text is made */
   /* A Lua handler gets the tree as a Lua table (host.c), so its call makes no JSON text,
   ** only measures it (bytes_in); the others get the text tp_call_args returns (NULL when
   ** out of memory: made later). */
