@@ -111,8 +111,6 @@ static const struct { const char *needle, *hint; } runtime_hints[] = {
   { "is not Lua:", HINT_LUA },
   { "json.null", HINT_NULL },
   { "is not defined: if it is a Python f-string", HINT_LUA },
-  { "`require` is not available", "The sandbox has base, string, table, math, utf8, "
-    "coroutine, os.time/clock/date, json and tools; nothing else can be loaded." },
   { "`self` is only set", HINT_METHOD },
   { "(local 'self')", HINT_METHOD },
   { "got no value)", HINT_METHOD },
@@ -155,7 +153,7 @@ static const char *runtime_hint (const char *msg, const char *line) {
 
 /* The hint of a syntax error, keyed on the token Lua stopped at ("near 'x'") and the
 ** text of the line; the generic one when no class fits. */
-static const char *syntax_hint (const char *msg, const char *line) {
+static const char *syntax_hint (const char *msg, const char *line, const char *prev) {
   const char *near = strstr(msg, "near '");
   char tok[16] = "";
   if (near) {
@@ -173,7 +171,8 @@ static const char *syntax_hint (const char *msg, const char *line) {
            "write local r = tools.x.y{...}.";
   if (starts_with_word(line, "def"))
     return "Lua functions are written function name(a, b) ... end (no def, no colon).";
-  if (starts_with_word(line, "try") || strstr(line, "catch"))
+  if (starts_with_word(line, "try") || strstr(line, "catch") || starts_with_word(prev, "try") ||
+      starts_with_word(line, "except"))
     return "Lua has no try/catch: local ok, err = pcall(function() ... end).";
   if (starts_with_word(line, "const") || starts_with_word(line, "let") ||
       starts_with_word(line, "var"))
@@ -604,9 +603,10 @@ static int compile (tp_run *r) {
   const char *msg = lua_tolstring(T, -1, &len);
   int line = 0;
   const char *m = msg ? strip_position(msg, &line) : "syntax error";
-  char ltext[SOURCE_LINE_MAX + 1];
+  char ltext[SOURCE_LINE_MAX + 1], ptext[SOURCE_LINE_MAX + 1];
   r->pending_error = make_error(r, "syntax", m, strlen(m), line,
-                                syntax_hint(m, line_text(r, line, ltext, sizeof ltext)));
+                                syntax_hint(m, line_text(r, line, ltext, sizeof ltext),
+                                            line_text(r, line - 1, ptext, sizeof ptext)));
   lua_settop(T, 0);
   return 0;
 }

@@ -1865,7 +1865,6 @@ static const struct foreign { const char *name, *say; } foreign_names[] = {
   { "parseInt", "`parseInt` is not Lua: use tonumber(s) (math.floor for the integer part)" },
   { "printf", "`printf` is not Lua: use print(string.format(fmt, ...))" },
   { "range", "`range` is not Lua: use a numeric for: for i = 1, n do ... end" },
-  { "require", "`require` is not available: string, table, math, utf8, json and tools are already loaded as globals" },
   { "self", "`self` is only set inside a function defined with `:` (function obj:name() ... end) and called with `:` (obj:name())" },
   { "str", "`str` is not Lua: use tostring(v)" },
   { "this", "`this` is not Lua: a function defined with `:` (function obj:name() ... end) gets its object as self" },
