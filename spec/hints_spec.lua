@@ -6,7 +6,8 @@ local tidepool = require("tidepool")
 local DIR = "spec/fixtures/hints"
 
 local HINT_LUA = "Scripts are Lua 5.4, not JavaScript or Python: write it the way the message says."
-local HINT_NULL = "json.null is JSON's null: it is truthy and not nil; test it with `v == json.null`."
+local HINT_NULL = "json.null is JSON's null: it is truthy and not nil; test it with "
+  .. "`v == json.null`."
 local HINT_METHOD = "Call methods with `:` (s:upper(), obj:method()): it passes the value "
   .. "itself as the first argument (self); a `.` call does not."
 local HINT_STRING_ARITH = "Arithmetic works on numbers only: join strings with `..` "
@@ -163,7 +164,8 @@ describe("syntax hints keyed on the token and the line", function()
       .. "tools.x.y{...}." },
     { "def f(x):\n  return x", "syntax error near 'f'",
       "Lua functions are written function name(a, b) ... end (no def, no colon)." },
-    { "local ok = pcall(print)\ntry:\n  x = 1\nexcept Exception:", "function arguments expected near '='",
+    { "local ok = pcall(print)\ntry:\n  x = 1\nexcept Exception:",
+      "function arguments expected near '='",
       "Lua has no try/catch: local ok, err = pcall(function() ... end)." },
     { "if a != b then end", "'then' expected near '!'",
       "Lua writes not-equal as ~= and negation as not: if a ~= b then, if not ok then." },
@@ -176,7 +178,8 @@ describe("syntax hints keyed on the token and the line", function()
       "Declare variables with local: local x = 1 (no const, let or var)." },
     { "let x = 1", "syntax error near 'x'",
       "Declare variables with local: local x = 1 (no const, let or var)." },
-    { "if a && b then end", "unexpected symbol near '&'", "Lua writes && as and, || as or, ! as not." },
+    { "if a && b then end", "unexpected symbol near '&'",
+      "Lua writes && as and, || as or, ! as not." },
     { "if x > 1:\n  y = 1", "'then' expected near ':'", "Blocks are if c then ... end, for i = 1, "
       .. "n do ... end, while c do ... end (no colon, no braces)." },
     { "local x = = 1", "unexpected symbol near '='", "Fix the syntax on that line. Scripts "
