@@ -639,9 +639,12 @@ static void call_refuse (tp_run *r, tp_call *c, const char *code, const char *ms
 ** tool arguments the tool's input schema says which it is: where it expects an array
 ** (and not an object), an empty object becomes []. Only the schema's plain structure is
 ** followed (properties, additionalProperties, items, prefixItems, allOf, local $ref), to
-** a bounded depth.
+** a bounded depth and a bounded number of schema visits per call (EMPTY_WORK: a schema
+** of nested allOf can double the work at each level), after which the rest is left as
+** it is and validation says what is wrong.
 */
 #define EMPTY_DEPTH 64
+#define EMPTY_WORK 20000
 
 static const json_t *schema_deref (const json_t *s, const json_t *root, int *hops) {
   while (json_is_object(s) && (*hops)++ < EMPTY_DEPTH) {
@@ -667,8 +670,9 @@ static const json_t *schema_deref (const json_t *s, const json_t *root, int *hop
   return s;
 }
 
-static int wants_array (const json_t *s, const json_t *root, int depth) {
+static int wants_array (const json_t *s, const json_t *root, int depth, long *work) {
   int hops = 0;
+  if (--*work <= 0) return 0;
   s = schema_deref(s, root, &hops);
   if (!json_is_object(s) || depth > EMPTY_DEPTH) return 0;
   const json_t *t = json_object_get(s, "type");
@@ -688,28 +692,36 @@ static int wants_array (const json_t *s, const json_t *root, int depth) {
   size_t i;
   const json_t *one;
   json_array_foreach(all, i, one)
-    if (wants_array(one, root, depth + 1)) return 1;
+    if (wants_array(one, root, depth + 1, work)) return 1;
   return 0;
 }
 
-static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth);
+static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth,
+                          long *work);
 
-/* Fixes the child value *slot (of schema sub): replaced or walked. */
-static json_t *empty_child (json_t *child, const json_t *sub, const json_t *root, int depth) {
+/* The replacement of child (of schema sub): an empty array, or NULL after walking it. */
+static json_t *empty_child (json_t *child, const json_t *sub, const json_t *root, int depth,
+                            long *work) {
   if (sub == NULL) return NULL;
-  if (json_is_object(child) && json_object_size(child) == 0 && wants_array(sub, root, depth))
-    return json_array();
-  empty_arrays(child, sub, root, depth + 1);
+  if (json_is_object(child) && json_object_size(child) == 0) {
+    if (wants_array(sub, root, depth, work)) return json_array();
+    return NULL;
+  }
+  if (json_is_object(child) || json_is_array(child))
+    empty_arrays(child, sub, root, depth + 1, work);
   return NULL;
 }
 
-static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth) {
+static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth,
+                          long *work) {
   int hops = 0;
+  if (--*work <= 0) return;
   s = schema_deref(s, root, &hops);
   if (!json_is_object(s) || depth > EMPTY_DEPTH) return;
   size_t i;
   const json_t *one;
-  json_array_foreach(json_object_get(s, "allOf"), i, one) empty_arrays(v, one, root, depth + 1);
+  json_array_foreach(json_object_get(s, "allOf"), i, one)
+    empty_arrays(v, one, root, depth + 1, work);
   if (json_is_object(v)) {
     const json_t *props = json_object_get(s, "properties");
     const json_t *extra = json_object_get(s, "additionalProperties");
@@ -721,7 +733,7 @@ static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int de
       child = json_object_iter_value(iter);
       const json_t *sub = json_object_get(props, key);
       json_t *rep = empty_child(child, sub ? sub : json_is_object(extra) ? extra : NULL,
-                                root, depth);
+                                root, depth, work);
       if (rep) json_object_iter_set_new(v, iter, rep);
       iter = json_object_iter_next(v, iter);
     }
@@ -733,7 +745,7 @@ static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int de
     json_array_foreach(v, i, child) {
       const json_t *sub = i < json_array_size(prefix) ? json_array_get(prefix, i)
                         : json_is_object(items) ? items : NULL;
-      json_t *rep = empty_child(child, sub, root, depth);
+      json_t *rep = empty_child(child, sub, root, depth, work);
       if (rep) json_array_set_new(v, i, rep);
     }
   }
@@ -749,8 +761,10 @@ static void call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *a
   const char *name = c->name;
   c->args = args;
   c->tool = exact ? tp__tool_find(r->e, name) : NULL;
-  if (args != NULL && c->tool != NULL && c->tool->input != NULL)
-    empty_arrays(args, c->tool->input, c->tool->input, 0);  /* before the text is made */
+  if (args != NULL && c->tool != NULL && c->tool->input != NULL) {
+    long work = EMPTY_WORK;
+    empty_arrays(args, c->tool->input, c->tool->input, 0, &work);  /* before the text */
+  }
   /* A Lua handler gets the tree as a Lua table (host.c), so its call makes no JSON text,
   ** only measures it (bytes_in); the others get the text tp_call_args returns (NULL when
   ** out of memory: made later). */
