@@ -109,6 +109,11 @@ describe("json.null in messages", function()
     end)
   end
 
+  it("is named when it comes from a tool's result before the script reads json.null", function()
+    assert.same({ "runtime", "attempt to concatenate json.null (JSON null)", HINT_NULL, 2 },
+      err("local r = tools.fixture.nulls{}\nreturn 'v: ' .. r.v"))
+  end)
+
   it("still compares equal to itself and prints as null", function()
     assert.same({ true, "null", true, "userdata" }, result(
       "return { json.decode('null') == json.null, tostring(json.null), json.null ~= nil, "

@@ -1892,6 +1892,17 @@ static int globals_index (lua_State *L) {
   return 0;
 }
 
+/* __index of the json library's read-only proxy (upvalue 1: the real table): reading
+** json.null builds its metatable first, so every message about it names it. */
+static int json_index (lua_State *L) {
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TLIGHTUSERDATA) {
+    if (lua_getmetatable(L, -1)) lua_pop(L, 1);
+    else tp_json_null_meta(L);
+  }
+  return 1;
+}
+
 /* Opens the allowed libraries into the fresh state. Runs in protected mode. */
 static int open_sandbox (lua_State *L) {
   /* a fresh state holds only what is built here, so collecting now would find nothing */
@@ -1983,8 +1994,15 @@ static int open_sandbox (lua_State *L) {
   }
   tp_json_open(L);
   make_readonly(L);
+  /* json.null's metatable is built when a null first reaches the script: a tool's
+  ** result or json.decode (json.c), or the script reading json.null (json_index) */
+  tp_json_null_meta_lazy(L);
+  lua_getmetatable(L, -1);  /* the json proxy's: its __index becomes json_index */
+  lua_getfield(L, -1, "__index");
+  lua_pushcclosure(L, json_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
   lua_setfield(L, NG, "json");
-  tp_json_null_meta(L);
   lua_createtable(L, 0, 1);  /* the globals' metatable: foreign names */
   lua_pushcfunction(L, globals_index);
   lua_setfield(L, -2, "__index");

@@ -19,6 +19,8 @@
 
 #include "json.h"
 
+static void push_null(lua_State *L);
+
 /* Registry keys: addresses of private statics. */
 static const char array_mt_key = 0;
 static const char box_mt_key = 0;
@@ -706,7 +708,7 @@ typedef struct pusher {
 ** and in size by the tree, which was charged before it was built. */
 static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
   switch (json_typeof(v)) {
-    case JSON_NULL: lua_pushlightuserdata(L, NULL); return;
+    case JSON_NULL: push_null(L); return;
     case JSON_TRUE: lua_pushboolean(L, 1); return;
     case JSON_FALSE: lua_pushboolean(L, 0); return;
     case JSON_INTEGER: lua_pushinteger(L, (lua_Integer)json_integer_value(v)); return;
@@ -749,7 +751,7 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
 static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, const char *prefix,
                               const tp_json_budget *b) {
   pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, prefix, b, 0 };
-  if (v == NULL) { lua_pushlightuserdata(L, NULL); return; }
+  if (v == NULL) { push_null(L); return; }
   if (json_is_array(v) || json_is_object(v)) {
     luaL_checkstack(L, 4, "JSON value too deep");
     tp_json_push_array_mt(L);
@@ -1340,6 +1342,24 @@ static int null_compare (lua_State *L) {
 static int null_tostring (lua_State *L) {
   lua_pushliteral(L, "null");
   return 1;
+}
+
+static char null_lazy_key;  /* registry: build the metatable when the first null is pushed */
+
+void tp_json_null_meta_lazy (lua_State *L) {
+  lua_pushboolean(L, 1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &null_lazy_key);
+}
+
+/* Pushes json.null; in a state that asked for it (tp_json_null_meta_lazy), the first one
+** pushed gets its metatable built. May raise (memory). */
+static void push_null (lua_State *L) {
+  luaL_checkstack(L, 2, NULL);
+  lua_pushlightuserdata(L, NULL);
+  if (lua_getmetatable(L, -1)) { lua_pop(L, 1); return; }
+  int lazy = lua_rawgetp(L, LUA_REGISTRYINDEX, &null_lazy_key) != LUA_TNIL;
+  lua_pop(L, 1);
+  if (lazy) tp_json_null_meta(L);
 }
 
 void tp_json_null_meta (lua_State *L) {
