@@ -9,11 +9,11 @@ local T = require("bench.describe.tokens")
 
 local FIXTURE = "spec/fixtures/describe/tools13.json"
 
--- Measured when the budget was set: 1742 tokens with this counter (1705 with o200k);
--- Cloudflare's codemode writes 2283 (2151 with o200k) for the same tools. The budget
--- is 0.8 x Cloudflare's count: past it the description is no longer smaller than
--- Cloudflare's by the margin issue 9 asks for.
-local BUDGET = math.floor(0.8 * 2283)
+-- Measured when the budget was set: 1708 tokens with this counter (1705 with o200k);
+-- Cloudflare's codemode 0.5.6 writes 2227 (2151 with o200k) for the same tools. The
+-- budget is 0.8 x Cloudflare's count: past it the description is no longer smaller
+-- than Cloudflare's by the margin issue 9 asks for.
+local BUDGET = math.floor(0.8 * 2227)
 
 describe("the description of the 13-tool fixture", function()
   local tools = F.load(FIXTURE)
