@@ -349,7 +349,24 @@ end
 
 -- The type of schema s as text; objects with fields become indented blocks (ind is the
 -- indentation of the line the type starts on).
+local type_of_raw
+
+-- type_of, remembered per schema and indentation: a schema reached many times (allOf
+-- of allOf of the same $ref...) is written once, so the work stays linear.
 function type_of(ctx, s, ind)
+  if type(s) ~= "table" then return type_of_raw(ctx, s, ind) end
+  ctx.memo = ctx.memo or {}
+  local m = ctx.memo[s]
+  if m == nil then m = {}; ctx.memo[s] = m end
+  local t = m[ind]
+  if t == nil then
+    t = type_of_raw(ctx, s, ind)
+    m[ind] = t
+  end
+  return t
+end
+
+function type_of_raw(ctx, s, ind)
   local ref = type(s) == "table" and s["$ref"]
   if ref and ctx.refs and (ctx.refs[ref] or 0) >= 2 then
     local target = deref(ctx, s)
@@ -397,8 +414,11 @@ function type_of(ctx, s, ind)
       end
     end
     if next(merged.properties) == nil then
-      local parts = {}
-      for i, a in ipairs(s.allOf) do parts[i] = type_of(ctx, a, ind) end
+      local parts, seen = {}, {}
+      for _, a in ipairs(s.allOf) do
+        local t = type_of(ctx, a, ind)
+        if not seen[t] then seen[t] = true; parts[#parts + 1] = t end
+      end
       return concat(parts, " & ")
     end
     if ctx.order then ctx.order[merged.properties] = order end
