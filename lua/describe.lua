@@ -381,7 +381,7 @@ function type_of_raw(ctx, s, ind)
       end
     end
   end
-  s = deref(ctx, s)
+  if ref then return type_of(ctx, deref(ctx, s), ind) end  -- remembered by its target
   if s == true or type(s) ~= "table" then return "any" end
   if s == false then return "never" end
   if type(s.enum) == "table" and #s.enum > 0 then

@@ -255,8 +255,8 @@ describe("describe of a schema that reaches one definition many times", function
   it("writes it once per place, in linear time (allOf of allOf of the same $ref)", function()
     local defs = { d0 = { type = "integer" } }
     for i = 1, 40 do
-      local ref = { ["$ref"] = "#/$defs/d" .. (i - 1) }
-      defs["d" .. i] = { allOf = { ref, ref } }
+      local ref = "#/$defs/d" .. (i - 1)
+      defs["d" .. i] = { allOf = { { ["$ref"] = ref }, { ["$ref"] = ref } } }
     end
     assert.equal("h.x{items?: integer[]}\n", D.lua_api({ { name = "h.x", input = {
       type = "object", ["$defs"] = defs,
