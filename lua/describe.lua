@@ -2,11 +2,15 @@
 -- the host hands in the tools as plain tables and gets text or tables back.
 --
 -- A tool here is {name = "fs.read", description = "...", input = <schema>, output =
--- <schema or nil>}, schemas being JSON Schema decoded into Lua tables (arrays are plain
--- sequences). Every output is deterministic: keys are walked in sorted order.
+-- <schema or nil>, order = <table or nil>}, schemas being JSON Schema decoded into Lua
+-- tables (arrays are plain sequences). order maps a schema's properties table to its keys
+-- in the schema's order, when the schema came as JSON text; without it the fields that
+-- are not required are sorted. Every output is deterministic.
 --
 --   describe.preamble()                 -> text: the sandbox, for the model
---   describe.lua_api(tools)             -> text: LuaCATS annotations of the tools
+--   describe.lua_api(tools)             -> text: each tool's call, fields and result
+--   describe.compact_api(tools)         -> text: one line per tool
+--   describe.describe(tools, mode)      -> text: preamble and tools ("full", "compact")
 --   describe.run_lua_tool(tools, opts)  -> {name, description, inputSchema} of run_lua
 --   describe.search(tools, query)       -> {{name, description, score}...} best first,
 --                                          at most 50
@@ -77,99 +81,348 @@ local function is_identifier(s)
   return type(s) == "string" and s:match("^[%a_][%w_]*$") ~= nil and not keywords[s]
 end
 
--- ---- schemas to LuaCATS --------------------------------------------------------------
+-- ---- schemas to signatures -----------------------------------------------------------
+--
+-- A tool reads as a Lua call with its argument table spelled out, one field a line, in
+-- the schema's order with the required fields first ("?" marks the optional ones):
+--
+--   -- Create an issue.
+--   tools.github.create_issue{
+--     owner: string
+--     title: string 1..256 chars -- The issue's title.
+--     labels?: string[] <=10 items, unique
+--   } -> {number: integer, html_url: string}
+--
+-- Every rule the validator enforces is written once, in its shortest form: a range after
+-- the type (1..50, >=1), a format in the type (string(email)), an enum or a const as the
+-- type itself, a default as "= 30". Rules about several fields (not, if/then,
+-- dependentRequired, oneOf of required sets...) follow the fields as "-- " lines. A
+-- nullable field is "T|json.null": nil means "leave it out".
 
--- The constraints of a schema, in a fixed order, as short phrases.
-local constraints
-function constraints(s)
-  local c = {}
-  local function range(lo, hi, unit)
-    if lo and hi then c[#c + 1] = ("%s%s..%s"):format(unit, literal(lo), literal(hi))
-    elseif lo then c[#c + 1] = ("%s>= %s"):format(unit, literal(lo))
-    elseif hi then c[#c + 1] = ("%s<= %s"):format(unit, literal(hi)) end
+local fields_of, type_of, with_notes
+
+-- The keys of object schema s in the order to show: the required ones first, then the
+-- rest; each group in the schema's order when ctx.order knows it (JSON schemas), else
+-- the required ones as listed and the rest sorted.
+local function field_order(ctx, s)
+  local props = s.properties
+  local required, req_list = {}, {}
+  if type(s.required) == "table" then
+    for _, r in ipairs(s.required) do
+      if props[r] ~= nil and not required[r] then
+        required[r] = true
+        req_list[#req_list + 1] = r
+      end
+    end
   end
-  range(s.minimum, s.maximum, "")
-  if s.exclusiveMinimum ~= nil and type(s.exclusiveMinimum) == "number" then
-    c[#c + 1] = "> " .. literal(s.exclusiveMinimum)
+  local keys = ctx.order and ctx.order[props]
+  local out = {}
+  if keys then
+    for _, k in ipairs(keys) do if required[k] then out[#out + 1] = k end end
+    for _, k in ipairs(keys) do if not required[k] then out[#out + 1] = k end end
+    return out, required
   end
-  if s.exclusiveMaximum ~= nil and type(s.exclusiveMaximum) == "number" then
-    c[#c + 1] = "< " .. literal(s.exclusiveMaximum)
-  end
-  if s.multipleOf ~= nil then c[#c + 1] = "multiple of " .. literal(s.multipleOf) end
-  range(s.minLength, s.maxLength, "length ")
-  range(s.minItems, s.maxItems, "items ")
-  if s.uniqueItems == true then c[#c + 1] = "unique items" end
-  range(s.minProperties, s.maxProperties, "keys ")
-  if type(s.pattern) == "string" then c[#c + 1] = "pattern " .. s.pattern end
-  if type(s.format) == "string" then c[#c + 1] = "format " .. s.format end
-  if s.enum ~= nil and type(s.enum) == "table" then
-    local vals = {}
-    for i, v in ipairs(s.enum) do vals[i] = literal(v) end
-    c[#c + 1] = "one of " .. concat(vals, ", ")
-  end
-  if s.const ~= nil then c[#c + 1] = "always " .. literal(s.const) end
-  if s.default ~= nil then c[#c + 1] = "default " .. literal(s.default) end
-  -- Constraints of scalar array items, which have no line of their own.
-  local items = s.items
-  if type(items) == "table" and items.properties == nil and not is_sequence(items) then
-    local ic = constraints(items)
-    if #ic > 0 then c[#c + 1] = "each " .. concat(ic, ", ") end
-  end
-  return c
+  for _, k in ipairs(req_list) do out[#out + 1] = k end
+  for _, k in ipairs(sorted_keys(props)) do if not required[k] then out[#out + 1] = k end end
+  return out, required
 end
 
--- The prose of a field or parameter: its description, then its constraints.
-local function prose(s)
-  local text = type(s.description) == "string" and one_line(s.description) or ""
-  local c = constraints(s)
-  if #c > 0 then
-    local paren = "(" .. concat(c, "; ") .. ")"
-    text = text == "" and paren or text .. " " .. paren
-  end
-  return text
-end
-
--- Resolves a local "$ref" (#/$defs/X, #/definitions/X) against the tool's root schema;
--- returns the schema and its name, or nil.
+-- Resolves a local "$ref" (#/$defs/X, #/definitions/X) against the tool's root schema.
 local function resolve_ref(ctx, ref)
   if type(ref) ~= "string" then return nil end
   local node = ctx.root
-  local name
   for part in ref:gsub("^#/?", ""):gmatch("[^/]+") do
     part = part:gsub("~1", "/"):gsub("~0", "~")
     if type(node) ~= "table" then return nil end
     node = node[part] or node[tonumber(part) and tonumber(part) + 1 or part]
-    name = part
   end
-  if type(node) ~= "table" or node == ctx.root then return nil end
-  return node, name
+  if type(node) ~= "table" then return nil end
+  return node
 end
 
-local emit_class
+local function deref(ctx, s)
+  local hops = 0
+  while type(s) == "table" and s["$ref"] ~= nil and hops < 16 do
+    local t = resolve_ref(ctx, s["$ref"])
+    if t == nil then return {} end
+    s, hops = t, hops + 1
+  end
+  return s
+end
 
--- The LuaCATS type of schema s; name is the class to use when s is an object with
--- properties (emitted into ctx.out after the current one).
-local function lua_type(ctx, s, name)
-  if type(s) ~= "table" then return "any" end
-  if s["$ref"] ~= nil then
-    local target, ref_name = resolve_ref(ctx, s["$ref"])
-    if target == nil then return "any" end
-    return lua_type(ctx, target, ctx.prefix .. "." .. ref_name)
+local function num(v) return literal(v) end
+
+-- A range as "lo..hi", ">=lo" or "<=hi", after a prefix ("" for a value, "#" for a
+-- length, as Lua's # operator), or nil.
+local function range(lo, hi, pre)
+  if lo and hi then
+    if lo == hi then return pre .. num(lo) end
+    return pre .. num(lo) .. ".." .. num(hi)
   end
-  if s.enum ~= nil and type(s.enum) == "table" and #s.enum > 0 then
-    local vals = {}
-    for i, v in ipairs(s.enum) do vals[i] = v == nil and "nil" or literal(v) end
-    return concat(vals, "|")
+  if lo then return pre .. ">=" .. num(lo) end
+  if hi then return pre .. "<=" .. num(hi) end
+end
+
+-- The constraints of s that its type does not show, in their shortest form.
+local function notes(ctx, s)
+  local c = {}
+  local function add(x) if x then c[#c + 1] = x end end
+  local xmin, xmax = s.exclusiveMinimum, s.exclusiveMaximum
+  if type(xmin) == "number" then add(">" .. num(xmin))
+  elseif s.minimum and not s.maximum then add(">=" .. num(s.minimum)) end
+  if s.minimum and s.maximum and type(xmin) ~= "number" and type(xmax) ~= "number" then
+    add(range(s.minimum, s.maximum, ""))
+  else
+    if s.minimum and s.maximum then add(">=" .. num(s.minimum)) end
+    if type(xmax) == "number" then add("<" .. num(xmax))
+    elseif s.maximum then add("<=" .. num(s.maximum)) end
   end
-  if s.const ~= nil then return literal(s.const) end
-  local alts = s.anyOf or s.oneOf
-  if type(alts) == "table" and #alts > 0 then
-    local seen, parts = {}, {}
-    for i, a in ipairs(alts) do
-      local t = lua_type(ctx, a, name .. "." .. i)
-      if not seen[t] then seen[t] = true; parts[#parts + 1] = t end
+  if s.multipleOf ~= nil then add("multiple of " .. num(s.multipleOf)) end
+  add(range(s.minLength, s.maxLength, "#"))
+  if type(s.pattern) == "string" then add("/" .. s.pattern .. "/") end
+  add(range(s.minItems, s.maxItems, "#"))
+  if s.uniqueItems == true then add("unique") end
+  if type(s.contains) == "table" then
+    local n = range(s.minContains, s.maxContains, "")
+    add("contains " .. (n and n .. " " or "") .. type_of(ctx, s.contains, ""))
+  end
+  add(range(s.minProperties, s.maxProperties, "#keys"))
+  if type(s.propertyNames) == "table" then
+    local pn = deref(ctx, s.propertyNames)
+    local pc = {}
+    if type(pn.pattern) == "string" then pc[#pc + 1] = "/" .. pn.pattern .. "/" end
+    local r = range(pn.minLength, pn.maxLength, "#")
+    if r then pc[#pc + 1] = r end
+    if type(pn.enum) == "table" then
+      local vals = {}
+      for i, v in ipairs(pn.enum) do vals[i] = literal(v) end
+      pc[#pc + 1] = concat(vals, "|")
     end
-    return concat(parts, "|")
+    if #pc > 0 then add("keys " .. concat(pc, " ")) end
+  end
+  if s.default ~= nil then c.default = "= " .. literal(s.default) end
+  return c
+end
+
+-- The notes as text: the constraints, comma-separated, then the default ("= 30").
+local function notes_text(c)
+  local t = concat(c, ", ")
+  if c.default then t = t == "" and c.default or t .. " " .. c.default end
+  return t
+end
+
+local SCALAR = { string = true, integer = true, number = true, boolean = true }
+
+local function value_literal(v)
+  if v == nil or (type(v) ~= "table" and type(v) ~= "string" and type(v) ~= "number"
+                  and type(v) ~= "boolean") then
+    return "json.null"
+  end
+  return literal(v)
+end
+
+-- Joins alternatives, each once, json.null last.
+local function union(parts)
+  local seen, out, null = {}, {}, false
+  for _, p in ipairs(parts) do
+    if p == "json.null" then null = true
+    elseif not seen[p] then seen[p] = true; out[#out + 1] = p end
+  end
+  if null then out[#out + 1] = "json.null" end
+  return concat(out, "|")
+end
+
+-- The names of a required-set schema ({required = {...}} alone), or nil.
+local function required_set(s)
+  if type(s) ~= "table" or type(s.required) ~= "table" then return nil end
+  for k in pairs(s) do if k ~= "required" then return nil end end
+  return concat(s.required, " and ")
+end
+
+-- A short phrase for a condition schema of if/then ({properties = {x = {const = v}}}).
+local function condition(ctx, s)
+  s = deref(ctx, s)
+  if type(s) ~= "table" or type(s.properties) ~= "table" then return nil end
+  local parts = {}
+  for _, k in ipairs(sorted_keys(s.properties)) do
+    local p = s.properties[k]
+    if type(p) ~= "table" then return nil end
+    if p.const ~= nil then parts[#parts + 1] = k .. " = " .. value_literal(p.const)
+    elseif type(p.enum) == "table" then
+      local vals = {}
+      for i, v in ipairs(p.enum) do vals[i] = value_literal(v) end
+      parts[#parts + 1] = k .. " in " .. concat(vals, "|")
+    else return nil end
+  end
+  if #parts == 0 then return nil end
+  return concat(parts, " and ")
+end
+
+-- What a then/else schema asks, as a phrase.
+local function consequence(ctx, s)
+  s = deref(ctx, s)
+  if type(s) ~= "table" then return nil end
+  local parts = {}
+  if type(s.required) == "table" and #s.required > 0 then
+    parts[#parts + 1] = concat(s.required, ", ") .. " required"
+  end
+  if type(s.properties) == "table" then
+    for _, k in ipairs(sorted_keys(s.properties)) do
+      local p = deref(ctx, s.properties[k])
+      if p == false or type(p) == "table" and p["not"] ~= nil and next(p["not"]) == nil then
+        parts[#parts + 1] = k .. " not allowed"
+      elseif type(p) == "table" then
+        local t = type_of(ctx, p, "")
+        local n = notes_text(notes(ctx, p))
+        parts[#parts + 1] = k .. ": " .. t .. (n ~= "" and " " .. n or "")
+      end
+    end
+  end
+  if #parts == 0 then return nil end
+  return concat(parts, "; ")
+end
+
+-- The rules of object schema s that involve several fields, one phrase each.
+local function object_rules(ctx, s)
+  local r = {}
+  local n = s["not"]
+  if type(n) == "table" then
+    local set = required_set(n)
+    if set and #n.required == 2 then r[#r + 1] = "not both " .. set
+    elseif set then r[#r + 1] = "not all of " .. concat(n.required, ", ")
+    elseif type(n.anyOf) == "table" then
+      local names = {}
+      for _, alt in ipairs(n.anyOf) do
+        local one = required_set(alt)
+        if not one then names = nil break end
+        names[#names + 1] = one
+      end
+      if names then r[#r + 1] = "none of " .. concat(names, ", ") end
+    end
+    if #r == 0 then r[#r + 1] = "must not match " .. type_of(ctx, n, "") end
+  end
+  for _, key in ipairs({ "oneOf", "anyOf" }) do
+    local alts = s[key]
+    if type(alts) == "table" and #alts > 0 and s.properties then
+      local names = {}
+      for _, alt in ipairs(alts) do
+        local one = required_set(alt)
+        if not one then names = nil break end
+        names[#names + 1] = one
+      end
+      if names then
+        r[#r + 1] = (key == "oneOf" and "exactly one of " or "at least one of ")
+          .. concat(names, " | ")
+      end
+    end
+  end
+  if type(s.dependentRequired) == "table" then
+    for _, k in ipairs(sorted_keys(s.dependentRequired)) do
+      r[#r + 1] = k .. " needs " .. concat(s.dependentRequired[k], ", ")
+    end
+  end
+  if s["if"] ~= nil and (s["then"] ~= nil or s["else"] ~= nil) then
+    local cond = condition(ctx, s["if"])
+    local th = s["then"] and consequence(ctx, s["then"])
+    local el = s["else"] and consequence(ctx, s["else"])
+    if cond and (th or el) then
+      if th then r[#r + 1] = "if " .. cond .. ": " .. th end
+      if el then r[#r + 1] = "unless " .. cond .. ": " .. el end
+    else
+      r[#r + 1] = "conditional rules apply (if/then): see the tool's description"
+    end
+  end
+  return r
+end
+
+-- The type of s with its notes, for a place that has no line of its own (an item, an
+-- alternative, a tuple member, a map value): "(string #>=1)", or bare when the
+-- caller's punctuation delimits it.
+function with_notes(ctx, s, ind, bare)
+  s = deref(ctx, s)
+  local t = type_of(ctx, s, ind)
+  if type(s) ~= "table" or t:find("\n", 1, true) then return t end
+  local n = notes_text(notes(ctx, s))
+  if n == "" then return t end
+  return bare and t .. " " .. n or "(" .. t .. " " .. n .. ")"
+end
+
+-- The type of schema s as text; objects with fields become indented blocks (ind is the
+-- indentation of the line the type starts on).
+local type_of_raw
+
+-- type_of, remembered per schema and indentation: a schema reached many times (allOf
+-- of allOf of the same $ref...) is written once, so the work stays linear.
+function type_of(ctx, s, ind)
+  if type(s) ~= "table" then return type_of_raw(ctx, s, ind) end
+  ctx.memo = ctx.memo or {}
+  local m = ctx.memo[s]
+  if m == nil then m = {}; ctx.memo[s] = m end
+  local t = m[ind]
+  if t == nil then
+    t = type_of_raw(ctx, s, ind)
+    m[ind] = t
+  end
+  return t
+end
+
+function type_of_raw(ctx, s, ind)
+  local ref = type(s) == "table" and s["$ref"]
+  if ref and ctx.refs and (ctx.refs[ref] or 0) >= 2 then
+    local target = deref(ctx, s)
+    if type(target) == "table" and type(target.properties) == "table" then
+      local name = ref:match("([%w_]+)$")
+      if name and (ctx.def_of[name] == nil or ctx.def_of[name] == target) then
+        if not ctx.def_of[name] then
+          ctx.def_of[name] = target
+          ctx.defs[#ctx.defs + 1] = name
+        end
+        return name
+      end
+    end
+  end
+  if ref then return type_of(ctx, deref(ctx, s), ind) end  -- remembered by its target
+  if s == true or type(s) ~= "table" then return "any" end
+  if s == false then return "never" end
+  if type(s.enum) == "table" and #s.enum > 0 then
+    local vals = {}
+    for i, v in ipairs(s.enum) do vals[i] = value_literal(v) end
+    return union(vals)
+  end
+  if s.const ~= nil then return value_literal(s.const) end
+  local alts = s.anyOf or s.oneOf
+  if type(alts) == "table" and #alts > 0 and s.properties == nil then
+    local parts = {}
+    for i, a in ipairs(alts) do parts[i] = with_notes(ctx, a, ind) end
+    return union(parts)
+  end
+  if type(s.allOf) == "table" and #s.allOf > 0 and s.properties == nil then
+    local merged = { type = s.type, properties = {}, required = {} }
+    local order = {}
+    for _, part in ipairs(s.allOf) do
+      part = deref(ctx, part)
+      if type(part) == "table" then
+        merged.type = merged.type or part.type
+        local keys = ctx.order and part.properties and ctx.order[part.properties]
+        for _, k in ipairs(keys or (part.properties and sorted_keys(part.properties) or {})) do
+          if merged.properties[k] == nil then order[#order + 1] = k end
+          merged.properties[k] = part.properties[k]
+        end
+        for _, k in ipairs(type(part.required) == "table" and part.required or {}) do
+          merged.required[#merged.required + 1] = k
+        end
+      end
+    end
+    if next(merged.properties) == nil then
+      local parts, seen = {}, {}
+      for _, a in ipairs(s.allOf) do
+        local t = type_of(ctx, a, ind)
+        if not seen[t] then seen[t] = true; parts[#parts + 1] = t end
+      end
+      return concat(parts, " & ")
+    end
+    if ctx.order then ctx.order[merged.properties] = order end
+    return type_of(ctx, merged, ind)
   end
   local t = s.type
   if type(t) == "table" then
@@ -178,94 +431,151 @@ local function lua_type(ctx, s, name)
       local copy = {}
       for k, v in pairs(s) do copy[k] = v end
       copy.type = one
-      parts[i] = lua_type(ctx, copy, name)
+      parts[i] = type_of(ctx, copy, ind)
     end
-    return concat(parts, "|")
+    return union(parts)
   end
-  if t == "string" or t == "integer" or t == "number" or t == "boolean" then return t end
-  if t == "null" then return "nil" end
-  if t == "array" or (t == nil and s.items ~= nil) then
+  if SCALAR[t] then
+    if t == "string" and type(s.format) == "string" then return "string(" .. s.format .. ")" end
+    return t
+  end
+  if t == "null" then return "json.null" end
+  if t == "array" or (t == nil and (s.items ~= nil or s.prefixItems ~= nil)) then
+    local prefix = s.prefixItems
+    if type(prefix) == "table" and #prefix > 0 then
+      local parts = {}
+      for i, p in ipairs(prefix) do parts[i] = with_notes(ctx, p, ind, true) end
+      return "{" .. concat(parts, ", ") .. "}"
+    end
     local items = s.items
-    if type(items) ~= "table" or is_sequence(items) and #items > 0 then return "any[]" end
-    local it = lua_type(ctx, items, name)
-    if it:find("|", 1, true) then it = "(" .. it .. ")" end
+    if type(items) ~= "table" or next(items) == nil then return "any[]" end
+    local it = with_notes(ctx, items, ind)
+    if it:find("[| ]") and not it:find("^[({]") and not it:find("\n", 1, true) then
+      it = "(" .. it .. ")"
+    end
     return it .. "[]"
   end
   if t == "object" or (t == nil and s.properties ~= nil) then
     if type(s.properties) == "table" and next(s.properties) ~= nil then
-      emit_class(ctx, s, name)
-      return name
+      return fields_of(ctx, s, ind)
     end
-    if type(s.additionalProperties) == "table" then
-      return "table<string, " .. lua_type(ctx, s.additionalProperties, name) .. ">"
+    local ap = s.additionalProperties
+    if type(ap) == "table" and next(ap) ~= nil then
+      return "{[string]: " .. with_notes(ctx, ap, ind, true) .. "}"
     end
     return "table"
   end
   return "any"
 end
 
--- Writes ---@class name and its ---@field lines into ctx.out, then the classes of its
--- nested objects. A class is written once per tool.
-function emit_class(ctx, s, name)
-  if ctx.emitted[name] then return end
-  ctx.emitted[name] = true
-  local required = {}
-  if type(s.required) == "table" then
-    for _, r in ipairs(s.required) do required[r] = true end
-  end
-  local lines = { "---@class " .. name }
-  local slot = #ctx.out + 1
-  ctx.out[slot] = false       -- this class's place; nested classes go after it
-  for _, key in ipairs(sorted_keys(s.properties)) do
-    local ps = s.properties[key]
-    local ks = tostring(key)
-    local field = is_identifier(ks) and ks or "[" .. literal(ks) .. "]"
-    local ty = lua_type(ctx, ps, name .. "." .. ks)
-    local text = type(ps) == "table" and prose(ps) or ""
-    local line = ("---@field %s%s %s"):format(field, required[key] and "" or "?", ty)
-    if text ~= "" then line = line .. " " .. text end
+-- An object's fields: inline ({a: string, b?: integer 1..9}) when no field has a
+-- description or a nested block and there are at most 4; else one field a line.
+function fields_of(ctx, s, ind)
+  local keys, required = field_order(ctx, s)
+  local inner = ind .. "  "
+  local lines, simple = {}, #keys <= 4
+  for _, k in ipairs(keys) do
+    local raw = s.properties[k]
+    local ps = deref(ctx, raw)
+    local ks = tostring(k)
+    local name = is_identifier(ks) and ks or literal(ks)
+    local line = name .. (required[k] and "" or "?") .. ": " .. type_of(ctx, raw, inner)
+    if type(ps) == "table" then
+      local n = notes_text(notes(ctx, ps))
+      if n ~= "" then line = line .. " " .. n end
+      if type(ps.description) == "string" and ps.description:find("%S") then
+        line = line .. " -- " .. one_line(ps.description)
+        simple = false
+      end
+    end
+    if line:find("\n", 1, true) then simple = false end
     lines[#lines + 1] = line
   end
-  if s.additionalProperties ~= nil and s.additionalProperties ~= false then
-    local ap = s.additionalProperties
-    local ty = type(ap) == "table" and lua_type(ctx, ap, name .. ".*") or "any"
-    lines[#lines + 1] = ("---@field [string] %s"):format(ty)
+  local ap = s.additionalProperties
+  if type(ap) == "table" and next(ap) ~= nil then
+    lines[#lines + 1] = "[string]: " .. with_notes(ctx, ap, inner, true)
+    simple = false
   end
-  ctx.out[slot] = concat(lines, "\n")
+  local rules = object_rules(ctx, s)
+  for _, r in ipairs(rules) do lines[#lines + 1] = "-- " .. r; simple = false end
+  if simple then return "{" .. concat(lines, ", ") .. "}" end
+  return "{\n" .. inner .. concat(lines, "\n" .. inner) .. "\n" .. ind .. "}"
 end
 
--- The annotation block of one tool.
+-- How a tool is named in its block: its dotted name ("github.create_issue", called as
+-- tools.github.create_issue{...}), or the whole call path when a part is not an
+-- identifier (tools.a["odd-name"]).
+local function call_path(name)
+  local path, plain = { "tools" }, true
+  for part in name:gmatch("[^.]+") do
+    if not is_identifier(part) then plain = false end
+    path[#path + 1] = is_identifier(part) and "." .. part or "[" .. literal(part) .. "]"
+  end
+  if plain then return name end
+  return concat(path)
+end
+
+-- How often each "$ref" occurs in schema s: a definition used twice or more is written
+-- once, by name, after the tool's call ("time = {...}").
+local function count_refs(s, refs, depth)
+  if type(s) ~= "table" or depth > 64 then return refs end
+  for k, v in pairs(s) do
+    if k == "$ref" and type(v) == "string" then refs[v] = (refs[v] or 0) + 1
+    elseif type(v) == "table" then count_refs(v, refs, depth + 1) end
+  end
+  return refs
+end
+
+-- The lines "name = {...}" of the definitions ctx named while writing a tool.
+local function def_lines(ctx, out)
+  local i = 1
+  while ctx.defs[i] do
+    local name = ctx.defs[i]
+    out[#out + 1] = name .. " = " .. fields_of(ctx, ctx.def_of[name], "")
+    i = i + 1
+  end
+end
+
+-- The block of one tool: its description as comments, then its call.
 local function tool_api(tool)
   local name = tostring(tool.name)
   local out = {}
-  local function type_of(schema, suffix)
-    if schema == nil then return nil end
-    local ctx = { root = schema, prefix = name, out = {}, emitted = {} }
-    local ty = lua_type(ctx, schema, name .. "." .. suffix)
-    for _, block in ipairs(ctx.out) do out[#out + 1] = block end
-    return ty, schema
-  end
-  local in_type, in_schema = type_of(tool.input, "Args")
-  local out_type, out_schema = type_of(tool.output, "Result")
-  local fn = {}
-  if type(tool.description) == "string" and tool.description ~= "" then
-    for line in (tool.description .. "\n"):gmatch("(.-)\r?\n") do
-      fn[#fn + 1] = line == "" and "---" or "---" .. line
+  local desc = type(tool.description) == "string" and tool.description:gsub("%s+$", "") or ""
+  local inline_desc = desc:find("%S") and not desc:find("\n") and desc:gsub("^%s+", "")
+  if desc:find("%S") and not inline_desc then
+    for line in (desc .. "\n"):gmatch("(.-)\r?\n") do
+      out[#out + 1] = line == "" and "--" or "-- " .. line
     end
   end
-  local in_prose = in_schema and in_type ~= name .. ".Args" and prose(in_schema) or ""
-  fn[#fn + 1] = "---@param args " .. (in_type or "table") ..
-    (in_prose ~= "" and " " .. in_prose or "")
-  local out_prose = out_schema and out_type ~= name .. ".Result" and prose(out_schema) or ""
-  fn[#fn + 1] = "---@return " .. (out_type or "any") ..
-    (out_prose ~= "" and " # " .. out_prose or "")
-  local path = {}
-  for part in name:gmatch("[^.]+") do
-    path[#path + 1] = is_identifier(part) and "." .. part or "[" .. literal(part) .. "]"
+  local ctx = { root = tool.input, order = tool.order, refs = count_refs(tool.input, {}, 0),
+                defs = {}, def_of = {} }
+  local input = deref(ctx, tool.input)
+  local args
+  if type(input) == "table" and type(input.properties) == "table" and next(input.properties) then
+    args = fields_of(ctx, input, "")
+  elseif type(input) == "table" and type(input.additionalProperties) == "table" then
+    args = "{[string]: " .. type_of(ctx, input.additionalProperties, "") .. "}"
+  else
+    args = "{}"
   end
-  fn[#fn + 1] = "function tools" .. concat(path) .. "(args) end"
-  out[#out + 1] = concat(fn, "\n")
-  return concat(out, "\n\n")
+  local sig = call_path(name) .. args
+  local octx = { root = tool.output, order = tool.order, refs = count_refs(tool.output, {}, 0),
+                 defs = {}, def_of = {} }
+  if tool.output ~= nil then
+    local out_s = deref(octx, tool.output)
+    sig = sig .. " -> " .. type_of(octx, out_s, "")
+    local n = type(out_s) == "table" and out_s.properties == nil and
+              notes_text(notes(octx, out_s)) or ""
+    if n ~= "" then sig = sig .. " " .. n end
+  end
+  if inline_desc then  -- after the first line of the call
+    local first, rest = sig:match("^([^\n]*)(.*)$")
+    sig = first .. " -- " .. inline_desc .. rest
+  end
+  out[#out + 1] = sig
+  def_lines(ctx, out)
+  def_lines(octx, out)
+  return concat(out, "\n")
 end
 
 local function by_name(tools)
@@ -275,53 +585,72 @@ local function by_name(tools)
   return list
 end
 
--- LuaCATS annotations for the tools, sorted by name, one block per tool: the classes of
--- its arguments and result, then its function.
+-- The tools' API, sorted by name, one block per tool separated by a blank line.
 function M.lua_api(tools)
   local blocks = {}
   for _, t in ipairs(by_name(tools)) do blocks[#blocks + 1] = tool_api(t) end
   return concat(blocks, "\n\n") .. (#blocks > 0 and "\n" or "")
 end
 
+-- One line per tool: its call with the required fields (and "..." when it takes more),
+-- for clients that cut long descriptions; tools.describe(name) gives the rest.
+function M.compact_api(tools)
+  local lines = {}
+  for _, t in ipairs(by_name(tools)) do
+    local ctx = { root = t.input, order = t.order }
+    local input = deref(ctx, t.input)
+    local names, more = {}, false
+    if type(input) == "table" and type(input.properties) == "table" then
+      local keys, required = field_order(ctx, input)
+      for _, k in ipairs(keys) do
+        if required[k] then names[#names + 1] = tostring(k) else more = true end
+      end
+    end
+    if more then names[#names + 1] = "..." end
+    lines[#lines + 1] = call_path(tostring(t.name)) .. "{" .. concat(names, ", ") .. "}"
+  end
+  return concat(lines, "\n") .. (#lines > 0 and "\n" or "")
+end
+
 -- ---- the preamble ------------------------------------------------------------------
 
+-- A checklist for a model that writes JavaScript or Python: what differs in Lua, and
+-- how this sandbox answers.
 local PREAMBLE = [[
-Write one Lua 5.4 script per call. It runs in a sandbox and calls tools directly, so
-intermediate data stays in the script and only what you return comes back.
+Write one Lua 5.4 script; it returns the result, print() logs.
+Lua, not JS/Python: arrays start at 1; #t is an array's length; .. joins strings;
+~= is not-equal; -- comments; local declares; no +=.
+Tools return directly (no await/.then): local r = tools.x.y{a = 1}; failures raise
+{code, message}: pcall(tools.x.y, args) only where failure is expected.
+json.null is JSON null: truthy, not nil (v == json.null); nil omits a field.
+json.array{} sends []; json.encode/decode; parallel(f1, f2) runs calls at once.]]
 
-- Available: the base library (no load of bytecode, no dofile/loadfile/require),
-  string, table, math, utf8, coroutine, os.time, os.clock, os.date, and
-  json.encode(v), json.decode(s), json.null (JSON null), json.array(t) (an array, even
-  when empty). Not available: io, require, debug, os.execute and the rest of os.
-- Call a tool with a table of arguments: local r = tools.fs.read{path = "a.txt"}.
-  It returns the result table or raises an error object with err.code (for example
-  tool.invalid_input, tool.failed, tool.timeout) and err.message; catch it with
-  local ok, err = pcall(tools.fs.read, {path = "a.txt"}).
-- parallel(f1, f2, ...) runs the functions at the same time (their tool calls overlap)
-  and returns the first value of each, in order; if any fails, it raises the first
-  error after all have finished.
-- print(...) goes to the logs, not the result. The script's return value is the result,
-  sent back as JSON: return a table, a string, a number or a boolean.
-- Limits apply to memory, time, output size and the number of tool calls; a limit
-  stops the script with an error code such as limit.time that pcall cannot catch.
-- Inside the script, tools.list() names the tools, tools.describe(name) documents one
-  and tools.search(query) finds them.]]
+local PREAMBLE_TOOLS = "Tools, called as tools.name{...} (x?: optional):"
+local PREAMBLE_COMPACT = "Tools, called as tools.name{...}; tools.describe(name) gives " ..
+  "a tool's fields and result, tools.search(words) finds tools:"
 
+-- The preamble alone (the sandbox, for the model).
 function M.preamble()
   return PREAMBLE .. "\n"
 end
 
+-- The whole description: the preamble, then the tools in full ("full") or one line
+-- each ("compact").
+function M.describe(tools, mode)
+  if #tools == 0 then return M.preamble() end
+  if mode == "compact" then
+    return PREAMBLE .. "\n" .. PREAMBLE_COMPACT .. "\n" .. M.compact_api(tools)
+  end
+  return PREAMBLE .. "\n" .. PREAMBLE_TOOLS .. "\n\n" .. M.lua_api(tools)
+end
+
 -- ---- the run_lua tool --------------------------------------------------------------
 
--- The tool definition of run_lua for an MCP, OpenAI or Anthropic tool list: the preamble
--- and the tools' API in its description. opts.session adds the session argument.
+-- The tool definition of run_lua for an MCP, OpenAI or Anthropic tool list: the
+-- description (M.describe, opts.mode "full" or "compact") and the code argument.
+-- opts.session adds the session argument.
 function M.run_lua_tool(tools, opts)
   opts = opts or {}
-  local api = M.lua_api(tools)
-  local description = M.preamble()
-  if api ~= "" then
-    description = description .. "\nThe tools (LuaCATS annotations):\n\n" .. api
-  end
   local properties = {
     code = { type = "string",
              description = "The Lua 5.4 script to run; its return value is the result." },
@@ -333,7 +662,7 @@ function M.run_lua_tool(tools, opts)
   end
   return {
     name = "run_lua",
-    description = description,
+    description = M.describe(tools, opts.mode),
     inputSchema = { type = "object", properties = properties, required = { "code" } },
   }
 end

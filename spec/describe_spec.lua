@@ -1,5 +1,5 @@
--- describe_spec.lua: lua/describe.lua, what the model reads: LuaCATS annotations from
--- the tools' schemas, the sandbox preamble, the run_lua tool definition and search.
+-- describe_spec.lua: lua/describe.lua, what the model reads: each tool's call from its
+-- schemas, the sandbox preamble, the run_lua tool definition and search.
 local D = require("lua.describe")
 
 local function notes_search()
@@ -42,39 +42,22 @@ local function time_now()
 end
 
 local NOTES_API = [[
----@class notes.search.Args
----@field filter? notes.search.Args.filter Extra filter.
----@field limit? integer (1..50; default 10)
----@field query string Words to find. (length 1..200)
----@field since? string (format date)
----@field sort? "date"|"score" Order. (one of "date", "score")
----@field tags? string[] (items <= 5; each pattern ^[a-z]+$)
-
----@class notes.search.Args.filter
----@field author string
----@field ["max-age"]? number (> 0)
-
----@class notes.search.Result
----@field hits notes.search.Result.hits[]
-
----@class notes.search.Result.hits
----@field id integer
----@field title? string|nil
-
----Search the notes.
----Best first.
----@param args notes.search.Args
----@return notes.search.Result
-function tools.notes.search(args) end]]
+-- Search the notes.
+-- Best first.
+notes.search{
+  query: string #1..200 -- Words to find.
+  filter?: {author: string, "max-age"?: number >0} -- Extra filter.
+  limit?: integer 1..50 = 10
+  since?: string(date)
+  sort?: "date"|"score" -- Order.
+  tags?: (string /^[a-z]+$/)[] #<=5
+} -> {hits: {id: integer, title?: string|json.null}[]}]]
 
 local TIME_API = [[
----The current time.
----@param args table
----@return any
-function tools.time.now(args) end]]
+time.now{} -- The current time.]]
 
 describe("describe.lua_api", function()
-  it("writes classes, fields, constraints and the function of a tool, exactly", function()
+  it("writes a tool's call, fields, constraints and result, exactly", function()
     assert.equal(NOTES_API .. "\n", D.lua_api({ notes_search() }))
   end)
 
@@ -95,7 +78,7 @@ describe("describe.lua_api", function()
     assert.equal("", D.lua_api({}))
   end)
 
-  it("maps scalar, nullable, map, union and $ref schemas", function()
+  it("maps scalar, const, map, union and $ref schemas", function()
     local api = D.lua_api({ {
       name = "x.y",
       input = {
@@ -112,31 +95,96 @@ describe("describe.lua_api", function()
       output = { type = "string", maxLength = 10 },
     } })
     assert.equal([[
----@class x.y.Args
----@field any? any
----@field at? x.y.point
----@field flag? true (always true)
----@field labels? table<string, string>
----@field v? string|integer
-
----@class x.y.point
----@field x? number
-
----@param args x.y.Args
----@return string # (length <= 10)
-function tools.x.y(args) end
+x.y{
+  any?: any
+  at?: {x?: number}
+  flag?: true
+  labels?: {[string]: string}
+  v?: string|integer
+} -> string #<=10
 ]], api)
+  end)
+
+  it("keeps the schema's field order when it is known, required fields first", function()
+    local props = { b = { type = "string" }, a = { type = "integer" }, c = { type = "boolean" } }
+    local tool = { name = "o.k", input = { type = "object", properties = props,
+                                           required = { "c" } },
+                   order = { [props] = { "b", "a", "c" } } }
+    assert.equal("o.k{c: boolean, b?: string, a?: integer}\n", D.lua_api({ tool }))
+    tool.order = nil  -- a Lua plugin's table has no order: required, then sorted
+    assert.equal("o.k{c: boolean, a?: integer, b?: string}\n", D.lua_api({ tool }))
+  end)
+
+  it("writes the rules that involve several fields in a few words", function()
+    local api = D.lua_api({ {
+      name = "r.w",
+      input = {
+        type = "object",
+        properties = {
+          head = { type = "integer" }, tail = { type = "integer" },
+          mode = { enum = { "a", "b" } }, extra = { type = "string" },
+          point = { type = "array",
+                    prefixItems = { { type = "number", minimum = -90, maximum = 90 },
+                                    { type = "number" } } },
+          tags = { type = "array", items = { type = "string" }, contains = { const = "x" } },
+          meta = { type = "object", minProperties = 1, propertyNames = { pattern = "^[a-z]+$" },
+                   additionalProperties = { type = "string" } },
+        },
+        ["not"] = { required = { "head", "tail" } },
+        dependentRequired = { tail = { "mode" } },
+        ["if"] = { properties = { mode = { const = "b" } } },
+        ["then"] = { required = { "extra" } },
+        oneOf = { { required = { "head" } }, { required = { "tail" } } },
+      },
+    } })
+    assert.equal([[
+r.w{
+  extra?: string
+  head?: integer
+  meta?: {[string]: string} #keys>=1, keys /^[a-z]+$/
+  mode?: "a"|"b"
+  point?: {number -90..90, number}
+  tags?: string[] contains "x"
+  tail?: integer
+  -- not both head and tail
+  -- exactly one of head | tail
+  -- tail needs mode
+  -- if mode = "b": extra required
+}
+]], api)
+  end)
+
+  it("writes a $defs entry used twice once, by name, after the call", function()
+    local api = D.lua_api({ {
+      name = "c.e",
+      input = {
+        type = "object",
+        ["$defs"] = { time = { type = "object", properties = { at = { type = "string" } },
+                               required = { "at" } } },
+        properties = { start = { ["$ref"] = "#/$defs/time" },
+                       stop = { ["$ref"] = "#/$defs/time" } },
+        required = { "start", "stop" },
+      },
+    } })
+    assert.equal("c.e{start: time, stop: time}\ntime = {at: string}\n", api)
+  end)
+end)
+
+describe("describe.compact_api", function()
+  it("writes one line per tool: its required fields, and ... when it takes more", function()
+    assert.equal("notes.search{query, ...}\ntime.now{}\n",
+      D.compact_api({ time_now(), notes_search() }))
   end)
 end)
 
 describe("describe.preamble", function()
-  it("explains the sandbox: one script, libraries, tool errors, parallel, result", function()
+  it("is a checklist of what differs from JavaScript and Python", function()
     local p = D.preamble()
-    for _, needle in ipairs({ "Lua 5.4", "string, table, math, utf8, coroutine",
-        "os.time, os.clock, os.date", "json.encode", "json.decode", "json.null",
-        "json.array", "io, require, debug, os.execute", "tools.fs.read{", "err.code",
-        "err.message", "pcall", "parallel(f1, f2, ...)", "raises the first",
-        "print(...) goes to the logs", "return value is the result", "Limits" }) do
+    for _, needle in ipairs({ "Lua 5.4", "arrays start at 1", "#t is an array's length",
+        ".. joins strings", "~= is not-equal", "-- comments", "no await/.then",
+        "local r = tools.x.y{a = 1}", "{code, message}", "pcall(tools.x.y, args) only where "
+        .. "failure is expected", "json.null is JSON null: truthy, not nil",
+        "json.array{} sends []", "parallel(f1, f2)" }) do
       assert.truthy(p:find(needle, 1, true), needle)
     end
   end)
@@ -146,13 +194,20 @@ describe("describe.run_lua_tool", function()
   it("has a name, a description with the preamble and the API, and a code argument", function()
     local t = D.run_lua_tool({ notes_search() })
     assert.equal("run_lua", t.name)
-    assert.equal(D.preamble() .. "\nThe tools (LuaCATS annotations):\n\n" ..
+    assert.equal(D.preamble() .. "Tools, called as tools.name{...} (x?: optional):\n\n" ..
       NOTES_API .. "\n", t.description)
     assert.same({ type = "object", required = { "code" }, properties = {
       code = { type = "string",
                description = "The Lua 5.4 script to run; its return value is the result." },
     } }, t.inputSchema)
     assert.is_nil(t.inputSchema["$schema"])
+  end)
+
+  it("lists one line per tool in compact mode", function()
+    local t = D.run_lua_tool({ notes_search(), time_now() }, { mode = "compact" })
+    assert.equal(D.preamble() .. "Tools, called as tools.name{...}; tools.describe(name) "
+      .. "gives a tool's fields and result, tools.search(words) finds tools:\n"
+      .. "notes.search{query, ...}\ntime.now{}\n", t.description)
   end)
 
   it("adds the session argument only when asked", function()
@@ -193,5 +248,18 @@ describe("describe.search", function()
 
   it("returns nothing when no word matches", function()
     assert.same({}, D.search(tools, "weather"))
+  end)
+end)
+
+describe("describe of a schema that reaches one definition many times", function()
+  it("writes it once per place, in linear time (allOf of allOf of the same $ref)", function()
+    local defs = { d0 = { type = "integer" } }
+    for i = 1, 40 do
+      local ref = "#/$defs/d" .. (i - 1)
+      defs["d" .. i] = { allOf = { { ["$ref"] = ref }, { ["$ref"] = ref } } }
+    end
+    assert.equal("h.x{items?: integer[]}\n", D.lua_api({ { name = "h.x", input = {
+      type = "object", ["$defs"] = defs,
+      properties = { items = { type = "array", items = { ["$ref"] = "#/$defs/d40" } } } } } }))
   end)
 end)

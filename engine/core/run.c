@@ -6,10 +6,15 @@
 ** envelope is built once, when the run finishes. The verdict of a limit is read from the
 ** sandbox, never from the error object.
 */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lauxlib.h"
+#include "lobject.h"   /* return_line reads the compiled chunk */
+#include "lopcodes.h"
+#include "lstate.h"
+#include "ldebug.h"
 
 #include "run.h"
 #include "calls.h"
@@ -74,15 +79,69 @@ static json_t *safe_string (const char *s, size_t len) {
   return j ? j : json_string("(message lost: out of memory)");
 }
 
+/* The text of line n of the source, untrimmed, into buf ("" when there is none). */
+static const char *line_text (const tp_run *r, int n, char *buf, size_t len) {
+  buf[0] = '\0';
+  if (n <= 0 || r->src == NULL) return buf;
+  const char *p = r->src, *end = r->src + r->srclen;
+  for (int i = 1; i < n && p < end; i++) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (nl == NULL) return buf;
+    p = nl + 1;
+  }
+  const char *e = memchr(p, '\n', (size_t)(end - p));
+  size_t n2 = (size_t)((e ? e : end) - p);
+  if (n2 >= len) n2 = len - 1;
+  memcpy(buf, p, n2);
+  buf[n2] = '\0';
+  return buf;
+}
+
+/* Whether line starts (after blanks) with the word w. */
+static int starts_with_word (const char *line, const char *w) {
+  while (*line == ' ' || *line == '\t') line++;
+  size_t n = strlen(w);
+  return strncmp(line, w, n) == 0 && !(isalnum((unsigned char)line[n]) || line[n] == '_');
+}
+
+/*
+** Hints by cause. A hint says how to fix the mistake a message most likely comes from,
+** for a model that writes JavaScript or Python habits into Lua: a message is matched by
+** its needle (and, where the message alone cannot tell the cause, by the text of the
+** line), most specific first.
+*/
+#define HINT_LUA "Scripts are Lua 5.4, not JavaScript or Python: write it the way the message says."
+#define HINT_NULL "json.null is JSON's null: it is truthy and not nil; test it with `v == json.null`."
+#define HINT_METHOD "Call methods with `:` (s:upper(), obj:method()): it passes the value " \
+  "itself as the first argument (self); a `.` call does not."
+
 static const struct { const char *needle, *hint; } runtime_hints[] = {
+  { "is not Lua:", HINT_LUA },
+  { "json.null", HINT_NULL },
+  { "is not defined: if it is a Python f-string", HINT_LUA },
+  { "`self` is only set", HINT_METHOD },
+  { "(local 'self')", HINT_METHOD },
+  { "got no value)", HINT_METHOD },
+  { "to 'format' (number has no integer representation)", "%d needs a whole number: use %s, "
+    "%.2f, or %d with math.floor(x)." },
+  { "number has no integer representation", "That argument must be a whole number: round "
+    "it with math.floor(x)." },
+  { "a 'string' with", "Arithmetic works on numbers only: join strings with `..` "
+    "(\"a\" .. 1); use tonumber(s) only when the string holds a number." },
+  { "with a 'string'", "Arithmetic works on numbers only: join strings with `..` "
+    "(\"a\" .. 1); use tonumber(s) only when the string holds a number." },
+  { "arithmetic on a string value", "Arithmetic works on numbers only: join strings with `..` "
+    "(\"a\" .. 1); use tonumber(s) only when the string holds a number." },
   { "attempt to index a nil value", "A value is nil where a table was expected: check the "
     "variable's name and print what the tool or expression actually returned." },
-  { "attempt to call a nil value (global 'require')", "require is not available: the "
-    "sandbox has base, string, table, math, utf8, coroutine, os.time/clock/date and json." },
+  { "attempt to call a nil value (method", "That method does not exist: strings have "
+    "s:upper(), s:sub(i, j), s:find(p)...; a table has only the functions you put in it." },
   { "attempt to call a nil value", "That function does not exist in the sandbox: check its "
     "name; io, require, debug and os.execute are not available." },
-  { "attempt to perform arithmetic", "A value used in arithmetic is not a number: convert "
-    "it with tonumber() and check for nil." },
+  { "attempt to perform arithmetic on a nil value", "A value used in arithmetic is nil: "
+    "check the variable's name and print what the tool or expression returned." },
+  { "attempt to perform arithmetic", "A value used in arithmetic is not a number: check "
+    "what it holds (print it); tonumber(s) converts a string that holds a number." },
   { "attempt to concatenate", "Only strings and numbers can be joined with '..': convert "
     "other values with tostring() or json.encode()." },
   { "attempt to compare", "Only two numbers or two strings can be compared with < or >." },
@@ -90,9 +149,87 @@ static const struct { const char *needle, *hint; } runtime_hints[] = {
     "coroutine made with coroutine.create or coroutine.wrap." },
 };
 
-static const char *runtime_hint (const char *msg) {
+/* The hint of a runtime error message; line is the text of its line ("" when unknown). */
+static const char *runtime_hint (const char *msg, const char *line) {
+  /* `x = a // note`: Lua reads // as floor division by the global `note` */
+  if (strstr(msg, "arithmetic on a nil value (global") && strstr(line, "//"))
+    return "`//` is floor division in Lua, not a comment: comments start with `--`.";
   for (size_t i = 0; i < sizeof runtime_hints / sizeof runtime_hints[0]; i++)
     if (strstr(msg, runtime_hints[i].needle)) return runtime_hints[i].hint;
+  return NULL;
+}
+
+/* The hint of a syntax error, keyed on the token Lua stopped at ("near 'x'") and the
+** text of the line; the generic one when no class fits. */
+static const char *syntax_hint (const char *msg, const char *line, const char *prev) {
+  const char *near = strstr(msg, "near '");
+  char tok[16] = "";
+  if (near) {
+    near += 6;
+    size_t n = 0;
+    while (near[n] && near[n] != '\'' && n < sizeof tok - 1) { tok[n] = near[n]; n++; }
+    tok[n] = '\0';
+  }
+  if (strcmp(tok, "//") == 0 || starts_with_word(line, "//") || strstr(line, "/*"))
+    return "Comments start with `--` in Lua (and --[[ ... ]] for a block); `//` is floor division.";
+  if (strstr(line, "=>"))
+    return "Lua has no arrow functions: write function(x) return x * 2 end.";
+  if (strstr(line, ".then") || (strcmp(tok, "then") == 0 && strstr(msg, "<name> expected")))
+    return "Tool calls return their result directly: no .then and no await; "
+           "write local r = tools.x.y{...}.";
+  if (starts_with_word(line, "def"))
+    return "Lua functions are written function name(a, b) ... end (no def, no colon).";
+  if (starts_with_word(line, "try") || strstr(line, "catch") || starts_with_word(prev, "try") ||
+      starts_with_word(line, "except"))
+    return "Lua has no try/catch: local ok, err = pcall(function() ... end).";
+  if (starts_with_word(line, "const") || starts_with_word(line, "let") ||
+      starts_with_word(line, "var"))
+    return "Declare variables with local: local x = 1 (no const, let or var).";
+  if (strstr(line, "!=") || strcmp(tok, "!") == 0)
+    return "Lua writes not-equal as ~= and negation as not: if a ~= b then, if not ok then.";
+  if (strstr(line, "&&") || strstr(line, "||") || strcmp(tok, "&") == 0 || strcmp(tok, "|") == 0)
+    return "Lua writes && as and, || as or, ! as not.";
+  if (strstr(line, "===")) return "Lua compares with == and ~= (there is no ===).";
+  if (strstr(line, "+=") || strstr(line, "-=") || strstr(line, "*=") || strstr(line, "/=") ||
+      strstr(line, "..=") || strstr(line, "++"))
+    return "Lua has no += or ++: write x = x + 1 (and s = s .. \"more\").";
+  if (strcmp(tok, "`") == 0)
+    return "Lua has no template strings: use string.format(\"%s is %d\", name, n) or join with ..";
+  if (strstr(msg, "'then' expected") || strstr(msg, "'do' expected"))
+    return "Blocks are if c then ... end, for i = 1, n do ... end, while c do ... end "
+           "(no colon, no braces).";
+  /* key: value in a table: a word or a quoted key followed by ':' and a blank */
+  for (const char *p = strchr(line, ':'); p; p = strchr(p + 1, ':'))
+    if (p > line && (isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '"' ||
+                     p[-1] == '\'') && (p[1] == ' ' || p[1] == '\t'))
+      return "Table fields use =: {key = value, [\"odd key\"] = 1}, not {key: value}; "
+             "json.decode(text) reads JSON.";
+  if (strcmp(tok, "{") == 0 || strcmp(tok, "}") == 0 ||
+      (strstr(line, "{") && strstr(msg, "'end' expected")))
+    return "Lua blocks are not in braces: function f(x) ... end, if c then ... end; "
+           "braces make tables only.";
+  return "Fix the syntax on that line. Scripts are Lua 5.4: ~= for not-equal, .. to join "
+         "strings, -- for comments, local for variables, end closes function/if/for/while.";
+}
+
+/* The hint of a tool's error code: how to fix the call. pcall is for failures the
+** script expects and can go on without. */
+static const char *tool_hint (const char *code) {
+  static const struct { const char *code, *hint; } hints[] = {
+    { "tool.invalid_input", "Fix the arguments: the message gives the JSON path of the "
+      "wrong value and what was expected; tools.describe(name) shows the schema." },
+    { "tool.unknown", "Check the tool's name with tools.list() or tools.search(\"words\")." },
+    { "tool.invalid_output", "The tool returned data that breaks its own output schema, "
+      "which the script cannot fix: use pcall if the script can go on without it." },
+    { "tool.failed", "The tool failed: the message says why. Change what it names, or use "
+      "pcall(tools.x.y, args) when the script can go on without that result." },
+    { "tool.timeout", "The tool did not answer in time: ask it for less work, or use pcall "
+      "when the script can go on without that result." },
+    { "tool.denied", "The policy refuses this call: retrying will not help; use another "
+      "tool or return what you have." },
+  };
+  for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
+    if (strcmp(code, hints[i].code) == 0) return hints[i].hint;
   return NULL;
 }
 
@@ -171,10 +308,9 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   if (len == 0) len = strlen(msg);
   const char *m = strip_position(msg, &line);
   len -= (size_t)(m - msg);
-  const char *hint = runtime_hint(m);
-  if (strcmp(code, "runtime") != 0)
-    hint = "Catch tool errors with pcall when the script can go on without that result; "
-           "err.code and err.message say what went wrong.";
+  char ltext[SOURCE_LINE_MAX + 1];
+  const char *hint = strcmp(code, "runtime") != 0 ? tool_hint(code)
+                   : runtime_hint(m, line_text(r, line, ltext, sizeof ltext));
   return make_error(r, code, m, len, line, hint);
 }
 
@@ -343,7 +479,7 @@ static void finish_ok (tp_run *r, int nres) {
     snprintf(msg, sizeof msg, "the script's return value cannot be sent as JSON: %s%s%s",
              jerr.message, has_path ? " (at " : "", has_path ? jerr.path : "");
     if (has_path) strncat(msg, ")", sizeof msg - strlen(msg) - 1);
-    finish(r, NULL, 0, make_error(r, "runtime", msg, strlen(msg), 0,
+    finish(r, NULL, 0, make_error(r, "runtime", msg, strlen(msg), r->return_line,
       "Return plain data: tables of strings, numbers, booleans and json.null, "
       "with either array items or string keys."));
     return;
@@ -379,6 +515,26 @@ static void finish_ok (tp_run *r, int nres) {
 }
 
 /* ---- compile ------------------------------------------------------------------------- */
+
+/* The line of the top-level `return` of the chunk on top of T, when all its explicit
+** returns are on one line (the usual script ends in one); 0 otherwise. The last
+** instruction is the return the parser adds at the end of every chunk. Returns of
+** nested functions are in their own prototypes and do not count. */
+static int return_line (lua_State *T) {
+  const TValue *o = s2v(T->top.p - 1);
+  if (!ttisLclosure(o)) return 0;
+  const Proto *p = clLvalue(o)->p;
+  int line = 0;
+  for (int pc = 0; pc < p->sizecode - 1; pc++) {
+    OpCode op = GET_OPCODE(p->code[pc]);
+    if (op == OP_RETURN || op == OP_RETURN0 || op == OP_RETURN1) {
+      int l = luaG_getfuncline(p, pc);
+      if (line != 0 && l != line) return 0;
+      line = l;
+    }
+  }
+  return line;
+}
 
 typedef struct reader_state { const char *parts[2]; size_t lens[2]; int i; } reader_state;
 
@@ -443,7 +599,10 @@ static int compile (tp_run *r) {
   }
   r->compile_ns = tp__now_ns() - t0;
   r->cpu_used_ns += r->compile_ns;
-  if (status == LUA_OK) return 1;
+  if (status == LUA_OK) {
+    r->return_line = return_line(T);
+    return 1;
+  }
   if (atomic_load(&r->sb->kill) != TP_KILL_NONE || status == LUA_ERRMEM) {
     r->pending_error = error_from_thread(r, T, status);
     return 0;
@@ -452,9 +611,10 @@ static int compile (tp_run *r) {
   const char *msg = lua_tolstring(T, -1, &len);
   int line = 0;
   const char *m = msg ? strip_position(msg, &line) : "syntax error";
+  char ltext[SOURCE_LINE_MAX + 1], ptext[SOURCE_LINE_MAX + 1];
   r->pending_error = make_error(r, "syntax", m, strlen(m), line,
-    "Fix the syntax on that line. Scripts are Lua 5.4: ~= for not-equal, .. to join "
-    "strings, 'local' for variables, 'end' closes function/if/for/while.");
+                                syntax_hint(m, line_text(r, line, ltext, sizeof ltext),
+                                            line_text(r, line - 1, ptext, sizeof ptext)));
   lua_settop(T, 0);
   return 0;
 }

@@ -111,6 +111,7 @@ struct tp_run {
   uint64_t compile_ns;     /* wall time the compile took, charged to the first step */
   uint64_t cpu_used_ns, step_cpu0;
   int compiled;            /* 0: pending_error is the syntax error */
+  int return_line;         /* the line of the script's one top-level return, or 0 */
   /* tool calls (calls.c). The run holds the calls listed in the envelope (the first
   ** TP_CALLS_LISTED) and the later calls the script has not taken yet; a later call is
   ** let go, its outcome folded into `summary`, once it is done and taken. */

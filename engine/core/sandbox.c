@@ -1822,6 +1822,86 @@ static void make_readonly (lua_State *L) {
 }
 
 
+/* ---- foreign names -----------------------------------------------------------------
+** Models write JavaScript and Python words into Lua: `null`, `None`, `await`, `console`.
+** Lua reads each as a nil global, so the error comes later and elsewhere, or never
+** (`r.value == null` is silently true). The globals table's __index raises, at the line
+** that reads it, a message that says what to write in Lua, for these names only. It runs
+** only for names the globals table does not hold: a global the script assigns is read
+** raw as usual, any other absent name is nil, and rawget, _ENV tables and a script's own
+** metatable on _G keep Lua's meaning. Sorted by name (bsearch).
+*/
+static const struct foreign { const char *name, *say; } foreign_names[] = {
+  { "Array", "`Array` is not Lua: arrays are tables ({1, 2, 3}); json.array(t) sends an empty one as []" },
+  { "Date", "`Date` is not Lua: use os.time() for seconds since the epoch, os.date(fmt) to format" },
+  { "FALSE", "`FALSE` is not Lua: use false" },
+  { "False", "`False` is not Lua: use false" },
+  { "Infinity", "`Infinity` is not Lua: use math.huge" },
+  { "JSON", "`JSON` is not Lua: use json.encode(v) and json.decode(s)" },
+  { "Math", "`Math` is not Lua: use math (lowercase): math.floor, math.max, math.random" },
+  { "NULL", "`NULL` is not Lua: use nil (or json.null for a JSON null)" },
+  { "NaN", "`NaN` is not Lua: 0/0 is NaN; test for it with v ~= v" },
+  { "None", "`None` is not Lua: use nil (or json.null for a JSON null)" },
+  { "Number", "`Number` is not Lua: use tonumber(s)" },
+  { "Object", "`Object` is not Lua: walk a table's keys with for k, v in pairs(t) do ... end" },
+  { "Promise", "`Promise` is not Lua: tool calls return their result directly; run several at once with parallel(f1, f2, ...)" },
+  { "String", "`String` is not Lua: use tostring(v)" },
+  { "TRUE", "`TRUE` is not Lua: use true" },
+  { "True", "`True` is not Lua: use true" },
+  { "async", "`async` is not Lua: functions need no async; tool calls return their result directly" },
+  { "await", "`await` is not Lua: a tool call returns its result directly (local r = tools.x.y{...}); run several at once with parallel(f1, f2, ...)" },
+  { "catch", "`catch` is not Lua: catch errors with local ok, err = pcall(function() ... end)" },
+  { "console", "`console` is not Lua: use print(...) for logs" },
+  { "elif", "`elif` is not Lua: use elseif" },
+  { "enumerate", "`enumerate` is not Lua: use for i, v in ipairs(t) do ... end" },
+  { "f", "`f` is not defined: if it is a Python f-string, Lua has none: use string.format(\"%s\", x) or join with .." },
+  { "float", "`float` is not Lua: use tonumber(s)" },
+  { "int", "`int` is not Lua: use math.floor(x), or math.tointeger(x) for an exact integer" },
+  { "isinstance", "`isinstance` is not Lua: use type(v) == \"table\" (or \"string\", \"number\")" },
+  { "len", "`len` is not Lua: use #t for the length of an array or a string" },
+  { "null", "`null` is not Lua: use nil (or json.null for a JSON null)" },
+  { "parseFloat", "`parseFloat` is not Lua: use tonumber(s)" },
+  { "parseInt", "`parseInt` is not Lua: use tonumber(s) (math.floor for the integer part)" },
+  { "printf", "`printf` is not Lua: use print(string.format(fmt, ...))" },
+  { "range", "`range` is not Lua: use a numeric for: for i = 1, n do ... end" },
+  { "self", "`self` is only set inside a function defined with `:` (function obj:name() ... end) and called with `:` (obj:name())" },
+  { "str", "`str` is not Lua: use tostring(v)" },
+  { "this", "`this` is not Lua: a function defined with `:` (function obj:name() ... end) gets its object as self" },
+  { "try", "`try` is not Lua: catch errors with local ok, err = pcall(function() ... end)" },
+  { "typeof", "`typeof` is not Lua: use type(v)" },
+  { "undefined", "`undefined` is not Lua: use nil" },
+};
+
+static int foreign_cmp (const void *key, const void *elem) {
+  return strcmp(key, ((const struct foreign *)elem)->name);
+}
+
+/* The script's message for a foreign name, or NULL (used by the globals' __index). */
+static const char *foreign_say (const char *name) {
+  const struct foreign *f = bsearch(name, foreign_names,
+    sizeof foreign_names / sizeof foreign_names[0], sizeof foreign_names[0], foreign_cmp);
+  return f ? f->say : NULL;
+}
+
+static int globals_index (lua_State *L) {
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    const char *say = foreign_say(lua_tostring(L, 2));
+    if (say) return luaL_error(L, "%s", say);
+  }
+  return 0;
+}
+
+/* __index of the json library's read-only proxy (upvalue 1: the real table): reading
+** json.null builds its metatable first, so every message about it names it. */
+static int json_index (lua_State *L) {
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TLIGHTUSERDATA) {
+    if (lua_getmetatable(L, -1)) lua_pop(L, 1);
+    else tp_json_null_meta(L);
+  }
+  return 1;
+}
+
 /* Opens the allowed libraries into the fresh state. Runs in protected mode. */
 static int open_sandbox (lua_State *L) {
   /* a fresh state holds only what is built here, so collecting now would find nothing */
@@ -1913,7 +1993,19 @@ static int open_sandbox (lua_State *L) {
   }
   tp_json_open(L);
   make_readonly(L);
+  /* json.null's metatable is built when a null first reaches the script: a tool's
+  ** result or json.decode (json.c), or the script reading json.null (json_index) */
+  tp_json_null_meta_lazy(L);
+  lua_getmetatable(L, -1);  /* the json proxy's: its __index becomes json_index */
+  lua_getfield(L, -1, "__index");
+  lua_pushcclosure(L, json_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
   lua_setfield(L, NG, "json");
+  lua_createtable(L, 0, 1);  /* the globals' metatable: foreign names */
+  lua_pushcfunction(L, globals_index);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, NG);
   tp_json_set_decode_cap(L, tp__sandbox_of(L)->mem_cap / 16);
   tp_json_set_budget(L, tp__sandbox_budget(tp__sandbox_of(L)));
   lua_pushvalue(L, NG);

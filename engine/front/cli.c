@@ -23,8 +23,10 @@ static const char usage_head[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
   "       tidepool check [options] FILE   compile only, report syntax errors\n"
   "       tidepool describe [--tools DIR]... [--no-builtin-tools] [--workspace DIR]\n"
-  "                [--format lua|json]    what the model reads: the sandbox and the tools'\n"
-  "                                       API as LuaCATS (lua), or a run_lua tool (json)\n"
+  "                [--format lua|json] [--describe full|compact]\n"
+  "                                       what the model reads: the sandbox and the tools\n"
+  "                                       as text (lua) or a run_lua tool (json); compact:\n"
+  "                                       one line per tool (tools.describe(name) has more)\n"
   "       tidepool mcp [options]          MCP server on stdio (tidepool mcp --help)\n"
   "       tidepool --version | --help\n"
   "\n"
@@ -238,6 +240,7 @@ int main (int argc, char **argv) {
   if (!check && !describe && strcmp(cmd, "run") != 0)
     return tp__cli_usage_error("unknown command '%s'", cmd);
   const char *format = "lua";
+  int compact = 0;  /* --describe compact */
 
   tp_limits lim;
   tp_limits_init(&lim);
@@ -286,6 +289,13 @@ int main (int argc, char **argv) {
         return tp__cli_usage_error("--format '%s': use lua or json", format);
       continue;
     }
+    if (describe && (strcmp(a, "--describe") == 0 || strncmp(a, "--describe=", 11) == 0)) {
+      const char *mode = a[10] == '=' ? a + 11 : i + 1 < argc ? argv[++i] : "";
+      if (strcmp(mode, "full") != 0 && strcmp(mode, "compact") != 0)
+        return tp__cli_usage_error("--describe '%s': use full or compact", mode);
+      compact = strcmp(mode, "compact") == 0;
+      continue;
+    }
     if (describe && (strcmp(a, "-") == 0 || a[0] != '-'))
       return tp__cli_usage_error("describe takes no FILE ('%s')", a);
     if (strcmp(a, "-") == 0 || a[0] != '-') {
@@ -309,7 +319,8 @@ int main (int argc, char **argv) {
     if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
     if (workspace) tp_engine_set_workspace(e, workspace);
     load_tools(e, builtin_tools, tool_dirs, ntool_dirs);
-    char *text = tp_engine_describe(e, format);
+    char *text = tp_engine_describe(e, !compact ? format :
+                                    strcmp(format, "json") == 0 ? "json+compact" : "compact");
     if (text == NULL) {
       fprintf(stderr, "tidepool: describe failed: %s\n", tp_engine_error(e));
       tp_engine_destroy(e);

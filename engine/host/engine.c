@@ -122,9 +122,14 @@ int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
 
 char *tp_engine_describe (tp_engine *e, const char *format) {
   if (e == NULL || format == NULL) return NULL;
-  if (strcmp(format, "lua") == 0) return tp__host_describe(e, "lua", NULL);
-  if (strcmp(format, "json") == 0) return tp__host_describe(e, "json", NULL);
+  /* "lua", "compact" (the text: tools in full, or one line each), "json", "json+compact",
+  ** "json+session", "json+session+compact" (the run_lua tool) */
+  if (strcmp(format, "lua") == 0 || strcmp(format, "compact") == 0 ||
+      strcmp(format, "json") == 0 || strcmp(format, "json+compact") == 0)
+    return tp__host_describe(e, format, NULL);
   if (strcmp(format, "json+session") == 0) return tp__host_describe(e, "json", "session");
+  if (strcmp(format, "json+session+compact") == 0)
+    return tp__host_describe(e, "json+compact", "session");
   return NULL;
 }
 

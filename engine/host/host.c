@@ -899,9 +899,48 @@ static void push_describe (lua_State *H) {
   lua_rawsetp(H, LUA_REGISTRYINDEX, &describe_key);
 }
 
-/* Pushes the tools as describe.lua reads them: {name, description, input, output}, one
-** tool when only is not NULL; without the schemas for a search, which reads names and
-** descriptions only. */
+/* Records in the table at index order the key order of every object of v, whose Lua
+** copy is at index idx: order[copy] = {keys in v's order}. jansson keeps an object's
+** keys in insertion order, so for a schema parsed from JSON text this is the order its
+** author wrote; describe.lua shows fields in it. */
+static void push_order (lua_State *H, const json_t *v, int idx, int order, int depth) {
+  if (depth > 64 || lua_type(H, idx) != LUA_TTABLE) return;
+  luaL_checkstack(H, 4, NULL);
+  if (json_is_object(v)) {
+    const char *key;
+    json_t *child;
+    int n = 0;
+    lua_pushvalue(H, idx);
+    lua_createtable(H, (int)json_object_size(v), 0);
+    json_object_foreach((json_t *)v, key, child) {
+      lua_pushstring(H, key);
+      lua_rawseti(H, -2, ++n);
+    }
+    lua_rawset(H, order);
+    json_object_foreach((json_t *)v, key, child) {
+      if (!json_is_object(child) && !json_is_array(child)) continue;
+      lua_pushstring(H, key);
+      lua_rawget(H, idx);
+      push_order(H, child, lua_gettop(H), order, depth + 1);
+      lua_pop(H, 1);
+    }
+  }
+  else if (json_is_array(v)) {
+    size_t i;
+    json_t *child;
+    json_array_foreach(v, i, child) {
+      if (!json_is_object(child) && !json_is_array(child)) continue;
+      lua_rawgeti(H, idx, (lua_Integer)i + 1);
+      push_order(H, child, lua_gettop(H), order, depth + 1);
+      lua_pop(H, 1);
+    }
+  }
+}
+
+/* Pushes the tools as describe.lua reads them: {name, description, input, output,
+** order}, one tool when only is not NULL; without the schemas for a search, which reads
+** names and descriptions only. order (the key order of the schemas' objects) is given
+** for tools whose schemas came as JSON text; a Lua plugin's tables have no order. */
 static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
                             int schemas) {
   lua_createtable(H, (int)e->ntools, 0);
@@ -915,12 +954,20 @@ static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
     lua_pushstring(H, t->description);
     lua_setfield(H, -2, "description");
     if (!schemas) { lua_rawseti(H, -2, ++n); continue; }
+    int tool = lua_gettop(H), order = 0;
+    if (t->origin == NULL) {
+      lua_newtable(H);
+      order = lua_gettop(H);
+    }
     tp_json_push(H, t->input, 0);
-    lua_setfield(H, -2, "input");
+    if (order) push_order(H, t->input, lua_gettop(H), order, 0);
+    lua_setfield(H, tool, "input");
     if (t->output) {
       tp_json_push(H, t->output, 0);
-      lua_setfield(H, -2, "output");
+      if (order) push_order(H, t->output, lua_gettop(H), order, 0);
+      lua_setfield(H, tool, "output");
     }
+    if (order) lua_setfield(H, tool, "order");
     lua_rawseti(H, -2, ++n);
   }
 }
@@ -942,9 +989,10 @@ static void to_json_text (lua_State *H) {
   free(text);
 }
 
-/* describe_p(e, what, arg): what "lua" (preamble and API, or one tool's API when arg
-** names it), "json" (the run_lua tool; arg non-nil adds the session argument), or
-** "search" (arg is the query). Returns a string. */
+/* describe_p(e, what, arg): what "lua" or "compact" (preamble and the tools in full or
+** one line each), "tool" (one tool's API, arg names it), "json" or "json+compact" (the
+** run_lua tool; arg non-nil adds the session argument), or "search" (arg is the query).
+** Returns a string. */
 static int describe_p (lua_State *H) {
   const tp_engine *e = lua_touserdata(H, 1);
   const char *what = lua_tostring(H, 2);
@@ -959,30 +1007,29 @@ static int describe_p (lua_State *H) {
     to_json_text(H);
     return 1;
   }
-  if (strcmp(what, "json") == 0) {
+  int compact = strstr(what, "compact") != NULL;
+  if (strncmp(what, "json", 4) == 0) {
     lua_getfield(H, M, "run_lua_tool");
     push_tool_list(H, e, NULL, 1);
-    lua_createtable(H, 0, 1);
+    lua_createtable(H, 0, 2);
     lua_pushboolean(H, arg != NULL);
     lua_setfield(H, -2, "session");
+    lua_pushstring(H, compact ? "compact" : "full");
+    lua_setfield(H, -2, "mode");
     lua_call(H, 2, 1);
     to_json_text(H);
     return 1;
   }
-  if (arg != NULL) {  /* one tool */
+  if (strcmp(what, "tool") == 0) {  /* one tool */
     lua_getfield(H, M, "lua_api");
     push_tool_list(H, e, arg, 1);
     lua_call(H, 1, 1);
     return 1;
   }
-  lua_getfield(H, M, "preamble");
-  lua_call(H, 0, 1);
-  lua_getfield(H, M, "lua_api");
+  lua_getfield(H, M, "describe");
   push_tool_list(H, e, NULL, 1);
-  lua_call(H, 1, 1);
-  lua_pushliteral(H, "\nThe tools (LuaCATS annotations):\n\n");
-  lua_insert(H, -2);
-  lua_concat(H, 3);
+  lua_pushstring(H, compact ? "compact" : "full");
+  lua_call(H, 2, 1);
   return 1;
 }
 
@@ -1031,11 +1078,11 @@ static char *describe_call (tp_engine *e, const char *what, const char *arg, int
 }
 
 char *tp__host_describe (tp_engine *e, const char *format, const char *arg) {
-  return describe_call(e, strcmp(format, "json") == 0 ? "json" : "lua", arg, 1);
+  return describe_call(e, format, arg, 1);
 }
 
 char *tp__host_tool_api (tp_engine *e, const char *tool) {
-  char *text = describe_call(e, "lua", tool, 0);
+  char *text = describe_call(e, "tool", tool, 0);
   /* the loop's cached time is as old as this work (the host state may have just been
   ** opened): a handler's uv timer started from it later would fire that much early */
   uv_update_time(e->loop);

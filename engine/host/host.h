@@ -14,8 +14,9 @@ void tp__host_close(tp_engine *e);
 int  tp__host_load_dir(tp_engine *e, const char *dir, void (*problem)(const char *, void *),
                        void *ud);
 /* Discovery: describe.lua over the registry, for the engine's callers (never for a
-** script). format "lua": the preamble and every tool's annotations; "json": the run_lua
-** tool (arg non-NULL adds the session argument). NULL on failure (tp_engine_error). */
+** script). format "lua" or "compact": the preamble and every tool in full or one line
+** each; "json" or "json+compact": the run_lua tool (arg non-NULL adds the session
+** argument). NULL on failure (tp_engine_error). */
 char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
 /* Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
 char *tp__host_tool_api(tp_engine *e, const char *tool);

@@ -20,6 +20,8 @@
 #include "tidepool.h"
 #include "json.h"
 
+static void push_null(lua_State *L);
+
 /* Registry keys: addresses of private statics. */
 static const char array_mt_key = 0;
 static const char box_mt_key = 0;
@@ -707,7 +709,7 @@ typedef struct pusher {
 ** and in size by the tree, which was charged before it was built. */
 static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
   switch (json_typeof(v)) {
-    case JSON_NULL: lua_pushlightuserdata(L, NULL); return;
+    case JSON_NULL: push_null(L); return;
     case JSON_TRUE: lua_pushboolean(L, 1); return;
     case JSON_FALSE: lua_pushboolean(L, 0); return;
     case JSON_INTEGER: lua_pushinteger(L, (lua_Integer)json_integer_value(v)); return;
@@ -750,7 +752,7 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
 static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, const char *prefix,
                               const tp_json_budget *b) {
   pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, prefix, b, 0 };
-  if (v == NULL) { lua_pushlightuserdata(L, NULL); return; }
+  if (v == NULL) { push_null(L); return; }
   if (json_is_array(v) || json_is_object(v)) {
     luaL_checkstack(L, 4, "JSON value too deep");
     tp_json_push_array_mt(L);
@@ -1307,6 +1309,92 @@ json_t **tp_json_box (lua_State *L) {
   box *bx = new_box(L, lua_gettop(L));
   lua_remove(L, -2);
   return &bx->tree;
+}
+
+/* ---- json.null in messages ------------------------------------------------------------
+** Lua would call json.null "a userdata value" in its errors, which tells a model nothing.
+** The metatable below, shared by every light userdata of the state, names it instead:
+** each operation a JSON null cannot do raises a message that says json.null, at the
+** script's line (luaL_error's level 1 is the code that used the value). __name makes
+** argument errors say "got json.null". Equality stays raw: v == json.null.
+*/
+#define NULL_WHAT "json.null (JSON null)"
+
+static const char *null_key (lua_State *L, int idx) {
+  if (lua_type(L, idx) == LUA_TSTRING) return lua_pushfstring(L, "'%s'", lua_tostring(L, idx));
+  if (lua_type(L, idx) == LUA_TNUMBER) return lua_pushfstring(L, "%s", lua_tostring(L, idx));
+  return luaL_typename(L, idx);
+}
+
+static int null_index (lua_State *L) {
+  return luaL_error(L, "attempt to index " NULL_WHAT " with key %s", null_key(L, 2));
+}
+static int null_newindex (lua_State *L) {
+  return luaL_error(L, "attempt to set key %s of " NULL_WHAT, null_key(L, 2));
+}
+static int null_arith (lua_State *L) {
+  return luaL_error(L, "attempt to perform arithmetic on " NULL_WHAT);
+}
+static int null_concat (lua_State *L) {
+  return luaL_error(L, "attempt to concatenate " NULL_WHAT);
+}
+static int null_len (lua_State *L) {
+  return luaL_error(L, "attempt to get length of " NULL_WHAT);
+}
+static int null_call (lua_State *L) {
+  return luaL_error(L, "attempt to call " NULL_WHAT);
+}
+static const char *null_typename (lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TLIGHTUSERDATA && lua_touserdata(L, idx) == NULL
+         ? "json.null" : luaL_typename(L, idx);
+}
+static int null_compare (lua_State *L) {
+  return luaL_error(L, "attempt to compare %s with %s", null_typename(L, 1), null_typename(L, 2));
+}
+static int null_tostring (lua_State *L) {
+  lua_pushliteral(L, "null");
+  return 1;
+}
+
+static char null_lazy_key;  /* registry: build the metatable when the first null is pushed */
+
+void tp_json_null_meta_lazy (lua_State *L) {
+  lua_pushboolean(L, 1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &null_lazy_key);
+}
+
+/* Pushes json.null; in a state that asked for it (tp_json_null_meta_lazy), the first one
+** pushed gets its metatable built. May raise (memory). */
+static void push_null (lua_State *L) {
+  luaL_checkstack(L, 2, NULL);
+  lua_pushlightuserdata(L, NULL);
+  if (lua_getmetatable(L, -1)) { lua_pop(L, 1); return; }
+  int lazy = lua_rawgetp(L, LUA_REGISTRYINDEX, &null_lazy_key) != LUA_TNIL;
+  lua_pop(L, 1);
+  if (lazy) tp_json_null_meta(L);
+}
+
+void tp_json_null_meta (lua_State *L) {
+  static const char *const arith[] = { "__add", "__sub", "__mul", "__div", "__mod", "__pow",
+    "__unm", "__idiv", "__band", "__bor", "__bxor", "__shl", "__shr", "__bnot" };
+  luaL_checkstack(L, 3, NULL);
+  lua_pushlightuserdata(L, NULL);
+  lua_createtable(L, 0, 24);
+  for (size_t i = 0; i < sizeof arith / sizeof arith[0]; i++) {
+    lua_pushcfunction(L, null_arith);
+    lua_setfield(L, -2, arith[i]);
+  }
+  static const luaL_Reg fns[] = {
+    { "__index", null_index }, { "__newindex", null_newindex }, { "__concat", null_concat },
+    { "__len", null_len }, { "__call", null_call }, { "__lt", null_compare },
+    { "__le", null_compare }, { "__tostring", null_tostring }, { NULL, NULL } };
+  luaL_setfuncs(L, fns, 0);
+  lua_pushliteral(L, "json.null");
+  lua_setfield(L, -2, "__name");
+  lua_pushliteral(L, "json.null");
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+  lua_pop(L, 1);
 }
 
 int tp_json_open (lua_State *L) {

@@ -1,0 +1,35 @@
+-- describe.lua: writes what tidepool shows the model for a fixture of tools, and counts
+-- tokens (bench/describe/tokens.lua) of that text and of another (Cloudflare codemode's).
+--   lua bench/describe/describe.lua write FIXTURE OUTDIR   -> OUTDIR/full.txt, compact.txt
+--   lua bench/describe/describe.lua count FILE...          -> "tokens bytes" per file
+local D = require("lua.describe")
+local F = require("bench.describe.fixture")
+local T = require("bench.describe.tokens")
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local cmd = arg[1]
+if cmd == "write" then
+  local tools = F.load(arg[2])
+  write(arg[3] .. "/full.txt", D.describe(tools, "full"))
+  write(arg[3] .. "/compact.txt", D.describe(tools, "compact"))
+elseif cmd == "count" then
+  for i = 2, #arg do
+    local s = read(arg[i])
+    print(T.count(s), #s)
+  end
+else
+  io.stderr:write("usage: describe.lua write FIXTURE OUTDIR | count FILE...\n")
+  os.exit(2)
+end
