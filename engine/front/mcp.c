@@ -115,6 +115,9 @@ static const char usage_text[] =
   "  --workspace-max SIZE how much the fs.* tools may grow it (default 1G)\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
   "  --expose-tools       also list every loaded tool as an MCP tool of its own\n"
+  "  --describe MODE      run_lua's description: full (every tool's fields and rules),\n"
+  "                       compact (one line a tool; scripts read the rest with\n"
+  "                       tools.describe(name)) or auto (default: compact past 8 tools)\n"
   "  --session-idle DURATION  drop a session idle this long (default 10m)\n"
   "  --max-sessions N     sessions kept at once (default 16)\n"
   "  --workers N          threads that run scripts, each with its own engine (default:\n"
@@ -137,6 +140,8 @@ typedef struct options {
   const char **dirs;        /* --tools, in order */
   size_t ndirs;
   int builtin, expose, test_tools;
+  int describe;             /* --describe: 0 auto (compact past DESCRIBE_FULL_MAX tools),
+                            ** 1 full, 2 compact */
   const char *workspace, *name;
   uint64_t workspace_max;   /* --workspace-max, when workspace_max_set */
   int workspace_max_set;
@@ -579,10 +584,17 @@ static json_t *envelope_schema (void) {
   return s;
 }
 
+/* With more tools than this, run_lua's description lists them one line each (--describe
+** auto): clients cut a description at 2,048 characters (Claude Code), and a model reads
+** a tool's details with tools.describe(name) in its script. */
+#define DESCRIBE_FULL_MAX 8
+
 /* run_lua's description (worker side): the engine's generated one, or a plain fallback. */
 static const char *run_lua_description (worker *w) {
   if (w->desc) return w->desc;
-  char *d = tp_engine_describe(w->e, "json");
+  int mode = w->s->o.describe;
+  int compact = mode == 2 || (mode == 0 && tp_engine_tool_count(w->e) > DESCRIBE_FULL_MAX);
+  char *d = tp_engine_describe(w->e, compact ? "json+compact" : "json");
   if (d != NULL && *d) {
     json_t *j = json_loads(d, 0, NULL);
     json_t *text = json_is_object(j) ? json_object_get(j, "description") : NULL;
@@ -2239,7 +2251,7 @@ int tp__mcp_main (int argc, char **argv) {
     const char *name_end = tp__cli_option_name(a, name, sizeof name);
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
-      "--session-idle", "--max-sessions", "--workers", "--workspace-max" };
+      "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -2262,6 +2274,12 @@ int tp__mcp_main (int argc, char **argv) {
       if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
         return tp__cli_usage_error("--workspace: '%s' is not a directory", val);
       o->workspace = val;
+    }
+    else if (strcmp(name, "--describe") == 0) {
+      if (strcmp(val, "auto") == 0) o->describe = 0;
+      else if (strcmp(val, "full") == 0) o->describe = 1;
+      else if (strcmp(val, "compact") == 0) o->describe = 2;
+      else return tp__cli_usage_error("--describe '%s': use auto, full or compact", val);
     }
     else if (strcmp(name, "--workspace-max") == 0) {
       if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &o->workspace_max, NULL, why,

@@ -395,6 +395,31 @@ test('an oversized failure is cut: the error, the calls record and a note stay',
   eq(await t.close(), 0, 'exit status');
 }, 40000);
 
+test('--describe: run_lua lists the tools one line each past 8 tools (auto), in full with --describe full', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-desc-'));
+  try {
+    for (let k = 0; k < 9; k++)
+      fs.writeFileSync(path.join(dir, `t${k}.lua`), `return { name = "d.t${k}", description = "Tool ${k}.", ` +
+        'input = {type = "object", required = {"path"}, properties = {path = {type = "string", ' +
+        'description = "Where."}, n = {type = "integer", minimum = 1}}}, handler = function() return {} end }\n');
+    const describe = async (args) => {
+      const t = server(['--tools', dir, '--no-builtin-tools', ...args]);
+      t.send('{"jsonrpc":"2.0","id":"l","method":"tools/list"}\n');
+      const m = JSON.parse(await t.line(20000));
+      eq(await t.close(), 0, 'exit status');
+      return m.result.tools.find((x) => x.name === 'run_lua').description;
+    };
+    const auto = await describe([]);
+    assert(auto.includes('\nd.t0{path, ...}\n'), auto);
+    assert(!auto.includes('Where.'), 'no field descriptions in compact mode');
+    assert(auto.length <= 2048, `${auto.length} characters`);
+    const full = await describe(['--describe', 'full']);
+    assert(full.includes('Where.') && full.includes('d.t8{'), full);
+    eq(await describe(['--describe', 'compact']), auto, 'compact is what auto gives past 8 tools');
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}, 30000);
 test('a tools/list over 10 MiB (huge exposed descriptions): -32603 with the id, not an oversized line', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-bigtools-'));
   try {
