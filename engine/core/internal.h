@@ -314,6 +314,15 @@ int tp__call_consume(struct tp_run *r, uint64_t id, lua_State *L);
 /* host.c: the host Lua state */
 int  tp__host_open(tp_engine *e);
 void tp__host_close(tp_engine *e);
+
+/* handles.c. Counts the handles of e's loop that are neither closing nor the engine's
+** own: what a program or a plugin left open, which tp_engine_destroy then closes.
+** Call it once every run is destroyed (their calls' handles are closing then) and
+** before the host state is closed. Returns how many. */
+size_t tp__engine_count_open_handles(tp_engine *e);
+/* The number counted over the process's life, and through *what (may be NULL) the types
+** of the last engine's ("timer (active), ..."); for the C tests (spec/c/tp_test.h). */
+size_t tp__engine_open_handles(const char **what);
 void tp__host_dispatch(tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args);
 void tp__host_cancel(tp_engine *e, tp_call *c);
 /* Discovery for a script: sb is the run's sandbox (its verdict stops the work), or NULL

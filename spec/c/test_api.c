@@ -418,7 +418,8 @@ TEST(a_thousand_runs_in_a_loop) {
   tp_engine_destroy(e);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(every_public_function_accepts_null_without_crashing);
   RUN(null_source_or_envelope_pointer_is_refused);
   RUN(limits_init_fills_the_documented_defaults);
