@@ -91,7 +91,7 @@ LUAMOD      = $(BUILD)/lua/tidepool.so
 PCFILE      = $(BUILD)/tidepool.pc
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
-.PHONY: all deps run test test-fast sanitize valgrind bench install uninstall clean lint \
+.PHONY: all deps run test test-c test-fast sanitize sanitize-c valgrind bench install uninstall clean lint \
         fuzz fuzz-build FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE)
 
@@ -262,6 +262,15 @@ $(BUILD)/embed/foreign_lua_static_both: $(BUILD)/embed/foreign_lua.o $(LIB_A)
 test: all $(CTESTS) $(EMBED_TESTS)
 	@BUILD=$(BUILD) sh scripts/run-tests.sh
 
+# The C tests alone, each file in its own process under a timeout (TP_TEST_TIMEOUT, 600 s):
+#   make test-c                                   every file
+#   make test-c T=test_api:cancel                 test_api's tests whose name has "cancel"
+#   make test-c T='api:cancel,session host'       several files, several names
+#   make sanitize-c T=alloc_fail                  the same under ASan+UBSan+LeakSanitizer
+# One file by hand: build/tests/test_api cancel (--list prints its tests' names).
+test-c: $(if $(T),$(foreach t,$(T),$(BUILD)/tests/test_$(patsubst test_%,%,$(firstword $(subst :, ,$(t))))),$(CTESTS))
+	@BUILD=$(BUILD) sh scripts/run-ctests.sh $(T)
+
 run: all
 	$(CLI) run examples/report.lua
 
@@ -270,6 +279,9 @@ bench: all $(BENCHES) $(BUILD)/tests/test_hostile
 
 sanitize:
 	$(MAKE) BUILD=build/sanitize SANITIZE=address,undefined OPT='-O1 -g' test
+
+sanitize-c:
+	$(MAKE) BUILD=build/sanitize SANITIZE=address,undefined OPT='-O1 -g' test-c
 
 valgrind: all $(CTESTS)
 	@BUILD=$(BUILD) sh scripts/valgrind.sh
