@@ -230,7 +230,13 @@ $(PCFILE): Makefile $(PATHS_STAMP)
 # ---- tests and benchmarks -------------------------------------------------------------
 $(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_INT)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) $(CTEST_LDFLAGS) -Wl,-E -o $@ $< $(LIB_INT) \
+	  $(LUV_LIBS) $(LIBS_ALL)
+
+# test_alloc_fail makes the engine's allocations fail one by one: the engine's objects
+# (and its Lua's) call these functions through the test's counting wrappers.
+$(BUILD)/tests/test_alloc_fail: CTEST_LDFLAGS = \
+  -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=vasprintf
 
 $(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB_INT)
 	@mkdir -p $(@D)

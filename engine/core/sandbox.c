@@ -174,9 +174,15 @@ static void budget_refund (void *ud, size_t n) { tp__host_refund(ud, n); }
 static int budget_stopped (void *ud) {
   return atomic_load(&((tp_sandbox *)ud)->kill) != TP_KILL_NONE;
 }
-/* A refused charge's own words replace the budget's generic note. */
+/* A refused charge's own words replace the budget's generic note. NULL: the host is out
+** of memory (an allocation failed), the same verdict as in sb_alloc. */
 static void budget_note (void *ud, const char *what) {
   tp_sandbox *sb = ud;
+  if (what == NULL) {
+    tp__sandbox_kill_note(sb, TP_KILL_MEMORY, "the host ran out of memory while converting "
+                          "the script's data to or from JSON");
+    return;
+  }
   if (atomic_load(&sb->kill) == TP_KILL_MEMORY)
     snprintf(sb->kill_note, sizeof sb->kill_note, "%s", what);
 }
