@@ -992,6 +992,11 @@ static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
 }
 
 /* Replaces the value on top of H by its JSON text (an empty table becomes []). */
+static int push_text_p (lua_State *H) {
+  lua_pushstring(H, lua_touserdata(H, 1));
+  return 1;
+}
+
 static void to_json_text (lua_State *H) {
   tp_json_err jerr;
   json_t *v = tp_json_from_lua(H, -1, 0, 0, &jerr);
@@ -1004,8 +1009,12 @@ static void to_json_text (lua_State *H) {
   json_decref(v);
   if (text == NULL) luaL_error(H, "not enough memory");
   lua_pop(H, 1);
-  lua_pushstring(H, text);  /* H has no cap: only the host itself could run out here */
+  /* H has no cap: only the host itself could run out here, and then text is freed too */
+  lua_pushcfunction(H, push_text_p);
+  lua_pushlightuserdata(H, text);
+  int st = lua_pcall(H, 1, 1, 0);
   free(text);
+  if (st != LUA_OK) lua_error(H);
 }
 
 /* describe_p(e, what, arg): what "lua" (preamble and API, or one tool's API when arg

@@ -63,7 +63,8 @@ static uint64_t injected;    /* failures given since armed */
 #define LIVE_BITS 20
 #define LIVE_CAP ((size_t)1 << LIVE_BITS)
 #define TOMB ((void *)1)
-static struct { void *p; size_t n; } *live;
+static struct { void *p; size_t n; const void *caller; uint64_t gen; } *live;
+static uint64_t generation;  /* of the blocks made since the scenario started */
 static size_t nlive;
 
 static size_t slot_of (const void *p) {
@@ -71,11 +72,12 @@ static size_t slot_of (const void *p) {
   return (size_t)(h >> (64 - LIVE_BITS));
 }
 
-static void live_add (void *p, size_t n) {
+static void live_add (void *p, size_t n, const void *caller) {
   if (p == NULL || live == NULL) return;
   for (size_t i = slot_of(p), k = 0; k < LIVE_CAP; i = (i + 1) & (LIVE_CAP - 1), k++)
     if (live[i].p == NULL || live[i].p == TOMB) {
-      live[i].p = p; live[i].n = n; nlive++;
+      live[i].p = p; live[i].n = n; live[i].caller = caller; live[i].gen = generation;
+      nlive++;
       return;
     }
   abort();  /* a million live blocks: not this test's scenarios */
@@ -105,7 +107,7 @@ static int should_fail (void) {
 void *__wrap_malloc (size_t n) {
   pthread_mutex_lock(&mu);
   void *p = should_fail() ? NULL : __real_malloc(n);
-  live_add(p, n);
+  live_add(p, n, __builtin_return_address(0));
   pthread_mutex_unlock(&mu);
   return p;
 }
@@ -113,7 +115,7 @@ void *__wrap_malloc (size_t n) {
 void *__wrap_calloc (size_t n, size_t size) {
   pthread_mutex_lock(&mu);
   void *p = should_fail() ? NULL : __real_calloc(n, size);
-  live_add(p, n * size);
+  live_add(p, n * size, __builtin_return_address(0));
   pthread_mutex_unlock(&mu);
   return p;
 }
@@ -123,7 +125,7 @@ void *__wrap_realloc (void *p, size_t n) {
   pthread_mutex_lock(&mu);
   int grows = p == NULL || n > malloc_usable_size(p);
   void *q = grows && should_fail() ? NULL : __real_realloc(p, n);
-  if (q != NULL) { live_del(p); live_add(q, n); }
+  if (q != NULL) { live_del(p); live_add(q, n, __builtin_return_address(0)); }
   pthread_mutex_unlock(&mu);
   return q;
 }
@@ -169,6 +171,26 @@ static void arm (uint64_t at, int all_after) {
 /* Stops counting (the test checks an outcome) and starts again where it stopped. */
 static void pause_injection (void) { pthread_mutex_lock(&mu); armed = 0; pthread_mutex_unlock(&mu); }
 static void resume_injection (void) { pthread_mutex_lock(&mu); armed = 1; pthread_mutex_unlock(&mu); }
+
+/* Prints the blocks of this generation still live, at most 8: their sizes and callers
+** (addr2line -f -e build/tests/test_alloc_fail ADDRESS, the test being a PIE: minus its
+** load address, which /proc/PID/maps gives). */
+static void print_new_blocks (void) {
+  int shown = 0;
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < LIVE_CAP && shown < 8; i++)
+    if (live[i].p != NULL && live[i].p != TOMB && live[i].gen == generation) {
+      printf("#     %zu bytes from %p\n", live[i].n, live[i].caller);
+      shown++;
+    }
+  pthread_mutex_unlock(&mu);
+}
+
+static void new_generation (void) {
+  pthread_mutex_lock(&mu);
+  generation++;
+  pthread_mutex_unlock(&mu);
+}
 
 static size_t live_now (void) {
   pthread_mutex_lock(&mu);
@@ -465,6 +487,7 @@ static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_a
   hung_scenario = name;
   for (uint64_t at = from != NULL && atoi(from) > 0 ? (uint64_t)atoi(from) : 1; at < 10000000; at += stride) {
     outcome o = { name, at, 0, 0 };
+    new_generation();
     size_t before = live_now(), handles = tp_t_open_handles(NULL);
     if (trace) { printf("# %s: allocation %" PRIu64 "%s\n", name, at, all_after ? "+" : ""); fflush(stdout); }
     hung_at = at;
@@ -486,6 +509,7 @@ static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_a
     if (after != before) {
       TP_FAIL_AT("%s, allocation %" PRIu64 "%s failed: %zd blocks leaked", name, at,
                  all_after ? " and after" : "", (ssize_t)(after - before));
+      print_new_blocks();
       return 0;
     }
     if (o.bad) return 0;
