@@ -1008,9 +1008,9 @@ char *tp_json_dumps (const json_t *v) {
 
 /* jansson's message, made valid UTF-8 (its "near '...'" may quote raw bytes) and clearer. */
 /* jansson out of memory: it says so, or (when its reader cannot start) leaves the error
-** as it was initialized, with no text. */
+** as it was initialized, with no text and no code (which is then not to be read). */
 static int loads_oom (const json_error_t *je) {
-  return json_error_code(je) == json_error_out_of_memory || je->text[0] == '\0';
+  return je->text[0] == '\0' || json_error_code(je) == json_error_out_of_memory;
 }
 
 static void loads_message (const json_error_t *je, char *out, size_t cap) {
