@@ -48,7 +48,7 @@ void *__wrap_calloc(size_t n, size_t size);
 void *__wrap_realloc(void *p, size_t n);
 void __wrap_free(void *p);
 char *__wrap_strdup(const char *s);
-int __wrap_vasprintf(char **out, const char *fmt, va_list ap);
+int __wrap_vasprintf(char **out, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t main_thread;
@@ -461,6 +461,13 @@ static void sc_describe (outcome *o) {
   }
   tp_engine_destroy(e);
 }
+
+/* LeakSanitizer (make sanitize): luv 1.44 mallocs a new handle before it makes the
+** userdata that holds it (luv_newuserdata), and that userdata is what fails when the
+** host state is out of memory, so the handle's block is lost inside luv. Debian's luv
+** is not ours to fix; for this test only, its blocks are not reported. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions (void) { return "leak:liblua5.4-luv.so\n"; }
 
 /* ---- the stepping loop ------------------------------------------------------------------ */
 
