@@ -38,10 +38,6 @@ add_counts() {  # $1 suite name; reads "# N passed, M failed" from $log
 
 # Each C test file in its own process under a timeout; a crash, a kill or a timeout is
 # named and counted as a failure, and the other files still run (scripts/run-ctests.sh).
-# test_alloc_fail fails every allocation point of its scenarios in turn (with its own
-# leak check per point); under `make sanitize`, where each point costs about three times
-# as much, it tries every 3rd one.
-if [ -n "${SANITIZE:-}" ]; then export TP_ALLOC_FAIL_STRIDE="${TP_ALLOC_FAIL_STRIDE:-3}"; fi
 BUILD="$BUILD" sh scripts/run-ctests.sh >"$log" 2>&1
 grep -vE '^# [0-9]+ passed' "$log"
 add_counts "C tests"

@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -552,6 +553,38 @@ STEP_TEST(a_session_with_two_runs_fails_cleanly, sc_session)
 STEP_TEST(loading_tools_and_calling_kv_set_and_get_fail_cleanly, sc_plugins_kv)
 STEP_TEST(a_started_run_calling_a_waiting_lua_plugin_tool_fails_cleanly, sc_async_plugin)
 
+/* The first sandbox of a process reads the originals of the library functions from a
+** Lua state of its own, once per process (sandbox.c); each allocation of a first run
+** fails in turn, in a child process per point, so that every child is a first run. */
+TEST(the_first_run_of_a_process_fails_cleanly) {
+  for (uint64_t at = 1; at < 100000; at++) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) { TP_FAIL_AT("fork failed"); return; }
+    if (pid == 0) {
+      outcome o = { "first run", at, 0, 0 };
+      arm(at, 0);
+      sc_table(&o);
+      pause_injection();
+      fflush(stdout);
+      _exit(o.bad ? 2 : injected == 0 ? (o.completed ? 3 : 4) : 0);
+    }
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) == 2 ||
+        WEXITSTATUS(st) == 4) {
+      TP_FAIL_AT("first run, allocation %" PRIu64 " failed: the child %s %d", at,
+                 WIFSIGNALED(st) ? "died of signal" : "exited with",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+      return;
+    }
+    if (WEXITSTATUS(st) == 3) {
+      printf("#   first run: %" PRIu64 " allocation points, each failed alone\n", at - 1);
+      return;
+    }
+  }
+  TP_FAIL_AT("first run: still failing after 100000 allocations");
+}
+
 /* The wrappers do fail: an engine run under "every allocation fails" gets nothing. */
 TEST(the_injection_reaches_the_engine_and_jansson) {
   arm(1, 1);
@@ -572,6 +605,7 @@ int main (int argc, char **argv) {
   live = __real_calloc(LIVE_CAP, sizeof *live);
   if (live == NULL) { printf("not ok - no memory for the live set\n# 0 passed, 1 failed\n"); return 1; }
   json_set_alloc_funcs(json_alloc, json_release);
+  RUN(the_first_run_of_a_process_fails_cleanly);  /* before anything is made once */
   /* What is made once per process (the sandbox's table of original functions, the
   ** signal handler, this thread's step timer) is made here, before anything counts. */
   tp_engine *e = tp_engine_create();
