@@ -274,7 +274,8 @@ test: all $(CTESTS) $(EMBED_TESTS)
 #   make test-c T='api:cancel,session host'       several files, several names
 #   make sanitize-c T=alloc_fail                  the same under ASan+UBSan+LeakSanitizer
 # One file by hand: build/tests/test_api cancel (--list prints its tests' names).
-test-c: $(if $(T),$(foreach t,$(T),$(BUILD)/tests/test_$(patsubst test_%,%,$(firstword $(subst :, ,$(t))))),$(CTESTS))
+# (test_hostile runs the CLI, so it is built too.)
+test-c: $(CLI) $(if $(T),$(foreach t,$(T),$(BUILD)/tests/test_$(patsubst test_%,%,$(firstword $(subst :, ,$(t))))),$(CTESTS))
 	@BUILD=$(BUILD) sh scripts/run-ctests.sh $(T)
 
 run: all

@@ -467,7 +467,7 @@ static void sc_describe (outcome *o) {
 ** userdata that holds it (luv_newuserdata), and that userdata is what fails when the
 ** host state is out of memory, so the handle's block is lost inside luv. Debian's luv
 ** is not ours to fix; for this test only, its blocks are not reported. */
-const char *__lsan_default_suppressions(void);
+__attribute__((visibility("default"))) const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions (void) { return "leak:liblua5.4-luv.so\n"; }
 
 /* ---- the stepping loop ------------------------------------------------------------------ */
