@@ -484,6 +484,8 @@ static void on_alarm (int sig) {
   abort();
 }
 
+static uint64_t stride = 1;  /* TP_ALLOC_FAIL_STRIDE */
+
 /* Steps N from 1 until the scenario completes with nothing injected; returns how many
 ** allocations it made then. Fails the test on the first unclean point. */
 static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_after) {
@@ -491,7 +493,7 @@ static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_a
   const char *st = getenv("TP_ALLOC_FAIL_STRIDE");
   int trace = t != NULL && *t == '1';
   const char *from = getenv("TP_ALLOC_FAIL_FROM");
-  uint64_t stride = st != NULL && atoi(st) > 0 ? (uint64_t)atoi(st) : 1;
+  stride = st != NULL && atoi(st) > 0 ? (uint64_t)atoi(st) : 1;
   hung_scenario = name;
   for (uint64_t at = from != NULL && atoi(from) > 0 ? (uint64_t)atoi(from) : 1; at < 10000000; at += stride) {
     outcome o = { name, at, 0, 0 };
@@ -537,8 +539,8 @@ static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_a
   TEST(fn) { \
     uint64_t one = step_through(#sc, sc, 0); \
     uint64_t all = one ? step_through(#sc " (and after)", sc, 1) : 0; \
-    if (one) printf("#   %s: %" PRIu64 " allocation points, each failed alone and with " \
-                    "all after it\n", #sc, one); \
+    if (one) printf("#   %s: %" PRIu64 " allocation points, one in %" PRIu64 " failed " \
+                    "alone and with all after it\n", #sc, one, stride); \
     CHECK(one > 0 && all > 0); \
   }
 
