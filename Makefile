@@ -106,8 +106,8 @@ LUAMOD      = $(BUILD)/lua/tidepool.so
 PCFILE      = $(BUILD)/tidepool.pc
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
-.PHONY: all deps run test test-fast sanitize valgrind bench install uninstall clean lint \
-        fuzz fuzz-build deb man print-version FORCE
+.PHONY: all deps run test test-c test-fast sanitize sanitize-c valgrind bench install \
+        uninstall clean lint fuzz fuzz-build deb man print-version FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE)
 
 # ---- setup --------------------------------------------------------------------------
@@ -265,7 +265,13 @@ $(PCFILE): Makefile $(PATHS_STAMP)
 # ---- tests and benchmarks -------------------------------------------------------------
 $(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_INT)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) $(CTEST_LDFLAGS) -Wl,-E -o $@ $< $(LIB_INT) \
+	  $(LUV_LIBS) $(LIBS_ALL)
+
+# test_alloc_fail makes the engine's allocations fail one by one: the engine's objects
+# (and its Lua's) call these functions through the test's counting wrappers.
+$(BUILD)/tests/test_alloc_fail: CTEST_LDFLAGS = \
+  -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=vasprintf
 
 $(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB_INT)
 	@mkdir -p $(@D)
@@ -297,6 +303,16 @@ $(BUILD)/embed/foreign_lua_static_both: $(BUILD)/embed/foreign_lua.o $(LIB_A)
 test: all $(CTESTS) $(EMBED_TESTS)
 	@BUILD=$(BUILD) sh scripts/run-tests.sh
 
+# The C tests alone, each file in its own process under a timeout (TP_TEST_TIMEOUT, 600 s):
+#   make test-c                                   every file
+#   make test-c T=test_api:cancel                 test_api's tests whose name has "cancel"
+#   make test-c T='api:cancel,session host'       several files, several names
+#   make sanitize-c T=alloc_fail                  the same under ASan+UBSan+LeakSanitizer
+# One file by hand: build/tests/test_api cancel (--list prints its tests' names).
+# (test_hostile runs the CLI, so it is built too.)
+test-c: $(CLI) $(if $(T),$(foreach t,$(T),$(BUILD)/tests/test_$(patsubst test_%,%,$(firstword $(subst :, ,$(t))))),$(CTESTS))
+	@BUILD=$(BUILD) sh scripts/run-ctests.sh $(T)
+
 run: all
 	$(CLI) run examples/report.lua
 
@@ -305,6 +321,9 @@ bench: all $(BENCHES) $(BUILD)/tests/test_hostile
 
 sanitize:
 	$(MAKE) BUILD=build/sanitize SANITIZE=address,undefined OPT='-O1 -g' test
+
+sanitize-c:
+	$(MAKE) BUILD=build/sanitize SANITIZE=address,undefined OPT='-O1 -g' test-c
 
 valgrind: all $(CTESTS)
 	@BUILD=$(BUILD) sh scripts/valgrind.sh

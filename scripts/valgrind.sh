@@ -2,6 +2,8 @@
 # `make valgrind`: memory errors and leaks under valgrind, in a loop of runs and in the CLI.
 #   build/tests/test_run_loop   ~200 runs of every kind of ending (spec/c/test_run_loop.c)
 #   build/tests/test_tools      C tools: async, late completion, handler-less, sessions
+#   build/tests/test_alloc_fail every 5th allocation failed, alone and with all after it,
+#                               in the scenarios without the host Lua state
 #   build/tidepool run          a few scripts as whole processes (ok, errors, limits, stdin)
 # A definite or indirect leak, or any memory error, fails (still-reachable memory, such as
 # the watchdog thread's stack of an engine that is alive at exit, does not). valgrind's
@@ -34,6 +36,10 @@ fi
 
 check "run loop (spec/c/test_run_loop.c)" 0 "$BUILD/tests/test_run_loop"
 check "C tools (spec/c/test_tools.c)" 0 "$BUILD/tests/test_tools"
+export TP_ALLOC_FAIL_STRIDE=5
+check "allocation failures (spec/c/test_alloc_fail.c, every 5th point)" 0 \
+  "$BUILD/tests/test_alloc_fail" injection engine_create table c_tool json_encode schema session
+unset TP_ALLOC_FAIL_STRIDE
 
 cli() {  # $1 name, $2 expected status, $3 script, rest: options
   name=$1 want=$2

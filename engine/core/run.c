@@ -233,13 +233,18 @@ static const char *tool_hint (const char *code) {
   return NULL;
 }
 
+/* NULL when the host is out of memory, with the verdict limit.memory recorded (finish
+** then makes the envelope of the verdict, or none). */
 static json_t *make_error (const tp_run *r, const char *code, const char *msg, size_t len,
                            int line, const char *hint) {
   json_t *err = json_object();
-  if (err == NULL) return NULL;
-  json_object_set_new(err, "code", json_string(code));
-  json_object_set_new(err, "message", safe_string(msg, len));
-  if (line > 0) {
+  if (err == NULL || json_object_set_new(err, "code", json_string(code)) != 0 ||
+      json_object_set_new(err, "message", safe_string(msg, len)) != 0) {
+    json_decref(err);
+    if (r->sb) tp__sandbox_kill(r->sb, TP_KILL_MEMORY);
+    return NULL;
+  }
+  if (line > 0) {  /* the rest is left out when the host is out of memory */
     json_object_set_new(err, "line", json_integer(line));
     json_t *src = source_line(r, line);
     if (src && json_string_length(src) > 0) json_object_set_new(err, "source", src);
@@ -355,6 +360,17 @@ static void piece_of (piece *p, const char *key, const json_t *v) {
 static void finish (tp_run *r, char *result_text, size_t result_len, json_t *error) {
   tp_sandbox *sb = r->sb;
   piece p[P__COUNT];
+  int lost = 0;  /* an error whose object the host could not make (make_error) */
+  if (error == NULL && result_text == NULL && sb != NULL) {
+    int why = atomic_load(&sb->kill);
+    if (why != TP_KILL_NONE) {
+      char msg[256];
+      tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
+      error = make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), 0,
+                         tp__kill_hint((tp_kill)why));
+      lost = error == NULL;
+    }
+  }
   json_t *logs = sb ? json_incref(sb->logs) : json_array();
   r->state = ST_DONE;
   tp__run_cancel_calls(r);
@@ -367,9 +383,10 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   json_decref(logs);
   json_decref(st);
   for (int pass = 0; pass < 2; pass++) {
-    r->ok = error == NULL;
+    r->ok = error == NULL && !lost;
     piece_of(&p[P_OK], "ok", r->ok ? json_true() : json_false());
-    if (error != NULL) piece_of(&p[P_VALUE], "error", error);
+    if (lost) p[P_VALUE] = (piece){ "error", NULL, 0 };  /* no envelope: out of memory */
+    else if (error != NULL) piece_of(&p[P_VALUE], "error", error);
     else if (result_text != NULL) p[P_VALUE] = (piece){ "result", result_text, result_len };
     else piece_of(&p[P_VALUE], "result", json_null());
     result_text = NULL;  /* owned by the piece now */
@@ -403,10 +420,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   }
   for (int i = 0; i < P__COUNT; i++) free(p[i].text);
   json_decref(error);
-  r->envelope = buf;
-  if (r->envelope == NULL)  /* the host is out of memory: still say what happened */
-    r->envelope = strdup("{\"ok\":false,\"error\":{\"code\":\"runtime\",\"message\":"
-                         "\"the host ran out of memory while building the result\"}}");
+  r->envelope = buf;  /* NULL when the host is out of memory: tp_run_envelope says so */
 }
 
 /*
@@ -722,7 +736,9 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
 int tp_run_done (const tp_run *r) { return r != NULL && r->state == ST_DONE; }
 
 const char *tp_run_envelope (const tp_run *r) {
-  return r != NULL && r->state == ST_DONE ? r->envelope : NULL;
+  if (r == NULL || r->state != ST_DONE) return NULL;
+  return r->envelope ? r->envelope : "{\"ok\":false,\"error\":{\"code\":\"limit.memory\","
+    "\"message\":\"the host ran out of memory while building the envelope\"}}";
 }
 
 void tp_run_cancel (tp_run *r) {

@@ -173,9 +173,15 @@ static void budget_refund (void *ud, size_t n) { tp__host_refund(ud, n); }
 static int budget_stopped (void *ud) {
   return atomic_load(&((tp_sandbox *)ud)->kill) != TP_KILL_NONE;
 }
-/* A refused charge's own words replace the budget's generic note. */
+/* A refused charge's own words replace the budget's generic note. NULL: the host is out
+** of memory (an allocation failed), the same verdict as in sb_alloc. */
 static void budget_note (void *ud, const char *what) {
   tp_sandbox *sb = ud;
+  if (what == NULL) {
+    tp__sandbox_kill_note(sb, TP_KILL_MEMORY, "the host ran out of memory while converting "
+                          "the script's data to or from JSON");
+    return;
+  }
   if (atomic_load(&sb->kill) == TP_KILL_MEMORY)
     snprintf(sb->kill_note, sizeof sb->kill_note, "%s", what);
 }
@@ -1660,8 +1666,10 @@ static lua_CFunction find_wrapper (const char *lib, const char *name) {
   return NULL;
 }
 
-/* The originals that wrappers call into; the same in every state, so read once. */
-static pthread_once_t originals_once = PTHREAD_ONCE_INIT;
+/* The originals that wrappers call into; the same in every state, so read once, from a
+** state made for it: again at the next sandbox when the host was out of memory. */
+static pthread_mutex_t originals_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int originals_ready;
 static int gc_aggressive;  /* TP_GC_AGGRESSIVE=1: collect all the time (test reruns) */
 
 static lua_CFunction field_fn (lua_State *L, const char *lib, const char *name) {
@@ -1703,6 +1711,8 @@ static slot slots[TP_ALLOWLIST_LEN];
 static int lib_open[NLIBS], lib_size[NLIBS];
 
 static void plan_slots (lua_State *L) {
+  memset(lib_open, 0, sizeof lib_open);  /* again after a try that ran out of memory */
+  memset(lib_size, 0, sizeof lib_size);
   for (size_t k = 0; k < TP_ALLOWLIST_LEN; k++) {
     const tp_allow *a = &tp_allowlist[k];
     slot *sl = &slots[k];
@@ -1753,9 +1763,7 @@ static void plan_slots (lua_State *L) {
   }
 }
 
-static void originals_setup (void) {
-  lua_State *L = luaL_newstate();
-  if (L == NULL) abort();  /* at startup, with the host out of memory: nothing to do */
+static int originals_p (lua_State *L) {
   luaL_openlibs(L);
   orig_setmetatable = field_fn(L, "_G", "setmetatable");
   orig_rawset = field_fn(L, "_G", "rawset");
@@ -1777,9 +1785,27 @@ static void originals_setup (void) {
   orig_date = field_fn(L, "os", "date");
   orig_utf8len = field_fn(L, "utf8", "len");
   plan_slots(L);
-  lua_close(L);
-  const char *g = getenv("TP_GC_AGGRESSIVE");
-  gc_aggressive = g != NULL && *g != '\0' && strcmp(g, "0") != 0;
+  return 0;
+}
+
+/* 0 once the originals are read; -1 when the host is out of memory (tried again later). */
+static int originals_setup (void) {
+  if (atomic_load(&originals_ready)) return 0;
+  pthread_mutex_lock(&originals_mu);
+  if (!atomic_load(&originals_ready)) {
+    lua_State *L = luaL_newstate();
+    if (L != NULL) {
+      lua_pushcfunction(L, originals_p);
+      if (lua_pcall(L, 0, 0, 0) == LUA_OK) {
+        const char *g = getenv("TP_GC_AGGRESSIVE");
+        gc_aggressive = g != NULL && *g != '\0' && strcmp(g, "0") != 0;
+        atomic_store(&originals_ready, 1);
+      }
+      lua_close(L);
+    }
+  }
+  pthread_mutex_unlock(&originals_mu);
+  return atomic_load(&originals_ready) ? 0 : -1;
 }
 
 static int readonly_newindex (lua_State *L) {
@@ -2036,9 +2062,9 @@ static int open_sandbox (lua_State *L) {
 }
 
 tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
+  if (originals_setup() != 0) return NULL;
   tp_sandbox *sb = calloc(1, sizeof *sb);
   if (sb == NULL) return NULL;
-  pthread_once(&originals_once, originals_setup);
   sb->limits = *limits;
   sb->mem_cap = limits->memory;
   sb->out_cap = limits->output;

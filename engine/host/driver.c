@@ -96,6 +96,10 @@ static void arm_deadline (tp_run *r) {
     if (timer == NULL || uv_timer_init(r->e->loop, timer) != 0) {
       free(timer);
       r->host_data = NULL;
+      /* without it nothing may ever wake the run (a handler that failed out of memory
+      ** before it could say so): it ends now */
+      tp__sandbox_kill(r->sb, TP_KILL_MEMORY);
+      tp_run_cancel(r);
       return;
     }
   }

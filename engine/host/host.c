@@ -488,6 +488,14 @@ static int e_resume (lua_State *L) {
     if (atomic_load(&hw.target.expired)) lua_sethook(co, NULL, 0, 0);
   }
   lua_settop(L, 2);
+  if (st == LUA_ERRMEM && b->c != NULL) {
+    /* host.lua may not manage to report it, out of memory too: the call fails here, or
+    ** it would wait for its deadline (and a run without one, for ever) */
+    tp_call *fc = b->c;
+    drop_ref(L, &fc->host_ref);
+    b->c = NULL;
+    tp_call_fail(fc, "tool.failed", "the host ran out of memory while the handler ran");
+  }
   if (st == LUA_OK || st == LUA_YIELD) {
     lua_pushboolean(L, 1);
     if (nres > 0) {
@@ -679,10 +687,56 @@ static int rt_call (lua_State *H, const char *name, int nargs, int nres) {
   return pcall_h(H, nargs, nres);
 }
 
+/* luv's data of a handle (luv/lhandle.h and luv/luv.h of lua-luv-dev 1.44; luv.h itself
+** cannot be included beside this Lua's headers): the fields read here. */
+typedef struct luv_ctx_head { uv_loop_t *loop; lua_State *L; } luv_ctx_head;
+typedef struct luv_handle_data {
+  int ref;                 /* the handle's userdata in the registry, while it is open */
+  int callbacks[2];
+  luv_ctx_head *ctx;
+  void *extra;
+  void (*extra_gc)(void *);
+} luv_handle_data;
+
+/* What luv's own close callback does, less calling the script's close callback. */
+static void luv_closed (uv_handle_t *handle) {
+  luv_handle_data *d = handle->data;
+  if (d == NULL) return;
+  lua_State *H = d->ctx->L;
+  luaL_unref(H, LUA_REGISTRYINDEX, d->ref);
+  luaL_unref(H, LUA_REGISTRYINDEX, d->callbacks[0]);
+  luaL_unref(H, LUA_REGISTRYINDEX, d->callbacks[1]);
+  if (d->extra_gc) d->extra_gc(d->extra);
+  free(d);
+  handle->data = NULL;
+}
+
+/* Closes from C every luv handle of H still open: luv keeps each in the registry until
+** it is closed, and registry.uv_handle holds the metatables of handles. This allocates
+** nothing, so it works when host.lua's shutdown could not (out of memory: a Lua call may
+** need a new frame). A handle left open would be closed by luv's __gc inside lua_close,
+** and its close callback would then run on a closed state. */
+static void close_luv_handles (lua_State *H) {
+  if (lua_getfield(H, LUA_REGISTRYINDEX, "uv_handle") != LUA_TTABLE) { lua_pop(H, 1); return; }
+  int kinds = lua_gettop(H);
+  lua_pushnil(H);
+  while (lua_next(H, LUA_REGISTRYINDEX)) {
+    if (lua_type(H, -1) == LUA_TUSERDATA && lua_getmetatable(H, -1)) {
+      int is_handle = lua_rawget(H, kinds) != LUA_TNIL;
+      lua_pop(H, 1);
+      uv_handle_t **u = lua_touserdata(H, -1);
+      if (is_handle && *u != NULL && !uv_is_closing(*u)) uv_close(*u, luv_closed);
+    }
+    lua_pop(H, 1);
+  }
+  lua_pop(H, 1);
+}
+
 void tp__host_close (tp_engine *e) {
   lua_State *H = e->H;
   if (H == NULL) return;
   if (rt_call(H, "shutdown", 0, 0) != LUA_OK) lua_pop(H, 1);  /* closes luv handles */
+  close_luv_handles(H);  /* those shutdown could not close */
   uv_run(e->loop, UV_RUN_NOWAIT);  /* their close callbacks, while H still exists */
   for (size_t i = 0; i < e->ntools; i++)  /* the tools outlive H, without handlers */
     if (e->tools[i]->prov->release) e->tools[i]->prov->release(e, e->tools[i]);
@@ -800,16 +854,31 @@ static int cmp_str (const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Appends one problem line to a growing buffer. */
-static void add_problem (char **buf, size_t *len, const char *line) {
+/* Appends one problem line to a growing buffer. -1 when out of memory. */
+static int add_problem (char **buf, size_t *len, const char *line) {
   size_t n = strlen(line);
   char *nb = realloc(*buf, *len + n + 2);
-  if (nb == NULL) return;
+  if (nb == NULL) return -1;
   *buf = nb;
   if (*len) (*buf)[(*len)++] = '\n';
   memcpy(*buf + *len, line, n);
   *len += n;
   (*buf)[*len] = '\0';
+  return 0;
+}
+
+/* load_file_p(dir, dlen, name): host.lua's load_file of "dir/name", the C strings given
+** as light userdata, so that making the path (which may raise) is protected. */
+static int load_file_p (lua_State *H) {
+  const char *dir = lua_touserdata(H, 1), *name = lua_touserdata(H, 3);
+  size_t dlen = (size_t)lua_tointeger(H, 2);
+  lua_settop(H, 0);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, get_host(H)->rt);
+  lua_getfield(H, -1, "load_file");
+  lua_pushfstring(H, "%s/%s", lua_pushlstring(H, dir, dlen), name);
+  lua_remove(H, -2);
+  lua_call(H, 1, 2);
+  return 2;
 }
 
 int tp__host_load_dir (tp_engine *e, const char *dir,
@@ -848,20 +917,22 @@ int tp__host_load_dir (tp_engine *e, const char *dir,
   for (size_t i = 0; rc == TP_OK && i < n; i++) {
     lua_State *H = e->H;
     int top = lua_gettop(H);
-    lua_pushfstring(H, "%s/%s", lua_pushlstring(H, dir, dlen), names[i]);
-    lua_remove(H, -2);
-    if (rt_call(H, "load_file", 1, 2) != LUA_OK) {
-      add_problem(&problems, &plen, error_text(H, -1));
-      if (problem) problem(error_text(H, -1), ud);
+    lua_pushcfunction(H, load_file_p);
+    lua_pushlightuserdata(H, (void *)dir);
+    lua_pushinteger(H, (lua_Integer)dlen);
+    lua_pushlightuserdata(H, names[i]);
+    if (pcall_h(H, 3, 2) != LUA_OK) {
+      if (add_problem(&problems, &plen, error_text(H, -1)) != 0) rc = TP_ENOMEM;
+      else if (problem) problem(error_text(H, -1), ud);
     }
     else {
       added += (int)lua_tointeger(H, -2);
-      lua_Integer np = luaL_len(H, -1);
+      lua_Integer np = (lua_Integer)lua_rawlen(H, -1);
       for (lua_Integer k = 1; k <= np; k++) {
         lua_rawgeti(H, -1, k);
         if (lua_type(H, -1) == LUA_TSTRING) {
-          add_problem(&problems, &plen, lua_tostring(H, -1));
-          if (problem) problem(lua_tostring(H, -1), ud);
+          if (add_problem(&problems, &plen, lua_tostring(H, -1)) != 0) rc = TP_ENOMEM;
+          else if (problem) problem(lua_tostring(H, -1), ud);
         }
         lua_pop(H, 1);
       }
@@ -973,6 +1044,11 @@ static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
 }
 
 /* Replaces the value on top of H by its JSON text (an empty table becomes []). */
+static int push_text_p (lua_State *H) {
+  lua_pushstring(H, lua_touserdata(H, 1));
+  return 1;
+}
+
 static void to_json_text (lua_State *H) {
   tp_json_err jerr;
   json_t *v = tp_json_from_lua(H, -1, 0, 0, &jerr);
@@ -985,8 +1061,12 @@ static void to_json_text (lua_State *H) {
   json_decref(v);
   if (text == NULL) luaL_error(H, "not enough memory");
   lua_pop(H, 1);
-  lua_pushstring(H, text);  /* H has no cap: only the host itself could run out here */
+  /* H has no cap: only the host itself could run out here, and then text is freed too */
+  lua_pushcfunction(H, push_text_p);
+  lua_pushlightuserdata(H, text);
+  int st = lua_pcall(H, 1, 1, 0);
   free(text);
+  if (st != LUA_OK) lua_error(H);
 }
 
 /* describe_p(e, what, arg): what "lua" or "compact" (preamble and the tools in full or
@@ -995,8 +1075,8 @@ static void to_json_text (lua_State *H) {
 ** Returns a string. */
 static int describe_p (lua_State *H) {
   const tp_engine *e = lua_touserdata(H, 1);
-  const char *what = lua_tostring(H, 2);
-  const char *arg = lua_tostring(H, 3);
+  const char *what = lua_touserdata(H, 2);  /* C strings: pushing them could raise */
+  const char *arg = lua_touserdata(H, 3);
   push_describe(H);
   int M = lua_gettop(H);
   if (strcmp(what, "search") == 0) {
@@ -1062,9 +1142,8 @@ static char *describe_call (tp_engine *e, const char *what, const char *arg, int
   }
   lua_pushcfunction(H, describe_p);
   lua_pushlightuserdata(H, e);
-  lua_pushstring(H, what);
-  if (arg) lua_pushstring(H, arg);
-  else lua_pushnil(H);
+  lua_pushlightuserdata(H, (void *)what);  /* nothing that allocates outside pcall_h */
+  lua_pushlightuserdata(H, (void *)arg);
   char *out = NULL;
   if (pcall_h(H, 3, 1) == LUA_OK) {
     size_t len;

@@ -9,6 +9,14 @@
 
 int  tp__host_open(tp_engine *e);
 void tp__host_close(tp_engine *e);
+/* handles.c. Counts the handles of e's loop that are neither closing nor the engine's
+** own: what a program or a plugin left open, which tp_engine_destroy then closes.
+** Call it once every run is destroyed (their calls' handles are closing then) and
+** before the host state is closed. Returns how many. */
+size_t tp__engine_count_open_handles(tp_engine *e);
+/* The number counted over the process's life, and through *what (may be NULL) the types
+** of the last engine's ("timer (active), ..."); for the C tests (spec/c/tp_test.h). */
+size_t tp__engine_open_handles(const char **what);
 /* Loads the plugin files of dir (tp_engine_load_tools), telling problem (may be NULL)
 ** each problem as it is met. */
 int  tp__host_load_dir(tp_engine *e, const char *dir, void (*problem)(const char *, void *),

@@ -265,8 +265,11 @@ static inline int spend (walker *w, size_t cost) {
   return spend_slow(w);
 }
 
+static void host_oom(const tp_json_budget *b);
+
 static json_t *oom (walker *w) {
   char path[SHORT_PATH];
+  host_oom(w->budget);
   here(w, w->depth, path);
   fail(w, "out of memory while building JSON at %s", path);
   return NULL;
@@ -1018,8 +1021,15 @@ char *tp_json_dumps (const json_t *v) {
 }
 
 /* jansson's message, made valid UTF-8 (its "near '...'" may quote raw bytes) and clearer. */
+/* jansson out of memory: it says so, or (when its reader cannot start) leaves the error
+** as it was initialized, with no text and no code (which is then not to be read). */
+static int loads_oom (const json_error_t *je) {
+  return je->text[0] == '\0' || json_error_code(je) == json_error_out_of_memory;
+}
+
 static void loads_message (const json_error_t *je, char *out, size_t cap) {
   char text[JSON_ERROR_TEXT_LENGTH + 1];
+  if (loads_oom(je)) { snprintf(out, cap, "out of memory"); return; }
   const char *why;
   size_t len = strnlen(je->text, JSON_ERROR_TEXT_LENGTH);
   memcpy(text, je->text, len);
@@ -1055,25 +1065,13 @@ static size_t feed_piece (void *buf, size_t cap, void *ud) {
   return n;
 }
 
-json_t *tp_json_loads_polled (const char *text, size_t len, const tp_json_budget *b,
-                              tp_json_err *err) {
-  if (b == NULL || b->stopped == NULL || text == NULL || len <= FEED_PIECE ||
-      len > TP_JSON_DECODE_MAX_BYTES)
-    return tp_json_loads(text, len, err);
-  json_error_t je;
-  feed f = { text, len, b, 0 };
-  if (err) { strcpy(err->path, "$"); err->message[0] = '\0'; }
-  json_t *v = json_load_callback(feed_piece, &f, JSON_DECODE_ANY | JSON_ALLOW_NUL |
-                                 JSON_REJECT_DUPLICATES, &je);
-  if (v == NULL && err) {
-    if (f.stopped) snprintf(err->message, sizeof err->message, "stopped: the run has ended "
-                            "(a limit)");
-    else loads_message(&je, err->message, sizeof err->message);
-  }
-  return v;
+/* The host itself is out of memory (not the run's budget): the owner records its memory
+** verdict (tp_json_budget's note with NULL). */
+static void host_oom (const tp_json_budget *b) {
+  if (b != NULL && b->note != NULL) b->note(b->ud, NULL);
 }
 
-json_t *tp_json_loads (const char *text, size_t len, tp_json_err *err) {
+static json_t *loads_plain (const char *text, size_t len, tp_json_err *err, int *oom) {
   json_error_t je;
   if (err) { strcpy(err->path, "$"); err->message[0] = '\0'; }
   if (text == NULL) {
@@ -1086,10 +1084,46 @@ json_t *tp_json_loads (const char *text, size_t len, tp_json_err *err) {
                       len, (unsigned)TP_JSON_DECODE_MAX_BYTES);
     return NULL;
   }
-  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES,
-                         &je);
+  /* jansson reports a failed allocation inside its lexer as a syntax error: a text it
+  ** refuses is parsed once more, so a passing shortage does not pass for bad JSON */
+  json_t *v = NULL;
+  for (int attempt = 0; attempt < 2 && v == NULL; attempt++)
+    v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
   if (v == NULL && err) loads_message(&je, err->message, sizeof err->message);
+  if (v == NULL && oom) *oom = loads_oom(&je);
   return v;
+}
+
+json_t *tp_json_loads_polled (const char *text, size_t len, const tp_json_budget *b,
+                              tp_json_err *err) {
+  int oom = 0;
+  if (b == NULL || b->stopped == NULL || text == NULL || len <= FEED_PIECE ||
+      len > TP_JSON_DECODE_MAX_BYTES) {
+    json_t *v = loads_plain(text, len, err, &oom);
+    if (oom) host_oom(b);
+    return v;
+  }
+  json_error_t je;
+  feed f = { text, len, b, 0 };
+  if (err) { strcpy(err->path, "$"); err->message[0] = '\0'; }
+  json_t *v = NULL;
+  for (int attempt = 0; attempt < 2 && v == NULL && !f.stopped; attempt++) {  /* as above */
+    f.p = text;
+    f.left = len;
+    v = json_load_callback(feed_piece, &f, JSON_DECODE_ANY | JSON_ALLOW_NUL |
+                           JSON_REJECT_DUPLICATES, &je);
+  }
+  if (v == NULL && err) {
+    if (f.stopped) snprintf(err->message, sizeof err->message, "stopped: the run has ended "
+                            "(a limit)");
+    else loads_message(&je, err->message, sizeof err->message);
+  }
+  if (v == NULL && !f.stopped && loads_oom(&je)) host_oom(b);
+  return v;
+}
+
+json_t *tp_json_loads (const char *text, size_t len, tp_json_err *err) {
+  return loads_plain(text, len, err, NULL);
 }
 
 /* ---- lossy strings for messages and logs ----------------------------------------------- */
@@ -1201,6 +1235,7 @@ static int l_encode (lua_State *L) {
       return luaL_error(L, "%s", m);
     }
     if (b.stopped) return luaL_error(L, "json.encode: stopped: the run has ended (a limit)");
+    host_oom(o.budget);
     return luaL_error(L, "json.encode: out of memory");
   }
   lua_pushlstring(L, b.p, b.len);

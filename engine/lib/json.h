@@ -62,7 +62,9 @@ typedef struct tp_json_err {
 ** walks charge in batches (every TP_JSON_CHARGE_BATCH bytes and at their end) and ask
 ** stopped every TP_JSON_POLL_NODES nodes, so a small value costs one call. After a
 ** refused charge, note (may be NULL) gets one sentence under 200 bytes saying what needed
-** the memory and what to do instead, for the owner's verdict.
+** the memory and what to do instead, for the owner's verdict. note(ud, NULL) says the
+** host itself ran out of memory while converting (an allocation failed): the owner
+** records its memory verdict, as for its own allocator.
 */
 typedef struct tp_json_budget {
   int  (*charge)(void *ud, size_t n);

@@ -894,7 +894,8 @@ TEST(json_text_writes_the_engines_form_and_parse_reads_as_the_engine_does) {
   CHECK(tp_json_parse("[1,", 3, NULL, 0) == NULL);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(json_text_writes_the_engines_form_and_parse_reads_as_the_engine_does);
   RUN(every_public_function_accepts_null_without_crashing);
   RUN(null_source_or_envelope_pointer_is_refused);

@@ -59,7 +59,8 @@ TEST(run_lua_tool_in_both_modes) {
   tp_engine_destroy(e);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(full_text_keeps_the_schema_order_with_required_fields_first);
   RUN(compact_text_is_one_line_per_tool);
   RUN(run_lua_tool_in_both_modes);

@@ -81,7 +81,8 @@ TEST(describe_of_an_unknown_tool_is_an_error_for_the_script) {
   tp_engine_destroy(e);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(describe_and_search_run_no_lua_in_the_host_state);
   RUN(a_search_without_words_lists_every_tool_and_a_miss_lists_none);
   RUN(describe_of_an_unknown_tool_is_an_error_for_the_script);

@@ -615,7 +615,8 @@ TEST(the_first_open_scans_what_the_workspace_holds) {
   teardown(L);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   snprintf(tmp, sizeof tmp, "/tmp/tp-fs-test-XXXXXX");
   if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
   snprintf(wsdir, sizeof wsdir, "%s/ws", tmp);

@@ -342,6 +342,7 @@ TEST(json_round_trips_in_a_loop_are_refunded) {
 }
 
 int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   int bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
   char self[PATH_MAX - 16];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -786,7 +786,8 @@ TEST(dump_len_is_the_length_of_the_dumped_text) {
   CHECK_INT((long long)tp_json_dump_len(NULL), 4);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(encodes_scalars_exactly);
   RUN(encodes_tables_arrays_and_objects);
   RUN(big_array_round_trips);

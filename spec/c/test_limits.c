@@ -323,7 +323,8 @@ TEST(strerror_names_every_status_code) {
   CHECK_STR(tp_strerror(1000), "unknown status");
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(every_tp_limits_member_has_exactly_one_table_entry);
   RUN(flags_mcp_options_and_lua_options_are_unique_and_found_by_name);
   RUN(every_verdict_entry_has_a_code_and_a_hint);

@@ -171,7 +171,8 @@ TEST(no_policy_allows_every_call) {
   tp_engine_destroy(e);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(deny_fails_the_call_with_tool_denied_and_the_reason);
   RUN(policy_runs_before_the_schema_check);
   RUN(hold_keeps_the_script_waiting_until_allowed);

@@ -143,7 +143,8 @@ TEST(check_compiles_without_running) {
   tp_engine_destroy(e);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   const char *n = getenv("TP_LOOP_ROUNDS");
   if (n != NULL && atoi(n) > 0) rounds = atoi(n);
   RUN(every_kind_of_ending_many_times_over_fresh_engines);

@@ -713,7 +713,8 @@ TEST(format_checks_of_huge_strings_stay_linear) {
   free(v);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(type_error_names_expected_and_actual);
   RUN(required_reports_the_missing_property_at_the_object);
   RUN(paths_use_dots_indices_and_quoted_odd_keys);

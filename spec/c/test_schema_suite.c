@@ -197,7 +197,8 @@ static void run_dialect (const char *dialect, tp_dialect dd) {
 TEST(suite_draft2020_12_passes_and_failures_are_listed) { run_dialect("draft2020-12", TP_DIALECT_2020_12); }
 TEST(suite_draft7_passes_and_failures_are_listed) { run_dialect("draft7", TP_DIALECT_DRAFT7); }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   const char *w = getenv("TP_SCHEMA_SUITE_WRITE");
   if (w && *w) write_out = fopen(w, "w");
   load_listed();

@@ -189,7 +189,8 @@ TEST(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them) {
   tp_engine_destroy(e);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(the_chosen_signal_is_used_instead_of_sigurg);
   RUN(a_budgeted_step_yields_and_resumes_a_thousand_times);
   RUN(a_script_stepped_in_slices_of_10_us_computes_what_it_computes_unstepped);

@@ -472,7 +472,8 @@ TEST(a_session_gives_back_the_host_budget_of_its_logs_and_calls) {
   tp_engine_destroy(e);
 }
 
-int main (void) {
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
   RUN(a_c_tool_completing_synchronously_returns_its_result);
   RUN(a_c_tool_completing_from_a_uv_timer_on_the_engine_loop);
   RUN(a_started_run_with_async_c_tools_finishes_through_engine_poll);
