@@ -126,7 +126,8 @@ struct tp_run {
   uint32_t in_flight;
   tp_calls_summary summary;/* the calls past the listed ones that were let go */
   int waiting;             /* the script is blocked on calls (2: look again) */
-  void *host_data;         /* what the host keeps for the run (its driver's timer) */
+  void *host_data;         /* what the host keeps for the run (its driver's queue links
+                           ** and timer) */
   json_t *pending_error;   /* an error decided before the run started */
   char *envelope;
   size_t envelope_cost;    /* what the envelope was charged to the host budget */
@@ -135,7 +136,6 @@ struct tp_run {
   tp_run_done_cb done_cb;
   void *done_ud;
   int async, reported;
-  uint64_t round;          /* the engine's round in which the driver last stepped it */
   struct tp_session *session; /* the run borrows the session's sandbox */
   uint64_t fs_used;        /* bytes charged to limits.fs_bytes (host.c, E.fs_charge) */
   uint64_t blocked_ns;     /* time plugin handlers held the thread past 100 ms (host.c) */

@@ -13,6 +13,27 @@
 
 static void idle_start(tp_engine *e);
 
+/* What the driver keeps for r, made at the first need; NULL when out of memory. */
+static tp__drv_run *drv_of (tp_run *r) {
+  tp__drv_run *d = r->host_data;
+  if (d == NULL) {
+    if ((d = calloc(1, sizeof *d)) == NULL) return NULL;
+    d->r = r;
+    r->host_data = d;
+  }
+  return d;
+}
+
+/* d's deadline timer, made at the first need; NULL when it cannot be. */
+static uv_timer_t *drv_timer (tp__drv_run *d) {
+  if (d->timer == NULL) {
+    uv_timer_t *t = malloc(sizeof *t);
+    if (t == NULL || uv_timer_init(d->r->e->loop, t) != 0) { free(t); return NULL; }
+    d->timer = t;
+  }
+  return d->timer;
+}
+
 static void wake_cb (uv_timer_t *t) { (void)t; }
 
 /* Runs the engine's loop until something may have changed for r: a call completed, a
@@ -30,15 +51,11 @@ void tp__driver_wait (tp_run *r) {
     }
     if (c->deadline_ns && (next == 0 || c->deadline_ns < next)) next = c->deadline_ns;
   }
-  uv_timer_t *timer = r->host_data;
+  tp__drv_run *d = drv_of(r);
+  uv_timer_t *timer = d ? drv_timer(d) : NULL;
   if (timer == NULL) {
-    r->host_data = timer = malloc(sizeof *timer);
-    if (timer == NULL || uv_timer_init(r->e->loop, timer) != 0) {
-      free(timer);
-      r->host_data = NULL;
-      tp_run_cancel(r);
-      return;
-    }
+    tp_run_cancel(r);
+    return;
   }
   if (next) {
     uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
@@ -50,15 +67,19 @@ void tp__driver_wait (tp_run *r) {
 
 /* ---- the async driver -------------------------------------------------------------------
 ** Started runs are stepped by an idle handle of the engine's loop, a time slice each in
-** turn. A run whose script waits on calls is skipped until tp__run_wake (a call
-** completed, or its deadline timer fired); when every started run waits, the idle
-** handle stops, so a server whose scripts all wait on tools uses no CPU.
+** turn. Runs that can take a step wait in the engine's ready queue (oldest first): a run
+** is queued when it is started, when tp__run_wake says a call of it completed or a
+** deadline passed, when it is cancelled, and again at the back after a step that used up
+** its slice. A run whose script waits on calls is not queued, so the driver never looks
+** at it; when the queue is empty the idle handle stops, and a server whose scripts all
+** wait on tools uses no CPU.
 */
 static void report_done (tp_run *r) {
   if (r->reported) return;
   r->reported = 1;
   r->async = 0;
-  if (r->host_data) uv_timer_stop(r->host_data);
+  tp__drv_run *d = r->host_data;
+  if (d && d->timer) uv_timer_stop(d->timer);
   if (r->done_cb) r->done_cb(r, r->done_ud);  /* may destroy r */
 }
 
@@ -79,6 +100,31 @@ static void idle_start (tp_engine *e) {
   e->idle_on = 1;
 }
 
+/* Queues d at the back of the ready queue (once) and makes sure the driver runs. */
+static void ready_push (tp__drv_run *d) {
+  tp_engine *e = d->r->e;
+  if (!d->queued) {
+    d->queued = 1;
+    d->ready_next = NULL;
+    d->ready_prev = e->ready_tail;
+    if (e->ready_tail) e->ready_tail->ready_next = d;
+    else e->ready = d;
+    e->ready_tail = d;
+  }
+  idle_start(e);
+}
+
+static void ready_remove (tp__drv_run *d) {
+  if (!d->queued) return;
+  tp_engine *e = d->r->e;
+  if (d->ready_prev) d->ready_prev->ready_next = d->ready_next;
+  else e->ready = d->ready_next;
+  if (d->ready_next) d->ready_next->ready_prev = d->ready_prev;
+  else e->ready_tail = d->ready_prev;
+  d->ready_prev = d->ready_next = NULL;
+  d->queued = 0;
+}
+
 static void deadline_cb (uv_timer_t *t) { tp__run_wake(t->data); }
 
 /* Arms r's timer at its nearest deadline while it waits. */
@@ -90,63 +136,58 @@ static void arm_deadline (tp_run *r) {
       next = c->deadline_ns;
   }
   if (next == 0) return;
-  uv_timer_t *timer = r->host_data;
-  if (timer == NULL) {
-    r->host_data = timer = malloc(sizeof *timer);
-    if (timer == NULL || uv_timer_init(r->e->loop, timer) != 0) {
-      free(timer);
-      r->host_data = NULL;
-      return;
-    }
-  }
+  tp__drv_run *d = drv_of(r);
+  uv_timer_t *timer = d ? drv_timer(d) : NULL;
+  if (timer == NULL) return;
   timer->data = r;
   uv_timer_start(timer, deadline_cb, next > now ? (next - now + 999999) / 1000000 : 0, 0);
 }
 
-/* tp__host_hooks.wake: r (started) may go on; the driver steps it at its turn. */
+/* tp__host_hooks.wake: r (started) may go on: it is queued, and the driver steps it at
+** its turn. */
 int tp__driver_wake (void *ud, tp_run *r) {
   tp_engine *e = ud;
-  (void)r;
-  idle_start(e);
+  tp__drv_run *d = drv_of(r);
+  if (d == NULL) return TP_ENOMEM;
+  ready_push(d);
   return e->idle_on ? TP_OK : TP_ENOMEM;
 }
 
-/* tp__host_hooks.run_gone: the run's timer goes with it. */
+/* tp__host_hooks.run_gone: the run leaves the queue, and its timer goes with it. */
 void tp__driver_run_gone (void *ud, tp_run *r) {
   (void)ud;
-  if (r->host_data) uv_close((uv_handle_t *)r->host_data, (uv_close_cb)free);
+  tp__drv_run *d = r->host_data;
+  if (d == NULL) return;
+  ready_remove(d);
+  if (d->timer) uv_close((uv_handle_t *)d->timer, (uv_close_cb)free);
+  free(d);
   r->host_data = NULL;
 }
 
-/* One call steps the started runs in rounds: each run not yet stepped in this round
-** gets a slice, until the calls' slices add up to one slice; the rest of the round is
-** for the next call. So one tp_engine_poll does bounded work (about two slices at most)
-** however many runs are busy, and the loop's I/O and timers run in between. */
+/* One call takes runs from the front of the ready queue and steps each for a slice,
+** until the calls' slices add up to one slice; a run that used its slice up goes to the
+** back. So one tp_engine_poll does bounded work (about two slices at most) however many
+** runs there are, busy or waiting, and the loop's I/O and timers run in between. */
 static void idle_cb (uv_idle_t *h) {
   tp_engine *e = h->data;
   uint64_t slice = e->slice_us ? e->slice_us : 5000, t0 = tp__now_ns();
-  int busy = 0, full = 0;
-  for (tp_run *r = e->core.runs, *next; r != NULL; r = next) {
-    next = r->next;
-    if (!r->async) continue;
-    if (r->state == ST_DONE) { report_done(r); continue; }
-    if (r->waiting == 1 || r->round == e->round) continue;
-    if (tp__now_ns() - t0 >= slice * 1000u) { full = 1; break; }
-    r->round = e->round;
-    if (r->waiting == 2) r->waiting = 1;
-    int rc = tp_run_step(r, slice, 0);
-    if (rc == TP_DONE || r->state == ST_DONE) report_done(r);
-    else if (rc == TP_YIELD) busy = 1;
-    else if (rc == TP_WAIT) arm_deadline(r);
-    else { tp_run_cancel(r); report_done(r); }
+  tp__drv_run *last = e->ready_tail;  /* runs queued during this call wait for the next */
+  for (tp__drv_run *d; (d = e->ready) != NULL; ) {
+    ready_remove(d);
+    int more = d != last;
+    tp_run *r = d->r;
+    if (r->async && r->state == ST_DONE) report_done(r);  /* may destroy r */
+    else if (r->async && r->waiting != 1) {
+      if (r->waiting == 2) r->waiting = 1;
+      int rc = tp_run_step(r, slice, 0);
+      if (rc == TP_DONE || r->state == ST_DONE) report_done(r);
+      else if (rc == TP_YIELD) ready_push(d);
+      else if (rc == TP_WAIT) arm_deadline(r);
+      else { tp_run_cancel(r); report_done(r); }
+    }
+    if (!more || tp__now_ns() - t0 >= slice * 1000u) break;
   }
-  if (full) busy = 1;
-  else e->round++;  /* every run had its turn: the next call starts a new round */
-  if (!busy) {
-    for (tp_run *r = e->core.runs; r != NULL; r = r->next)
-      if (r->async && (r->waiting != 1 || r->state == ST_DONE)) busy = 1;
-  }
-  if (!busy) {
+  if (e->ready == NULL) {
     uv_idle_stop(h);
     e->idle_on = 0;
   }

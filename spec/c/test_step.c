@@ -1,10 +1,11 @@
 /*
 ** test_step.c: time-budgeted steps (tp_run_step with budget_us) and the interrupt
-** signal: a step ends and resumes exactly where it stopped, however often; a verdict
-** recorded before the run is entered is honoured at entry; the signal picked with
-** tp_set_signal is the one used; each stepping thread's timer goes when the thread
-** does. No timing is asserted, except one wall limit of 0.5 s that only the signal can
-** enforce (generous: the run must end, with limit.time).
+** signal, and the async driver's ready queue: a step ends and resumes exactly where it
+** stopped, however often; a verdict recorded before the run is entered is honoured at
+** entry; the signal picked with tp_set_signal is the one used; each stepping thread's
+** timer goes when the thread does; only runs that can go on are queued. No timing is
+** asserted, except one wall limit of 0.5 s that only the signal can enforce (generous:
+** the run must end, with limit.time).
 */
 #include <pthread.h>
 #include <signal.h>
@@ -12,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run.h"
+#include "engine.h"
 #include "tp_test.h"
 
 static const char spin[] = "local x = 0 while true do x = x + 1 end";
@@ -189,6 +190,51 @@ TEST(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them) {
   tp_engine_destroy(e);
 }
 
+static int ndone;
+static void note_done (tp_run *r, void *ud) {
+  (void)ud;
+  ndone++;
+  CHECK_HAS(tp_run_envelope(r), "\"ok\":true");
+}
+
+/* The driver's ready queue: runs that wait on a call leave it, so when all of them wait
+** the queue is empty and the idle handle stops; completing one call queues that run
+** alone, and the next poll finishes it without stepping the others. */
+TEST(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped) {
+  enum { N = 100 };
+  tp_engine *e = tp_engine_create();
+  tp_tool_def def = { "host.later", NULL, NULL, NULL, NULL, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &def), TP_OK);
+  static const char src[] = "return tools.host.later{}.n";
+  tp_run *rv[N];
+  ndone = 0;
+  for (int i = 0; i < N; i++) {
+    rv[i] = tp_run_create(e, src, sizeof src - 1, NULL);
+    CHECK(rv[i] != NULL);
+    CHECK_INT(tp_run_start(rv[i], note_done, NULL), TP_OK);
+  }
+  CHECK(e->ready->r == rv[0] && e->ready_tail->r == rv[N - 1]);
+  for (int p = 0; p < 1000 && e->ready != NULL; p++) tp_engine_poll(e, 0);
+  CHECK(e->ready == NULL && e->ready_tail == NULL);
+  CHECK_INT(e->idle_on, 0);
+  tp_call *calls[N];
+  for (int i = 0; i < N; i++) CHECK_INT((int)tp_run_pending(rv[i], &calls[i], 1), 1);
+  CHECK_INT(tp_call_complete(calls[57], "{\"n\":57}", 0), TP_OK);
+  CHECK(e->ready->r == rv[57] && e->ready_tail->r == rv[57]);
+  CHECK_INT(e->idle_on, 1);
+  tp_engine_poll(e, 0);
+  CHECK_INT(ndone, 1);
+  CHECK(tp_run_done(rv[57]));
+  CHECK_HAS(tp_run_envelope(rv[57]), "\"result\":57");
+  CHECK(e->ready == NULL);
+  for (int i = 0; i < N; i++) if (i != 57) CHECK(!tp_run_done(rv[i]));
+  for (int i = 0; i < N; i++) if (i != 57) tp_call_complete(calls[i], "{\"n\":1}", 0);
+  for (int p = 0; p < 1000 && ndone < N; p++) tp_engine_poll(e, 0);
+  CHECK_INT(ndone, N);
+  for (int i = 0; i < N; i++) tp_run_destroy(rv[i]);
+  tp_engine_destroy(e);
+}
+
 int main (void) {
   RUN(the_chosen_signal_is_used_instead_of_sigurg);
   RUN(a_budgeted_step_yields_and_resumes_a_thousand_times);
@@ -197,5 +243,6 @@ int main (void) {
   RUN(an_interrupt_before_the_run_is_entered_is_honoured_at_entry);
   RUN(each_stepping_thread_timer_goes_when_the_thread_exits);
   RUN(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them);
+  RUN(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped);
   return tp_test_end();
 }
