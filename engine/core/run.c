@@ -24,11 +24,15 @@ int tp__core_init (tp_core *k, const tp__host_hooks *hooks, void *ud) {
   k->run_ids = 0;
   k->hooks = hooks;
   k->ud = ud;
+  k->chunks.chunks = NULL;
+  k->chunks.n = 0;
+  k->chunks.max = TP_CORE_CHUNKS;
   return tp__watchdog_init(&k->wd);
 }
 
 void tp__core_close (tp_core *k) {
   while (k->runs) tp_run_destroy(k->runs);
+  tp__arena_pool_drain(&k->chunks);
   tp__watchdog_close(&k->wd);
 }
 
@@ -533,12 +537,12 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
   tp_limits lim;
   if (limits) lim = *limits;
   else tp_limits_init(&lim);
-  tp_sandbox *sb = tp__sandbox_create(&lim);
+  tp_sandbox *sb = tp__sandbox_create_in(&lim, &tp__core(e)->chunks);
   int cap_too_small = 0;
   if (sb == NULL && lim.memory) {  /* fits without the cap? then the cap is what failed */
     tp_limits uncapped = lim;
     uncapped.memory = 0;
-    sb = tp__sandbox_create(&uncapped);
+    sb = tp__sandbox_create_in(&uncapped, &tp__core(e)->chunks);
     cap_too_small = sb != NULL;
   }
   if (sb == NULL) return NULL;

@@ -66,8 +66,13 @@ static void *arena_get (tp_arena *a, size_t n) {
     return p;
   }
   if ((size_t)(a->end - a->cur) < sz) {
-    char *c = malloc(ARENA_CHUNK);
-    if (c == NULL) return NULL;
+    char *c;
+    if (a->pool && a->pool->chunks) {
+      c = a->pool->chunks;
+      a->pool->chunks = *(void **)c;
+      a->pool->n--;
+    }
+    else if ((c = malloc(ARENA_CHUNK)) == NULL) return NULL;
     *(void **)c = a->chunks;
     a->chunks = c;
     a->cur = c + 16;  /* blocks stay 16-byte aligned */
@@ -85,11 +90,27 @@ static void arena_put (tp_arena *a, void *p, size_t n) {
 }
 
 static void arena_free_all (tp_arena *a) {
+  tp_arena_pool *pool = a->pool;
   for (void *c = a->chunks, *next; c != NULL; c = next) {
+    next = *(void **)c;
+    if (pool && pool->n < pool->max) {
+      *(void **)c = pool->chunks;
+      pool->chunks = c;
+      pool->n++;
+    }
+    else free(c);
+  }
+  memset(a, 0, sizeof *a);
+  a->pool = pool;
+}
+
+void tp__arena_pool_drain (tp_arena_pool *p) {
+  for (void *c = p->chunks, *next; c != NULL; c = next) {
     next = *(void **)c;
     free(c);
   }
-  memset(a, 0, sizeof *a);
+  p->chunks = NULL;
+  p->n = 0;
 }
 
 static int is_small (size_t n) { return ARENA_ON && n <= TP_ARENA_SMALL; }
@@ -1944,8 +1965,13 @@ static int open_sandbox (lua_State *L) {
 }
 
 tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
+  return tp__sandbox_create_in(limits, NULL);
+}
+
+tp_sandbox *tp__sandbox_create_in (const tp_limits *limits, tp_arena_pool *pool) {
   tp_sandbox *sb = calloc(1, sizeof *sb);
   if (sb == NULL) return NULL;
+  sb->arena.pool = pool;
   pthread_once(&originals_once, originals_setup);
   sb->limits = *limits;
   sb->mem_cap = limits->memory;

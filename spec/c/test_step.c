@@ -3,7 +3,8 @@
 ** signal, and the async driver's ready queue: a step ends and resumes exactly where it
 ** stopped, however often; a verdict recorded before the run is entered is honoured at
 ** entry; the signal picked with tp_set_signal is the one used; each stepping thread's
-** timer goes when the thread does; only runs that can go on are queued. No timing is
+** timer goes when the thread does; only runs that can go on are queued; a new run takes
+** the sandbox chunks a destroyed one left to the engine. No timing is
 ** asserted, except one wall limit of 0.5 s that only the signal can enforce (generous:
 ** the run must end, with limit.time).
 */
@@ -235,6 +236,45 @@ TEST(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped) {
   tp_engine_destroy(e);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_OFF 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_OFF 1
+#endif
+#endif
+
+/* A destroyed run's sandbox chunks stay with the engine, and the next run takes them
+** instead of fresh memory; the pool keeps at most its max. (No arena under ASan: there
+** every block is malloc's, and the pool stays empty.) */
+TEST(a_new_run_takes_the_chunks_a_destroyed_one_left) {
+  tp_engine *e = tp_engine_create();
+  static const char src[] = "local t = {} for i = 1, 2000 do t[i] = {i} end return #t";
+  char *env = NULL;
+  int ok = 0;
+  CHECK_INT(e->core.chunks.n, 0);
+  CHECK_INT(tp_engine_run(e, src, sizeof src - 1, NULL, &env, &ok), TP_OK);
+  CHECK(ok);
+  tp_free(env);
+#ifdef ARENA_OFF
+  CHECK_INT(e->core.chunks.n, 0);
+#else
+  size_t kept = e->core.chunks.n;
+  CHECK(kept >= 2);                 /* {i} 2000 times: about 64 KiB of small blocks */
+  tp_run *r = tp_run_create(e, "return 1", 8, NULL);
+  CHECK(r != NULL);
+  CHECK(e->core.chunks.n < kept);        /* the new sandbox took some */
+  tp_run_destroy(r);
+  CHECK_INT(e->core.chunks.n, kept);     /* and gave them back */
+  e->core.chunks.max = 1;
+  tp_run *r2 = tp_run_create(e, src, sizeof src - 1, NULL);
+  CHECK_INT(tp_run_step(r2, 0, 0), TP_DONE);
+  tp_run_destroy(r2);
+  CHECK_INT(e->core.chunks.n, 1);        /* the max holds */
+#endif
+  tp_engine_destroy(e);
+}
+
 int main (void) {
   RUN(the_chosen_signal_is_used_instead_of_sigurg);
   RUN(a_budgeted_step_yields_and_resumes_a_thousand_times);
@@ -244,5 +284,6 @@ int main (void) {
   RUN(each_stepping_thread_timer_goes_when_the_thread_exits);
   RUN(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them);
   RUN(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped);
+  RUN(a_new_run_takes_the_chunks_a_destroyed_one_left);
   return tp_test_end();
 }
