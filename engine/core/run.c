@@ -592,7 +592,7 @@ void tp_run_cancel (tp_run *r) {
 ** shorter than CPU_SHORT_NS is charged its wall time, which is at least the CPU it used
 ** (over by the time it was off the CPU); a longer one reads the clock at its end. */
 #define CPU_SEEN_NS 200000u
-#define CPU_SHORT_NS 50000u
+#define CPU_SHORT_NS 100000u
 static __thread uint64_t cpu_seen_ns, cpu_seen_at;
 static uint64_t step_cpu (uint64_t now) {
   if (cpu_seen_at && now - cpu_seen_at < CPU_SEEN_NS) return cpu_seen_ns + (now - cpu_seen_at);
