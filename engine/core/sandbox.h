@@ -63,6 +63,7 @@ typedef struct tp_arena {
   void *chunks;                         /* linked through their first word */
   void *free_[TP_ARENA_CLASSES + 1];
   tp_arena_pool *pool;                  /* where chunks come from and go back, or NULL */
+  struct tp_big *big;                   /* the larger blocks, malloc'd, in a list */
 } tp_arena;
 
 typedef struct tp_sandbox {
