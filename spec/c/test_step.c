@@ -3,16 +3,19 @@
 ** signal, and the async driver's ready queue: a step ends and resumes exactly where it
 ** stopped, however often; a verdict recorded before the run is entered is honoured at
 ** entry; the signal picked with tp_set_signal is the one used; each stepping thread's
-** timer goes when the thread does; only runs that can go on are queued; a new run takes
-** the sandbox chunks a destroyed one left to the engine. No timing is
-** asserted, except one wall limit of 0.5 s that only the signal can enforce (generous:
-** the run must end, with limit.time).
+** timer goes when the thread does; only runs that can go on are queued; a far deadline
+** waits in the engine's far list; a new run takes the sandbox chunks a destroyed one
+** left to the engine. No timing is asserted, except a wall limit of 0.5 s that only the
+** signal can enforce and one of 1.5 s reached from the far list (generous: the run must
+** end, with limit.time, between 1.4 and 4 s).
 */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <uv.h>
 
 #include "engine.h"
 #include "tp_test.h"
@@ -192,6 +195,7 @@ TEST(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them) {
 }
 
 static int ndone;
+static void note_end (tp_run *r, void *ud) { (void)r; (void)ud; ndone++; }
 static void note_done (tp_run *r, void *ud) {
   (void)ud;
   ndone++;
@@ -275,6 +279,37 @@ TEST(a_new_run_takes_the_chunks_a_destroyed_one_left) {
   tp_engine_destroy(e);
 }
 
+/* A run that waits on a call past which its wall limit is more than a second off waits
+** in the engine's far list, with no timer of its own; it gets one when the limit nears,
+** and ends with limit.time at it. */
+TEST(a_far_deadline_waits_in_the_far_list_and_still_ends_the_run) {
+  tp_engine *e = tp_engine_create();
+  tp_tool_def def = { "host.never", NULL, NULL, NULL, NULL, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &def), TP_OK);
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = 1500000;
+  lim.tool_timeout_us = 0;
+  static const char src[] = "return tools.host.never{}";
+  tp_run *r = tp_run_create(e, src, sizeof src - 1, &lim);
+  CHECK(r != NULL);
+  ndone = 0;
+  uint64_t t0 = tp__now_ns();
+  CHECK_INT(tp_run_start(r, note_end, NULL), TP_OK);
+  for (int p = 0; p < 100 && e->ready != NULL; p++) tp_engine_poll(e, 0);
+  tp__drv_run *d = r->host_data;  /* what the driver keeps for r */
+  CHECK(d != NULL && d->in_far && e->far == d);
+  CHECK(d->timer == NULL || !uv_is_active((uv_handle_t *)d->timer));
+  while (!ndone && tp__now_ns() - t0 < 5000000000u) tp_engine_poll(e, 1);
+  uint64_t took = tp__now_ns() - t0;
+  CHECK_INT(ndone, 1);
+  CHECK(!d->in_far && e->far == NULL);
+  CHECK_HAS(tp_run_envelope(r), "\"code\":\"limit.time\"");
+  CHECK(took >= 1400000000u && took < 4000000000u);
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
 int main (void) {
   RUN(the_chosen_signal_is_used_instead_of_sigurg);
   RUN(a_budgeted_step_yields_and_resumes_a_thousand_times);
@@ -285,5 +320,6 @@ int main (void) {
   RUN(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them);
   RUN(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped);
   RUN(a_new_run_takes_the_chunks_a_destroyed_one_left);
+  RUN(a_far_deadline_waits_in_the_far_list_and_still_ends_the_run);
   return tp_test_end();
 }
