@@ -147,6 +147,7 @@ static void far_remove (tp__drv_run *d) {
   if (d->far_next) d->far_next->far_prev = d->far_prev;
   d->far_prev = d->far_next = NULL;
   d->in_far = 0;
+  if (e->far == NULL) uv_timer_stop(e->far_timer);  /* nothing left to keep the loop */
 }
 
 static void arm_deadline(tp_run *r);
@@ -161,7 +162,6 @@ static void far_cb (uv_timer_t *t) {
       arm_deadline(d->r);
     }
   }
-  if (e->far == NULL) uv_timer_stop(t);
 }
 
 /* Puts d in the far list; 0, or -1 when the engine's timer cannot be made. */
