@@ -23,10 +23,10 @@
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
 -- log(box, text); deadline_ms(box) -> ms | nil; fs_quota(box) -> left, quota | nothing;
 -- fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
--- new_box() -> an empty call box;
+-- new_box() -> an empty call box; bind(box, call, rec): the box gets the call;
 -- resume(box, co, ...) -> ok, value, held_ms, late (coroutine.resume, timed).
 local E = ...
-local E_resume, E_complete = E.resume, E.complete  -- on every call's path
+local E_resume, E_complete, E_bind = E.resume, E.complete, E.bind  -- every call's path
 
 local uv = require("luv")
 
@@ -352,8 +352,8 @@ end
 
 -- ---- called by host.c ------------------------------------------------------------------
 
--- A record for a call, with its box (host.c puts the call in it); start() runs it.
-function M.prepare(call_id, run_id, tool)
+-- A record for a call, from the pool or new.
+local function prepare(call_id, run_id, tool)
   local rec
   while npool > 0 and not rec do
     rec = pool[npool]
@@ -364,11 +364,16 @@ function M.prepare(call_id, run_id, tool)
   rec = rec or new_record()
   rec.tool, rec.done, rec.cancelled, rec.wait, rec.claimed = tool, false, false, nil, false
   reset_ctx(rec, run_id, call_id, tool)
-  return rec, rec.box
+  return rec
 end
 
--- Runs the handler of a prepared record until it returns, fails or waits.
-function M.start(rec, handler, args)
+-- A call of handler with args (host.c's dispatch; c is the call, for E.bind): a record
+-- for it, bound to the call (its box gets the call, host.c a reference to the record:
+-- from then on the call can be cancelled), then the handler runs until it returns,
+-- fails or waits. One entry from C per call.
+function M.call(c, call_id, run_id, tool, handler, args)
+  local rec = prepare(call_id, run_id, tool)
+  E_bind(rec.box, c, rec)
   rec.handler, rec.args = handler, args
   run(rec, RUN)
 end

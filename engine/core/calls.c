@@ -404,8 +404,8 @@ void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args
 }
 
 /* A handler that takes the tree (TP__TOOL_TREE_ARGS) gets it as it is, so its call
-** makes no JSON text, only measures it (bytes_in); the others get the text tp_call_args
-** returns (NULL when out of memory: made later). */
+** makes no JSON text, only measures it (bytes_in) when the envelope lists the call; the
+** others get the text tp_call_args returns (NULL when out of memory: made later). */
 int tp__call_bind (tp_call *c, const tp__tool_face *t) {
   tp_run *r = c->run;
   tp_sandbox *sb = r->sb;
@@ -413,8 +413,9 @@ int tp__call_bind (tp_call *c, const tp__tool_face *t) {
   c->tool = t;
   size_t bytes_in = 0;
   char *args_text = NULL;
-  if (c->args != NULL && t != NULL && (t->flags & TP__TOOL_TREE_ARGS))
-    bytes_in = tp_json_dump_len(c->args);
+  if (c->args != NULL && t != NULL && (t->flags & TP__TOOL_TREE_ARGS)) {
+    if (is_listed(c)) bytes_in = tp_json_dump_len(c->args);
+  }
   else if (c->args != NULL)
     args_text = tp_json_dumpsn(c->args, &bytes_in);
   c->args_text = args_text;

@@ -29,11 +29,15 @@ int tp__core_init (tp_core *k, const tp__host_hooks *hooks, void *ud) {
   k->run_ids = 0;
   k->hooks = hooks;
   k->ud = ud;
+  k->chunks.chunks = NULL;
+  k->chunks.n = 0;
+  k->chunks.max = TP_CORE_CHUNKS;
   return tp__watchdog_init(&k->wd);
 }
 
 void tp__core_close (tp_core *k) {
   while (k->runs) tp_run_destroy(k->runs);
+  tp__arena_pool_drain(&k->chunks);
   tp__watchdog_close(&k->wd);
 }
 
@@ -707,12 +711,12 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
   tp_limits lim;
   if (limits) lim = *limits;
   else tp_limits_init(&lim);
-  tp_sandbox *sb = tp__sandbox_create(&lim);
+  tp_sandbox *sb = tp__sandbox_create_in(&lim, &tp__core(e)->chunks);
   int cap_too_small = 0;
   if (sb == NULL && lim.memory) {  /* fits without the cap? then the cap is what failed */
     tp_limits uncapped = lim;
     uncapped.memory = 0;
-    sb = tp__sandbox_create(&uncapped);
+    sb = tp__sandbox_create_in(&uncapped, &tp__core(e)->chunks);
     cap_too_small = sb != NULL;
   }
   if (sb == NULL) return NULL;
@@ -754,15 +758,31 @@ void tp_run_cancel (tp_run *r) {
   if (r->async) tp__hook(r, wake, r);  /* the driver reports it */
 }
 
-/* The thread's CPU clock at a step's start. Reading it is a system call (about 1 us
-** here, as much as a step of a game loop may overshoot), so the reading taken at the
-** end of the thread's last step serves when it is under CPU_SEEN_NS old: the CPU spent
-** in between (at most that) is charged to this step, never left out. */
-#define CPU_SEEN_NS 20000u
+/* The thread's CPU clock (CLOCK_THREAD_CPUTIME_ID) around a step. Reading it is a system
+** call, 1-3 us on this VM: a fifth of the step of a script that runs up to its next tool
+** call, and as much as a step of a game loop may overshoot. The thread's CPU clock
+** grows no faster than the wall clock, so a step reads it only when its last reading on
+** this thread is CPU_SEEN_NS old or more; otherwise it starts from that reading plus the
+** wall time since, which is at least the clock's value (the CPU limit's timer then fires
+** late by the time the thread was off the CPU in between, at most CPU_SEEN_NS). A step
+** shorter than CPU_SHORT_NS is charged its wall time, which is at least the CPU it used
+** (over by the time it was off the CPU); a longer one reads the clock at its end. */
+#define CPU_SEEN_NS 200000u
+#define CPU_SHORT_NS 100000u
 static __thread uint64_t cpu_seen_ns, cpu_seen_at;
 static uint64_t step_cpu (uint64_t now) {
-  if (cpu_seen_at && now - cpu_seen_at < CPU_SEEN_NS) return cpu_seen_ns;
-  return tp__thread_cpu_ns();
+  if (cpu_seen_at && now - cpu_seen_at < CPU_SEEN_NS) return cpu_seen_ns + (now - cpu_seen_at);
+  cpu_seen_ns = tp__thread_cpu_ns();
+  cpu_seen_at = now;
+  return cpu_seen_ns;
+}
+
+/* The clock at the end of a step that started at start_ns with cpu0 and ended at now. */
+static uint64_t step_cpu_end (uint64_t cpu0, uint64_t start_ns, uint64_t now) {
+  if (now - start_ns < CPU_SHORT_NS) return cpu0 + (now - start_ns);
+  cpu_seen_ns = tp__thread_cpu_ns();
+  cpu_seen_at = now;
+  return cpu_seen_ns > cpu0 ? cpu_seen_ns : cpu0;  /* cpu0 may be ahead: see above */
 }
 
 /* What the end of a time-sliced step costs on this thread, from the script's yield to
@@ -866,7 +886,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   atomic_store(&sb->running, T);
   tp__sandbox_enter(sb);   /* after running: sets the hook if the timer came first */
   int status = lua_resume(T, NULL, r->nargs, &nres);
-  uint64_t back_ns = r->step_end_ns ? tp__now_ns() : 0;
+  uint64_t back_ns = tp__now_ns();
   tp__sandbox_leave();
   atomic_store(&sb->running, sb->L);
   atomic_store(&sb->poll_end_ns, 0);
@@ -874,9 +894,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   ** CPU limit) passing while host code converts the result sets the verdict, which the
   ** converters poll. Under the watchdog, the CPU used so far moves into cpu_used_ns
   ** under its lock, since run_fire reads both fields. */
-  uint64_t cpu_now = tp__thread_cpu_ns();
-  cpu_seen_ns = cpu_now;
-  cpu_seen_at = tp__now_ns();
+  uint64_t cpu_now = step_cpu_end(r->step_cpu0, now, back_ns);
   int locked = timed && !r->timed;
   if (locked) pthread_mutex_lock(&tp__core(r->e)->wd.mu);
   r->cpu_used_ns += cpu_now - r->step_cpu0;
@@ -890,7 +908,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (status == LUA_YIELD) {
     if (sb->hook_yielded) {
       sb->hook_yielded = 0;
-      if (back_ns) exit_ns = (exit_ns * 7 + (tp__now_ns() - back_ns)) / 8;
+      if (r->step_end_ns) exit_ns = (exit_ns * 7 + (tp__now_ns() - back_ns)) / 8;
       return TP_YIELD;
     }
     if (nres >= 1 && lua_type(T, -nres) == LUA_TLIGHTUSERDATA &&
@@ -916,6 +934,7 @@ void tp_run_destroy (tp_run *r) {
   if (r->prev) r->prev->next = r->next;
   else k->runs = r->next;
   if (r->next) r->next->prev = r->prev;
+  r->async = 0;                  /* cancelling its calls below wakes it no more */
   if (r->timed) step_disarm(r);  /* destroyed from inside its own step (a tool) */
   tp__watch_disarm(&k->wd, &r->watch);
   if (r->state != ST_DONE) tp__run_cancel_calls(r);

@@ -57,7 +57,13 @@ typedef struct tp_core {
   uint64_t run_ids;        /* the last run id given out */
   const tp__host_hooks *hooks;
   void *ud;                /* the hooks' first argument */
+  tp_arena_pool chunks;    /* sandbox chunks of the engine's runs (not sessions') */
 } tp_core;
+
+/* The sandbox chunks (16 KiB) an engine keeps from its closed runs for its next ones: a
+** run makes a few, so a steady server reuses them, and a burst of runs that ends leaves
+** at most 16 MiB behind. */
+#define TP_CORE_CHUNKS 1024
 
 #define tp__core(e) ((tp_core *)(void *)(e))
 /* Tells the host through callback fn of run r's engine: tp__hook(r, wake, r). */
@@ -65,7 +71,7 @@ typedef struct tp_core {
 
 /* 0, or -1 when the watchdog cannot be set up. */
 int  tp__core_init(tp_core *k, const tp__host_hooks *hooks, void *ud);
-/* Destroys the runs still alive, then the watchdog. */
+/* Destroys the runs still alive, then the watchdog; frees the chunks kept. */
 void tp__core_close(tp_core *k);
 
 /* The envelope's "calls" lists the first TP_CALLS_LISTED calls of a run one record each;
@@ -127,7 +133,8 @@ struct tp_run {
   uint32_t in_flight;
   tp_calls_summary summary;/* the calls past the listed ones that were let go */
   int waiting;             /* the script is blocked on calls (2: look again) */
-  void *host_data;         /* what the host keeps for the run (its driver's timer) */
+  void *host_data;         /* what the host keeps for the run (its driver's queue links
+                           ** and timer) */
   json_t *pending_error;   /* an error decided before the run started */
   char *envelope;
   size_t envelope_cost;    /* what the envelope was charged to the host budget */
@@ -136,7 +143,6 @@ struct tp_run {
   tp_run_done_cb done_cb;
   void *done_ud;
   int async, reported;
-  uint64_t round;          /* the engine's round in which the driver last stepped it */
   struct tp_session *session; /* the run borrows the session's sandbox */
   uint64_t fs_used;        /* bytes charged to limits.fs_bytes (host.c, E.fs_charge) */
   uint64_t blocked_ns;     /* time plugin handlers held the thread past 100 ms (host.c) */

@@ -48,10 +48,22 @@ typedef enum tp_kill {
 ** a third of a cold run. Off under AddressSanitizer, so it sees every block. */
 #define TP_ARENA_CLASSES 16             /* 16 to 256 bytes, in steps of 16 */
 #define TP_ARENA_SMALL (TP_ARENA_CLASSES * 16)
+/* Chunks of closed sandboxes kept for the next ones (an engine's runs: tp_core.chunks),
+** so that creating a run reuses memory that is mapped already instead of fresh pages;
+** at most max chunks, linked through their first word. One thread at a time, as the
+** engine. */
+typedef struct tp_arena_pool {
+  void *chunks;
+  size_t n, max;
+} tp_arena_pool;
+void tp__arena_pool_drain(tp_arena_pool *p);  /* frees what it holds */
+
 typedef struct tp_arena {
   char *cur, *end;                      /* the free tail of the newest chunk */
   void *chunks;                         /* linked through their first word */
   void *free_[TP_ARENA_CLASSES + 1];
+  tp_arena_pool *pool;                  /* where chunks come from and go back, or NULL */
+  struct tp_big *big;                   /* the larger blocks, malloc'd, in a list */
 } tp_arena;
 
 typedef struct tp_sandbox {
@@ -100,6 +112,9 @@ typedef struct tp_sandbox {
 /* Creates the sandbox state with the allowlisted library. Returns NULL when out of
 ** memory (host or cap). */
 tp_sandbox *tp__sandbox_create(const tp_limits *limits);
+/* The same with its chunks taken from and given back to pool (NULL: none), which must
+** outlive the sandbox. */
+tp_sandbox *tp__sandbox_create_in(const tp_limits *limits, tp_arena_pool *pool);
 void tp__sandbox_destroy(tp_sandbox *sb);
 /* Readies a session's sandbox for its next run: a new script thread, empty logs,
 ** counters and verdicts cleared; globals stay. 0, or -1 when out of memory. */

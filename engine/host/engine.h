@@ -16,6 +16,18 @@
 struct tp_tool;
 struct tp_kvstore;
 
+/* What the driver keeps for a run (r->host_data, driver.c): its place in the engine's
+** ready queue and far list, and its deadline timer, made when first needed. */
+typedef struct tp__drv_run {
+  tp_run *r;
+  struct uv_timer_s *timer;
+  struct tp__drv_run *ready_prev, *ready_next; /* in the ready queue, when queued */
+  int queued;
+  struct tp__drv_run *far_prev, *far_next;     /* in the far list, when in_far */
+  int in_far;
+  uint64_t far_ns;         /* the deadline it waits for there */
+} tp__drv_run;
+
 struct tp_engine {
   tp_core core;            /* first: see tp__core */
   struct tp_tool **tools;  /* sorted by name (registry.c) */
@@ -25,7 +37,9 @@ struct tp_engine {
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
   struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
   int idle_on;
-  uint64_t round;          /* the idle driver's round (driver.c, idle_cb) */
+  tp__drv_run *ready, *ready_tail; /* started runs that can take a step, oldest first */
+  tp__drv_run *far;        /* waiting runs whose deadline is far off (driver.c) */
+  struct uv_timer_s *far_timer;
   uint64_t slice_us;       /* time slice of a started run; 0: 5 ms */
   char *workspace;
   uint64_t workspace_max;  /* tp_engine_set_workspace_max, when workspace_max_set */

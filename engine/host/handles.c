@@ -20,11 +20,11 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static size_t open_total;     /* over the process's life */
 static char open_last[160];   /* the types of the last engine's open handles */
 
-typedef struct walk { const void *own; size_t n; char what[160]; } walk;
+typedef struct walk { const void *own[2]; size_t n; char what[160]; } walk;  /* own: the engine's */
 
 static void count_one (uv_handle_t *h, void *arg) {
   walk *w = arg;
-  if (uv_is_closing(h) || (const void *)h == w->own) return;
+  if (uv_is_closing(h) || (const void *)h == w->own[0] || (const void *)h == w->own[1]) return;
   w->n++;
   size_t len = strlen(w->what);
   if (len + 24 < sizeof w->what)
@@ -33,7 +33,7 @@ static void count_one (uv_handle_t *h, void *arg) {
 }
 
 size_t tp__engine_count_open_handles (tp_engine *e) {
-  walk w = { .own = e->idle, .n = 0, .what = "" };
+  walk w = { .own = { e->idle, e->far_timer }, .n = 0, .what = "" };
   uv_walk(e->loop, count_one, &w);
   if (w.n == 0) return 0;
   pthread_mutex_lock(&mu);

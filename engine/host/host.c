@@ -4,11 +4,11 @@
 ** loop, lpeg, and the runtime lua/host.lua, which does the Lua side of all this.
 **
 ** The life of a Lua tool call:
-**   host_dispatch       host.lua's prepare() gives a record {co, ctx, box, handles} for
-**                       the call, from its pool of idle ones when it can (see host.lua);
-**                       the arguments go in as a Lua table made from the tree, with no
-**                       JSON text; c->host_ref holds the record; start() resumes the
-**                       handler.
+**   host_dispatch       host.lua's call() takes a record {co, ctx, box, handles} for the
+**                       call, from its pool of idle ones when it can (see host.lua), and
+**                       binds it (E.bind: c->host_ref holds the record, its box the
+**                       call); the arguments go in as a Lua table made from the tree,
+**                       with no JSON text; then it resumes the handler. One entry from C.
 **   the handler waits   ctx.sleep / ctx.await yield the coroutine; a luv callback resumes
 **                       it later, through the callback runner below (never exits).
 **   it ends             host.lua calls E.complete(box, ok, value): the result goes through
@@ -516,6 +516,20 @@ static int e_resume (lua_State *L) {
   return 4;
 }
 
+/* E.bind(box, c, rec): the call's record is rec, its box b (host.lua's M.call, once per
+** call, before the handler runs): from here on, the call can be cancelled. */
+static int e_bind (lua_State *H) {
+  callbox *b = check_box(H, 1);
+  tp_call *c = lua_touserdata(H, 2);
+  luaL_argcheck(H, c != NULL && c->host_ref == LUA_NOREF && b->c == NULL, 2,
+                "a call that is not bound yet expected");
+  luaL_checktype(H, 3, LUA_TTABLE);
+  lua_settop(H, 3);
+  c->host_ref = take_ref(H);
+  b->c = c;
+  return 0;
+}
+
 /* E.new_box() -> an empty call box (host.lua keeps one per record and reuses it). */
 static int e_new_box (lua_State *H) {
   callbox *b = lua_newuserdatauv(H, sizeof *b, 0);
@@ -650,7 +664,8 @@ static int open_p (lua_State *H) {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
-    { "workspace", e_workspace }, { "new_box", e_new_box }, { NULL, NULL } };
+    { "workspace", e_workspace }, { "new_box", e_new_box }, { "bind", e_bind },
+    { NULL, NULL } };
   luaL_newlibtable(H, fns);
   luaL_getmetatable(H, CALLBOX);
   luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
@@ -783,22 +798,15 @@ static int dispatch_p (lua_State *H) {
   host *h = get_host(H);
   tell_workspace(H, h, h->e);
   lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, 1, "prepare");
+  lua_getfield(H, 1, "call");
+  lua_pushlightuserdata(H, c);
   lua_pushinteger(H, (lua_Integer)c->id);
   lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
   lua_pushstring(H, c->name);
-  lua_call(H, 3, 2);            /* prepare(call_id, run_id, tool) -> rec, box */
-  luaL_checktype(H, 2, LUA_TTABLE);
-  callbox *b = luaL_checkudata(H, 3, CALLBOX);
-  lua_settop(H, 2);
-  lua_pushvalue(H, 2);
-  c->host_ref = take_ref(H);    /* from here on, the call can be cancelled */
-  b->c = c;
-  lua_getfield(H, 1, "start");
-  lua_insert(H, 2);
   lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
   tp_json_push(H, args, 0);     /* the tree as a Lua table: no JSON text in between */
-  lua_call(H, 3, 0);            /* start(record, handler, args): runs it until it waits */
+  lua_call(H, 6, 0);            /* call(c, call_id, run_id, tool, handler, args): E.bind,
+                                ** then the handler runs until it returns or waits */
   return 0;
 }
 

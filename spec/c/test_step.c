@@ -1,10 +1,13 @@
 /*
 ** test_step.c: time-budgeted steps (tp_run_step with budget_us) and the interrupt
-** signal: a step ends and resumes exactly where it stopped, however often; a verdict
-** recorded before the run is entered is honoured at entry; the signal picked with
-** tp_set_signal is the one used; each stepping thread's timer goes when the thread
-** does. No timing is asserted, except one wall limit of 0.5 s that only the signal can
-** enforce (generous: the run must end, with limit.time).
+** signal, and the async driver's ready queue: a step ends and resumes exactly where it
+** stopped, however often; a verdict recorded before the run is entered is honoured at
+** entry; the signal picked with tp_set_signal is the one used; each stepping thread's
+** timer goes when the thread does; only runs that can go on are queued; a far deadline
+** waits in the engine's far list; a new run takes the sandbox chunks a destroyed one
+** left to the engine. No timing is asserted, except a wall limit of 0.5 s that only the
+** signal can enforce and one of 1.5 s reached from the far list (generous: the run must
+** end, with limit.time, between 1.4 and 4 s).
 */
 #include <pthread.h>
 #include <signal.h>
@@ -12,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run.h"
+#include <uv.h>
+
+#include "engine.h"
 #include "tp_test.h"
 
 static const char spin[] = "local x = 0 while true do x = x + 1 end";
@@ -189,6 +194,123 @@ TEST(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them) {
   tp_engine_destroy(e);
 }
 
+static int ndone;
+static void note_end (tp_run *r, void *ud) { (void)r; (void)ud; ndone++; }
+static void note_done (tp_run *r, void *ud) {
+  (void)ud;
+  ndone++;
+  CHECK_HAS(tp_run_envelope(r), "\"ok\":true");
+}
+
+/* The driver's ready queue: runs that wait on a call leave it, so when all of them wait
+** the queue is empty and the idle handle stops; completing one call queues that run
+** alone, and the next poll finishes it without stepping the others. */
+TEST(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped) {
+  enum { N = 100 };
+  tp_engine *e = tp_engine_create();
+  tp_tool_def def = { "host.later", NULL, NULL, NULL, NULL, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &def), TP_OK);
+  static const char src[] = "return tools.host.later{}.n";
+  tp_run *rv[N];
+  ndone = 0;
+  for (int i = 0; i < N; i++) {
+    rv[i] = tp_run_create(e, src, sizeof src - 1, NULL);
+    CHECK(rv[i] != NULL);
+    CHECK_INT(tp_run_start(rv[i], note_done, NULL), TP_OK);
+  }
+  CHECK(e->ready->r == rv[0] && e->ready_tail->r == rv[N - 1]);
+  for (int p = 0; p < 1000 && e->ready != NULL; p++) tp_engine_poll(e, 0);
+  CHECK(e->ready == NULL && e->ready_tail == NULL);
+  CHECK_INT(e->idle_on, 0);
+  tp_call *calls[N];
+  for (int i = 0; i < N; i++) CHECK_INT((int)tp_run_pending(rv[i], &calls[i], 1), 1);
+  CHECK_INT(tp_call_complete(calls[57], "{\"n\":57}", 0), TP_OK);
+  CHECK(e->ready->r == rv[57] && e->ready_tail->r == rv[57]);
+  CHECK_INT(e->idle_on, 1);
+  tp_engine_poll(e, 0);
+  CHECK_INT(ndone, 1);
+  CHECK(tp_run_done(rv[57]));
+  CHECK_HAS(tp_run_envelope(rv[57]), "\"result\":57");
+  CHECK(e->ready == NULL);
+  for (int i = 0; i < N; i++) if (i != 57) CHECK(!tp_run_done(rv[i]));
+  for (int i = 0; i < N; i++) if (i != 57) tp_call_complete(calls[i], "{\"n\":1}", 0);
+  for (int p = 0; p < 1000 && ndone < N; p++) tp_engine_poll(e, 0);
+  CHECK_INT(ndone, N);
+  for (int i = 0; i < N; i++) tp_run_destroy(rv[i]);
+  tp_engine_destroy(e);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_OFF 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_OFF 1
+#endif
+#endif
+
+/* A destroyed run's sandbox chunks stay with the engine, and the next run takes them
+** instead of fresh memory; the pool keeps at most its max. (No arena under ASan: there
+** every block is malloc's, and the pool stays empty.) */
+TEST(a_new_run_takes_the_chunks_a_destroyed_one_left) {
+  tp_engine *e = tp_engine_create();
+  static const char src[] = "local t = {} for i = 1, 2000 do t[i] = {i} end return #t";
+  char *env = NULL;
+  int ok = 0;
+  CHECK_INT(e->core.chunks.n, 0);
+  CHECK_INT(tp_engine_run(e, src, sizeof src - 1, NULL, &env, &ok), TP_OK);
+  CHECK(ok);
+  tp_free(env);
+#ifdef ARENA_OFF
+  CHECK_INT(e->core.chunks.n, 0);
+#else
+  size_t kept = e->core.chunks.n;
+  CHECK(kept >= 2);                 /* {i} 2000 times: about 64 KiB of small blocks */
+  tp_run *r = tp_run_create(e, "return 1", 8, NULL);
+  CHECK(r != NULL);
+  CHECK(e->core.chunks.n < kept);        /* the new sandbox took some */
+  tp_run_destroy(r);
+  CHECK_INT(e->core.chunks.n, kept);     /* and gave them back */
+  e->core.chunks.max = 1;
+  tp_run *r2 = tp_run_create(e, src, sizeof src - 1, NULL);
+  CHECK_INT(tp_run_step(r2, 0, 0), TP_DONE);
+  tp_run_destroy(r2);
+  CHECK_INT(e->core.chunks.n, 1);        /* the max holds */
+#endif
+  tp_engine_destroy(e);
+}
+
+/* A run that waits on a call past which its wall limit is more than a second off waits
+** in the engine's far list, with no timer of its own; it gets one when the limit nears,
+** and ends with limit.time at it. */
+TEST(a_far_deadline_waits_in_the_far_list_and_still_ends_the_run) {
+  tp_engine *e = tp_engine_create();
+  tp_tool_def def = { "host.never", NULL, NULL, NULL, NULL, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &def), TP_OK);
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = 1500000;
+  lim.tool_timeout_us = 0;
+  static const char src[] = "return tools.host.never{}";
+  tp_run *r = tp_run_create(e, src, sizeof src - 1, &lim);
+  CHECK(r != NULL);
+  ndone = 0;
+  uint64_t t0 = tp__now_ns();
+  CHECK_INT(tp_run_start(r, note_end, NULL), TP_OK);
+  for (int p = 0; p < 100 && e->ready != NULL; p++) tp_engine_poll(e, 0);
+  tp__drv_run *d = r->host_data;  /* what the driver keeps for r */
+  CHECK(d != NULL && d->in_far && e->far == d);
+  CHECK(d->timer == NULL || !uv_is_active((uv_handle_t *)d->timer));
+  while (!ndone && tp__now_ns() - t0 < 5000000000u) tp_engine_poll(e, 1);
+  uint64_t took = tp__now_ns() - t0;
+  CHECK_INT(ndone, 1);
+  CHECK(!d->in_far && e->far == NULL);
+  CHECK(!uv_is_active((uv_handle_t *)e->far_timer));  /* keeps the loop no longer */
+  CHECK_HAS(tp_run_envelope(r), "\"code\":\"limit.time\"");
+  CHECK(took >= 1400000000u && took < 4000000000u);
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(the_chosen_signal_is_used_instead_of_sigurg);
@@ -198,5 +320,8 @@ int main (int argc, char **argv) {
   RUN(an_interrupt_before_the_run_is_entered_is_honoured_at_entry);
   RUN(each_stepping_thread_timer_goes_when_the_thread_exits);
   RUN(one_poll_steps_busy_runs_for_about_one_slice_not_all_of_them);
+  RUN(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped);
+  RUN(a_new_run_takes_the_chunks_a_destroyed_one_left);
+  RUN(a_far_deadline_waits_in_the_far_list_and_still_ends_the_run);
   return tp_test_end();
 }
