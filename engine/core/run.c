@@ -987,3 +987,9 @@ size_t tp_run_pending (tp_run *r, tp_call **calls, size_t max) {
   }
   return n;
 }
+
+int tp_run_ok (const tp_run *r) { return tp_run_done(r) && r->ok; }
+
+void tp_run_on_call (tp_run *r, tp_call_event_cb cb, void *ud) {
+  if (r != NULL) tp__run_set_call_hook(r, cb, cb ? ud : NULL);
+}

@@ -140,3 +140,48 @@ int tp_engine_set_policy (tp_engine *e, tp_policy_fn fn, void *ud) {
   e->policy_ud = ud;
   return TP_OK;
 }
+
+/* ---- tools one by one, unloading, the loop, the shared store ------------------------- */
+
+int tp_engine_load_tools_cb (tp_engine *e, const char *dir, tp_problem_cb problem,
+                             void *ud) {
+  return tp__host_load_dir(e, dir, problem, ud);
+}
+
+int tp_engine_unload_tools (tp_engine *e) {
+  if (e == NULL) return TP_EINVAL;
+  if (e->core.runs != NULL) return TP_ESTATE;
+  size_t n = tp__engine_drop_plugin_tools(e);
+  return n > INT32_MAX ? INT32_MAX : (int)n;
+}
+
+size_t tp_engine_tool_count (const tp_engine *e) { return e ? e->ntools : 0; }
+
+int tp_engine_tool_info (const tp_engine *e, size_t i, tp_tool_info *info) {
+  if (e == NULL || info == NULL || i >= e->ntools) return TP_EINVAL;
+  const tp_tool *t = e->tools[i];
+  info->name = t->name;
+  info->description = t->description ? t->description : "";
+  info->origin = t->origin;
+  info->timeout_us = t->face.timeout_us;
+  return TP_OK;
+}
+
+int tp_engine_tool_schema (const tp_engine *e, size_t i, int output, char **json) {
+  if (json != NULL) *json = NULL;
+  if (e == NULL || json == NULL || i >= e->ntools) return TP_EINVAL;
+  const json_t *s = output ? e->tools[i]->output : e->tools[i]->input;
+  if (s == NULL) return TP_OK;
+  *json = tp_json_dumps(s);
+  return *json ? TP_OK : TP_ENOMEM;
+}
+
+void *tp_engine_loop (tp_engine *e) { return tp__engine_loop(e); }
+
+
+int tp_engine_set_store (tp_engine *e, tp_store *s) {
+  if (e == NULL || s == NULL) return TP_EINVAL;
+  if (e->H != NULL) return TP_ESTATE;
+  e->kv = (tp_kvstore *)s;
+  return TP_OK;
+}

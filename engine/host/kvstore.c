@@ -257,3 +257,11 @@ int tp__kvstore_open (lua_State *L) {
   luaL_setfuncs(L, fns, 1);
   return 1;
 }
+
+/* ---- the public handle (tidepool.h): a store shared by engines ---------------------- */
+
+tp_store *tp_store_create (void) { return (tp_store *)tp__kvstore_new(); }
+
+void tp_store_destroy (tp_store *s) {
+  if (s != NULL) tp__kvstore_unref((tp_kvstore *)s);
+}
