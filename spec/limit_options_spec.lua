@@ -235,6 +235,21 @@ describe("the Lua module's limit options", function()
     assert.has_error(function() tidepool.run("return 1", { tool_call = 3 }) end,
       "tidepool: unknown option 'tool_call' (memory, instructions, cpu, timeout, max_output, "
       .. "max_source, max_result, tool_calls, tool_calls_per_tool, tool_in_flight, tool_bytes, "
-      .. "tool_timeout, fs_quota, tools, builtin_tools, workspace, workspace_max)")
+      .. "tool_timeout, fs_quota, tools, builtin_tools, workspace, workspace_max, json)")
+  end)
+
+  it("json = true returns the envelope as the engine's JSON text (tidepool run --json)", function()
+    local script = 'print("a\\tb") return { list = {1, 2.5, 1e300}, empty = json.array({}), '
+      .. 'obj = {}, n = json.null, big = math.maxinteger }'
+    local text, warnings = tidepool.run(script, { json = true, memory = "8M" })
+    assert.is_string(text)
+    assert.is_nil(warnings)
+    local out = sh("--json --no-builtin-tools", script)
+    local function strip(t) return (t:gsub(',"stats":{[^}]*}', ""):gsub("\n$", "")) end
+    assert.are.equal(strip(out), strip(text))
+    assert.are.equal('{"ok":true,"result":{"big":9223372036854775807,"empty":[],"list":[1,2.5,'
+      .. '1e+300],"n":null,"obj":{}},"logs":["a\\tb"],"calls":[]}', strip(text))
+    local failed = tidepool.run("return (", { json = true })
+    assert.truthy(failed:find('^{"ok":false,"error":{"code":"syntax"'))
   end)
 end)

@@ -110,9 +110,10 @@ static int opt_limit (lua_State *L, const char *k, tp_limits *lim) {
   return 0;
 }
 
-/* Options that pick the engine (pick_engine) rather than set a limit. */
+/* Options that pick the engine (pick_engine) or the form of the answer (json) rather
+** than set a limit. */
 static const char *const engine_options[] = { "tools", "builtin_tools", "workspace",
-                                              "workspace_max" };
+                                              "workspace_max", "json" };
 
 static void read_options (lua_State *L, int idx, tp_limits *lim) {
   tp_limits_init(lim);
@@ -358,6 +359,22 @@ static int run_or_check (lua_State *L, int check) {
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, NULL)
                  : tp_engine_run(e, src, len, &lim, &envelope, NULL);
   if (rc != TP_OK) return luaL_error(L, "tidepool: the engine failed (%d)", rc);
+  int as_text = 0;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "json");
+    as_text = lua_toboolean(L, -1);
+    lua_pop(L, 1);  /* cannot raise: a plain table's field, no memory needed */
+  }
+  if (as_text) {  /* json = true: the envelope's text, and the warnings (or nil) second */
+    box->tree = json_stringn_nocheck(envelope, strlen(envelope));  /* freed by the box */
+    tp_free(envelope);
+    if (box->tree == NULL) return luaL_error(L, "tidepool: not enough memory");
+    lua_pushlstring(L, json_string_value(box->tree), json_string_length(box->tree));
+    json_decref(box->tree);
+    box->tree = NULL;
+    lua_pushvalue(L, warnings);
+    return 2;
+  }
   push_envelope(L, box, envelope);
   if (lua_istable(L, warnings)) {
     lua_pushvalue(L, warnings);

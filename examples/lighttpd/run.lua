@@ -18,53 +18,8 @@ local OPTIONS = {
   memory = "32M",
   tool_calls = 100,
   max_output = "64K",
+  json = true,          -- the envelope as JSON text, as the engine writes it
 }
-
--- JSON text of the envelope table. The module marks JSON's arrays with a metatable whose
--- __metatable is "json.array" (so an empty array stays []), and null as tidepool.null.
-local TOP = { "ok", "result", "error", "logs", "calls", "stats", "warnings" }
-local encode
-
-local ESCAPED = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r",
-                  ["\t"] = "\\t" }
-local function encode_string(s)
-  return '"' .. s:gsub('[%c"\\]', function(c)
-    return ESCAPED[c] or string.format("\\u%04x", c:byte())
-  end) .. '"'
-end
-
-local function encode_number(n)
-  if math.type(n) == "integer" then return string.format("%d", n) end
-  for _, digits in ipairs({ 15, 16, 17 }) do  -- the shortest text that reads back as n
-    local s = string.format("%." .. digits .. "g", n)
-    if tonumber(s) == n then return s end
-  end
-end
-
-local function encode_object(t, keys)
-  local parts = {}
-  for _, k in ipairs(keys) do
-    if t[k] ~= nil then parts[#parts + 1] = encode_string(k) .. ":" .. encode(t[k]) end
-  end
-  return "{" .. table.concat(parts, ",") .. "}"
-end
-
-encode = function(v)
-  local kind = type(v)
-  if v == tidepool.null then return "null" end
-  if kind == "boolean" then return tostring(v) end
-  if kind == "number" then return encode_number(v) end
-  if kind == "string" then return encode_string(v) end
-  if getmetatable(v) == "json.array" then
-    local parts = {}
-    for i = 1, #v do parts[i] = encode(v[i]) end
-    return "[" .. table.concat(parts, ",") .. "]"
-  end
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = k end
-  table.sort(keys)
-  return encode_object(v, keys)
-end
 
 local r = lighty.r
 if r.req_attr["request.method"] ~= "POST" then
@@ -82,7 +37,7 @@ if not collected then return 500 end
 local body, len = r.req_body.get or "", r.req_body.len
 if #body > len then body = body:sub(-len) end
 
-local env = tidepool.run(body, OPTIONS)
+local envelope = tidepool.run(body, OPTIONS)
 r.resp_header["Content-Type"] = "application/json"
-r.resp_body.set({ encode_object(env, TOP), "\n" })
+r.resp_body.set({ envelope, "\n" })
 return 200
