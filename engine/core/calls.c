@@ -164,11 +164,6 @@ static int validate_for (tp_run *r, const tp_schema *s, const json_t *v,
   return rc;
 }
 
-int tp__call_validate (tp_call *c, const tp_schema *s, const json_t *v,
-                       tp_schema_errors *errs) {
-  return validate_for(c->run, s, v, errs);
-}
-
 /* The error of a call whose validation was stopped by the run's verdict. */
 void tp__call_fail_stopped (tp_call *c, const char *what) {
   tp_sandbox *sb = c->run->sb;

@@ -66,10 +66,6 @@ size_t tp__cut_utf8(const char *s, size_t len, size_t max);
 /* Binds c to tool t (t outlives the call) and counts it against tool_calls_per_tool.
 ** Returns 0, or -1 when c failed (limit.tool_calls, the verdict recorded). */
 int  tp__call_bind(tp_call *c, const tp__tool_face *t);
-/* Checks v against s for c's run, polling the run's verdict: 1 valid, 0 invalid
-** (errs), -1 out of memory, -2 stopped (the run has a verdict; see tp__call_fail_stopped). */
-int  tp__call_validate(tp_call *c, const struct tp_schema *s, const json_t *v,
-                       tp_schema_errors *errs);
 /* Fails c with the run's verdict: `what` (e.g. "the arguments") were not checked. */
 void tp__call_fail_stopped(tp_call *c, const char *what);
 /* Checks c's arguments against its tool's input schema and admits it (it runs now, or

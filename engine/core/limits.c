@@ -97,24 +97,6 @@ void tp_limits_init (tp_limits *l) {
   for (size_t i = 0; i < tp__limits_count; i++) tp__limit_set(l, &tp__limits[i], tp__limits[i].def);
 }
 
-const tp__limit *tp__limit_by_flag (const char *name) {
-  for (size_t i = 0; i < tp__limits_count; i++)
-    if (strcmp(tp__limits[i].flag, name) == 0) return &tp__limits[i];
-  return NULL;
-}
-
-const tp__limit *tp__limit_by_mcp (const char *name) {
-  for (size_t i = 0; i < tp__limits_count; i++)
-    if (tp__limits[i].mcp && strcmp(tp__limits[i].mcp, name) == 0) return &tp__limits[i];
-  return NULL;
-}
-
-const tp__limit *tp__limit_by_option (const char *name) {
-  for (size_t i = 0; i < tp__limits_count; i++)
-    if (strcmp(tp__limits[i].option, name) == 0) return &tp__limits[i];
-  return NULL;
-}
-
 const tp__limit *tp__limit_field (size_t offset) {
   for (size_t i = 0; i < tp__limits_count; i++)
     if (tp__limits[i].offset == offset) return &tp__limits[i];
@@ -292,17 +274,6 @@ void tp__limit_short (tp__unit unit, uint64_t v, char *buf, size_t len) {
     else snprintf(buf, len, "%lluus", n);
   }
   else snprintf(buf, len, "%llu", n);
-}
-
-void tp__limit_help (const tp__limit *li, const char *flag, char *buf, size_t len) {
-  static const char *const args[] = { "SIZE", "N", "DURATION" };
-  char opt[64], def[32];
-  snprintf(opt, sizeof opt, "%s %s", flag, args[li->unit]);
-  tp__limit_short(li->unit, li->def, def, sizeof def);
-  if (strlen(opt) <= 20)
-    snprintf(buf, len, "  %-20s %s (default %s)\n", opt, li->help, def);
-  else
-    snprintf(buf, len, "  %s\n  %-20s %s (default %s)\n", opt, "", li->help, def);
 }
 
 /* ---- verdicts ------------------------------------------------------------------------ */

@@ -3,10 +3,12 @@
 ** tp_limits, its unit, its default, how each front end names it (the option of
 ** `tidepool run` and `tidepool mcp`, the option of the Lua module), its help line, and
 ** the code, message and hint of the error when it stops a run. tp_limits_init, the
-** three front ends' option parsers and their help texts, and the run's verdict messages
-** all read it, so a limit added to tp_limits is added here and nowhere else.
+** run's verdict messages and the public view of the table (tp_limit_at, tp_limit_find,
+** tp_limits_set in tidepool.h, public.c), from which the three front ends parse and
+** document every limit, all read it, so a limit added to tp_limits is added here and
+** nowhere else.
 **
-** This header needs only tidepool.h: the front ends include it. Not installed, not API.
+** This header needs only tidepool.h. Not installed, not API.
 ** (Not limits.h: engine/ is on the include path, and that name is the C library's.)
 */
 #ifndef tidepool_limits_table_h
@@ -47,11 +49,6 @@ typedef struct tp__limit {
 /* The table, in the order of tp_limits' fields; tp__limits_count entries. */
 extern const tp__limit tp__limits[];
 extern const size_t tp__limits_count;
-
-/* The entry whose flag (or mcp option, or Lua option) is name; NULL when none is. */
-const tp__limit *tp__limit_by_flag(const char *name);
-const tp__limit *tp__limit_by_mcp(const char *name);
-const tp__limit *tp__limit_by_option(const char *name);
 
 /* The entry of the tp_limits member at offset (offsetof(tp_limits, source)); NULL when
 ** none is there. */
@@ -97,9 +94,5 @@ void tp__limit_words(tp__unit unit, uint64_t v, char *buf, size_t len);
 /* A value as an option would take it, for help texts: "64M", "10s", "1000", or "none"
 ** for 0. */
 void tp__limit_short(tp__unit unit, uint64_t v, char *buf, size_t len);
-
-/* The --help line of li for flag (li->flag or li->mcp), newline-terminated:
-** "  --memory SIZE        memory limit, ... (default 64M)\n". */
-void tp__limit_help(const tp__limit *li, const char *flag, char *buf, size_t len);
 
 #endif

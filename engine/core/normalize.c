@@ -59,10 +59,3 @@ const char *tp__normalize_shebang (const char *src, size_t *len) {
   }
   return src;
 }
-
-const char *tp__normalize (const char *src, size_t *len) {
-  size_t n = *len;
-  const char *body = tp__normalize_fence(src, &n, NULL);
-  if (body != NULL) { *len = n; return body; }
-  return tp__normalize_shebang(src, len);
-}

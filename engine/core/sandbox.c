@@ -23,7 +23,6 @@
 
 #include "sandbox.h"
 #include "json.h"
-#include "allowlist.h"
 
 _Static_assert(LUA_EXTRASPACE == sizeof(void *), "lua_patch.h assumes one pointer");
 
@@ -1716,30 +1715,10 @@ static int sb_co_isyieldable (lua_State *L) {
 
 /* ---- building the state ------------------------------------------------------------ */
 
-typedef struct wrapper { const char *lib, *name; lua_CFunction fn; } wrapper;
-
-static const wrapper wrappers[] = {
-  { "_G", "print", sb_print },           { "_G", "tostring", sb_tostring },
-  { "_G", "load", sb_load },             { "_G", "setmetatable", sb_setmetatable },
-  { "_G", "rawset", sb_rawset },         { "_G", "collectgarbage", sb_collectgarbage },
-  { "_G", "warn", sb_warn },             { "_G", "xpcall", sb_xpcall },
-  { "string", "find", sb_find },         { "string", "format", sb_format },
-  { "string", "rep", sb_rep },
-  { "table", "concat", sb_concat },      { "table", "move", sb_move },
-  { "table", "sort", sb_sort },        { "os", "date", sb_date },
-  { "utf8", "len", sb_utf8len },
-  { "coroutine", "resume", sb_co_resume }, { "coroutine", "wrap", sb_co_wrap },
-  { "coroutine", "yield", sb_co_yield },   { "coroutine", "close", sb_co_close },
-  { "coroutine", "running", sb_co_running },
-  { "coroutine", "isyieldable", sb_co_isyieldable },
-};
-
-static lua_CFunction find_wrapper (const char *lib, const char *name) {
-  for (size_t i = 0; i < sizeof wrappers / sizeof wrappers[0]; i++)
-    if (strcmp(wrappers[i].lib, lib) == 0 && strcmp(wrappers[i].name, name) == 0)
-      return wrappers[i].fn;
-  return NULL;
-}
+/* The table, defined here where the wrappers it names are visible: a WRAP entry whose
+** function is missing or misspelt is a compile error. */
+#define TP_ALLOWLIST_TABLE
+#include "allowlist.h"
 
 /* The originals that wrappers call into; the same in every state, so read once, from a
 ** state made for it: again at the next sandbox when the host was out of memory. */
@@ -1789,7 +1768,7 @@ static void plan_slots (lua_State *L) {
   memset(lib_open, 0, sizeof lib_open);  /* again after a try that ran out of memory */
   memset(lib_size, 0, sizeof lib_size);
   for (size_t k = 0; k < TP_ALLOWLIST_LEN; k++) {
-    const tp_allow *a = &tp_allowlist[k];
+    const tp_allow *a = &tp__allowlist[k];
     slot *sl = &slots[k];
     sl->lib = -1;
     sl->kind = V_NONE;
@@ -1800,7 +1779,7 @@ static void plan_slots (lua_State *L) {
     lib_size[sl->lib]++;
     if (a->kind == TP_WRAP) {
       sl->kind = V_CFUNC;
-      sl->fn = find_wrapper(a->lib, a->name);
+      sl->fn = a->fn;
       continue;
     }
     if (strcmp(a->lib, "_G") == 0) lua_pushglobaltable(L);
@@ -2037,7 +2016,7 @@ static int open_sandbox (lua_State *L) {
     for (size_t k = 0; k < TP_ALLOWLIST_LEN; k++) {
       const slot *sl = &slots[k];
       if (sl->lib != (int)i || sl->kind == V_NONE) continue;
-      const tp_allow *a = &tp_allowlist[k];
+      const tp_allow *a = &tp__allowlist[k];
       switch (sl->kind) {
         case V_CFUNC:
           if (sl->fn == NULL) return luaL_error(L, "allowlist: no wrapper for %s.%s", name, a->name);

@@ -46,23 +46,61 @@ TEST(every_tp_limits_member_has_exactly_one_table_entry) {
   CHECK(sizeof(tp_limits) - end < 8);
 }
 
-TEST(flags_mcp_options_and_lua_options_are_unique_and_found_by_name) {
+/* The public view (tp_limit_at) is the table, entry for entry. */
+TEST(the_public_entries_are_the_tables) {
+  CHECK_INT(tp_limit_count(), tp__limits_count);
   for (size_t i = 0; i < tp__limits_count; i++) {
-    const tp__limit *li = &tp__limits[i];
+    const tp_limit_info *li = tp_limit_at(i);
+    const tp__limit *t = &tp__limits[i];
+    CHECK(li != NULL);
+    if (li == NULL) return;
+    CHECK_STR(li->field, t->field);
+    CHECK_INT(li->unit, t->unit);
+    CHECK_INT(li->def, t->def);
+    CHECK_INT(li->max, tp__limit_max(t));
+    CHECK_STR(li->flag, t->flag);
+    CHECK_STR(li->mcp, t->mcp);
+    CHECK_STR(li->option, t->option);
+    CHECK_STR(li->help, t->help);
+    CHECK_STR(li->code, t->code);
+    CHECK_STR(li->message, t->message);
+    CHECK_STR(li->hint, t->hint);
+  }
+  CHECK(tp_limit_at(tp__limits_count) == NULL);
+  CHECK(tp_limit_at((size_t)-1) == NULL);
+}
+
+/* tp_limit_find takes any of an entry's four names, so no name may belong to two
+** entries, of whatever kind. */
+TEST(flags_mcp_options_and_lua_options_are_unique_and_found_by_name) {
+  size_t n = tp_limit_count();
+  for (size_t i = 0; i < n; i++) {
+    const tp_limit_info *li = tp_limit_at(i);
     CHECK(li->flag && strncmp(li->flag, "--", 2) == 0);
+    CHECK(li->mcp == NULL || strncmp(li->mcp, "--", 2) == 0);
     CHECK(li->option && li->option[0] != '-');
     CHECK(li->help && li->help[0]);
-    CHECK(tp__limit_by_flag(li->flag) == li);
-    CHECK(li->mcp == NULL || tp__limit_by_mcp(li->mcp) == li);
-    CHECK(tp__limit_by_option(li->option) == li);
+    CHECK(tp_limit_find(li->field) == li);
+    CHECK(tp_limit_find(li->flag) == li);
+    CHECK(li->mcp == NULL || tp_limit_find(li->mcp) == li);
+    CHECK(tp_limit_find(li->option) == li);
+    const char *mine[] = { li->field, li->flag, li->mcp, li->option };
     for (size_t j = 0; j < i; j++) {
-      CHECK(strcmp(tp__limits[j].flag, li->flag) != 0);
-      CHECK(strcmp(tp__limits[j].option, li->option) != 0);
+      const tp_limit_info *o = tp_limit_at(j);
+      const char *theirs[] = { o->field, o->flag, o->mcp, o->option };
+      for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 4; b++)
+          if (mine[a] && theirs[b] && strcmp(mine[a], theirs[b]) == 0)
+            TP_FAIL_AT("'%s' names both %s and %s", mine[a], li->field, o->field);
     }
   }
-  CHECK(tp__limit_by_flag("--bogus") == NULL);
-  CHECK(tp__limit_by_option("bogus") == NULL);
-  CHECK(tp__limit_by_option("--memory") == NULL);
+  CHECK(tp_limit_find("--bogus") == NULL);
+  CHECK(tp_limit_find("bogus") == NULL);
+  CHECK(tp_limit_find("") == NULL);
+  CHECK(tp_limit_find(NULL) == NULL);
+  CHECK_STR(tp_limit_find("--timeout")->field, "wall_us");
+  CHECK_STR(tp_limit_find("max_output")->field, "output");
+  CHECK_STR(tp_limit_find("--fs-quota")->field, "fs_bytes");
 }
 
 /* Every entry that stops a run has a code and a hint; one that words its own message
@@ -220,40 +258,64 @@ TEST(seconds_as_numbers_are_checked_like_text) {
   CHECK_INT(v, TP__DURATION_MAX);
 }
 
-TEST(parse_errors_say_what_is_wrong_and_what_is_expected) {
-  char buf[256];
-  const tp__limit *mem = tp__limit_by_flag("--memory");
-  const tp__limit *ins = tp__limit_by_flag("--instructions");
-  const tp__limit *calls = tp__limit_by_flag("--tool-calls");
-  const tp__limit *tmo = tp__limit_by_flag("--timeout");
-  tp__limit_why(mem, BAD, "12Q", buf, sizeof buf);
-  CHECK_STR(buf, "bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)");
-  tp__limit_why(mem, RANGE, "99999999999999999999G", buf, sizeof buf);
-  CHECK_STR(buf, "bad size '99999999999999999999G' (too large: at most "
-                 "18446744073709551615 bytes)");
-  tp__limit_why(mem, NEG, "-1", buf, sizeof buf);
-  CHECK_STR(buf, "bad size '-1' (it cannot be negative; 0 means no limit)");
-  tp__limit_why(ins, NEG, "-5", buf, sizeof buf);
-  CHECK_STR(buf, "bad instruction count '-5' (it cannot be negative; 0 means no limit)");
-  tp__limit_why(calls, RANGE, "4294967296", buf, sizeof buf);
-  CHECK_STR(buf, "bad count '4294967296' (too large: at most 4294967295)");
-  tp__limit_why(calls, BAD, "many", buf, sizeof buf);
-  CHECK_STR(buf, "bad count 'many' (use a whole number)");
-  tp__limit_why(tmo, BAD, "soon", buf, sizeof buf);
-  CHECK_STR(buf, "bad duration 'soon' (use 500ms, 2s, 1m)");
-  tp__limit_why(tmo, RANGE, "1e400s", buf, sizeof buf);
-  CHECK_STR(buf, "bad duration '1e400s' (too large: at most 1000000000 s)");
+/* Sets name to text through the public API: TP_EINVAL with exactly want as the message,
+** and the limits untouched. */
+static void refuses (const char *name, const char *text, const char *want) {
+  tp_limits l, before;
+  tp_limits_init(&l);
+  before = l;
+  char err[256] = "";
+  int rc = tp_limits_set(&l, name, text, err, sizeof err);
+  if (rc != TP_EINVAL) TP_FAIL_AT("%s '%s': rc %d, expected TP_EINVAL", name, text, rc);
+  if (strcmp(err, want) != 0)
+    TP_FAIL_AT("%s '%s': \"%s\", expected \"%s\"", name, text, err, want);
+  if (memcmp(&l, &before, sizeof l) != 0) TP_FAIL_AT("%s '%s': limits changed", name, text);
 }
 
-TEST(help_lines_come_from_the_table_with_the_default) {
-  char buf[256];
-  tp__limit_help(tp__limit_by_flag("--memory"), "--memory", buf, sizeof buf);
-  CHECK_STR(buf, "  --memory SIZE        memory of the script's Lua state (default 64M)\n");
-  tp__limit_help(tp__limit_by_flag("--instructions"), "--instructions", buf, sizeof buf);
-  CHECK_HAS(buf, "(default none)\n");
-  tp__limit_help(tp__limit_by_flag("--tool-timeout"), "--tool-timeout", buf, sizeof buf);
-  CHECK_HAS(buf, "  --tool-timeout DURATION\n                       ");
-  CHECK_HAS(buf, "(default 30s)\n");
+TEST(parse_errors_say_what_is_wrong_and_what_is_expected) {
+  refuses("--memory", "12Q", "bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)");
+  refuses("--memory", "99999999999999999999G", "bad size '99999999999999999999G' (too "
+          "large: at most 18446744073709551615 bytes)");
+  refuses("memory", "-1", "bad size '-1' (it cannot be negative; 0 means no limit)");
+  refuses("--instructions", "-5",
+          "bad instruction count '-5' (it cannot be negative; 0 means no limit)");
+  refuses("--tool-calls", "4294967296", "bad count '4294967296' (too large: at most "
+          "4294967295)");
+  refuses("tool_calls", "many", "bad count 'many' (use a whole number)");
+  refuses("--timeout", "soon", "bad duration 'soon' (use 500ms, 2s, 1m)");
+  refuses("timeout", "1e400s", "bad duration '1e400s' (too large: at most 1000000000 s)");
+  refuses("--bogus", "1", "unknown limit '--bogus'");
+}
+
+TEST(limits_set_by_any_name_writes_the_parsed_value) {
+  tp_limits l;
+  tp_limits_init(&l);
+  char err[256] = "";
+  CHECK_INT(tp_limits_set(&l, "--memory", "8M", err, sizeof err), TP_OK);
+  CHECK_INT(l.memory, 8u << 20);
+  CHECK_INT(tp_limits_set(&l, "timeout", "1.5s", err, sizeof err), TP_OK);
+  CHECK_INT(l.wall_us, 1500000);
+  CHECK_INT(tp_limits_set(&l, "tool_calls_per_tool", "7", err, sizeof err), TP_OK);
+  CHECK_INT(l.tool_calls_per_tool, 7);
+  CHECK_INT(tp_limits_get(&l, tp_limit_find("--tool-calls-per-tool")), 7);
+  CHECK_STR(err, "");
+}
+
+/* What help texts show of each limit: its line and its default as an option takes it
+** (the line as `tidepool run --help` lays it out: spec/limit_options_spec.lua). */
+TEST(help_texts_come_from_the_table_with_the_default) {
+  char def[32];
+  const tp_limit_info *mem = tp_limit_find("--memory");
+  CHECK_STR(mem->help, "memory of the script's Lua state");
+  tp_format_value(mem->unit, mem->def, def, sizeof def);
+  CHECK_STR(def, "64M");
+  const tp_limit_info *ins = tp_limit_find("--instructions");
+  tp_format_value(ins->unit, ins->def, def, sizeof def);
+  CHECK_STR(def, "none");
+  const tp_limit_info *tmo = tp_limit_find("--tool-timeout");
+  CHECK_STR(tmo->help, "a call's deadline (the tool's, if shorter)");
+  tp_format_value(tmo->unit, tmo->def, def, sizeof def);
+  CHECK_STR(def, "30s");
 }
 
 /* The words of each verdict, as scripts and specs have read them since before the table. */
@@ -326,6 +388,7 @@ TEST(strerror_names_every_status_code) {
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(every_tp_limits_member_has_exactly_one_table_entry);
+  RUN(the_public_entries_are_the_tables);
   RUN(flags_mcp_options_and_lua_options_are_unique_and_found_by_name);
   RUN(every_verdict_entry_has_a_code_and_a_hint);
   RUN(limits_init_sets_every_member_to_its_table_default);
@@ -339,7 +402,8 @@ int main (int argc, char **argv) {
   RUN(a_negative_or_malformed_duration_is_refused);
   RUN(seconds_as_numbers_are_checked_like_text);
   RUN(parse_errors_say_what_is_wrong_and_what_is_expected);
-  RUN(help_lines_come_from_the_table_with_the_default);
+  RUN(limits_set_by_any_name_writes_the_parsed_value);
+  RUN(help_texts_come_from_the_table_with_the_default);
   RUN(verdict_messages_and_hints_are_unchanged);
   RUN(strerror_names_every_status_code);
   return tp_test_end();

@@ -3,8 +3,9 @@
 ** gives.
 **
 ** Input: what a model might send (prose, fences, #! lines, Lua). Asserted:
-** - tp__normalize returns a span inside its input (it never allocates or copies), and
-**   normalizing that span again stays inside it;
+** - normalizing as run.c does (tp__normalize_shebang, then tp__normalize_fence and the
+**   fence body's own #! line) gives a span inside the input (it never allocates or
+**   copies), and normalizing that span again stays inside it;
 ** - a text without a fence or a #! line comes back whole;
 ** - tp_engine_check (normalize + compile in a fresh sandbox) returns one envelope that is
 **   JSON with "ok", and when not ok an error whose code is syntax, limit.source or
@@ -31,6 +32,17 @@ int LLVMFuzzerInitialize (int *argc, char ***argv) {
   return 0;
 }
 
+/* What run.c makes of a text that does not compile: the text without a #! line, then
+** the body of its first fence, if it has one, without a #! line. */
+static const char *normalize (const char *src, size_t *len) {
+  const char *s = tp__normalize_shebang(src, len);
+  size_t n = *len;
+  const char *body = tp__normalize_fence(s, &n, NULL);
+  if (body == NULL) return s;
+  *len = n;
+  return tp__normalize_shebang(body, len);
+}
+
 static int has_fence_or_shebang (const char *s, size_t n) {
   if (n >= 2 && s[0] == '#' && s[1] == '!') return 1;
   for (size_t i = 0; i + 2 < n; i++)
@@ -41,13 +53,13 @@ static int has_fence_or_shebang (const char *s, size_t n) {
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size) {
   const char *src = (const char *)data;
   size_t len = size;
-  const char *out = tp__normalize(src, &len);
+  const char *out = normalize(src, &len);
   FUZZ_CHECK(out >= src && out <= src + size, "span starts outside the input");
   FUZZ_CHECK(len <= size && (size_t)(out - src) <= size - len, "span ends outside the input");
   if (!has_fence_or_shebang(src, size))
     FUZZ_CHECK(out == src && len == size, "a plain text was changed");
   size_t len2 = len;
-  const char *out2 = tp__normalize(out, &len2);
+  const char *out2 = normalize(out, &len2);
   FUZZ_CHECK(out2 >= out && len2 <= len && (size_t)(out2 - out) <= len - len2,
              "second pass outside the first span");
 
