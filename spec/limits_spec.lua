@@ -9,12 +9,14 @@ local function fails(src, code, opts)
 end
 
 -- Runs a script that must be stopped by its time limit (seconds), with the given code,
--- and checks that it ended no later than half its limit past it.
+-- and checks that it ended no later than its limit plus a second (generous: a loaded
+-- machine under the sanitizers and an always-running collector stretches wall time,
+-- while a script the limit missed runs for minutes).
 local function stopped_in_time(src, code, opts)
   local limit = opts.timeout or opts.cpu
   local spent = opts.timeout and "wall_ms" or "cpu_ms"  -- a loaded machine stretches wall time
   local env = fails(src, code, opts)
-  assert.is_true(env.stats[spent] < limit * 1000 * 1.5,
+  assert.is_true(env.stats[spent] < limit * 1000 + 1000,
     ("%s %.1f for a %.0f ms limit"):format(spent, env.stats[spent], limit * 1000))
   return env
 end
@@ -216,7 +218,8 @@ end)
 describe("long C calls are stopped within the time limit", function()
   local function stops(name, src, opts)
     it(name, function()
-      -- 0.5 s: half of it (the allowed lateness) is well above a loaded machine's jitter
+      -- 0.5 s, stopped within a second past it: far above a loaded machine's jitter, far
+      -- below what each script runs for when nothing stops it
       stopped_in_time(src, "limit.time", opts or { timeout = 0.5 })
     end)
   end
