@@ -118,6 +118,51 @@ describe("tidepool run", function()
     assert.are.equal(0, rc)
     assert.are.equal("fenced", dkjson.decode(out).result)
   end)
+
+  it("--for-model: 100 kv.set and 100 kv.get returning 5050 is one line of 71 bytes", function()
+    local out, err, rc = run([[
+for i = 1, 100 do tools.kv.set{key = "k" .. i, value = i} end
+local s = 0
+for i = 1, 100 do s = s + tools.kv.get{key = "k" .. i}.value end
+return s]], "--for-model")
+    assert.are.equal(0, rc)
+    assert.are.equal("", err)
+    assert.are.equal('{"calls":{"kv.get":100,"kv.set":100},"logs":[],"ok":true,"result":5050}\n', out)
+    assert.are.equal(72, #out)  -- 71 bytes and the newline; --json prints over 7,000
+  end)
+
+  it("--for-model lists each failed call in full, the others only counted", function()
+    local out, _, rc = run([[
+local ok, e = pcall(tools.kv.get, {nokey = 1})
+tools.kv.set{key = "x", value = 1}
+return tools.kv.get{key = {}}]], "--for-model")
+    assert.are.equal(1, rc)
+    local v = dkjson.decode(out)
+    assert.are.same({ ["kv.get"] = 2, ["kv.set"] = 1 }, v.calls)
+    assert.are.same({
+      { tool = "kv.get", line = 1, code = "tool.invalid_input", message = 'tools.kv.get: '
+        .. 'invalid arguments: $: missing required property "key"; $.nokey: unexpected '
+        .. 'property "nokey" (allowed: "key") (tools.describe("kv.get") shows what it takes)' },
+      { tool = "kv.get", line = 3, code = "tool.invalid_input", message = 'tools.kv.get: '
+        .. 'invalid arguments: $.key: expected string, got object (tools.describe("kv.get") '
+        .. 'shows what it takes)' },
+    }, v.failed_calls)
+    assert.are.equal("tool.invalid_input", v.error.code)
+    assert.is_nil(v.stats)
+    assert.is_nil(v.failed_unlisted)
+  end)
+
+  it("--for-model counts the calls past the first 100 and the failures among them", function()
+    local out, _, rc = run([[
+for i = 1, 150 do tools.kv.set{key = "k" .. i, value = i} end
+for i = 1, 3 do pcall(tools.kv.get, {}) end
+return 1]], "--for-model")
+    assert.are.equal(0, rc)
+    local v = dkjson.decode(out)
+    assert.are.same({ ["kv.set"] = 150, ["kv.get"] = 3 }, v.calls)
+    assert.is_nil(v.failed_calls)
+    assert.are.equal(3, v.failed_unlisted)
+  end)
 end)
 
 describe("tidepool run options", function()

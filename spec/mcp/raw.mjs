@@ -125,7 +125,7 @@ test('a batch of 65 messages: -32600, a batch holds at most 64 (protocol 2025-03
 });
 test('a batch of 64 calls with large results stays one line under 10 MiB, each result cut', async () => {
   const call = (i) => ({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'run_lua',
-    arguments: { code: 'tools.test.echo{} return string.rep("y", 1000000)' } } });
+    arguments: { code: 'tools.test.echo{} return string.rep("y", 200000)' } } });
   s.send(JSON.stringify(Array.from({ length: 64 }, (_, i) => call(i))) + '\n');
   const line = await s.line(60000);
   assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
@@ -134,7 +134,7 @@ test('a batch of 64 calls with large results stays one line under 10 MiB, each r
   for (const r of m) {
     const env = r.result.structuredContent;
     eq(env.ok, true, 'ok kept');
-    eq(env.calls.map((c) => c.tool), ['test.echo'], 'calls kept');
+    eq(env.calls, { 'test.echo': 1 }, 'calls kept');
     eq(typeof env.truncated.result_bytes, 'number', 'says the result was cut');
   }
   await stillServes();
@@ -374,7 +374,7 @@ test('an oversized result is cut: ok, the calls record and a note stay, the line
   assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
   const env = JSON.parse(line).result.structuredContent;
   eq(env.ok, true, 'ok');
-  eq(env.calls.map((c) => [c.tool, c.ok]), [['test.echo', true], ['test.echo', true]], 'calls');
+  eq(env.calls, { 'test.echo': 2 }, 'calls');
   eq(env.truncated.result_bytes, 16000002, 'the result\'s size');
   assert(/truncated by tidepool/.test(env.result), 'a marker');
   eq(await t.close(), 0, 'exit status');
@@ -390,10 +390,52 @@ test('an oversized failure is cut: the error, the calls record and a note stay',
   const env = r.structuredContent;
   eq([env.ok, env.error.code], [false, 'runtime'], 'the error');
   assert(/boom/.test(env.error.message), env.error.message);
-  eq(env.calls.map((c) => c.tool), ['test.echo'], 'calls');
+  eq(env.calls, { 'test.echo': 1 }, 'calls');
   assert(env.truncated.logs_dropped > 0, 'says logs were dropped');
   eq(await t.close(), 0, 'exit status');
 }, 40000);
+
+test('--max-result defaults to 256K: a larger result is limit.result with a hint to return less', async () => {
+  const t = server();
+  t.send(call('r1', 'return string.rep("y", 262144 - 2)'));
+  const ok = (await t.msg()).result.structuredContent;
+  eq([ok.ok, ok.result.length], [true, 262142], '256 KiB of JSON is within the limit');
+  t.send(call('r2', 'return string.rep("y", 262144 - 1)'));
+  const m = (await t.msg()).result;
+  eq(m.isError, true, 'isError');
+  eq(m.structuredContent.error.code, 'limit.result', 'code');
+  eq(m.structuredContent.error.message, 'the script\'s return value is larger than its result limit of 256 KiB of JSON (at $)', 'message');
+  eq(m.structuredContent.error.hint, 'Return less: a summary, the first items, or only the fields that are needed.', 'hint');
+  eq(await t.close(), 0, 'exit status');
+});
+test('--audit FILE: one JSON line per run with time, session, tool, the full calls record and stats', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-audit-'));
+  const file = path.join(dir, 'audit.jsonl');
+  try {
+    const t = server(['--audit', file]);
+    t.send(call('a1', 'tools.test.echo{n = 1} pcall(tools.test.echo, 5) return 1', { session: 'S' }));
+    const r = (await t.msg()).result;
+    eq(r.structuredContent.calls, { 'test.echo': 2 }, 'the model sees counts');
+    t.send(call('a2', 'error("x")'));
+    eq((await t.msg()).result.isError, true, 'second run fails');
+    eq(await t.close(), 0, 'exit status');
+    const lines = fs.readFileSync(file, 'utf8').split('\n');
+    eq(lines.length, 3, 'two lines and the final newline');
+    eq(lines[2], '', 'ends with a newline');
+    const a = JSON.parse(lines[0]), b = JSON.parse(lines[1]);
+    assert(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(a.time), a.time);
+    eq([a.session, a.tool, a.ok, a.error], ['S', 'run_lua', true, undefined], 'first run');
+    eq(a.calls.map((c) => [c.tool, c.ok, c.error, c.line]),
+      [['test.echo', true, undefined, 1], ['test.echo', false, 'tool.invalid_input', 1]], 'calls');
+    eq(typeof a.stats.wall_ms, 'number', 'stats');
+    eq([b.session, b.tool, b.ok, b.error, b.calls], [null, 'run_lua', false, 'runtime', []], 'second run');
+    const p = spawn(tidepool, ['mcp', '--audit', path.join(dir, 'no', 'such', 'file')], { stdio: ['pipe', 'ignore', 'pipe'] });
+    let err = '';
+    p.stderr.on('data', (d) => { err += d; });
+    eq(await new Promise((res) => p.on('exit', res)), 1, 'an unwritable audit file: exit 1');
+    assert(/--audit: cannot open .*no\/such\/file: No such file or directory/.test(err), err);
+  } finally { fs.rmSync(dir, { recursive: true, force: true }); }
+});
 
 test('--describe: run_lua lists the tools one line each past 8 tools (auto), in full with --describe full', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-desc-'));
