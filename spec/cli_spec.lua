@@ -127,7 +127,8 @@ for i = 1, 100 do s = s + tools.kv.get{key = "k" .. i}.value end
 return s]], "--for-model")
     assert.are.equal(0, rc)
     assert.are.equal("", err)
-    assert.are.equal('{"calls":{"kv.get":100,"kv.set":100},"logs":[],"ok":true,"result":5050}\n', out)
+    assert.are.equal('{"calls":{"kv.get":100,"kv.set":100},"logs":[],"ok":true,'
+      .. '"result":5050}\n', out)
     assert.are.equal(72, #out)  -- 71 bytes and the newline; --json prints over 7,000
   end)
 
