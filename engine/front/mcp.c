@@ -118,7 +118,8 @@ static const char usage_text[] =
   "  --workspace DIR      the directory the fs.* tools may use\n"
   "  --workspace-max SIZE how much the fs.* tools may grow it (default 1G)\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
-  "  --expose-tools       also list every loaded tool as an MCP tool of its own\n"
+  "  --expose-tools       also list every loaded tool as an MCP tool of its own, named\n"
+  "                       for every client (fs.read as fs_read; a taken name gets _2)\n"
   "  --audit FILE         append one JSON line per run to FILE: time, session, tool, ok,\n"
   "                       error code, and every call record and the stats (the model's\n"
   "                       result counts the calls by tool and lists the failed ones;\n"
@@ -222,6 +223,8 @@ struct req {
   char *code;
   size_t codelen;
   char *tool;               /* the exposed tool called, or NULL for run_lua */
+  char *mcp_name;           /* its MCP name (fs_read for fs.read) */
+  json_t *args;             /* its arguments, as the client sent them */
   uint64_t sess_num;        /* 0: no session */
   json_t *token;            /* progressToken, or NULL */
   size_t budget;            /* the response line's size cap */
@@ -293,7 +296,7 @@ struct server {
   const char *version;      /* negotiated by initialize, or NULL */
   /* tools, as worker 0 last reported them */
   json_t *tools;            /* the tools/list result */
-  json_t *tool_names;       /* name -> true, every loaded tool */
+  json_t *tool_names;       /* MCP name -> tool name, every exposed tool */
   size_t ntools;
   /* sessions */
   session *sessions;
@@ -651,11 +654,37 @@ static const char *run_lua_description (worker *w) {
   return w->desc;
 }
 
+/* The MCP name of exposed tool `name` into out[EXPOSED_NAME_MAX + 1]: every character
+** outside [a-zA-Z0-9_-] becomes '_' (fs.read -> fs_read), cut to 64 bytes, the names
+** every client accepts (Claude Desktop refuses the whole list over one name that does
+** not match ^[a-zA-Z0-9_-]{1,64}$). A name taken already (by run_lua or an earlier
+** tool, in `taken`) gets the first free suffix _2, _3, ... */
+#define EXPOSED_NAME_MAX 64
+static void exposed_name (const char *name, const json_t *taken, char *out) {
+  size_t n = 0;
+  for (const char *p = name; *p && n < EXPOSED_NAME_MAX; p++) {
+    char c = *p;
+    int okc = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-';
+    out[n++] = okc ? c : '_';
+  }
+  if (n == 0) out[n++] = '_';
+  out[n] = '\0';
+  for (unsigned k = 2; json_object_get(taken, out) != NULL && k < 100000; k++) {
+    char suffix[16];
+    int sl = snprintf(suffix, sizeof suffix, "_%u", k);
+    size_t keep = n + (size_t)sl > EXPOSED_NAME_MAX ? EXPOSED_NAME_MAX - (size_t)sl : n;
+    memcpy(out + keep, suffix, (size_t)sl + 1);
+  }
+}
+
 /* What the protocol thread needs of the loaded tools (worker side), as JSON text:
-** {"list": <the tools/list result>, "names": [every tool's name]}. */
+** {"list": <the tools/list result>, "names": {MCP name: tool name, for every exposed
+** tool}}. A renamed tool whose name was taken is logged (worker 0 only: every worker
+** loads the same tools). */
 static char *tools_report (worker *w) {
   const options *o = &w->s->o;
-  json_t *tools = json_array(), *names = json_array();
+  json_t *tools = json_array(), *names = json_object();
   json_t *input = json_pack(
     "{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s], s:b}", "type", "object", "properties",
     "code", "type", "string", "description", "The Lua script. Its return value is the result.",
@@ -667,11 +696,17 @@ static char *tools_report (worker *w) {
   json_array_append_new(tools, json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", o->name,
     "title", "Run a Lua script", "description", desc ? desc : json_string(""),
     "inputSchema", input, "outputSchema", envelope_schema()));
-  for (size_t i = 0, n = tp_engine_tool_count(w->e); i < n; i++) {
+  json_object_set_new(names, o->name, json_null());  /* taken, and not an exposed tool */
+  for (size_t i = 0, n = tp_engine_tool_count(w->e); o->expose && i < n; i++) {
     tp_tool_info ti, *t = &ti;
     tp_engine_tool_info(w->e, i, &ti);
-    json_array_append_new(names, json_string(t->name));
-    if (!o->expose || strcmp(t->name, o->name) == 0) continue;
+    char mcp_name[EXPOSED_NAME_MAX + 1], plain[EXPOSED_NAME_MAX + 1];
+    exposed_name(t->name, names, mcp_name);
+    exposed_name(t->name, NULL, plain);
+    if (strcmp(mcp_name, plain) != 0 && w->index == 0)
+      wlog(w, L_WARNING, "--expose-tools: tool %s is listed as %s: %s was taken", t->name,
+           mcp_name, plain);
+    json_object_set_new(names, mcp_name, json_string(t->name));
     char *schema = NULL;
     tp_engine_tool_schema(w->e, i, 0, &schema);
     json_t *in = schema ? json_loads(schema, JSON_ALLOW_NUL, NULL) : NULL;
@@ -679,9 +714,23 @@ static char *tools_report (worker *w) {
     if (!json_is_object(in)) { json_decref(in); in = json_object(); }
     strip_dialect(in, 0);
     if (json_object_get(in, "type") == NULL) json_object_set_new(in, "type", json_string("object"));
-    json_array_append_new(tools, json_pack("{s:s, s:s, s:o}", "name", t->name,
-                                           "description", t->description, "inputSchema", in));
+    json_t *entry = json_pack("{s:s, s:s, s:s, s:o}", "name", mcp_name, "title", t->name,
+                              "description", t->description, "inputSchema", in);
+    /* an output schema is published when it describes an object: MCP's structuredContent
+    ** is an object, and the result of any other shape goes back as text only */
+    schema = NULL;
+    tp_engine_tool_schema(w->e, i, 1, &schema);
+    json_t *out = schema ? json_loads(schema, JSON_ALLOW_NUL, NULL) : NULL;
+    tp_free(schema);
+    const char *type = json_string_value(json_object_get(out, "type"));
+    if (entry && json_is_object(out) && type && strcmp(type, "object") == 0) {
+      strip_dialect(out, 0);
+      json_object_set(entry, "outputSchema", out);
+    }
+    json_decref(out);
+    json_array_append_new(tools, entry);
   }
+  json_object_del(names, o->name);
   json_t *r = json_pack("{s:{s:o}, s:o}", "list", "tools", tools, "names", names);
   char *text = r ? tp_json_text(r, NULL) : NULL;
   json_decref(r);
@@ -1213,11 +1262,74 @@ static char *refusal_response (const json_t *id, const char *code, const char *m
   return line;
 }
 
-/* The response of an exposed tool: the tool's result itself, or the model view of the
-** failed run. */
+/* s without prefix "tools.<tool>" (replaced by mcp_name) and without the suffix that points
+** at tools.describe, neither of which an exposed tool's caller can use. */
+static json_t *exposed_message (const char *msg, const char *tool, const char *mcp_name) {
+  sbuf b = { 0 };
+  size_t tl = strlen(tool);
+  if (strncmp(msg, "tools.", 6) == 0 && strncmp(msg + 6, tool, tl) == 0 &&
+      (msg[6 + tl] == ':' || msg[6 + tl] == ' ')) {
+    sb_str(&b, mcp_name);
+    msg += 6 + tl;
+  }
+  char tail[300];
+  snprintf(tail, sizeof tail, " (tools.describe(\"%s\") shows what it takes)", tool);
+  size_t n = strlen(msg), tn = strlen(tail);
+  if (n >= tn && strcmp(msg + n - tn, tail) == 0) n -= tn;
+  sb_put(&b, msg, n);
+  json_t *j = b.oom ? NULL : json_stringn(b.p, b.len);
+  free(b.p);
+  return j;
+}
+
+/* The failure of an exposed tool, for the model that called it: the tool's MCP name, the
+** arguments it was given, and the error's code, message and hint, without the Lua that
+** tidepool ran for it (its line, its source); the calls record goes to _meta. NULL when
+** it cannot be made within max (the caller sends the cut model view instead). */
+static char *exposed_failure (const json_t *id, const char *env, size_t len, const char *tool,
+                              const char *mcp_name, json_t *args, size_t max, size_t *outlen) {
+  json_t *j = parse_envelope(env, len);
+  json_t *err = json_object_get(j, "error");
+  const char *code = json_string_value(json_object_get(err, "code"));
+  const char *msg = json_string_value(json_object_get(err, "message"));
+  if (code == NULL || msg == NULL) { json_decref(j); return NULL; }
+  json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
+                        exposed_message(msg, tool, mcp_name));
+  if (e && strcmp(code, "tool.invalid_input") == 0)
+    json_object_set_new(e, "hint", json_string("Fix the arguments: the message gives the JSON "
+      "path of the wrong value and what was expected; the tool's inputSchema (tools/list) "
+      "shows what it takes."));
+  else if (e && json_is_string(json_object_get(err, "hint")))
+    json_object_set(e, "hint", json_object_get(err, "hint"));
+  json_t *v = e ? json_pack("{s:b, s:s, s:O, s:o}", "ok", 0, "tool", mcp_name, "arguments",
+                            args, "error", e) : NULL;
+  json_t *meta = json_object();
+  if (meta && json_object_get(j, "calls"))
+    json_object_set(meta, "tidepool/calls", json_object_get(j, "calls"));
+  if (meta && json_object_get(j, "stats"))
+    json_object_set(meta, "tidepool/stats", json_object_get(j, "stats"));
+  size_t n = 0;
+  char *text = v ? tp_json_text(v, &n) : NULL;
+  char *meta_text = meta ? tp_json_text(meta, NULL) : NULL;
+  char *out = NULL;
+  if (text && meta_text) out = wrap_envelope(id, text, n, 0, meta_text, max, outlen);
+  if (text && out == NULL) out = wrap_envelope(id, text, n, 0, NULL, max, outlen);
+  free(text);
+  free(meta_text);
+  json_decref(meta);
+  json_decref(v);
+  json_decref(j);
+  return out;
+}
+
+/* The response of an exposed tool: the tool's result itself, or its failure
+** (exposed_failure; the model view of the run when that cannot be made). */
 static char *exposed_response (const json_t *id, const char *env, size_t len, int ok,
-                               size_t max, size_t *outlen) {
-  if (!ok) return call_response(id, env, len, 0, NULL, max, outlen);
+                               const req *q, size_t max, size_t *outlen) {
+  if (!ok) {
+    char *out = exposed_failure(id, env, len, q->tool, q->mcp_name, q->args, max, outlen);
+    return out ? out : call_response(id, env, len, 0, NULL, max, outlen);
+  }
   json_t *j = parse_envelope(env, len);
   json_t *result = j ? json_object_get(j, "result") : NULL;
   if (result == NULL) { json_decref(j); return call_response(id, env, len, 1, NULL, max, outlen); }
@@ -1437,7 +1549,7 @@ static void run_done (tp_run *run, void *ud) {
   audit_write(w, q, env, len);
   if (!q->wcancelled) {
     if (env == NULL) q->line = minimal_response(q->id, 0, "limit.memory", &q->line_len);
-    else q->line = q->tool ? exposed_response(q->id, env, len, ok, q->budget, &q->line_len)
+    else q->line = q->tool ? exposed_response(q->id, env, len, ok, q, q->budget, &q->line_len)
                            : call_response(q->id, env, len, ok, q->sess_info, q->budget,
                                            &q->line_len);
   }
@@ -1616,6 +1728,8 @@ static void req_free (server *s, req *q) {
   json_decref(q->sess_info);
   free(q->code);
   free(q->tool);
+  free(q->mcp_name);
+  json_decref(q->args);
   free(q->line);
   batch *b = q->b;
   free(q);
@@ -1780,8 +1894,10 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   const char *name = json_string_value(jname);
   size_t namelen = json_string_length(jname);
   int is_run = strlen(name) == namelen && strcmp(name, s->o.name) == 0;
-  if (!is_run && !(s->o.expose && strlen(name) == namelen && s->tool_names &&
-                   json_object_get(s->tool_names, name))) {
+  const char *real = NULL;  /* the exposed tool's own name */
+  if (!is_run && s->o.expose && strlen(name) == namelen && s->tool_names)
+    real = json_string_value(json_object_get(s->tool_names, name));
+  if (!is_run && real == NULL) {
     send_error(s, b, id, -32602, "Unknown tool: %.200s (tools/list lists the tools)", name);
     return;
   }
@@ -1829,12 +1945,14 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     }
   }
   else {
-    q->tool = strdup(name);
+    q->tool = strdup(real);
+    q->mcp_name = strdup(name);
+    q->args = json_is_object(args) ? json_deep_copy(args) : json_object();
     json_t *empty = json_object();
-    q->code = exposed_script(name, json_is_object(args) ? args : empty, &q->codelen);
+    q->code = exposed_script(real, json_is_object(args) ? args : empty, &q->codelen);
     json_decref(empty);
   }
-  if (q->code == NULL) {
+  if (q->code == NULL || (q->tool && (q->mcp_name == NULL || q->args == NULL))) {
     if (q->sess) q->sess->busy = 0;
     send_error(s, b, id, -32603, "out of memory");
     req_free(s, q);
@@ -1899,19 +2017,15 @@ static void tools_reported (server *s, mail *m) {
   /* the worker's own JSON, as large as the plugins' schemas and descriptions make it */
   json_t *j = m->text ? json_loads(m->text, 0, NULL) : NULL;
   json_t *list = json_object_get(j, "list"), *names = json_object_get(j, "names");
-  if (!json_is_object(list) || !json_is_array(names)) {
+  if (!json_is_object(list) || !json_is_object(names)) {
     log_msg(s, L_ERROR, "out of memory: the tool list was not updated");
     json_decref(j);
     return;
   }
-  json_t *set = json_object();
-  size_t i;
-  json_t *v;
-  json_array_foreach(names, i, v) json_object_set_new(set, json_string_value(v), json_true());
   json_decref(s->tools);
   json_decref(s->tool_names);
   s->tools = json_incref(list);
-  s->tool_names = set;
+  s->tool_names = json_incref(names);
   s->ntools = m->len;
   json_decref(j);
 }

@@ -201,16 +201,21 @@ test('sessions: the least recently used is evicted past --max-sessions; idle one
   assert(/idle/.test(d.structuredContent.session.message), 'expiry is explained');
 });
 
-test('--expose-tools lists each tool and calls it directly', async () => {
+test('--expose-tools lists each tool under a name every client accepts and calls it directly', async () => {
   const m = await connect(['--expose-tools', '--name', 'lua']);
   const { tools } = await m.listTools();
-  const names = tools.map((t) => t.name);
-  assert(names.includes('lua') && names.includes('test.echo') && names.includes('test.sleep'), names.join());
-  eq(tools.find((t) => t.name === 'test.sleep').inputSchema.required, ['ms'], 'its input schema');
-  const r = await m.callTool({ name: 'test.echo', arguments: { q: 'a"b\\c]]' } });
+  eq(tools.map((t) => t.name), ['lua', 'kv_delete', 'kv_get', 'kv_list', 'kv_set', 'test_echo',
+    'test_sleep', 'time_now', 'time_sleep'], 'names');
+  eq(tools.find((t) => t.name === 'test_sleep').inputSchema.required, ['ms'], 'its input schema');
+  eq(tools.find((t) => t.name === 'kv_get').outputSchema.type, 'object', 'its output schema');
+  const r = await m.callTool({ name: 'test_echo', arguments: { q: 'a"b\\c]]' } });
   eq(r.structuredContent, { q: 'a"b\\c]]' }, 'the tool result itself');
-  const bad = await m.callTool({ name: 'test.sleep', arguments: { ms: 'x' } });
+  const g = await m.callTool({ name: 'kv_get', arguments: { key: 'e2e-none' } });
+  eq(g.structuredContent, { found: false, value: null }, 'a result checked against its outputSchema by the SDK');
+  const bad = await m.callTool({ name: 'test_sleep', arguments: { ms: 'x' } });
   eq(bad.isError, true, 'invalid input is a tool error');
+  eq(bad.structuredContent.error.message, 'test_sleep: invalid arguments: $.ms: expected integer, got string "x"', 'named as listed');
+  eq(bad.structuredContent.arguments, { ms: 'x' }, 'with the arguments given');
   const l = await m.callTool({ name: 'lua', arguments: { code: 'return 7' } });
   eq(l.structuredContent.result, 7, 'run_lua under its --name');
 });
@@ -221,12 +226,12 @@ test('a changed --tools directory sends notifications/tools/list_changed', async
     const m = await connect(['--tools', dir, '--expose-tools']);
     let changed = 0;
     m.setNotificationHandler(ToolListChangedNotificationSchema, () => { changed++; });
-    assert(!(await m.listTools()).tools.some((t) => t.name === 'hello.say'), 'not there yet');
+    assert(!(await m.listTools()).tools.some((t) => t.name === 'hello_say'), 'not there yet');
     fs.writeFileSync(path.join(dir, 'hello.lua'), 'return { name = "hello.say", description = "Says hello.", '
       + 'handler = function() return { text = "hello" } end }\n');
     for (let i = 0; i < 300 && !changed; i++) await sleep(10);
     assert(changed >= 1, 'list_changed received');
-    assert((await m.listTools()).tools.some((t) => t.name === 'hello.say'), 'the new tool is listed');
+    assert((await m.listTools()).tools.some((t) => t.name === 'hello_say'), 'the new tool is listed');
     const r = await runLua(m, 'return tools.hello.say{}.text');
     eq(r.structuredContent.result, 'hello', 'and callable');
   } finally {

@@ -23,11 +23,14 @@ function server(args = []) {
       while (waiters.length && lines.length) waiters.shift()(lines.shift());
     }
   });
-  p.stderr.resume();
+  let err = '';
+  p.stderr.setEncoding('utf8');
+  p.stderr.on('data', (d) => { err += d; });
   const exited = new Promise((r) => p.on('exit', (code) => r(code)));
   return {
     p, exited,
     raw: () => raw,
+    stderr: () => err,
     send(text) { p.stdin.write(typeof text === 'string' ? text : Buffer.from(text)); },
     line(ms = 5000) {
       if (lines.length) return Promise.resolve(lines.shift());
@@ -462,6 +465,56 @@ test('--describe: run_lua lists the tools one line each past 8 tools (auto), in 
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }, 30000);
+test('--expose-tools: names match ^[a-zA-Z0-9_-]{1,64}$, collisions get a suffix and are logged, calls reach the real tool', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-names-'));
+  try {
+    const tool = (name, extra = '') => `{ name = "${name}", description = "${name}.", ` +
+      `handler = function(a) return { tool = "${name}", got = a } end${extra} }`;
+    fs.writeFileSync(path.join(dir, 'n.lua'), `return { ${tool('x.get')}, ${tool('x_get')}, ` +
+      `${tool('run_lua')}, ${tool('a.' + 'b'.repeat(70))}, ` +
+      `${tool('o.obj', ', output = { type = "object", properties = { tool = { type = "string" } } }')}, ` +
+      `${tool('o.arr', ', output = { type = "array" }')} }\n`);
+    const t = server(['--tools', dir, '--no-builtin-tools', '--expose-tools']);
+    t.send('{"jsonrpc":"2.0","id":"l","method":"tools/list"}\n');
+    const tools = (await t.msg(20000)).result.tools;
+    eq(tools.map((x) => [x.name, x.title]), [
+      ['run_lua', 'Run a Lua script'],
+      ['a_' + 'b'.repeat(62), 'a.' + 'b'.repeat(70)],
+      ['o_arr', 'o.arr'], ['o_obj', 'o.obj'], ['run_lua_2', 'run_lua'],
+      ['test_echo', 'test.echo'], ['test_sleep', 'test.sleep'],
+      ['x_get', 'x.get'], ['x_get_2', 'x_get']], 'names and titles');
+    for (const x of tools) assert(/^[a-zA-Z0-9_-]{1,64}$/.test(x.name), x.name);
+    eq(tools.find((x) => x.name === 'o_obj').outputSchema,
+      { properties: { tool: { type: 'string' } }, type: 'object' }, 'an object output schema is published');
+    eq(tools.find((x) => x.name === 'o_arr').outputSchema, undefined, 'a non-object one is not');
+    const callTool = async (name, args) => {
+      t.send(JSON.stringify({ jsonrpc: '2.0', id: name, method: 'tools/call', params: { name, arguments: args } }) + '\n');
+      return (await t.msg()).result;
+    };
+    eq((await callTool('x_get_2', { n: 1 })).structuredContent, { got: { n: 1 }, tool: 'x_get' }, 'x_get_2 is x_get');
+    eq((await callTool('x_get', {})).structuredContent, { got: {}, tool: 'x.get' }, 'x_get is x.get');
+    eq((await callTool('run_lua_2', {})).structuredContent, { got: {}, tool: 'run_lua' }, 'the plugin run_lua');
+    t.send(JSON.stringify({ jsonrpc: '2.0', id: 'u', method: 'tools/call', params: { name: 'x.get', arguments: {} } }) + '\n');
+    eq((await t.msg()).error.code, -32602, 'the dotted name is not a tool of the MCP list');
+    eq(await t.close(), 0, 'exit status');
+    assert(t.stderr().includes('--expose-tools: tool x_get is listed as x_get_2: x_get was taken'), t.stderr());
+    assert(t.stderr().includes('--expose-tools: tool run_lua is listed as run_lua_2: run_lua was taken'), t.stderr());
+  } finally { fs.rmSync(dir, { recursive: true, force: true }); }
+}, 30000);
+test('--expose-tools: a failed call shows the tool\'s name and arguments, not the Lua that ran it', async () => {
+  const t = server(['--expose-tools']);
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'k', method: 'tools/call', params: { name: 'kv_get', arguments: { nokey: 1 } } }) + '\n');
+  const r = (await t.msg()).result;
+  eq(r.isError, true, 'isError');
+  eq(r.structuredContent, { arguments: { nokey: 1 }, error: { code: 'tool.invalid_input',
+    hint: 'Fix the arguments: the message gives the JSON path of the wrong value and what was expected; the tool\'s inputSchema (tools/list) shows what it takes.',
+    message: 'kv_get: invalid arguments: $: missing required property "key"; $.nokey: unexpected property "nokey" (allowed: "key")' },
+  ok: false, tool: 'kv_get' }, 'the failure');
+  eq(JSON.parse(r.content[0].text), r.structuredContent, 'the text is the same');
+  assert(!r.content[0].text.includes('json.decode'), 'no generated Lua');
+  eq(r._meta['tidepool/calls'].map((c) => [c.tool, c.error]), [['kv.get', 'tool.invalid_input']], '_meta');
+  eq(await t.close(), 0, 'exit status');
+});
 test('a tools/list over 10 MiB (huge exposed descriptions): -32603 with the id, not an oversized line', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-bigtools-'));
   try {
