@@ -219,6 +219,67 @@ describe("tidepool run options", function()
   end)
 end)
 
+describe("tidepool plugins", function()
+  local function tempdir()
+    local p = assert(io.popen("mktemp -d"))
+    local d = p:read("l")
+    p:close()
+    return d
+  end
+
+  it("a tool named search, list.all, x.list or describe loads and is called with a table; "
+     .. "tools.search(\"words\"), tools.list() and tools.describe(name) stay discovery", function()
+    local dir = tempdir()
+    local f = assert(io.open(dir .. "/d.lua", "w"))
+    f:write([[
+local function t(name)
+  return { name = name, description = name .. ".",
+           handler = function() return { tool = name } end }
+end
+return { t("search"), t("list.all"), t("x.list"), t("describe") }
+]])
+    f:close()
+    local env, rc, err = run_json([[
+return { tools.search{q = "a"}.tool, tools.list.all{}.tool, tools.x.list{}.tool,
+  tools.describe{}.tool, #tools.list(), type(tools.search("all")),
+  tools.describe("x.list"):find("x.list", 1, true) ~= nil }]],
+      "--strict --no-builtin-tools --tools " .. dir)
+    os.execute("rm -rf " .. shell_quote(dir))
+    assert.are.equal("", err)
+    assert.are.equal(0, rc)
+    assert.are.same({ "search", "list.all", "x.list", "describe", 4, "table", true }, env.result)
+  end)
+
+  it("without a tool named search, tools.search{...} is discovery's argument error", function()
+    local env, rc = run_json("return tools.search{q = 1}", "--no-builtin-tools")
+    assert.are.equal(1, rc)
+    assert.are.equal("bad argument #1 to 'search' (string expected, got table)", env.error.message)
+  end)
+
+  it("--strict: a refused plugin exits 3 before the script runs; without it, a warning", function()
+    local out, err, rc = run("print('ran') return 1",
+                             "--strict --no-builtin-tools --tools spec/fixtures/plugins/broken")
+    assert.are.equal(3, rc)
+    assert.are.equal("", out)
+    local _, n = err:gsub("tidepool: warning: ", "")
+    assert.are.equal(9, n)
+    assert.truthy(err:find("tidepool: --strict: a plugin was refused (see the warnings above)\n",
+                           1, true))
+    out, _, rc = run("return tools.ok.one ~= nil",
+                     "--no-builtin-tools --tools spec/fixtures/plugins/broken")
+    assert.are.equal(0, rc)
+    assert.are.equal("true\n", out)
+    _, _, rc = run("return 1", "--strict --no-builtin-tools --tools spec/fixtures/plugins/good")
+    assert.are.equal(0, rc)
+  end)
+
+  it("--strict applies to describe too", function()
+    local _, _, rc = sh(BIN .. " describe --strict --no-builtin-tools --tools "
+                        .. "spec/fixtures/plugins/broken")
+    assert.are.equal(3, rc)
+  end)
+end)
+
 describe("tidepool usage errors", function()
   local function usage(args, needle, stdin)
     local out, err, rc = sh(BIN .. " " .. args, stdin)

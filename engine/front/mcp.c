@@ -297,6 +297,7 @@ struct server {
   /* tools, as worker 0 last reported them */
   json_t *tools;            /* the tools/list result */
   json_t *tool_names;       /* MCP name -> tool name, every exposed tool */
+  json_t *early;            /* warnings before initialize: [{level, text}], or NULL */
   size_t ntools;
   /* sessions */
   session *sessions;
@@ -485,9 +486,17 @@ static void notify (server *s, const char *method, json_t *params) {
   send_msg(s, NULL, notification(method, params));
 }
 
+/* Warnings logged before the client initialized (the plugins refused at startup) are kept,
+** up to EARLY_MAX, and sent once it has: a client learns of every refused plugin. */
+#define EARLY_MAX 100
 static void log_text (server *s, int level, const char *text) {
   if (!s->quiet && (level >= L_INFO || level >= s->level))
     fprintf(stderr, "tidepool mcp: %s: %s\n", levels[level], text);
+  if (!s->initialized && level >= L_WARNING) {
+    if (s->early == NULL) s->early = json_array();
+    if (json_array_size(s->early) < EARLY_MAX)
+      json_array_append_new(s->early, json_pack("{s:i, s:s}", "level", level, "text", text));
+  }
   if (!s->initialized || level < s->level) return;
   json_t *data = json_string(text);
   if (data == NULL) return;
@@ -1593,13 +1602,21 @@ static void worker_run (worker *w, req *q) {
   }
 }
 
+typedef struct load_ctx { worker *w; const char *dir; } load_ctx;
+
+/* A plugin refused: one warning each (notifications/message and standard error). */
+static void load_problem (const char *problem, void *ud) {
+  load_ctx *lc = ud;
+  wlog(lc->w, L_WARNING, "tools from %s: refused: %s", lc->dir, problem);
+}
+
 static void load_dir (worker *w, const char *dir, int quiet_if_empty) {
   if (quiet_if_empty && !has_lua_files(dir)) return;
-  int n = tp_engine_load_tools(w->e, dir);
-  if (w->index != 0) return;  /* every worker loads the same files: one reports */
-  const char *err = tp_engine_error(w->e);
-  if (n < 0) wlog(w, L_WARNING, "tools from %s not loaded: %s", dir, err);
-  else if (err && *err) wlog(w, L_WARNING, "tools from %s: %s", dir, err);
+  load_ctx lc = { w, dir };
+  /* every worker loads the same files: one reports */
+  int n = tp_engine_load_tools_cb(w->e, dir, w->index == 0 ? load_problem : NULL, &lc);
+  if (w->index == 0 && n < 0)
+    wlog(w, L_WARNING, "tools from %s not loaded: %s", dir, tp_engine_error(w->e));
 }
 
 /* Loads the plugin directories and tells the protocol thread (M_READY). */
@@ -2102,6 +2119,18 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
       "serverInfo", "name", "tidepool", "title", "tidepool (code mode: sandboxed Lua)",
       "version", tp_version(),
       "instructions", instructions));
+    size_t i;
+    json_t *w;
+    json_array_foreach(s->early, i, w) {
+      int level = (int)json_integer_value(json_object_get(w, "level"));
+      json_t *data = json_copy(json_object_get(w, "text"));
+      if (level >= s->level && data)
+        notify(s, "notifications/message", json_pack("{s:s, s:s, s:o}", "level",
+               levels[level], "logger", "tidepool", "data", data));
+      else json_decref(data);
+    }
+    json_decref(s->early);
+    s->early = NULL;
   }
   else if (strcmp(method, "ping") == 0) send_result(s, b, id, NULL);
   else if (strcmp(method, "tools/list") == 0)
@@ -2469,6 +2498,7 @@ static void server_close (server *s) {
   tp_store_destroy(s->kv);
   json_decref(s->tools);
   json_decref(s->tool_names);
+  json_decref(s->early);
   free(s->workers);
   free(s->watch);
   free(s->line);

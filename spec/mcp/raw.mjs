@@ -515,6 +515,23 @@ test('--expose-tools: a failed call shows the tool\'s name and arguments, not th
   eq(r._meta['tidepool/calls'].map((c) => [c.tool, c.error]), [['kv.get', 'tool.invalid_input']], '_meta');
   eq(await t.close(), 0, 'exit status');
 });
+test('every refused plugin is a warning the client gets (notifications/message), sent after initialize', async () => {
+  const t = server(['--tools', 'spec/fixtures/plugins/broken', '--no-builtin-tools']);
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'i', method: 'initialize', params: {
+    protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }) + '\n');
+  eq((await t.msg(20000)).id, 'i', 'the initialize response first');
+  const warnings = [];
+  for (let k = 0; k < 9; k++) warnings.push((await t.msg()).params);
+  eq(warnings.map((w) => [w.level, w.logger]), Array(9).fill(['warning', 'tidepool']), 'levels');
+  eq(warnings.map((w) => w.data.replace(/:\d+: .*/s, '')), ['b_syntax', 'c_runtime', 'd_schema',
+    'e_nohandler', 'f_duplicate', 'g_badname', 'h_unknown_field', 'i_nothing', 'j_errorobj'].map((f) =>
+    `tools from spec/fixtures/plugins/broken: refused: spec/fixtures/plugins/broken/${f}.lua`), 'one per refused file');
+  eq(warnings[4].data, 'tools from spec/fixtures/plugins/broken: refused: spec/fixtures/plugins/broken/' +
+    'f_duplicate.lua:3: tool ok.one is defined already (at spec/fixtures/plugins/broken/a_good.lua:2)', 'a whole one');
+  t.send('{"jsonrpc":"2.0","id":"p","method":"ping"}\n');
+  eq(await t.msg(), { id: 'p', jsonrpc: '2.0', result: {} }, 'nothing more before the ping');
+  eq(await t.close(), 0, 'exit status');
+}, 30000);
 test('a tools/list over 10 MiB (huge exposed descriptions): -32603 with the id, not an oversized line', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-bigtools-'));
   try {
