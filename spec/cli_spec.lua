@@ -153,6 +153,22 @@ return tools.kv.get{key = {}}]], "--for-model")
     assert.is_nil(v.failed_unlisted)
   end)
 
+  it("--for-model lists a failure repeated in a loop once, with how many times", function()
+    local out, _, rc = run([[
+for i = 1, 50 do pcall(tools.kv.get, {}) end
+pcall(tools.kv.get, {})
+return 1]], "--for-model")
+    assert.are.equal(0, rc)
+    local v = dkjson.decode(out)
+    local msg = 'tools.kv.get: invalid arguments: $: missing required property "key" '
+      .. '(tools.describe("kv.get") shows what it takes)'
+    assert.are.same({
+      { tool = "kv.get", line = 1, code = "tool.invalid_input", message = msg, times = 50 },
+      { tool = "kv.get", line = 2, code = "tool.invalid_input", message = msg },
+    }, v.failed_calls)
+    assert.are.same({ ["kv.get"] = 51 }, v.calls)
+  end)
+
   it("--for-model counts the calls past the first 100 and the failures among them", function()
     local out, _, rc = run([[
 for i = 1, 150 do tools.kv.set{key = "k" .. i, value = i} end

@@ -594,7 +594,9 @@ static json_t *envelope_schema (void) {
       "\"description\":\"how many times the script called each tool\"},"
     "\"failed_calls\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
       "\"tool\":{\"type\":\"string\"},\"line\":{\"type\":\"integer\"},\"code\":{\"type\":"
-      "\"string\"},\"message\":{\"type\":\"string\"}},\"required\":[\"tool\"]},"
+      "\"string\"},\"message\":{\"type\":\"string\"},\"times\":{\"type\":\"integer\","
+      "\"description\":\"how many calls failed the same way (when more than one)\"}},"
+      "\"required\":[\"tool\"]},"
       "\"description\":\"each tool call that failed or was refused (caught or not), in "
       "order\"},"
     "\"failed_unlisted\":{\"type\":\"integer\",\"description\":\"more failed calls past "
@@ -1076,7 +1078,8 @@ static json_t *parse_envelope (const char *env, size_t len) {
 
 /* The result made for the model out of envelope env (the engine's): ok, result or error,
 ** logs, "calls": the number of calls by tool, and "failed_calls": each failed or refused
-** call in full (tool, line, code, message), when any ("failed_unlisted": how many more
+** call in full (tool, line, code, message; "times": n when the same failure came back n
+** times, as in a loop), when any ("failed_unlisted": how many more
 ** failed past the envelope's listed calls). The calls record (ms, bytes, one record a
 ** call) and stats stay out: a model reads every byte of this, and they go to the result's
 ** _meta and the audit log instead. The session and truncated fields pass through. New
@@ -1111,12 +1114,30 @@ static json_t *model_view (const json_t *env) {
     if (json_object_set_new(by, name, json_integer(had + 1)) != 0) goto oom;
     if (json_is_true(json_object_get(c, "ok"))) continue;
     json_t *f = json_pack("{s:s}", "tool", name);
-    if (f == NULL || json_array_append_new(failed, f) != 0) goto oom;
+    if (f == NULL) goto oom;
     json_t *line = json_object_get(c, "line"), *code = json_object_get(c, "error");
     json_t *msg = json_object_get(c, "message");
     if (line) json_object_set(f, "line", line);
     if (code) json_object_set(f, "code", code);
     if (msg) json_object_set(f, "message", msg);
+    /* the same failure again (a loop): counted on its first entry, not repeated */
+    size_t k;
+    json_t *g, *same = NULL;
+    json_array_foreach(failed, k, g) {
+      static const char *const keys[] = { "tool", "line", "code", "message" };
+      int eq = 1;
+      for (size_t q = 0; q < 4 && eq; q++) {
+        json_t *a = json_object_get(g, keys[q]), *b = json_object_get(f, keys[q]);
+        eq = (a == NULL && b == NULL) || (a && b && json_equal(a, b));
+      }
+      if (eq) { same = g; break; }
+    }
+    if (same) {
+      json_int_t times = json_integer_value(json_object_get(same, "times"));
+      json_object_set_new(same, "times", json_integer(times ? times + 1 : 2));
+      json_decref(f);
+    }
+    else if (json_array_append_new(failed, f) != 0) goto oom;
   }
   if (json_object_set_new(v, "calls", by) != 0) { by = NULL; goto oom; }
   by = NULL;

@@ -41,7 +41,8 @@ int tp__mcp_main(int argc, char **argv);
 
 /* The result made for a model out of an envelope's text (the engine's): ok, result or
 ** error, logs, "calls" (how many calls of each tool), "failed_calls" (each failed or refused
-** call: tool, line, code, message) when any; no call records or stats. The text (compact
+** call: tool, line, code, message; times: n for n equal failures) when any; no call
+** records or stats. The text (compact
 ** JSON) is the caller's to free; NULL when env is not an envelope or out of memory. */
 char *tp__mcp_model_view(const char *env, size_t len, size_t *outlen);
 
