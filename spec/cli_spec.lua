@@ -118,6 +118,68 @@ describe("tidepool run", function()
     assert.are.equal(0, rc)
     assert.are.equal("fenced", dkjson.decode(out).result)
   end)
+
+  it("--for-model: 100 kv.set and 100 kv.get returning 5050 is one line of 71 bytes", function()
+    local out, err, rc = run([[
+for i = 1, 100 do tools.kv.set{key = "k" .. i, value = i} end
+local s = 0
+for i = 1, 100 do s = s + tools.kv.get{key = "k" .. i}.value end
+return s]], "--for-model")
+    assert.are.equal(0, rc)
+    assert.are.equal("", err)
+    assert.are.equal('{"calls":{"kv.get":100,"kv.set":100},"logs":[],"ok":true,'
+      .. '"result":5050}\n', out)
+    assert.are.equal(72, #out)  -- 71 bytes and the newline; --json prints over 7,000
+  end)
+
+  it("--for-model lists each failed call in full, the others only counted", function()
+    local out, _, rc = run([[
+local ok, e = pcall(tools.kv.get, {nokey = 1})
+tools.kv.set{key = "x", value = 1}
+return tools.kv.get{key = {}}]], "--for-model")
+    assert.are.equal(1, rc)
+    local v = dkjson.decode(out)
+    assert.are.same({ ["kv.get"] = 2, ["kv.set"] = 1 }, v.calls)
+    assert.are.same({
+      { tool = "kv.get", line = 1, code = "tool.invalid_input", message = 'tools.kv.get: '
+        .. 'invalid arguments: $: missing required property "key"; $.nokey: unexpected '
+        .. 'property "nokey" (allowed: "key") (tools.describe("kv.get") shows what it takes)' },
+      { tool = "kv.get", line = 3, code = "tool.invalid_input", message = 'tools.kv.get: '
+        .. 'invalid arguments: $.key: expected string, got object (tools.describe("kv.get") '
+        .. 'shows what it takes)' },
+    }, v.failed_calls)
+    assert.are.equal("tool.invalid_input", v.error.code)
+    assert.is_nil(v.stats)
+    assert.is_nil(v.failed_unlisted)
+  end)
+
+  it("--for-model lists a failure repeated in a loop once, with how many times", function()
+    local out, _, rc = run([[
+for i = 1, 50 do pcall(tools.kv.get, {}) end
+pcall(tools.kv.get, {})
+return 1]], "--for-model")
+    assert.are.equal(0, rc)
+    local v = dkjson.decode(out)
+    local msg = 'tools.kv.get: invalid arguments: $: missing required property "key" '
+      .. '(tools.describe("kv.get") shows what it takes)'
+    assert.are.same({
+      { tool = "kv.get", line = 1, code = "tool.invalid_input", message = msg, times = 50 },
+      { tool = "kv.get", line = 2, code = "tool.invalid_input", message = msg },
+    }, v.failed_calls)
+    assert.are.same({ ["kv.get"] = 51 }, v.calls)
+  end)
+
+  it("--for-model counts the calls past the first 100 and the failures among them", function()
+    local out, _, rc = run([[
+for i = 1, 150 do tools.kv.set{key = "k" .. i, value = i} end
+for i = 1, 3 do pcall(tools.kv.get, {}) end
+return 1]], "--for-model")
+    assert.are.equal(0, rc)
+    local v = dkjson.decode(out)
+    assert.are.same({ ["kv.set"] = 150, ["kv.get"] = 3 }, v.calls)
+    assert.is_nil(v.failed_calls)
+    assert.are.equal(3, v.failed_unlisted)
+  end)
 end)
 
 describe("tidepool run options", function()
@@ -170,6 +232,67 @@ describe("tidepool run options", function()
   it("--max-source refuses a long script", function()
     local env = run_json("return 1 -- a comment that makes it long", "--max-source 10")
     assert.are.equal("limit.source", env.error.code)
+  end)
+end)
+
+describe("tidepool plugins", function()
+  local function tempdir()
+    local p = assert(io.popen("mktemp -d"))
+    local d = p:read("l")
+    p:close()
+    return d
+  end
+
+  it("a tool named search, list.all, x.list or describe loads and is called with a table; "
+     .. "tools.search(\"words\"), tools.list() and tools.describe(name) stay discovery", function()
+    local dir = tempdir()
+    local f = assert(io.open(dir .. "/d.lua", "w"))
+    f:write([[
+local function t(name)
+  return { name = name, description = name .. ".",
+           handler = function() return { tool = name } end }
+end
+return { t("search"), t("list.all"), t("x.list"), t("describe") }
+]])
+    f:close()
+    local env, rc, err = run_json([[
+return { tools.search{q = "a"}.tool, tools.list.all{}.tool, tools.x.list{}.tool,
+  tools.describe{}.tool, #tools.list(), type(tools.search("all")),
+  tools.describe("x.list"):find("x.list", 1, true) ~= nil }]],
+      "--strict --no-builtin-tools --tools " .. dir)
+    os.execute("rm -rf " .. shell_quote(dir))
+    assert.are.equal("", err)
+    assert.are.equal(0, rc)
+    assert.are.same({ "search", "list.all", "x.list", "describe", 4, "table", true }, env.result)
+  end)
+
+  it("without a tool named search, tools.search{...} is discovery's argument error", function()
+    local env, rc = run_json("return tools.search{q = 1}", "--no-builtin-tools")
+    assert.are.equal(1, rc)
+    assert.are.equal("bad argument #1 to 'search' (string expected, got table)", env.error.message)
+  end)
+
+  it("--strict: a refused plugin exits 3 before the script runs; without it, a warning", function()
+    local out, err, rc = run("print('ran') return 1",
+                             "--strict --no-builtin-tools --tools spec/fixtures/plugins/broken")
+    assert.are.equal(3, rc)
+    assert.are.equal("", out)
+    local _, n = err:gsub("tidepool: warning: ", "")
+    assert.are.equal(9, n)
+    assert.truthy(err:find("tidepool: --strict: a plugin was refused (see the warnings above)\n",
+                           1, true))
+    out, _, rc = run("return tools.ok.one ~= nil",
+                     "--no-builtin-tools --tools spec/fixtures/plugins/broken")
+    assert.are.equal(0, rc)
+    assert.are.equal("true\n", out)
+    _, _, rc = run("return 1", "--strict --no-builtin-tools --tools spec/fixtures/plugins/good")
+    assert.are.equal(0, rc)
+  end)
+
+  it("--strict applies to describe too", function()
+    local _, _, rc = sh(BIN .. " describe --strict --no-builtin-tools --tools "
+                        .. "spec/fixtures/plugins/broken")
+    assert.are.equal(3, rc)
   end)
 end)
 

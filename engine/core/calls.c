@@ -310,12 +310,7 @@ void tp__call_taken (tp_run *r, tp_call *c) {
   c->consumed = 1;
   if (c->state != CALL_DONE) return;
   result_release(c);  /* only its size stays, for the envelope */
-  if (is_listed(c)) {
-    if (c->message) give_back(c, block_cost(strlen(c->message) + 1));
-    free(c->message);
-    c->message = NULL;
-    return;
-  }
+  if (is_listed(c)) return;  /* its message stays too: the envelope's record shows it */
   long i = call_index(r, c->id);
   if (i < 0) return;
   let_go(r, (size_t)i);
@@ -679,6 +674,25 @@ static void put_name (char *out, size_t *o, const char *s) {
 }
 #define NAME_ROOM (2 + 2 * TP_TOOL_NAME_MAX)
 
+/* Appends s (valid UTF-8, at most TP_MSG_MAX bytes: a call's message) as a JSON string.
+** Writes at most MSG_ROOM bytes. */
+static void put_text (char *out, size_t *o, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  out[(*o)++] = '"';
+  for (size_t i = 0; s[i] != '\0' && i < TP_MSG_MAX; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\') { out[(*o)++] = '\\'; out[(*o)++] = (char)ch; }
+    else if (ch == '\n') { out[(*o)++] = '\\'; out[(*o)++] = 'n'; }
+    else if (ch < 0x20 || ch == 0x7f) {
+      out[(*o)++] = '\\'; out[(*o)++] = 'u'; out[(*o)++] = '0'; out[(*o)++] = '0';
+      out[(*o)++] = hex[ch >> 4]; out[(*o)++] = hex[ch & 15];
+    }
+    else out[(*o)++] = (char)ch;
+  }
+  out[(*o)++] = '"';
+}
+#define MSG_ROOM (2 + 6 * TP_MSG_MAX)
+
 static void put_lit (char *out, size_t *o, const char *lit) {
   size_t n = strlen(lit);
   memcpy(out + *o, lit, n);
@@ -693,7 +707,8 @@ static void put_uint (char *out, size_t *o, uint64_t v, int min_digits) {
   while (n > 0) out[(*o)++] = tmp[--n];
 }
 
-/* One record: {"tool":..,"ok":..,["error":..,]"ms":..,"bytes_in":..,"bytes_out":..[,"line":..]} */
+/* One record: {"tool":..,"ok":..,["error":..,"message":..,]"ms":..,"bytes_in":..,
+** "bytes_out":..[,"line":..]}; a failed record's room is RECORD_ROOM + MSG_ROOM + 16. */
 #define RECORD_ROOM (160 + 2 * NAME_ROOM)
 static void put_record (char *out, size_t *o, const tp_call *c) {
   uint64_t end = c->state == CALL_DONE ? c->end_ns : tp__now_ns();
@@ -703,6 +718,10 @@ static void put_record (char *out, size_t *o, const tp_call *c) {
   put_name(out, o, c->name ? c->name : "?");
   put_lit(out, o, ok ? ",\"ok\":true" : ",\"ok\":false,\"error\":");
   if (!ok) put_name(out, o, c->state == CALL_DONE && c->code ? c->code : "cancelled");
+  if (!ok && c->state == CALL_DONE && c->message) {
+    put_lit(out, o, ",\"message\":");
+    put_text(out, o, c->message);
+  }
   put_lit(out, o, ",\"ms\":");
   put_uint(out, o, us / 1000, 1);
   out[(*o)++] = '.';
@@ -747,14 +766,16 @@ static void put_summary (char *out, size_t *o, const tp_calls_summary *s) {
 ** formatting calls; at most 100 records, so it takes microseconds. NULL when out of
 ** memory; *len gets the length. */
 char *tp__run_calls_text (tp_run *r, size_t *len) {
-  size_t listed = 0, o = 0;
+  size_t listed = 0, o = 0, msgroom = 0;
   for (size_t i = 0; i < r->ncallv; i++) {
     if (r->callv[i] != NULL && !is_listed(r->callv[i])) let_go(r, i);
     listed += r->callv[i] != NULL;
+    if (r->callv[i] != NULL && r->callv[i]->message) msgroom += MSG_ROOM + 16;
   }
   /* sized from what is there: a buffer for every record a run may list is over 128 KiB,
   ** which glibc gives back to the system at each free (a brk pair a run, 2x a cold run) */
-  size_t cap = 3 + listed * (RECORD_ROOM + 1) + (r->summary.calls > 0 ? SUMMARY_ROOM : 0);
+  size_t cap = 3 + listed * (RECORD_ROOM + 1) + (r->summary.calls > 0 ? SUMMARY_ROOM : 0) +
+               msgroom;
   char *out = malloc(cap);
   if (out == NULL) return NULL;
   out[o++] = '[';

@@ -1,6 +1,7 @@
 /*
 ** namespace.c: what the script sees of tools: the `tools` namespace, discovery
-** (tools.list, tools.describe, tools.search) and `parallel`.
+** (tools.list, tools.describe, tools.search: namespaces whose call is discovery, so tools
+** may share their names) and `parallel`.
 **
 ** A call, seen from the script: tools.a.b{...} copies the arguments out as JSON and
 ** starts the call on the host at once (unknown names, bad arguments, limits and handlers
@@ -49,6 +50,28 @@ static void call_refuse (tp_run *r, tp_call *c, const char *code, const char *ms
 }
 
 static int tool_k (lua_State *L, int status, lua_KContext ctx);
+static int tools_list (lua_State *L);
+static int tools_describe (lua_State *L);
+static int tools_search (lua_State *L);
+
+/* tools.list, tools.describe and tools.search are namespaces like any other (so a plugin
+** tool may be named search, list.all or describe.x), whose call is discovery unless a
+** table of arguments goes to a tool of exactly that name: tools.search("words") searches,
+** tools.search{q = "x"} calls a tool named search when one is loaded. */
+static lua_CFunction discovery_of (const char *prefix, size_t len) {
+  if (len == 4 && memcmp(prefix, "list", 4) == 0) return tools_list;
+  if (len == 8 && memcmp(prefix, "describe", 8) == 0) return tools_describe;
+  if (len == 6 && memcmp(prefix, "search", 6) == 0) return tools_search;
+  return NULL;
+}
+
+static int tool_loaded (lua_State *L, const char *name) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  const tp_core *k = tp__core(sb->run->e);
+  for (size_t i = 0, n = k->hooks->tool_count(k->ud); i < n; i++)
+    if (strcmp(k->hooks->tool_name(k->ud, i), name) == 0) return 1;
+  return 0;
+}
 
 static const char cannot_wait[] = TP_MSG_CANNOT_WAIT;
 
@@ -88,6 +111,11 @@ static int ns_call (lua_State *L) {
   tp_run *r = sb->run;
   size_t nlen = 0;
   const char *prefix = ns_prefix(L, 1, &nlen);
+  lua_CFunction discovery = prefix ? discovery_of(prefix, nlen) : NULL;
+  if (discovery && !(lua_type(L, 2) == LUA_TTABLE && tool_loaded(L, prefix))) {
+    lua_remove(L, 1);
+    return discovery(L);
+  }
   tp__sandbox_check(L, sb);
   if (prefix == NULL || nlen == 0)
     return luaL_error(L, "tools is a namespace: call a tool, e.g. tools.fs.read{path = \"a\"}");
@@ -428,16 +456,7 @@ void tp__tools_open (lua_State *L) {
   }
   lua_pop(L, 1);
   push_namespace(L, "", 0);
-  lua_pushliteral(L, "list");
-  lua_pushcfunction(L, tools_list);
-  lua_rawset(L, -3);
-  lua_pushliteral(L, "describe");
-  lua_pushcfunction(L, tools_describe);
-  lua_rawset(L, -3);
-  lua_pushliteral(L, "search");
-  lua_pushcfunction(L, tools_search);
-  lua_rawset(L, -3);
-  lua_setfield(L, G, "tools");
+  lua_setfield(L, G, "tools");  /* tools.list, .describe, .search: see discovery_of */
   lua_pushcfunction(L, sb_parallel);
   lua_setfield(L, G, "parallel");
 }

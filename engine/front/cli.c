@@ -32,6 +32,11 @@ static const char usage_head[] =
   "\n"
   "options:\n"
   "  --json               print exactly one line: the result envelope as JSON\n"
+  "  --for-model          print exactly one line: the result as tidepool mcp gives it to\n"
+  "                       a model (ok, result or error, logs, calls counted by tool,\n"
+  "                       failed_calls in full; no call records, no stats)\n"
+  "  --strict             a plugin that cannot load is an error (exit status 3, before\n"
+  "                       anything runs), not only a warning\n"
   "  --tools DIR          also load the plugin tools in DIR (repeatable)\n"
   "  --no-builtin-tools   leave out the built-in tools (time.*, kv.*, fs.*)\n"
   "  --workspace DIR      offer the fs.* tools, confined to DIR\n"
@@ -43,7 +48,8 @@ static const char usage_head[] =
 static const char usage_tail[] =
   "\n"
   "A limit of 0 means no limit. Exit status: 0 the script succeeded,\n"
-  "1 it failed (syntax, runtime error, limit), 2 usage error.\n";
+  "1 it failed (syntax, runtime error, limit), 2 usage error, 3 a plugin was refused\n"
+  "(--strict).\n";
 
 /* The option of `tidepool run` (mcp 0) or `tidepool mcp` (mcp 1) for limit li, or NULL. */
 static const char *limit_flag (const tp_limit_info *li, int mcp) {
@@ -205,9 +211,9 @@ const char *tp__cli_builtin_tools_dir (char *buf, size_t len) {
   return TP_DATADIR "/tools";
 }
 
-/* A problem as warnings, one per line of it. */
+/* A problem as warnings, one per line of it; ud (if not NULL) counts the problems. */
 static void warn (const char *problem, void *ud) {
-  (void)ud;
+  if (ud) ++*(int *)ud;
   while (*problem) {
     int n = (int)strcspn(problem, "\n");
     fprintf(stderr, "tidepool: warning: %.*s\n", n, problem);
@@ -215,14 +221,19 @@ static void warn (const char *problem, void *ud) {
   }
 }
 
-/* Loads the plugin directories; their problems are warnings on stderr, not failures. */
-static void load_tools (tp_engine *e, int builtin, const char *const *dirs, int ndirs) {
+/* Loads the plugin directories; their problems are warnings on stderr. Returns how many
+** problems there were (--strict makes them failures). */
+static int load_tools (tp_engine *e, int builtin, const char *const *dirs, int ndirs) {
   char buf[4200];
+  int problems = 0;
   for (int i = builtin ? -1 : 0; i < ndirs; i++) {
     const char *dir = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
-    if (tp_engine_load_tools_cb(e, dir, warn, NULL) < 0) warn(tp_engine_error(e), NULL);
+    if (tp_engine_load_tools_cb(e, dir, warn, &problems) < 0) warn(tp_engine_error(e), &problems);
   }
+  return problems;
 }
+
+#define EXIT_REFUSED 3  /* --strict: a plugin was refused */
 
 int main (int argc, char **argv) {
   if (argc < 2) { usage(stderr); return EXIT_USAGE; }
@@ -244,7 +255,7 @@ int main (int argc, char **argv) {
 
   tp_limits lim;
   tp_limits_init(&lim);
-  int json_out = 0;
+  int json_out = 0, for_model = 0, strict = 0;
   int builtin_tools = 1, ntool_dirs = 0;
   const char *tool_dirs[64];
   const char *workspace = NULL;
@@ -254,6 +265,8 @@ int main (int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--json") == 0) { json_out = 1; continue; }
+    if (strcmp(a, "--for-model") == 0) { for_model = 1; continue; }
+    if (strcmp(a, "--strict") == 0) { strict = 1; continue; }
     if (strcmp(a, "--no-builtin-tools") == 0) { builtin_tools = 0; continue; }
     if (strcmp(a, "--tools") == 0 || strncmp(a, "--tools=", 8) == 0) {
       const char *dir = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
@@ -318,7 +331,11 @@ int main (int argc, char **argv) {
     tp_engine *e = tp_engine_create();
     if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
     if (workspace) tp_engine_set_workspace(e, workspace);
-    load_tools(e, builtin_tools, tool_dirs, ntool_dirs);
+    if (load_tools(e, builtin_tools, tool_dirs, ntool_dirs) > 0 && strict) {
+      fprintf(stderr, "tidepool: --strict: a plugin was refused (see the warnings above)\n");
+      tp_engine_destroy(e);
+      return EXIT_REFUSED;
+    }
     char *text = tp_engine_describe(e, !compact ? format :
                                     strcmp(format, "json") == 0 ? "json+compact" : "compact");
     if (text == NULL) {
@@ -361,8 +378,13 @@ int main (int argc, char **argv) {
   /* Loading plugins starts the host Lua state and compiles every plugin file: about 3 ms,
   ** three quarters of a trivial run. A script whose text never says "tools" cannot reach
   ** the tools table (short of building the name from pieces), so it runs without them. */
-  if (!check && memmem(src, len, "tools", 5) != NULL)
-    load_tools(e, builtin_tools, tool_dirs, ntool_dirs);
+  if ((strict || (!check && memmem(src, len, "tools", 5) != NULL)) &&
+      load_tools(e, builtin_tools, tool_dirs, ntool_dirs) > 0 && strict) {
+    fprintf(stderr, "tidepool: --strict: a plugin was refused (see the warnings above)\n");
+    free(src);
+    tp_engine_destroy(e);
+    return EXIT_REFUSED;
+  }
   char *envelope = NULL;
   int ok = 0;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, &ok)
@@ -373,8 +395,12 @@ int main (int argc, char **argv) {
     tp_engine_destroy(e);
     return 1;
   }
-  if (json_out) puts(envelope);
+  char *view = NULL;
+  if (for_model && !check) view = tp__mcp_model_view(envelope, strlen(envelope), NULL);
+  if (view) puts(view);
+  else if (json_out || for_model) puts(envelope);
   else print_human(envelope);
+  free(view);
   tp_free(envelope);
   tp_engine_destroy(e);
   return ok ? 0 : EXIT_SCRIPT_FAILED;

@@ -35,10 +35,14 @@
 ** The kv.* tools of every worker share one store (engine/host/kvstore.c), so a key written by
 ** one call is read by the next whichever worker runs it.
 **
-** Results: the envelope as structuredContent and the same JSON as a text block. A
-** response line never exceeds LINE_OUT_MAX (the reference client's limit): past it the
-** result and logs are cut first, then the calls record; ok and the error always stay,
-** and the envelope says what was cut in "truncated".
+** Results: what a model reads (model_view: ok, result or error, logs, the calls counted
+** by tool and each failed call in full) as structuredContent and the same JSON as a text
+** block; the envelope's full calls record and stats go to the result's _meta (the
+** client's, not the model's: MCP's Result._meta, under "tidepool/" keys) and, with
+** --audit FILE, to one JSON line per run. A response line never exceeds LINE_OUT_MAX
+** (the reference client's limit): past it _meta goes first, then the result and logs are
+** cut, then the failed calls; ok and the error always stay, and the view says what was
+** cut in "truncated".
 **
 ** Batches (a JSON array of messages) were removed from MCP in 2025-06-18: they are refused
 ** (-32600) unless the connection negotiated an older version; then at most BATCH_MAX
@@ -114,7 +118,12 @@ static const char usage_text[] =
   "  --workspace DIR      the directory the fs.* tools may use\n"
   "  --workspace-max SIZE how much the fs.* tools may grow it (default 1G)\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
-  "  --expose-tools       also list every loaded tool as an MCP tool of its own\n"
+  "  --expose-tools       also list every loaded tool as an MCP tool of its own, named\n"
+  "                       for every client (fs.read as fs_read; a taken name gets _2)\n"
+  "  --audit FILE         append one JSON line per run to FILE: time, session, tool, ok,\n"
+  "                       error code, and every call record and the stats (the model's\n"
+  "                       result counts the calls by tool and lists the failed ones;\n"
+  "                       the full record is also in the result's _meta)\n"
   "  --describe MODE      run_lua's description: full (every tool's fields and rules),\n"
   "                       compact (one line a tool; scripts read the rest with\n"
   "                       tools.describe(name)) or auto (default: compact past 8 tools)\n"
@@ -125,7 +134,8 @@ static const char usage_text[] =
   "                       thread of its own, so a busy script never delays it\n"
   "\n"
   "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
-  "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count):\n";
+  "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count;\n"
+  "--max-result defaults to 256K here: about 64k tokens is more than a model should read):\n";
 
 static void usage (FILE *f) {
   fputs(usage_text, f);
@@ -143,6 +153,7 @@ typedef struct options {
   int describe;             /* --describe: 0 auto (compact past DESCRIBE_FULL_MAX tools),
                             ** 1 full, 2 compact */
   const char *workspace, *name;
+  const char *audit;        /* --audit FILE, or NULL */
   uint64_t workspace_max;   /* --workspace-max, when workspace_max_set */
   int workspace_max_set;
   uint64_t session_idle_us;
@@ -212,6 +223,8 @@ struct req {
   char *code;
   size_t codelen;
   char *tool;               /* the exposed tool called, or NULL for run_lua */
+  char *mcp_name;           /* its MCP name (fs_read for fs.read) */
+  json_t *args;             /* its arguments, as the client sent them */
   uint64_t sess_num;        /* 0: no session */
   json_t *token;            /* progressToken, or NULL */
   size_t budget;            /* the response line's size cap */
@@ -252,6 +265,7 @@ struct server {
   uv_loop_t loop_storage, *loop;  /* the protocol thread's */
   options o;
   int out;                  /* the protocol's fd (a duplicate of the original fd 1) */
+  int audit_fd;             /* --audit's file (O_APPEND), or -1 */
   int out_broken;
   void (*sink)(void *ud, const char *line, size_t len);  /* instead of out (fuzzing) */
   void *sink_ud;
@@ -282,7 +296,8 @@ struct server {
   const char *version;      /* negotiated by initialize, or NULL */
   /* tools, as worker 0 last reported them */
   json_t *tools;            /* the tools/list result */
-  json_t *tool_names;       /* name -> true, every loaded tool */
+  json_t *tool_names;       /* MCP name -> tool name, every exposed tool */
+  json_t *early;            /* warnings before initialize: [{level, text}], or NULL */
   size_t ntools;
   /* sessions */
   session *sessions;
@@ -471,9 +486,17 @@ static void notify (server *s, const char *method, json_t *params) {
   send_msg(s, NULL, notification(method, params));
 }
 
+/* Warnings logged before the client initialized (the plugins refused at startup) are kept,
+** up to EARLY_MAX, and sent once it has: a client learns of every refused plugin. */
+#define EARLY_MAX 100
 static void log_text (server *s, int level, const char *text) {
   if (!s->quiet && (level >= L_INFO || level >= s->level))
     fprintf(stderr, "tidepool mcp: %s: %s\n", levels[level], text);
+  if (!s->initialized && level >= L_WARNING) {
+    if (s->early == NULL) s->early = json_array();
+    if (json_array_size(s->early) < EARLY_MAX)
+      json_array_append_new(s->early, json_pack("{s:i, s:s}", "level", level, "text", text));
+  }
   if (!s->initialized || level < s->level) return;
   json_t *data = json_string(text);
   if (data == NULL) return;
@@ -567,13 +590,17 @@ static json_t *envelope_schema (void) {
       "\"required\":[\"code\",\"message\"]},"
     "\"logs\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"description\":"
       "\"what the script printed\"},"
-    "\"calls\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
-      "\"tool\":{\"type\":\"string\"},\"ok\":{\"type\":\"boolean\"},\"error\":{\"type\":"
-      "\"string\"},\"ms\":{\"type\":\"number\"},\"line\":{\"type\":\"integer\"}}},"
-      "\"description\":\"every tool call the script made, in order\"},"
-    "\"stats\":{\"type\":\"object\",\"properties\":{\"cpu_ms\":{\"type\":\"number\"},"
-      "\"wall_ms\":{\"type\":\"number\"},\"memory_peak\":{\"type\":\"integer\"},"
-      "\"instructions\":{\"type\":\"integer\"}}},"
+    "\"calls\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"},"
+      "\"description\":\"how many times the script called each tool\"},"
+    "\"failed_calls\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
+      "\"tool\":{\"type\":\"string\"},\"line\":{\"type\":\"integer\"},\"code\":{\"type\":"
+      "\"string\"},\"message\":{\"type\":\"string\"},\"times\":{\"type\":\"integer\","
+      "\"description\":\"how many calls failed the same way (when more than one)\"}},"
+      "\"required\":[\"tool\"]},"
+      "\"description\":\"each tool call that failed or was refused (caught or not), in "
+      "order\"},"
+    "\"failed_unlisted\":{\"type\":\"integer\",\"description\":\"more failed calls past "
+      "the first 100 calls, counted only\"},"
     "\"session\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},"
       "\"state\":{\"type\":\"string\",\"enum\":[\"new\",\"continued\",\"dropped\"]},"
       "\"message\":{\"type\":\"string\"}},\"description\":\"with a session id: whether "
@@ -583,6 +610,10 @@ static json_t *envelope_schema (void) {
     "\"required\":[\"ok\"]}", 0, &jerr);
   return s;
 }
+
+/* tidepool mcp's default --max-result: about 64k tokens, already more than a model should
+** read in one result. */
+#define MCP_RESULT_MAX (256u * 1024u)
 
 /* With more tools than this, run_lua's description lists them one line each (--describe
 ** auto): clients cut a description at 2,048 characters (Claude Code), and a model reads
@@ -634,11 +665,37 @@ static const char *run_lua_description (worker *w) {
   return w->desc;
 }
 
+/* The MCP name of exposed tool `name` into out[EXPOSED_NAME_MAX + 1]: every character
+** outside [a-zA-Z0-9_-] becomes '_' (fs.read -> fs_read), cut to 64 bytes, the names
+** every client accepts (Claude Desktop refuses the whole list over one name that does
+** not match ^[a-zA-Z0-9_-]{1,64}$). A name taken already (by run_lua or an earlier
+** tool, in `taken`) gets the first free suffix _2, _3, ... */
+#define EXPOSED_NAME_MAX 64
+static void exposed_name (const char *name, const json_t *taken, char *out) {
+  size_t n = 0;
+  for (const char *p = name; *p && n < EXPOSED_NAME_MAX; p++) {
+    char c = *p;
+    int okc = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-';
+    out[n++] = okc ? c : '_';
+  }
+  if (n == 0) out[n++] = '_';
+  out[n] = '\0';
+  for (unsigned k = 2; json_object_get(taken, out) != NULL && k < 100000; k++) {
+    char suffix[16];
+    int sl = snprintf(suffix, sizeof suffix, "_%u", k);
+    size_t keep = n + (size_t)sl > EXPOSED_NAME_MAX ? EXPOSED_NAME_MAX - (size_t)sl : n;
+    memcpy(out + keep, suffix, (size_t)sl + 1);
+  }
+}
+
 /* What the protocol thread needs of the loaded tools (worker side), as JSON text:
-** {"list": <the tools/list result>, "names": [every tool's name]}. */
+** {"list": <the tools/list result>, "names": {MCP name: tool name, for every exposed
+** tool}}. A renamed tool whose name was taken is logged (worker 0 only: every worker
+** loads the same tools). */
 static char *tools_report (worker *w) {
   const options *o = &w->s->o;
-  json_t *tools = json_array(), *names = json_array();
+  json_t *tools = json_array(), *names = json_object();
   json_t *input = json_pack(
     "{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s], s:b}", "type", "object", "properties",
     "code", "type", "string", "description", "The Lua script. Its return value is the result.",
@@ -650,11 +707,17 @@ static char *tools_report (worker *w) {
   json_array_append_new(tools, json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", o->name,
     "title", "Run a Lua script", "description", desc ? desc : json_string(""),
     "inputSchema", input, "outputSchema", envelope_schema()));
-  for (size_t i = 0, n = tp_engine_tool_count(w->e); i < n; i++) {
+  json_object_set_new(names, o->name, json_null());  /* taken, and not an exposed tool */
+  for (size_t i = 0, n = tp_engine_tool_count(w->e); o->expose && i < n; i++) {
     tp_tool_info ti, *t = &ti;
     tp_engine_tool_info(w->e, i, &ti);
-    json_array_append_new(names, json_string(t->name));
-    if (!o->expose || strcmp(t->name, o->name) == 0) continue;
+    char mcp_name[EXPOSED_NAME_MAX + 1], plain[EXPOSED_NAME_MAX + 1];
+    exposed_name(t->name, names, mcp_name);
+    exposed_name(t->name, NULL, plain);
+    if (strcmp(mcp_name, plain) != 0 && w->index == 0)
+      wlog(w, L_WARNING, "--expose-tools: tool %s is listed as %s: %s was taken", t->name,
+           mcp_name, plain);
+    json_object_set_new(names, mcp_name, json_string(t->name));
     char *schema = NULL;
     tp_engine_tool_schema(w->e, i, 0, &schema);
     json_t *in = schema ? json_loads(schema, JSON_ALLOW_NUL, NULL) : NULL;
@@ -662,9 +725,23 @@ static char *tools_report (worker *w) {
     if (!json_is_object(in)) { json_decref(in); in = json_object(); }
     strip_dialect(in, 0);
     if (json_object_get(in, "type") == NULL) json_object_set_new(in, "type", json_string("object"));
-    json_array_append_new(tools, json_pack("{s:s, s:s, s:o}", "name", t->name,
-                                           "description", t->description, "inputSchema", in));
+    json_t *entry = json_pack("{s:s, s:s, s:s, s:o}", "name", mcp_name, "title", t->name,
+                              "description", t->description, "inputSchema", in);
+    /* an output schema is published when it describes an object: MCP's structuredContent
+    ** is an object, and the result of any other shape goes back as text only */
+    schema = NULL;
+    tp_engine_tool_schema(w->e, i, 1, &schema);
+    json_t *out = schema ? json_loads(schema, JSON_ALLOW_NUL, NULL) : NULL;
+    tp_free(schema);
+    const char *type = json_string_value(json_object_get(out, "type"));
+    if (entry && json_is_object(out) && type && strcmp(type, "object") == 0) {
+      strip_dialect(out, 0);
+      json_object_set(entry, "outputSchema", out);
+    }
+    json_decref(out);
+    json_array_append_new(tools, entry);
   }
+  json_object_del(names, o->name);
   json_t *r = json_pack("{s:{s:o}, s:o}", "list", "tools", tools, "names", names);
   char *text = r ? tp_json_text(r, NULL) : NULL;
   json_decref(r);
@@ -902,7 +979,8 @@ static json_t *cut_string (const char *text, size_t n, size_t keep, const char *
 ** 1 cuts the result (orig_result, as JSON text) to a string of `keep` bytes and keeps the
 ** first logs of orig_logs within keep / 2 (stage 1 may be tried with smaller keeps); 2
 ** drops the result and the logs; 3 keeps the first calls and cuts the error's texts to
-** what room allows. ok, the error's code and the calls' count always stay; j.truncated
+** what room allows, and keeps the first failed calls. ok, the error's code and the calls'
+** counts by tool always stay; j.truncated
 ** says what went. Work: a few dumps of j, which is at most a run's envelope (itself capped
 ** by the run's result and output limits), on the worker thread. */
 static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t *orig_result,
@@ -971,7 +1049,7 @@ static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t
         if (cut) json_object_set_new(err, texts[k], cut);
       }
     }
-    json_t *calls = json_object_get(j, "calls");
+    json_t *calls = json_object_get(j, "failed_calls");
     if (json_is_array(calls)) {
       size_t used = 0, i, nkeep = json_array_size(calls);
       json_t *v;
@@ -986,7 +1064,7 @@ static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t
       size_t dropped = json_array_size(calls) - nkeep;
       if (dropped > 0) {
         while (json_array_size(calls) > nkeep) json_array_remove(calls, json_array_size(calls) - 1);
-        json_object_set_new(note, "calls_dropped", json_integer((json_int_t)dropped));
+        json_object_set_new(note, "failed_calls_dropped", json_integer((json_int_t)dropped));
       }
     }
   }
@@ -998,10 +1076,103 @@ static json_t *parse_envelope (const char *env, size_t len) {
   return json_loadb(env, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 }
 
-/* The tools/call response around envelope text env (compact JSON). NULL when out of memory
-** or when it would not be shorter than max. */
-static char *wrap_envelope (const json_t *id, const char *env, size_t len, int ok, size_t max,
-                            size_t *outlen) {
+/* The result made for the model out of envelope env (the engine's): ok, result or error,
+** logs, "calls": the number of calls by tool, and "failed_calls": each failed or refused
+** call in full (tool, line, code, message; "times": n when the same failure came back n
+** times, as in a loop), when any ("failed_unlisted": how many more
+** failed past the envelope's listed calls). The calls record (ms, bytes, one record a
+** call) and stats stay out: a model reads every byte of this, and they go to the result's
+** _meta and the audit log instead. The session and truncated fields pass through. New
+** reference; NULL when out of memory. */
+static json_t *model_view (const json_t *env) {
+  json_t *v = json_object(), *by = json_object(), *failed = json_array();
+  if (v == NULL || by == NULL || failed == NULL) goto oom;
+  static const char *const keep[] = { "ok", "result", "error", "logs" };
+  for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+    json_t *x = json_object_get(env, keep[k]);
+    if (x && json_object_set(v, keep[k], x) != 0) goto oom;
+  }
+  json_int_t unlisted = 0;
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(env, "calls"), i, c) {
+    if (json_is_true(json_object_get(c, "summary"))) {  /* the calls past the listed ones */
+      const char *name;
+      json_t *n;
+      json_object_foreach(json_object_get(c, "by_tool"), name, n) {
+        json_int_t had = json_integer_value(json_object_get(by, name));
+        json_object_set_new(by, name, json_integer(had + json_integer_value(n)));
+      }
+      json_int_t other = json_integer_value(json_object_get(c, "other"));
+      if (other > 0) json_object_set_new(by, "(other tools)", json_integer(other));
+      unlisted += json_integer_value(json_object_get(c, "failed"));
+      continue;
+    }
+    const char *name = json_string_value(json_object_get(c, "tool"));
+    if (name == NULL) continue;
+    json_int_t had = json_integer_value(json_object_get(by, name));
+    if (json_object_set_new(by, name, json_integer(had + 1)) != 0) goto oom;
+    if (json_is_true(json_object_get(c, "ok"))) continue;
+    json_t *f = json_pack("{s:s}", "tool", name);
+    if (f == NULL) goto oom;
+    json_t *line = json_object_get(c, "line"), *code = json_object_get(c, "error");
+    json_t *msg = json_object_get(c, "message");
+    if (line) json_object_set(f, "line", line);
+    if (code) json_object_set(f, "code", code);
+    if (msg) json_object_set(f, "message", msg);
+    /* the same failure again (a loop): counted on its first entry, not repeated */
+    size_t k;
+    json_t *g, *same = NULL;
+    json_array_foreach(failed, k, g) {
+      static const char *const keys[] = { "tool", "line", "code", "message" };
+      int eq = 1;
+      for (size_t q = 0; q < 4 && eq; q++) {
+        json_t *a = json_object_get(g, keys[q]), *b = json_object_get(f, keys[q]);
+        eq = (a == NULL && b == NULL) || (a && b && json_equal(a, b));
+      }
+      if (eq) { same = g; break; }
+    }
+    if (same) {
+      json_int_t times = json_integer_value(json_object_get(same, "times"));
+      json_object_set_new(same, "times", json_integer(times ? times + 1 : 2));
+      json_decref(f);
+    }
+    else if (json_array_append_new(failed, f) != 0) goto oom;
+  }
+  if (json_object_set_new(v, "calls", by) != 0) { by = NULL; goto oom; }
+  by = NULL;
+  if (json_array_size(failed) > 0) {
+    if (json_object_set(v, "failed_calls", failed) != 0) goto oom;
+  }
+  json_decref(failed);
+  failed = NULL;
+  if (unlisted > 0) json_object_set_new(v, "failed_unlisted", json_integer(unlisted));
+  static const char *const pass[] = { "session", "truncated" };
+  for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++) {
+    json_t *x = json_object_get(env, pass[k]);
+    if (x) json_object_set(v, pass[k], x);
+  }
+  return v;
+oom:
+  json_decref(v);
+  json_decref(by);
+  json_decref(failed);
+  return NULL;
+}
+
+char *tp__mcp_model_view (const char *env, size_t len, size_t *outlen) {
+  json_t *j = json_loadb(env, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+  json_t *v = json_is_object(j) ? model_view(j) : NULL;
+  char *text = v ? tp_json_text(v, outlen) : NULL;
+  json_decref(v);
+  json_decref(j);
+  return text;
+}
+
+/* The tools/call response around view text env (compact JSON) and _meta text meta (may be
+** NULL). NULL when out of memory or when it would not be shorter than max. */
+static char *wrap_envelope (const json_t *id, const char *env, size_t len, int ok,
+                            const char *meta, size_t max, size_t *outlen) {
   sbuf b = { 0 };
   sb_str(&b, "{\"id\":");
   sb_json(&b, id);
@@ -1011,6 +1182,10 @@ static char *wrap_envelope (const json_t *id, const char *env, size_t len, int o
   sb_str(&b, ok ? "false" : "true");
   sb_str(&b, ",\"structuredContent\":");
   sb_put(&b, env, len);
+  if (meta) {
+    sb_str(&b, ",\"_meta\":");
+    sb_str(&b, meta);
+  }
   sb_str(&b, "}}");
   if (b.oom || b.len >= max) { free(b.p); return NULL; }
   *outlen = b.len;
@@ -1026,7 +1201,7 @@ static char *minimal_response (const json_t *id, int ok, const char *code, size_
   free(t);
   int codeok = code != NULL && strlen(code) < 64 &&
                strspn(code, "abcdefghijklmnopqrstuvwxyz._") == strlen(code);
-  snprintf(env, sizeof env, "{\"ok\":%s%s%s%s,\"calls\":[],\"truncated\":{\"message\":\"The "
+  snprintf(env, sizeof env, "{\"ok\":%s%s%s%s,\"calls\":{},\"truncated\":{\"message\":\"The "
            "result could not be sent: it was too large for one MCP message, or the server "
            "ran out of memory. The calls record was lost: check side effects before "
            "retrying. Return less data.\"}}", ok ? "true" : "false",
@@ -1048,45 +1223,51 @@ static char *minimal_response (const json_t *id, int ok, const char *code, size_
   return out;
 }
 
-/* The tools/call response of a run_lua call: envelope (compact JSON, ending in '}') as
-** structuredContent and text, plus the session field, shorter than max bytes. Past max,
-** the envelope is cut by stages (cut_envelope); the response always says ok and the
-** error's code. Caller frees; NULL only when not even the minimal response can be made. */
+/* The tools/call response of a run_lua call out of envelope env (compact JSON): the model
+** view (model_view, plus the session field) as structuredContent and text, and the full
+** calls record and stats in _meta ("tidepool/calls", "tidepool/stats": the client's, never
+** the model's), shorter than max bytes. Past max, _meta goes first, then the view is cut
+** by stages (cut_envelope); the response always says ok and the error's code. Caller
+** frees; NULL only when not even the minimal response can be made. */
 static char *call_response (const json_t *id, const char *env, size_t len, int ok,
                             const json_t *sess_info, size_t max, size_t *outlen) {
-  char *owned = NULL;
-  if (sess_info != NULL && len > 0 && env[len - 1] == '}') {
-    sbuf e = { 0 };
-    sb_put(&e, env, len - 1);
-    sb_str(&e, ",\"session\":");
-    sb_json(&e, sess_info);
-    sb_str(&e, "}");
-    if (!e.oom) { owned = e.p; env = owned; len = e.len; }
-    else free(e.p);
-  }
-  char *out = wrap_envelope(id, env, len, ok, max, outlen);
-  if (out) { free(owned); return out; }
+  char *out = NULL;
   json_t *j = parse_envelope(env, len);
-  free(owned);
+  json_t *view = json_is_object(j) ? model_view(j) : NULL;
   const char *code = NULL;
   char codebuf[64] = "";
-  if (j != NULL) {
+  if (view != NULL) {
+    if (sess_info) json_object_set(view, "session", (json_t *)sess_info);
     const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
     if (c) snprintf(codebuf, sizeof codebuf, "%s", c);
-    json_t *orig_result = json_incref(json_object_get(j, "result"));
-    json_t *orig_logs = json_incref(json_object_get(j, "logs"));
+    json_t *meta = json_object();
+    json_t *calls = json_object_get(j, "calls"), *stats = json_object_get(j, "stats");
+    if (meta && calls) json_object_set(meta, "tidepool/calls", calls);
+    if (meta && stats) json_object_set(meta, "tidepool/stats", stats);
+    char *meta_text = meta ? tp_json_text(meta, NULL) : NULL;
+    json_decref(meta);
+    size_t n;
+    char *text = tp_json_text(view, &n);
+    if (text) {
+      if (meta_text) out = wrap_envelope(id, text, n, ok, meta_text, max, outlen);
+      if (out == NULL) out = wrap_envelope(id, text, n, ok, NULL, max, outlen);
+    }
+    free(text);
+    free(meta_text);
+    json_t *orig_result = json_incref(json_object_get(view, "result"));
+    json_t *orig_logs = json_incref(json_object_get(view, "logs"));
     static const struct { int stage, div; } steps[] = { {1, 4}, {1, 16}, {1, 128}, {2, 1}, {3, 1} };
     for (size_t k = 0; k < sizeof steps / sizeof steps[0] && out == NULL; k++) {
-      cut_envelope(j, steps[k].stage, max / (size_t)steps[k].div, max, orig_result, orig_logs);
-      size_t n;
-      char *text = tp_json_text(j, &n);
-      if (text) out = wrap_envelope(id, text, n, ok, max, outlen);
+      cut_envelope(view, steps[k].stage, max / (size_t)steps[k].div, max, orig_result, orig_logs);
+      text = tp_json_text(view, &n);
+      if (text) out = wrap_envelope(id, text, n, ok, NULL, max, outlen);
       free(text);
     }
     json_decref(orig_result);
     json_decref(orig_logs);
-    json_decref(j);
+    json_decref(view);
   }
+  json_decref(j);
   if (*codebuf) code = codebuf;
   else if (!ok) code = "runtime";
   if (out == NULL) out = minimal_response(id, ok, code, outlen);
@@ -1111,10 +1292,74 @@ static char *refusal_response (const json_t *id, const char *code, const char *m
   return line;
 }
 
-/* The response of an exposed tool: the tool's result itself. */
+/* s without prefix "tools.<tool>" (replaced by mcp_name) and without the suffix that points
+** at tools.describe, neither of which an exposed tool's caller can use. */
+static json_t *exposed_message (const char *msg, const char *tool, const char *mcp_name) {
+  sbuf b = { 0 };
+  size_t tl = strlen(tool);
+  if (strncmp(msg, "tools.", 6) == 0 && strncmp(msg + 6, tool, tl) == 0 &&
+      (msg[6 + tl] == ':' || msg[6 + tl] == ' ')) {
+    sb_str(&b, mcp_name);
+    msg += 6 + tl;
+  }
+  char tail[300];
+  snprintf(tail, sizeof tail, " (tools.describe(\"%s\") shows what it takes)", tool);
+  size_t n = strlen(msg), tn = strlen(tail);
+  if (n >= tn && strcmp(msg + n - tn, tail) == 0) n -= tn;
+  sb_put(&b, msg, n);
+  json_t *j = b.oom ? NULL : json_stringn(b.p, b.len);
+  free(b.p);
+  return j;
+}
+
+/* The failure of an exposed tool, for the model that called it: the tool's MCP name, the
+** arguments it was given, and the error's code, message and hint, without the Lua that
+** tidepool ran for it (its line, its source); the calls record goes to _meta. NULL when
+** it cannot be made within max (the caller sends the cut model view instead). */
+static char *exposed_failure (const json_t *id, const char *env, size_t len, const char *tool,
+                              const char *mcp_name, json_t *args, size_t max, size_t *outlen) {
+  json_t *j = parse_envelope(env, len);
+  json_t *err = json_object_get(j, "error");
+  const char *code = json_string_value(json_object_get(err, "code"));
+  const char *msg = json_string_value(json_object_get(err, "message"));
+  if (code == NULL || msg == NULL) { json_decref(j); return NULL; }
+  json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
+                        exposed_message(msg, tool, mcp_name));
+  if (e && strcmp(code, "tool.invalid_input") == 0)
+    json_object_set_new(e, "hint", json_string("Fix the arguments: the message gives the JSON "
+      "path of the wrong value and what was expected; the tool's inputSchema (tools/list) "
+      "shows what it takes."));
+  else if (e && json_is_string(json_object_get(err, "hint")))
+    json_object_set(e, "hint", json_object_get(err, "hint"));
+  json_t *v = e ? json_pack("{s:b, s:s, s:O, s:o}", "ok", 0, "tool", mcp_name, "arguments",
+                            args, "error", e) : NULL;
+  json_t *meta = json_object();
+  if (meta && json_object_get(j, "calls"))
+    json_object_set(meta, "tidepool/calls", json_object_get(j, "calls"));
+  if (meta && json_object_get(j, "stats"))
+    json_object_set(meta, "tidepool/stats", json_object_get(j, "stats"));
+  size_t n = 0;
+  char *text = v ? tp_json_text(v, &n) : NULL;
+  char *meta_text = meta ? tp_json_text(meta, NULL) : NULL;
+  char *out = NULL;
+  if (text && meta_text) out = wrap_envelope(id, text, n, 0, meta_text, max, outlen);
+  if (text && out == NULL) out = wrap_envelope(id, text, n, 0, NULL, max, outlen);
+  free(text);
+  free(meta_text);
+  json_decref(meta);
+  json_decref(v);
+  json_decref(j);
+  return out;
+}
+
+/* The response of an exposed tool: the tool's result itself, or its failure
+** (exposed_failure; the model view of the run when that cannot be made). */
 static char *exposed_response (const json_t *id, const char *env, size_t len, int ok,
-                               size_t max, size_t *outlen) {
-  if (!ok) return call_response(id, env, len, 0, NULL, max, outlen);
+                               const req *q, size_t max, size_t *outlen) {
+  if (!ok) {
+    char *out = exposed_failure(id, env, len, q->tool, q->mcp_name, q->args, max, outlen);
+    return out ? out : call_response(id, env, len, 0, NULL, max, outlen);
+  }
   json_t *j = parse_envelope(env, len);
   json_t *result = j ? json_object_get(j, "result") : NULL;
   if (result == NULL) { json_decref(j); return call_response(id, env, len, 1, NULL, max, outlen); }
@@ -1273,6 +1518,43 @@ static void wdone (worker *w, req *q) {
   post(&w->s->mb, &q->m);
 }
 
+/* One line of the audit log (--audit): when, the session, the tool called (run_lua or an
+** exposed tool), ok, the error's code, and the envelope's full calls record and stats.
+** One write(2) of the whole line to a file opened O_APPEND, so the workers' lines never
+** interleave. */
+static void audit_write (worker *w, const req *q, const char *env, size_t len) {
+  server *s = w->s;
+  if (s->audit_fd < 0 || env == NULL) return;
+  json_t *j = parse_envelope(env, len);
+  struct timespec ts;
+  struct tm tm;
+  char when[80] = "";
+  clock_gettime(CLOCK_REALTIME, &ts);
+  if (gmtime_r(&ts.tv_sec, &tm))
+    snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+  json_t *sid = q->sess_info ? json_object_get(q->sess_info, "id") : NULL;
+  json_t *err = json_object_get(j, "error");
+  json_t *line = json_pack("{s:s, s:O, s:s, s:O}", "time", when, "session",
+                           sid ? sid : json_null(), "tool", q->tool ? q->tool : s->o.name,
+                           "ok", json_is_object(j) && json_is_true(json_object_get(j, "ok"))
+                                 ? json_true() : json_false());
+  if (line && json_is_object(err)) json_object_set(line, "error", json_object_get(err, "code"));
+  json_t *calls = json_object_get(j, "calls"), *stats = json_object_get(j, "stats");
+  if (line) json_object_set(line, "calls", calls ? calls : json_array());
+  if (line && stats) json_object_set(line, "stats", stats);
+  size_t n;
+  char *text = line ? tp_json_text(line, &n) : NULL;
+  if (text) {
+    text[n] = '\n';  /* tp_json_text's NUL: the buffer holds n + 1 bytes */
+    ssize_t wr = write(s->audit_fd, text, n + 1);
+    if (wr != (ssize_t)(n + 1)) wlog(w, L_WARNING, "--audit: could not write the audit log");
+  }
+  free(text);
+  json_decref(line);
+  json_decref(j);
+}
+
 static void run_done (tp_run *run, void *ud) {
   req *q = ud;
   worker *w = q->w;
@@ -1294,9 +1576,10 @@ static void run_done (tp_run *run, void *ud) {
       q->sess_info = info;
     }
   }
+  audit_write(w, q, env, len);
   if (!q->wcancelled) {
     if (env == NULL) q->line = minimal_response(q->id, 0, "limit.memory", &q->line_len);
-    else q->line = q->tool ? exposed_response(q->id, env, len, ok, q->budget, &q->line_len)
+    else q->line = q->tool ? exposed_response(q->id, env, len, ok, q, q->budget, &q->line_len)
                            : call_response(q->id, env, len, ok, q->sess_info, q->budget,
                                            &q->line_len);
   }
@@ -1340,13 +1623,21 @@ static void worker_run (worker *w, req *q) {
   }
 }
 
+typedef struct load_ctx { worker *w; const char *dir; } load_ctx;
+
+/* A plugin refused: one warning each (notifications/message and standard error). */
+static void load_problem (const char *problem, void *ud) {
+  load_ctx *lc = ud;
+  wlog(lc->w, L_WARNING, "tools from %s: refused: %s", lc->dir, problem);
+}
+
 static void load_dir (worker *w, const char *dir, int quiet_if_empty) {
   if (quiet_if_empty && !has_lua_files(dir)) return;
-  int n = tp_engine_load_tools(w->e, dir);
-  if (w->index != 0) return;  /* every worker loads the same files: one reports */
-  const char *err = tp_engine_error(w->e);
-  if (n < 0) wlog(w, L_WARNING, "tools from %s not loaded: %s", dir, err);
-  else if (err && *err) wlog(w, L_WARNING, "tools from %s: %s", dir, err);
+  load_ctx lc = { w, dir };
+  /* every worker loads the same files: one reports */
+  int n = tp_engine_load_tools_cb(w->e, dir, w->index == 0 ? load_problem : NULL, &lc);
+  if (w->index == 0 && n < 0)
+    wlog(w, L_WARNING, "tools from %s not loaded: %s", dir, tp_engine_error(w->e));
 }
 
 /* Loads the plugin directories and tells the protocol thread (M_READY). */
@@ -1475,6 +1766,8 @@ static void req_free (server *s, req *q) {
   json_decref(q->sess_info);
   free(q->code);
   free(q->tool);
+  free(q->mcp_name);
+  json_decref(q->args);
   free(q->line);
   batch *b = q->b;
   free(q);
@@ -1639,8 +1932,10 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   const char *name = json_string_value(jname);
   size_t namelen = json_string_length(jname);
   int is_run = strlen(name) == namelen && strcmp(name, s->o.name) == 0;
-  if (!is_run && !(s->o.expose && strlen(name) == namelen && s->tool_names &&
-                   json_object_get(s->tool_names, name))) {
+  const char *real = NULL;  /* the exposed tool's own name */
+  if (!is_run && s->o.expose && strlen(name) == namelen && s->tool_names)
+    real = json_string_value(json_object_get(s->tool_names, name));
+  if (!is_run && real == NULL) {
     send_error(s, b, id, -32602, "Unknown tool: %.200s (tools/list lists the tools)", name);
     return;
   }
@@ -1688,12 +1983,14 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     }
   }
   else {
-    q->tool = strdup(name);
+    q->tool = strdup(real);
+    q->mcp_name = strdup(name);
+    q->args = json_is_object(args) ? json_deep_copy(args) : json_object();
     json_t *empty = json_object();
-    q->code = exposed_script(name, json_is_object(args) ? args : empty, &q->codelen);
+    q->code = exposed_script(real, json_is_object(args) ? args : empty, &q->codelen);
     json_decref(empty);
   }
-  if (q->code == NULL) {
+  if (q->code == NULL || (q->tool && (q->mcp_name == NULL || q->args == NULL))) {
     if (q->sess) q->sess->busy = 0;
     send_error(s, b, id, -32603, "out of memory");
     req_free(s, q);
@@ -1758,19 +2055,15 @@ static void tools_reported (server *s, mail *m) {
   /* the worker's own JSON, as large as the plugins' schemas and descriptions make it */
   json_t *j = m->text ? json_loads(m->text, 0, NULL) : NULL;
   json_t *list = json_object_get(j, "list"), *names = json_object_get(j, "names");
-  if (!json_is_object(list) || !json_is_array(names)) {
+  if (!json_is_object(list) || !json_is_object(names)) {
     log_msg(s, L_ERROR, "out of memory: the tool list was not updated");
     json_decref(j);
     return;
   }
-  json_t *set = json_object();
-  size_t i;
-  json_t *v;
-  json_array_foreach(names, i, v) json_object_set_new(set, json_string_value(v), json_true());
   json_decref(s->tools);
   json_decref(s->tool_names);
   s->tools = json_incref(list);
-  s->tool_names = set;
+  s->tool_names = json_incref(names);
   s->ntools = m->len;
   json_decref(j);
 }
@@ -1847,6 +2140,18 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
       "serverInfo", "name", "tidepool", "title", "tidepool (code mode: sandboxed Lua)",
       "version", tp_version(),
       "instructions", instructions));
+    size_t i;
+    json_t *w;
+    json_array_foreach(s->early, i, w) {
+      int level = (int)json_integer_value(json_object_get(w, "level"));
+      json_t *data = json_copy(json_object_get(w, "text"));
+      if (level >= s->level && data)
+        notify(s, "notifications/message", json_pack("{s:s, s:s, s:o}", "level",
+               levels[level], "logger", "tidepool", "data", data));
+      else json_decref(data);
+    }
+    json_decref(s->early);
+    s->early = NULL;
   }
   else if (strcmp(method, "ping") == 0) send_result(s, b, id, NULL);
   else if (strcmp(method, "tools/list") == 0)
@@ -2162,6 +2467,7 @@ static void shutdown_server (server *s) {
 
 static int server_init (server *s) {
   s->loop = &s->loop_storage;
+  s->audit_fd = -1;
   if (uv_loop_init(s->loop) != 0) return -1;
   s->level = L_INFO;
   if (mailbox_init(&s->mb, s->loop, server_mail, s) != 0) return -1;
@@ -2213,6 +2519,7 @@ static void server_close (server *s) {
   tp_store_destroy(s->kv);
   json_decref(s->tools);
   json_decref(s->tool_names);
+  json_decref(s->early);
   free(s->workers);
   free(s->watch);
   free(s->line);
@@ -2233,6 +2540,7 @@ int tp__mcp_main (int argc, char **argv) {
   server *s = &srv;
   options *o = &s->o;
   tp_limits_init(&o->lim);
+  o->lim.result = MCP_RESULT_MAX;
   o->builtin = 1;
   o->name = "run_lua";
   o->session_idle_us = 600u * 1000000u;
@@ -2251,7 +2559,8 @@ int tp__mcp_main (int argc, char **argv) {
     const char *name_end = tp__cli_option_name(a, name, sizeof name);
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
-      "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe" };
+      "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
+      "--audit" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -2275,6 +2584,7 @@ int tp__mcp_main (int argc, char **argv) {
         return tp__cli_usage_error("--workspace: '%s' is not a directory", val);
       o->workspace = val;
     }
+    else if (strcmp(name, "--audit") == 0) o->audit = val;
     else if (strcmp(name, "--describe") == 0) {
       if (strcmp(val, "auto") == 0) o->describe = 0;
       else if (strcmp(val, "full") == 0) o->describe = 1;
@@ -2328,6 +2638,16 @@ int tp__mcp_main (int argc, char **argv) {
     fprintf(stderr, "tidepool mcp: out of memory\n");
     return 1;
   }
+  if (o->audit) {
+    s->audit_fd = open(o->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (s->audit_fd < 0) {
+      fprintf(stderr, "tidepool mcp: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
+      server_close(s);
+      free(o->dirs);
+      close(s->out);
+      return 1;
+    }
+  }
   if (o->builtin) {
     char buf[4200];
     s->builtin_dir = strdup(tp__cli_builtin_tools_dir(buf, sizeof buf));
@@ -2366,6 +2686,7 @@ int tp__mcp_main (int argc, char **argv) {
   }
   int status = s->start_failed ? 1 : 0;
   server_close(s);
+  if (s->audit_fd >= 0) close(s->audit_fd);
   free(o->dirs);
   close(s->out);
   return status;

@@ -39,6 +39,13 @@ const char *tp__cli_option_name(const char *arg, char *name, size_t len);
 ** status (0, or TP_EXIT_USAGE for a bad option). */
 int tp__mcp_main(int argc, char **argv);
 
+/* The result made for a model out of an envelope's text (the engine's): ok, result or
+** error, logs, "calls" (how many calls of each tool), "failed_calls" (each failed or refused
+** call: tool, line, code, message; times: n for n equal failures) when any; no call
+** records or stats. The text (compact
+** JSON) is the caller's to free; NULL when env is not an envelope or out of memory. */
+char *tp__mcp_model_view(const char *env, size_t len, size_t *outlen);
+
 /* For the fuzz target (spec/fuzz/fuzz_mcp.c): a server in the calling thread, with one
 ** worker engine run inline (test tools, small limits, no plugin directories), whose
 ** output lines go to sink instead of standard output. tp__mcp_fuzz_line handles one

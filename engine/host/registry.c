@@ -26,8 +26,9 @@ const tp_tool *tp__tool_find (const tp_engine *e, const char *name) {
   return t ? *t : NULL;
 }
 
-/* A tool name: segments of [A-Za-z_][A-Za-z0-9_]* joined by dots, not a reserved word
-** of the namespace (list, describe, search at the top). */
+/* A tool name: segments of [A-Za-z_][A-Za-z0-9_]* joined by dots. list, describe and
+** search are names too: a script reaches such a tool with a table of arguments
+** (tools.search{...}), while tools.search("words") stays discovery (namespace.c). */
 static const char *bad_name (const char *name) {
   if (name == NULL || *name == '\0') return "the name is empty";
   if (strlen(name) > 128) return "the name is longer than 128 characters";
@@ -42,11 +43,6 @@ static const char *bad_name (const char *name) {
     if (*p != '.') return "only letters, digits, '_' and '.' are allowed";
     p++;
   }
-  size_t first = strcspn(name, ".");
-  if ((first == 4 && strncmp(name, "list", 4) == 0) ||
-      (first == 8 && strncmp(name, "describe", 8) == 0) ||
-      (first == 6 && strncmp(name, "search", 6) == 0))
-    return "list, describe and search are reserved by the tools namespace";
   return NULL;
 }
 

@@ -45,7 +45,7 @@ test('tools/list: run_lua with input and output schemas, no $schema anywhere', a
   assert(!tools.find((x) => x.name === 'test.echo'), 'tools are not exposed without --expose-tools');
 });
 
-test('a script calls several tools and parallel; structuredContent is the envelope', async () => {
+test('a script calls several tools and parallel; structuredContent is the model view, the calls record is in _meta', async () => {
   const r = await runLua(c, `
     local a = tools.test.echo{n = 1}
     local b, d = parallel(function() return tools.test.echo{n = 2} end,
@@ -57,8 +57,37 @@ test('a script calls several tools and parallel; structuredContent is the envelo
   eq(env.ok, true, 'ok');
   eq(env.result, { a: 1, b: 2, slept: true }, 'result');
   eq(env.logs, ['sum\t3'], 'logs');
-  eq(env.calls.map((x) => x.tool), ['test.echo', 'test.echo', 'test.sleep'], 'calls');
+  eq(env.calls, { 'test.echo': 2, 'test.sleep': 1 }, 'calls counted by tool');
+  eq(env.failed_calls, undefined, 'no failed calls listed');
+  eq(env.stats, undefined, 'no stats for the model');
   eq(JSON.parse(r.content[0].text), env, 'the text block holds the same JSON');
+  eq(r._meta['tidepool/calls'].map((x) => [x.tool, x.ok]),
+    [['test.echo', true], ['test.echo', true], ['test.sleep', true]], 'the full record in _meta');
+  eq(typeof r._meta['tidepool/stats'].wall_ms, 'number', 'stats in _meta');
+});
+
+test('100 kv.set and 100 kv.get returning 5050: 71 bytes of text, the calls counted', async () => {
+  const r = await runLua(c, `for i = 1, 100 do tools.kv.set{key = "m" .. i, value = i} end
+local s = 0
+for i = 1, 100 do s = s + tools.kv.get{key = "m" .. i}.value end
+return s`);
+  eq(r.content.length, 1, 'one text block');
+  eq(r.content[0].text, '{"calls":{"kv.get":100,"kv.set":100},"logs":[],"ok":true,"result":5050}', 'the text');
+  eq(Buffer.byteLength(r.content[0].text), 71, 'bytes of text (issue 9: at most 600)');
+  eq(r._meta['tidepool/calls'].length, 101, '100 records and the summary of the rest');
+  eq(r._meta['tidepool/calls'][100], { by_tool: { 'kv.get': 100 }, calls: 100, failed: 0, summary: true }, 'summary');
+});
+
+test('failed and refused calls are listed in full: tool, line, code, message', async () => {
+  const r = await runLua(c, `local ok = pcall(tools.kv.get, {nokey = 1})
+pcall(tools.nope)
+return tools.test.echo{n = 1}.n`);
+  eq(r.isError, false, 'the script succeeded');
+  eq(r.structuredContent.calls, { 'kv.get': 1, nope: 1, 'test.echo': 1 }, 'counts');
+  eq(r.structuredContent.failed_calls, [
+    { code: 'tool.invalid_input', line: 1, message: 'tools.kv.get: invalid arguments: $: missing required property "key"; $.nokey: unexpected property "nokey" (allowed: "key") (tools.describe("kv.get") shows what it takes)', tool: 'kv.get' },
+    { code: 'tool.unknown', line: 2, message: 'there is no tool tools.nope; did you mean tools.kv.get, tools.kv.set? (tools.list() lists them all)', tool: 'nope' },
+  ], 'failed calls');
 });
 
 test('progress notifications arrive for each tool call, increasing', async () => {
@@ -172,16 +201,21 @@ test('sessions: the least recently used is evicted past --max-sessions; idle one
   assert(/idle/.test(d.structuredContent.session.message), 'expiry is explained');
 });
 
-test('--expose-tools lists each tool and calls it directly', async () => {
+test('--expose-tools lists each tool under a name every client accepts and calls it directly', async () => {
   const m = await connect(['--expose-tools', '--name', 'lua']);
   const { tools } = await m.listTools();
-  const names = tools.map((t) => t.name);
-  assert(names.includes('lua') && names.includes('test.echo') && names.includes('test.sleep'), names.join());
-  eq(tools.find((t) => t.name === 'test.sleep').inputSchema.required, ['ms'], 'its input schema');
-  const r = await m.callTool({ name: 'test.echo', arguments: { q: 'a"b\\c]]' } });
+  eq(tools.map((t) => t.name), ['lua', 'kv_delete', 'kv_get', 'kv_list', 'kv_set', 'test_echo',
+    'test_sleep', 'time_now', 'time_sleep'], 'names');
+  eq(tools.find((t) => t.name === 'test_sleep').inputSchema.required, ['ms'], 'its input schema');
+  eq(tools.find((t) => t.name === 'kv_get').outputSchema.type, 'object', 'its output schema');
+  const r = await m.callTool({ name: 'test_echo', arguments: { q: 'a"b\\c]]' } });
   eq(r.structuredContent, { q: 'a"b\\c]]' }, 'the tool result itself');
-  const bad = await m.callTool({ name: 'test.sleep', arguments: { ms: 'x' } });
+  const g = await m.callTool({ name: 'kv_get', arguments: { key: 'e2e-none' } });
+  eq(g.structuredContent, { found: false, value: null }, 'a result checked against its outputSchema by the SDK');
+  const bad = await m.callTool({ name: 'test_sleep', arguments: { ms: 'x' } });
   eq(bad.isError, true, 'invalid input is a tool error');
+  eq(bad.structuredContent.error.message, 'test_sleep: invalid arguments: $.ms: expected integer, got string "x"', 'named as listed');
+  eq(bad.structuredContent.arguments, { ms: 'x' }, 'with the arguments given');
   const l = await m.callTool({ name: 'lua', arguments: { code: 'return 7' } });
   eq(l.structuredContent.result, 7, 'run_lua under its --name');
 });
@@ -192,12 +226,12 @@ test('a changed --tools directory sends notifications/tools/list_changed', async
     const m = await connect(['--tools', dir, '--expose-tools']);
     let changed = 0;
     m.setNotificationHandler(ToolListChangedNotificationSchema, () => { changed++; });
-    assert(!(await m.listTools()).tools.some((t) => t.name === 'hello.say'), 'not there yet');
+    assert(!(await m.listTools()).tools.some((t) => t.name === 'hello_say'), 'not there yet');
     fs.writeFileSync(path.join(dir, 'hello.lua'), 'return { name = "hello.say", description = "Says hello.", '
       + 'handler = function() return { text = "hello" } end }\n');
     for (let i = 0; i < 300 && !changed; i++) await sleep(10);
     assert(changed >= 1, 'list_changed received');
-    assert((await m.listTools()).tools.some((t) => t.name === 'hello.say'), 'the new tool is listed');
+    assert((await m.listTools()).tools.some((t) => t.name === 'hello_say'), 'the new tool is listed');
     const r = await runLua(m, 'return tools.hello.say{}.text');
     eq(r.structuredContent.result, 'hello', 'and callable');
   } finally {

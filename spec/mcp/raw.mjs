@@ -23,11 +23,14 @@ function server(args = []) {
       while (waiters.length && lines.length) waiters.shift()(lines.shift());
     }
   });
-  p.stderr.resume();
+  let err = '';
+  p.stderr.setEncoding('utf8');
+  p.stderr.on('data', (d) => { err += d; });
   const exited = new Promise((r) => p.on('exit', (code) => r(code)));
   return {
     p, exited,
     raw: () => raw,
+    stderr: () => err,
     send(text) { p.stdin.write(typeof text === 'string' ? text : Buffer.from(text)); },
     line(ms = 5000) {
       if (lines.length) return Promise.resolve(lines.shift());
@@ -127,7 +130,7 @@ test('a batch of 65 messages: -32600, a batch holds at most 64 (protocol 2025-03
 });
 test('a batch of 64 calls with large results stays one line under 10 MiB, each result cut', async () => {
   const call = (i) => ({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'run_lua',
-    arguments: { code: 'tools.test.echo{} return string.rep("y", 1000000)' } } });
+    arguments: { code: 'tools.test.echo{} return string.rep("y", 200000)' } } });
   s.send(JSON.stringify(Array.from({ length: 64 }, (_, i) => call(i))) + '\n');
   const line = await s.line(60000);
   assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
@@ -136,7 +139,7 @@ test('a batch of 64 calls with large results stays one line under 10 MiB, each r
   for (const r of m) {
     const env = r.result.structuredContent;
     eq(env.ok, true, 'ok kept');
-    eq(env.calls.map((c) => c.tool), ['test.echo'], 'calls kept');
+    eq(env.calls, { 'test.echo': 1 }, 'calls kept');
     eq(typeof env.truncated.result_bytes, 'number', 'says the result was cut');
   }
   await stillServes();
@@ -376,7 +379,7 @@ test('an oversized result is cut: ok, the calls record and a note stay, the line
   assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
   const env = JSON.parse(line).result.structuredContent;
   eq(env.ok, true, 'ok');
-  eq(env.calls.map((c) => [c.tool, c.ok]), [['test.echo', true], ['test.echo', true]], 'calls');
+  eq(env.calls, { 'test.echo': 2 }, 'calls');
   eq(env.truncated.result_bytes, 16000002, 'the result\'s size');
   assert(/truncated by tidepool/.test(env.result), 'a marker');
   eq(await t.close(), 0, 'exit status');
@@ -392,10 +395,52 @@ test('an oversized failure is cut: the error, the calls record and a note stay',
   const env = r.structuredContent;
   eq([env.ok, env.error.code], [false, 'runtime'], 'the error');
   assert(/boom/.test(env.error.message), env.error.message);
-  eq(env.calls.map((c) => c.tool), ['test.echo'], 'calls');
+  eq(env.calls, { 'test.echo': 1 }, 'calls');
   assert(env.truncated.logs_dropped > 0, 'says logs were dropped');
   eq(await t.close(), 0, 'exit status');
 }, 40000);
+
+test('--max-result defaults to 256K: a larger result is limit.result with a hint to return less', async () => {
+  const t = server();
+  t.send(call('r1', 'return string.rep("y", 262144 - 2)'));
+  const ok = (await t.msg()).result.structuredContent;
+  eq([ok.ok, ok.result.length], [true, 262142], '256 KiB of JSON is within the limit');
+  t.send(call('r2', 'return string.rep("y", 262144 - 1)'));
+  const m = (await t.msg()).result;
+  eq(m.isError, true, 'isError');
+  eq(m.structuredContent.error.code, 'limit.result', 'code');
+  eq(m.structuredContent.error.message, 'the script\'s return value is larger than its result limit of 256 KiB of JSON (at $)', 'message');
+  eq(m.structuredContent.error.hint, 'Return less: a summary, the first items, or only the fields that are needed.', 'hint');
+  eq(await t.close(), 0, 'exit status');
+});
+test('--audit FILE: one JSON line per run with time, session, tool, the full calls record and stats', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-audit-'));
+  const file = path.join(dir, 'audit.jsonl');
+  try {
+    const t = server(['--audit', file]);
+    t.send(call('a1', 'tools.test.echo{n = 1} pcall(tools.test.echo, 5) return 1', { session: 'S' }));
+    const r = (await t.msg()).result;
+    eq(r.structuredContent.calls, { 'test.echo': 2 }, 'the model sees counts');
+    t.send(call('a2', 'error("x")'));
+    eq((await t.msg()).result.isError, true, 'second run fails');
+    eq(await t.close(), 0, 'exit status');
+    const lines = fs.readFileSync(file, 'utf8').split('\n');
+    eq(lines.length, 3, 'two lines and the final newline');
+    eq(lines[2], '', 'ends with a newline');
+    const a = JSON.parse(lines[0]), b = JSON.parse(lines[1]);
+    assert(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(a.time), a.time);
+    eq([a.session, a.tool, a.ok, a.error], ['S', 'run_lua', true, undefined], 'first run');
+    eq(a.calls.map((c) => [c.tool, c.ok, c.error, c.line]),
+      [['test.echo', true, undefined, 1], ['test.echo', false, 'tool.invalid_input', 1]], 'calls');
+    eq(typeof a.stats.wall_ms, 'number', 'stats');
+    eq([b.session, b.tool, b.ok, b.error, b.calls], [null, 'run_lua', false, 'runtime', []], 'second run');
+    const p = spawn(tidepool, ['mcp', '--audit', path.join(dir, 'no', 'such', 'file')], { stdio: ['pipe', 'ignore', 'pipe'] });
+    let err = '';
+    p.stderr.on('data', (d) => { err += d; });
+    eq(await new Promise((res) => p.on('exit', res)), 1, 'an unwritable audit file: exit 1');
+    assert(/--audit: cannot open .*no\/such\/file: No such file or directory/.test(err), err);
+  } finally { fs.rmSync(dir, { recursive: true, force: true }); }
+});
 
 test('--describe: run_lua lists the tools one line each past 8 tools (auto), in full with --describe full', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-desc-'));
@@ -421,6 +466,73 @@ test('--describe: run_lua lists the tools one line each past 8 tools (auto), in 
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
+}, 30000);
+test('--expose-tools: names match ^[a-zA-Z0-9_-]{1,64}$, collisions get a suffix and are logged, calls reach the real tool', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-names-'));
+  try {
+    const tool = (name, extra = '') => `{ name = "${name}", description = "${name}.", ` +
+      `handler = function(a) return { tool = "${name}", got = a } end${extra} }`;
+    fs.writeFileSync(path.join(dir, 'n.lua'), `return { ${tool('x.get')}, ${tool('x_get')}, ` +
+      `${tool('run_lua')}, ${tool('a.' + 'b'.repeat(70))}, ` +
+      `${tool('o.obj', ', output = { type = "object", properties = { tool = { type = "string" } } }')}, ` +
+      `${tool('o.arr', ', output = { type = "array" }')} }\n`);
+    const t = server(['--tools', dir, '--no-builtin-tools', '--expose-tools']);
+    t.send('{"jsonrpc":"2.0","id":"l","method":"tools/list"}\n');
+    const tools = (await t.msg(20000)).result.tools;
+    eq(tools.map((x) => [x.name, x.title]), [
+      ['run_lua', 'Run a Lua script'],
+      ['a_' + 'b'.repeat(62), 'a.' + 'b'.repeat(70)],
+      ['o_arr', 'o.arr'], ['o_obj', 'o.obj'], ['run_lua_2', 'run_lua'],
+      ['test_echo', 'test.echo'], ['test_sleep', 'test.sleep'],
+      ['x_get', 'x.get'], ['x_get_2', 'x_get']], 'names and titles');
+    for (const x of tools) assert(/^[a-zA-Z0-9_-]{1,64}$/.test(x.name), x.name);
+    eq(tools.find((x) => x.name === 'o_obj').outputSchema,
+      { properties: { tool: { type: 'string' } }, type: 'object' }, 'an object output schema is published');
+    eq(tools.find((x) => x.name === 'o_arr').outputSchema, undefined, 'a non-object one is not');
+    const callTool = async (name, args) => {
+      t.send(JSON.stringify({ jsonrpc: '2.0', id: name, method: 'tools/call', params: { name, arguments: args } }) + '\n');
+      return (await t.msg()).result;
+    };
+    eq((await callTool('x_get_2', { n: 1 })).structuredContent, { got: { n: 1 }, tool: 'x_get' }, 'x_get_2 is x_get');
+    eq((await callTool('x_get', {})).structuredContent, { got: {}, tool: 'x.get' }, 'x_get is x.get');
+    eq((await callTool('run_lua_2', {})).structuredContent, { got: {}, tool: 'run_lua' }, 'the plugin run_lua');
+    t.send(JSON.stringify({ jsonrpc: '2.0', id: 'u', method: 'tools/call', params: { name: 'x.get', arguments: {} } }) + '\n');
+    eq((await t.msg()).error.code, -32602, 'the dotted name is not a tool of the MCP list');
+    eq(await t.close(), 0, 'exit status');
+    assert(t.stderr().includes('--expose-tools: tool x_get is listed as x_get_2: x_get was taken'), t.stderr());
+    assert(t.stderr().includes('--expose-tools: tool run_lua is listed as run_lua_2: run_lua was taken'), t.stderr());
+  } finally { fs.rmSync(dir, { recursive: true, force: true }); }
+}, 30000);
+test('--expose-tools: a failed call shows the tool\'s name and arguments, not the Lua that ran it', async () => {
+  const t = server(['--expose-tools']);
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'k', method: 'tools/call', params: { name: 'kv_get', arguments: { nokey: 1 } } }) + '\n');
+  const r = (await t.msg()).result;
+  eq(r.isError, true, 'isError');
+  eq(r.structuredContent, { arguments: { nokey: 1 }, error: { code: 'tool.invalid_input',
+    hint: 'Fix the arguments: the message gives the JSON path of the wrong value and what was expected; the tool\'s inputSchema (tools/list) shows what it takes.',
+    message: 'kv_get: invalid arguments: $: missing required property "key"; $.nokey: unexpected property "nokey" (allowed: "key")' },
+  ok: false, tool: 'kv_get' }, 'the failure');
+  eq(JSON.parse(r.content[0].text), r.structuredContent, 'the text is the same');
+  assert(!r.content[0].text.includes('json.decode'), 'no generated Lua');
+  eq(r._meta['tidepool/calls'].map((c) => [c.tool, c.error]), [['kv.get', 'tool.invalid_input']], '_meta');
+  eq(await t.close(), 0, 'exit status');
+});
+test('every refused plugin is a warning the client gets (notifications/message), sent after initialize', async () => {
+  const t = server(['--tools', 'spec/fixtures/plugins/broken', '--no-builtin-tools']);
+  t.send(JSON.stringify({ jsonrpc: '2.0', id: 'i', method: 'initialize', params: {
+    protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }) + '\n');
+  eq((await t.msg(20000)).id, 'i', 'the initialize response first');
+  const warnings = [];
+  for (let k = 0; k < 9; k++) warnings.push((await t.msg()).params);
+  eq(warnings.map((w) => [w.level, w.logger]), Array(9).fill(['warning', 'tidepool']), 'levels');
+  eq(warnings.map((w) => w.data.replace(/:\d+: .*/s, '')), ['b_syntax', 'c_runtime', 'd_schema',
+    'e_nohandler', 'f_duplicate', 'g_badname', 'h_unknown_field', 'i_nothing', 'j_errorobj'].map((f) =>
+    `tools from spec/fixtures/plugins/broken: refused: spec/fixtures/plugins/broken/${f}.lua`), 'one per refused file');
+  eq(warnings[4].data, 'tools from spec/fixtures/plugins/broken: refused: spec/fixtures/plugins/broken/' +
+    'f_duplicate.lua:3: tool ok.one is defined already (at spec/fixtures/plugins/broken/a_good.lua:2)', 'a whole one');
+  t.send('{"jsonrpc":"2.0","id":"p","method":"ping"}\n');
+  eq(await t.msg(), { id: 'p', jsonrpc: '2.0', result: {} }, 'nothing more before the ping');
+  eq(await t.close(), 0, 'exit status');
 }, 30000);
 test('a tools/list over 10 MiB (huge exposed descriptions): -32603 with the id, not an oversized line', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-bigtools-'));
