@@ -285,6 +285,9 @@ end
 -- The rules of object schema s that involve several fields, one phrase each.
 local function object_rules(ctx, s)
   local r = {}
+  if s.additionalProperties == false and type(s.properties) == "table" and next(s.properties) then
+    r[#r + 1] = "no other fields"
+  end
   local n = s["not"]
   if type(n) == "table" then
     local set = required_set(n)

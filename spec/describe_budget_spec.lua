@@ -43,6 +43,9 @@ describe("the description of the 13-tool fixture", function()
         .. "keys #<=40", "location: (string #>=1)|{lat: number, lon: number}" }) do
       assert.truthy(text:find(rule, 1, true), rule)
     end
+    -- additionalProperties: false, once for each tool whose input says it
+    local closed = select(2, text:gsub("%-%- no other fields", ""))
+    assert.are.equal(3, closed)
   end)
 
   it("is the same text each time", function()

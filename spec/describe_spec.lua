@@ -51,6 +51,7 @@ notes.search{
   since?: string(date)
   sort?: "date"|"score" -- Order.
   tags?: (string /^[a-z]+$/)[] #<=5
+  -- no other fields
 } -> {hits: {id: integer, title?: string|json.null}[]}]]
 
 local TIME_API = [[
