@@ -631,7 +631,8 @@ static int body_start (lua_State *L) {
     return luaL_error(L, "a tool handler's coroutine was resumed from outside the engine");
   const json_t *args = lua_touserdata(L, 3);
   lua_settop(L, 2);
-  lua_remove(L, 1);                         /* handler */
+  lua_pushlightuserdata(L, (void *)&done_key);
+  lua_replace(L, 1);                        /* DONE, handler */
   tp_json_push(L, args, 0);                 /* the tree as a table: no JSON text */
   lua_pushvalue(L, lua_upvalueindex(1));    /* ctx */
   lua_callk(L, 2, 1, K_RETURNED, body_k);
@@ -641,7 +642,7 @@ static int body_start (lua_State *L) {
 static int body_k (lua_State *L, int status, lua_KContext k) {
   (void)status;
   if (k == K_RESUMED) return body_start(L);
-  /* stack: the handler's result */
+  /* stack: DONE, the handler's result */
   int ctx = lua_upvalueindex(1), mt = lua_upvalueindex(2);
   lua_pushnil(L);
   if (lua_next(L, ctx)) {                   /* the handler wrote into ctx */
@@ -654,13 +655,12 @@ static int body_k (lua_State *L, int status, lua_KContext k) {
       lua_rawset(L, ctx);
     }
   }
-  if (!lua_getmetatable(L, ctx) || !lua_rawequal(L, -1, mt)) {
+  if (!lua_getmetatable(L, ctx)) lua_pushnil(L);
+  if (lua_topointer(L, -1) != lua_topointer(L, mt)) {
     lua_pushvalue(L, mt);
     lua_setmetatable(L, ctx);
   }
-  lua_settop(L, 1);
-  lua_pushlightuserdata(L, (void *)&done_key);
-  lua_insert(L, 1);                         /* DONE, result */
+  lua_settop(L, 2);
   return lua_yieldk(L, 2, K_RESUMED, body_k);
 }
 
@@ -763,6 +763,7 @@ static int open_p (lua_State *H) {
   lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
+  lua_gc(H, LUA_GCGEN, 0, 0);
   if (!c_modules_bind_here()) {
     lua_getglobal(H, LUA_LOADLIBNAME);
     lua_getfield(H, -1, "searchers");

@@ -701,7 +701,8 @@ int tp_json_is_array (lua_State *L, int idx) {
 
 /* What a push needs besides the value. */
 typedef struct pusher {
-  int max_depth, mt;         /* mt: absolute index of the array metatable */
+  int max_depth, mt;         /* mt: absolute index of the array metatable's slot */
+  int has_mt;                /* the slot holds it (fetched at the first array) */
   const char *prefix;        /* of error messages */
   const tp_json_budget *b;   /* polled every TP_JSON_POLL_NODES containers, or NULL */
   unsigned nodes;
@@ -730,6 +731,11 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
     luaL_error(L, "%sstopped: the run has ended (a limit)", p->prefix);
   if (json_is_array(v)) {
     size_t n = json_array_size(v);
+    if (!p->has_mt) {
+      tp_json_push_array_mt(L);
+      lua_replace(L, p->mt);
+      p->has_mt = 1;
+    }
     lua_createtable(L, n > INT32_MAX ? INT32_MAX : (int)n, 0);
     for (size_t i = 0; i < n; i++) {
       push_value(L, p, json_array_get(v, i), depth + 1);
@@ -754,14 +760,14 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
 
 static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, const char *prefix,
                               const tp_json_budget *b) {
-  pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, prefix, b, 0 };
+  pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, 0, prefix, b, 0 };
   if (v == NULL) { push_null(L); return; }
   if (json_is_array(v) || json_is_object(v)) {
     luaL_checkstack(L, 4, "JSON value too deep");
-    tp_json_push_array_mt(L);
+    lua_pushnil(L);  /* the array metatable's slot: a tree without arrays never needs it */
     p.mt = lua_gettop(L);
     push_value(L, &p, v, 0);
-    lua_remove(L, p.mt);
+    lua_replace(L, p.mt);
   }
   else push_value(L, &p, v, 0);
 }
