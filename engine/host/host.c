@@ -390,24 +390,47 @@ static void unbind (lua_State *H, host *h, callbox *b, int keep) {
 }
 
 /* The tree of call c's result from the handler's value at idx of L: converted under the
-** run's host budget and its tool_bytes (complete() charges the final tree), shaped by the
-** tool's output schema. NULL when it cannot be sent as JSON; then msg says why. Raises
-** nothing. */
-static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen) {
+** run's host budget and its tool_bytes, shaped by the tool's output schema. NULL when it
+** cannot be sent as JSON; then msg says why. Raises nothing. */
+static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen,
+                            size_t *cost);
+#define NOT_CHARGED SIZE_MAX
+
+/* Completes c with the handler's value at idx of L (see result_tree). */
+static void complete_with (tp_call *c, lua_State *L, int idx) {
+  char msg[800];
+  size_t cost;
+  json_t *v = result_tree(c, L, idx, msg, sizeof msg, &cost);
+  if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
+  else if (cost == NOT_CHARGED) tp__call_complete_tree(c, v);
+  else tp__call_complete_charged(c, v, cost);
+}
+
+/* *cost: what the tree is charged to the run's host budget (the conversion's charge, kept
+** when there is no output schema to shape it), or NOT_CHARGED (complete() charges it). */
+static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen,
+                            size_t *cost) {
   tp_json_opts o;
   memset(&o, 0, sizeof o);
   o.max_bytes = c->run ? c->run->sb->limits.tool_bytes : 0;
   o.budget = c->run ? tp__sandbox_budget(c->run->sb) : NULL;
   tp_json_err jerr;
   json_t *v = lua_isnoneornil(L, idx) ? json_null() : tp_json_from_lua_ex(L, idx, &o, &jerr);
-  if (o.cost) o.budget->refund(o.budget->ud, o.cost);
+  *cost = 0;
   if (v == NULL) {
     snprintf(msg, msglen, "the handler's result cannot be sent as JSON: %s%s%s%s",
              jerr.message, jerr.path[0] ? " (at " : "", jerr.path, jerr.path[0] ? ")" : "");
     return NULL;
   }
-  json_t *n = c->tool ? shape(v, ((const tp_tool *)c->tool)->output, 0) : NULL;
+  const json_t *out = c->tool ? ((const tp_tool *)c->tool)->output : NULL;
+  if (out == NULL) {  /* the tree as converted: its charge is its cost */
+    *cost = o.cost;
+    return v;
+  }
+  if (o.cost) o.budget->refund(o.budget->ud, o.cost);
+  json_t *n = shape(v, out, 0);
   if (n) { json_decref(v); v = n; }
+  *cost = NOT_CHARGED;
   return v;
 }
 
@@ -419,12 +442,7 @@ static int e_complete (lua_State *H) {
   if (c == NULL) { lua_pushboolean(H, 0); return 1; }
   int ok = lua_toboolean(H, 2);
   unbind(H, get_host(H), b, 0);  /* the record lets go of the call */
-  if (ok) {
-    char msg[800];
-    json_t *v = result_tree(c, H, 3, msg, sizeof msg);
-    if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
-    else tp__call_complete_tree(c, v);
-  }
+  if (ok) complete_with(c, H, 3);
   else {
     const char *code = luaL_optstring(H, 4, "tool.failed");
     tp_call_fail(c, code, luaL_optstring(H, 3, "the handler failed"));
@@ -1049,13 +1067,15 @@ static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const jso
       b->c == c && !b->claimed) {
     /* returned at once: the result is taken from the coroutine's stack, the record goes
     ** back to the pool, then the call completes (which may start another call) */
-    json_t *v = result_tree(c, co, -1, msg, sizeof msg);
+    size_t cost;
+    json_t *v = result_tree(c, co, -1, msg, sizeof msg, &cost);
     lua_pop(co, 2);
     int keep = h->npool < POOL_MAX;
     unbind(H, h, b, keep);
     if (keep) h->pool[h->npool++] = b;
-    if (v != NULL) tp__call_complete_tree(c, v);
-    else tp_call_fail(c, "tool.invalid_output", msg);
+    if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
+    else if (cost == NOT_CHARGED) tp__call_complete_tree(c, v);
+    else tp__call_complete_charged(c, v, cost);
   }
   else hand_over(H, h, b, top + 1, st, nres, held, late);
   lua_settop(H, top);

@@ -116,6 +116,8 @@ typedef struct walker {
   unsigned nodes;                 /* values converted, for polling budget->stopped */
   int over_bytes, over_budget, stopped;
   const void *array_mt;           /* NULL when the state has no array metatable yet */
+  int array_mt_read;              /* array_mt was read (at the first table with a
+                                  ** metatable) */
   const void *tables[TP_JSON_HARD_MAX_DEPTH + 1];  /* ancestors, for cycles */
   seg path[TP_JSON_HARD_MAX_DEPTH + 1];
 } walker;
@@ -344,8 +346,14 @@ static json_t *walk_table (walker *w, int t) {
     return NULL;
   }
   int tagged = 0;
-  if (w->array_mt != NULL && lua_getmetatable(L, t)) {
-    tagged = lua_topointer(L, -1) == w->array_mt;
+  if (lua_getmetatable(L, t)) {
+    if (!w->array_mt_read) {
+      lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
+      w->array_mt = lua_topointer(L, -1);  /* NULL unless a table */
+      w->array_mt_read = 1;
+      lua_pop(L, 1);
+    }
+    tagged = w->array_mt != NULL && lua_topointer(L, -1) == w->array_mt;
     lua_pop(L, 1);
   }
   lua_Unsigned n = lua_rawlen(L, t);
@@ -576,12 +584,8 @@ json_t *tp_json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_err
   w.pending = w.charged = 0;
   w.nodes = TP_JSON_POLL_NODES;  /* counts down to the next poll */
   w.over_bytes = w.over_budget = w.stopped = 0;
-  w.array_mt = NULL;
-  if (lua_type(L, idx) == LUA_TTABLE && lua_checkstack(L, 2)) {
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
-    w.array_mt = lua_topointer(L, -1);  /* NULL unless a table */
-    lua_pop(L, 1);
-  }
+  w.array_mt = NULL;  /* read at the first table with a metatable */
+  w.array_mt_read = 0;
   json_t *v = walk(&w, idx);
   if (v != NULL && !flush(&w)) {
     json_decref(v);
