@@ -415,8 +415,9 @@ static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t
   o.max_bytes = c->run ? c->run->sb->limits.tool_bytes : 0;
   o.budget = c->run ? tp__sandbox_budget(c->run->sb) : NULL;
   tp_json_err jerr;
-  json_t *v = lua_isnoneornil(L, idx) ? json_null() : tp_json_from_lua_ex(L, idx, &o, &jerr);
-  *cost = 0;
+  *cost = NOT_CHARGED;
+  if (lua_isnoneornil(L, idx)) return json_null();
+  json_t *v = tp_json_from_lua_ex(L, idx, &o, &jerr);
   if (v == NULL) {
     snprintf(msg, msglen, "the handler's result cannot be sent as JSON: %s%s%s%s",
              jerr.message, jerr.path[0] ? " (at " : "", jerr.path, jerr.path[0] ? ")" : "");
@@ -430,7 +431,6 @@ static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t
   if (o.cost) o.budget->refund(o.budget->ud, o.cost);
   json_t *n = shape(v, out, 0);
   if (n) { json_decref(v); v = n; }
-  *cost = NOT_CHARGED;
   return v;
 }
 
