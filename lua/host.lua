@@ -1,7 +1,11 @@
 -- host.lua: the runtime of the engine's host Lua state (trusted; see engine/host/host.c).
 --
--- It loads plugin files, runs each tool call's handler as a coroutine with a ctx, and
--- turns the handler's end into a completion of the call:
+-- It loads plugin files and keeps each call's record: its handler's coroutine, its ctx,
+-- its box (the call as host.c sees it) and the handles its ctx opened. host.c drives the
+-- common call itself: it takes an idle record from its pool, resumes the record's
+-- coroutine with the handler and the argument tree, and when the handler returns at
+-- once, converts the result and completes the call in C; none of this file runs then.
+-- Everything else comes here (M.resumed), and ends the call so:
 --   return value       -> E.complete(box, true, value)     (result schema checked in C)
 --   error(...)         -> E.complete(box, false, "file:line: message")   tool.failed
 --   error{code=, message=} with a tool.* code -> that code and message
@@ -10,39 +14,36 @@
 -- to ctx.track) is closed when the call ends, however it ends, so nothing of it runs
 -- afterwards.
 --
--- A call allocates almost nothing: its record (coroutine, ctx, box, handles) comes from a
--- pool of idle records and goes back to it when the handler returned without waiting,
--- tracking a handle or handing a function to luv (records that did may be reachable from
--- a callback that outlives the call). A record whose handler raised, timed out, was
--- cancelled or yielded on its own is never reused: its coroutine is closed or dropped.
--- Reuse resets what a handler can leave behind: what it wrote into ctx and ctx's
--- metatable; a coroutine left with a debug hook is not taken back. A ctx is valid during
--- its call only: one a handler keeps past its call (in a global) may reach a later call
--- (plugins are trusted code; they must not keep ctx).
+-- A record goes back to host.c's pool only when its handler returned without waiting,
+-- tracking a handle or handing a function to luv (E.claim: records that did may be
+-- reachable from a callback that outlives the call), and never when its handler raised,
+-- timed out, was cancelled or yielded on its own. Reuse cannot carry what a handler
+-- wrote into ctx or ctx's metatable (host.c wipes them when the handler returns); a
+-- coroutine left with a debug hook is not taken again. ctx's per-call fields (run_id,
+-- call_id, tool, deadline_ms) are read from the call's box when asked for, so a call
+-- costs no Lua here. A ctx is valid during its call only: one a handler keeps past its
+-- call (in a global) may reach a later call (plugins are trusted code; they must not
+-- keep ctx).
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
--- log(box, text); deadline_ms(box) -> ms | nil; fs_quota(box) -> left, quota | nothing;
--- fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
--- new_box() -> an empty call box; bind(box, call, rec): the box gets the call;
--- resume(box, co, ...) -> ok, value, held_ms, late (coroutine.resume, timed).
+-- log(box, text); deadline_ms(box) -> ms | nil; field(box, k) -> run_id, call_id, tool
+-- or deadline_ms of the box's call (nil when it has none); fs_quota(box) -> left, quota |
+-- nothing; fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
+-- new_box(rec, co) -> an empty call box of record rec; body(ctx, mt) -> the function of a
+-- record's coroutine; claim(box): the record is not reused; DONE, what that coroutine
+-- yields with its handler's result; resume(box, co, ...) -> ok, value, result, held_ms,
+-- late (coroutine.resume, timed).
 local E = ...
-local E_resume, E_complete, E_bind = E.resume, E.complete, E.bind  -- every call's path
+local E_resume, E_complete, E_claim, E_field = E.resume, E.complete, E.claim, E.field
 
 local uv = require("luv")
 
 local M = {}
 
 local WAIT = setmetatable({}, { __name = "tidepool.wait" })
-local DONE = setmetatable({}, { __name = "tidepool.done" })  -- the handler returned
-local RUN = setmetatable({}, { __name = "tidepool.run" })    -- only run() passes it
+local DONE = E.DONE  -- the handler returned: its coroutine yields DONE, result
 
-local co_create, co_yield, co_running = coroutine.create, coroutine.yield, coroutine.running
-local co_status = coroutine.status
-local gethook = debug.gethook
-
--- Idle records, at most POOL_MAX of them (the most calls seen at once, bounded).
-local POOL_MAX = 64
-local pool, npool = {}, 0
+local co_create, co_running = coroutine.create, coroutine.running
 
 -- The engine's workspace as ctx shows it (set by host.c when it changes).
 local ws_dir, ws_max = nil, nil
@@ -61,7 +62,7 @@ local all_handles = setmetatable({}, { __mode = "k" })
 local function claim(...)
   local rec = co_rec[co_running()]
   if rec then
-    rec.claimed = true
+    E_claim(rec.box)
     for i = 1, select("#", ...) do
       local v = select(i, ...)
       if type(v) == "function" then owners[v] = rec end
@@ -164,24 +165,13 @@ local function finish(rec, ok, value, code)
   E_complete(rec.box, ok, value, code)
 end
 
--- A record whose call is over goes back to the pool when nothing of the call can reach
--- it any more (see the header). Its coroutine yielded DONE; prepare() checks that it is
--- still suspended when it takes it.
-local function recycle(rec)
-  if rec.cancelled or rec.claimed or npool >= POOL_MAX or gethook(rec.co) ~= nil then
-    return
-  end
-  npool = npool + 1
-  pool[npool] = rec
-end
-
--- Resumes the handler's coroutine with the given values and acts on how it stopped. The
--- time a resume holds the thread is the call's: a handler that blocks (sleeps in C,
--- loops in Lua) past its call's deadline ends the call with tool.timeout, and its
--- coroutine is closed (its to-be-closed variables run; it never resumes).
-local function run(rec, ...)
+-- Acts on how a resume of the handler's coroutine stopped (E.resume's results; host.c
+-- calls it for anything but a handler that returned at once). The time a resume holds
+-- the thread is the call's: a handler that blocks (sleeps in C, loops in Lua) past its
+-- call's deadline ends the call with tool.timeout, and its coroutine is closed (its
+-- to-be-closed variables run; it never resumes).
+function M.resumed(rec, ok, a, result, held_ms, late)
   local co = rec.co
-  local ok, a, held_ms, late = E_resume(rec.box, co, ...)
   if late and not rec.done and not rec.cancelled then
     finish(rec, false, ("its handler held the engine for %.0f ms, past the call's time "
       .. "limit, without waiting (it blocks in C or loops in Lua instead of waiting with "
@@ -194,18 +184,16 @@ local function run(rec, ...)
     coroutine.close(co)  -- a coroutine dead by an error keeps its <close> variables open
     finish(rec, false, msg, code)
   elseif a == DONE then
-    local result = rec.result
-    rec.result = nil
     finish(rec, true, result)
-    recycle(rec)
   elseif a ~= WAIT then
     finish(rec, false, "the handler yielded without waiting on anything (wait with "
       .. "ctx.sleep or ctx.await)")
   end
 end
+local resumed = M.resumed
 
--- run() when the call is still on, checking first that it was not woken past its
--- deadline (before the engine saw it).
+-- Resumes the handler's coroutine with the given values when the call is still on,
+-- checking first that it was not woken past its deadline (before the engine saw it).
 local function step(rec, ...)
   if rec.done or rec.cancelled then return end
   local left = E.deadline_ms(rec.box)
@@ -214,7 +202,7 @@ local function step(rec, ...)
     coroutine.close(rec.co)
     return
   end
-  return run(rec, ...)
+  return resumed(rec, E_resume(rec.box, rec.co, ...))
 end
 
 -- Waits for the callback handed to start(resume); returns the values it got. The
@@ -227,7 +215,7 @@ local function wait(rec, what, start)
   local token = {}
   local yielded, early = false, nil
   rec.wait = token
-  rec.claimed = true  -- resume may be called after the call: the record is not reused
+  E_claim(rec.box)  -- resume may be called after the call: the record is not reused
   local function resume(...)
     if rec.wait ~= token or rec.done or rec.cancelled then return end
     rec.wait = nil
@@ -244,26 +232,11 @@ local function wait(rec, what, start)
   return coroutine.yield(WAIT)
 end
 
--- Sets ctx up for the call of rec. ctx itself is an empty table: what it shows is read
--- through its metatable from the record's data table (per-call fields, the functions made
--- once per record, deadline_ms computed), so whatever a handler writes into ctx (even
--- with rawset) lands in ctx itself and is wiped before the next call, as is a metatable
--- it changed.
-local ws_gen = 0
-local function reset_ctx(rec, run_id, call_id, tool)
-  local ctx = rec.ctx
-  if next(ctx) ~= nil or getmetatable(ctx) ~= rec.mt then
-    for k in pairs(ctx) do ctx[k] = nil end
-    setmetatable(ctx, rec.mt)
-  end
-  local data = rec.data
-  data.run_id, data.call_id, data.tool = run_id, call_id, tool
-  if rec.ws_gen ~= ws_gen then
-    data.workspace, data.workspace_max = ws_dir, ws_dir and ws_max or nil
-    rec.ws_gen = ws_gen
-  end
-end
-
+-- A record's ctx. ctx itself is an empty table: what it shows is read through its
+-- metatable from the record's functions (made once per record) and, for the per-call
+-- fields, from the call's box, so whatever a handler writes into ctx (even with rawset)
+-- lands in ctx itself, and host.c wipes it (and restores a metatable the handler
+-- changed) when the handler returns.
 local function make_ctx(rec)
   local fns = {}
 
@@ -302,86 +275,48 @@ local function make_ctx(rec)
 
   -- A luv handle to close when the call ends (completed, failed, timed out, cancelled).
   function fns.track(h)
-    rec.claimed = true
+    E_claim(rec.box)
     rec.handles[h] = true
     return h
   end
 
   -- A line in the run's logs, prefixed with the tool's name.
   function fns.log(...)
+    local tool = E_field(rec.box, "tool")
+    if tool == nil then return end  -- the call is over
     local n = select("#", ...)
     local parts = {}
     for i = 1, n do parts[i] = tostring((select(i, ...))) end
-    E.log(rec.box, "[" .. rec.tool .. "] " .. table.concat(parts, "\t"))
+    E.log(rec.box, "[" .. tool .. "] " .. table.concat(parts, "\t"))
   end
 
-  rec.data = setmetatable(fns, {
+  setmetatable(fns, {
     __index = function(_, k)
-      if k == "deadline_ms" then return E.deadline_ms(rec.box) end
+      if k == "workspace" then return ws_dir end
+      if k == "workspace_max" then return ws_dir and ws_max or nil end
+      return E_field(rec.box, k)  -- run_id, call_id, tool, deadline_ms; else nil
     end,
   })
   rec.mt = { __index = fns }
   rec.ctx = setmetatable({}, rec.mt)
 end
 
--- One call of a record's handler, from rec.handler and rec.args; its first result goes
--- to rec.result. Its frame is gone when the coroutine waits in the pool, so the pool
--- keeps nothing of a call that is over.
-local function turn(rec)
-  local handler, args = rec.handler, rec.args
-  rec.handler, rec.args = nil, nil
-  rec.result = handler(args, rec.ctx)
-end
-
--- A record: its coroutine runs one handler per turn of its loop and yields DONE after
--- each; it is resumed only by run() with RUN (anything else ends it, and a record whose
--- coroutine is not suspended is never taken from the pool).
-local function new_record()
-  local rec = { handles = {}, box = E.new_box() }
-  rec.co = co_create(function(key)
-    while key == RUN do
-      turn(rec)
-      key = co_yield(DONE)
-    end
-    error("a tool handler's coroutine was resumed from outside the engine", 0)
-  end)
-  co_rec[rec.co] = rec
-  make_ctx(rec)
-  return rec
-end
-
 -- ---- called by host.c ------------------------------------------------------------------
 
--- A record for a call, from the pool or new.
-local function prepare(call_id, run_id, tool)
-  local rec
-  while npool > 0 and not rec do
-    rec = pool[npool]
-    pool[npool] = nil
-    npool = npool - 1
-    if co_status(rec.co) ~= "suspended" then rec = nil end
-  end
-  rec = rec or new_record()
-  rec.tool, rec.done, rec.cancelled, rec.wait, rec.claimed = tool, false, false, nil, false
-  reset_ctx(rec, run_id, call_id, tool)
-  return rec
+-- A new record (host.c's pool had none idle); returns its box. Its coroutine runs
+-- host.c's body: one handler per resume by host.c, yielding DONE, result after each.
+function M.new_record()
+  local rec = { handles = {}, done = false, cancelled = false }
+  make_ctx(rec)
+  rec.co = co_create(E.body(rec.ctx, rec.mt))
+  rec.box = E.new_box(rec, rec.co)
+  co_rec[rec.co] = rec
+  return rec.box
 end
 
--- A call of handler with args (host.c's dispatch; c is the call, for E.bind): a record
--- for it, bound to the call (its box gets the call, host.c a reference to the record:
--- from then on the call can be cancelled), then the handler runs until it returns,
--- fails or waits. One entry from C per call.
-function M.call(c, call_id, run_id, tool, handler, args)
-  local rec = prepare(call_id, run_id, tool)
-  E_bind(rec.box, c, rec)
-  rec.handler, rec.args = handler, args
-  run(rec, RUN)
-end
-
--- The engine's workspace changed (host.c): what the next calls' ctx shows.
+-- The engine's workspace changed (host.c): what ctx shows from now on.
 function M.set_workspace(dir, max)
   ws_dir, ws_max = dir, max
-  ws_gen = ws_gen + 1
 end
 
 -- The call is over for the engine (box emptied already); host.c closes the coroutine.

@@ -610,6 +610,13 @@ int tp__call_complete_tree (tp_call *c, json_t *result) {
   return rc;
 }
 
+int tp__call_complete_charged (tp_call *c, json_t *result, size_t cost) {
+  if (c == NULL) { json_decref(result); return TP_EINVAL; }
+  int rc = complete(c, result, 0, cost, 1);
+  tp__call_handler_done(c);
+  return rc;
+}
+
 int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
   if (c == NULL || result_json == NULL) return TP_EINVAL;
   if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;

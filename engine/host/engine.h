@@ -35,6 +35,7 @@ struct tp_engine {
   char *error;             /* tp_engine_error */
   struct uv_loop_s *loop;
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
+  void *host_state;        /* host.c's own data about H, while H is open */
   struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
   int idle_on;
   tp__drv_run *ready, *ready_tail; /* started runs that can take a step, oldest first */

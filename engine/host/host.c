@@ -3,24 +3,34 @@
 ** plugin tools written in Lua, their handlers run as coroutines, luv on the engine's
 ** loop, lpeg, and the runtime lua/host.lua, which does the Lua side of all this.
 **
+** A call's record (host.lua: its coroutine, ctx, box and handles) is seen from C through
+** its box, a userdata whose user value is the record: the call while bound, the
+** coroutine, and a registry reference to the box held while the record is bound to a
+** call or idle in the pool.
+**
 ** The life of a Lua tool call:
-**   host_dispatch       host.lua's call() takes a record {co, ctx, box, handles} for the
-**                       call, from its pool of idle ones when it can (see host.lua), and
-**                       binds it (E.bind: c->host_ref holds the record, its box the
-**                       call); the arguments go in as a Lua table made from the tree,
-**                       with no JSON text; then it resumes the handler. One entry from C.
-**   the handler waits   ctx.sleep / ctx.await yield the coroutine; a luv callback resumes
-**                       it later, through the callback runner below (never exits).
-**   it ends             host.lua calls E.complete(box, ok, value): the result goes through
-**                       tp__call_complete_tree (schema checks), an error through
-**                       tp_call_fail. The box is emptied first, so a record can never
-**                       reach a call that is gone.
+**   host_dispatch       takes an idle record from the pool (host.lua makes a new one when
+**                       there is none), binds it (the box gets the call, c->host_ref the
+**                       box's reference) and resumes its coroutine with the handler and
+**                       the argument tree: body() makes the arguments' Lua table from the
+**                       tree inside the coroutine (no JSON text, no pcall of its own) and
+**                       calls the handler with the record's ctx.
+**   it returns at once  the common case, all in C: body wipes what the handler wrote into
+**                       ctx and yields DONE, result; the result is converted straight from
+**                       the coroutine's stack, the record goes back to the pool and the
+**                       call is completed (tp__call_complete_tree: schema checks).
+**   anything else       (an error, a wait, a timeout, a record that handed luv a function)
+**                       goes to host.lua's M.resumed, which ends the call through
+**                       E.complete(box, ok, value) or leaves it waiting: ctx.sleep /
+**                       ctx.await yield the coroutine and a luv callback resumes it later,
+**                       through the callback runner below (never exits). Such a record
+**                       is not reused: its box is unbound and its reference dropped.
 **   it is cut short     host_cancel (call timeout, run finished or destroyed): the box
 **                       is emptied, the call's luv handles closed, its coroutine closed
 **                       (lua_closethread), and the handler's ownership of the call ends.
 **
-** Registry references of calls' records and of the runtime are counted; a debug build
-** asserts none is left when H closes. A tool's handler reference belongs to the tool
+** Registry references of boxes and of the runtime are counted; a debug build asserts
+** none is left when H closes. A tool's handler reference belongs to the tool
 ** (t->lua_ref) and goes with it.
 */
 #include <assert.h>
@@ -61,21 +71,37 @@ FILE *tp__luv_stderr;
 #define CALLBOX "tidepool.callbox"
 #define TP_WORKSPACE_MAX_DEFAULT ((uint64_t)1 << 30)
 
-/* What host.c keeps about H, in a userdata under &host_key in H's registry. H's extra
-** space must stay NULL: the patched pattern matcher reads it (lua_patch.h). */
+/* A call's record as C sees it (see the header); its user value 1 is the record. */
+typedef struct callbox {
+  tp_call *c;          /* the call, while bound; NULL once completed or cancelled */
+  lua_State *co;       /* the record's coroutine */
+  int ref;             /* the box in the registry, while bound or pooled; else LUA_NOREF */
+  int claimed;         /* something of the call may outlive it (E.claim): not reused */
+} callbox;
+
+/* Idle records, at most POOL_MAX of them (the most calls seen at once, bounded). */
+#define POOL_MAX 64
+
+/* What host.c keeps about H, in a userdata under &host_key in H's registry (and at
+** e->host_state). H's extra space must stay NULL: the patched pattern matcher reads it
+** (lua_patch.h). */
 typedef struct host {
   tp_engine *e;
   int rt;      /* host.lua's table */
+  int resumed; /* host.lua's M.resumed */
   int nrefs;   /* registry references taken by host.c and not yet released */
   char *ws;    /* the workspace host.lua was last told (rt.set_workspace), or NULL */
   uint64_t ws_max;
   int ws_told; /* host.lua was told at least once */
+  int npool;
+  callbox *pool[POOL_MAX];
 } host;
 
 static const char host_key = 0;
 
-/* A call as Lua sees it: emptied (NULL) once the call is completed or cancelled. */
-typedef struct callbox { tp_call *c; } callbox;
+/* The key a record's coroutine must be resumed with by host.c, and what it yields when
+** its handler returned (E.DONE): light userdata no Lua code can make. */
+static const char run_key = 0, done_key = 0;
 
 static host *get_host (lua_State *H) {
   lua_rawgetp(H, LUA_REGISTRYINDEX, &host_key);
@@ -350,18 +376,62 @@ static int e_add_tool (lua_State *H) {
   return 1;
 }
 
-/* Lets go of a call's record: the box is emptied and the reference dropped. */
-static void release_record (lua_State *H, tp_call *c) {
-  if (c->host_ref == LUA_NOREF) return;
-  lua_rawgeti(H, LUA_REGISTRYINDEX, c->host_ref);
-  if (lua_type(H, -1) == LUA_TTABLE) {
-    lua_getfield(H, -1, "box");
-    callbox *b = luaL_testudata(H, -1, CALLBOX);
-    if (b) b->c = NULL;
-    lua_pop(H, 1);
+/* Lets go of b's call: the box is emptied and c->host_ref cleared. keep: the box's
+** reference stays (the record goes back to the pool); else it is dropped, and the record
+** lives on only as long as Lua code can reach it. */
+static void unbind (lua_State *H, host *h, callbox *b, int keep) {
+  if (b->c != NULL) b->c->host_ref = LUA_NOREF;
+  b->c = NULL;
+  if (!keep && b->ref != LUA_NOREF) {
+    luaL_unref(H, LUA_REGISTRYINDEX, b->ref);
+    h->nrefs--;
+    b->ref = LUA_NOREF;
   }
-  lua_pop(H, 1);
-  drop_ref(H, &c->host_ref);
+}
+
+/* The tree of call c's result from the handler's value at idx of L: converted under the
+** run's host budget and its tool_bytes, shaped by the tool's output schema. NULL when it
+** cannot be sent as JSON; then msg says why. Raises nothing. */
+static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen,
+                            size_t *cost);
+#define NOT_CHARGED SIZE_MAX
+
+/* Completes c with the handler's value at idx of L (see result_tree). */
+static void complete_with (tp_call *c, lua_State *L, int idx) {
+  char msg[800];
+  size_t cost;
+  json_t *v = result_tree(c, L, idx, msg, sizeof msg, &cost);
+  if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
+  else if (cost == NOT_CHARGED) tp__call_complete_tree(c, v);
+  else tp__call_complete_charged(c, v, cost);
+}
+
+/* *cost: what the tree is charged to the run's host budget (the conversion's charge, kept
+** when there is no output schema to shape it), or NOT_CHARGED (complete() charges it). */
+static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen,
+                            size_t *cost) {
+  tp_json_opts o;
+  memset(&o, 0, sizeof o);
+  o.max_bytes = c->run ? c->run->sb->limits.tool_bytes : 0;
+  o.budget = c->run ? tp__sandbox_budget(c->run->sb) : NULL;
+  tp_json_err jerr;
+  *cost = NOT_CHARGED;
+  if (lua_isnoneornil(L, idx)) return json_null();
+  json_t *v = tp_json_from_lua_ex(L, idx, &o, &jerr);
+  if (v == NULL) {
+    snprintf(msg, msglen, "the handler's result cannot be sent as JSON: %s%s%s%s",
+             jerr.message, jerr.path[0] ? " (at " : "", jerr.path, jerr.path[0] ? ")" : "");
+    return NULL;
+  }
+  const json_t *out = c->tool ? ((const tp_tool *)c->tool)->output : NULL;
+  if (out == NULL) {  /* the tree as converted: its charge is its cost */
+    *cost = o.cost;
+    return v;
+  }
+  if (o.cost) o.budget->refund(o.budget->ud, o.cost);
+  json_t *n = shape(v, out, 0);
+  if (n) { json_decref(v); v = n; }
+  return v;
 }
 
 /* E.complete(box, ok, value [, code]) -> true when the call took the outcome. ok: value
@@ -371,29 +441,8 @@ static int e_complete (lua_State *H) {
   tp_call *c = b->c;
   if (c == NULL) { lua_pushboolean(H, 0); return 1; }
   int ok = lua_toboolean(H, 2);
-  drop_ref(H, &c->host_ref);    /* the record lets go of the call: its box is b */
-  b->c = NULL;
-  if (ok) {
-    tp_json_opts o;  /* bounded by the run's host budget while it is built; complete()
-                     ** charges the final tree */
-    memset(&o, 0, sizeof o);
-    o.max_bytes = c->run ? c->run->sb->limits.tool_bytes : 0;
-    o.budget = c->run ? tp__sandbox_budget(c->run->sb) : NULL;
-    tp_json_err jerr;
-    json_t *v = lua_isnoneornil(H, 3) ? json_null() : tp_json_from_lua_ex(H, 3, &o, &jerr);
-    if (o.cost) o.budget->refund(o.budget->ud, o.cost);
-    if (v == NULL) {
-      char msg[800];
-      snprintf(msg, sizeof msg, "the handler's result cannot be sent as JSON: %s%s%s%s",
-               jerr.message, jerr.path[0] ? " (at " : "", jerr.path, jerr.path[0] ? ")" : "");
-      tp_call_fail(c, "tool.invalid_output", msg);
-    }
-    else {
-      json_t *n = c->tool ? shape(v, ((const tp_tool *)c->tool)->output, 0) : NULL;
-      if (n) { json_decref(v); v = n; }
-      tp__call_complete_tree(c, v);
-    }
-  }
+  unbind(H, get_host(H), b, 0);  /* the record lets go of the call */
+  if (ok) complete_with(c, H, 3);
   else {
     const char *code = luaL_optstring(H, 4, "tool.failed");
     tp_call_fail(c, code, luaL_optstring(H, 3, "the handler failed"));
@@ -452,89 +501,193 @@ static void note_block (tp_run *r, const char *tool, uint64_t held) {
            "less work, and report the tool to its author.", tool, (double)held / 1e9);
 }
 
-/* E.resume(box, co, ...) -> ok, value, held_ms, late
-** coroutine.resume of a call's handler coroutine: ok and its first result (or error),
-** the milliseconds it held the thread, and whether the call's deadline had passed when
-** it stopped. */
-static int e_resume (lua_State *L) {
-  callbox *b = check_box(L, 1);
-  lua_State *co = lua_tothread(L, 2);
-  luaL_argcheck(L, co != NULL && co != L, 2, "a handler coroutine expected");
-  int nargs = lua_gettop(L) - 2;
-  if (!lua_checkstack(co, nargs + 1)) return luaL_error(L, "too many arguments to resume");
-  tp_call *c = b->c;
+/* lua_resume of call c's handler coroutine co (nargs values pushed on it), timed and
+** stopped at c's deadline (see above). *held: the nanoseconds it held the thread; *late:
+** c's deadline had passed when it stopped. c may be NULL (a call that is over). */
+static int resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State *co, int nargs,
+                         int *nres, uint64_t *held, int *late) {
   tp_run *r = c ? c->run : NULL;
-  tp_engine *e = get_host(L)->e;
   uint64_t deadline = c ? c->deadline_ns : 0;
   host_watch hw;
-  memset(&hw, 0, sizeof hw);
-  hw.watch.fire = host_watch_fire;
-  hw.target.co = co;
-  hw.target.hook = stop_hook;
-  hw.thread = pthread_self();
-  int armed = deadline && tp__signal_install() == 0 &&
-              tp__watch_arm(&e->core.wd, &hw.watch, deadline) == 0;
-  tp_host_target *prev = armed ? tp__signal_host_target(&hw.target) : NULL;
-  if (armed && atomic_load(&hw.target.expired))  /* fired before the target was in place */
-    lua_sethook(co, stop_hook, LUA_MASKCOUNT, 1);
-  lua_xmove(L, co, nargs);
+  int armed = 0;
+  tp_host_target *prev = NULL;
+  if (deadline) {
+    memset(&hw, 0, sizeof hw);
+    hw.watch.fire = host_watch_fire;
+    hw.target.co = co;
+    hw.target.hook = stop_hook;
+    hw.thread = pthread_self();
+    armed = tp__signal_install() == 0 && tp__watch_arm(&e->core.wd, &hw.watch, deadline) == 0;
+    if (armed) {
+      prev = tp__signal_host_target(&hw.target);
+      if (atomic_load(&hw.target.expired))  /* fired before the target was in place */
+        lua_sethook(co, stop_hook, LUA_MASKCOUNT, 1);
+    }
+  }
   uint64_t t0 = tp__now_ns();
-  int nres = 0;
-  int st = lua_resume(co, L, nargs, &nres);
+  int st = lua_resume(co, from, nargs, nres);
   uint64_t t1 = tp__now_ns();
   if (armed) {
     tp__watch_disarm(&e->core.wd, &hw.watch);   /* no fire after this */
     tp__signal_host_target(prev);           /* a late signal no longer reaches co */
     if (atomic_load(&hw.target.expired)) lua_sethook(co, NULL, 0, 0);
   }
-  lua_settop(L, 2);
-  if (st == LUA_ERRMEM && b->c != NULL) {
-    /* host.lua may not manage to report it, out of memory too: the call fails here, or
-    ** it would wait for its deadline (and a run without one, for ever) */
-    tp_call *fc = b->c;
-    drop_ref(L, &fc->host_ref);
-    b->c = NULL;
-    tp_call_fail(fc, "tool.failed", "the host ran out of memory while the handler ran");
-  }
+  *held = t1 - t0;
+  *late = deadline != 0 && t1 >= deadline;
+  if (r != NULL && *held >= BLOCK_NOTE_NS) note_block(r, c->name, *held);
+  return st;
+}
+
+/* After a resume that ran out of memory: host.lua may not manage to report it, out of
+** memory too, so the call fails here, or it would wait for its deadline (and a run
+** without one, for ever). */
+static void fail_errmem (lua_State *H, host *h, callbox *b) {
+  tp_call *c = b->c;
+  if (c == NULL) return;
+  unbind(H, h, b, 0);
+  tp_call_fail(c, "tool.failed", "the host ran out of memory while the handler ran");
+}
+
+/* Moves the first two of the nres values a resume left on co (or its error object, st
+** an error) to L as ok, value, result, and pops the rest. L has room for 3 values. */
+static void move_outcome (lua_State *co, lua_State *L, int st, int nres) {
   if (st == LUA_OK || st == LUA_YIELD) {
     lua_pushboolean(L, 1);
-    if (nres > 0) {
-      lua_pushvalue(co, -nres);
-      lua_xmove(co, L, 1);
-      lua_pop(co, nres);
-    }
-    else lua_pushnil(L);
+    if (nres > 2) lua_pop(co, nres - 2);
+    if (nres >= 2) lua_xmove(co, L, 2);
+    else if (nres == 1) { lua_xmove(co, L, 1); lua_pushnil(L); }
+    else { lua_pushnil(L); lua_pushnil(L); }
   }
   else {
     lua_pushboolean(L, 0);
     lua_xmove(co, L, 1);
+    lua_pushnil(L);
   }
-  uint64_t held = t1 - t0;
-  if (r != NULL && held >= BLOCK_NOTE_NS) note_block(r, c->name, held);
-  lua_pushnumber(L, (lua_Number)held / 1e6);
-  lua_pushboolean(L, deadline != 0 && t1 >= deadline);
-  return 4;
 }
 
-/* E.bind(box, c, rec): the call's record is rec, its box b (host.lua's M.call, once per
-** call, before the handler runs): from here on, the call can be cancelled. */
-static int e_bind (lua_State *H) {
-  callbox *b = check_box(H, 1);
-  tp_call *c = lua_touserdata(H, 2);
-  luaL_argcheck(H, c != NULL && c->host_ref == LUA_NOREF && b->c == NULL, 2,
-                "a call that is not bound yet expected");
-  luaL_checktype(H, 3, LUA_TTABLE);
-  lua_settop(H, 3);
-  c->host_ref = take_ref(H);
-  b->c = c;
+/* E.resume(box, co, ...) -> ok, value, result, held_ms, late
+** coroutine.resume of a call's handler coroutine: ok and its first two results (or its
+** error), the milliseconds it held the thread, and whether the call's deadline had
+** passed when it stopped. */
+static int e_resume (lua_State *L) {
+  callbox *b = check_box(L, 1);
+  lua_State *co = lua_tothread(L, 2);
+  luaL_argcheck(L, co != NULL && co != L, 2, "a handler coroutine expected");
+  int nargs = lua_gettop(L) - 2;
+  if (!lua_checkstack(co, nargs + 1) || !lua_checkstack(L, 6))
+    return luaL_error(L, "too many arguments to resume");
+  host *h = get_host(L);
+  lua_xmove(L, co, nargs);
+  int nres = 0, late;
+  uint64_t held;
+  int st = resume_timed(L, h->e, b->c, co, nargs, &nres, &held, &late);
+  lua_settop(L, 2);
+  if (st == LUA_ERRMEM) fail_errmem(L, h, b);
+  move_outcome(co, L, st, nres);
+  lua_pushnumber(L, (lua_Number)held / 1e6);
+  lua_pushboolean(L, late);
+  return 5;
+}
+
+/* E.new_box(rec, co) -> the box of a new record rec whose coroutine is co: empty, not
+** referenced (host.c references it when it binds it). */
+static int e_new_box (lua_State *H) {
+  luaL_checktype(H, 1, LUA_TTABLE);
+  lua_State *co = lua_tothread(H, 2);
+  luaL_argcheck(H, co != NULL && co != H, 2, "a coroutine expected");
+  callbox *b = lua_newuserdatauv(H, sizeof *b, 1);
+  b->c = NULL;
+  b->co = co;
+  b->ref = LUA_NOREF;
+  b->claimed = 0;
+  lua_pushvalue(H, 1);
+  lua_setiuservalue(H, -2, 1);
+  luaL_setmetatable(H, CALLBOX);
+  return 1;
+}
+
+/* E.claim(box): something of the box's call may outlive it (a function handed to luv, a
+** handle tracked, a wait): its record is not reused. */
+static int e_claim (lua_State *H) {
+  check_box(H, 1)->claimed = 1;
   return 0;
 }
 
-/* E.new_box() -> an empty call box (host.lua keeps one per record and reuses it). */
-static int e_new_box (lua_State *H) {
-  callbox *b = lua_newuserdatauv(H, sizeof *b, 0);
-  b->c = NULL;
-  luaL_setmetatable(H, CALLBOX);
+/* E.field(box, k) -> ctx's per-call field k (run_id, call_id, tool, deadline_ms) of the
+** box's call; nil for another k, or when the box is empty. */
+static int e_field (lua_State *H) {
+  callbox *b = check_box(H, 1);
+  const char *k = lua_tostring(H, 2);
+  tp_call *c = b->c;
+  if (c == NULL || k == NULL) return 0;
+  if (strcmp(k, "run_id") == 0) lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
+  else if (strcmp(k, "call_id") == 0) lua_pushinteger(H, (lua_Integer)c->id);
+  else if (strcmp(k, "tool") == 0) lua_pushstring(H, c->name);
+  else if (strcmp(k, "deadline_ms") == 0) {
+    if (c->deadline_ns == 0) return 0;
+    uint64_t now = tp__now_ns();
+    uint64_t left = c->deadline_ns > now ? c->deadline_ns - now : 0;
+    lua_pushnumber(H, (lua_Number)(left / 1000) / 1e3);
+  }
+  else return 0;
+  return 1;
+}
+
+/* ---- a record's coroutine ------------------------------------------------------------
+** body(RUN, handler, args) runs one handler per resume: resumed by host.c with run_key,
+** the handler and the argument tree (light userdata, valid during that resume), it makes
+** the arguments' table, calls handler(args, ctx), wipes what the handler left in ctx
+** (fields, even rawset ones; a metatable it changed) and yields DONE, result. Its frame
+** holds nothing of a call once it yielded. Upvalues: ctx and ctx's metatable. */
+enum { K_RESUMED, K_RETURNED };
+
+static int body_k (lua_State *L, int status, lua_KContext k);
+
+static int body_start (lua_State *L) {
+  if (lua_gettop(L) != 3 || lua_type(L, 1) != LUA_TLIGHTUSERDATA ||
+      lua_touserdata(L, 1) != &run_key)
+    return luaL_error(L, "a tool handler's coroutine was resumed from outside the engine");
+  const json_t *args = lua_touserdata(L, 3);
+  lua_settop(L, 2);
+  lua_pushlightuserdata(L, (void *)&done_key);
+  lua_replace(L, 1);                        /* DONE, handler */
+  tp_json_push(L, args, 0);                 /* the tree as a table: no JSON text */
+  lua_pushvalue(L, lua_upvalueindex(1));    /* ctx */
+  lua_callk(L, 2, 1, K_RETURNED, body_k);
+  return body_k(L, LUA_OK, K_RETURNED);
+}
+
+static int body_k (lua_State *L, int status, lua_KContext k) {
+  (void)status;
+  if (k == K_RESUMED) return body_start(L);
+  /* stack: DONE, the handler's result */
+  int ctx = lua_upvalueindex(1), mt = lua_upvalueindex(2);
+  lua_pushnil(L);
+  if (lua_next(L, ctx)) {                   /* the handler wrote into ctx */
+    lua_pop(L, 2);
+    lua_pushnil(L);
+    while (lua_next(L, ctx)) {              /* clearing fields while traversing is allowed */
+      lua_pop(L, 1);
+      lua_pushvalue(L, -1);
+      lua_pushnil(L);
+      lua_rawset(L, ctx);
+    }
+  }
+  if (!lua_getmetatable(L, ctx)) lua_pushnil(L);
+  if (lua_topointer(L, -1) != lua_topointer(L, mt)) {
+    lua_pushvalue(L, mt);
+    lua_setmetatable(L, ctx);
+  }
+  lua_settop(L, 2);
+  return lua_yieldk(L, 2, K_RESUMED, body_k);
+}
+
+/* E.body(ctx, mt) -> body with its upvalues, the function of a new record's coroutine. */
+static int e_body (lua_State *H) {
+  luaL_checktype(H, 1, LUA_TTABLE);
+  luaL_checktype(H, 2, LUA_TTABLE);
+  lua_settop(H, 2);
+  lua_pushcclosure(H, body_start, 2);
   return 1;
 }
 
@@ -619,13 +772,16 @@ static int open_p (lua_State *H) {
   host *h = lua_newuserdatauv(H, sizeof *h, 0);
   h->e = e;
   h->rt = LUA_NOREF;
+  h->resumed = LUA_NOREF;
   h->nrefs = 0;
+  h->npool = 0;
   h->ws = NULL;
   h->ws_max = 0;
   h->ws_told = 0;
   lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
+  lua_gc(H, LUA_GCGEN, 0, 0);
   if (!c_modules_bind_here()) {
     lua_getglobal(H, LUA_LOADLIBNAME);
     lua_getfield(H, -1, "searchers");
@@ -664,13 +820,18 @@ static int open_p (lua_State *H) {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
-    { "workspace", e_workspace }, { "new_box", e_new_box }, { "bind", e_bind },
-    { NULL, NULL } };
+    { "workspace", e_workspace }, { "new_box", e_new_box }, { "claim", e_claim },
+    { "field", e_field }, { "body", e_body }, { NULL, NULL } };
   luaL_newlibtable(H, fns);
   luaL_getmetatable(H, CALLBOX);
   luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
+  lua_pushlightuserdata(H, (void *)&done_key);
+  lua_setfield(H, -2, "DONE");
   lua_call(H, 1, 1);
   luaL_checktype(H, -1, LUA_TTABLE);
+  lua_getfield(H, -1, "resumed");
+  luaL_checktype(H, -1, LUA_TFUNCTION);
+  h->resumed = take_ref(H);
   h->rt = take_ref(H);
   return 0;
 }
@@ -689,6 +850,7 @@ int tp__host_open (tp_engine *e) {
     return TP_ENOMEM;
   }
   e->H = H;
+  e->host_state = get_host(H);
   return TP_OK;
 }
 
@@ -756,12 +918,15 @@ void tp__host_close (tp_engine *e) {
   for (size_t i = 0; i < e->ntools; i++)  /* the tools outlive H, without handlers */
     if (e->tools[i]->prov->release) e->tools[i]->prov->release(e, e->tools[i]);
   host *h = get_host(H);
+  while (h->npool > 0) unbind(H, h, h->pool[--h->npool], 0);
+  drop_ref(H, &h->resumed);
   drop_ref(H, &h->rt);
   free(h->ws);
   h->ws = NULL;
   assert(h->nrefs == 0 && "host.c: registry references leaked");
   lua_close(H);
   e->H = NULL;
+  e->host_state = NULL;
 }
 
 /* ---- calls ------------------------------------------------------------------------ */
@@ -790,27 +955,83 @@ static void tell_workspace (lua_State *H, host *h, const tp_engine *e) {
   h->ws_told = 1;
 }
 
-static int dispatch_p (lua_State *H) {
-  tp_call *c = lua_touserdata(H, 1);
-  const tp_tool *t = lua_touserdata(H, 2);
-  const json_t *args = lua_touserdata(H, 3);
-  lua_settop(H, 0);
-  host *h = get_host(H);
-  tell_workspace(H, h, h->e);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, 1, "call");
-  lua_pushlightuserdata(H, c);
-  lua_pushinteger(H, (lua_Integer)c->id);
-  lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
-  lua_pushstring(H, c->name);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, t->lua_ref);
-  tp_json_push(H, args, 0);     /* the tree as a Lua table: no JSON text in between */
-  lua_call(H, 6, 0);            /* call(c, call_id, run_id, tool, handler, args): E.bind,
-                                ** then the handler runs until it returns or waits */
-  return 0;
+/* The workspace host.lua was told (tell_workspace) is still the engine's. */
+static int workspace_told (const host *h, const tp_engine *e) {
+  uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
+  return h->ws_told && h->ws_max == m &&
+         (e->workspace == NULL ? h->ws == NULL
+                               : h->ws != NULL && strcmp(h->ws, e->workspace) == 0);
 }
 
-static void host_cancel (tp_engine *e, tp_call *c);
+/* prepare_p(h, new): the part of a dispatch that runs Lua, protected: tells host.lua the
+** workspace when it changed, and with new makes a record (host.lua's new_record) and
+** references its box, which it returns as light userdata. */
+static int prepare_p (lua_State *H) {
+  host *h = lua_touserdata(H, 1);
+  int fresh = lua_toboolean(H, 2);
+  lua_settop(H, 0);
+  if (!workspace_told(h, h->e)) tell_workspace(H, h, h->e);
+  if (!fresh) return 0;
+  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
+  lua_getfield(H, -1, "new_record");
+  lua_call(H, 0, 1);
+  callbox *b = luaL_testudata(H, -1, CALLBOX);
+  if (b == NULL) return luaL_error(H, "host.lua's new_record returned no call box");
+  b->ref = take_ref(H);
+  lua_pushlightuserdata(H, b);
+  return 1;
+}
+
+/* An idle record for a call: from the pool when it has one whose coroutine is still
+** waiting for its next call with no debug hook left on it (the others are let go), else
+** a new one. NULL when host.lua failed; msg says why. */
+static callbox *take_record (lua_State *H, host *h, char *msg, size_t msglen) {
+  callbox *b = NULL;
+  while (h->npool > 0 && b == NULL) {
+    b = h->pool[--h->npool];
+    if (lua_status(b->co) != LUA_YIELD || lua_gettop(b->co) != 0 || lua_gethook(b->co) != NULL) {
+      unbind(H, h, b, 0);
+      b = NULL;
+    }
+  }
+  if (b != NULL && workspace_told(h, h->e)) return b;
+  int top = lua_gettop(H);
+  lua_pushcfunction(H, prepare_p);
+  lua_pushlightuserdata(H, h);
+  lua_pushboolean(H, b == NULL);
+  if (pcall_h(H, 2, 1) != LUA_OK) {
+    snprintf(msg, msglen, "the host could not start the handler: %s", error_text(H, -1));
+    if (b != NULL) h->pool[h->npool++] = b;  /* it came from there: there is room */
+    b = NULL;
+  }
+  else if (b == NULL) b = lua_touserdata(H, -1);
+  lua_settop(H, top);
+  return b;
+}
+
+/* Hands a resume of box b's coroutine that did not end in a plain return (an error, a
+** wait, a timeout, a claimed record) to host.lua's M.resumed, which ends the call or
+** leaves it waiting. The box is at index bi of H. */
+static void hand_over (lua_State *H, host *h, callbox *b, int bi, int st, int nres,
+                       uint64_t held, int late) {
+  lua_State *co = b->co;
+  int top = lua_gettop(H);
+  if (st == LUA_ERRMEM) fail_errmem(H, h, b);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, h->resumed);
+  lua_getiuservalue(H, bi, 1);                   /* the record */
+  move_outcome(co, H, st, nres);
+  lua_pushnumber(H, (lua_Number)held / 1e6);
+  lua_pushboolean(H, late);
+  if (pcall_h(H, 6, 0) != LUA_OK && b->c != NULL) {
+    tp_call *c = b->c;
+    char msg[600];
+    snprintf(msg, sizeof msg, "the host could not end the handler's call: %s",
+             error_text(H, -1));
+    unbind(H, h, b, 0);
+    tp_call_fail(c, "tool.failed", msg);
+  }
+  lua_settop(H, top);
+}
 
 static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args) {
   if (e->H == NULL && tp__host_open(e) != TP_OK) {
@@ -818,36 +1039,61 @@ static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const jso
     return;
   }
   lua_State *H = e->H;
-  int top = lua_gettop(H);
-  lua_pushcfunction(H, dispatch_p);
-  lua_pushlightuserdata(H, c);
-  lua_pushlightuserdata(H, (void *)t);
-  lua_pushlightuserdata(H, (void *)args);
-  if (pcall_h(H, 3, 0) != LUA_OK) {
-    char msg[600];
-    snprintf(msg, sizeof msg, "the host could not start the handler: %s", error_text(H, -1));
-    lua_settop(H, top);
-    if (c->handler_owns) {
-      int cancelled = c->cancelled;
-      host_cancel(e, c);  /* releases whatever was set up; the call stays ours */
-      if (!cancelled && c->handler_owns) tp_call_fail(c, "tool.failed", msg);
-    }
+  host *h = e->host_state;
+  char msg[800];
+  callbox *b = take_record(H, h, msg, sizeof msg);
+  if (b == NULL) {
+    tp_call_fail(c, "tool.failed", msg);
+    return;
   }
+  lua_State *co = b->co;
+  int top = lua_gettop(H);
+  if (!lua_checkstack(H, 12) || !lua_checkstack(co, 3)) {
+    unbind(H, h, b, 0);
+    tp_call_fail(c, "tool.failed", "the host could not start the handler: out of memory");
+    return;
+  }
+  lua_rawgeti(H, LUA_REGISTRYINDEX, b->ref);  /* anchors the record while it runs */
+  b->c = c;
+  b->claimed = 0;
+  c->host_ref = b->ref;
+  lua_pushlightuserdata(co, (void *)&run_key);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, t->lua_ref);
+  lua_pushlightuserdata(co, (void *)args);
+  int nres = 0, late;
+  uint64_t held;
+  int st = resume_timed(H, e, c, co, 3, &nres, &held, &late);
+  if (st == LUA_YIELD && nres == 2 && lua_touserdata(co, -2) == &done_key && !late &&
+      b->c == c && !b->claimed) {
+    /* returned at once: the result is taken from the coroutine's stack, the record goes
+    ** back to the pool, then the call completes (which may start another call) */
+    size_t cost;
+    json_t *v = result_tree(c, co, -1, msg, sizeof msg, &cost);
+    lua_pop(co, 2);
+    int keep = h->npool < POOL_MAX;
+    unbind(H, h, b, keep);
+    if (keep) h->pool[h->npool++] = b;
+    if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
+    else if (cost == NOT_CHARGED) tp__call_complete_tree(c, v);
+    else tp__call_complete_charged(c, v, cost);
+  }
+  else hand_over(H, h, b, top + 1, st, nres, held, late);
   lua_settop(H, top);
 }
 
 static void host_cancel (tp_engine *e, tp_call *c) {
   lua_State *H = e->H;
-  if (H == NULL || c->host_ref == LUA_NOREF) return;
+  if (H == NULL || c->host_ref == LUA_NOREF || !lua_checkstack(H, 4)) return;
+  host *h = e->host_state;
   int top = lua_gettop(H);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, c->host_ref);
-  release_record(H, c);         /* the box is empty before any Lua runs */
-  lua_getfield(H, -1, "co");    /* kept on the stack: the record is no longer referenced */
-  lua_State *co = lua_tothread(H, -1);
-  lua_pushvalue(H, -2);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, c->host_ref);  /* the box, kept on the stack */
+  callbox *b = lua_touserdata(H, -1);
+  lua_State *co = b->co;
+  unbind(H, h, b, 0);           /* the box is empty before any Lua runs */
+  lua_getiuservalue(H, top + 1, 1);
   if (rt_call(H, "cancel", 1, 0) != LUA_OK)  /* closes the call's luv handles */
     fprintf(stderr, "tidepool: cancelling tools.%s: %s\n", c->name, error_text(H, -1));
-  if (co != NULL && lua_status(co) == LUA_YIELD && lua_checkstack(H, 1)) {
+  if (lua_status(co) == LUA_YIELD) {
     if (lua_closethread(co, H) != LUA_OK)  /* its pending to-be-closed variables ran */
       fprintf(stderr, "tidepool: closing tools.%s: %s\n", c->name, error_text(co, -1));
   }

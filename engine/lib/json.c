@@ -116,6 +116,8 @@ typedef struct walker {
   unsigned nodes;                 /* values converted, for polling budget->stopped */
   int over_bytes, over_budget, stopped;
   const void *array_mt;           /* NULL when the state has no array metatable yet */
+  int array_mt_read;              /* array_mt was read (at the first table with a
+                                  ** metatable) */
   const void *tables[TP_JSON_HARD_MAX_DEPTH + 1];  /* ancestors, for cycles */
   seg path[TP_JSON_HARD_MAX_DEPTH + 1];
 } walker;
@@ -344,8 +346,14 @@ static json_t *walk_table (walker *w, int t) {
     return NULL;
   }
   int tagged = 0;
-  if (w->array_mt != NULL && lua_getmetatable(L, t)) {
-    tagged = lua_topointer(L, -1) == w->array_mt;
+  if (lua_getmetatable(L, t)) {
+    if (!w->array_mt_read) {
+      lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
+      w->array_mt = lua_topointer(L, -1);  /* NULL unless a table */
+      w->array_mt_read = 1;
+      lua_pop(L, 1);
+    }
+    tagged = w->array_mt != NULL && lua_topointer(L, -1) == w->array_mt;
     lua_pop(L, 1);
   }
   lua_Unsigned n = lua_rawlen(L, t);
@@ -576,12 +584,8 @@ json_t *tp_json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_err
   w.pending = w.charged = 0;
   w.nodes = TP_JSON_POLL_NODES;  /* counts down to the next poll */
   w.over_bytes = w.over_budget = w.stopped = 0;
-  w.array_mt = NULL;
-  if (lua_type(L, idx) == LUA_TTABLE && lua_checkstack(L, 2)) {
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
-    w.array_mt = lua_topointer(L, -1);  /* NULL unless a table */
-    lua_pop(L, 1);
-  }
+  w.array_mt = NULL;  /* read at the first table with a metatable */
+  w.array_mt_read = 0;
   json_t *v = walk(&w, idx);
   if (v != NULL && !flush(&w)) {
     json_decref(v);
@@ -701,7 +705,8 @@ int tp_json_is_array (lua_State *L, int idx) {
 
 /* What a push needs besides the value. */
 typedef struct pusher {
-  int max_depth, mt;         /* mt: absolute index of the array metatable */
+  int max_depth, mt;         /* mt: absolute index of the array metatable's slot */
+  int has_mt;                /* the slot holds it (fetched at the first array) */
   const char *prefix;        /* of error messages */
   const tp_json_budget *b;   /* polled every TP_JSON_POLL_NODES containers, or NULL */
   unsigned nodes;
@@ -730,6 +735,11 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
     luaL_error(L, "%sstopped: the run has ended (a limit)", p->prefix);
   if (json_is_array(v)) {
     size_t n = json_array_size(v);
+    if (!p->has_mt) {
+      tp_json_push_array_mt(L);
+      lua_replace(L, p->mt);
+      p->has_mt = 1;
+    }
     lua_createtable(L, n > INT32_MAX ? INT32_MAX : (int)n, 0);
     for (size_t i = 0; i < n; i++) {
       push_value(L, p, json_array_get(v, i), depth + 1);
@@ -754,14 +764,14 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
 
 static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, const char *prefix,
                               const tp_json_budget *b) {
-  pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, prefix, b, 0 };
+  pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, 0, prefix, b, 0 };
   if (v == NULL) { push_null(L); return; }
   if (json_is_array(v) || json_is_object(v)) {
     luaL_checkstack(L, 4, "JSON value too deep");
-    tp_json_push_array_mt(L);
+    lua_pushnil(L);  /* the array metatable's slot: a tree without arrays never needs it */
     p.mt = lua_gettop(L);
     push_value(L, &p, v, 0);
-    lua_remove(L, p.mt);
+    lua_replace(L, p.mt);
   }
   else push_value(L, &p, v, 0);
 }

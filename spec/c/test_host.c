@@ -9,6 +9,8 @@
 #include "tp_test.h"
 #include "tidepool.h"
 #include "watchdog.h"
+#include "engine.h"
+#include "calls.h"
 
 #define GOOD "spec/fixtures/plugins/good"
 #define BROKEN "spec/fixtures/plugins/broken"
@@ -206,6 +208,36 @@ TEST(a_plugin_that_tracks_its_handles_leaves_none_open) {
   CHECK_INT(tp__engine_open_handles(NULL) - before, 0);
 }
 
+/* A Lua plugin's result is charged to the run's host budget while it is converted, and
+** its call keeps that charge (no output schema) or recharges the shaped tree (test.empty
+** has one): whatever path, a session's budget is back where it was once the run is gone,
+** results taken, refused (test.bad_result) or left unread. */
+TEST(lua_plugin_results_give_back_their_host_budget) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_load_tools(e, GOOD), 12);
+  tp_session *s = tp_session_create(e, NULL);
+  const char *src =
+    "local big = string.rep('x', 500)\n"
+    "for i = 1, 100 do\n"
+    "  local r = tools.test.echo{s = big, n = i}\n"
+    "  assert(r.n == i and #r.s == 500)\n"
+    "  assert(#tools.test.empty{}.items == 0)\n"
+    "  assert(not pcall(tools.test.bad_result, {}))\n"
+    "  tools.test.echo{left = 'unread'}\n"
+    "end\n"
+    "return 1";
+  tp_run *r = tp_session_run(s, src, strlen(src));
+  CHECK_INT(tp__host_charge(s->sb, 100000), 0);  /* so that a refund of too much shows */
+  size_t host0 = s->sb->host_used;
+  CHECK_INT(tp_run_step(r, 0, 0), TP_DONE);
+  CHECK(s->sb->host_used > host0);  /* the calls' records, until the run goes */
+  CHECK_HAS(tp_run_envelope(r), "\"ok\":true");
+  tp_run_destroy(r);
+  CHECK_INT(s->sb->host_used, host0);
+  tp_session_destroy(s);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(load_tools_counts_the_tools_added_and_lists_each_problem);
@@ -217,5 +249,6 @@ int main (int argc, char **argv) {
   RUN(handles_a_plugin_leaves_open_are_counted_and_closed_at_destroy);
   RUN(a_handle_the_program_leaves_on_the_engines_loop_is_counted);
   RUN(a_plugin_that_tracks_its_handles_leaves_none_open);
+  RUN(lua_plugin_results_give_back_their_host_budget);
   return tp_test_end();
 }
