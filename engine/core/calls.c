@@ -141,7 +141,7 @@ void tp__call_failf (tp_call *c, const char *code, const char *fmt, ...) {
 
 /* Joins up to the first 8 schema errors into one message ("; and N more"). */
 static void schema_message (char *buf, size_t len, const tp_schema_errors *errs) {
-  tp_schema_errors_text(errs, 8, buf, len);
+  tp__schema_errors_text(errs, 8, buf, len);
 }
 
 /* Validation runs for the script (its arguments, its tools' results), so it polls the
@@ -159,7 +159,7 @@ static int validation_stop (void *ud) {
 static int validate_for (tp_run *r, const tp_schema *s, const json_t *v,
                          tp_schema_errors *errs) {
   tp_schema_bounds b = { TP_SCHEMA_MAX_ERRORS, validation_stop, r };
-  int rc = tp_schema_validate_bounded(s, v, errs, &b);
+  int rc = tp__schema_validate_bounded(s, v, errs, &b);
   if (rc == -2) tp__sandbox_kill(r->sb, TP_KILL_TIME);  /* kept if it had one */
   return rc;
 }
@@ -404,10 +404,10 @@ int tp__call_bind (tp_call *c, const tp__tool_face *t) {
   size_t bytes_in = 0;
   char *args_text = NULL;
   if (c->args != NULL && t != NULL && (t->flags & TP__TOOL_TREE_ARGS)) {
-    if (is_listed(c)) bytes_in = tp_json_dump_len(c->args);
+    if (is_listed(c)) bytes_in = tp__json_dump_len(c->args);
   }
   else if (c->args != NULL)
-    args_text = tp_json_dumpsn(c->args, &bytes_in);
+    args_text = tp__json_dumpsn(c->args, &bytes_in);
   c->args_text = args_text;
   c->bytes_in = bytes_in;
   if (args_text) charge(c, block_cost(bytes_in + 1));
@@ -442,7 +442,7 @@ void tp__call_check_admit (tp_call *c) {
     char msg[3000];
     if (v == 0) schema_message(msg, sizeof msg, &errs);
     else snprintf(msg, sizeof msg, "the arguments could not be checked (out of memory)");
-    tp_schema_errors_clear(&errs);
+    tp__schema_errors_clear(&errs);
     tp__call_failf(c, "tool.invalid_input", "tools.%s: invalid arguments: %s "
                    "(tools.describe(\"%s\") shows what it takes)", name, msg, name);
     return;
@@ -509,7 +509,7 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
   int ok = c->ok;
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   c->consumed = 1;  /* before anything may raise: the script cannot ask again */
-  if (ok) tp_json_push(L, c->result, 0);  /* may raise: c still owns the tree */
+  if (ok) tp__json_push(L, c->result, 0);  /* may raise: c still owns the tree */
   else tp__push_error_object(L, c->code ? c->code : "tool.failed",
                          c->message ? c->message : "the tool failed", c->name);
   tp__call_taken(r, c);  /* may free c */
@@ -525,7 +525,7 @@ int tp_call_cancelled (const tp_call *c) { return c == NULL || c->cancelled || c
 const char *tp_call_args (tp_call *c) {
   if (c == NULL) return NULL;
   if (c->args_text == NULL && c->args != NULL) {
-    c->args_text = tp_json_dumps(c->args);
+    c->args_text = tp__json_dumps(c->args);
     if (c->args_text) charge(c, block_cost(strlen(c->args_text) + 1));
   }
   return c->args_text;
@@ -544,7 +544,7 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
     return TP_ESTATE;
   }
   if (!charged) {
-    cost = tp_json_tree_cost(result);  /* O(nodes), capped by tool_bytes of text */
+    cost = tp__json_tree_cost(result);  /* O(nodes), capped by tool_bytes of text */
     if (tp__host_charge(sb, cost) != 0) {
       json_decref(result);
       if (atomic_load(&sb->kill) == TP_KILL_MEMORY)  /* this charge's verdict: its words */
@@ -559,7 +559,7 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
   c->result_cost = cost;
   c->charged += cost;
   const tp_limits *l = &c->run->sb->limits;
-  size_t n = text_len ? text_len : tp_json_dump_len(result);  /* O(nodes), no text made */
+  size_t n = text_len ? text_len : tp__json_dump_len(result);  /* O(nodes), no text made */
   c->bytes_out = n;
   if (l->tool_bytes && n > l->tool_bytes) {
     json_decref(result);
@@ -581,7 +581,7 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
       char msg[3000];
       if (v == 0) schema_message(msg, sizeof msg, &errs);
       else snprintf(msg, sizeof msg, "out of memory");
-      tp_schema_errors_clear(&errs);
+      tp__schema_errors_clear(&errs);
       json_decref(result);
       give_back(c, c->result_cost);
       c->result_cost = 0;
@@ -624,7 +624,7 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
   tp_json_err jerr;
   int live = c->state != CALL_DONE && !c->cancelled && c->run;
   /* the tree's cost, estimated from the text and charged before jansson builds it */
-  size_t cost = live ? tp_json_text_cost(result_json, len) : 0;
+  size_t cost = live ? tp__json_text_cost(result_json, len) : 0;
   if (live && tp__host_charge(c->run->sb, cost) != 0) {
     if (atomic_load(&c->run->sb->kill) == TP_KILL_MEMORY)  /* this charge's verdict */
       snprintf(c->run->sb->kill_note, sizeof c->run->sb->kill_note, "tools.%.60s returned "
@@ -636,7 +636,7 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
     return TP_OK;
   }
   /* polled: parsing up to tool_bytes of text stops when the run has a verdict */
-  json_t *v = tp_json_loads_polled(result_json, len,
+  json_t *v = tp__json_loads_polled(result_json, len,
                                    live ? tp__sandbox_budget(c->run->sb) : NULL, &jerr);
   int rc;
   if (v == NULL) {

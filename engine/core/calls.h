@@ -87,7 +87,7 @@ void tp__call_failf(tp_call *c, const char *code, const char *fmt, ...)
 void tp__call_finish(tp_call *c, int ok, json_t *result, const char *code, const char *msg);
 /* Completes a handler's call with a result tree (stolen), checked like tp_call_complete. */
 int tp__call_complete_tree(tp_call *c, json_t *result);
-/* The same for a tree whose cost (tp_json_tree_cost) its maker charged to the run's host
+/* The same for a tree whose cost (tp__json_tree_cost) its maker charged to the run's host
 ** budget already: c takes over the charge, refunded when the tree is freed. */
 int tp__call_complete_charged(tp_call *c, json_t *result, size_t cost);
 /* Ends the handler's (or hold's) ownership of c: queued calls may start, and c is freed

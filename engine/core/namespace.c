@@ -148,7 +148,7 @@ static int ns_call (lua_State *L) {
   }
   else if (t == LUA_TTABLE) {
     tp_json_err jerr;
-    args = tp_json_from_lua_ex(L, 2, &o, &jerr);
+    args = tp__json_from_lua_ex(L, 2, &o, &jerr);
     if (args != NULL && !json_is_object(args)) tp__host_refund(sb, o.cost);
     if (args == NULL || !json_is_object(args)) {
       if (args == NULL)
@@ -226,7 +226,7 @@ static int tools_list (lua_State *L) {
     lua_pushstring(L, k->hooks->tool_name(k->ud, i));
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
-  tp_json_push_array_mt(L);
+  tp__json_push_array_mt(L);
   lua_setmetatable(L, -2);
   return 1;
 }
@@ -272,7 +272,7 @@ static int tools_search (lua_State *L) {
   if (qlen > DISCOVERY_QUERY_MAX)
     return luaL_error(L, "tools.search: the query is %I bytes, over the limit of %d: search "
                       "with a few words", (LUAI_UACINT)qlen, DISCOVERY_QUERY_MAX);
-  json_t **slot = tp_json_box(L);  /* owns the tree while pushing it may raise */
+  json_t **slot = tp__json_box(L);  /* owns the tree while pushing it may raise */
   const tp_core *k = tp__core(sb->run->e);
   char *json = k->hooks->search(k->ud, sb, q);
   tp__sandbox_check(L, sb);  /* a verdict stopped it */
@@ -286,10 +286,10 @@ static int tools_search (lua_State *L) {
     }
   }
   tp_json_err jerr;
-  *slot = json ? tp_json_loads(json, len, &jerr) : NULL;
+  *slot = json ? tp__json_loads(json, len, &jerr) : NULL;
   free(json);
   if (*slot == NULL) { tp__host_refund(sb, cost); lua_newtable(L); return 1; }
-  tp_json_push(L, *slot, 0);
+  tp__json_push(L, *slot, 0);
   json_decref(*slot);
   *slot = NULL;
   tp__host_refund(sb, cost);

@@ -79,7 +79,7 @@ static const char *strip_position (const char *msg, int *line) {
 /* A message as a JSON string, invalid UTF-8 replaced, cut to TP_MSG_MAX bytes (marked). */
 static json_t *safe_string (const char *s, size_t len) {
   size_t take = tp__cut_utf8(s, len, TP_MSG_MAX);
-  json_t *j = tp_json_string_lossy(s, take, take < len ? TP_MSG_CUT : NULL);
+  json_t *j = tp__json_string_lossy(s, take, take < len ? TP_MSG_CUT : NULL);
   return j ? j : json_string("(message lost: out of memory)");
 }
 
@@ -349,7 +349,7 @@ static size_t envelope_size (const piece *p) {
 /* A piece's text from a tree (NULL: the piece is lost, which fails the envelope). */
 static void piece_of (piece *p, const char *key, const json_t *v) {
   p->key = key;
-  p->text = tp_json_dumpsn(v, &p->len);
+  p->text = tp__json_dumpsn(v, &p->len);
 }
 
 /*
@@ -449,7 +449,7 @@ static void finish_ok (tp_run *r, int nres) {
   o.max_bytes = cap;
   o.budget = budget;
   if (nres == 0) result = json_null();
-  else if (nres == 1) result = tp_json_from_lua_ex(T, -1, &o, &jerr);
+  else if (nres == 1) result = tp__json_from_lua_ex(T, -1, &o, &jerr);
   else {
     result = json_array();
     o.bytes = 2;  /* [] */
@@ -459,7 +459,7 @@ static void finish_ok (tp_run *r, int nres) {
         result = NULL;
         break;
       }
-      json_t *v = tp_json_from_lua_ex(T, -i, &o, &jerr);
+      json_t *v = tp__json_from_lua_ex(T, -i, &o, &jerr);
       if (v == NULL || json_array_append_new(result, v) != 0) {
         json_decref(result);
         result = NULL;
@@ -504,7 +504,7 @@ static void finish_ok (tp_run *r, int nres) {
   }
   size_t n = 0, text_cost = 0;
   int refused = 0;
-  char *text = tp_json_dumps_charged(result, budget, &n, &text_cost, &refused);
+  char *text = tp__json_dumps_charged(result, budget, &n, &text_cost, &refused);
   json_decref(result);
   if (o.cost) budget->refund(budget->ud, o.cost);
   if (text != NULL && cap && n > cap) {  /* escapes made the text longer than counted */

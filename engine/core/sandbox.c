@@ -739,7 +739,7 @@ static void log_line (lua_State *L, tp_sandbox *sb, const char *s, size_t len) {
   char note[96];
   snprintf(note, sizeof note, "...[output truncated: the %zu-byte output limit was reached]",
            sb->out_cap);
-  if (log_append(sb, tp_json_string_lossy(s, take, over ? note : NULL)) != 0) {
+  if (log_append(sb, tp__json_string_lossy(s, take, over ? note : NULL)) != 0) {
     tp__sandbox_kill(sb, TP_KILL_MEMORY);
     tp__sandbox_check(L, sb);
   }
@@ -1977,7 +1977,7 @@ static int json_index (lua_State *L) {
   lua_pushvalue(L, 2);
   if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TLIGHTUSERDATA) {
     if (lua_getmetatable(L, -1)) lua_pop(L, 1);
-    else tp_json_null_meta(L);
+    else tp__json_null_meta(L);
   }
   return 1;
 }
@@ -2071,11 +2071,11 @@ static int open_sandbox (lua_State *L) {
       if (src) lua_pop(L, 1);
     }
   }
-  tp_json_open(L);
+  tp__json_open(L);
   make_readonly(L);
   /* json.null's metatable is built when a null first reaches the script: a tool's
   ** result or json.decode (json.c), or the script reading json.null (json_index) */
-  tp_json_null_meta_lazy(L);
+  tp__json_null_meta_lazy(L);
   lua_getmetatable(L, -1);  /* the json proxy's: its __index becomes json_index */
   lua_getfield(L, -1, "__index");
   lua_pushcclosure(L, json_index, 1);
@@ -2086,8 +2086,8 @@ static int open_sandbox (lua_State *L) {
   lua_pushcfunction(L, globals_index);
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, NG);
-  tp_json_set_decode_cap(L, tp__sandbox_of(L)->mem_cap / 16);
-  tp_json_set_budget(L, tp__sandbox_budget(tp__sandbox_of(L)));
+  tp__json_set_decode_cap(L, tp__sandbox_of(L)->mem_cap / 16);
+  tp__json_set_budget(L, tp__sandbox_budget(tp__sandbox_of(L)));
   lua_pushvalue(L, NG);
   tp__tools_open(L);  /* tools, parallel */
   lua_pop(L, 1);
@@ -2261,7 +2261,7 @@ void tp__sandbox_log_host (tp_sandbox *sb, const char *s, size_t len) {
   int over = log_cost(len) > room;
   size_t take = len < room ? len : room;
   while (take < len && take > 0 && ((unsigned char)s[take] & 0xc0) == 0x80) take--;
-  if ((!over || take > 0) && log_append(sb, tp_json_string_lossy(s, take, NULL)) != 0) return;
+  if ((!over || take > 0) && log_append(sb, tp__json_string_lossy(s, take, NULL)) != 0) return;
   sb->out_used += over ? room : log_cost(len);
   if (over) {
     char note[96];

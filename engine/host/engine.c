@@ -172,7 +172,7 @@ int tp_engine_tool_schema (const tp_engine *e, size_t i, int output, char **json
   if (e == NULL || json == NULL || i >= e->ntools) return TP_EINVAL;
   const json_t *s = output ? e->tools[i]->output : e->tools[i]->input;
   if (s == NULL) return TP_OK;
-  *json = tp_json_dumps(s);
+  *json = tp__json_dumps(s);
   return *json ? TP_OK : TP_ENOMEM;
 }
 

@@ -314,7 +314,7 @@ static json_t *schema_arg (lua_State *H, const char *field, const char *tool, in
   }
   else if (lua_type(H, -1) == LUA_TTABLE) {
     tp_json_err jerr;
-    doc = tp_json_from_lua(H, -1, 0, 0, &jerr);
+    doc = tp__json_from_lua(H, -1, 0, 0, &jerr);
     if (doc == NULL) {
       snprintf(err, errlen, "tool %s: the %s schema cannot be read as JSON: %s", tool, field,
                jerr.message);
@@ -417,7 +417,7 @@ static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t
   tp_json_err jerr;
   *cost = NOT_CHARGED;
   if (lua_isnoneornil(L, idx)) return json_null();
-  json_t *v = tp_json_from_lua_ex(L, idx, &o, &jerr);
+  json_t *v = tp__json_from_lua_ex(L, idx, &o, &jerr);
   if (v == NULL) {
     snprintf(msg, msglen, "the handler's result cannot be sent as JSON: %s%s%s%s",
              jerr.message, jerr.path[0] ? " (at " : "", jerr.path, jerr.path[0] ? ")" : "");
@@ -651,7 +651,7 @@ static int body_start (lua_State *L) {
   lua_settop(L, 2);
   lua_pushlightuserdata(L, (void *)&done_key);
   lua_replace(L, 1);                        /* DONE, handler */
-  tp_json_push(L, args, 0);                 /* the tree as a table: no JSON text */
+  tp__json_push(L, args, 0);                 /* the tree as a table: no JSON text */
   lua_pushvalue(L, lua_upvalueindex(1));    /* ctx */
   lua_callk(L, 2, 1, K_RETURNED, body_k);
   return body_k(L, LUA_OK, K_RETURNED);
@@ -798,7 +798,7 @@ static int open_p (lua_State *H) {
   luv_set_callback(H, cb_pcall);
   luaL_requiref(H, "luv", luaopen_luv, 0);
   luaL_requiref(H, "lpeg", luaopen_lpeg, 0);
-  luaL_requiref(H, "json", tp_json_open, 1);  /* also a global: plugins use json.array */
+  luaL_requiref(H, "json", tp__json_open, 1);  /* also a global: plugins use json.array */
   luaL_getsubtable(H, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushcfunction(H, tp__open_fs);         /* require("tidepool.fs"): tools/fs.lua */
   lua_setfield(H, -2, "tidepool.fs");
@@ -1284,11 +1284,11 @@ static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
       lua_newtable(H);
       order = lua_gettop(H);
     }
-    tp_json_push(H, t->input, 0);
+    tp__json_push(H, t->input, 0);
     if (order) push_order(H, t->input, lua_gettop(H), order, 0);
     lua_setfield(H, tool, "input");
     if (t->output) {
-      tp_json_push(H, t->output, 0);
+      tp__json_push(H, t->output, 0);
       if (order) push_order(H, t->output, lua_gettop(H), order, 0);
       lua_setfield(H, tool, "output");
     }
@@ -1305,13 +1305,13 @@ static int push_text_p (lua_State *H) {
 
 static void to_json_text (lua_State *H) {
   tp_json_err jerr;
-  json_t *v = tp_json_from_lua(H, -1, 0, 0, &jerr);
+  json_t *v = tp__json_from_lua(H, -1, 0, 0, &jerr);
   if (v == NULL) luaL_error(H, "describe: %s", jerr.message);
   if (json_is_object(v) && json_object_size(v) == 0) {
     json_decref(v);
     v = json_array();
   }
-  char *text = tp_json_dumps(v);
+  char *text = tp__json_dumps(v);
   json_decref(v);
   if (text == NULL) luaL_error(H, "not enough memory");
   lua_pop(H, 1);

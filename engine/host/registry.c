@@ -54,8 +54,8 @@ static void free_tool (tp_tool *t) {
   free(t->origin);
   json_decref(t->input);
   json_decref(t->output);
-  tp_schema_free(t->in_schema);
-  tp_schema_free(t->out_schema);
+  tp__schema_free(t->in_schema);
+  tp__schema_free(t->out_schema);
   free(t);
 }
 
@@ -69,7 +69,7 @@ void tp__engine_free_tools (tp_engine *e) {
 static tp_schema *compile_schema (tp_engine *e, const json_t *doc, const char *tool,
                                   const char *which, int formats) {
   char err[512];
-  tp_schema *s = tp_schema_compile(doc, TP_DIALECT_2020_12, NULL, formats,
+  tp_schema *s = tp__schema_compile(doc, TP_DIALECT_2020_12, NULL, formats,
                                    err, sizeof err);
   if (s == NULL) tp__engine_set_error(e, "tool %s: bad %s schema: %s", tool, which, err);
   return s;
@@ -353,7 +353,7 @@ char *tp__tool_search (const tp_engine *e, const char *query) {
       take = SEARCH_DESCRIPTION;
       while (take > 0 && ((unsigned char)d[take] & 0xc0) == 0x80) take--;
     }
-    json_t *desc = tp_json_string_lossy(d, take, take < len ? "..." : NULL);
+    json_t *desc = tp__json_string_lossy(d, take, take < len ? "..." : NULL);
     json_t *o = json_pack("{s:s, s:I, s:o}", "name", hits[i].t->name, "score",
                           (json_int_t)hits[i].score, "description",
                           desc ? desc : json_string(""));

@@ -563,7 +563,7 @@ static json_t *walk (walker *w, int idx) {
   }
 }
 
-json_t *tp_json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_err *err) {
+json_t *tp__json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_err *err) {
   walker w;
   if (err != NULL) { err->path[0] = '\0'; err->message[0] = '\0'; }
   o->over_bytes = o->over_budget = o->stopped = 0;
@@ -604,20 +604,20 @@ json_t *tp_json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_err
   return v;
 }
 
-json_t *tp_json_from_lua (lua_State *L, int idx, int max_depth, size_t max_bytes,
+json_t *tp__json_from_lua (lua_State *L, int idx, int max_depth, size_t max_bytes,
                           tp_json_err *err) {
   tp_json_opts o;
   memset(&o, 0, sizeof o);
   o.max_depth = max_depth;
   o.max_bytes = max_bytes;
-  return tp_json_from_lua_ex(L, idx, &o, err);
+  return tp__json_from_lua_ex(L, idx, &o, err);
 }
 
 /* ---- host cost of trees and texts ----------------------------------------------------- */
 
 #define JANSSON_MAX_DEPTH 2048  /* jansson's JSON_PARSER_MAX_DEPTH: parsing stops past it */
 
-size_t tp_json_text_cost (const char *s, size_t n) {
+size_t tp__json_text_cost (const char *s, size_t n) {
   size_t cost = 0, i = 0;
   int depth = 0;
   if (n <= 64) return n * TP_JSON_COST_OBJECT;  /* a bound of no node per byte costs more */
@@ -657,14 +657,14 @@ size_t tp_json_text_cost (const char *s, size_t n) {
   return cost;
 }
 
-size_t tp_json_tree_cost (const json_t *v) {
+size_t tp__json_tree_cost (const json_t *v) {
   if (v == NULL) return 0;
   switch (json_typeof(v)) {
     case JSON_INTEGER: case JSON_REAL: return TP_JSON_COST_NUMBER;
     case JSON_STRING: return TP_JSON_COST_STRING + json_string_length(v);
     case JSON_ARRAY: {
       size_t c = TP_JSON_COST_ARRAY, n = json_array_size(v);
-      for (size_t i = 0; i < n; i++) c += tp_json_tree_cost(json_array_get(v, i));
+      for (size_t i = 0; i < n; i++) c += tp__json_tree_cost(json_array_get(v, i));
       return c;
     }
     case JSON_OBJECT: {
@@ -672,7 +672,7 @@ size_t tp_json_tree_cost (const json_t *v) {
       const char *key;
       json_t *child;
       json_object_keylen_foreach((json_t *)v, key, klen, child)
-        c += TP_JSON_COST_MEMBER + klen + tp_json_tree_cost(child);
+        c += TP_JSON_COST_MEMBER + klen + tp__json_tree_cost(child);
       return c;
     }
     default: return TP_JSON_COST_SCALAR;
@@ -681,7 +681,7 @@ size_t tp_json_tree_cost (const json_t *v) {
 
 /* ---- JSON -> Lua --------------------------------------------------------------------- */
 
-void tp_json_push_array_mt (lua_State *L) {
+void tp__json_push_array_mt (lua_State *L) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key) == LUA_TTABLE) return;
   lua_pop(L, 1);
   lua_createtable(L, 0, 1);
@@ -691,7 +691,7 @@ void tp_json_push_array_mt (lua_State *L) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &array_mt_key);
 }
 
-int tp_json_is_array (lua_State *L, int idx) {
+int tp__json_is_array (lua_State *L, int idx) {
   int r = 0;
   idx = lua_absindex(L, idx);
   if (lua_type(L, idx) != LUA_TTABLE || !lua_checkstack(L, 2)) return 0;
@@ -736,7 +736,7 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
   if (json_is_array(v)) {
     size_t n = json_array_size(v);
     if (!p->has_mt) {
-      tp_json_push_array_mt(L);
+      tp__json_push_array_mt(L);
       lua_replace(L, p->mt);
       p->has_mt = 1;
     }
@@ -776,7 +776,7 @@ static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, cons
   else push_value(L, &p, v, 0);
 }
 
-void tp_json_push (lua_State *L, const json_t *v, int max_depth) {
+void tp__json_push (lua_State *L, const json_t *v, int max_depth) {
   push_with_prefix(L, v, max_depth, "json: ", NULL);
 }
 
@@ -980,7 +980,7 @@ static int dump_into (dbuf *b, const json_t *v) {
   return 1;
 }
 
-size_t tp_json_dump_len (const json_t *v) {
+size_t tp__json_dump_len (const json_t *v) {
   char scratch[256];
   dbuf b;
   memset(&b, 0, sizeof b);
@@ -992,14 +992,14 @@ size_t tp_json_dump_len (const json_t *v) {
   return b.counted + b.len;
 }
 
-char *tp_json_dumpsn (const json_t *v, size_t *len) {
+char *tp__json_dumpsn (const json_t *v, size_t *len) {
   dbuf b = { NULL, 0, 0, 0, NULL, 0, 0, 0, 0, 0, 0 };
   if (!dump_into(&b, v)) { free(b.p); return NULL; }
   if (len) *len = b.len;
   return b.p;
 }
 
-char *tp_json_dumps_charged (const json_t *v, const tp_json_budget *budget, size_t *len,
+char *tp__json_dumps_charged (const json_t *v, const tp_json_budget *budget, size_t *len,
                              size_t *charged, int *refused) {
   dbuf b = { NULL, 0, 0, 0, budget, 0, 0, 0, 0, 0, 0 };
   *charged = 0;
@@ -1016,18 +1016,18 @@ char *tp_json_dumps_charged (const json_t *v, const tp_json_budget *budget, size
 }
 
 char *tp_json_text (const json_t *v, size_t *len) {
-  return tp_json_dumpsn(v, len);
+  return tp__json_dumpsn(v, len);
 }
 
 json_t *tp_json_parse (const char *text, size_t len, char *why, size_t whylen) {
   tp_json_err err;
-  json_t *v = tp_json_loads(text, len, &err);
+  json_t *v = tp__json_loads(text, len, &err);
   if (v == NULL && why != NULL && whylen > 0) snprintf(why, whylen, "%s", err.message);
   return v;
 }
 
-char *tp_json_dumps (const json_t *v) {
-  return tp_json_dumpsn(v, NULL);
+char *tp__json_dumps (const json_t *v) {
+  return tp__json_dumpsn(v, NULL);
 }
 
 /* jansson's message, made valid UTF-8 (its "near '...'" may quote raw bytes) and clearer. */
@@ -1104,7 +1104,7 @@ static json_t *loads_plain (const char *text, size_t len, tp_json_err *err, int 
   return v;
 }
 
-json_t *tp_json_loads_polled (const char *text, size_t len, const tp_json_budget *b,
+json_t *tp__json_loads_polled (const char *text, size_t len, const tp_json_budget *b,
                               tp_json_err *err) {
   int oom = 0;
   if (b == NULL || b->stopped == NULL || text == NULL || len <= FEED_PIECE ||
@@ -1132,13 +1132,13 @@ json_t *tp_json_loads_polled (const char *text, size_t len, const tp_json_budget
   return v;
 }
 
-json_t *tp_json_loads (const char *text, size_t len, tp_json_err *err) {
+json_t *tp__json_loads (const char *text, size_t len, tp_json_err *err) {
   return loads_plain(text, len, err, NULL);
 }
 
 /* ---- lossy strings for messages and logs ----------------------------------------------- */
 
-json_t *tp_json_string_lossy (const char *s, size_t len, const char *suffix) {
+json_t *tp__json_string_lossy (const char *s, size_t len, const char *suffix) {
   size_t slen = suffix ? strlen(suffix) : 0;
   if (len > (SIZE_MAX - slen - 1) / 3) return NULL;
   char *out = malloc(len * 3 + slen + 1);
@@ -1204,7 +1204,7 @@ static box *new_box (lua_State *L, int mt) {
   return b;
 }
 
-/* The budget of this state (tp_json_set_budget), or NULL. */
+/* The budget of this state (tp__json_set_budget), or NULL. */
 static const tp_json_budget *get_budget (lua_State *L) {
   const tp_json_budget *b = NULL;
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &budget_key) == LUA_TLIGHTUSERDATA)
@@ -1227,7 +1227,7 @@ static int l_encode (lua_State *L) {
   o.max_depth = TP_JSON_MAX_DEPTH;
   o.max_bytes = TP_JSON_ENCODE_MAX_BYTES;
   o.budget = get_budget(L);
-  json_t *v = tp_json_from_lua_ex(L, 1, &o, &err);
+  json_t *v = tp__json_from_lua_ex(L, 1, &o, &err);
   if (v == NULL) return luaL_error(L, "json.encode: %s", err.message);
   box *bx = lua_touserdata(L, lua_upvalueindex(1));
   dbuf b = { bx->buf, 0, bx->cap, 0, o.budget, 0, 0, 0, 0, 0, 0 };
@@ -1283,7 +1283,7 @@ static int l_decode (lua_State *L) {
   const tp_json_budget *budget = get_budget(L);
   box *bx = new_box(L, lua_upvalueindex(1));
   if (budget != NULL) {
-    size_t cost = tp_json_text_cost(s, len);
+    size_t cost = tp__json_text_cost(s, len);
     if (budget->charge(budget->ud, cost) != 0) {
       char m[200];
       snprintf(m, sizeof m, "json.decode: decoding %zu bytes of JSON text would take about "
@@ -1295,7 +1295,7 @@ static int l_decode (lua_State *L) {
     bx->budget = budget;  /* from here on, the box refunds it (box_gc) */
     bx->cost = cost;
   }
-  json_t *v = tp_json_loads_polled(s, len, budget, &err);
+  json_t *v = tp__json_loads_polled(s, len, budget, &err);
   if (v != NULL) {
     bx->tree = v;
     push_with_prefix(L, v, TP_JSON_MAX_DEPTH, "json.decode: ", budget);  /* may raise */
@@ -1312,7 +1312,7 @@ static int l_array (lua_State *L) {
   if (lua_isnoneornil(L, 1)) { lua_settop(L, 0); lua_newtable(L); }
   else luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  tp_json_push_array_mt(L);
+  tp__json_push_array_mt(L);
   if (lua_getmetatable(L, 1)) {
     if (!lua_rawequal(L, -1, -2))
       return luaL_error(L, "json.array: the table already has a metatable; pass a plain "
@@ -1338,18 +1338,18 @@ static void push_box_mt (lua_State *L) {
   }
 }
 
-void tp_json_set_budget (lua_State *L, const tp_json_budget *b) {
+void tp__json_set_budget (lua_State *L, const tp_json_budget *b) {
   if (b == NULL) lua_pushnil(L);
   else lua_pushlightuserdata(L, (void *)b);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &budget_key);
 }
 
-void tp_json_set_decode_cap (lua_State *L, size_t bytes) {
+void tp__json_set_decode_cap (lua_State *L, size_t bytes) {
   lua_pushinteger(L, (lua_Integer)bytes);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &decode_cap_key);
 }
 
-json_t **tp_json_box (lua_State *L) {
+json_t **tp__json_box (lua_State *L) {
   push_box_mt(L);
   box *bx = new_box(L, lua_gettop(L));
   lua_remove(L, -2);
@@ -1403,12 +1403,12 @@ static int null_tostring (lua_State *L) {
 
 static char null_lazy_key;  /* registry: build the metatable when the first null is pushed */
 
-void tp_json_null_meta_lazy (lua_State *L) {
+void tp__json_null_meta_lazy (lua_State *L) {
   lua_pushboolean(L, 1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &null_lazy_key);
 }
 
-/* Pushes json.null; in a state that asked for it (tp_json_null_meta_lazy), the first one
+/* Pushes json.null; in a state that asked for it (tp__json_null_meta_lazy), the first one
 ** pushed gets its metatable built. May raise (memory). */
 static void push_null (lua_State *L) {
   luaL_checkstack(L, 2, NULL);
@@ -1416,10 +1416,10 @@ static void push_null (lua_State *L) {
   if (lua_getmetatable(L, -1)) { lua_pop(L, 1); return; }
   int lazy = lua_rawgetp(L, LUA_REGISTRYINDEX, &null_lazy_key) != LUA_TNIL;
   lua_pop(L, 1);
-  if (lazy) tp_json_null_meta(L);
+  if (lazy) tp__json_null_meta(L);
 }
 
-void tp_json_null_meta (lua_State *L) {
+void tp__json_null_meta (lua_State *L) {
   static const char *const arith[] = { "__add", "__sub", "__mul", "__div", "__mod", "__pow",
     "__unm", "__idiv", "__band", "__bor", "__bxor", "__shl", "__shr", "__bnot" };
   luaL_checkstack(L, 3, NULL);
@@ -1442,9 +1442,9 @@ void tp_json_null_meta (lua_State *L) {
   lua_pop(L, 1);
 }
 
-int tp_json_open (lua_State *L) {
+int tp__json_open (lua_State *L) {
   luaL_checkstack(L, 6, NULL);
-  tp_json_push_array_mt(L);
+  tp__json_push_array_mt(L);
   lua_pop(L, 1);
   push_box_mt(L);
   int mt = lua_gettop(L);

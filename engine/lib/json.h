@@ -27,7 +27,7 @@ typedef struct tp_json_err {
 
 #define TP_JSON_MAX_DEPTH        128          /* default nesting cap */
 #define TP_JSON_HARD_MAX_DEPTH   512          /* any larger max_depth is clamped to this */
-#define TP_JSON_DECODE_MAX_BYTES (16u << 20)  /* json.decode / tp_json_loads input cap */
+#define TP_JSON_DECODE_MAX_BYTES (16u << 20)  /* json.decode / tp__json_loads input cap */
 #define TP_JSON_ENCODE_MAX_BYTES (16u << 20)  /* json.encode output cap (max_bytes) */
 
 /* The value of json.array's __metatable field: getmetatable(arr) returns it. */
@@ -77,9 +77,9 @@ typedef struct tp_json_budget {
 #define TP_JSON_CHARGE_BATCH (64u << 10)
 #define TP_JSON_POLL_NODES   4096
 
-/* Options and outcome of tp_json_from_lua_ex. Zero it, then set what is needed. */
+/* Options and outcome of tp__json_from_lua_ex. Zero it, then set what is needed. */
 typedef struct tp_json_opts {
-  int max_depth;                 /* as tp_json_from_lua */
+  int max_depth;                 /* as tp__json_from_lua */
   size_t max_bytes;              /* cap on the JSON text of all the values converted with
                                  ** these options together (a multi-value return) */
   const tp_json_budget *budget;  /* NULL: nothing charged, nothing polled */
@@ -91,9 +91,9 @@ typedef struct tp_json_opts {
   int stopped;                   /* out: failed because budget->stopped said so */
 } tp_json_opts;
 
-/* tp_json_from_lua with a budget, and a text cap shared by several calls. On failure
+/* tp__json_from_lua with a budget, and a text cap shared by several calls. On failure
 ** nothing stays charged. */
-json_t *tp_json_from_lua_ex(lua_State *L, int idx, tp_json_opts *o, tp_json_err *err);
+json_t *tp__json_from_lua_ex(lua_State *L, int idx, tp_json_opts *o, tp_json_err *err);
 
 /*
 ** An upper estimate of what decoding text costs in host memory (the tree jansson builds,
@@ -101,10 +101,10 @@ json_t *tp_json_from_lua_ex(lua_State *L, int idx, tp_json_opts *o, tp_json_err 
 ** strings. Nesting past jansson's own depth cap (2048) is not counted: parsing stops
 ** there. O(len), about 1 ms per MB here.
 */
-size_t tp_json_text_cost(const char *text, size_t len);
+size_t tp__json_text_cost(const char *text, size_t len);
 
 /* What tree v costs in host memory, by the figures above. O(nodes). */
-size_t tp_json_tree_cost(const json_t *v);
+size_t tp__json_tree_cost(const json_t *v);
 
 /*
 ** Lua -> JSON. Converts the value at idx to a new jansson tree (caller owns it:
@@ -114,11 +114,11 @@ size_t tp_json_tree_cost(const json_t *v);
 ** TP_JSON_HARD_MAX_DEPTH). max_bytes: cap on the size of the JSON text, 0 = none; the size
 ** is counted as string and key bytes + quotes, exact integer widths, 24 per real and the
 ** punctuation (escape expansion is not counted). For untrusted values use
-** tp_json_from_lua_ex with a budget: the tree lives in C memory, outside the state's
+** tp__json_from_lua_ex with a budget: the tree lives in C memory, outside the state's
 ** allocator, costs 5 to 80 times its text, and a table referenced many times (a DAG, not
 ** a cycle) expands exponentially.
 */
-json_t *tp_json_from_lua(lua_State *L, int idx, int max_depth, size_t max_bytes,
+json_t *tp__json_from_lua(lua_State *L, int idx, int max_depth, size_t max_bytes,
                          tp_json_err *err);
 
 /*
@@ -127,32 +127,32 @@ json_t *tp_json_from_lua(lua_State *L, int idx, int max_depth, size_t max_bytes,
 ** 0 = TP_JSON_MAX_DEPTH): call it where an error is caught, and keep v owned by something
 ** that is freed if it raises.
 */
-void tp_json_push(lua_State *L, const json_t *v, int max_depth);
+void tp__json_push(lua_State *L, const json_t *v, int max_depth);
 
 /*
 ** A JSON string of s where every byte that is not part of valid UTF-8 becomes U+FFFD,
 ** then suffix (ASCII, may be NULL): for logs and messages, which must always become
 ** valid JSON. NULL when out of memory.
 */
-json_t *tp_json_string_lossy(const char *s, size_t len, const char *suffix);
+json_t *tp__json_string_lossy(const char *s, size_t len, const char *suffix);
 
 /* Caps the text json.decode accepts in this state (0: only TP_JSON_DECODE_MAX_BYTES). May
 ** raise (memory). */
-void tp_json_set_decode_cap(lua_State *L, size_t bytes);
+void tp__json_set_decode_cap(lua_State *L, size_t bytes);
 
 /* The budget json.encode and json.decode charge in this state (b must outlive it; NULL:
 ** none). Their trees and text are charged while they exist and refunded after; a charge
 ** refused, or a verdict seen while converting, raises (the verdict stays in the budget's
 ** owner). May raise (memory). */
-void tp_json_set_budget(lua_State *L, const tp_json_budget *b);
+void tp__json_set_budget(lua_State *L, const tp_json_budget *b);
 
 /*
 ** Pushes a box (a userdata whose __gc frees the tree it holds) and returns its slot. Get
 ** the box first, then store a tree there before calling anything that may raise (such as
-** tp_json_push), so the tree is freed whatever happens; clear the slot when done. May
+** tp__json_push), so the tree is freed whatever happens; clear the slot when done. May
 ** raise, but only before anything is owned.
 */
-json_t **tp_json_box(lua_State *L);
+json_t **tp__json_box(lua_State *L);
 
 /*
 ** Opens the sandbox's json library: pushes a table with encode, decode, null and array,
@@ -164,35 +164,35 @@ json_t **tp_json_box(lua_State *L);
 **   json.null       -> the null sentinel (a light userdata NULL)
 **   json.array(t?)  -> t (or a new table) tagged as a JSON array
 */
-int tp_json_open(lua_State *L);
+int tp__json_open(lua_State *L);
 
 /* Gives every light userdata of the state (json.null is the only one a sandbox script can
 ** reach) a metatable whose operations raise errors that name json.null, and whose
 ** __name is "json.null". Only for the sandbox state: it is shared by all light userdata
 ** of a state. May raise (memory). */
-void tp_json_null_meta(lua_State *L);
-/* The same, built only when needed: at the first null that tp_json_push pushes in this
+void tp__json_null_meta(lua_State *L);
+/* The same, built only when needed: at the first null that tp__json_push pushes in this
 ** state (the owner builds it too when a script reads json.null). Building it costs a
 ** few microseconds, a sixth of a cold run, so a sandbox that never sees a null does
 ** not pay for it. May raise (memory). */
-void tp_json_null_meta_lazy(lua_State *L);
+void tp__json_null_meta_lazy(lua_State *L);
 /* Pushes the array metatable (creating it in the registry if missing). May raise. */
-void tp_json_push_array_mt(lua_State *L);
+void tp__json_push_array_mt(lua_State *L);
 
 /* 1 if the value at idx is a table tagged with the array metatable (raw check). */
-int tp_json_is_array(lua_State *L, int idx);
+int tp__json_is_array(lua_State *L, int idx);
 
 /*
 ** JSON text -> tree with the decoder's rules (any top-level value, NUL allowed in strings,
 ** duplicate keys refused, UTF-8 checked, TP_JSON_DECODE_MAX_BYTES). NULL on failure with
 ** err->message "<what> at line L column C" (err may be NULL). Caller owns the tree.
 */
-json_t *tp_json_loads(const char *text, size_t len, tp_json_err *err);
+json_t *tp__json_loads(const char *text, size_t len, tp_json_err *err);
 
-/* tp_json_loads that polls budget->stopped between 64 KiB pieces of the text and stops
+/* tp__json_loads that polls budget->stopped between 64 KiB pieces of the text and stops
 ** (NULL, err->message "stopped: ...") once it is set. Shorter texts, or no budget:
-** tp_json_loads. */
-json_t *tp_json_loads_polled(const char *text, size_t len, const tp_json_budget *b,
+** tp__json_loads. */
+json_t *tp__json_loads_polled(const char *text, size_t len, const tp_json_budget *b,
                              tp_json_err *err);
 
 /*
@@ -201,17 +201,17 @@ json_t *tp_json_loads_polled(const char *text, size_t len, const tp_json_budget 
 ** a real). NUL-terminated; *len (if not NULL) gets the length. NULL when out of memory.
 ** The caller frees with free().
 */
-char *tp_json_dumps(const json_t *v);
-char *tp_json_dumpsn(const json_t *v, size_t *len);
+char *tp__json_dumps(const json_t *v);
+char *tp__json_dumpsn(const json_t *v, size_t *len);
 
-/* The length of tp_json_dumpsn's text for v, measured without writing it (no allocation). */
-size_t tp_json_dump_len(const json_t *v);
+/* The length of tp__json_dumpsn's text for v, measured without writing it (no allocation). */
+size_t tp__json_dump_len(const json_t *v);
 
-/* tp_json_dumpsn with the text's buffer charged to budget as it grows (*charged: what to
+/* tp__json_dumpsn with the text's buffer charged to budget as it grows (*charged: what to
 ** refund when the text is freed) and the verdict polled as it goes. NULL when out of
 ** memory, or with *refused (if not NULL) 1 when the budget refused, 2 when stopped; then
 ** nothing stays charged. */
-char *tp_json_dumps_charged(const json_t *v, const tp_json_budget *budget, size_t *len,
+char *tp__json_dumps_charged(const json_t *v, const tp_json_budget *budget, size_t *len,
                             size_t *charged, int *refused);
 
 #endif

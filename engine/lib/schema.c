@@ -910,7 +910,7 @@ static node *compile (cc *c, json_t *js, resource *res, int dialect, int is_root
     if (!json_is_string(v)) { size_t o = lpush(c, "format"); cerr(c, "expected a string"); lpop(c, o); }
     else {
       n->format = json_string_value(v);
-      n->fmt_assert = c->formats_assert && tp_schema_format_check(n->format, "", 0) >= 0;
+      n->fmt_assert = c->formats_assert && tp__schema_format_check(n->format, "", 0) >= 0;
     }
   }
   compile_array_kws(c, n, js, res, d);
@@ -1132,7 +1132,7 @@ static void free_node (node *n) {
   free(n);
 }
 
-void tp_schema_free (tp_schema *s) {
+void tp__schema_free (tp_schema *s) {
   if (!s) return;
   for (node *n = s->nodes, *next; n; n = next) { next = n->next_alloc; free_node(n); }
   for (resource *r = s->resources, *next; r; r = next) {
@@ -1148,7 +1148,7 @@ void tp_schema_free (tp_schema *s) {
   free(s);
 }
 
-tp_schema *tp_schema_compile (const json_t *schema, tp_dialect default_dialect,
+tp_schema *tp__schema_compile (const json_t *schema, tp_dialect default_dialect,
                               const char *remotes_dir, int formats_assert,
                               char *err, size_t errlen) {
   cc c;
@@ -1167,7 +1167,7 @@ tp_schema *tp_schema_compile (const json_t *schema, tp_dialect default_dialect,
   json_t *copy = json_deep_copy(schema);
   if (!s || !copy || !(s->docs = malloc(sizeof *s->docs)) || !(s->mc = calloc(1, sizeof *s->mc))) {
     json_decref(copy);
-    tp_schema_free(s);
+    tp__schema_free(s);
     cerr(&c, "out of memory");
     return NULL;
   }
@@ -1196,13 +1196,13 @@ tp_schema *tp_schema_compile (const json_t *schema, tp_dialect default_dialect,
   free(c.refs);
   if (c.failed || !s->root) {
     if (!c.failed) cerr(&c, "cannot compile the schema");
-    tp_schema_free(s);
+    tp__schema_free(s);
     return NULL;
   }
   return s;
 }
 
-tp_dialect tp_schema_dialect (const tp_schema *s) {
+tp_dialect tp__schema_dialect (const tp_schema *s) {
   return s && s->dialect == TP_DIALECT_DRAFT7 ? TP_DIALECT_DRAFT7 : TP_DIALECT_2020_12;
 }
 
@@ -1709,7 +1709,7 @@ static int v_anyof (vctx *x, const node *const *v, size_t nv, const json_t *inst
       ok = -1;
   }
 done:
-  tp_schema_errors_clear(&sub);
+  tp__schema_errors_clear(&sub);
   return ok;
 }
 
@@ -1732,7 +1732,7 @@ static int v_string (vctx *x, const node *n, const json_t *inst) {
     if (r == -2) { render(inst, vb, sizeof vb, 0); FAIL("pattern", "pattern /%s/ is too expensive to match against %s", n->pattern_src, vb); }
     else if (!r) { render(inst, vb, sizeof vb, 0); FAIL("pattern", "expected a string matching /%s/, got %s", n->pattern_src, vb); }
   }
-  if (n->fmt_assert && tp_schema_format_check(n->format, s, len) == 0) {
+  if (n->fmt_assert && tp__schema_format_check(n->format, s, len) == 0) {
     render(inst, vb, sizeof vb, 0);
     FAIL("format", "expected a valid %s, got %s", n->format, vb);
   }
@@ -1995,17 +1995,17 @@ static int v_object (vctx *x, const node *n, const json_t *inst, ev *le) {
         x->errs = saved;
         x->keep_until = keep;
         json_decref(ks);
-        if (r < 0) { tp_schema_errors_clear(&sub); ok = -1; goto done; }
+        if (r < 0) { tp__schema_errors_clear(&sub); ok = -1; goto done; }
         if (r == 0) {
           ok = 0;
           if (saved) {
             r = emit(x, "propertyNames", "invalid property name \"" KFMT "\": %s", KARG(k),
                      sub.count ? sub.items[0].message : "not allowed");
-            tp_schema_errors_clear(&sub);
+            tp__schema_errors_clear(&sub);
             OOM_IF(r < 0);
           } else goto done;
         }
-        tp_schema_errors_clear(&sub);
+        tp__schema_errors_clear(&sub);
       }
     }
   }
@@ -2214,7 +2214,7 @@ static void sort_errors (tp_schema_errors *e, size_t from) {
   e->count = o;
 }
 
-int tp_schema_validate_bounded (const tp_schema *s, const json_t *instance,
+int tp__schema_validate_bounded (const tp_schema *s, const json_t *instance,
                                 tp_schema_errors *errs, const tp_schema_bounds *b) {
   if (!s || !instance || !s->root) return -1;
   vctx *x, xs;
@@ -2265,11 +2265,11 @@ int tp_schema_validate_bounded (const tp_schema *s, const json_t *instance,
   return r;
 }
 
-int tp_schema_validate (const tp_schema *s, const json_t *instance, tp_schema_errors *errs) {
-  return tp_schema_validate_bounded(s, instance, errs, NULL);
+int tp__schema_validate (const tp_schema *s, const json_t *instance, tp_schema_errors *errs) {
+  return tp__schema_validate_bounded(s, instance, errs, NULL);
 }
 
-void tp_schema_errors_text (const tp_schema_errors *errs, size_t max_shown, char *buf,
+void tp__schema_errors_text (const tp_schema_errors *errs, size_t max_shown, char *buf,
                             size_t len) {
   if (buf == NULL || len == 0) return;
   buf[0] = '\0';
@@ -2289,7 +2289,7 @@ void tp_schema_errors_text (const tp_schema_errors *errs, size_t max_shown, char
   if (o >= len && len > 4) memcpy(buf + len - 4, "...", 4);
 }
 
-void tp_schema_errors_clear (tp_schema_errors *errs) {
+void tp__schema_errors_clear (tp_schema_errors *errs) {
   if (!errs) return;
   for (size_t i = 0; i < errs->count; i++) {
     free(errs->items[i].path);

@@ -21,7 +21,7 @@ typedef struct tp_schema_error {
   char *message;  /* written for a model to act on: "expected string, got integer 5" */
 } tp_schema_error;
 
-/* Zero-initialise before first use; tp_schema_errors_clear() frees and resets it. */
+/* Zero-initialise before first use; tp__schema_errors_clear() frees and resets it. */
 typedef struct tp_schema_errors {
   tp_schema_error *items;
   size_t count;
@@ -32,7 +32,7 @@ typedef struct tp_schema_errors {
 /* Errors a validation keeps by default; the rest are only counted (errs->more). */
 #define TP_SCHEMA_MAX_ERRORS 20
 
-/* Bounds of one validation (tp_schema_validate_bounded). */
+/* Bounds of one validation (tp__schema_validate_bounded). */
 typedef struct tp_schema_bounds {
   size_t max_errors;        /* errors kept; 0 = TP_SCHEMA_MAX_ERRORS */
   int (*stop)(void *ud);    /* polled as validation goes, about every 0.1 ms of work;
@@ -52,7 +52,7 @@ typedef struct tp_schema_bounds {
 ** ("at #/properties/city/minLength: expected a non-negative integer") into err[errlen]
 ** (err may be NULL).
 */
-tp_schema *tp_schema_compile(const json_t *schema, tp_dialect default_dialect,
+tp_schema *tp__schema_compile(const json_t *schema, tp_dialect default_dialect,
                              const char *remotes_dir, int formats_assert,
                              char *err, size_t errlen);
 
@@ -64,38 +64,38 @@ tp_schema *tp_schema_compile(const json_t *schema, tp_dialect default_dialect,
 ** validate on several threads at once. Does not allocate on the valid path for schemas
 ** without propertyNames, unevaluated* or concurrent use of patterns.
 */
-int tp_schema_validate(const tp_schema *s, const json_t *instance, tp_schema_errors *errs);
+int tp__schema_validate(const tp_schema *s, const json_t *instance, tp_schema_errors *errs);
 
 /*
-** tp_schema_validate under bounds (NULL: the defaults). Validation takes O(n log n) in
+** tp__schema_validate under bounds (NULL: the defaults). Validation takes O(n log n) in
 ** the instance at worst for a given schema (uniqueItems sorts by a hash of each item),
 ** and the first b->max_errors errors are kept (sorted by path), the rest counted in
-** errs->more. Returns as tp_schema_validate, or -2 when b->stop asked it to stop (no
+** errs->more. Returns as tp__schema_validate, or -2 when b->stop asked it to stop (no
 ** errors are added then).
 */
-int tp_schema_validate_bounded(const tp_schema *s, const json_t *instance,
+int tp__schema_validate_bounded(const tp_schema *s, const json_t *instance,
                                tp_schema_errors *errs, const tp_schema_bounds *b);
 
 /* The errors as one line for a message: "path: message; path: message; and N more",
 ** at most max_shown of them, N counting the rest (errs->more included); cut to fit
 ** buf[len] with "..." at the end. */
-void tp_schema_errors_text(const tp_schema_errors *errs, size_t max_shown, char *buf,
+void tp__schema_errors_text(const tp_schema_errors *errs, size_t max_shown, char *buf,
                            size_t len);
 
 /* The dialect the root schema was compiled as; TP_DIALECT_2020_12 for NULL. */
-tp_dialect tp_schema_dialect(const tp_schema *s);
+tp_dialect tp__schema_dialect(const tp_schema *s);
 
 /* Frees the items of errs and zeroes it; NULL-safe. */
-void tp_schema_errors_clear(tp_schema_errors *errs);
+void tp__schema_errors_clear(tp_schema_errors *errs);
 
 /* NULL-safe. */
-void tp_schema_free(tp_schema *s);
+void tp__schema_free(tp_schema *s);
 
 /*
 ** Format checkers (used when formats_assert is on). Return 1 when s (of n bytes) is a
 ** valid value of the named format, 0 when not, -1 when the format is unknown (which the
 ** validator treats as valid).
 */
-int tp_schema_format_check(const char *format, const char *s, size_t n);
+int tp__schema_format_check(const char *format, const char *s, size_t n);
 
 #endif

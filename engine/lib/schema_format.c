@@ -319,7 +319,7 @@ static int check_regex (const char *s, size_t n) {
   return 1;
 }
 
-int tp_schema_format_check (const char *format, const char *s, size_t n) {
+int tp__schema_format_check (const char *format, const char *s, size_t n) {
   static const struct { const char *name; int (*fn)(const char *, size_t); } checks[] = {
     {"date-time", check_datetime}, {"date", check_date}, {"time", check_time},
     {"email", check_email}, {"hostname", check_hostname},

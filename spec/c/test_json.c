@@ -17,7 +17,7 @@
 static lua_State *new_state (void) {
   lua_State *L = luaL_newstate();
   luaL_openlibs(L);
-  tp_json_open(L);
+  tp__json_open(L);
   lua_setglobal(L, "json");
   return L;
 }
@@ -33,7 +33,7 @@ static const char *run (lua_State *L, const char *code) {
   return NULL;
 }
 
-/* Evaluates `expr` and converts it with tp_json_from_lua; the JSON text or NULL (err). */
+/* Evaluates `expr` and converts it with tp__json_from_lua; the JSON text or NULL (err). */
 static char out[4096];
 static tp_json_err err;
 
@@ -44,11 +44,11 @@ static const char *enc_ex (lua_State *L, const char *expr, int max_depth, size_t
   const char *e = run(L, code);
   if (e != NULL) { snprintf(out, sizeof out, "LUA ERROR: %s", e); return out; }
   int top = lua_gettop(L);
-  json_t *v = tp_json_from_lua(L, -1, max_depth, max_bytes, &err);
+  json_t *v = tp__json_from_lua(L, -1, max_depth, max_bytes, &err);
   if (lua_gettop(L) != top) { snprintf(out, sizeof out, "STACK CHANGED"); return out; }
   lua_pop(L, 1);
   if (v == NULL) return NULL;
-  char *s = tp_json_dumps(v);
+  char *s = tp__json_dumps(v);
   json_decref(v);
   snprintf(out, sizeof out, "%s", s);
   free(s);
@@ -226,7 +226,7 @@ TEST(rejects_functions_threads_and_userdata) {
   CHECK_ERR(L, "{list = {io.stdout}}", "$.list[0]", "userdata");
   static int x;
   lua_pushlightuserdata(L, &x);
-  CHECK(tp_json_from_lua(L, -1, 0, 0, &err) == NULL);
+  CHECK(tp__json_from_lua(L, -1, 0, 0, &err) == NULL);
   CHECK_STR(err.path, "$");
   CHECK_HAS(err.message, "light userdata");
   lua_pop(L, 1);
@@ -351,10 +351,10 @@ TEST(array_metatable_is_protected) {
   CHECK_HAS(lua_str(L, "local ok, e = pcall(json.array, 5) return e"), "table expected");
   /* from C: the tag is seen, plain tables are not arrays */
   CHECK(run(L, "return json.array()") == NULL);
-  CHECK(tp_json_is_array(L, -1));
+  CHECK(tp__json_is_array(L, -1));
   lua_pop(L, 1);
   CHECK(run(L, "return {}") == NULL);
-  CHECK(!tp_json_is_array(L, -1));
+  CHECK(!tp__json_is_array(L, -1));
   lua_pop(L, 1);
   lua_close(L);
 }
@@ -411,30 +411,30 @@ TEST(push_and_dumps_from_c) {
   json_object_setn_new(o, "k\0z", 3, json_integer(7));
   json_object_set_new(o, "list", json_pack("[i,f,s,n,b]", 1, 2.0, "x", 0));
   json_object_set_new(o, "empty", json_array());
-  tp_json_push(L, o, 0);
+  tp__json_push(L, o, 0);
   CHECK_INT(lua_gettop(L), 1);
   lua_pushlstring(L, "k\0z", 3);
   CHECK_INT(lua_rawget(L, -2), LUA_TNUMBER);
   CHECK_INT(lua_tointeger(L, -1), 7);
   lua_pop(L, 1);
   lua_getfield(L, -1, "empty");
-  CHECK(tp_json_is_array(L, -1));
+  CHECK(tp__json_is_array(L, -1));
   lua_pop(L, 1);
   tp_json_err e;
-  json_t *back = tp_json_from_lua(L, -1, 0, 0, &e);
+  json_t *back = tp__json_from_lua(L, -1, 0, 0, &e);
   CHECK(back == NULL);  /* the NUL key cannot go back */
   CHECK_HAS(e.message, "NUL byte");
   lua_pop(L, 1);
   json_decref(o);
 
   json_t *v = json_pack("{s:[i,f,f],s:s}", "b", 3, 1.0, -0.0, "a", "t\"x");
-  char *s = tp_json_dumps(v);
+  char *s = tp__json_dumps(v);
   CHECK_STR(s, "{\"a\":\"t\\\"x\",\"b\":[3,1.0,-0.0]}");
   free(s);
-  tp_json_push(L, v, 0);
-  json_t *again = tp_json_from_lua(L, -1, 0, 0, NULL);
+  tp__json_push(L, v, 0);
+  json_t *again = tp__json_from_lua(L, -1, 0, 0, NULL);
   CHECK(again != NULL && json_equal(again, v));
-  s = tp_json_dumps(again);
+  s = tp__json_dumps(again);
   CHECK_STR(s, "{\"a\":\"t\\\"x\",\"b\":[3,1.0,-0.0]}");
   free(s);
   json_decref(again);
@@ -448,7 +448,7 @@ TEST(push_and_dumps_from_c) {
     snprintf(k, sizeof k, "k%02d", i);
     json_object_set_new(v, k, json_integer(i));
   }
-  s = tp_json_dumps(v);
+  s = tp__json_dumps(v);
   CHECK(s != NULL && strncmp(s, "{\"k00\":0,\"k01\":1,", 17) == 0);
   free(s);
   json_decref(v);
@@ -457,7 +457,7 @@ TEST(push_and_dumps_from_c) {
 
 static int push_deep (lua_State *L) {
   json_t *v = lua_touserdata(L, 1);
-  tp_json_push(L, v, 3);
+  tp__json_push(L, v, 3);
   return 1;
 }
 
@@ -480,26 +480,26 @@ TEST(push_raises_past_its_depth_cap) {
 
 TEST(null_inputs_are_handled) {
   tp_json_err e;
-  CHECK(tp_json_from_lua(NULL, 1, 0, 0, &e) == NULL);
+  CHECK(tp__json_from_lua(NULL, 1, 0, 0, &e) == NULL);
   CHECK_HAS(e.message, "no Lua state");
-  CHECK(tp_json_from_lua(NULL, 1, 0, 0, NULL) == NULL);
-  char *s = tp_json_dumps(NULL);
+  CHECK(tp__json_from_lua(NULL, 1, 0, 0, NULL) == NULL);
+  char *s = tp__json_dumps(NULL);
   CHECK_STR(s, "null");
   free(s);
-  CHECK(tp_json_loads(NULL, 0, &e) == NULL);
+  CHECK(tp__json_loads(NULL, 0, &e) == NULL);
   CHECK_HAS(e.message, "NULL");
-  CHECK(tp_json_loads(NULL, 0, NULL) == NULL);
-  json_t *v = tp_json_loads("[1,", 3, &e);
+  CHECK(tp__json_loads(NULL, 0, NULL) == NULL);
+  json_t *v = tp__json_loads("[1,", 3, &e);
   CHECK(v == NULL);
   CHECK_HAS(e.message, "at line 1 column");
-  v = tp_json_loads("\"a\\u0000\"", 9, &e);
+  v = tp__json_loads("\"a\\u0000\"", 9, &e);
   CHECK(v != NULL && json_string_length(v) == 2);
   json_decref(v);
   lua_State *L = luaL_newstate();
-  tp_json_push(L, NULL, 0);
+  tp__json_push(L, NULL, 0);
   CHECK(lua_type(L, -1) == LUA_TLIGHTUSERDATA && lua_touserdata(L, -1) == NULL);
   /* an index with no value is nil: null; the stack is untouched */
-  v = tp_json_from_lua(L, 5, 0, 0, NULL);
+  v = tp__json_from_lua(L, 5, 0, 0, NULL);
   CHECK(json_is_null(v));
   json_decref(v);
   CHECK_INT(lua_gettop(L), 1);
@@ -538,7 +538,7 @@ TEST(memory_errors_are_clean_at_every_step) {
     limiter lim = { 0, (size_t)-1 };
     lua_State *L = lua_newstate(limited_alloc, &lim);
     luaL_openlibs(L);
-    tp_json_open(L);
+    tp__json_open(L);
     lua_setglobal(L, "json");
     CHECK(luaL_loadstring(L, code) == LUA_OK);
     lua_gc(L, LUA_GCCOLLECT);
@@ -588,7 +588,7 @@ static json_t *enc_budget (lua_State *L, const char *expr, tbudget *tb, tp_json_
   memset(o, 0, sizeof *o);
   o->budget = &jb;
   memset(&err, 0, sizeof err);
-  json_t *v = tp_json_from_lua_ex(L, -1, o, &err);
+  json_t *v = tp__json_from_lua_ex(L, -1, o, &err);
   lua_pop(L, 1);
   return v;
 }
@@ -622,7 +622,7 @@ TEST(a_small_value_costs_one_charge_at_its_cost) {
   CHECK_INT(o.cost, want);
   CHECK_INT(tb.used, want);
   CHECK_INT(tb.calls, 1);
-  CHECK_INT(tp_json_tree_cost(v), want);
+  CHECK_INT(tp__json_tree_cost(v), want);
   json_decref(v);
   lua_close(L);
 }
@@ -646,10 +646,10 @@ TEST(several_values_share_one_text_cap) {
   memset(&o, 0, sizeof o);
   o.max_bytes = 20;
   lua_pushstring(L, "0123456789");  /* 12 bytes of JSON each */
-  json_t *a = tp_json_from_lua_ex(L, -1, &o, &err);
+  json_t *a = tp__json_from_lua_ex(L, -1, &o, &err);
   CHECK(a != NULL);
   CHECK_INT(o.bytes, 12);
-  json_t *b = tp_json_from_lua_ex(L, -1, &o, &err);
+  json_t *b = tp__json_from_lua_ex(L, -1, &o, &err);
   CHECK(b == NULL);
   CHECK_INT(o.over_bytes, 1);
   json_decref(a);
@@ -663,16 +663,16 @@ TEST(decode_cost_is_estimated_from_the_text) {
   text[n++] = '[';
   for (int i = 0; i < 40; i++) n += (size_t)sprintf(text + n, "%s%d", i ? "," : "", i * 7);
   text[n++] = ']';
-  CHECK_INT(tp_json_text_cost(text, n), TP_JSON_COST_ARRAY + 40 * TP_JSON_COST_NUMBER);
-  CHECK_INT(tp_json_text_cost("[1]", 3), 3 * TP_JSON_COST_OBJECT);
+  CHECK_INT(tp__json_text_cost(text, n), TP_JSON_COST_ARRAY + 40 * TP_JSON_COST_NUMBER);
+  CHECK_INT(tp__json_text_cost("[1]", 3), 3 * TP_JSON_COST_OBJECT);
   /* an escaped quote does not end a string; keys count as strings */
   const char *s = "{\"a\\\"b\":[true,false,null,\"x\\\\\"],\"pad\":\"................................\"}";
-  CHECK_INT(tp_json_text_cost(s, strlen(s)), TP_JSON_COST_OBJECT + 3 * TP_JSON_COST_SCALAR
+  CHECK_INT(tp__json_text_cost(s, strlen(s)), TP_JSON_COST_OBJECT + 3 * TP_JSON_COST_SCALAR
             + TP_JSON_COST_ARRAY + 4 * TP_JSON_COST_STRING + 4 + 3 + 3 + 32);
   /* nesting past jansson's cap is not counted: parsing stops there */
   static char deep[20000];
   memset(deep, '[', sizeof deep);
-  CHECK_INT(tp_json_text_cost(deep, sizeof deep), 2048 * (size_t)TP_JSON_COST_ARRAY);
+  CHECK_INT(tp__json_text_cost(deep, sizeof deep), 2048 * (size_t)TP_JSON_COST_ARRAY);
 }
 
 /* The figures in json.h are not below what jansson really allocates. */
@@ -690,13 +690,13 @@ TEST(cost_figures_cover_what_jansson_allocates) {
     for (int k = 0; k < 2000; k++) { if (k) big[n++] = ','; memcpy(big + n, texts[i], len); n += len; }
     big[n++] = ']';
     struct mallinfo2 m0 = mallinfo2();
-    json_t *v = tp_json_loads(big, n, NULL);
+    json_t *v = tp__json_loads(big, n, NULL);
     struct mallinfo2 m1 = mallinfo2();
-    size_t real = m1.uordblks - m0.uordblks, est = tp_json_text_cost(big, n);
+    size_t real = m1.uordblks - m0.uordblks, est = tp__json_text_cost(big, n);
     CHECK(v != NULL);
-    if (est < real || tp_json_tree_cost(v) < real || est > 3 * real)
+    if (est < real || tp__json_tree_cost(v) < real || est > 3 * real)
       TP_FAIL_AT("%s: estimate %zu (tree %zu), jansson allocated %zu", texts[i], est,
-                 tp_json_tree_cost(v), real);
+                 tp__json_tree_cost(v), real);
     json_decref(v);
     free(big);
   }
@@ -707,7 +707,7 @@ TEST(json_encode_and_decode_charge_the_budget_and_refund_it) {
   lua_State *L = new_state();
   tbudget tb = { 1u << 20, 0, 0, 0, 0 };
   tp_json_budget jb = { tb_charge, tb_refund, tb_stopped, NULL, &tb };
-  tp_json_set_budget(L, &jb);
+  tp__json_set_budget(L, &jb);
   CHECK_STR(lua_str(L, "local t = {} for i = 1, 1000 do t[i] = i end "
                     "local s = json.encode(t) return #json.decode(s) .. ''"), "1000");
   CHECK_INT(tb.used, 0);
@@ -740,22 +740,22 @@ TEST(decode_of_long_text_is_polled_and_stops_with_the_verdict) {
   text[n++] = '1';
   text[n++] = ']';
   tp_json_err e1, e2;
-  json_t *v = tp_json_loads_polled(text, n, &jb, &e1);
+  json_t *v = tp__json_loads_polled(text, n, &jb, &e1);
   CHECK(v != NULL && json_array_size(v) == 100001);
   json_decref(v);
   text[n - 1] = 'x';  /* the same error, at the same place, as the one-piece parse */
-  CHECK(tp_json_loads_polled(text, n, &jb, &e1) == NULL);
-  CHECK(tp_json_loads(text, n, &e2) == NULL);
+  CHECK(tp__json_loads_polled(text, n, &jb, &e1) == NULL);
+  CHECK(tp__json_loads(text, n, &e2) == NULL);
   CHECK_STR(e1.message, e2.message);
   CHECK_HAS(e1.message, "column 200003");
   text[n - 1] = ']';
   tb.stop = 1;
-  CHECK(tp_json_loads_polled(text, n, &jb, &e1) == NULL);
+  CHECK(tp__json_loads_polled(text, n, &jb, &e1) == NULL);
   CHECK_STR(e1.message, "stopped: the run has ended (a limit)");
   free(text);
 }
 
-/* tp_json_dump_len gives tp_json_dumpsn's length without making the text: bytes_in and
+/* tp__json_dump_len gives tp__json_dumpsn's length without making the text: bytes_in and
 ** bytes_out of Lua tool calls come from it. Strings longer than its scratch buffer,
 ** escapes, reals and nesting all count. */
 TEST(dump_len_is_the_length_of_the_dumped_text) {
@@ -770,20 +770,20 @@ TEST(dump_len_is_the_length_of_the_dumped_text) {
     json_t *v = json_loads(texts[i], JSON_DECODE_ANY, NULL);
     CHECK(v != NULL);
     size_t n = 0;
-    char *t = tp_json_dumpsn(v, &n);
+    char *t = tp__json_dumpsn(v, &n);
     CHECK(t != NULL);
-    CHECK_INT((long long)tp_json_dump_len(v), (long long)n);
+    CHECK_INT((long long)tp__json_dump_len(v), (long long)n);
     free(t);
     json_decref(v);
   }
   json_t *o = json_pack("{s:s, s:[s, s]}", "long", big, "list", big, "short");
   size_t n = 0;
-  char *t = tp_json_dumpsn(o, &n);
+  char *t = tp__json_dumpsn(o, &n);
   CHECK(n > 2000);
-  CHECK_INT((long long)tp_json_dump_len(o), (long long)n);
+  CHECK_INT((long long)tp__json_dump_len(o), (long long)n);
   free(t);
   json_decref(o);
-  CHECK_INT((long long)tp_json_dump_len(NULL), 4);
+  CHECK_INT((long long)tp__json_dump_len(NULL), 4);
 }
 
 int main (int argc, char **argv) {

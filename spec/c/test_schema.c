@@ -19,7 +19,7 @@ static json_t *J (const char *text) {
 
 static tp_schema *C (const char *schema, char *err, size_t errlen) {
   json_t *j = J(schema);
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 1, err, errlen);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 1, err, errlen);
   json_decref(j);
   return s;
 }
@@ -27,9 +27,9 @@ static tp_schema *C (const char *schema, char *err, size_t errlen) {
 /* validate instance text; errors go to errs (cleared first) */
 static int V (const tp_schema *s, const char *inst, tp_schema_errors *errs) {
   json_t *j = J(inst);
-  tp_schema_errors_clear(errs);
-  int r = tp_schema_validate(s, j, errs);
-  int fast = tp_schema_validate(s, j, NULL);
+  tp__schema_errors_clear(errs);
+  int r = tp__schema_validate(s, j, errs);
+  int fast = tp__schema_validate(s, j, NULL);
   if (fast != r) printf("#   fast (%d) and full (%d) validation disagree on %s\n", fast, r, inst);
   json_decref(j);
   return r;
@@ -41,7 +41,7 @@ static int ok_ (const char *schema, const char *inst) {
   tp_schema *s = C(schema, err, sizeof err);
   if (!s) { printf("#   schema did not compile: %s\n", err); return -2; }
   int r = V(s, inst, NULL);
-  tp_schema_free(s);
+  tp__schema_free(s);
   return r;
 }
 
@@ -49,7 +49,7 @@ static int ok_ (const char *schema, const char *inst) {
 static char errbuf[512];
 static const char *bad (const char *schema) {
   tp_schema *s = C(schema, errbuf, sizeof errbuf);
-  if (s) { tp_schema_free(s); return ""; }
+  if (s) { tp__schema_free(s); return ""; }
   return errbuf;
 }
 
@@ -63,12 +63,12 @@ TEST(type_error_names_expected_and_actual) {
   CHECK_STR(e.items[0].message, "expected string, got integer 5");
   CHECK_INT(V(s, "\"x\"", &e), 1);
   CHECK_INT(e.count, 0);
-  tp_schema_free(s);
+  tp__schema_free(s);
   s = C("{\"type\":[\"string\",\"null\"]}", NULL, 0);
   CHECK_INT(V(s, "{}", &e), 0);
   CHECK_STR(e.items[0].message, "expected null or string, got object");
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
 }
 
 TEST(required_reports_the_missing_property_at_the_object) {
@@ -86,8 +86,8 @@ TEST(required_reports_the_missing_property_at_the_object) {
   CHECK_STR(e.items[0].path, "$.city");
   CHECK_STR(e.items[0].keyword, "minLength");
   CHECK_STR(e.items[0].message, "expected at least 1 character, got 0");
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
 }
 
 TEST(paths_use_dots_indices_and_quoted_odd_keys) {
@@ -101,8 +101,8 @@ TEST(paths_use_dots_indices_and_quoted_odd_keys) {
   CHECK_STR(e.items[1].message, "expected integer, got number 1.5");
   CHECK_STR(e.items[2].path, "$[\"q\\\"t\"]");
   CHECK_STR(e.items[2].keyword, "properties");
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
 }
 
 TEST(every_error_is_reported_sorted_by_path) {
@@ -117,8 +117,8 @@ TEST(every_error_is_reported_sorted_by_path) {
   CHECK_STR(e.items[7].path, "$[11]");
   CHECK_STR(e.items[7].message, "expected integer, got string \"b\"");
   CHECK_STR(e.items[1].message, "expected at most 5, got 6");
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
 }
 
 TEST(keyword_messages_are_actionable) {
@@ -168,8 +168,8 @@ TEST(keyword_messages_are_actionable) {
     } else {
       TP_FAIL_AT("no error for %s against %s", cases[i].inst, cases[i].schema);
     }
-    tp_schema_errors_clear(&e);
-    tp_schema_free(s);
+    tp__schema_errors_clear(&e);
+    tp__schema_free(s);
   }
 }
 
@@ -218,8 +218,8 @@ TEST(catastrophic_pattern_fails_cleanly_instead_of_hanging) {
   CHECK((clock() - t0) / CLOCKS_PER_SEC < 5);
   CHECK_INT(e.count, 1);
   if (e.count) CHECK_STR(e.items[0].keyword, "pattern");
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
 }
 
 TEST(formats_assert_when_asked) {
@@ -249,17 +249,17 @@ TEST(formats_assert_when_asked) {
   CHECK_INT(ok_("{\"format\":\"no-such-format\"}", "\"x\""), 1);  /* unknown formats pass */
   /* as annotations they never fail */
   json_t *j = J("{\"format\":\"email\"}"), *v = J("\"not an email\"");
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
-  CHECK_INT(tp_schema_validate(s, v, NULL), 1);
-  tp_schema_free(s);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  CHECK_INT(tp__schema_validate(s, v, NULL), 1);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(v);
   tp_schema_errors e = {0};
   s = C("{\"format\":\"email\"}", NULL, 0);
   CHECK_INT(V(s, "\"nope\"", &e), 0);
   CHECK_STR(e.count ? e.items[0].message : "", "expected a valid email, got \"nope\"");
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
 }
 
 TEST(refs_follow_pointers_with_escapes_anchors_and_ids) {
@@ -279,32 +279,32 @@ TEST(refs_follow_pointers_with_escapes_anchors_and_ids) {
   tp_schema *s = C(tree, NULL, 0);
   CHECK_INT(V(s, "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":\"3\"}]}]}", &e), 0);
   CHECK_STR(e.count ? e.items[0].path : "", "$.kids[0].kids[0].v");
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
 }
 
 TEST(remote_refs_load_only_from_remotes_dir) {
   char err[256];
   json_t *j = J("{\"$ref\":\"http://localhost:1234/integer.json\"}");
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, err, sizeof err);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, err, sizeof err);
   CHECK(s == NULL);
   CHECK_HAS(err, "cannot resolve $ref \"http://localhost:1234/integer.json\" (remote references are disabled)");
   const char *suite = getenv("TP_SCHEMA_SUITE");
   char dir[1024];
   snprintf(dir, sizeof dir, "%s/remotes", suite && *suite ? suite : "../shared/json-schema-test-suite");
-  s = tp_schema_compile(j, TP_DIALECT_2020_12, dir, 0, err, sizeof err);
+  s = tp__schema_compile(j, TP_DIALECT_2020_12, dir, 0, err, sizeof err);
   CHECK(s != NULL);
   json_t *one = J("1"), *str = J("\"a\"");
-  CHECK_INT(tp_schema_validate(s, one, NULL), 1);
-  CHECK_INT(tp_schema_validate(s, str, NULL), 0);
-  tp_schema_free(s);
+  CHECK_INT(tp__schema_validate(s, one, NULL), 1);
+  CHECK_INT(tp__schema_validate(s, str, NULL), 0);
+  tp__schema_free(s);
   json_decref(j);
   /* no escaping the directory, and no other hosts */
   j = J("{\"$ref\":\"http://localhost:1234/../remotes/integer.json\"}");
-  CHECK(tp_schema_compile(j, TP_DIALECT_2020_12, dir, 0, err, sizeof err) == NULL);
+  CHECK(tp__schema_compile(j, TP_DIALECT_2020_12, dir, 0, err, sizeof err) == NULL);
   json_decref(j);
   j = J("{\"$ref\":\"http://example.com/integer.json\"}");
-  CHECK(tp_schema_compile(j, TP_DIALECT_2020_12, dir, 0, err, sizeof err) == NULL);
+  CHECK(tp__schema_compile(j, TP_DIALECT_2020_12, dir, 0, err, sizeof err) == NULL);
   CHECK_HAS(err, "at #/$ref: cannot resolve $ref \"http://example.com/integer.json\"");
   json_decref(j);
   json_decref(one);
@@ -324,26 +324,26 @@ TEST(dialect_comes_from_dollar_schema_else_the_default) {
                    "\"t\":{\"items\":[{\"type\":\"integer\"}],\"additionalItems\":false}}}";
   tp_schema *s = C(d7, NULL, 0);
   CHECK(s != NULL);
-  CHECK_INT(tp_schema_dialect(s), TP_DIALECT_DRAFT7);
+  CHECK_INT(tp__schema_dialect(s), TP_DIALECT_DRAFT7);
   CHECK_INT(V(s, "{\"a\":\"x\"}", NULL), 1);     /* draft-07: $ref ignores its siblings */
   CHECK_INT(V(s, "{\"t\":[1]}", NULL), 1);
   CHECK_INT(V(s, "{\"t\":[1,2]}", NULL), 0);
-  tp_schema_free(s);
+  tp__schema_free(s);
   const char *d2020 = "{\"$defs\":{\"s\":{\"type\":\"string\"}},"
                       "\"properties\":{\"a\":{\"$ref\":\"#/$defs/s\",\"type\":\"integer\"}}}";
   s = C(d2020, NULL, 0);
-  CHECK_INT(tp_schema_dialect(s), TP_DIALECT_2020_12);
+  CHECK_INT(tp__schema_dialect(s), TP_DIALECT_2020_12);
   CHECK_INT(V(s, "{\"a\":\"x\"}", NULL), 0);     /* 2020-12: $ref and siblings both apply */
-  tp_schema_free(s);
+  tp__schema_free(s);
   /* the default dialect applies without $schema */
   json_t *j = J("{\"dependencies\":{\"a\":[\"b\"]}}"), *inst = J("{\"a\":1}");
-  s = tp_schema_compile(j, TP_DIALECT_DRAFT7, NULL, 0, NULL, 0);
-  CHECK_INT(tp_schema_dialect(s), TP_DIALECT_DRAFT7);
-  CHECK_INT(tp_schema_validate(s, inst, NULL), 0);
-  tp_schema_free(s);
-  s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
-  CHECK_INT(tp_schema_validate(s, inst, NULL), 1);  /* not a 2020-12 keyword */
-  tp_schema_free(s);
+  s = tp__schema_compile(j, TP_DIALECT_DRAFT7, NULL, 0, NULL, 0);
+  CHECK_INT(tp__schema_dialect(s), TP_DIALECT_DRAFT7);
+  CHECK_INT(tp__schema_validate(s, inst, NULL), 0);
+  tp__schema_free(s);
+  s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  CHECK_INT(tp__schema_validate(s, inst, NULL), 1);  /* not a 2020-12 keyword */
+  tp__schema_free(s);
   json_decref(j);
   json_decref(inst);
   /* unevaluatedProperties is a 2020-12 keyword only */
@@ -394,10 +394,10 @@ TEST(ref_cycles_and_deep_instances_fail_cleanly) {
   CHECK(s != NULL);
   CHECK_INT(V(s, "1", &e), 0);
   CHECK_HAS(e.count ? e.items[0].message : "", "infinite recursion");
-  tp_schema_free(s);
+  tp__schema_free(s);
   s = C("{\"$ref\":\"#\"}", NULL, 0);
   CHECK_INT(V(s, "{}", &e), 0);
-  tp_schema_free(s);
+  tp__schema_free(s);
   /* an instance deeper than the cap, under a recursive schema */
   size_t depth = TP_SCHEMA_MAX_DEPTH + 50, n = 0;
   char *text = malloc(depth * 2 + 2);
@@ -408,7 +408,7 @@ TEST(ref_cycles_and_deep_instances_fail_cleanly) {
   CHECK_INT(V(s, text, &e), 0);
   CHECK_INT(e.count, 1);
   CHECK_HAS(e.count ? e.items[0].message : "", "nested too deeply");
-  tp_schema_free(s);
+  tp__schema_free(s);
   /* a moderately deep one passes */
   n = 0;
   for (size_t i = 0; i < 40; i++) text[n++] = '[';
@@ -416,9 +416,9 @@ TEST(ref_cycles_and_deep_instances_fail_cleanly) {
   text[n] = 0;
   s = C("{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}", NULL, 0);
   CHECK_INT(V(s, text, &e), 1);
-  tp_schema_free(s);
+  tp__schema_free(s);
   free(text);
-  tp_schema_errors_clear(&e);
+  tp__schema_errors_clear(&e);
 }
 
 TEST(unevaluated_and_dynamic_refs_work_together) {
@@ -436,38 +436,38 @@ TEST(unevaluated_and_dynamic_refs_work_together) {
 
 TEST(null_arguments_are_handled) {
   char err[128];
-  CHECK(tp_schema_compile(NULL, TP_DIALECT_2020_12, NULL, 0, err, sizeof err) == NULL);
+  CHECK(tp__schema_compile(NULL, TP_DIALECT_2020_12, NULL, 0, err, sizeof err) == NULL);
   CHECK_STR(err, "at #: schema is NULL");
-  CHECK(tp_schema_compile(NULL, TP_DIALECT_2020_12, NULL, 0, NULL, 0) == NULL);
+  CHECK(tp__schema_compile(NULL, TP_DIALECT_2020_12, NULL, 0, NULL, 0) == NULL);
   json_t *j = J("{}");
-  CHECK(tp_schema_compile(j, (tp_dialect)7, NULL, 0, err, sizeof err) == NULL);
+  CHECK(tp__schema_compile(j, (tp_dialect)7, NULL, 0, err, sizeof err) == NULL);
   CHECK_HAS(err, "unknown dialect");
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);  /* err may be NULL */
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);  /* err may be NULL */
   CHECK(s != NULL);
-  CHECK_INT(tp_schema_validate(NULL, j, NULL), -1);
-  CHECK_INT(tp_schema_validate(s, NULL, NULL), -1);
-  CHECK_INT(tp_schema_validate(s, j, NULL), 1);
-  CHECK_INT(tp_schema_dialect(NULL), TP_DIALECT_2020_12);
-  CHECK_INT(tp_schema_format_check(NULL, "x", 1), -1);
-  CHECK_INT(tp_schema_format_check("date", NULL, 0), -1);
-  tp_schema_errors_clear(NULL);
-  tp_schema_free(NULL);
-  tp_schema_free(s);
+  CHECK_INT(tp__schema_validate(NULL, j, NULL), -1);
+  CHECK_INT(tp__schema_validate(s, NULL, NULL), -1);
+  CHECK_INT(tp__schema_validate(s, j, NULL), 1);
+  CHECK_INT(tp__schema_dialect(NULL), TP_DIALECT_2020_12);
+  CHECK_INT(tp__schema_format_check(NULL, "x", 1), -1);
+  CHECK_INT(tp__schema_format_check("date", NULL, 0), -1);
+  tp__schema_errors_clear(NULL);
+  tp__schema_free(NULL);
+  tp__schema_free(s);
   json_decref(j);
 }
 
 TEST(errors_append_and_clear) {
   tp_schema_errors e = {0};
   json_t *j = J("{\"type\":\"string\"}"), *a = J("1"), *b = J("2");
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
-  CHECK_INT(tp_schema_validate(s, a, &e), 0);
-  CHECK_INT(tp_schema_validate(s, b, &e), 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  CHECK_INT(tp__schema_validate(s, a, &e), 0);
+  CHECK_INT(tp__schema_validate(s, b, &e), 0);
   CHECK_INT(e.count, 2);
-  tp_schema_errors_clear(&e);
+  tp__schema_errors_clear(&e);
   CHECK_INT(e.count, 0);
   CHECK(e.items == NULL);
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(a);
   json_decref(b);
@@ -479,9 +479,9 @@ static void *thr (void *p) {
   thr_arg *a = p;
   for (int i = 0; i < 2000; i++) {
     tp_schema_errors e = {0};
-    if (tp_schema_validate(a->s, a->good, NULL) != 1) a->failures++;
-    if (tp_schema_validate(a->s, a->badv, &e) != 0 || e.count != 2) a->failures++;
-    tp_schema_errors_clear(&e);
+    if (tp__schema_validate(a->s, a->good, NULL) != 1) a->failures++;
+    if (tp__schema_validate(a->s, a->badv, &e) != 0 || e.count != 2) a->failures++;
+    tp__schema_errors_clear(&e);
   }
   return NULL;
 }
@@ -489,7 +489,7 @@ static void *thr (void *p) {
 TEST(one_compiled_schema_validates_on_many_threads) {
   json_t *j = J("{\"properties\":{\"id\":{\"pattern\":\"^[a-z]+-[0-9]+$\"},"
                 "\"tags\":{\"items\":{\"pattern\":\"^#\"}}},\"unevaluatedProperties\":false}");
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
   thr_arg args[4];
   pthread_t t[4];
   for (int i = 0; i < 4; i++) {
@@ -503,7 +503,7 @@ TEST(one_compiled_schema_validates_on_many_threads) {
     json_decref(args[i].good);
     json_decref(args[i].badv);
   }
-  tp_schema_free(s);
+  tp__schema_free(s);
   json_decref(j);
 }
 
@@ -524,19 +524,19 @@ TEST(validation_is_fast_for_a_small_object) {
                 "\"units\":{\"enum\":[\"metric\",\"imperial\"]}},\"required\":[\"city\"],"
                 "\"additionalProperties\":false}");
   json_t *inst = J("{\"city\":\"Paris\",\"days\":3,\"units\":\"metric\"}");
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
   double runs[7];
   int iters = 200000, valid = 1;
   for (int r = 0; r < 7; r++) {
     double t0 = now_ns();
-    for (int i = 0; i < iters; i++) valid &= tp_schema_validate(s, inst, NULL) == 1;
+    for (int i = 0; i < iters; i++) valid &= tp__schema_validate(s, inst, NULL) == 1;
     runs[r] = (now_ns() - t0) / iters;
   }
   qsort(runs, 7, sizeof *runs, cmp_double);
   printf("# schema validate, 3-property object: %.0f ns (median of 7 runs of %d)\n", runs[3], iters);
   CHECK(valid);
   CHECK(runs[3] < 200000);  /* only a sanity bound: sanitizer and valgrind builds run this too */
-  tp_schema_free(s);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(inst);
 }
@@ -551,12 +551,12 @@ TEST(unique_items_of_100k_values_is_not_quadratic) {
   json_t *j = J("{\"uniqueItems\":true}"), *a = json_array();
   for (int i = 0; i < 100000; i++)
     json_array_append_new(a, i % 2 ? json_integer(i) : json_pack("{s:i,s:[i]}", "k", i, "v", i));
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
   tp_schema_bounds b = { 0, count_polls, NULL };
   tp_schema_errors e = {0};
   polls = 0;
   double t0 = now_ns();
-  CHECK_INT(tp_schema_validate_bounded(s, a, &e, &b), 1);
+  CHECK_INT(tp__schema_validate_bounded(s, a, &e, &b), 1);
   printf("# uniqueItems over 100000 distinct items: %.1f ms, %d polls\n",
          (now_ns() - t0) / 1e6, polls);
   CHECK(polls < 500);  /* pairwise comparison was 5e9 comparisons */
@@ -564,13 +564,13 @@ TEST(unique_items_of_100k_values_is_not_quadratic) {
   json_array_append_new(a, json_pack("{s:[f],s:f}", "v", 6.0, "k", 6.0));
   json_array_append_new(a, json_real(99999.0));
   polls = 0;
-  CHECK_INT(tp_schema_validate_bounded(s, a, &e, &b), 0);
+  CHECK_INT(tp__schema_validate_bounded(s, a, &e, &b), 0);
   CHECK_INT(e.count, 1);
   CHECK_STR(e.count ? e.items[0].message : "", "expected unique items, but items 6 and 100000 are equal");
   CHECK(polls < 500);
-  CHECK_INT(tp_schema_validate(s, a, NULL), 0);
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  CHECK_INT(tp__schema_validate(s, a, NULL), 0);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(a);
 }
@@ -578,31 +578,31 @@ TEST(unique_items_of_100k_values_is_not_quadratic) {
 TEST(errors_are_capped_at_20_then_and_n_more) {
   json_t *j = J("{\"items\":{\"type\":\"string\"}}"), *a = json_array();
   for (int i = 0; i < 100; i++) json_array_append_new(a, json_integer(i));
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
   tp_schema_errors e = {0};
-  CHECK_INT(tp_schema_validate(s, a, &e), 0);
+  CHECK_INT(tp__schema_validate(s, a, &e), 0);
   CHECK_INT(e.count, TP_SCHEMA_MAX_ERRORS);
   CHECK_INT(e.more, 80);
   CHECK_STR(e.items[19].path, "$[19]");
   char text[4000];
-  tp_schema_errors_text(&e, 20, text, sizeof text);
+  tp__schema_errors_text(&e, 20, text, sizeof text);
   CHECK_HAS(text, "$[19]: expected string, got integer 19; and 80 more");
-  tp_schema_errors_text(&e, 2, text, sizeof text);
+  tp__schema_errors_text(&e, 2, text, sizeof text);
   CHECK_STR(text, "$[0]: expected string, got integer 0; $[1]: expected string, got integer 1; "
                   "and 98 more");
-  tp_schema_errors_clear(&e);
+  tp__schema_errors_clear(&e);
   CHECK_INT(e.more, 0);
   tp_schema_bounds b = { 3, NULL, NULL };
-  CHECK_INT(tp_schema_validate_bounded(s, a, &e, &b), 0);
+  CHECK_INT(tp__schema_validate_bounded(s, a, &e, &b), 0);
   CHECK_INT(e.count, 3);
   CHECK_INT(e.more, 97);
-  tp_schema_errors_text(&e, 8, text, sizeof text);
+  tp__schema_errors_text(&e, 8, text, sizeof text);
   CHECK_STR(text, "$[0]: expected string, got integer 0; $[1]: expected string, got integer 1; "
                   "$[2]: expected string, got integer 2; and 97 more");
-  tp_schema_errors_text(&e, 8, text, 20);
+  tp__schema_errors_text(&e, 8, text, 20);
   CHECK_STR(text, "$[0]: expected s...");
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(a);
 }
@@ -610,22 +610,22 @@ TEST(errors_are_capped_at_20_then_and_n_more) {
 TEST(validation_stops_when_its_run_says_so) {
   json_t *j = J("{\"items\":{\"type\":\"integer\",\"minimum\":0}}"), *a = json_array();
   for (int i = 0; i < 100000; i++) json_array_append_new(a, json_integer(-i));
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
   tp_schema_errors e = {0};
   tp_schema_bounds b = { 0, stop_now, NULL };
   polls = 0;
-  CHECK_INT(tp_schema_validate_bounded(s, a, &e, &b), -2);
+  CHECK_INT(tp__schema_validate_bounded(s, a, &e, &b), -2);
   CHECK_INT(polls, 1);
   CHECK_INT(e.count, 0);
   CHECK_INT(e.more, 0);
-  tp_schema_errors_clear(&e);
+  tp__schema_errors_clear(&e);
   json_t *good = json_array();  /* the fast check (no errors wanted) stops too */
   for (int i = 0; i < 100000; i++) json_array_append_new(good, json_integer(i));
   polls = 0;
-  CHECK_INT(tp_schema_validate_bounded(s, good, NULL, &b), -2);
+  CHECK_INT(tp__schema_validate_bounded(s, good, NULL, &b), -2);
   CHECK_INT(polls, 1);
   json_decref(good);
-  tp_schema_free(s);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(a);
 }
@@ -643,9 +643,9 @@ TEST(a_huge_property_name_is_cut_in_messages_and_paths) {
   json_t *inner = json_object(), *inst = json_object();
   json_object_set_new(inner, k, json_integer(1));
   json_object_set_new(inst, "a", inner);
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
   tp_schema_errors e = {0};
-  CHECK_INT(tp_schema_validate(s, inst, &e), 0);
+  CHECK_INT(tp__schema_validate(s, inst, &e), 0);
   CHECK_INT(e.count, 1);
   if (e.count) {
     char want[200];
@@ -654,8 +654,8 @@ TEST(a_huge_property_name_is_cut_in_messages_and_paths) {
     snprintf(want, sizeof want, "unexpected property \"%.64s...\" (allowed: \"b\")", k);
     CHECK_STR(e.items[0].message, want);
   }
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(inst);
   free(k);
@@ -669,16 +669,16 @@ TEST(unevaluated_properties_of_a_100k_key_object_is_not_quadratic) {
     snprintf(key, sizeof key, "k%d", i);
     json_object_set_new(o, key, i == 77777 ? json_string("x") : json_integer(i));
   }
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 0, NULL, 0);
   tp_schema_bounds b = { 0, count_polls, NULL };
   tp_schema_errors e = {0};
   polls = 0;
-  CHECK_INT(tp_schema_validate_bounded(s, o, &e, &b), 0);
+  CHECK_INT(tp__schema_validate_bounded(s, o, &e, &b), 0);
   CHECK_INT(e.count, 1);
   CHECK_STR(e.count ? e.items[0].path : "", "$.k77777");
   CHECK(polls < 500);
-  tp_schema_errors_clear(&e);
-  tp_schema_free(s);
+  tp__schema_errors_clear(&e);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(o);
 }
@@ -693,21 +693,21 @@ TEST(format_checks_of_huge_strings_stay_linear) {
   v[n] = 0;
   json_t *str = json_string(v);
   json_t *j = J("{\"format\":\"uri-reference\"}");
-  tp_schema *s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 1, NULL, 0);
+  tp_schema *s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 1, NULL, 0);
   double t0 = now_ns();
-  CHECK_INT(tp_schema_validate(s, str, NULL), 1);
+  CHECK_INT(tp__schema_validate(s, str, NULL), 1);
   printf("# format uri-reference of a 4 MiB string of brackets: %.1f ms (was quadratic: 11 s "
          "for 1 MiB)\n", (now_ns() - t0) / 1e6);
-  tp_schema_free(s);
+  tp__schema_free(s);
   json_decref(j);
   j = J("{\"format\":\"regex\"}");  /* over 256 KiB, not taken for a regular expression */
-  s = tp_schema_compile(j, TP_DIALECT_2020_12, NULL, 1, NULL, 0);
+  s = tp__schema_compile(j, TP_DIALECT_2020_12, NULL, 1, NULL, 0);
   memset(v, 'a', n);
   json_decref(str);
   str = json_string(v);
-  CHECK_INT(tp_schema_validate(s, str, NULL), 0);
-  CHECK_INT(tp_schema_format_check("regex", v, 1000), 1);
-  tp_schema_free(s);
+  CHECK_INT(tp__schema_validate(s, str, NULL), 0);
+  CHECK_INT(tp__schema_format_check("regex", v, 1000), 1);
+  tp__schema_free(s);
   json_decref(j);
   json_decref(str);
   free(v);

@@ -119,7 +119,7 @@ static void run_file (tally *t, const char *dialect, tp_dialect dd, const char *
   json_array_foreach(doc, ci, cs) {
     const char *cdesc = json_string_value(json_object_get(cs, "description"));
     json_t *tests = json_object_get(cs, "tests");
-    tp_schema *s = tp_schema_compile(json_object_get(cs, "schema"), dd, remotes, 0, err, sizeof err);
+    tp_schema *s = tp__schema_compile(json_object_get(cs, "schema"), dd, remotes, 0, err, sizeof err);
     size_t ti;
     json_t *tc;
     json_array_foreach(tests, ti, tc) {
@@ -132,8 +132,8 @@ static void run_file (tally *t, const char *dialect, tp_dialect dd, const char *
       } else {
         json_t *data = json_object_get(tc, "data");
         tp_schema_errors errs = {0};
-        int fast = tp_schema_validate(s, data, NULL);
-        int full = tp_schema_validate(s, data, &errs);
+        int fast = tp__schema_validate(s, data, NULL);
+        int full = tp__schema_validate(s, data, &errs);
         if (fast != full) {
           snprintf(reason, sizeof reason, "fast and error-collecting validation disagree (%d vs %d)", fast, full);
         } else if (full == 0 && errs.count == 0) {
@@ -148,11 +148,11 @@ static void run_file (tally *t, const char *dialect, tp_dialect dd, const char *
           pass = 1;
         }
         flatten(reason);
-        tp_schema_errors_clear(&errs);
+        tp__schema_errors_clear(&errs);
       }
       record(t, dialect, file, cdesc ? cdesc : "", tdesc ? tdesc : "", pass, reason);
     }
-    tp_schema_free(s);
+    tp__schema_free(s);
   }
   json_decref(doc);
 }

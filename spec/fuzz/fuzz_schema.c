@@ -49,15 +49,15 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size) {
   size_t len = size - 1;
   const char *nul = memchr(text, '\0', len);
   size_t slen = nul ? (size_t)(nul - text) : len;
-  json_t *doc = tp_json_loads(text, slen, NULL);
+  json_t *doc = tp__json_loads(text, slen, NULL);
   if (doc == NULL) return 0;
-  json_t *inst = nul ? tp_json_loads(nul + 1, len - slen - 1, NULL) : json_incref(doc);
+  json_t *inst = nul ? tp__json_loads(nul + 1, len - slen - 1, NULL) : json_incref(doc);
   if (inst == NULL) { json_decref(doc); return 0; }
 
   char err[512];
   err[0] = '\0';
   tp_dialect dialect = (flags & 1) ? TP_DIALECT_DRAFT7 : TP_DIALECT_2020_12;
-  tp_schema *s = tp_schema_compile(doc, dialect, NULL, (flags & 2) != 0, err, sizeof err);
+  tp_schema *s = tp__schema_compile(doc, dialect, NULL, (flags & 2) != 0, err, sizeof err);
   if (s == NULL) {
     FUZZ_CHECK(err[0] != '\0', "compile failed without a message");
   }
@@ -65,18 +65,18 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size) {
     tp_schema_errors e1, e2;
     memset(&e1, 0, sizeof e1);
     memset(&e2, 0, sizeof e2);
-    int fast = tp_schema_validate(s, inst, NULL);
-    int full = tp_schema_validate(s, inst, &e1);
-    int again = tp_schema_validate(s, inst, &e2);
+    int fast = tp__schema_validate(s, inst, NULL);
+    int full = tp__schema_validate(s, inst, &e1);
+    int again = tp__schema_validate(s, inst, &e2);
     FUZZ_CHECK(full == 0 || full == 1, "validate returned %d", full);
     FUZZ_CHECK(fast == full, "fast (%d) and full (%d) validation disagree", fast, full);
     FUZZ_CHECK(full == 1 ? e1.count == 0 : e1.count > 0, "valid=%d with %zu errors",
                full, e1.count);
     FUZZ_CHECK(again == full && same_errors(&e1, &e2), "two validations differ");
     check_errors(&e1);
-    tp_schema_errors_clear(&e1);
-    tp_schema_errors_clear(&e2);
-    tp_schema_free(s);
+    tp__schema_errors_clear(&e1);
+    tp__schema_errors_clear(&e2);
+    tp__schema_free(s);
   }
   json_decref(inst);
   json_decref(doc);
