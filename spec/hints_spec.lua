@@ -1,6 +1,6 @@
 -- The mistakes models make, one class each, with the exact message and hint the model
 -- gets back (engine/core/run.c: runtime_hint, syntax_hint, tool_hint; sandbox.c: foreign
--- names; engine/lib/json.c: json.null in messages; tools.c: empty tables as arrays).
+-- names; engine/lib/json.c: json.null in messages; engine/host/admit.c: empty tables as arrays).
 local tidepool = require("tidepool")
 
 local DIR = "spec/fixtures/hints"

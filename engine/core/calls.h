@@ -45,6 +45,8 @@ struct tp_call {
   int state;               /* CALL_* */
   int handler_owns;        /* the handler (or a policy's hold) has not let go of it yet */
   int held;                /* a policy holds it (tp__call_hold) until tp_call_decide */
+  int empty_objects;       /* its arguments hold an empty table sent as {} (the host
+                           ** looks at the schema only then: host/admit.c) */
   int cancelled, consumed;
   int ok;
   json_t *result;          /* when ok */

@@ -171,6 +171,7 @@ static int ns_call (lua_State *L) {
   ** (args_release); the text, when one is made, is charged by call_start */
   c->args_cost = o.cost;
   c->charged += o.cost;
+  c->empty_objects = o.empty_objects;
   tp__call_start(r, c, nlen, exact, args);
   lua_settop(L, 0);
   return await_call(L, id);

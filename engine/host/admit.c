@@ -158,7 +158,8 @@ static void on_call (void *ud, tp_call *c) {
                    c->name);
     return;
   }
-  if (t->input != NULL) {  /* before the policy sees the arguments and their text is made */
+  if (c->empty_objects && t->input != NULL) {  /* before the policy sees the arguments
+                                               ** and their text is made */
     long work = EMPTY_WORK;
     empty_arrays(c->args, t->input, t->input, 0, &work);
   }

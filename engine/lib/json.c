@@ -115,6 +115,7 @@ typedef struct walker {
   size_t pending, charged;        /* host cost not charged yet; charged so far */
   unsigned nodes;                 /* values converted, for polling budget->stopped */
   int over_bytes, over_budget, stopped;
+  int empty_objects;              /* an untagged empty table became {} */
   const void *array_mt;           /* NULL when the state has no array metatable yet */
   int array_mt_read;              /* array_mt was read (at the first table with a
                                   ** metatable) */
@@ -457,6 +458,7 @@ static json_t *walk_table (walker *w, int t) {
   /* An array: keys were integers in 1..n, all distinct, so count == n means no holes. */
   if (count != n) return sparse_error(w, t, (lua_Integer)n);
   if (n == 0 && !tagged) {
+    w->empty_objects = 1;
     if (!charge(w, 2) || !spend(w, TP_JSON_COST_OBJECT)) return NULL;
     obj = json_object();
     return obj ? obj : oom(w);
@@ -583,7 +585,7 @@ json_t *tp__json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_er
   w.budget = o->budget;
   w.pending = w.charged = 0;
   w.nodes = TP_JSON_POLL_NODES;  /* counts down to the next poll */
-  w.over_bytes = w.over_budget = w.stopped = 0;
+  w.over_bytes = w.over_budget = w.stopped = w.empty_objects = 0;
   w.array_mt = NULL;  /* read at the first table with a metatable */
   w.array_mt_read = 0;
   json_t *v = walk(&w, idx);
@@ -601,6 +603,7 @@ json_t *tp__json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_er
   o->over_bytes = w.over_bytes;
   o->over_budget = w.over_budget;
   o->stopped = w.stopped;
+  o->empty_objects = w.empty_objects;
   return v;
 }
 

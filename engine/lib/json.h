@@ -89,6 +89,8 @@ typedef struct tp_json_opts {
   int over_bytes;                /* out: failed because max_bytes was passed */
   int over_budget;               /* out: failed because the budget refused a charge */
   int stopped;                   /* out: failed because budget->stopped said so */
+  int empty_objects;             /* out: an empty table without the array tag became {}
+                                 ** (where a schema wants an array, [] was meant) */
 } tp_json_opts;
 
 /* tp__json_from_lua with a budget, and a text cap shared by several calls. On failure
