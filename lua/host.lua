@@ -29,6 +29,7 @@
 -- log(box, text); deadline_ms(box) -> ms | nil; field(box, k) -> run_id, call_id, tool
 -- or deadline_ms of the box's call (nil when it has none); fs_quota(box) -> left, quota |
 -- nothing; fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
+-- config(section) -> JSON text of that section of the engine's config | nil;
 -- new_box(rec, co) -> an empty call box of record rec; body(ctx, mt) -> the function of a
 -- record's coroutine; claim(box): the record is not reused; DONE, what that coroutine
 -- yields with its handler's result; resume(box, co, ...) -> ok, value, result, held_ms,
@@ -399,6 +400,20 @@ local function check_tool(t)
   end
 end
 
+-- The engine's config (tp_engine_configure) as plugins see it at load: a table whose
+-- fields are the sections that have been given (mcpServers, http, commands, ...), each
+-- decoded from JSON (json.null for a null), read fresh for each load.
+local CONFIG_SECTIONS = { "limits", "tools", "workspace", "mcpServers", "http", "commands",
+                          "policy" }
+function M.config()
+  local cfg = {}
+  for _, name in ipairs(CONFIG_SECTIONS) do
+    local text = E.config(name)
+    if text then cfg[name] = json.decode(text) end
+  end
+  return cfg
+end
+
 -- Loads one plugin file in its own environment. Returns the number of tools added and
 -- a list of problems, each "file:line: what".
 function M.load_file(path)
@@ -414,7 +429,8 @@ function M.load_file(path)
     local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value)")
     if not has_position(msg) then msg = where(nil, 2) .. msg end
     return msg
-  end, { workspace = E.workspace(), workspace_max = E.workspace_max() })  -- see tools/fs.lua
+  end, { workspace = E.workspace(), workspace_max = E.workspace_max(),  -- see tools/fs.lua
+         config = M.config() })
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }

@@ -126,6 +126,27 @@ static char *read_all (FILE *f, size_t *len) {
   return buf;
 }
 
+/* The text of the config file path, or NULL with a message on stderr. */
+char *tp__cli_read_config (const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    fprintf(stderr, "tidepool: --config '%s': %s\n", path, strerror(errno));
+    return NULL;
+  }
+  char *text = read_all(f, len);
+  int err = errno;
+  fclose(f);
+  if (text == NULL) fprintf(stderr, "tidepool: --config '%s': %s\n", path, strerror(err));
+  return text;
+}
+
+/* Applies the config text to e; 0, or -1 with the engine's message on stderr. */
+static int configure (tp_engine *e, const char *path, const char *text, size_t len) {
+  if (text == NULL || tp_engine_configure(e, text, len) == TP_OK) return 0;
+  fprintf(stderr, "tidepool: --config '%s': %s\n", path, tp_engine_error(e));
+  return -1;
+}
+
 /* Prints the envelope for a person: logs and result on stdout, an error on stderr. */
 static void print_human (const char *envelope) {
   json_error_t jerr;
@@ -258,7 +279,9 @@ int main (int argc, char **argv) {
   int json_out = 0, for_model = 0, strict = 0;
   int builtin_tools = 1, ntool_dirs = 0;
   const char *tool_dirs[64];
-  const char *workspace = NULL;
+  const char *workspace = NULL, *config_path = NULL;
+  char *config = NULL;      /* --config FILE's text */
+  size_t config_len = 0;
   uint64_t workspace_max = 0;
   int workspace_max_set = 0;
   const char *file = NULL;
@@ -284,6 +307,14 @@ int main (int argc, char **argv) {
         return tp__cli_usage_error("%s", "--workspace needs a directory");
       if (stat(workspace, &st) != 0 || !S_ISDIR(st.st_mode))
         return tp__cli_usage_error("--workspace '%s' is not a directory", workspace);
+      continue;
+    }
+    if (strcmp(a, "--config") == 0 || strncmp(a, "--config=", 9) == 0) {
+      config_path = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
+      if (config_path == NULL || *config_path == '\0')
+        return tp__cli_usage_error("%s", "--config needs a file");
+      free(config);
+      if ((config = tp__cli_read_config(config_path, &config_len)) == NULL) return EXIT_USAGE;
       continue;
     }
     if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
@@ -329,7 +360,10 @@ int main (int argc, char **argv) {
   }
   if (describe) {
     tp_engine *e = tp_engine_create();
-    if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+    if (e == NULL) { free(config); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+    int bad = configure(e, config_path, config, config_len);
+    free(config);
+    if (bad) { tp_engine_destroy(e); return EXIT_USAGE; }
     if (workspace) tp_engine_set_workspace(e, workspace);
     if (load_tools(e, builtin_tools, tool_dirs, ntool_dirs) > 0 && strict) {
       fprintf(stderr, "tidepool: --strict: a plugin was refused (see the warnings above)\n");
@@ -367,7 +401,10 @@ int main (int argc, char **argv) {
     return EXIT_USAGE;
   }
   tp_engine *e = tp_engine_create();
-  if (e == NULL) { free(src); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+  if (e == NULL) { free(src); free(config); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+  int bad = configure(e, config_path, config, config_len);
+  free(config);
+  if (bad) { free(src); tp_engine_destroy(e); return EXIT_USAGE; }
   if (workspace_max_set) tp_engine_set_workspace_max(e, workspace_max);
   if (workspace && tp_engine_set_workspace(e, workspace) != TP_OK) {
     free(src);

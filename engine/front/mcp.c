@@ -154,6 +154,9 @@ typedef struct options {
                             ** 1 full, 2 compact */
   const char *workspace, *name;
   const char *audit;        /* --audit FILE, or NULL */
+  const char *config_path;  /* --config FILE, or NULL */
+  char *config;             /* its text */
+  size_t config_len;
   uint64_t workspace_max;   /* --workspace-max, when workspace_max_set */
   int workspace_max_set;
   uint64_t session_idle_us;
@@ -1706,6 +1709,13 @@ static int worker_open (worker *w) {
   w->e = tp_engine_create();
   if (w->e == NULL) return -1;
   tp_engine_set_store(w->e, s->kv);  /* before anything starts its host state */
+  if (s->o.config && tp_engine_configure(w->e, s->o.config, s->o.config_len) != TP_OK) {
+    if (w->index == 0) 
+      fprintf(stderr, "tidepool: --config '%s': %s\n", s->o.config_path, tp_engine_error(w->e));
+    tp_engine_destroy(w->e);
+    w->e = NULL;
+    return -1;
+  }
   w->loop = tp_engine_loop(w->e);
   if (mailbox_init(&w->mb, w->loop, worker_mail, w) != 0) {
     tp_engine_destroy(w->e);
@@ -2560,7 +2570,7 @@ int tp__mcp_main (int argc, char **argv) {
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
-      "--audit" };
+      "--audit", "--config" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -2585,6 +2595,11 @@ int tp__mcp_main (int argc, char **argv) {
       o->workspace = val;
     }
     else if (strcmp(name, "--audit") == 0) o->audit = val;
+    else if (strcmp(name, "--config") == 0) {
+      free(o->config);
+      if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return 2;
+      o->config_path = val;
+    }
     else if (strcmp(name, "--describe") == 0) {
       if (strcmp(val, "auto") == 0) o->describe = 0;
       else if (strcmp(val, "full") == 0) o->describe = 1;
@@ -2644,6 +2659,7 @@ int tp__mcp_main (int argc, char **argv) {
       fprintf(stderr, "tidepool mcp: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
       server_close(s);
       free(o->dirs);
+      free(o->config);
       close(s->out);
       return 1;
     }
@@ -2688,6 +2704,7 @@ int tp__mcp_main (int argc, char **argv) {
   server_close(s);
   if (s->audit_fd >= 0) close(s->audit_fd);
   free(o->dirs);
+  free(o->config);
   close(s->out);
   return status;
 }

@@ -29,6 +29,8 @@ const char *tp__cli_builtin_tools_dir(char *buf, size_t len);
 /* Prints "tidepool: msg" (msg may hold one %s, replaced by arg) and the help hint to
 ** standard error; returns TP_EXIT_USAGE. */
 int tp__cli_usage_error(const char *msg, const char *arg);
+/* The text of a --config file (free it), or NULL with a message on stderr. */
+char *tp__cli_read_config(const char *path, size_t *len);
 
 /* Copies the option name of arg ("--memory=64M" -> "--memory") into name[len]; returns
 ** where the name ends in arg (at '=' or the end), or NULL when the name is too long. */

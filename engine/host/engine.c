@@ -40,6 +40,7 @@ void tp_engine_destroy (tp_engine *e) {
   tp__driver_close(e);
   tp__engine_free_tools(e);
   tp__core_close(&e->core);
+  tp__config_free(e);
   free(e->workspace);
   free(e->error);
   free(e);

@@ -47,6 +47,7 @@ struct tp_engine {
   int workspace_max_set;
   struct tp_kvstore *kv;   /* the kv tools' store when shared with other engines
                            ** (borrowed: outlives e), or NULL: the host state has its own */
+  struct json_t *config;   /* tp_engine_configure: the config object, or NULL (config.c) */
   tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */
   void *policy_ud;
 };
@@ -54,6 +55,10 @@ struct tp_engine {
 void tp__engine_set_error(tp_engine *e, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
 void *tp__engine_loop(tp_engine *e);  /* the uv_loop_t */
+
+/* config.c: the section name of e's config (tp_engine_configure), or NULL (borrowed). */
+const struct json_t *tp__config_section(const tp_engine *e, const char *name);
+void tp__config_free(tp_engine *e);
 
 /* driver.c: the libuv driver of started runs, and the synchronous wait. */
 extern const tp__host_hooks tp__engine_hooks;  /* admit.c: what the core tells the host */

@@ -748,6 +748,20 @@ static int e_workspace (lua_State *H) {
   return 1;
 }
 
+/* E.config(name) -> the JSON text of section name of the engine's config, or nil
+** (host.lua decodes it for the plugin loader's load_opts.config). */
+static int e_config (lua_State *H) {
+  const tp_engine *e = get_host(H)->e;
+  const json_t *v = tp__config_section(e, luaL_checkstring(H, 1));
+  if (v == NULL) return 0;
+  size_t len;
+  char *text = tp_json_text(v, &len);
+  if (text == NULL) return luaL_error(H, "not enough memory");
+  lua_pushlstring(H, text, len);
+  tp_free(text);
+  return 1;
+}
+
 /* ---- opening and closing H ------------------------------------------------------ */
 
 /* A Lua C module binds to the lua_* of the process's global scope. libtidepool.so and
@@ -820,7 +834,8 @@ static int open_p (lua_State *H) {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
-    { "workspace", e_workspace }, { "new_box", e_new_box }, { "claim", e_claim },
+    { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
+    { "claim", e_claim },
     { "field", e_field }, { "body", e_body }, { NULL, NULL } };
   luaL_newlibtable(H, fns);
   luaL_getmetatable(H, CALLBOX);

@@ -396,6 +396,14 @@ TP_EXTERN int tp_engine_tool_info(const tp_engine *e, size_t i, tp_tool_info *in
 ** arguments), TP_ENOMEM. */
 TP_EXTERN int tp_engine_tool_schema(const tp_engine *e, size_t i, int output, char **json);
 
+/*
+** Configures e from a tidepool config file's text (one JSON object; README "Config
+** file"): its sections reach the sources of tools (mcpServers, http, commands), which
+** read them when plugins are loaded, so call this before tp_engine_load_tools. TP_OK, or
+** TP_EINVAL with tp_engine_error saying what is wrong and where, TP_ENOMEM.
+*/
+TP_EXTERN int tp_engine_configure(tp_engine *e, const char *json, size_t len);
+
 /* Confines the fs.* built-in tools to this directory (and offers them). */
 TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);
 
