@@ -231,6 +231,10 @@ static const char *tool_hint (const char *code) {
       "when the script can go on without that result." },
     { "tool.denied", "The policy refuses this call: retrying will not help; use another "
       "tool or return what you have." },
+    { "tool.unavailable", "The tool's server is down or restarting: retry later in the "
+      "run, or use pcall when the script can go on without that result." },
+    { "tool.rate_limited", "Too many calls of this tool too fast: wait retry_after_ms "
+      "before calling it again, or do with fewer calls." },
   };
   for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
     if (strcmp(code, hints[i].code) == 0) return hints[i].hint;
@@ -303,7 +307,8 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
       const char *c = lua_tostring(co, -1);
       if (strncmp(c, "tool.", 5) == 0 && strlen(c) < 32) {
         static const char *const codes[] = { "tool.unknown", "tool.invalid_input",
-          "tool.invalid_output", "tool.failed", "tool.timeout", "tool.denied" };
+          "tool.invalid_output", "tool.failed", "tool.timeout", "tool.denied",
+          "tool.unavailable", "tool.rate_limited" };
         for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
           if (strcmp(c, codes[i]) == 0) code = codes[i];
       }

@@ -324,7 +324,8 @@ TP_EXTERN void tp_session_destroy(tp_session *s);
 ** the host, the arguments are checked against the tool's input schema, the handler
 ** runs, the result is checked against the output schema, and the script goes on with
 ** it (or gets an error object with a stable code: tool.unknown, tool.invalid_input,
-** tool.invalid_output, tool.failed, tool.timeout, tool.denied, limit.tool_calls).
+** tool.invalid_output, tool.failed, tool.timeout, tool.denied, tool.unavailable (the
+** tool's server is down), tool.rate_limited, limit.tool_calls).
 **
 ** A tool registered with a handler is called by the engine as soon as the script asks;
 ** the handler completes the call then or later (from the engine's thread), exactly
