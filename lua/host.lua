@@ -424,6 +424,7 @@ end
 -- The engine's config (tp_engine_configure) as plugins see it at load: a table whose
 -- fields are the sections that have been given (mcpServers, http, commands, ...), each
 -- decoded from JSON (json.null for a null), read fresh for each load.
+local json = require("json")  -- host.c's, also the global plugins use
 local CONFIG_SECTIONS = { "limits", "tools", "workspace", "mcpServers", "http", "commands",
                           "policy" }
 function M.config()
