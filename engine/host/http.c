@@ -725,6 +725,15 @@ static int start_hop (req *r) {
   tp_http *hs = r->hs;
   char scheme[32], host[256];
   long port;
+  const char *sep = strstr(r->url, "://");
+  size_t slen = sep ? (size_t)(sep - r->url) : 0;
+  if (slen > 0 && slen < sizeof scheme) {  /* the scheme first: file:/// has no host */
+    for (size_t i = 0; i < slen; i++) scheme[i] = (char)tolower((unsigned char)r->url[i]);
+    scheme[slen] = '\0';
+    if (allowed(r, r->url, "", scheme) != 0 && strcmp(r->code, "tool.denied") == 0 &&
+        strstr(r->msg, "only http://") != NULL) return -1;
+    r->code = NULL;
+  }
   if (url_parts(r->url, scheme, sizeof scheme, host, sizeof host, &port, r->msg,
                 sizeof r->msg) != 0) {
     r->code = "tool.failed";
@@ -889,9 +898,12 @@ static void hop_done (req *r, CURLcode rc) {
           r->received = 0;
           if (start_hop(r) == 0) { free(from); return; }
           if (r->code && strcmp(r->code, "tool.denied") == 0) {
+            /* "METHOD url: why" of the hop -> the first URL, where it went, and why */
             char m[sizeof r->msg];
-            snprintf(m, sizeof m, "%s", r->msg);
-            set_outcome(r, "tool.denied", "the redirect from %s: %s", from, m);
+            size_t skip = strlen(r->method) + strlen(r->url) + 3;
+            snprintf(m, sizeof m, "%s", strlen(r->msg) > skip ? r->msg + skip : r->msg);
+            set_outcome(r, "tool.denied", "%s %s: its redirect to %s is refused: %s",
+                        r->method, r->first_url, r->url, m);
           }
           free(from);
         }
