@@ -419,9 +419,10 @@ test('the run ending cancels its requests at once', async () => {
   assert(Date.now() - t0 < 3000, `the run took ${Date.now() - t0} ms`);
 });
 
-test('the Lua API streams chunks to on_data as they come; the body is then ""', async () => {
+test('the Lua API: on_headers first, then chunks to on_data as they come; body ""', async () => {
   const r = await ok(`return tools.fxhttp.stream{url = "${U}/sse"}`, local);
   eq([r.text, r.body, r.status, r.n >= 2], ['data: 1\n\ndata: 2\n\ndata: 3\n\n', '', 200, true]);
+  eq(r.heads, { chunks_before: 0, status: 200, type: 'text/event-stream' }, 'on_headers');
 });
 
 test('the Lua API: trusted skips the egress policy, not the scheme check', async () => {
