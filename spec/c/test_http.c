@@ -7,85 +7,17 @@
 ** connection, one accepts and never answers. The policy and the Lua API are tested
 ** end to end by spec/http/http.mjs.
 */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tp_test.h"
 #include "tidepool.h"
+#include "http_server.h"
 
 static int answer_port, silent_port;
-
-static int listen_on (int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-  socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0) return -1;
-  *port = ntohs(a.sin_port);
-  return fd;
-}
-
-/* The answering server: one thread, poll(2) over the listening socket, its connections
-** and a pipe that stops it. Each request (headers up to a blank line) gets "hi", and the
-** connection is kept alive. */
-#define MAX_CONNS 32
-static int stop_pipe[2];
-
-static void *answering (void *arg) {
-  struct pollfd fds[MAX_CONNS + 2];
-  char bufs[MAX_CONNS][4096];
-  size_t have[MAX_CONNS];
-  int n = 0;
-  fds[0] = (struct pollfd){ .fd = (int)(intptr_t)arg, .events = POLLIN };
-  fds[1] = (struct pollfd){ .fd = stop_pipe[0], .events = POLLIN };
-  for (;;) {
-    if (poll(fds, (nfds_t)(n + 2), -1) < 0) continue;
-    if (fds[1].revents) break;
-    if (fds[0].revents & POLLIN) {
-      int c = accept(fds[0].fd, NULL, NULL);
-      if (c >= 0 && n < MAX_CONNS) {
-        fds[n + 2] = (struct pollfd){ .fd = c, .events = POLLIN };
-        have[n++] = 0;
-      } else if (c >= 0) {
-        close(c);
-      }
-    }
-    for (int i = 0; i < n; i++) {
-      if (!fds[i + 2].revents) continue;
-      char *b = bufs[i];
-      ssize_t got = read(fds[i + 2].fd, b + have[i], sizeof bufs[i] - 1 - have[i]);
-      if (got <= 0) {  /* closed: the last connection takes its place */
-        close(fds[i + 2].fd);
-        fds[i + 2] = fds[n + 1];
-        memcpy(bufs[i], bufs[n - 1], have[n - 1]);
-        have[i] = have[n - 1];
-        n--;
-        i--;
-        continue;
-      }
-      have[i] += (size_t)got;
-      b[have[i]] = '\0';
-      char *end;
-      while ((end = strstr(b, "\r\n\r\n")) != NULL) {
-        static const char resp[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
-                                   "Content-Type: text/plain\r\n\r\nhi";
-        if (write(fds[i + 2].fd, resp, sizeof resp - 1) < 0) break;
-        size_t used = (size_t)(end + 4 - b);
-        memmove(b, b + used, have[i] - used + 1);
-        have[i] -= used;
-      }
-    }
-  }
-  for (int i = 0; i < n; i++) close(fds[i + 2].fd);
-  return NULL;
-}
+static test_server answer;
 
 static tp_engine *engine (void) {
   tp_engine *e = tp_engine_create();
@@ -158,10 +90,8 @@ TEST(an_engine_without_http_requests_is_unaffected) {
 
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
-  int a = listen_on(&answer_port), s = listen_on(&silent_port);
-  pthread_t t;
-  if (a < 0 || s < 0 || pipe(stop_pipe) != 0 ||
-      pthread_create(&t, NULL, answering, (void *)(intptr_t)a) != 0) {
+  int s = test_listen(&silent_port);  /* accepts (the kernel does), never answers */
+  if (s < 0 || test_server_start(&answer, &answer_port) != 0) {
     perror("test_http: servers");
     return 1;
   }
@@ -169,10 +99,7 @@ int main (int argc, char **argv) {
   RUN(a_request_cut_by_the_run_time_limit_leaves_nothing_behind);
   RUN(a_plugin_request_outside_any_call_is_cancelled_at_destroy);
   RUN(an_engine_without_http_requests_is_unaffected);
-  if (write(stop_pipe[1], "x", 1) == 1) pthread_join(t, NULL);
-  close(a);
+  test_server_stop(&answer);
   close(s);
-  close(stop_pipe[0]);
-  close(stop_pipe[1]);
   return tp_test_end();
 }
