@@ -540,13 +540,17 @@ static int url_parts (const char *url, char *scheme, size_t slen, char *host, si
   return rc;
 }
 
-/* May r send method to url? 0, or -1 with the outcome set. */
+/* Is scheme (lower case) refused? 1 with the outcome set, else 0. */
+static int scheme_refused (req *r, const char *url, const char *scheme) {
+  if (strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0) return 0;
+  set_outcome(r, "tool.denied", "%s %s: only http:// and https:// URLs are allowed, not "
+              "%s://", r->method, url, scheme);
+  return 1;
+}
+
+/* May r send its method to url? 0, or -1 with the outcome set. */
 static int allowed (req *r, const char *url, const char *host, const char *scheme) {
-  if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0) {
-    set_outcome(r, "tool.denied", "%s %s: only http:// and https:// URLs are allowed, not "
-                "%s://", r->method, url, scheme);
-    return -1;
-  }
+  if (scheme_refused(r, url, scheme)) return -1;
   if (r->trusted) return 0;
   const policy *p = &r->hs->pol;
   int host_seen = 0;
@@ -755,9 +759,7 @@ static int start_hop (req *r) {
   if (slen > 0 && slen < sizeof scheme) {  /* the scheme first: file:/// has no host */
     for (size_t i = 0; i < slen; i++) scheme[i] = (char)tolower((unsigned char)r->url[i]);
     scheme[slen] = '\0';
-    if (allowed(r, r->url, "", scheme) != 0 && strcmp(r->code, "tool.denied") == 0 &&
-        strstr(r->msg, "only http://") != NULL) return -1;
-    r->code = NULL;
+    if (scheme_refused(r, r->url, scheme)) return -1;
   }
   if (url_parts(r->url, scheme, sizeof scheme, host, sizeof host, &port, r->msg,
                 sizeof r->msg) != 0) {
