@@ -10,6 +10,7 @@
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines)
+#   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   lint           luacheck over the Lua sources (examples/ included)
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
 #                  error), one counted test, when valgrind is installed; about a minute
@@ -108,7 +109,7 @@ run_node() {  # $1 label, $2 script
   add_counts "$1"
 }
 if ! command -v node >/dev/null 2>&1; then
-  echo "mcp: node is not installed: 2 suites not run"; failed=$((failed + 2))
+  echo "mcp, http: node is not installed: 3 suites not run"; failed=$((failed + 3))
 else
   if [ ! -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     npm install --prefix spec/mcp --no-audit --no-fund >"$log" 2>&1 ||
@@ -121,6 +122,8 @@ else
     failed=$((failed + 1))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
+  run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
 fi
 
 if command -v luacheck >/dev/null 2>&1; then
@@ -202,7 +205,7 @@ elif make -s install PREFIX="$pfx" BUILD="$BUILD" >"$log" 2>&1 &&
      env -u TIDEPOOL_TOOLS_DIR "$pfx/bin/tidepool" run --json - 2>>"$log" |
      grep -q '"ok":true,"result":true,' &&
    PKG_CONFIG_PATH="$pfx/lib/pkgconfig" pkg-config --cflags --libs tidepool |
-     grep -q -- "-I$pfx/include -L$pfx/lib -ltidepool" &&
+     grep -q -- "-I$pfx/include .*-L$pfx/lib -ltidepool" &&
    cc -o "$pfx/embed" examples/embed.c $(PKG_CONFIG_PATH="$pfx/lib/pkgconfig" \
       pkg-config --cflags --libs tidepool) -Wl,-rpath,"$pfx/lib" >>"$log" 2>&1 &&
    "$pfx/embed" | grep -q '"ok":true,"result":5,'; then
