@@ -22,8 +22,8 @@
 static const char usage_head[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
   "       tidepool check [options] FILE   compile only, report syntax errors\n"
-  "       tidepool describe [--tools DIR]... [--no-builtin-tools] [--workspace DIR]\n"
-  "                [--format lua|json] [--describe full|compact]\n"
+  "       tidepool describe [--config FILE] [--tools DIR]... [--no-builtin-tools]\n"
+  "                [--workspace DIR] [--format lua|json] [--describe full|compact]\n"
   "                                       what the model reads: the sandbox and the tools\n"
   "                                       as text (lua) or a run_lua tool (json); compact:\n"
   "                                       one line per tool (tools.describe(name) has more)\n"
