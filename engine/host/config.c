@@ -85,6 +85,7 @@ static int parse_path (const char *p, segs *g) {
     if (*p == '.') {
       size_t n = strcspn(++p, ".[");
       if ((s->key = strndup(p, n)) == NULL) return -1;
+      s->idx = 0;
       p += n;
     }
     else if (p[0] == '[' && p[1] == '"') {
@@ -102,6 +103,7 @@ static int parse_path (const char *p, segs *g) {
       }
       *o = '\0';
       s->key = k;
+      s->idx = 0;
       if (p[0] != '"' || p[1] != ']') { free(k); return -1; }
       p += 2;
     }
@@ -431,8 +433,9 @@ static void apply_limits (const json_t *lim, tp_limits *l, problems *p) {
     const char *text = value_text(v, num, sizeof num);
     int rc = TP_OK;
     if (text) rc = tp_limits_set(l, k, text, why, sizeof why);
-    else if (json_is_real(v)) rc = tp_limits_set_number(l, k, json_real_value(v), why, sizeof why);
-    else continue;  /* the schema's error */
+    else if (json_is_real(v) && (li->unit == TP_UNIT_DURATION || p == NULL))
+      rc = tp_limits_set_number(l, k, json_real_value(v), why, sizeof why);
+    else continue;  /* the schema's error: a size or count must be an integer */
     if (rc != TP_OK) {
       if (p) add(p, "/limits/%s: %s", k, why);
       continue;
@@ -460,7 +463,11 @@ static int fix_path (json_t *parent, const char *key, size_t idx, const char *ba
                      int dir, const char *where, problems *p) {
   json_t *v = key ? json_object_get(parent, key) : json_array_get(parent, idx);
   const char *s = json_string_value(v);
-  if (s == NULL || *s == '\0') return 0;
+  if (s == NULL || json_string_length(v) == 0) return 0;  /* the schema's error */
+  if (strlen(s) != json_string_length(v)) {
+    add(p, "%s: a path cannot hold a NUL character (\\u0000)", where);
+    return 0;
+  }
   char *abs = resolve(base, s);
   if (abs == NULL) return -1;
   struct stat st;
@@ -480,6 +487,14 @@ static int fix_path (json_t *parent, const char *key, size_t idx, const char *ba
   return rc == 0 ? 0 : -1;
 }
 
+static int fix_cwds (json_t *cfg, const char *base, problems *p) {
+  const char *name;
+  json_t *srv;
+  json_object_foreach(json_object_get(cfg, "mcpServers"), name, srv)
+    if (json_is_object(srv) && fix_path(srv, "cwd", 0, base, 0, "", p) < 0) return -1;
+  return 0;
+}
+
 static int fix_paths (json_t *cfg, const char *base, problems *p) {
   json_t *tools = json_object_get(cfg, "tools"), *ws = json_object_get(cfg, "workspace");
   for (size_t i = 0; json_is_array(tools) && i < json_array_size(tools); i++) {
@@ -487,8 +502,8 @@ static int fix_paths (json_t *cfg, const char *base, problems *p) {
     snprintf(where, sizeof where, "/tools/%zu", i);
     if (fix_path(tools, NULL, i, base, 1, where, p) < 0) return -1;
   }
-  if (json_is_string(ws) && fix_path(cfg, "workspace", 0, base, 1, "/workspace", p) < 0)
-    return -1;
+  if (json_is_string(ws))  /* replaced there: ws is not to be read again */
+    return fix_path(cfg, "workspace", 0, base, 1, "/workspace", p) < 0 ? -1 : fix_cwds(cfg, base, p);
   if (json_is_object(ws) && fix_path(ws, "dir", 0, base, 1, "/workspace/dir", p) < 0)
     return -1;
   if (json_is_object(ws) && json_object_get(ws, "max")) {
@@ -499,11 +514,7 @@ static int fix_paths (json_t *cfg, const char *base, problems *p) {
                                sizeof why) != TP_OK)
       add(p, "/workspace/max: %s", why);
   }
-  const char *name;
-  json_t *srv;
-  json_object_foreach(json_object_get(cfg, "mcpServers"), name, srv)
-    if (json_is_object(srv) && fix_path(srv, "cwd", 0, base, 0, "", p) < 0) return -1;
-  return 0;
+  return fix_cwds(cfg, base, p);
 }
 
 /* ---- the whole check -------------------------------------------------------------- */
@@ -612,22 +623,30 @@ static char *read_file (const char *path, size_t *len) {
   if (f == NULL) return NULL;
   size_t cap = 4096, n = 0;
   char *buf = malloc(cap);
+  int err = buf ? 0 : ENOMEM;
   while (buf) {
     if (n == cap) {
-      if (cap > CONFIG_MAX) { free(buf); buf = NULL; errno = EFBIG; break; }
-      char *nb = realloc(buf, cap * 2);
-      if (nb == NULL) { free(buf); buf = NULL; errno = ENOMEM; break; }
+      if (cap > CONFIG_MAX) { err = EFBIG; break; }  /* a byte past the cap was read */
+      size_t nc = cap * 2 > CONFIG_MAX ? CONFIG_MAX + 1 : cap * 2;
+      char *nb = realloc(buf, nc);
+      if (nb == NULL) { err = ENOMEM; break; }
       buf = nb;
-      cap *= 2;
+      cap = nc;
     }
+    errno = 0;
     size_t got = fread(buf + n, 1, cap - n, f);
     n += got;
     if (got == 0) {
-      if (ferror(f)) { free(buf); buf = NULL; errno = EIO; }
+      if (ferror(f)) err = errno ? errno : EIO;
       break;
     }
   }
   fclose(f);
+  if (err) {
+    free(buf);
+    errno = err;
+    return NULL;
+  }
   if (buf) *len = n;
   return buf;
 }
