@@ -527,7 +527,7 @@ static int check (const char *json, size_t len, const char *base, json_t **out, 
   if (out) *out = NULL;
   json_t *cfg = tp_json_parse(json, len, why, sizeof why);
   if (cfg == NULL) {
-    if (strstr(why, "out of memory")) { p->oom = 1; return TP_ENOMEM; }
+    if (strcmp(why, "out of memory") == 0) { p->oom = 1; return TP_ENOMEM; }  /* exactly: a text may say it */
     add(p, "not valid JSON: %s", why);
     return TP_EINVAL;
   }

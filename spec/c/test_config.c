@@ -313,6 +313,10 @@ TEST(malformed_text_is_a_clear_error) {
             "\"workspace\": \"data\"\n"
             "config: /tools/0: a path cannot hold a NUL character (\\u0000)");
   CHECK_STR(problems("{}"), "(ok)");
+  /* bad JSON whose text says "out of memory" is bad JSON, not a shortage */
+  CHECK_INT(tp_config_check("{\"out of memory\x01\": 1}", 20, NULL, buf, sizeof buf), TP_EINVAL);
+  CHECK_STR(buf, "config: not valid JSON: control character 0x1 near '\"out of memory' at "
+            "line 1 column 15");
   /* a key that is not valid UTF-8, and one with a slash, a tilde and a newline */
   CHECK_HAS(problems("{\"\xff\": 1}"), "config: not valid JSON: ");
   CHECK_STR(problems("{\"a/b~c\\n\": 1}"), "config: /a~1b~0c\\u000a: unknown section "
