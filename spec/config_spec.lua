@@ -99,6 +99,7 @@ describe("tidepool config check", function()
     assert.are.equal(table.concat({
       file .. ": /commands/0: missing \"argv0\" (the program, resolved in PATH when " ..
         "tidepool starts); for example \"argv0\": \"git\"",
+      file .. ": /limits/memory: bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)",
       file .. ": /limits/wall: unknown limit \"wall\" (did you mean \"timeout\"?); the " ..
         "limits are: memory, instructions, cpu, timeout, max_output, max_source, " ..
         "max_result, tool_calls, tool_calls_per_tool, tool_in_flight, tool_bytes, " ..
@@ -109,7 +110,6 @@ describe("tidepool config check", function()
         "sections are: " .. SECTIONS,
       file .. ": /tools: expected an array of strings, got a string; for example " ..
         "\"tools\": [\"plugins\"]",
-      file .. ": /limits/memory: bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)",
     }, "\n") .. "\n", err)
     assert.are.equal(2, rc)
   end)
@@ -192,10 +192,10 @@ describe("tidepool run|check|describe --config", function()
     write(file, '{"polcy": {}, "limits": {"timeout": "soon"}}')
     local out, err, rc = run("--config " .. q(file), "hello.lua")
     assert.are.equal("", out)
-    assert.are.equal("tidepool: " .. file .. ": /polcy: unknown section \"polcy\" (did you " ..
-                     "mean \"policy\"?); the sections are: " .. SECTIONS .. "\n" ..
-                     "tidepool: " .. file .. ": /limits/timeout: bad duration 'soon' (use " ..
-                     "500ms, 2s, 1m)\n", err)
+    assert.are.equal("tidepool: " .. file .. ": /limits/timeout: bad duration 'soon' (use " ..
+                     "500ms, 2s, 1m)\n" ..
+                     "tidepool: " .. file .. ": /polcy: unknown section \"polcy\" (did you " ..
+                     "mean \"policy\"?); the sections are: " .. SECTIONS .. "\n", err)
     assert.are.equal(2, rc)
     out, err, rc = sh(q(ABSBIN) .. " describe --config " .. q(dir .. "/nope.json"))
     assert.are.same({ "", "tidepool: " .. dir .. "/nope.json: cannot read: No such file or " ..

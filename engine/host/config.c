@@ -32,33 +32,78 @@
 /* ---- the problems found, one line each ------------------------------------------- */
 
 typedef struct problems {
-  char *buf;        /* "config: ...\nconfig: ..." (no newline at the end) */
-  size_t len, cap;
-  int n;
+  char **lines;     /* "<pointer>: what", or "what" for the whole text */
+  size_t n, cap;
+  size_t more;      /* problems found past those listed */
+  char *buf;        /* joined by finish(): "config: ...\nconfig: ..." */
   int oom;
 } problems;
 
 static void add (problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void add (problems *p, const char *fmt, ...) {
   if (p->oom) return;
-  va_list ap;
-  va_start(ap, fmt);
-  char *line = NULL;
-  int n = vasprintf(&line, fmt, ap);
-  va_end(ap);
-  if (n < 0) { p->oom = 1; return; }
-  size_t need = p->len + (size_t)n + 10;
-  if (need > p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 512;
-    while (cap < need) cap *= 2;
-    char *nb = realloc(p->buf, cap);
-    if (nb == NULL) { free(line); p->oom = 1; return; }
-    p->buf = nb;
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 16;
+    char **nl = realloc(p->lines, cap * sizeof *nl);
+    if (nl == NULL) { p->oom = 1; return; }
+    p->lines = nl;
     p->cap = cap;
   }
-  p->len += (size_t)sprintf(p->buf + p->len, "%sconfig: %s", p->n ? "\n" : "", line);
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vasprintf(&p->lines[p->n], fmt, ap);
+  va_end(ap);
+  if (n < 0) { p->oom = 1; return; }
   p->n++;
-  free(line);
+}
+
+/* Orders two lines by their pointers (up to ": "), a parent before its members and array
+** indexes by number ("/a/2" before "/a/10"); 0 for the same pointer. */
+static int ptrcmp (const char *a, const char *b) {
+  const char *ea = strstr(a, ": "), *eb = strstr(b, ": ");
+  if (ea == NULL) ea = a + strlen(a);
+  if (eb == NULL) eb = b + strlen(b);
+  while (a < ea && b < eb) {
+    if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+      size_t la = strspn(a, "0123456789"), lb = strspn(b, "0123456789");
+      if (la != lb) return la < lb ? -1 : 1;
+      int c = strncmp(a, b, la);
+      if (c) return c;
+      a += la;
+      b += lb;
+      continue;
+    }
+    if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+    a++;
+    b++;
+  }
+  return a < ea ? 1 : b < eb ? -1 : 0;
+}
+
+/* Sorts the lines by their pointers and joins them into p->buf; frees the lines. */
+static void finish (problems *p) {
+  if (!p->oom && p->n > 1) {
+    for (size_t i = 1; i < p->n; i++)  /* stable; at most ERRORS_MAX + a few lines */
+      for (size_t j = i; j > 0 && ptrcmp(p->lines[j - 1], p->lines[j]) > 0; j--) {
+        char *t = p->lines[j];
+        p->lines[j] = p->lines[j - 1];
+        p->lines[j - 1] = t;
+      }
+  }
+  size_t len = 1;
+  for (size_t i = 0; i < p->n; i++) len += strlen(p->lines[i]) + 9;
+  if (p->more) len += 64;
+  if (!p->oom && (p->buf = malloc(len)) != NULL) {
+    size_t o = 0;
+    p->buf[0] = '\0';
+    for (size_t i = 0; i < p->n; i++)
+      o += (size_t)sprintf(p->buf + o, "%sconfig: %s", i ? "\n" : "", p->lines[i]);
+    if (p->more) sprintf(p->buf + o, "\nconfig: and %zu more problems past these", p->more);
+  }
+  else p->oom = 1;
+  for (size_t i = 0; i < p->n; i++) free(p->lines[i]);
+  free(p->lines);
+  p->lines = NULL;
 }
 
 /* ---- JSON pointers and the validator's paths ---------------------------------------- */
@@ -522,7 +567,8 @@ static int fix_paths (json_t *cfg, const char *base, problems *p) {
 /* Checks the config text; relative paths resolve against base (NULL: as they are). On
 ** success *out (when not NULL) is the checked object with absolute paths. TP_OK, or
 ** TP_EINVAL / TP_ENOMEM with the problems in p. */
-static int check (const char *json, size_t len, const char *base, json_t **out, problems *p) {
+static int check_text (const char *json, size_t len, const char *base, json_t **out,
+                       problems *p) {
   char why[256];
   if (out) *out = NULL;
   json_t *cfg = tp_json_parse(json, len, why, sizeof why);
@@ -558,7 +604,7 @@ static int check (const char *json, size_t len, const char *base, json_t **out, 
   tp_schema_bounds bounds = { .max_errors = ERRORS_MAX };
   int valid = tp__schema_validate_bounded(schema, cfg, &errs, &bounds);
   for (size_t i = 0; valid == 0 && i < errs.count; i++) explain(p, root, cfg, &errs.items[i]);
-  if (errs.more) add(p, "and %zu more problems past these", errs.more);
+  p->more = errs.more;
   tp__schema_errors_clear(&errs);
   tp__schema_free(schema);
   json_decref(root);
@@ -575,6 +621,13 @@ static int check (const char *json, size_t len, const char *base, json_t **out, 
   if (out) *out = cfg;
   else json_decref(cfg);
   return TP_OK;
+}
+
+/* check_text, with the problems joined into p->buf when it fails. */
+static int check (const char *json, size_t len, const char *base, json_t **out, problems *p) {
+  int rc = check_text(json, len, base, out, p);
+  if (rc != TP_OK) finish(p);  /* else there are none */
+  return rc;
 }
 
 /* The folder of path, absolute ("/cwd/dir" for "dir/x.json"), or NULL out of memory. */

@@ -280,6 +280,11 @@ TEST(every_problem_is_reported_not_only_the_first) {
                   " \"workspace\": \"nowhere\", \"commands\": [{}]}";
   const char *p = problems(t);
   CHECK_INT(lines(p), 5);
+  /* by their JSON pointers, whichever check found them */
+  CHECK(strstr(p, "/commands/0") < strstr(p, "/limits/memory"));
+  CHECK(strstr(p, "/limits/memory") < strstr(p, "/polcy"));
+  CHECK(strstr(p, "/polcy") < strstr(p, "/tools"));
+  CHECK(strstr(p, "/tools") < strstr(p, "/workspace"));
   CHECK_HAS(p, "config: /polcy: unknown section");
   CHECK_HAS(p, "config: /tools: expected an array of strings, got an integer (3)");
   CHECK_HAS(p, "config: /limits/memory: bad size 'x'");
@@ -309,9 +314,9 @@ TEST(malformed_text_is_a_clear_error) {
             "array; for example {\"limits\": {\"timeout\": \"5s\"}, \"tools\": [\"plugins\"]}");
   CHECK_HAS(problems("{\"a\": 1, \"a\": 2}"), "config: not valid JSON: duplicate object key");
   CHECK_STR(problems("{\"tools\": [\"\\u0000x\"], \"workspace\": \"\"}"),
+            "config: /tools/0: a path cannot hold a NUL character (\\u0000)\n"
             "config: /workspace: expected at least 1 character, got 0; for example "
-            "\"workspace\": \"data\"\n"
-            "config: /tools/0: a path cannot hold a NUL character (\\u0000)");
+            "\"workspace\": \"data\"");
   CHECK_STR(problems("{}"), "(ok)");
   /* bad JSON whose text says "out of memory" is bad JSON, not a shortage */
   CHECK_INT(tp_config_check("{\"out of memory\x01\": 1}", 20, NULL, buf, sizeof buf), TP_EINVAL);

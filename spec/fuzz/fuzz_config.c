@@ -5,7 +5,8 @@
 ** The input is a config file's text (any bytes). Asserted:
 ** - tp_config_check returns TP_OK with an empty message, or TP_EINVAL with one problem a
 **   line, each starting "config: " and, past the whole-text problems (not JSON, not an
-**   object), with a JSON pointer ("config: /...: ");
+**   object), with a JSON pointer ("config: /...: "), but for the count of those past
+**   the cap ("config: and N more problems past these");
 ** - its verdict and message are the same twice (nothing depends on state left behind).
 ** Relative paths resolve against a folder that does not exist, so a directory is never
 ** found, whatever the text names.
@@ -34,7 +35,8 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size) {
   for (const char *line = a; *line; ) {
     size_t n = strcspn(line, "\n");
     FUZZ_CHECK(strncmp(line, "config: ", 8) == 0, "a line without config: %.*s", (int)n, line);
-    FUZZ_CHECK(whole || line[8] == '/', "a line without a JSON pointer: %.*s", (int)n, line);
+    FUZZ_CHECK(whole || line[8] == '/' || strncmp(line, "config: and ", 12) == 0,
+               "a line without a JSON pointer: %.*s", (int)n, line);
     FUZZ_CHECK(n > 10, "an empty problem: %.*s", (int)n, line);
     line += n + (line[n] == '\n');
   }
