@@ -290,6 +290,27 @@ static void found (const json_t *v, char *buf, size_t len) {
   }
 }
 
+/* key as a JSON string in buf ("\"a\\nb\""), so that a message stays one line whatever
+** the key holds; past 80 bytes cut (at a character) with "...". Keys come from the
+** validator's paths, which show at most 64 bytes of a key (then "..."). */
+static void quoted (const char *key, char *buf, size_t len) {
+  size_t n = strnlen(key, 81), o = 0;
+  int cut = n > 80;
+  if (cut) {
+    n = 80;
+    while (n > 0 && ((unsigned char)key[n] & 0xC0) == 0x80) n--;
+  }
+  if (len < 16) { if (len) buf[0] = '\0'; return; }
+  buf[o++] = '"';
+  for (size_t i = 0; i < n && o + 10 < len; i++) {
+    unsigned char c = (unsigned char)key[i];
+    if (c == '"' || c == '\\') { buf[o++] = '\\'; buf[o++] = (char)c; }
+    else if (c < 32 || c == 127) o += (size_t)snprintf(buf + o, len - o, "\\u%04x", c);
+    else buf[o++] = (char)c;
+  }
+  snprintf(buf + o, len - o, "%s\"", cut ? "..." : "");
+}
+
 /* "; for example "args": ["-y","x"]" from the first example of node (or of what its
 ** $ref names), or "" when it has none short enough. key NULL: an array item. */
 static void example (const json_t *root, const json_t *node, const char *key, char *buf,
@@ -302,7 +323,9 @@ static void example (const json_t *root, const json_t *node, const char *key, ch
   char *text = tp_json_text(ex, &n);
   if (text == NULL) return;
   if (n <= EXAMPLE_MAX) {
-    if (key) snprintf(buf, len, "; for example \"%s\": %s", key, text);
+    char k[80 * 6];
+    if (key) quoted(key, k, sizeof k);
+    if (key) snprintf(buf, len, "; for example %s: %s", k, text);
     else snprintf(buf, len, "; for example %s", text);
   }
   tp_free(text);
@@ -360,15 +383,16 @@ static void unknown_key (problems *p, const json_t *node, const char *parent,
     if (li == NULL) li = tp_limit_find(us);
     if (li) snprintf(guess, sizeof guess, " (did you mean \"%s\"?)", li->option);
   }
-  add(p, "%s: unknown %s \"%.64s%s\"%s; the %ss are: %s", where, kind, key,
-      strlen(key) > 64 ? "..." : "", guess, kind, list);
+  char k[80 * 6];
+  quoted(key, k, sizeof k);
+  add(p, "%s: unknown %s %s%s; the %ss are: %s", where, kind, k, guess, kind, list);
 }
 
 /* One error of the validator as a line of p. */
 static void explain (problems *p, const json_t *root, const json_t *cfg,
                      const tp_schema_error *err) {
   segs g;
-  char where[512], msg[900], ex[EXAMPLE_MAX + 64];
+  char where[512], msg[1400], ex[EXAMPLE_MAX + 600];
   if (parse_path(err->path, &g) != 0) {  /* not expected: the validator's own text */
     segs_free(&g);
     add(p, "%s: %s", err->path, err->message);

@@ -325,8 +325,16 @@ TEST(malformed_text_is_a_clear_error) {
   /* a key that is not valid UTF-8, and one with a slash, a tilde and a newline */
   CHECK_HAS(problems("{\"\xff\": 1}"), "config: not valid JSON: ");
   CHECK_STR(problems("{\"a/b~c\\n\": 1}"), "config: /a~1b~0c\\u000a: unknown section "
-            "\"a/b~c\n\"; the sections are: limits, tools, workspace, mcpServers, http, "
+            "\"a/b~c\\u000a\"; the sections are: limits, tools, workspace, mcpServers, http, "
             "commands, policy");
+  /* a long key is cut in the message, at a character */
+  static char longkey[400];
+  memset(longkey, 'a', 65);  /* "{\"" then 63 a's then two 2-byte characters */
+  longkey[0] = '{';
+  longkey[1] = '"';
+  snprintf(longkey + 65, sizeof longkey - 65, "\u00e9\u00e9\": 1}");
+  CHECK_HAS(problems(longkey), ": unknown section \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            "aaaaaaaaaaaaaaaaaaaaaaaa...\"; the sections are");
   CHECK_INT(tp_config_check(NULL, 0, NULL, buf, sizeof buf), TP_EINVAL);
   CHECK_INT(tp_config_check("{}", 2, NULL, NULL, 0), TP_OK);
   CHECK_INT(tp_config_check("{\"x\": 1}", 8, NULL, NULL, 0), TP_EINVAL);
