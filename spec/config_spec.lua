@@ -168,8 +168,13 @@ describe("tidepool config check", function()
     assert.are.same({ "", "tidepool: config check needs a FILE\nTry 'tidepool --help'.\n", 2 },
                     { out, err, rc })
     out, err, rc = sh(q(ABSBIN) .. " config lint x")
-    assert.are.same({ "", "tidepool: unknown config command (use: config check FILE...)\n" ..
-                      "Try 'tidepool --help'.\n", 2 }, { out, err, rc })
+    assert.are.same({ "", "tidepool: unknown config command (use: config check FILE... or " ..
+                      "config schema)\nTry 'tidepool --help'.\n", 2 }, { out, err, rc })
+  end)
+
+  it("config schema prints the committed schema, byte for byte", function()
+    local out, err, rc = sh(q(ABSBIN) .. " config schema")
+    assert.are.same({ read(ROOT .. "/engine/host/config.schema.json"), "", 0 }, { out, err, rc })
   end)
 end)
 

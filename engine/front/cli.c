@@ -30,6 +30,7 @@ static const char usage_head[] =
   "       tidepool mcp [options]          MCP server on stdio (tidepool mcp --help)\n"
   "       tidepool config check FILE...   check config files without running anything:\n"
   "                                       FILE: ok and a summary, or every problem\n"
+  "       tidepool config schema          print the config file's JSON Schema\n"
   "       tidepool --version | --help\n"
   "\n"
   "options:\n"
@@ -202,11 +203,18 @@ static void config_summary (const char *text, size_t len) {
   json_decref(cfg);
 }
 
-/* tidepool config check FILE...: every file checked; exit 0 when all are good, 2 else. */
+/* tidepool config check FILE...: every file checked; exit 0 when all are good, 2 else.
+** tidepool config schema: the schema the files are checked against. */
 static int config_main (int argc, char **argv) {
+  if (argc == 1 && strcmp(argv[0], "schema") == 0) {
+    fputs(tp_config_schema(), stdout);
+    return 0;
+  }
   if (argc < 1 || strcmp(argv[0], "check") != 0)
     return tp__cli_usage_error("%s", argc < 1 ? "config needs a command: config check FILE..."
-                               : "unknown config command (use: config check FILE...)");
+                               " or config schema"
+                               : "unknown config command (use: config check FILE... or "
+                               "config schema)");
   if (argc < 2) return tp__cli_usage_error("%s", "config check needs a FILE");
   int bad = 0;
   for (int i = 1; i < argc; i++) {

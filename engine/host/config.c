@@ -763,6 +763,11 @@ int tp_config_check (const char *json, size_t len, const char *dir, char *err, s
 
 /* ---- what the front ends read --------------------------------------------------------- */
 
+const char *tp_config_schema (void) {
+  const tp_embedded *file = tp__embedded_find(SCHEMA_FILE);
+  return file ? file->data : "";
+}
+
 int tp_engine_config_limits (const tp_engine *e, tp_limits *l) {
   if (e == NULL || l == NULL) return TP_EINVAL;
   const json_t *lim = tp__config_section(e, "limits");

@@ -439,6 +439,10 @@ TP_EXTERN int tp_engine_configure_file(tp_engine *e, const char *path);
 TP_EXTERN int tp_config_check(const char *json, size_t len, const char *dir, char *err,
                               size_t errlen);
 
+/* The config file's JSON Schema (engine/host/config.schema.json, as built into the
+** library), NUL-terminated. Static. */
+TP_EXTERN const char *tp_config_schema(void);
+
 /* Sets in *l the limits e's config gives; the others stay as they are (so a front end
 ** calls tp_limits_init, then this, then applies its own options). TP_OK, or TP_EINVAL
 ** for NULL. Without a config, *l is left as it is. */

@@ -91,6 +91,7 @@ TEST(the_committed_schema_is_the_one_built_into_the_library) {
   fclose(f);
   CHECK_INT(n, em->len);
   CHECK(n == em->len && memcmp(buf, em->data, n) == 0);
+  CHECK(tp_config_schema() == em->data);
 }
 
 TEST(the_schema_lists_every_limit_of_the_limits_table_and_nothing_else) {
