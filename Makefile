@@ -86,7 +86,8 @@ $(call layer_objs,$(BUILD)/obj,core) $(call layer_objs,$(FUZZ_BUILD)/obj,core): 
 $(call layer_objs,$(BUILD)/obj,host) $(call layer_objs,$(FUZZ_BUILD)/obj,host) $(BUILD)/obj/embedded.o: LAYER_INC = $(LAYER_INC_HOST)
 GEN_SRCS    = $(BUILD)/gen/embedded.c
 GEN_OBJS    = $(BUILD)/obj/embedded.o
-EMBED_FILES = $(wildcard sandbox/*.lua) $(wildcard lua/*.lua)
+# The config file's schema travels in the library too (engine/host/config.c checks with it).
+EMBED_FILES = $(wildcard sandbox/*.lua) $(wildcard lua/*.lua) engine/host/config.schema.json
 HEADERS     = $(wildcard $(ENGINE_DIRS:%=%/*.h)) $(wildcard engine/include/*.h) $(wildcard sandbox/*.h)
 CTEST_SRCS  = $(wildcard spec/c/test_*.c)
 CTESTS      = $(CTEST_SRCS:spec/c/%.c=$(BUILD)/tests/%)
@@ -410,6 +411,7 @@ install: all $(MANPAGE)
 	install -m 644 $(PCFILE) $(DESTDIR)$(LIBDIR)/pkgconfig/tidepool.pc
 	install -m 755 $(LUAMOD) $(DESTDIR)$(LUACMOD)/tidepool.so
 	if ls tools/*.lua >/dev/null 2>&1; then install -m 644 tools/*.lua $(DESTDIR)$(DATADIR)/tools/; fi
+	install -m 644 engine/host/config.schema.json $(DESTDIR)$(DATADIR)/config.schema.json
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/tidepool $(DESTDIR)$(LIBDIR)/libtidepool.a \

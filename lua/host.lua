@@ -38,6 +38,7 @@ local E = ...
 local E_resume, E_complete, E_claim, E_field = E.resume, E.complete, E.claim, E.field
 
 local uv = require("luv")
+local json = require("json")  -- also a global of this state (host.c), named for luacheck
 
 local M = {}
 
