@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "engine.h"
+#include "policy.h"
 
 int tp_engine_configure (tp_engine *e, const char *json, size_t len) {
   if (e == NULL || json == NULL) return TP_EINVAL;
@@ -22,6 +23,11 @@ int tp_engine_configure (tp_engine *e, const char *json, size_t len) {
     json_decref(v);
     tp__engine_set_error(e, "config: expected a JSON object of sections at the top");
     return TP_EINVAL;
+  }
+  int rc = tp__policy_load(e, json_object_get(v, "policy"));
+  if (rc != TP_OK) {  /* the error says which rule, field and column */
+    json_decref(v);
+    return rc;
   }
   json_decref(e->config);
   e->config = v;

@@ -27,6 +27,8 @@ typedef struct tp_tool {
   char *lua_api;                      /* its description as Lua annotations, made once
                                       ** (tp__tools_annotate) */
   int api_tried;
+  uint64_t pol_gen;                   /* the policy its rule list was made for (policy.c) */
+  uint32_t *pol_rules, pol_n;         /* the indexes of the policy rules that match it */
 } tp_tool;
 
 const tp_tool *tp__tool_find(const tp_engine *e, const char *name);
