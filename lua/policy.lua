@@ -169,7 +169,8 @@ local function build (regex)
             return "test", col, t, vcol, lit, to
           end
         + infix * Cp() / function (col, t, vcol, lit, to) return "test", col, t, vcol, lit, to end
-        + Cp() * kw("exists") * Cp() / function (col, to) return "test", col, "exists", col, nil, to end
+        + Cp() * kw("exists") * Cp()
+            / function (col, to) return "test", col, "exists", col, nil, to end
         + Cp() / function (to) return "truth", to end)
       / function (from, p, kind, ...)
           if kind == "cmp" then
