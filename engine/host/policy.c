@@ -77,6 +77,8 @@ typedef struct pnode {
   uint32_t path, npath;    /* steps[path..path+npath) */
   uint32_t lit;            /* lits[lit] */
   uint32_t text, textlen;  /* the clause's source, pool[text..+textlen) */
+  uint32_t key0;           /* the policy's number of its path's first key, plus 1 (0: the
+                           ** path starts with an index): calls look each key up once */
   pcre2_code *re;
 } pnode;
 
@@ -132,6 +134,11 @@ struct tp__policy {
   uint64_t gen;            /* changes with each policy: the tools' caches compare it */
   pcre2_match_data *md;
   pcre2_match_context *mctx;
+  char **keys;             /* the first keys of the conditions' paths, each once */
+  uint32_t nkeys;
+  const json_t **memo;     /* memo[k]: the argument keys[k] of the call being decided, */
+  uint64_t *memo_at;       /* looked up when memo_at[k] == stamp */
+  uint64_t stamp;          /* counts decisions */
   bentry *tab;             /* open addressing; ntab a power of 2 */
   size_t ntab, used;
   caller who;              /* tp_engine_set_principal */
@@ -153,10 +160,12 @@ typedef struct pol_run {
 
 /* ---- small things ------------------------------------------------------------------ */
 
+/* The buckets' clock: CLOCK_MONOTONIC_COARSE, a few milliseconds fine, read in a few ns
+** where CLOCK_MONOTONIC costs tens in a VM (kvm-clock: 43 ns here), on every call. */
 static uint64_t mono_ns (void *ud) {
   (void)ud;
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -217,6 +226,11 @@ static void rules_free (prule *rules, size_t n) {
   free(rules);
 }
 
+static void keys_free (char **keys, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) free(keys[i]);
+  free(keys);
+}
+
 static void table_free (struct tp__policy *P) {
   for (size_t i = 0; i < P->ntab; i++) free(P->tab[i].principal);
   free(P->tab);
@@ -238,6 +252,9 @@ void tp__policy_free (tp_engine *e) {
   if (P == NULL) return;
   rules_free(P->rules, P->nrules);
   table_free(P);
+  keys_free(P->keys, P->nkeys);
+  free(P->memo);
+  free(P->memo_at);
   caller_free(&P->who);
   pcre2_match_data_free(P->md);
   pcre2_match_context_free(P->mctx);
@@ -694,6 +711,33 @@ static int load (loader *ld, const json_t *sec, prule **rules, size_t *nrules, i
   return TP_OK;
 }
 
+/* Numbers the first keys of the paths of every rule's conditions (pnode.key0), the same
+** key the same number; *keys gets them. */
+static int number_keys (prule *rules, size_t nrules, char ***keys, uint32_t *nkeys) {
+  for (size_t r = 0; r < nrules; r++) {
+    prule *ru = &rules[r];
+    for (uint32_t i = 0; i < ru->nnodes; i++) {
+      pnode *n = &ru->nodes[i];
+      if (n->kind <= N_NOT || n->npath == 0 || ru->steps[n->path].index >= 0) continue;
+      const pstep *st = &ru->steps[n->path];
+      const char *key = ru->pool + st->key;
+      uint32_t k = 0;
+      while (k < *nkeys && !(strlen((*keys)[k]) == st->klen &&
+                             memcmp((*keys)[k], key, st->klen) == 0))
+        k++;
+      if (k == *nkeys) {
+        char **nk = realloc(*keys, (*nkeys + 1) * sizeof *nk);
+        if (nk == NULL) return TP_ENOMEM;
+        *keys = nk;
+        if ((nk[k] = strndup(key, st->klen)) == NULL) return TP_ENOMEM;
+        (*nkeys)++;
+      }
+      n->key0 = k + 1;
+    }
+  }
+  return TP_OK;
+}
+
 int tp__policy_load (tp_engine *e, const json_t *section) {
   loader ld = { e, NULL, "" };
   prule *rules = NULL;
@@ -701,8 +745,16 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
   int deny = 0;
   struct tp__policy *P = policy_of(e);
   if (P == NULL) return TP_ENOMEM;
+  char **keys = NULL;
+  uint32_t nkeys = 0;
+  const json_t **memo = NULL;
+  uint64_t *memo_at = NULL;
   int rc = section ? load(&ld, section, &rules, &nrules, &deny) : TP_OK;
   if (ld.L) lua_close(ld.L);
+  if (rc == TP_OK) rc = number_keys(rules, nrules, &keys, &nkeys);
+  if (rc == TP_OK && nkeys && ((memo = calloc(nkeys, sizeof *memo)) == NULL ||
+                               (memo_at = calloc(nkeys, sizeof *memo_at)) == NULL))
+    rc = TP_ENOMEM;
   if (rc == TP_OK && section && P->md == NULL) {
     P->md = pcre2_match_data_create(1, NULL);
     P->mctx = pcre2_match_context_create(NULL);
@@ -711,12 +763,23 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
   }
   if (rc != TP_OK) {
     rules_free(rules, nrules);
+    keys_free(keys, nkeys);
+    free(memo);
+    free(memo_at);
     if (rc == TP_ENOMEM) tp__engine_set_error(e, "config: out of memory reading the policy");
     else tp__engine_set_error(e, "config: %s", ld.err);
     return rc;
   }
   rules_free(P->rules, P->nrules);
   table_free(P);
+  keys_free(P->keys, P->nkeys);
+  free(P->memo);
+  free(P->memo_at);
+  P->keys = keys;
+  P->nkeys = nkeys;
+  P->memo = memo;
+  P->memo_at = memo_at;
+  P->stamp = 0;
   P->rules = rules;
   P->nrules = nrules;
   P->default_deny = deny;
@@ -727,8 +790,21 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
 
 /* ---- evaluating conditions ---------------------------------------------------------- */
 
-static const json_t *resolve (const prule *ru, const pnode *n, const json_t *v) {
-  for (uint32_t i = 0; i < n->npath && v != NULL; i++) {
+/* The argument at n's path in v (the call's arguments), or NULL. */
+static const json_t *resolve (struct tp__policy *P, const prule *ru, const pnode *n,
+                              const json_t *v) {
+  uint32_t i = 0;
+  if (n->key0) {
+    uint32_t k = n->key0 - 1;
+    if (P->memo_at[k] != P->stamp) {
+      const pstep *st = &ru->steps[n->path];
+      P->memo[k] = json_is_object(v) ? json_object_getn(v, ru->pool + st->key, st->klen) : NULL;
+      P->memo_at[k] = P->stamp;
+    }
+    v = P->memo[k];
+    i = 1;
+  }
+  for (; i < n->npath && v != NULL; i++) {
     const pstep *st = &ru->steps[n->path + i];
     if (st->index >= 0) v = json_is_array(v) ? json_array_get(v, (size_t)st->index) : NULL;
     else v = json_is_object(v) ? json_object_getn(v, ru->pool + st->key, st->klen) : NULL;
@@ -830,9 +906,9 @@ static int compare (const prule *ru, const pnode *n, const json_t *v) {
   }
 }
 
-static int leaf (const struct tp__policy *P, const prule *ru, const pnode *n,
+static int leaf (struct tp__policy *P, const prule *ru, const pnode *n,
                  const json_t *args) {
-  const json_t *v = resolve(ru, n, args);
+  const json_t *v = resolve(P, ru, n, args);
   if (n->kind == N_EXISTS) return v != NULL;
   if (v == NULL) return R_UNKNOWN;
   const plit *l = &ru->lits[n->lit];
@@ -884,7 +960,7 @@ static int leaf (const struct tp__policy *P, const prule *ru, const pnode *n,
 
 /* The value of node ni: R_TRUE, R_FALSE or R_UNKNOWN (Kleene's logic); *culprit: the
 ** clause that made it so (a leaf, or the `not` or `or` node whose result it is). */
-static int eval (const struct tp__policy *P, const prule *ru, uint32_t ni,
+static int eval (struct tp__policy *P, const prule *ru, uint32_t ni,
                  const json_t *args, uint32_t *culprit) {
   const pnode *n = &ru->nodes[ni];
   switch (n->kind) {
@@ -957,14 +1033,14 @@ static const char *type_word (const json_t *v) {
 
 /* What the argument of clause ni is, for a message: "amount is 25000", "amount is
 ** missing", "amount is \"25000\" (a string: this clause compares numbers)". */
-static void value_text (const prule *ru, uint32_t ni, const json_t *args, char *buf,
-                        size_t len) {
+static void value_text (struct tp__policy *P, const prule *ru, uint32_t ni,
+                        const json_t *args, char *buf, size_t len) {
   const pnode *n = &ru->nodes[ni];
   buf[0] = '\0';
   if (n->kind <= N_NOT) return;
   char path[200];
   path_text(ru, n, path, sizeof path);
-  const json_t *v = resolve(ru, n, args);
+  const json_t *v = resolve(P, ru, n, args);
   if (v == NULL) { snprintf(buf, len, "%s is missing", path); return; }
   size_t tlen = 0;
   char *text = tp_json_text(v, &tlen);
@@ -1171,6 +1247,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   }
   const json_t *args = c->args;
   int ask = -1, allowed = 0;
+  P->stamp++;  /* the memo of argument lookups starts empty */
   char ctext[300], vtext[600];
   for (uint32_t i = 0; i < t->pol_n; i++) {
     uint32_t k = t->pol_rules[i];
@@ -1195,7 +1272,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
         deny_with(P, c, who, (int)k, "deny", clause_text(ru, ru->root, ctext, sizeof ctext),
                   "policy rule %u denies it when `%s`, and that holds", k, ru->where);
       else {
-        value_text(ru, cul, args, vtext, sizeof vtext);
+        value_text(P, ru, cul, args, vtext, sizeof vtext);
         deny_with(P, c, who, (int)k, "deny", clause_text(ru, cul, ctext, sizeof ctext),
                   "policy rule %u denies it when `%s`, and `%s` cannot be checked: %s", k,
                   ru->where, ctext, vtext);
@@ -1205,7 +1282,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     if (ru->effect == EF_ASK && r != R_FALSE && ask < 0) ask = (int)k;
     if (ru->effect == EF_ALLOW) {
       if (r != R_TRUE) {
-        value_text(ru, cul, args, vtext, sizeof vtext);
+        value_text(P, ru, cul, args, vtext, sizeof vtext);
         clause_text(ru, cul, ctext, sizeof ctext);
         deny_with(P, c, who, (int)k, "deny", ctext, "policy rule %u allows tools.%s only "
                   "when `%s`; `%s` %s%s%s", k, c->name, ru->where, ctext,
@@ -1244,6 +1321,9 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   uint64_t now = 0;
   double wait_s = 0;
   int limited = -1;
+  bucket *take[8];         /* the buckets to take a token from, when they are few */
+  uint32_t ntake = 0;
+  size_t ntab = P->ntab;   /* a table that grows meanwhile moves its buckets */
   for (uint32_t i = 0; i < t->pol_n; i++) {
     uint32_t k = t->pol_rules[i];
     const prule *ru = &P->rules[k];
@@ -1272,6 +1352,8 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
         return 0;
       }
       refill(ru, b, now);
+      if (ntake < 8) take[ntake] = b;
+      ntake++;
       if (b->tokens < 1) {
         double w = (1 - b->tokens) / ru->per_second;
         if (limited < 0 || w > wait_s) { limited = (int)k; wait_s = w; }
@@ -1293,13 +1375,15 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     return 0;
   }
   int first = -1;
+  int kept = ntake <= 8 && ntab == P->ntab;
+  ntake = 0;
   for (uint32_t i = 0; i < t->pol_n; i++) {
     uint32_t k = t->pol_rules[i];
     const prule *ru = &P->rules[k];
     if (ru->effect != EF_ALLOW) continue;
     if (first < 0) first = (int)k;
     if (ru->max_calls >= 0) pr->counts[k]++;
-    if (ru->rate) bucket_for(P, pr, c, k, who, now)->tokens -= 1;
+    if (ru->rate) (kept ? take[ntake++] : bucket_for(P, pr, c, k, who, now))->tokens -= 1;
   }
   if (P->on_decision) tell(P, c, who, first, "allow", P->rules[first].where ?
                            P->rules[first].where : "");
