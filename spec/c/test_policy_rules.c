@@ -5,6 +5,7 @@
 ** (tp__policy_set_clock), never on sleeps; decisions reach tp_engine_on_decision with a
 ** SHA-256 of the arguments and never their values.
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -374,6 +375,60 @@ TEST(every_decision_reaches_the_callback_with_a_hash_of_the_arguments) {
   tp_engine_destroy(e);
 }
 
+/* engine/host/policy.schema.json compiles under tidepool's own validator and says yes and
+** no where the loader does (it is registered as the input schema of a tool, and configs
+** are passed as that tool's arguments). */
+TEST(the_policy_schema_agrees_with_the_loader) {
+  FILE *f = fopen("engine/host/policy.schema.json", "rb");
+  CHECK(f != NULL);
+  if (f == NULL) return;
+  static char schema[16384];
+  size_t n = fread(schema, 1, sizeof schema - 1, f);
+  fclose(f);
+  schema[n] = '\0';
+  tp_engine *e = tp_engine_create();
+  tp_tool_def d = { 0 };
+  d.name = "check.policy";
+  d.input_schema = schema;
+  d.handler = answer;
+  CHECK_INT(tp_engine_add_tool(e, &d), TP_OK);
+  static const struct { const char *policy; int ok; } cases[] = {
+    { "{default = 'allow', rules = {{tools = 'github.**', effect = 'allow', where = 'x > 1', "
+      "max_calls = 5, rate = {capacity = 10, per_second = 0.5, key = 'principal'}, "
+      "requires = {'gh'}, reason = 'r', regex = false}}}", 1 },
+    { "{rules = {{tools = 'a', effect = 'maybe'}}}", 0 },
+    { "{rules = {{tools = 'a/b', effect = 'deny'}}}", 0 },
+    { "{rules = {{tools = 'a', effect = 'allow', wher = 'x'}}}", 0 },
+    { "{rules = {{tools = 'a', effect = 'allow', max_calls = -1}}}", 0 },
+    { "{rules = {{tools = 'a', effect = 'allow', rate = {capacity = 0, per_second = 1}}}}", 0 },
+    { "{rules = {{tools = 'a', effect = 'allow', rate = {capacity = 1, per_second = 1, "
+      "key = 'user'}}}}", 0 },
+    { "{default = 'maybe'}", 0 },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char src[600], config[700];
+    snprintf(src, sizeof src, "local ok, err = pcall(tools.check.policy, %s) "
+             "return ok and 'ok' or err.code", cases[i].policy);
+    CHECK_STR(result(e, src), cases[i].ok ? "\"ok\"" : "\"tool.invalid_input\"");
+    /* the loader agrees: the same policy as a config section */
+    snprintf(src, sizeof src, "return json.encode(%s)", cases[i].policy);
+    const char *text = result(e, src);
+    char *inner = strdup(text + 1);  /* the JSON string's contents, unescaped below */
+    size_t k = 0;
+    for (size_t j = 0; inner[j] && inner[j + 1]; j++) {
+      if (inner[j] == '\\') j++;
+      inner[k++] = inner[j];
+    }
+    inner[k] = '\0';
+    snprintf(config, sizeof config, "{\"policy\":%s}", inner);
+    free(inner);
+    tp_engine *e2 = tp_engine_create();
+    CHECK_INT(tp_engine_configure(e2, config, strlen(config)), cases[i].ok ? TP_OK : TP_EINVAL);
+    tp_engine_destroy(e2);
+  }
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(glob_star_matches_one_part_and_double_star_any_number);
@@ -386,5 +441,6 @@ int main (int argc, char **argv) {
   RUN(requires_denies_a_caller_without_the_scopes);
   RUN(load_errors_name_the_rule_the_field_and_the_column);
   RUN(every_decision_reaches_the_callback_with_a_hash_of_the_arguments);
+  RUN(the_policy_schema_agrees_with_the_loader);
   return tp_test_end();
 }
