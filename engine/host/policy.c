@@ -911,7 +911,7 @@ static int leaf (struct tp__policy *P, const prule *ru, const pnode *n,
   const json_t *v = resolve(P, ru, n, args);
   if (n->kind == N_EXISTS) return v != NULL;
   if (v == NULL) return R_UNKNOWN;
-  const plit *l = &ru->lits[n->lit];
+  const plit *l = ru->lits ? &ru->lits[n->lit] : NULL;  /* none for truth and in */
   switch (n->kind) {
     case N_CMP: return compare(ru, n, v);
     case N_TRUTH: return json_is_boolean(v) ? json_is_true(v) : R_UNKNOWN;
