@@ -347,8 +347,20 @@ static int glob_match (const char *p, const char *s) {
 typedef struct loader {
   tp_engine *e;
   lua_State *L;
+  int short_of_memory;     /* an allocation of L failed: whatever L said may be its echo */
   char err[512];
 } loader;
+
+/* The parser state's allocator: realloc's, noting failures. Under memory pressure LPeg
+** can end a match as if the text did not parse; a syntax error from a state that ran
+** short of memory is reported as what it is. */
+static void *parser_alloc (void *ud, void *p, size_t osize, size_t nsize) {
+  (void)osize;
+  if (nsize == 0) { free(p); return NULL; }
+  void *np = realloc(p, nsize);
+  if (np == NULL) ((loader *)ud)->short_of_memory = 1;
+  return np;
+}
 
 static int lerr (loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int lerr (loader *ld, const char *fmt, ...) {
@@ -405,7 +417,8 @@ static int build_lit (prule *ru, lua_State *L, uint32_t *out) {
 /* The node at the top of L (a table from lua/policy.lua) into ru; its index in *out. */
 static int build_node (loader *ld, prule *ru, int depth, uint32_t *out) {
   lua_State *L = ld->L;
-  if (depth > DEPTH_MAX || !lua_checkstack(L, 8)) return TP_EINVAL;
+  if (depth > DEPTH_MAX) return TP_EINVAL;
+  if (!lua_checkstack(L, 8)) return TP_ENOMEM;
   pnode n = { 0 };
   lua_getfield(L, -1, "k");
   const char *k = lua_tostring(L, -1);
@@ -516,7 +529,7 @@ static int build_node (loader *ld, prule *ru, int depth, uint32_t *out) {
 }
 
 /* Opens the private state that parses conditions: trusted, with lpeg and
-** lua/policy.lua; leaves the module's compile function on the stack. */
+** lua/policy.lua; keeps the module's compile function in the registry. */
 static int open_parser (lua_State *L) {
   luaL_openlibs(L);
   luaL_requiref(L, "lpeg", luaopen_lpeg, 0);
@@ -527,7 +540,21 @@ static int open_parser (lua_State *L) {
     return lua_error(L);
   lua_call(L, 0, 1);
   lua_getfield(L, -1, "compile");
-  return 1;
+  lua_setfield(L, LUA_REGISTRYINDEX, "tidepool.policy.compile");
+  return 0;
+}
+
+/* compile(text, regex) in protected mode: pushing the text may run out of memory. */
+static int compile_p (lua_State *L) {
+  const char *text = lua_touserdata(L, 1);
+  size_t len = (size_t)lua_tointeger(L, 2);
+  int regex = lua_toboolean(L, 3);
+  lua_settop(L, 0);
+  lua_getfield(L, LUA_REGISTRYINDEX, "tidepool.policy.compile");
+  lua_pushlstring(L, text, len);
+  lua_pushboolean(L, regex);
+  lua_call(L, 2, 3);
+  return 3;
 }
 
 /* rules[i].where: text -> ru's nodes. */
@@ -536,23 +563,30 @@ static int compile_where (loader *ld, prule *ru, size_t i, const char *text, siz
   if (len > WHERE_MAX)
     return lerr(ld, "policy.rules[%zu].where: the condition is %zu bytes long; at most %d",
                 i, len, WHERE_MAX);
-  lua_pushvalue(L, 1);  /* compile */
-  lua_pushlstring(L, text, len);
+  lua_settop(L, 0);
+  lua_pushcfunction(L, compile_p);
+  lua_pushlightuserdata(L, (void *)text);
+  lua_pushinteger(L, (lua_Integer)len);
   lua_pushboolean(L, ru->regex);
-  if (lua_pcall(L, 2, 3, 0) != LUA_OK) {
+  if (lua_pcall(L, 3, 3, 0) != LUA_OK) {
     int rc = lerr(ld, "policy.rules[%zu].where: %s", i, lua_tostring(L, -1));
-    lua_settop(L, 1);
-    return strstr(ld->err, "memory") ? TP_ENOMEM : rc;
+    lua_settop(L, 0);
+    return strstr(ld->err, "memory") || ld->short_of_memory ? TP_ENOMEM : rc;
+  }
+  if (ld->short_of_memory) {
+    lua_settop(L, 0);
+    return TP_ENOMEM;
   }
   if (!lua_istable(L, -3)) {
     int rc = lerr(ld, "policy.rules[%zu].where: column %d: %s", i,
                   (int)lua_tointeger(L, -2), lua_tostring(L, -1));
-    lua_settop(L, 1);
+    lua_settop(L, 0);
     return rc;
   }
   lua_pop(L, 2);
+  /* reading the tree allocates nothing: its keys are constants of lua/policy.lua */
   int rc = build_node(ld, ru, 0, &ru->root);
-  lua_settop(L, 1);
+  lua_settop(L, 0);
   if (rc == TP_EINVAL && ld->err[0] == '\0')
     return lerr(ld, "policy.rules[%zu].where: the condition is nested too deeply (at most "
                 "%d levels)", i, DEPTH_MAX);
@@ -667,13 +701,15 @@ static int load_rule (loader *ld, prule *ru, size_t i, const json_t *r) {
                   "\"amount <= 10000 and currency in {'EUR', 'USD'}\"", i);
     if ((ru->where = strdup(json_string_value(v))) == NULL) return TP_ENOMEM;
     if (ld->L == NULL) {
-      lua_State *L = luaL_newstate();
+      lua_State *L = lua_newstate(parser_alloc, ld);
       if (L == NULL) return TP_ENOMEM;
       *(void **)lua_getextraspace(L) = NULL;  /* no pattern meter here (lua_patch.h) */
       ld->L = L;
       lua_pushcfunction(L, open_parser);
-      if (lua_pcall(L, 0, 1, 0) != LUA_OK)
-        return lerr(ld, "policy: the condition parser cannot start: %s", lua_tostring(L, -1));
+      if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
+        int rc = lerr(ld, "policy: the condition parser cannot start: %s", lua_tostring(L, -1));
+        return strstr(ld->err, "memory") || ld->short_of_memory ? TP_ENOMEM : rc;
+      }
     }
     return compile_where(ld, ru, i, json_string_value(v), json_string_length(v));
   }
@@ -739,7 +775,7 @@ static int number_keys (prule *rules, size_t nrules, char ***keys, uint32_t *nke
 }
 
 int tp__policy_load (tp_engine *e, const json_t *section) {
-  loader ld = { e, NULL, "" };
+  loader ld = { e, NULL, 0, "" };
   prule *rules = NULL;
   size_t nrules = 0;
   int deny = 0;
