@@ -19,13 +19,15 @@ local function write_temp(text)
   return path
 end
 
--- Runs script under a config (a Lua table, encoded); returns the envelope (or nil),
+-- Runs script under a config (a Lua table, encoded) with the tools of a directory (the
+-- fixtures when nil) and more options of tidepool run; returns the envelope (or nil),
 -- stderr and the exit status.
-local function run(config, script)
+local function run(config, script, tools, options)
   local cpath = write_temp(dkjson.encode(config))
   local spath = write_temp(script)
   local epath = os.tmpname()
-  local p = assert(io.popen(BIN .. " run --json --no-builtin-tools --tools " .. TOOLS
+  local p = assert(io.popen(BIN .. " run --json --no-builtin-tools " .. (options or "")
+    .. " --tools " .. (tools or TOOLS)
     .. " --config " .. shell_quote(cpath) .. " " .. shell_quote(spath) .. " 2>" .. epath
     .. "; echo \"#rc=$?\""))
   local out = p:read("a")
@@ -246,6 +248,57 @@ describe("policy rules", function()
     assert.equal("tool.rate_limited", env.result[3][1])
     assert.is_true(env.result[3][2] > 1500 and env.result[3][2] <= 2000, env.result[3][2])
     assert.equal("tool.rate_limited", env.calls[3].error)
+  end)
+end)
+
+describe("examples/policy.json", function()
+  it("allows, denies, asks and rate-limits as its README section says", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. shell_quote(dir)))
+    local f = assert(io.open(dir .. "/example.lua", "wb"))
+    f:write([[
+      local function echo(args) return args end
+      return {
+        { name = "payments.send", description = "x", handler = echo },
+        { name = "payments.refund", description = "x", handler = echo },
+        { name = "github.repos.get", description = "x", handler = echo },
+        { name = "github.issues.create", description = "x", handler = echo },
+      }
+    ]])
+    f:close()
+    f = assert(io.open("examples/policy.json", "rb"))
+    local config = f:read("a")
+    f:close()
+    local script = [[
+      local function try(f, args)
+        local ok, e = pcall(f, args)
+        return ok and "ok" or e.code
+      end
+      local r = {
+        try(tools.payments.send, {amount = 100, currency = "EUR"}),
+        try(tools.payments.send, {amount = 20000, currency = "EUR"}),
+        try(tools.payments.refund, {id = 1}),
+        try(tools.github.repos.get, {repo = "acme/web"}),
+        try(tools.github.repos.get, {repo = "other/web"}),
+        try(tools.github.issues.create, {repo = "acme/web"}),
+        try(tools.github.repos.get, {repo = "acme/web", force = true}),
+      }
+      for i = 1, 5 do r[#r + 1] = try(tools.payments.send, {amount = 1, currency = "USD"}) end
+      return r
+    ]]
+    local env, err = run(dkjson.decode(config), script, dir,
+      "--principal alice --scopes 'payments:write,github:read'")
+    assert(env and env.ok, err)
+    -- a bucket of 5 a session: the first payment and four more, then the limit
+    assert.same({ "ok", "tool.denied", "ok", "ok", "tool.denied", "tool.denied",
+      "tool.denied", "ok", "ok", "ok", "ok", "tool.rate_limited" }, env.result)
+    -- without the scope, payments.* denies every payment, whatever its amount
+    env = run(dkjson.decode(config), script, dir)
+    assert.equal("tool.denied", env.result[1])
+    assert.equal("tool.denied", env.result[3])
+    assert.equal("ok", env.result[4])
+    os.execute("rm -rf " .. shell_quote(dir))
   end)
 end)
 
