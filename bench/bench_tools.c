@@ -128,7 +128,9 @@ int main (int argc, char **argv) {
   tp_engine *pe = tp_engine_create();
   char *config = policy_config();
   if (pe == NULL || config == NULL || tp_engine_add_tool(pe, &def) != TP_OK ||
-      tp_engine_configure(pe, config, strlen(config)) != TP_OK) {
+      tp_engine_configure(pe, config, strlen(config)) != TP_OK ||
+      tp_engine_load_tools(pe, tools_dir) < 0 ||       /* the same tools as e: the same */
+      tp_engine_load_tools(pe, plugins_dir) < 1) {     /* lookups by name */
     fprintf(stderr, "bench_tools: cannot set up the policy engine: %s\n", tp_engine_error(pe));
     return 1;
   }

@@ -136,6 +136,7 @@ struct tp__policy {
   pcre2_match_context *mctx;
   char **keys;             /* the first keys of the conditions' paths, each once */
   uint32_t nkeys;
+  size_t *keylen;
   const json_t **memo;     /* memo[k]: the argument keys[k] of the call being decided, */
   uint64_t *memo_at;       /* looked up when memo_at[k] == stamp */
   uint64_t stamp;          /* counts decisions */
@@ -253,6 +254,7 @@ void tp__policy_free (tp_engine *e) {
   rules_free(P->rules, P->nrules);
   table_free(P);
   keys_free(P->keys, P->nkeys);
+  free(P->keylen);
   free(P->memo);
   free(P->memo_at);
   caller_free(&P->who);
@@ -785,12 +787,15 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
   uint32_t nkeys = 0;
   const json_t **memo = NULL;
   uint64_t *memo_at = NULL;
+  size_t *keylen = NULL;
   int rc = section ? load(&ld, section, &rules, &nrules, &deny) : TP_OK;
   if (ld.L) lua_close(ld.L);
   if (rc == TP_OK) rc = number_keys(rules, nrules, &keys, &nkeys);
   if (rc == TP_OK && nkeys && ((memo = calloc(nkeys, sizeof *memo)) == NULL ||
-                               (memo_at = calloc(nkeys, sizeof *memo_at)) == NULL))
+                               (memo_at = calloc(nkeys, sizeof *memo_at)) == NULL ||
+                               (keylen = calloc(nkeys, sizeof *keylen)) == NULL))
     rc = TP_ENOMEM;
+  for (uint32_t k = 0; rc == TP_OK && k < nkeys; k++) keylen[k] = strlen(keys[k]);
   if (rc == TP_OK && section && P->md == NULL) {
     P->md = pcre2_match_data_create(1, NULL);
     P->mctx = pcre2_match_context_create(NULL);
@@ -802,6 +807,7 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
     keys_free(keys, nkeys);
     free(memo);
     free(memo_at);
+    free(keylen);
     if (rc == TP_ENOMEM) tp__engine_set_error(e, "config: out of memory reading the policy");
     else tp__engine_set_error(e, "config: %s", ld.err);
     return rc;
@@ -809,8 +815,10 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
   rules_free(P->rules, P->nrules);
   table_free(P);
   keys_free(P->keys, P->nkeys);
+  free(P->keylen);
   free(P->memo);
   free(P->memo_at);
+  P->keylen = keylen;
   P->keys = keys;
   P->nkeys = nkeys;
   P->memo = memo;
@@ -1249,21 +1257,68 @@ static int holds_scopes (const prule *ru, const caller *who, const char **missin
   return 1;
 }
 
-/* The rules whose glob matches t, kept on t until the policy changes. */
+static int counts (const prule *ru) {
+  return ru->effect == EF_ALLOW && (ru->max_calls >= 0 || ru->rate);
+}
+
+/* The rules whose glob matches t, kept on t until the policy changes: pol_rules[0..pol_n)
+** in the policy's order, then the allow rules among them that count calls or keep a
+** bucket, pol_rules[pol_n..pol_n + pol_nc). */
 static int cache_rules (struct tp__policy *P, tp_tool *t) {
   uint32_t *list = NULL;
-  uint32_t n = 0;
+  uint32_t n = 0, nc = 0;
   for (size_t k = 0; k < P->nrules; k++)
-    if (glob_match(P->rules[k].glob, t->name)) n++;
-  if (n && (list = malloc(n * sizeof *list)) == NULL) return -1;
-  n = 0;
+    if (glob_match(P->rules[k].glob, t->name)) { n++; nc += counts(&P->rules[k]); }
+  if (n && (list = malloc((n + nc) * sizeof *list)) == NULL) return -1;
+  uint32_t i = 0, j = n;
   for (size_t k = 0; k < P->nrules; k++)
-    if (glob_match(P->rules[k].glob, t->name)) list[n++] = (uint32_t)k;
+    if (glob_match(P->rules[k].glob, t->name)) {
+      list[i++] = (uint32_t)k;
+      if (counts(&P->rules[k])) list[j++] = (uint32_t)k;
+    }
+  /* the first keys its rules' conditions read, when they are numbered below 64 */
+  uint64_t mask = 0;
+  for (uint32_t r = 0; r < n && mask != UINT64_MAX; r++) {
+    const prule *ru = &P->rules[list[r]];
+    for (uint32_t m = 0; m < ru->nnodes; m++) {
+      uint32_t k0 = ru->nodes[m].key0;
+      if (k0 == 0) continue;
+      if (k0 > 64) { mask = UINT64_MAX; break; }
+      mask |= 1ull << (k0 - 1);
+    }
+  }
   free(t->pol_rules);
   t->pol_rules = list;
   t->pol_n = n;
+  t->pol_nc = nc;
+  t->pol_keys = mask == UINT64_MAX ? 0 : mask;
   t->pol_gen = P->gen;
   return 0;
+}
+
+/* Looks up at once the keys of a small argument object that t's conditions read: one
+** walk over the object instead of a hash lookup per key (resolve finds them in the
+** memo). Larger objects, and policies of many keys, are looked up key by key. */
+static void prefetch_keys (struct tp__policy *P, const tp_tool *t, const json_t *args) {
+  uint64_t mask = t->pol_keys;
+  if (mask == 0 || !json_is_object(args) || json_object_size(args) > 8) return;
+  for (uint64_t m = mask; m; m &= m - 1) {
+    int k = __builtin_ctzll(m);
+    P->memo[k] = NULL;
+    P->memo_at[k] = P->stamp;
+  }
+  for (void *it = json_object_iter((json_t *)args); it;
+       it = json_object_iter_next((json_t *)args, it)) {
+    const char *key = json_object_iter_key(it);
+    size_t len = json_object_iter_key_len(it);
+    for (uint64_t m = mask; m; m &= m - 1) {
+      int k = __builtin_ctzll(m);
+      if (P->keylen[k] == len && memcmp(P->keys[k], key, len) == 0) {
+        P->memo[k] = json_object_iter_value(it);
+        break;
+      }
+    }
+  }
 }
 
 static const char *clause_text (const prule *ru, uint32_t ni, char *buf, size_t len) {
@@ -1282,8 +1337,9 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     return 0;
   }
   const json_t *args = c->args;
-  int ask = -1, allowed = 0;
+  int ask = -1, allowed = -1;  /* the first allow rule that holds */
   P->stamp++;  /* the memo of argument lookups starts empty */
+  prefetch_keys(P, t, args);
   char ctext[300], vtext[600];
   for (uint32_t i = 0; i < t->pol_n; i++) {
     uint32_t k = t->pol_rules[i];
@@ -1326,7 +1382,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
                   vtext[0] ? ": " : "", vtext);
         return 0;
       }
-      allowed = 1;
+      if (allowed < 0) allowed = (int)k;
     }
   }
   if (ask >= 0) {
@@ -1335,7 +1391,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
               "available yet: it is denied", ask);
     return 0;
   }
-  if (!allowed) {
+  if (allowed < 0) {
     if (P->default_deny) {
       deny_with(P, c, who, -1, "deny", "", "no policy rule allows tools.%s, and the "
                 "policy's default is deny", c->name);
@@ -1345,6 +1401,11 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     return 1;
   }
   /* every allow rule agrees: their counts and buckets must have room */
+  if (t->pol_nc == 0) {
+    if (P->on_decision) tell(P, c, who, allowed, "allow", P->rules[allowed].where ?
+                             P->rules[allowed].where : "");
+    return 1;
+  }
   if (pr->gen != P->gen) {
     free(pr->counts);
     free(pr->buckets);
@@ -1360,10 +1421,10 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   bucket *take[8];         /* the buckets to take a token from, when they are few */
   uint32_t ntake = 0;
   size_t ntab = P->ntab;   /* a table that grows meanwhile moves its buckets */
-  for (uint32_t i = 0; i < t->pol_n; i++) {
-    uint32_t k = t->pol_rules[i];
+  const uint32_t *cl = t->pol_rules + t->pol_n;
+  for (uint32_t i = 0; i < t->pol_nc; i++) {
+    uint32_t k = cl[i];
     const prule *ru = &P->rules[k];
-    if (ru->effect != EF_ALLOW) continue;
     if (ru->max_calls >= 0) {
       if (pr->counts == NULL && (pr->counts = calloc(P->nrules, sizeof *pr->counts)) == NULL) {
         deny_with(P, c, who, (int)k, "deny", "max_calls", "the policy could not count "
@@ -1410,19 +1471,16 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     c->retry_after_ms = ms;
     return 0;
   }
-  int first = -1;
   int kept = ntake <= 8 && ntab == P->ntab;
   ntake = 0;
-  for (uint32_t i = 0; i < t->pol_n; i++) {
-    uint32_t k = t->pol_rules[i];
+  for (uint32_t i = 0; i < t->pol_nc; i++) {
+    uint32_t k = cl[i];
     const prule *ru = &P->rules[k];
-    if (ru->effect != EF_ALLOW) continue;
-    if (first < 0) first = (int)k;
     if (ru->max_calls >= 0) pr->counts[k]++;
     if (ru->rate) (kept ? take[ntake++] : bucket_for(P, pr, c, k, who, now))->tokens -= 1;
   }
-  if (P->on_decision) tell(P, c, who, first, "allow", P->rules[first].where ?
-                           P->rules[first].where : "");
+  if (P->on_decision) tell(P, c, who, allowed, "allow", P->rules[allowed].where ?
+                           P->rules[allowed].where : "");
   return 1;
 }
 
