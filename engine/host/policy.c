@@ -759,6 +759,7 @@ static int number_keys (prule *rules, size_t nrules, char ***keys, uint32_t *nke
       if (n->kind <= N_NOT || n->npath == 0 || ru->steps[n->path].index >= 0) continue;
       const pstep *st = &ru->steps[n->path];
       const char *key = ru->pool + st->key;
+      if (memchr(key, '\0', st->klen)) continue;  /* keys are compared as C strings here */
       uint32_t k = 0;
       while (k < *nkeys && !(strlen((*keys)[k]) == st->klen &&
                              memcmp((*keys)[k], key, st->klen) == 0))
