@@ -8,6 +8,10 @@
 **   ten_calls_run_us     a fresh run making ten such calls, run create to destroy
 **   parallel_10x50ms_ms  ten parallel calls of time.sleep{ms = 50} (a Lua plugin tool that
 **                        waits on a luv timer), the whole run
+**   policy_call_us       what a config policy of 50 rules with conditions adds to a call of
+**                        that C tool (policy_config below: 6 rules match it, one with a rate
+**                        bucket): (the run of N calls on an engine with the policy - the same
+**                        run on an engine without) / N
 **
 ** Medians. The runs of tool_call_us and lua_tool_call_us alternate in one loop so noise
 ** falls on all.
@@ -32,6 +36,34 @@ static const char schema[] =
   "{\"type\":\"object\",\"required\":[\"id\",\"name\"],\"additionalProperties\":false,"
   "\"properties\":{\"id\":{\"type\":\"integer\",\"minimum\":0},"
   "\"name\":{\"type\":\"string\",\"minLength\":1},\"flag\":{\"type\":\"boolean\"}}}";
+
+/* 50 rules: 44 for other tools (never evaluated for bench.echo: each tool keeps the list
+** of the rules whose glob matches it), 6 that match bench.echo and are evaluated on
+** every call. */
+static char *policy_config (void) {
+  size_t cap = 64 * 1024, n = 0;
+  char *b = malloc(cap);
+  if (b == NULL) return NULL;
+  n += (size_t)snprintf(b + n, cap - n, "{\"policy\":{\"default\":\"deny\",\"rules\":[");
+  for (int i = 0; i < 44; i++)
+    n += (size_t)snprintf(b + n, cap - n, "{\"tools\":\"svc%d.**\",\"effect\":\"%s\","
+                          "\"where\":\"amount <= %d and currency in {'EUR', 'USD'} and not "
+                          "draft\",\"max_calls\":100},", i, i % 3 ? "allow" : "deny", i * 100);
+  n += (size_t)snprintf(b + n, cap - n,
+    "{\"tools\":\"bench.*\",\"effect\":\"allow\",\"where\":\"id >= 0 and "
+    "name:starts_with('x') and #name <= 64\"},"
+    "{\"tools\":\"bench.echo\",\"effect\":\"deny\",\"where\":\"flag == false and "
+    "id > 1000000000\"},"
+    "{\"tools\":\"**\",\"effect\":\"allow\",\"where\":\"not exists(admin) or admin "
+    "== false\"},"
+    "{\"tools\":\"bench.**\",\"effect\":\"ask\",\"where\":\"name in {'danger', "
+    "'rm', 'drop'}\"},"
+    "{\"tools\":\"bench.echo\",\"effect\":\"allow\",\"where\":\"id ~= -1 or name "
+    "ends_with 'z'\"},"
+    "{\"tools\":\"bench.echo\",\"effect\":\"allow\",\"rate\":{\"capacity\":1e9,"
+    "\"per_second\":1e9,\"key\":\"global\"}}]}}");
+  return b;
+}
 
 /* Runs src to completion; returns wall microseconds, or -1 when the script failed. */
 static tp_limits lim;
@@ -91,6 +123,26 @@ int main (int argc, char **argv) {
   }
   printf("tool_call_us: %.3f us\n", median(per, reps));
   printf("lua_tool_call_us: %.3f us\n", median(per_lua, reps));
+
+  /* the same C tool on an engine with the policy, side by side with the one without */
+  tp_engine *pe = tp_engine_create();
+  char *config = policy_config();
+  if (pe == NULL || config == NULL || tp_engine_add_tool(pe, &def) != TP_OK ||
+      tp_engine_configure(pe, config, strlen(config)) != TP_OK ||
+      tp_engine_load_tools(pe, tools_dir) < 0 ||       /* the same tools as e: the same */
+      tp_engine_load_tools(pe, plugins_dir) < 1) {     /* lookups by name */
+    fprintf(stderr, "bench_tools: cannot set up the policy engine: %s\n", tp_engine_error(pe));
+    return 1;
+  }
+  free(config);
+  double per_pol[REPS * 4];
+  for (int i = 0; i < reps; i++) {
+    double a = timed_run(e, with), p = timed_run(pe, with);
+    if (a < 0 || p < 0) return 1;
+    per_pol[i] = (p - a) / CALLS;
+  }
+  printf("policy_call_us: %.3f us\n", median(per_pol, reps));
+  tp_engine_destroy(pe);
 
   const char ten[] = "for i = 1, 10 do tools.bench.echo{id = i, name = \"x\", flag = true} end";
   enum { TEN = 2001 };

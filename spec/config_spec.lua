@@ -65,7 +65,7 @@ local GOOD = [[
                 "web": {"url": "http://127.0.0.1:3000/mcp", "type": "http", "disabled": true}},
  "http": {"allow": ["api.github.com", {"host": "x.com", "methods": ["GET"]}]},
  "commands": [{"argv0": "git", "sub": ["status"]}],
- "policy": {}}
+ "policy": {"default": "allow"}}
 ]]
 
 local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy"

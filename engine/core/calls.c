@@ -510,8 +510,14 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   c->consumed = 1;  /* before anything may raise: the script cannot ask again */
   if (ok) tp__json_push(L, c->result, 0);  /* may raise: c still owns the tree */
-  else tp__push_error_object(L, c->code ? c->code : "tool.failed",
-                         c->message ? c->message : "the tool failed", c->name);
+  else {
+    tp__push_error_object(L, c->code ? c->code : "tool.failed",
+                          c->message ? c->message : "the tool failed", c->name);
+    if (c->retry_after_ms > 0) {
+      lua_pushinteger(L, c->retry_after_ms);
+      lua_setfield(L, -2, "retry_after_ms");
+    }
+  }
   tp__call_taken(r, c);  /* may free c */
   return ok;
 }

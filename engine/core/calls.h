@@ -51,6 +51,8 @@ struct tp_call {
   int ok;
   json_t *result;          /* when ok */
   char *code, *message;    /* when not ok */
+  int64_t retry_after_ms;  /* tool.rate_limited: when to try again (the error object's
+                           ** retry_after_ms); 0: not said */
   int line;
   uint64_t start_ns, end_ns, deadline_ns;
   size_t bytes_in, bytes_out;

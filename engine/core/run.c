@@ -290,6 +290,7 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   }
   const char *msg = NULL, *code = "runtime";
   size_t len = 0;
+  lua_Integer retry_ms = 0;  /* tool.rate_limited's retry_after_ms */
   char buf[96];
   if (status == LUA_ERRMEM) {
     msg = "not enough memory";
@@ -314,6 +315,10 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
       }
     }
     lua_pop(co, 1);
+    lua_pushliteral(co, "retry_after_ms");
+    if (lua_rawget(co, -2) == LUA_TNUMBER && lua_isinteger(co, -1))
+      retry_ms = lua_tointeger(co, -1);
+    lua_pop(co, 1);
   }
   else {
     snprintf(buf, sizeof buf, "(error object is a %s value)", luaL_typename(co, -1));
@@ -325,7 +330,10 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   char ltext[SOURCE_LINE_MAX + 1];
   const char *hint = strcmp(code, "runtime") != 0 ? tool_hint(code)
                    : runtime_hint(m, line_text(r, line, ltext, sizeof ltext));
-  return make_error(r, code, m, len, line, hint);
+  json_t *err = make_error(r, code, m, len, line, hint);
+  if (err && retry_ms > 0 && strcmp(code, "tool.rate_limited") == 0)
+    json_object_set_new(err, "retry_after_ms", json_integer(retry_ms));
+  return err;
 }
 
 static json_t *stats (const tp_run *r) {

@@ -49,6 +49,10 @@ static const char usage_head[] =
   "  --workspace DIR      offer the fs.* tools, confined to DIR\n"
   "  --workspace-max SIZE how much the fs.* tools may grow the workspace, net, over\n"
   "                       what it held when first used (default 1G)\n"
+  "  --principal NAME     who runs the script, for the config's policy (rate buckets\n"
+  "                       per principal)\n"
+  "  --scopes LIST        the scopes the caller holds, for the policy's \"requires\"\n"
+  "                       (names separated by spaces or commas)\n"
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
@@ -381,6 +385,7 @@ int main (int argc, char **argv) {
   int builtin_tools = 1, ntool_dirs = 0;
   const char *tool_dirs[64];
   const char *workspace = NULL, *config_path = NULL;
+  const char *principal = NULL, *scopes = NULL;  /* --principal, --scopes */
   const char *limit_opts[128];  /* the limit options given, as name and value pairs: they
                                 ** are applied over the config file's limits */
   int nlimit_opts = 0;
@@ -415,6 +420,16 @@ int main (int argc, char **argv) {
       config_path = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
       if (config_path == NULL || *config_path == '\0')
         return tp__cli_usage_error("%s", "--config needs a file");
+      continue;
+    }
+    if (strcmp(a, "--principal") == 0 || strncmp(a, "--principal=", 12) == 0 ||
+        strcmp(a, "--scopes") == 0 || strncmp(a, "--scopes=", 9) == 0) {
+      int is_p = a[3] == 'r';
+      size_t n = is_p ? 11 : 8;
+      const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
+      if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
+      if (is_p) principal = val;
+      else scopes = val;
       continue;
     }
     if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
@@ -486,7 +501,8 @@ int main (int argc, char **argv) {
     dirs[ndirs++] = tp_engine_config_tools(e, k);
   for (int k = 0; k < ntool_dirs; k++) dirs[ndirs++] = tool_dirs[k];
   if (workspace_max_set) tp_engine_set_workspace_max(e, workspace_max);
-  if (workspace && tp_engine_set_workspace(e, workspace) != TP_OK) {
+  if ((workspace && tp_engine_set_workspace(e, workspace) != TP_OK) ||
+      ((principal || scopes) && tp_engine_set_principal(e, principal, scopes) != TP_OK)) {
     tp_engine_destroy(e);
     fprintf(stderr, "tidepool: out of memory\n");
     return 1;

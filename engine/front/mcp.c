@@ -1533,17 +1533,55 @@ static void wdone (worker *w, req *q) {
 ** exposed tool), ok, the error's code, and the envelope's full calls record and stats.
 ** One write(2) of the whole line to a file opened O_APPEND, so the workers' lines never
 ** interleave. */
+/* The time of an audit line, "2026-11-23T01:02:03.456Z". */
+static void audit_time (char *when, size_t len) {
+  struct timespec ts;
+  struct tm tm;
+  when[0] = '\0';
+  clock_gettime(CLOCK_REALTIME, &ts);
+  if (gmtime_r(&ts.tv_sec, &tm))
+    snprintf(when, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+}
+
+/* Writes line (consumed) to the audit log as one write(2). */
+static void audit_line (worker *w, json_t *line) {
+  size_t n;
+  char *text = line ? tp_json_text(line, &n) : NULL;
+  if (text) {
+    text[n] = '\n';  /* tp_json_text's NUL: the buffer holds n + 1 bytes */
+    ssize_t wr = write(w->s->audit_fd, text, n + 1);
+    if (wr != (ssize_t)(n + 1)) wlog(w, L_WARNING, "--audit: could not write the audit log");
+  }
+  free(text);
+  json_decref(line);
+}
+
+/* One line of the audit log per decision of the config's policy (tp_engine_on_decision):
+** {"event": "decision", time, session, worker, run, seq, tool, principal, rule (null for
+** the default), effect, clause, args_sha256}. The arguments' values are never written. */
+static void audit_decision (tp_run *r, const tp_decision *d, void *ud) {
+  worker *w = ud;
+  const req *q = w->running;
+  while (q && q->run != r) q = q->wnext;
+  json_t *sid = q && q->sess_info ? json_object_get(q->sess_info, "id") : NULL;
+  char when[80];
+  audit_time(when, sizeof when);
+  json_t *line = json_pack("{s:s, s:s, s:O, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:s, s:s}",
+    "event", "decision", "time", when, "session", sid ? sid : json_null(),
+    "worker", (json_int_t)w->index, "run", (json_int_t)d->run, "seq", (json_int_t)d->seq,
+    "tool", d->tool, "principal", d->principal,
+    "rule", d->rule >= 0 ? json_integer(d->rule) : json_null(), "effect", d->effect,
+    "clause", d->clause, "args_sha256", d->args_sha256);
+  audit_line(w, line);
+}
+
 static void audit_write (worker *w, const req *q, const char *env, size_t len) {
   server *s = w->s;
   if (s->audit_fd < 0 || env == NULL) return;
   json_t *j = parse_envelope(env, len);
-  struct timespec ts;
-  struct tm tm;
-  char when[80] = "";
-  clock_gettime(CLOCK_REALTIME, &ts);
-  if (gmtime_r(&ts.tv_sec, &tm))
-    snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+  char when[80];
+  audit_time(when, sizeof when);
   json_t *sid = q->sess_info ? json_object_get(q->sess_info, "id") : NULL;
   json_t *err = json_object_get(j, "error");
   json_t *line = json_pack("{s:s, s:O, s:s, s:O}", "time", when, "session",
@@ -1554,15 +1592,7 @@ static void audit_write (worker *w, const req *q, const char *env, size_t len) {
   json_t *calls = json_object_get(j, "calls"), *stats = json_object_get(j, "stats");
   if (line) json_object_set(line, "calls", calls ? calls : json_array());
   if (line && stats) json_object_set(line, "stats", stats);
-  size_t n;
-  char *text = line ? tp_json_text(line, &n) : NULL;
-  if (text) {
-    text[n] = '\n';  /* tp_json_text's NUL: the buffer holds n + 1 bytes */
-    ssize_t wr = write(s->audit_fd, text, n + 1);
-    if (wr != (ssize_t)(n + 1)) wlog(w, L_WARNING, "--audit: could not write the audit log");
-  }
-  free(text);
-  json_decref(line);
+  audit_line(w, line);
   json_decref(j);
 }
 
@@ -1725,6 +1755,7 @@ static int worker_open (worker *w) {
     w->e = NULL;
     return -1;
   }
+  if (s->audit_fd >= 0) tp_engine_on_decision(w->e, audit_decision, w);
   w->loop = tp_engine_loop(w->e);
   if (mailbox_init(&w->mb, w->loop, worker_mail, w) != 0) {
     tp_engine_destroy(w->e);

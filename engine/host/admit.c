@@ -10,6 +10,7 @@
 
 #include "registry.h"
 #include "host.h"
+#include "policy.h"
 
 /* The policy's reason, as much of it as a message keeps. */
 #define REASON_MAX 512
@@ -136,7 +137,8 @@ static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int de
 ** and the nearest names; arguments that could not be read fail; then the policy, if the
 ** engine has one, allows, denies (tool.denied, with its reason) or holds the call
 ** (tp_call_decide ends the hold); an allowed call has its arguments checked against the
-** tool's input schema and is admitted. Without a policy this costs one pointer test.
+** tool's input schema and is admitted. The config's policy (policy.c) decides first, then
+** the embedding program's. Without a policy this costs two pointer tests.
 */
 static void on_call (void *ud, tp_call *c) {
   tp_engine *e = ud;
@@ -163,6 +165,7 @@ static void on_call (void *ud, tp_call *c) {
     long work = EMPTY_WORK;
     empty_arrays(c->args, t->input, t->input, 0, &work);
   }
+  if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
   if (e->policy != NULL) {
     char reason[REASON_MAX];
     reason[0] = '\0';

@@ -21,6 +21,7 @@
 
 #include "embedded.h"
 #include "engine.h"
+#include "policy.h"
 #include "schema.h"
 
 #define SCHEMA_FILE "engine/host/config.schema.json"
@@ -638,6 +639,12 @@ static int check_text (const char *json, size_t len, const char *base, json_t **
   if (json_is_object(json_object_get(cfg, "limits")))
     apply_limits(json_object_get(cfg, "limits"), &scratch, p);
   if (!p->oom && fix_paths(cfg, base, p) < 0) p->oom = 1;
+  if (!p->oom && p->n == 0 && json_object_get(cfg, "policy")) {
+    char perr[600];
+    int prc = tp__policy_check(json_object_get(cfg, "policy"), perr, sizeof perr);
+    if (prc == TP_ENOMEM) p->oom = 1;
+    else if (prc != TP_OK) add(p, "%s", perr);
+  }
   if (p->oom || p->n) {
     json_decref(cfg);
     return p->oom ? TP_ENOMEM : TP_EINVAL;
@@ -685,6 +692,11 @@ int tp_engine_configure_dir (tp_engine *e, const char *json, size_t len, const c
   int rc = check(json, len, dir, &cfg, &p);
   if (rc != TP_OK) return set_problems(e, &p, rc);
   free(p.buf);
+  rc = tp__policy_load(e, json_object_get(cfg, "policy"));
+  if (rc != TP_OK) {  /* the error says which rule, field and column */
+    json_decref(cfg);
+    return rc;
+  }
   json_decref(e->config);
   e->config = cfg;
   return TP_OK;

@@ -11,11 +11,12 @@
 
 #include "engine.h"
 #include "calls.h"
+#include "policy.h"
 
 static void idle_start(tp_engine *e);
 
 /* What the driver keeps for r, made at the first need; NULL when out of memory. */
-static tp__drv_run *drv_of (tp_run *r) {
+tp__drv_run *tp__driver_of (tp_run *r) {
   tp__drv_run *d = r->host_data;
   if (d == NULL) {
     if ((d = calloc(1, sizeof *d)) == NULL) return NULL;
@@ -52,7 +53,7 @@ void tp__driver_wait (tp_run *r) {
     }
     if (c->deadline_ns && (next == 0 || c->deadline_ns < next)) next = c->deadline_ns;
   }
-  tp__drv_run *d = drv_of(r);
+  tp__drv_run *d = tp__driver_of(r);
   uv_timer_t *timer = d ? drv_timer(d) : NULL;
   if (timer == NULL) {
     tp_run_cancel(r);
@@ -196,7 +197,7 @@ static void arm_deadline (tp_run *r) {
       next = c->deadline_ns;
   }
   if (next == 0) return;
-  tp__drv_run *d = drv_of(r);
+  tp__drv_run *d = tp__driver_of(r);
   if (d != NULL && next > now && next - now > FAR_NS && far_add(d, next) == 0) return;
   uv_timer_t *timer = d ? drv_timer(d) : NULL;
   if (timer == NULL) {
@@ -214,7 +215,7 @@ static void arm_deadline (tp_run *r) {
 ** the driver steps it at its turn. */
 int tp__driver_wake (void *ud, tp_run *r) {
   tp_engine *e = ud;
-  tp__drv_run *d = drv_of(r);
+  tp__drv_run *d = tp__driver_of(r);
   if (d == NULL) return TP_ENOMEM;
   far_remove(d);
   ready_push(d);
@@ -230,6 +231,7 @@ void tp__driver_run_gone (void *ud, tp_run *r) {
   ready_remove(d);
   far_remove(d);
   if (d->timer) uv_close((uv_handle_t *)d->timer, (uv_close_cb)free);
+  tp__policy_run_free(d->policy);
   free(d);
   r->host_data = NULL;
 }

@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "registry.h"
 #include "host.h"
+#include "policy.h"
 
 const char *tp_version (void) { return TP_VERSION; }
 void tp_free (void *p) { free(p); }
@@ -42,6 +43,7 @@ void tp_engine_destroy (tp_engine *e) {
   tp__engine_free_tools(e);
   tp__core_close(&e->core);
   tp__config_free(e);
+  tp__policy_free(e);
   free(e->workspace);
   free(e->error);
   free(e);

@@ -26,6 +26,7 @@ typedef struct tp__drv_run {
   struct tp__drv_run *far_prev, *far_next;     /* in the far list, when in_far */
   int in_far;
   uint64_t far_ns;         /* the deadline it waits for there */
+  void *policy;            /* what the policy keeps for the run (policy.c), or NULL */
 } tp__drv_run;
 
 struct tp_engine {
@@ -51,6 +52,7 @@ struct tp_engine {
   struct tp_http *http;    /* http.c's multi handle and requests, made on first use */
   tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */
   void *policy_ud;
+  struct tp__policy *pol;  /* the config's policy, principal, buckets (policy.c), or NULL */
 };
 
 void tp__engine_set_error(tp_engine *e, const char *fmt, ...)
@@ -69,5 +71,8 @@ void tp__driver_run_gone(void *ud, tp_run *r); /* tp__host_hooks.run_gone */
 void tp__driver_wait(tp_run *r);
 /* Closes the driver's handles and the loop (tp_engine_destroy). */
 void tp__driver_close(tp_engine *e);
+/* What the driver keeps for r (r->host_data), made at the first need; NULL when out of
+** memory. */
+tp__drv_run *tp__driver_of(tp_run *r);
 
 #endif

@@ -50,6 +50,7 @@ static void free_tool (tp_tool *t) {
   if (t == NULL) return;
   free(t->name);
   free(t->lua_api);
+  free(t->pol_rules);
   free(t->description);
   free(t->origin);
   json_decref(t->input);

@@ -27,6 +27,10 @@ typedef struct tp_tool {
   char *lua_api;                      /* its description as Lua annotations, made once
                                       ** (tp__tools_annotate) */
   int api_tried;
+  uint64_t pol_gen;                   /* the policy its rule list was made for (policy.c) */
+  uint32_t *pol_rules, pol_n, pol_nc; /* the indexes of the policy rules that match it,
+                                      ** then of those that count calls (policy.c) */
+  uint64_t pol_keys;                  /* the argument keys their conditions read */
 } tp_tool;
 
 const tp_tool *tp__tool_find(const tp_engine *e, const char *name);

@@ -544,6 +544,43 @@ typedef int (*tp_policy_fn)(tp_call *call, void *ud, char *reason, size_t len);
 TP_EXTERN int tp_engine_set_policy(tp_engine *e, tp_policy_fn fn, void *ud);
 TP_EXTERN int tp_call_decide(tp_call *call, int verdict, const char *reason);
 
+/* ---- the config's policy: who calls, and what was decided --------------------------
+** A config with a "policy" section (tp_engine_configure; README "Policy") decides on
+** every call of a registered tool before tp_engine_set_policy's fn and before the
+** arguments are checked: allowed, tool.denied (the message names the rule, its reason,
+** the clause that failed and the argument's value), or tool.rate_limited (the error
+** object has retry_after_ms). Rules may require scopes of the caller, and rate buckets
+** may be kept per principal: these say who the caller is.
+**
+** The principal (a name; NULL: none) and scopes (names separated by spaces or commas,
+** "payments:write github:read"; NULL: none) of e's runs, unless a run has its own. The
+** strings are copied. TP_OK, TP_EINVAL (NULL e), TP_ENOMEM. */
+TP_EXTERN int tp_engine_set_principal(tp_engine *e, const char *principal,
+                                      const char *scopes);
+/* The same for run r alone (call it before its first step). */
+TP_EXTERN int tp_run_set_principal(tp_run *r, const char *principal, const char *scopes);
+
+/* One decision of the config's policy, for an audit log. Its strings are valid during
+** the callback only. */
+typedef struct tp_decision {
+  uint64_t run;            /* the run's id, unique within the engine */
+  uint64_t seq;            /* the call's id within the run (tp_call_id) */
+  const char *tool;        /* "payments.send" */
+  const char *principal;   /* "" when the caller has none */
+  int rule;                /* the deciding rule's index in policy.rules; -1: the default */
+  const char *effect;      /* "allow", "deny", "ask" (denied: approvals are not available
+                           ** yet) or "rate_limited" */
+  const char *clause;      /* what decided: the where clause, "requires", "max_calls",
+                           ** "rate", or "" */
+  const char *args_sha256; /* SHA-256 (hex) of the arguments' JSON text in the engine's
+                           ** form (tp_json_text): never the values themselves */
+} tp_decision;
+typedef void (*tp_decision_cb)(tp_run *r, const tp_decision *d, void *ud);
+/* Tells cb about every decision the config's policy makes (none without a policy
+** section), on the run's thread, from inside a step: cb must not step, cancel or
+** destroy r nor call into e. NULL clears it. TP_OK, TP_EINVAL, TP_ENOMEM. */
+TP_EXTERN int tp_engine_on_decision(tp_engine *e, tp_decision_cb cb, void *ud);
+
 #ifdef __cplusplus
 }
 #endif

@@ -336,6 +336,37 @@ static void sc_c_tool (outcome *o) {
   tp_engine_destroy(e);
 }
 
+/* The config's policy: loading it (LPeg in a Lua state of its own), then calls through
+** conditions, a count, a bucket per principal, scopes and the decision callback. */
+static void on_decision (tp_run *r, const tp_decision *d, void *ud) {
+  (void)r; (void)d;
+  ++*(int *)ud;
+}
+
+static void sc_policy (outcome *o) {
+  static const char config[] = "{\"policy\":{\"rules\":[{\"tools\":\"t.*\",\"effect\":"
+    "\"allow\",\"where\":\"a <= 10 and (b in {2, 3} or not exists(c))\",\"max_calls\":5,"
+    "\"rate\":{\"capacity\":5,\"per_second\":1,\"key\":\"principal\"},\"requires\":"
+    "[\"math\"]},{\"tools\":\"**\",\"effect\":\"deny\",\"where\":\"b == 99\"}]}}";
+  static const char *const extra[] = { "tool.denied", NULL };
+  int told = 0;
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) return;
+  tp_tool_def def = { .name = "t.add", .description = "adds", .handler = add_tool };
+  /* TP_EINVAL from either when memory ran out: the schema compiler says "out of memory"
+  ** as a bad schema, and jansson's parser keeps a string cut short when its buffer cannot
+  ** grow (lex_save ignores the failure), so the policy may read a truncated condition */
+  int rc = tp_engine_add_tool(e, &def);
+  if (rc == TP_OK) rc = tp_engine_configure(e, config, sizeof config - 1);
+  if (rc == TP_OK) rc = tp_engine_set_principal(e, "alice", "math other");
+  if (rc == TP_OK) rc = tp_engine_on_decision(e, on_decision, &told);
+  if (rc == TP_OK)
+    run_and_check(o, e, "local r = tools.t.add{a = 2, b = 3} "
+                        "if r.sum == 5 then return tools.t.add{a = 50, b = 1} end",
+                  "!tool.denied", extra);
+  tp_engine_destroy(e);
+}
+
 static void sc_json (outcome *o) {
   tp_engine *e = tp_engine_create();
   if (e == NULL) return;
@@ -591,6 +622,7 @@ static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_a
 STEP_TEST(engine_create_and_destroy_fail_cleanly, sc_engine)
 STEP_TEST(a_run_returning_a_table_fails_cleanly, sc_table)
 STEP_TEST(a_c_tool_call_with_json_args_and_result_fails_cleanly, sc_c_tool)
+STEP_TEST(a_policy_loaded_and_applied_fails_cleanly, sc_policy)
 STEP_TEST(json_encode_and_decode_in_a_script_fail_cleanly, sc_json)
 STEP_TEST(a_tool_with_json_schemas_fails_cleanly, sc_schema)
 STEP_TEST(invalid_input_to_a_schema_tool_fails_cleanly, sc_schema_invalid)
@@ -665,6 +697,7 @@ int main (int argc, char **argv) {
   RUN(engine_create_and_destroy_fail_cleanly);
   RUN(a_run_returning_a_table_fails_cleanly);
   RUN(a_c_tool_call_with_json_args_and_result_fails_cleanly);
+  RUN(a_policy_loaded_and_applied_fails_cleanly);
   RUN(json_encode_and_decode_in_a_script_fail_cleanly);
   RUN(a_tool_with_json_schemas_fails_cleanly);
   RUN(invalid_input_to_a_schema_tool_fails_cleanly);

@@ -79,7 +79,7 @@ static const char good[] =
   " \"commands\": [{\"argv0\": \"git\", \"sub\": [\"status\", \"log\"], \"deny_flags\": [\"-c\"],\n"
   "               \"env\": {\"HOME\": \"env:HOME\"}, \"net\": false, \"timeout_ms\": 30000,\n"
   "               \"max_output\": 1048576}],\n"
-  " \"policy\": {\"anything\": [1, 2]}}\n";
+  " \"policy\": {\"default\": \"allow\", \"rules\": [{\"tools\": \"git.**\", \"effect\": \"deny\"}]}}\n";
 
 TEST(the_committed_schema_is_the_one_built_into_the_library) {
   const tp_embedded *em = tp__embedded_find("engine/host/config.schema.json");

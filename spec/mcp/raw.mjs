@@ -442,6 +442,39 @@ test('--audit FILE: one JSON line per run with time, session, tool, the full cal
   } finally { fs.rmSync(dir, { recursive: true, force: true }); }
 });
 
+test('--audit FILE with a policy: one line per decision (rule, effect, clause, a hash of the arguments, never their values)', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-audit-pol-'));
+  const file = path.join(dir, 'audit.jsonl'), config = path.join(dir, 'config.json');
+  fs.writeFileSync(config, JSON.stringify({ policy: { rules: [
+    { tools: 'test.echo', effect: 'allow', where: 'n <= 10', reason: 'small numbers only' }] } }));
+  try {
+    const t = server(['--audit', file, '--config', config]);
+    t.send(call('p1', 'tools.test.echo{n = 1} local ok, e = pcall(tools.test.echo, {n = 4242}) '
+      + 'local ok2, e2 = pcall(tools.test.sleep, {ms = 1}) return {e.code, e2.code}', { session: 'S' }));
+    const r = (await t.msg()).result;
+    eq(r.structuredContent.result, ['tool.denied', 'tool.denied'], 'the second and third calls are denied');
+    eq(await t.close(), 0, 'exit status');
+    const text = fs.readFileSync(file, 'utf8');
+    const lines = text.trim().split('\n').map((l) => JSON.parse(l));
+    assert(!lines.slice(0, 3).some((l) => JSON.stringify(l).includes('4242')),
+      'no argument value in the decision lines');
+    eq(lines.length, 4, 'three decisions and the run');
+    const d = lines.slice(0, 3).map((l) => [l.event, l.session, l.worker, l.run, l.seq, l.tool,
+      l.principal, l.rule, l.effect, l.clause]);
+    eq(d, [
+      ['decision', 'S', 0, 1, 1, 'test.echo', '', 0, 'allow', 'n <= 10'],
+      ['decision', 'S', 0, 1, 2, 'test.echo', '', 0, 'deny', 'n <= 10'],
+      ['decision', 'S', 0, 1, 3, 'test.sleep', '', null, 'deny', ''],
+    ], 'decisions');
+    // {"n":1} in the engine's JSON form
+    eq(lines[0].args_sha256, '2bfd14f43d17fc7cea24e0917a8879b4b2f880b8baeec1b9d90fbaad655e71bd',
+      'the SHA-256 of {"n":1}');
+    assert(/^[0-9a-f]{64}$/.test(lines[1].args_sha256) && lines[1].args_sha256 !== lines[0].args_sha256,
+      'another hash for other arguments');
+    eq([lines[3].tool, lines[3].ok], ['run_lua', true], 'the run line follows its decisions');
+  } finally { fs.rmSync(dir, { recursive: true, force: true }); }
+});
+
 test('--describe: run_lua lists the tools one line each past 8 tools (auto), in full with --describe full', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-desc-'));
   try {

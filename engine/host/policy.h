@@ -1,0 +1,43 @@
+/*
+** policy.h: the config file's "policy" section (policy.c): rules over tool names with
+** conditions on the arguments, call counts, rate buckets and scopes, compiled when the
+** config is loaded and applied to every call before its arguments are checked.
+*/
+#ifndef tidepool_policy_h
+#define tidepool_policy_h
+
+#include <stdint.h>
+#include <jansson.h>
+
+#include "engine.h"
+
+struct tp_tool;
+
+/* Compiles section (the config's "policy" value, or NULL when the config has none) and
+** makes it e's policy, replacing the one before (its counters and buckets start afresh).
+** TP_OK; TP_EINVAL with tp_engine_error saying which rule, field and column is wrong
+** ("policy.rules[3].where: column 14: expected a value after '<='"), e's policy left as
+** it was; TP_ENOMEM. */
+int tp__policy_load(tp_engine *e, const json_t *section);
+
+/* Compiles section as tp__policy_load does, for a check alone (tp_config_check): TP_OK,
+** or TP_EINVAL / TP_ENOMEM with err set to what tp__policy_load would say, without
+** "config: ". */
+int tp__policy_check(const json_t *section, char *err, size_t errlen);
+
+/* Decides on call c of tool t (admit.c, before its arguments are checked): 1 when it may
+** go on, 0 when c has been failed (tool.denied, tool.rate_limited). Without a policy
+** this is one pointer test. */
+int tp__policy_decide(tp_engine *e, tp_call *c, struct tp_tool *t);
+
+/* What the policy keeps for a run (tp__drv_run.policy), freed when the run goes. */
+void tp__policy_run_free(void *pr);
+
+/* Frees e's policy, principal and buckets (tp_engine_destroy). */
+void tp__policy_free(tp_engine *e);
+
+/* The clock of the rate buckets, in nanoseconds (CLOCK_MONOTONIC by default; NULL puts
+** it back): the C tests drive buckets with a fake clock instead of sleeping. */
+void tp__policy_set_clock(tp_engine *e, uint64_t (*now_ns)(void *ud), void *ud);
+
+#endif
