@@ -293,7 +293,9 @@ TP_EXTERN int tp_run_start(tp_run *r, tp_run_done_cb done, void *ud);
 ** call is checked or dispatched, so an unknown tool or one past a limit is told too) and
 ** once when it completes (done 1: it returned, failed, timed out or was cancelled), in
 ** that order for each call; tool is the name the script used (owned by the call, valid
-** during cb). For progress reports. cb runs on the
+** during cb). A Lua handler's own progress report (ctx.progress, e.g. an upstream MCP
+** server's progress) comes as done 2, with a text in place of tool ("tools.x.y: message
+** (3/10)"), between the two. For progress reports. cb runs on the
 ** run's thread from inside tp_run_step, tp_engine_poll or a completion, so it must not
 ** step, cancel or destroy r, nor call into its engine; it may record and send. One
 ** callback per run: a new one replaces the old; NULL clears it. NULL r is a no-op. */
