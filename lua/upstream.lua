@@ -344,7 +344,8 @@ local function register(srv, list)
   -- the Lua name of each new tool, and the collisions among all of them
   local taken = {}
   for _, info in pairs(srv.tools) do taken[info.lua] = info.raw end
-  local fresh, clash = {}, {}
+  local fresh, clash, pos = {}, {}, {}
+  for i, t in ipairs(list) do pos[t.name] = i end
   for _, t in ipairs(list) do
     srv.gone[t.name] = nil
     if not srv.tools[t.name] then
@@ -362,9 +363,11 @@ local function register(srv, list)
   for _, f in ipairs(fresh) do
     local other = clash[f.raw]
     if other then
-      problem("mcpServers.%s: tools \"%s\" and \"%s\" both become tools.%s.%s; give one "
-        .. "another name with \"rename\": {\"%s\": \"...\"}", srv.name, other, f.raw, srv.id,
-        f.lua, f.raw)
+      if (pos[other] or 0) < (pos[f.raw] or 0) then  -- once a pair, in the server's order
+        problem("mcpServers.%s: tools \"%s\" and \"%s\" both become tools.%s.%s; give one "
+          .. "another name with \"rename\": {\"%s\": \"...\"}", srv.name, other, f.raw, srv.id,
+          f.lua, f.raw)
+      end
     else
       local def = f.def
       local info = { raw = f.raw, lua = f.lua }
