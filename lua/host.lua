@@ -275,6 +275,27 @@ local function make_ctx(rec)
     return wait(rec, "ctx.await", start)
   end
 
+  -- An HTTP request under the config's egress policy (engine/host/http.c): waits for the
+  -- answer and returns {status, headers, body, truncated, url}, or raises {code, message}
+  -- (tool.failed, tool.timeout, tool.denied) so the call fails with that code. The request
+  -- is cancelled when the call ends first.
+  local HTTP_OPTS = { "method", "url", "headers", "body", "timeout_ms", "max_bytes" }
+  function fns.http(opts)
+    if type(opts) ~= "table" then
+      error("ctx.http: expects a table {method = \"GET\", url = \"https://...\", ...}", 2)
+    end
+    local o = {}
+    for _, k in ipairs(HTTP_OPTS) do o[k] = rawget(opts, k) end
+    local req
+    local res, err = wait(rec, "ctx.http", function(resume)
+      req = require("tidepool.http").request(o, resume)
+      rec.handles[req] = true
+    end)
+    rec.handles[req] = nil
+    if res == nil then error(err, 0) end
+    return res
+  end
+
   -- A luv handle to close when the call ends (completed, failed, timed out, cancelled).
   function fns.track(h)
     E_claim(rec.box)
@@ -430,13 +451,14 @@ end
 -- The engine's config (tp_engine_configure) as plugins see it at load: a table whose
 -- fields are the sections that have been given (mcpServers, http, commands, ...), each
 -- decoded from JSON (json.null for a null), read fresh for each load.
+local json = require("json")  -- host.c's, also the global plugins use
 local CONFIG_SECTIONS = { "limits", "tools", "workspace", "mcpServers", "http", "commands",
                           "policy" }
 function M.config()
   local cfg = {}
   for _, name in ipairs(CONFIG_SECTIONS) do
     local text = E.config(name)
-    if text then cfg[name] = require("json").decode(text) end
+    if text then cfg[name] = json.decode(text) end
   end
   return cfg
 end

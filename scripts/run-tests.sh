@@ -10,6 +10,7 @@
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
+#   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   lint           luacheck over the Lua sources (examples/ included)
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
 #                  error), one counted test, when valgrind is installed; about a minute
@@ -108,7 +109,7 @@ run_node() {  # $1 label, $2 script
   add_counts "$1"
 }
 if ! command -v node >/dev/null 2>&1; then
-  echo "mcp: node is not installed: 3 suites not run"; failed=$((failed + 3))
+  echo "mcp, upstream, http: node is not installed: 4 suites not run"; failed=$((failed + 4))
 else
   # every package of spec/mcp/package.json (the SDK, and the servers spec/upstream runs)
   missing=0
@@ -128,6 +129,8 @@ else
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
+  # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
+  run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
 fi
 
 if command -v luacheck >/dev/null 2>&1; then
