@@ -309,7 +309,8 @@ local function make_ctx(rec)
   function fns.progress(message, progress, total)
     local tool = E_field(rec.box, "tool")
     if tool == nil then return end  -- the call is over
-    local text = "tools." .. tool .. ": " .. tostring(message or "")
+    local text = "tools." .. tool
+    if message ~= nil and message ~= "" then text = text .. ": " .. tostring(message) end
     if type(progress) == "number" then
       text = text .. (type(total) == "number" and (" (%g/%g)"):format(progress, total)
                       or (" (%g)"):format(progress))

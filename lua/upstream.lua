@@ -89,11 +89,14 @@ end
 
 -- ---- JSON-RPC over the transport -------------------------------------------------------
 
+local on_message, http_post  -- forward
+
 local function send(srv, msg)
-  if not srv.stdin or srv.stdin:is_closing() then return false end
   msg.jsonrpc = "2.0"
   local ok, line = pcall(json.encode, msg)
   if not ok then return false end
+  if srv.url then return http_post(srv, msg, line) end
+  if not srv.stdin or srv.stdin:is_closing() then return false end
   srv.stdin:write(line .. "\n")
   return true
 end
@@ -120,6 +123,7 @@ local function request(srv, method, params, cb, timeout_ms)
     p.timer = new_timer(timeout_ms, function()
       if srv.pending[id] == p then
         srv.pending[id] = nil
+        if p.http then p.http:cancel() end
         cb(nil, { message = ("%s: no answer within %d ms"):format(method, timeout_ms),
                   timeout = true })
       end
@@ -138,11 +142,19 @@ local function fail_pending(srv, why)
   srv.pending = {}
   for _, p in pairs(pend) do
     close(p.timer)
+    if p.http then p.http:cancel() end
     p.cb(nil, { message = why, gone = true })
   end
 end
 
-local on_message  -- forward
+-- Ends request id with an error of the transport's (HTTP): err = {message, gone}.
+local function fail_one(srv, id, err)
+  local p = id ~= nil and srv.pending[id]
+  if not p then return end
+  srv.pending[id] = nil
+  close(p.timer)
+  p.cb(nil, err)
+end
 
 local function on_line(srv, line)
   if line:match("^%s*$") then return end
@@ -186,6 +198,111 @@ local function on_stderr(srv, chunk)
     io.stderr:write("[", srv.name, "] ", srv.errbuf, "\n")
     srv.errbuf = ""
   end
+end
+
+-- ---- Streamable HTTP ({url, headers}) --------------------------------------------------
+-- Each message is a POST (trusted: the config names the endpoint, so the http section's
+-- egress policy does not apply); the answer is JSON (one message or a batch) or an SSE
+-- stream of messages (progress, then the response), told apart by its first byte. The
+-- Mcp-Session-Id the server gives is sent back; a 404 with a session means it expired:
+-- the server is handshaken again at the next call. Messages the server would send on a
+-- GET stream of its own (list_changed outside a request) are not listened for.
+
+local function sse_feed(srv, st, chunk)
+  st.buf = st.buf .. chunk
+  while true do
+    local nl = st.buf:find("\n", 1, true)
+    if not nl then break end
+    local line = st.buf:sub(1, nl - 1):gsub("\r$", "")
+    st.buf = st.buf:sub(nl + 1)
+    if line == "" then
+      if #st.data > 0 then on_line(srv, table.concat(st.data, "\n")) end
+      st.data = {}
+    elseif line:sub(1, 5) == "data:" then
+      st.data[#st.data + 1] = line:sub(6):gsub("^ ", "")
+    end
+  end
+  if #st.buf > LINE_MAX then st.buf = "" end
+end
+
+function http_post(srv, msg, body)
+  local cfg = srv.cfg
+  local headers = { ["Content-Type"] = "application/json",
+                    ["Accept"] = "application/json, text/event-stream" }
+  if type(cfg.headers) == "table" then
+    for k, v in pairs(cfg.headers) do
+      if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
+        headers[k] = tostring(v)
+      end
+    end
+  end
+  if srv.session then headers["Mcp-Session-Id"] = srv.session end
+  if srv.era == "modern" then headers["MCP-Protocol-Version"] = MODERN
+  elseif srv.version then headers["MCP-Protocol-Version"] = srv.version end
+  local id = msg.method ~= nil and msg.id or nil  -- the request this POST carries
+  local st = { mode = nil, buf = "", data = {}, json = {} }
+  -- initialize's answer waits for the end of its POST: its headers carry the session
+  local held = msg.method == "initialize" and {} or nil
+  local function on_data(chunk)
+    if held then held[#held + 1] = chunk; return end
+    if st.mode == nil then
+      local c = chunk:match("^%s*(.)")
+      if not c then return end
+      st.mode = (c == "{" or c == "[") and "json" or "sse"
+    end
+    if st.mode == "sse" then sse_feed(srv, st, chunk)
+    else
+      st.json[#st.json + 1] = chunk
+      st.size = (st.size or 0) + #chunk
+      if st.size > LINE_MAX then st.json = {} end
+    end
+  end
+  local req
+  local ok, made = pcall(require("tidepool.http").request, {
+    method = "POST", url = srv.url, headers = headers, body = body, trusted = true,
+    timeout_ms = id and 0 or 10000, on_data = on_data,
+  }, function(res, err)
+    if req then srv.posts[req] = nil end
+    if id and srv.pending[id] then srv.pending[id].http = nil end
+    if not res then
+      return fail_one(srv, id, { gone = true, message = ("cannot reach the MCP server %s at "
+        .. "%s: %s"):format(srv.name, srv.url, tostring(err and err.message)) })
+    end
+    local sid = res.headers and res.headers["mcp-session-id"]
+    if type(sid) == "string" and sid ~= "" then srv.session = sid end
+    if held then
+      local chunks = held
+      held = nil
+      for _, c in ipairs(chunks) do on_data(c) end
+    end
+    if st.mode == "json" then
+      local text = table.concat(st.json)
+      local dok, v = pcall(json.decode, text)
+      if dok and type(v) == "table" then
+        if v[1] ~= nil then
+          for _, m in ipairs(v) do if type(m) == "table" then on_message(srv, m) end end
+        else
+          on_message(srv, v)
+        end
+      end
+    elseif st.mode == "sse" then
+      sse_feed(srv, st, "\n\n")
+    end
+    if res.status == 404 and srv.session and msg.method ~= "initialize" then
+      srv.session = nil  -- expired: a new handshake at the next call
+      srv.state, srv.restart_at, srv.down_why = "down", 0, "its session expired"
+    end
+    if id and srv.pending[id] then  -- no answer to it in the body
+      fail_one(srv, id, { gone = res.status == 404 or res.status >= 500,
+        message = ("the MCP server %s answered HTTP %d to %s without a JSON-RPC "
+          .. "response"):format(srv.name, res.status, msg.method) })
+    end
+  end)
+  if not ok then return false end
+  req = made
+  if id and srv.pending[id] then srv.pending[id].http = req end
+  srv.posts[req] = true
+  return true
 end
 
 -- ---- tools -----------------------------------------------------------------------------
@@ -275,6 +392,7 @@ local function call_tool(srv, info, args, ctx)
     if p then close(p.timer) end
     if id and srv.pending[id] == p and not settled then
       srv.pending[id] = nil
+      if p.http then p.http:cancel() end
       send(srv, { method = "notifications/cancelled",
                   params = meta_params(srv, { requestId = id, reason = "the caller's call "
                                               .. "ended (time limit, or its run ended)" }) })
@@ -297,6 +415,7 @@ local function call_tool(srv, info, args, ctx)
       p.timer = new_timer(ms, function()
         if srv.pending[id] ~= p then return end
         srv.pending[id] = nil
+        if p.http then p.http:cancel() end
         srv.progress[id] = nil
         send(srv, { method = "notifications/cancelled",
                     params = meta_params(srv, { requestId = id, reason = "timed out" }) })
@@ -309,8 +428,8 @@ local function call_tool(srv, info, args, ctx)
     srv.progress[token] = function(params)
       local left = hard_at - now()
       if left > 0 then arm(math.min(timeout, left)) end
-      ctx.progress(params.message or ("tools/call " .. info.raw), params.progress,
-                   params.total)
+      ctx.progress(type(params.message) == "string" and params.message or nil,
+                   params.progress, params.total)
     end
     srv.progress[id] = token  -- so the guard and the end of the call let the token go
   end)
@@ -637,6 +756,10 @@ function start_server(srv)
   srv.state = "starting"
   srv.buf, srv.errbuf = "", ""
   srv.era = nil
+  if srv.url then
+    srv.session, srv.version = nil, nil
+    return handshake(srv)
+  end
   local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
   local env = {}
   local base = uv.os_environ()
@@ -700,10 +823,11 @@ function M.start(section)
     if type(cfg) ~= "table" then
       problem("mcpServers.%s: expected an object {\"command\": ..., \"args\": [...]}", name)
     elseif cfg.disabled == true then  -- luacheck: ignore 542
-    elseif cfg.url ~= nil and cfg.command == nil then
-      problem("mcpServers.%s: Streamable HTTP servers (\"url\") are not supported by this "
-        .. "build yet", name)
-    elseif type(cfg.command) ~= "string" or cfg.command == "" then
+    elseif cfg.command == nil and (type(cfg.url) ~= "string"
+                                   or not cfg.url:match("^[hH][tT][tT][pP][sS]?://.")) then
+      problem("mcpServers.%s: \"url\" must be an http:// or https:// URL (or give a "
+        .. "\"command\")", name)
+    elseif cfg.command ~= nil and (type(cfg.command) ~= "string" or cfg.command == "") then
       problem("mcpServers.%s: \"command\" must be a non-empty string", name)
     else
       local id = identifier(name)
@@ -727,6 +851,7 @@ function M.start(section)
           timeout_ms = tmo and tmo > 0 and tmo or TIMEOUT_MS,
           state = "idle", next_id = 0, pending = {}, progress = {}, waiters = {},
           tools = {}, gone = {}, fails = 0, restart_at = 0, listed = false,
+          url = cfg.command == nil and cfg.url or nil, posts = setmetatable({}, { __mode = "k" }),
         }
         servers[#servers + 1] = srv
         by_id[id] = srv
@@ -758,6 +883,7 @@ function M.stop()
     close(srv.restart_timer)
     fail_pending(srv, ("the MCP server %s is stopping"):format(srv.name))
     set_ready(srv, false, "tidepool is stopping")
+    for req in pairs(srv.posts) do req:cancel() end
     if srv.proc then
       srv.state = "stopping"
       if srv.stdin then srv.stdin:shutdown(function() close(srv.stdin) end) end

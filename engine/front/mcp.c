@@ -1508,7 +1508,10 @@ static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   req *q = ud;
   if (q->wcancelled || q->token == NULL) return;
   char text[200];
-  snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
+  if (done == 2)  /* a handler's own progress (ctx.progress): the text is all said */
+    snprintf(text, sizeof text, "%.190s", tool ? tool : "?");
+  else
+    snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
   wsend(q->w, notification("notifications/progress",
         json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
                   (json_int_t)++q->progress, "message", text)));

@@ -5,6 +5,7 @@
 // those do not reach (names, pages, list_changed, progress, cancellation, dying, eras).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { test, run, assert, eq, sleep, root, tidepool } from '../mcp/harness.mjs';
@@ -370,6 +371,80 @@ test('a server that cannot start: a warning, and the run goes on without it', as
   eq(okResult(r), 'still here');
   assert(/mcpServers\.gone: cannot start ".*no-such-program": ENOENT/.test(r.err), r.err);
 }, 20000);
+
+// ---- Streamable HTTP ---------------------------------------------------------------------
+
+function freePort() {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
+  });
+}
+
+// server-everything's Streamable HTTP transport on 127.0.0.1; resolves {url, stop}.
+async function everythingHttp() {
+  const port = await freePort();
+  const child = spawn('node', [path.join(mods, 'server-everything', 'dist', 'index.js'), 'streamableHttp'],
+                      { env: { ...process.env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  await new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`server-everything did not listen: ${out}`)), 15000);
+    const look = (d) => { out += d; if (/listening on port/.test(out)) { clearTimeout(t); resolve(); } };
+    child.stdout.on('data', look);
+    child.stderr.on('data', look);
+  });
+  return { url: `http://127.0.0.1:${port}/mcp`, stop: () => child.kill('SIGTERM') };
+}
+
+test('Streamable HTTP (server-everything): session kept, JSON and SSE answers, progress', async () => {
+  const ev = await everythingHttp();
+  try {
+    const cfg = configFile({ web: { url: ev.url, headers: { 'X-Test': 'yes' } } });
+    const r = await runLua(cfg, `
+      return {
+        sum = tools.web.get_sum{a = 20, b = 22},
+        weather = tools.web.get_structured_content{location = "Chicago"},
+        long = tools.web.trigger_long_running_operation{duration = 1, steps = 2},
+      }`);
+    const res = okResult(r);
+    eq(res.sum, 'The sum of 20 and 22 is 42.');
+    eq(Object.keys(res.weather).sort(), ['conditions', 'humidity', 'temperature']);
+    eq(res.long, 'Long running operation completed. Duration: 1 seconds, Steps: 2.');
+  } finally { ev.stop(); }
+}, 40000);
+
+test('Streamable HTTP: nothing listening is a warning naming the URL', async () => {
+  const port = await freePort();
+  const d = fresh('nohttp');
+  const cfg = configFile({ web: { url: `http://127.0.0.1:${port}/mcp` }, edge: edgeServer(d) });
+  const r = await runLua(cfg, 'return tools.edge.echo{text = "ok"}');
+  eq(okResult(r), 'ok');
+  assert(new RegExp(`mcpServers\\.web: initialize failed: cannot reach the MCP server web at http://127\\.0\\.0\\.1:${port}/mcp`).test(r.err), r.err);
+}, 30000);
+
+// ---- through tidepool mcp -------------------------------------------------------------
+
+test('tidepool mcp: an upstream server\'s progress reaches our own client as notifications/progress', async () => {
+  const d = fresh('mcp');
+  const cfg = configFile({ edge: edgeServer(d) });
+  const child = spawn(tidepool, ['mcp', '--no-builtin-tools', '--workers', '1', '--config', cfg],
+                      { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (x) => { out += x; });
+  const sendLine = (m) => child.stdin.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
+  sendLine({ id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+  sendLine({ method: 'notifications/initialized' });
+  sendLine({ id: 2, method: 'tools/call', params: { name: 'run_lua', _meta: { progressToken: 'tok' },
+             arguments: { code: 'return tools.edge.slow{ms = 350, progress = true}' } } });
+  const end = Date.now() + 15000;
+  while (!/"id":2/.test(out) && Date.now() < end) await sleep(50);
+  child.stdin.end();
+  const msgs = out.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  const progress = msgs.filter((m) => m.method === 'notifications/progress').map((m) => m.params.message);
+  assert(progress.includes('tools.edge.slow: at 100 (100/350)'), JSON.stringify(progress));
+  const done = msgs.find((m) => m.id === 2);
+  eq(done.result.structuredContent.result, 'slept 350');
+}, 30000);
 
 await run();
 fs.rmSync(tmp, { recursive: true, force: true });
