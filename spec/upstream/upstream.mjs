@@ -348,6 +348,45 @@ test('a server killed mid-run: tool.unavailable while it is down, then it restar
   assert(!alive(res.second), 'the restarted server outlived tidepool');
 }, 40000);
 
+test('an eager server restarts by itself after its backoff; a lazy one waits for a call', async () => {
+  const d = fresh('eager');
+  const cfg = configFile({ edge: { ...edgeServer(d), eager: true } });
+  let killedAt = 0, restartedAt = 0, first = 0;
+  const r = await runLua(cfg, `
+    local p1 = tools.edge.pid{}.pid
+    tools.time.sleep{ms = 3000}
+    return {p1, tools.edge.pid{}.pid}`, ['--tools', path.join(root, 'tools'), '--timeout', '20s'], async () => {
+    const pidFile = path.join(d, 'pid');
+    assert(await waitFor(pidFile, 10000), 'no pid file');
+    await sleep(300);
+    first = Number(fs.readFileSync(pidFile, 'utf8'));
+    process.kill(first, 'SIGKILL');
+    killedAt = Date.now();
+    while (Date.now() - killedAt < 5000) {
+      if (Number(fs.readFileSync(pidFile, 'utf8')) !== first) { restartedAt = Date.now(); break; }
+      await sleep(20);
+    }
+  });
+  const [p1, p2] = okResult(r);
+  eq(p1, first);
+  assert(p2 !== p1, `the same pid ${p1} after the kill`);
+  assert(restartedAt && restartedAt - killedAt < 2500, `restarted ${restartedAt - killedAt} ms after the kill`);
+  assert(/^\[edge\] the server stopped \(it exited with code 0, signal 9\); it restarts in 500 ms$/m.test(r.err), r.err);
+}, 30000);
+
+test('"disabled": true skips a server; two names that map to one Lua name are an error', async () => {
+  const d = fresh('disabled');
+  const cfg = configFile({ off: { ...edgeServer(d), disabled: true }, 'a-b': edgeServer(fresh('ab')),
+                           a_b: edgeServer(fresh('ab2')) });
+  const r = await runLua(cfg, `
+    local n = 0
+    for _, name in ipairs(tools.list()) do if name:match("^off%.") then n = n + 1 end end
+    return {n, tools.a_b.echo{text = "one"}}`);
+  eq(okResult(r), [0, 'one']);
+  assert(!fs.existsSync(path.join(d, 'pid')), 'the disabled server was started');
+  assert(/mcpServers: servers "a-b" and "a_b" both become tools\.a_b; rename one of them in the config/.test(r.err), r.err);
+}, 20000);
+
 test('stderr lines are prefixed with the server\'s name; servers are gone when tidepool exits', async () => {
   const d = fresh('stderr');
   const r = await runLua(configFile({ edge: edgeServer(d) }), 'return tools.edge.pid{}.pid');
