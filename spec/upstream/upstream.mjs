@@ -463,7 +463,7 @@ test('Streamable HTTP: nothing listening is a warning naming the URL', async () 
 
 // ---- through tidepool mcp -------------------------------------------------------------
 
-test('tidepool mcp: an upstream server\'s progress reaches our own client as notifications/progress', async () => {
+test('tidepool mcp: run_lua\'s description lists the upstream tools; their progress reaches our client as notifications/progress', async () => {
   const d = fresh('mcp');
   const cfg = configFile({ edge: edgeServer(d) });
   const child = spawn(tidepool, ['mcp', '--no-builtin-tools', '--workers', '1', '--config', cfg],
@@ -473,14 +473,17 @@ test('tidepool mcp: an upstream server\'s progress reaches our own client as not
   const sendLine = (m) => child.stdin.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
   sendLine({ id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
   sendLine({ method: 'notifications/initialized' });
+  sendLine({ id: 3, method: 'tools/list' });
   sendLine({ id: 2, method: 'tools/call', params: { name: 'run_lua', _meta: { progressToken: 'tok' },
              arguments: { code: 'return tools.edge.slow{ms = 350, progress = true}' } } });
   const end = Date.now() + 15000;
-  while (!/"id":2/.test(out) && Date.now() < end) await sleep(50);
+  while (!(/"id":2/.test(out) && /"id":3/.test(out)) && Date.now() < end) await sleep(50);
   child.stdin.end();
   const msgs = out.split('\n').filter(Boolean).map((l) => JSON.parse(l));
   const progress = msgs.filter((m) => m.method === 'notifications/progress').map((m) => m.params.message);
   assert(progress.includes('tools.edge.slow: at 100 (100/350)'), JSON.stringify(progress));
+  const runLuaTool = msgs.find((m) => m.id === 3).result.tools.find((t) => t.name === 'run_lua');
+  assert(/edge\.slow\{ms, \.\.\.\}/.test(runLuaTool.description), runLuaTool.description);
   const done = msgs.find((m) => m.id === 2);
   eq(done.result.structuredContent.result, 'slept 350');
 }, 30000);
