@@ -483,7 +483,7 @@ test('tidepool mcp: run_lua\'s description lists the upstream tools; their progr
   const progress = msgs.filter((m) => m.method === 'notifications/progress').map((m) => m.params.message);
   assert(progress.includes('tools.edge.slow: at 100 (100/350)'), JSON.stringify(progress));
   const runLuaTool = msgs.find((m) => m.id === 3).result.tools.find((t) => t.name === 'run_lua');
-  assert(/edge\.slow\{ms, \.\.\.\}/.test(runLuaTool.description), runLuaTool.description);
+  assert(/^edge\.slow\{ms: integer, progress\?: boolean\} -- Answers after ms/m.test(runLuaTool.description), runLuaTool.description);
   const done = msgs.find((m) => m.id === 2);
   eq(done.result.structuredContent.result, 'slept 350');
 }, 30000);
