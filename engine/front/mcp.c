@@ -1649,6 +1649,8 @@ static void load_dir (worker *w, const char *dir, int quiet_if_empty) {
 /* Loads the plugin directories and tells the protocol thread (M_READY). */
 static void worker_load (worker *w) {
   server *s = w->s;
+  load_ctx lc = { w, "mcpServers" };  /* each worker's engine has the servers of its own */
+  tp_engine_start_servers(w->e, w->index == 0 ? load_problem : NULL, &lc);
   if (s->builtin_dir) load_dir(w, s->builtin_dir, 1);
   for (size_t i = 0; i < s->o.ndirs; i++) load_dir(w, s->o.dirs[i], 0);
   free(w->desc);

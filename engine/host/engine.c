@@ -161,6 +161,11 @@ int tp_engine_unload_tools (tp_engine *e) {
   return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
+int tp_engine_start_servers (tp_engine *e, tp_problem_cb problem, void *ud) {
+  if (e == NULL) return TP_EINVAL;
+  return tp__host_upstream(e, problem, ud);
+}
+
 size_t tp_engine_tool_count (const tp_engine *e) { return e ? e->ntools : 0; }
 
 int tp_engine_tool_info (const tp_engine *e, size_t i, tp_tool_info *info) {

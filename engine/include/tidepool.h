@@ -407,6 +407,14 @@ TP_EXTERN int tp_engine_tool_schema(const tp_engine *e, size_t i, int output, ch
 */
 TP_EXTERN int tp_engine_configure(tp_engine *e, const char *json, size_t len);
 
+/* Starts the upstream MCP servers of e's config (mcpServers; once) and waits until each
+** has listed its tools, now tools.<server>.<tool>, or failed; problem (may be NULL) gets
+** each server or tool refused, as tp_engine_load_tools_cb's does. tp_engine_load_tools,
+** tp_engine_describe and tp_engine_run start them when they were not started; call this
+** before tp_run_create/tp_run_start when none of those came first. It runs e's loop, so
+** never from inside one of its callbacks. TP_OK (also when there is nothing to start). */
+TP_EXTERN int tp_engine_start_servers(tp_engine *e, tp_problem_cb problem, void *ud);
+
 /* Confines the fs.* built-in tools to this directory (and offers them). */
 TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);
 

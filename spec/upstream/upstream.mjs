@@ -175,7 +175,8 @@ test('a collision is an error naming both tools; --strict exits 3; rename settle
   const r = await runLua(cfg, 'return tools.edge.x_y{}');
   assert(/mcpServers\.edge: tools "x-y" and "x\.y" both become tools\.edge\.x_y; give one another name with "rename"/.test(r.err), r.err);
   eq(r.env.error.code, 'tool.unknown');
-  const strict = await tp(['run', '--strict', '--config', cfg, '-'], 'return tools.edge.echo{text = "x"}');
+  const strict = await tp(['run', '--strict', '--no-builtin-tools', '--config', cfg, '-'],
+                          'return tools.edge.echo{text = "x"}');
   eq(strict.code, 3, strict.err);
   const renamed = configFile({ edge: { ...edgeServer(d, '--collide'), rename: { 'x.y': 'x_dot_y' } } });
   const ok = await runLua(renamed, 'return {tools.edge.x_y{}, tools.edge.x_dot_y{}, tools.edge["x.y"]{}}');
@@ -483,9 +484,30 @@ test('tidepool mcp: run_lua\'s description lists the upstream tools; their progr
   const progress = msgs.filter((m) => m.method === 'notifications/progress').map((m) => m.params.message);
   assert(progress.includes('tools.edge.slow: at 100 (100/350)'), JSON.stringify(progress));
   const runLuaTool = msgs.find((m) => m.id === 3).result.tools.find((t) => t.name === 'run_lua');
-  assert(/^edge\.slow\{ms: integer, progress\?: boolean\} -- Answers after ms/m.test(runLuaTool.description), runLuaTool.description);
+  assert(/^edge\.slow\{ms, \.\.\.\}$/m.test(runLuaTool.description), runLuaTool.description);  // compact: 11 tools
   const done = msgs.find((m) => m.id === 2);
   eq(done.result.structuredContent.result, 'slept 350');
+}, 30000);
+
+test('tidepool mcp --workers 2: each worker\'s engine has the servers (a process each)', async () => {
+  const d = fresh('workers');
+  const cfg = configFile({ edge: edgeServer(d) });
+  const child = spawn(tidepool, ['mcp', '--no-builtin-tools', '--workers', '2', '--config', cfg],
+                      { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (x) => { out += x; });
+  const sendLine = (m) => child.stdin.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
+  sendLine({ id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+  sendLine({ method: 'notifications/initialized' });
+  const code = 'tools.edge.slow{ms = 400} return tools.edge.pid{}.pid';
+  sendLine({ id: 2, method: 'tools/call', params: { name: 'run_lua', arguments: { code } } });
+  sendLine({ id: 3, method: 'tools/call', params: { name: 'run_lua', arguments: { code } } });
+  const end = Date.now() + 15000;
+  while (!(/"id":2/.test(out) && /"id":3/.test(out)) && Date.now() < end) await sleep(50);
+  child.stdin.end();
+  const msgs = out.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  const pids = [2, 3].map((id) => msgs.find((m) => m.id === id).result.structuredContent.result);
+  assert(Number.isInteger(pids[0]) && Number.isInteger(pids[1]) && pids[0] !== pids[1], JSON.stringify(pids));
 }, 30000);
 
 await run();
