@@ -420,14 +420,22 @@ local function call_tool(srv, info, args, ctx)
         send(srv, { method = "notifications/cancelled",
                     params = meta_params(srv, { requestId = id, reason = "timed out" }) })
         settled = true
-        done(nil, { timeout = true, message = ("the MCP server %s did not answer within %d "
-          .. "ms, nor report progress"):format(srv.name, timeout) })
+        local msg
+        if now() >= hard_at then
+          msg = ("the MCP server %s did not answer within %d ms, the most its progress "
+            .. "reports may extend the call to (%d times its timeout_ms of %d)")
+            :format(srv.name, timeout * HARD_FACTOR, HARD_FACTOR, timeout)
+        else
+          msg = ("the MCP server %s did not answer within %d ms, nor report progress")
+            :format(srv.name, timeout)
+        end
+        done(nil, { timeout = true, message = msg })
       end)
     end
     arm(timeout)
     srv.progress[token] = function(params)
       local left = hard_at - now()
-      if left > 0 then arm(math.min(timeout, left)) end
+      if left > 0 then arm(math.min(timeout, left + 1)) end
       ctx.progress(type(params.message) == "string" and params.message or nil,
                    params.progress, params.total)
     end
@@ -505,7 +513,7 @@ local function register(srv, list)
       else
         added_ok, why = E.add_tool({
           name = srv.id .. "." .. f.lua, description = desc, input = in_text,
-          output = out_text, timeout_ms = srv.timeout_ms * HARD_FACTOR,
+          output = out_text, timeout_ms = srv.timeout_ms * HARD_FACTOR + 1000,  -- a backstop
           origin = "mcp server " .. srv.name, upstream = true,
           alias = f.lua ~= f.raw and (srv.id .. "." .. f.raw) or nil,
           handler = function(args, ctx) return call_tool(srv, info, args, ctx) end,

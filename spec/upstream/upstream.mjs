@@ -311,6 +311,20 @@ test('progress extends a call past its timeout_ms; without progress it times out
   eq(lines(d, 'cancelled'), ['5']);  // ids: server/discover 1, initialize 2, tools/list 3, slow 4 and 5
 }, 30000);
 
+test('progress extends a call only up to 4 times its timeout_ms', async () => {
+  const d = fresh('hardcap');
+  const cfg = configFile({ edge: { ...edgeServer(d), timeout_ms: 250 } });
+  const r = await runLua(cfg, `
+    local ok, e = pcall(tools.edge.slow, {ms = 3000, progress = true})
+    return {ok = ok, code = e.code, message = e.message}`);
+  const res = okResult(r);
+  eq([res.ok, res.code], [false, 'tool.timeout']);
+  assert(/did not answer within 1000 ms, the most its progress reports may extend the call to \(4 times its timeout_ms of 250\)/.test(res.message), res.message);
+  const ms = r.env.calls[0].ms;
+  assert(ms >= 990 && ms < 2500, `the call took ${ms} ms`);
+  eq(lines(d, 'cancelled'), ['4']);
+}, 20000);
+
 test('a run that ends while a call waits cancels it upstream', async () => {
   const d = fresh('cancel');
   const r = await runLua(configFile({ edge: edgeServer(d) }), 'return tools.edge.slow{ms = 5000}', ['--timeout', '1s']);
