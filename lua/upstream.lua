@@ -290,6 +290,7 @@ function http_post(srv, msg, body)
     end
     if res.status == 404 and srv.session and msg.method ~= "initialize" then
       srv.session = nil  -- expired: a new handshake at the next call
+      if srv.listen_req then srv.listen_req:cancel(); srv.listen_req = nil end
       srv.state, srv.restart_at, srv.down_why = "down", 0, "its session expired"
     end
     if id and srv.pending[id] then  -- no answer to it in the body
@@ -303,6 +304,39 @@ function http_post(srv, msg, body)
   if id and srv.pending[id] then srv.pending[id].http = req end
   srv.posts[req] = true
   return true
+end
+
+-- The GET stream a stateful server (one that gave a session) sends its own notifications
+-- on (list_changed); opened once the server is ready, again a second after it ends while
+-- the server is ready, not again once refused (405: the server has none).
+local function listen(srv)
+  if not srv.url or not srv.session or srv.listen_req or srv.no_listen then return end
+  local headers = { ["Accept"] = "text/event-stream", ["Mcp-Session-Id"] = srv.session }
+  if type(srv.cfg.headers) == "table" then
+    for k, v in pairs(srv.cfg.headers) do
+      if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
+        headers[k] = tostring(v)
+      end
+    end
+  end
+  if srv.version then headers["MCP-Protocol-Version"] = srv.version end
+  local st = { buf = "", data = {} }
+  local ok, req = pcall(require("tidepool.http").request, {
+    method = "GET", url = srv.url, headers = headers, trusted = true, timeout_ms = 0,
+    on_data = function(chunk) sse_feed(srv, st, chunk) end,
+  }, function(res)
+    srv.listen_req = nil
+    if not res or res.status ~= 200 then srv.no_listen = true; return end
+    if srv.state == "ready" then
+      srv.listen_timer = new_timer(1000, function()
+        if srv.state == "ready" then listen(srv) end
+      end)
+    end
+  end)
+  if ok then
+    srv.listen_req = req
+    srv.posts[req] = true
+  end
 end
 
 -- ---- tools -----------------------------------------------------------------------------
@@ -688,6 +722,7 @@ local function handshake(srv)
   local function ready()
     srv.state = "ready"
     srv.up_since = now()
+    listen(srv)
     if srv.listed then
       list_tools(srv)  -- a restart: the list may have changed
       set_ready(srv, true)
@@ -892,6 +927,7 @@ function M.stop()
     fail_pending(srv, ("the MCP server %s is stopping"):format(srv.name))
     set_ready(srv, false, "tidepool is stopping")
     for req in pairs(srv.posts) do req:cancel() end
+    close(srv.listen_timer)
     if srv.proc then
       srv.state = "stopping"
       if srv.stdin then srv.stdin:shutdown(function() close(srv.stdin) end) end

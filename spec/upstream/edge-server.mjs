@@ -7,7 +7,8 @@
 // initialize), --version V (initialize answers V), --page-size N (tools/list pages of N
 // tools), --loop-cursor (page 2 gives page 1's cursor again), --pages-forever (every page
 // has a next cursor), --names (tools whose names need mapping), --collide (two tools that
-// map to one Lua name), --stubborn (ignores stdin's end and SIGTERM). Env: EDGE_DIR, a folder where it records what it saw: "pid" at
+// map to one Lua name), --stubborn (ignores stdin's end and SIGTERM), --http PORT (Streamable
+// HTTP instead of stdio). Env: EDGE_DIR, a folder where it records what it saw: "pid" at
 // start, "slow-<pid>" when a slow call starts, "cancelled" lines (request ids), "methods"
 // lines (every method received, with its protocol _meta when there is one).
 import fs from 'node:fs';
@@ -59,7 +60,24 @@ if (has('--many')) {
   }
 }
 
-const send = (m) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
+// Over stdio every message is a line on stdout; over HTTP (--http) a message goes to the
+// SSE stream of the POST it belongs to (its response, or progress of its token), else to
+// the GET streams that are open (list_changed).
+const streams = new Map();   // request id -> the POST's response, an SSE stream
+const tokens = new Map();    // progress token -> request id
+const listeners = new Set(); // GET streams
+function send(m) {
+  const line = JSON.stringify({ jsonrpc: '2.0', ...m });
+  if (!http) return process.stdout.write(line + '\n');
+  const id = m.method === 'notifications/progress' ? tokens.get(m.params.progressToken) : m.id;
+  const res = id !== undefined ? streams.get(id) : undefined;
+  if (res) {
+    res.write(`event: message\ndata: ${line}\n\n`);
+    if (!m.method) { streams.delete(id); res.end(); }
+  } else if (m.method) {
+    for (const l of listeners) l.write(`data: ${line}\n\n`);
+  }
+}
 const reply = (id, result) => send({ id, result });
 const text = (t) => ({ content: [{ type: 'text', text: t }] });
 const slow = new Map();  // request id -> timers
@@ -125,8 +143,7 @@ function list(id, params) {
   reply(id, result);
 }
 
-const rl = readline.createInterface({ input: process.stdin });
-rl.on('line', (line) => {
+function onLine(line) {
   let m;
   try { m = JSON.parse(line); } catch { return; }
   const meta = m.params && m.params._meta;
@@ -152,7 +169,48 @@ rl.on('line', (line) => {
   if (m.method === 'tools/list') return list(m.id, m.params);
   if (m.method === 'tools/call') return call(m.id, m.params.name, m.params.arguments || {}, meta);
   if (m.id !== undefined && m.method) send({ id: m.id, error: { code: -32601, message: 'Method not found' } });
-});
+}
+
+// --http PORT: Streamable HTTP on 127.0.0.1 at /mcp, one session ("s1", required after
+// initialize), POST answered as SSE, GET opens a stream for notifications.
+const http = opt('--http', null);
+if (http) {
+  const { createServer } = await import('node:http');
+  let session = null;
+  createServer((req, res) => {
+    note('http', `${req.method} ${req.headers['mcp-session-id'] || '-'} ${req.headers['mcp-protocol-version'] || '-'} ${req.headers['x-test'] || '-'}`);
+    if (req.method === 'GET') {
+      if (!session || req.headers['mcp-session-id'] !== session) { res.writeHead(400); return res.end(); }
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(': open\n\n');
+      listeners.add(res);
+      req.on('close', () => listeners.delete(res));
+      return;
+    }
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      let m;
+      try { m = JSON.parse(body); } catch { res.writeHead(400); return res.end(); }
+      if (m.method === 'initialize') session = 's1';
+      else if (m.method !== 'server/discover' && req.headers['mcp-session-id'] !== session) {
+        res.writeHead(400, { 'content-type': 'application/json' });
+        return res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'no session' } }));
+      }
+      if (m.id === undefined || !m.method) { res.writeHead(202); res.end(); return onLine(body); }
+      const headers = { 'content-type': 'text/event-stream' };
+      if (m.method === 'initialize') headers['mcp-session-id'] = session;
+      res.writeHead(200, headers);
+      streams.set(m.id, res);
+      const token = m.params && m.params._meta && m.params._meta.progressToken;
+      if (token !== undefined) tokens.set(token, m.id);
+      onLine(body);
+    });
+  }).listen(Number(http), '127.0.0.1', () => process.stderr.write(`edge listening on ${http}\n`));
+} else {
+  const rl = readline.createInterface({ input: process.stdin });
+  rl.on('line', onLine);
+  rl.on('close', () => { if (!has('--stubborn')) process.exit(0); else setInterval(() => {}, 1000); });
+}
 if (has('--stubborn')) process.on('SIGTERM', () => note('signals', 'SIGTERM'));
-rl.on('close', () => { if (!has('--stubborn')) process.exit(0); else setInterval(() => {}, 1000); });
 process.stderr.write('edge server up\nsecond line\n');

@@ -467,6 +467,36 @@ test('Streamable HTTP (server-everything): session kept, JSON and SSE answers, p
   } finally { ev.stop(); }
 }, 40000);
 
+test('Streamable HTTP (edge --http): session and headers on every POST, list_changed on the GET stream', async () => {
+  const port = await freePort();
+  const d = fresh('edgehttp');
+  const child = spawn('node', [edge, '--http', String(port)], { env: { ...process.env, EDGE_DIR: d },
+                                                              stdio: ['ignore', 'ignore', 'pipe'] });
+  try {
+    let err = '';
+    await new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`edge did not listen: ${err}`)), 10000);
+      child.stderr.on('data', (x) => { err += x; if (/edge listening/.test(err)) { clearTimeout(t); resolve(); } });
+    });
+    const cfg = configFile({ web: { url: `http://127.0.0.1:${port}/mcp`, headers: { 'X-Test': 'yes' } } });
+    const r = await runLua(cfg, `
+      tools.web.add_tool{}
+      local late, tries = nil, 0
+      repeat
+        tries = tries + 1
+        local ok, v = pcall(tools.web.late, {})
+        if ok then late = v else tools.time.sleep{ms = 50} end
+      until late or tries > 40
+      return {late = late, slow = tools.web.slow{ms = 300, progress = true}}`, ['--tools', path.join(root, 'tools')]);
+    eq(okResult(r), { late: 'late', slow: 'slept 300' });
+    const http = lines(d, 'http');
+    eq(http[0], 'POST - 2026-07-28 yes');        // server/discover: -32601 from this one
+    eq(http[1], 'POST - - yes');                 // initialize
+    assert(http.includes('GET s1 2025-11-25 yes'), http.join('\n'));
+    assert(http.filter((l) => l === 'POST s1 2025-11-25 yes').length >= 4, http.join('\n'));
+  } finally { child.kill('SIGTERM'); }
+}, 30000);
+
 test('Streamable HTTP: nothing listening is a warning naming the URL', async () => {
   const port = await freePort();
   const d = fresh('nohttp');
