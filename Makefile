@@ -268,6 +268,9 @@ $(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_INT)
 	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) $(CTEST_LDFLAGS) -Wl,-E -o $@ $< $(LIB_INT) \
 	  $(LUV_LIBS) $(LIBS_ALL)
 
+# test_http and bench_http share a small HTTP server on 127.0.0.1.
+$(BUILD)/tests/test_http $(BUILD)/bench/bench_http: spec/c/http_server.h
+
 # test_alloc_fail makes the engine's allocations fail one by one: the engine's objects
 # (and its Lua's) call these functions through the test's counting wrappers.
 $(BUILD)/tests/test_alloc_fail: CTEST_LDFLAGS = \

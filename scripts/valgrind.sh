@@ -2,6 +2,7 @@
 # `make valgrind`: memory errors and leaks under valgrind, in a loop of runs and in the CLI.
 #   build/tests/test_run_loop   ~200 runs of every kind of ending (spec/c/test_run_loop.c)
 #   build/tests/test_tools      C tools: async, late completion, handler-less, sessions
+#   build/tests/test_http       HTTP requests on curl's multi handle, closed with the engine
 #   build/tests/test_alloc_fail every 5th allocation failed, alone and with all after it,
 #                               in the scenarios without the host Lua state
 #   build/tidepool run          a few scripts as whole processes (ok, errors, limits, stdin)
@@ -36,6 +37,8 @@ fi
 
 check "run loop (spec/c/test_run_loop.c)" 0 "$BUILD/tests/test_run_loop"
 check "C tools (spec/c/test_tools.c)" 0 "$BUILD/tests/test_tools"
+check "HTTP requests answered, cut short, left at destroy (spec/c/test_http.c)" 0 \
+  "$BUILD/tests/test_http"
 export TP_ALLOC_FAIL_STRIDE=5
 check "allocation failures (spec/c/test_alloc_fail.c, every 5th point)" 0 \
   "$BUILD/tests/test_alloc_fail" injection engine_create table c_tool json_encode schema session

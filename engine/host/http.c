@@ -18,6 +18,9 @@
 **                      10 MiB; with on_data and no max_bytes: no cap)
 **     opts.on_data     function(chunk): the body as it comes, chunk by chunk (the result's
 **                      body is then ""); chunks of a redirect's body are not given
+**     opts.on_headers  function(status, headers): the final response's status and headers
+**                      (as in the result) as soon as they have come, before its first
+**                      chunk: a stream (text/event-stream) can be told from a JSON body
 **     opts.trusted     true: skip the egress policy (allow, allow_private, inject), for
 **                      endpoints the config itself names (an upstream MCP server's url).
 **                      ctx.http and the http.fetch tool never set it.
@@ -110,7 +113,8 @@ typedef struct req {
   CURL *easy;                /* while a hop is in the multi handle */
   struct curl_slist *hdrs;
   req_box *box;              /* the Lua handle, until collected */
-  int ref_done, ref_data;    /* on_done, on_data in H's registry */
+  int ref_done, ref_data, ref_heads; /* on_done, on_data, on_headers in H's registry */
+  int heads_done;            /* 1: the final response's headers are in; 2: told */
   char *method, *url, *first_url;
   char **hnames, **hvalues;  /* the caller's headers */
   size_t nh;
@@ -147,7 +151,12 @@ static tp_http closed_state;  /* e->http once tp__http_close ran */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc = CURLE_FAILED_INIT;
-static void curl_init (void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static int curl_async_dns;  /* libcurl resolves names off the loop's thread */
+static void curl_init (void) {
+  curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+  const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+  curl_async_dns = v != NULL && (v->features & CURL_VERSION_ASYNCHDNS) != 0;
+}
 
 /* ---- small helpers --------------------------------------------------------------------- */
 
@@ -485,6 +494,8 @@ static int policy_sync (tp_http *hs) {
     p->section = s;
     p->compiled = 1;
     p->error = keep;
+    p->timeout_ms = DEFAULT_TIMEOUT_MS;  /* what trusted requests still get */
+    p->max_bytes = DEFAULT_MAX_BYTES;
     return -1;
   }
   return 0;
@@ -650,6 +661,11 @@ static tp_http *http_state (tp_engine *e, char *why, size_t wlen) {
     snprintf(why, wlen, "libcurl cannot start: %s", curl_easy_strerror(curl_init_rc));
     return NULL;
   }
+  if (!curl_async_dns) {  /* a blocking resolver would stall every run of the engine */
+    snprintf(why, wlen, "this libcurl resolves host names synchronously (built without "
+             "the threaded resolver or c-ares): HTTP is off");
+    return NULL;
+  }
   tp_http *hs = calloc(1, sizeof *hs);
   if (hs == NULL) { snprintf(why, wlen, "out of memory"); return NULL; }
   hs->e = e;
@@ -678,10 +694,14 @@ static tp_http *http_state (tp_engine *e, char *why, size_t wlen) {
 
 /* ---- one hop of a request ------------------------------------------------------------- */
 
+static int is_redirect (long s) {
+  return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
+}
+
 static size_t on_body (char *p, size_t size, size_t n, void *ud) {
   req *r = ud;
   size_t len = size * n;
-  if (r->status >= 300 && r->status < 400 && r->has_location) return len;  /* a redirect */
+  if (is_redirect(r->status) && r->has_location) return len;  /* followed: body dropped */
   size_t keep = len;
   if (r->max_bytes != NO_CAP && r->received + (int64_t)len > r->max_bytes) {
     keep = (size_t)(r->max_bytes - r->received);
@@ -707,6 +727,11 @@ static size_t on_header (char *p, size_t size, size_t n, void *ud) {
     return len;
   }
   if (len >= 9 && strncasecmp(p, "location:", 9) == 0) r->has_location = 1;
+  if ((len == 2 && p[0] == '\r') || (len == 1 && p[0] == '\n')) {  /* end of headers */
+    if (r->status >= 200 && !(is_redirect(r->status) && r->has_location) && !r->heads_done)
+      r->heads_done = 1;
+    return len;
+  }
   if (r->heads.len + len > HEADERS_CAP) { r->headers_over = 1; return 0; }
   if (buf_add(&r->heads, p, len) != 0) return 0;
   return len;
@@ -846,10 +871,6 @@ static void stop_hop (req *r) {
   }
 }
 
-static int is_redirect (long s) {
-  return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
-}
-
 /* A hop ended with curl's result rc: finishes r, or starts its next hop. */
 static void hop_done (req *r, CURLcode rc) {
   long status = 0;
@@ -940,8 +961,9 @@ static void retire (req *r, lua_State *H) {
   if (H) {
     luaL_unref(H, LUA_REGISTRYINDEX, r->ref_done);
     luaL_unref(H, LUA_REGISTRYINDEX, r->ref_data);
+    luaL_unref(H, LUA_REGISTRYINDEX, r->ref_heads);
   }
-  r->ref_done = r->ref_data = LUA_NOREF;
+  r->ref_done = r->ref_data = r->ref_heads = LUA_NOREF;
   if (r->hs->pumping) return;
   if (r->prev) r->prev->next = r->next;
   else r->hs->reqs = r->next;
@@ -983,8 +1005,15 @@ static void push_headers (lua_State *H, const buf *b) {
 ** it through the host's callback runner (an error goes to the call owning the function). */
 static int deliver_p (lua_State *H) {
   req *r = lua_touserdata(H, 1);
-  int data = lua_toboolean(H, 2);
+  int data = (int)lua_tointeger(H, 2);
   lua_settop(H, 0);
+  if (data == 2) {
+    lua_rawgeti(H, LUA_REGISTRYINDEX, r->ref_heads);
+    lua_pushinteger(H, r->status);
+    push_headers(H, &r->heads);
+    tp__host_callback(H, 2);
+    return 0;
+  }
   if (data) {
     lua_rawgeti(H, LUA_REGISTRYINDEX, r->ref_data);
     lua_pushlstring(H, r->data.p ? r->data.p : "", r->data.len);
@@ -1025,7 +1054,7 @@ static void deliver (lua_State *H, req *r, int data) {
   int top = lua_gettop(H);
   lua_pushcfunction(H, deliver_p);
   lua_pushlightuserdata(H, r);
-  lua_pushboolean(H, data);
+  lua_pushinteger(H, data);
   if (lua_pcall(H, 2, 0, 0) != LUA_OK)
     fprintf(stderr, "tidepool: http: cannot deliver a response: %s\n",
             lua_tostring(H, -1) ? lua_tostring(H, -1) : "?");
@@ -1053,6 +1082,12 @@ static int pump (tp_http *hs) {
     again = 0;
     for (req *r = hs->reqs; r; r = r->next) {
       if (r->dead) continue;
+      if (r->ref_heads != LUA_NOREF && r->heads_done == 1) {
+        r->heads_done = 2;
+        deliver(H, r, 2);
+        again = 1;
+        break;
+      }
       if (r->ref_data != LUA_NOREF && r->data.len > 0 && (r->finished || r->easy)) {
         deliver(H, r, 1);
         again = 1;
@@ -1108,8 +1143,11 @@ static int l_request (lua_State *H) {
   tp_http *hs = http_state(e, why, sizeof why);
   if (hs == NULL) return luaL_error(H, "http.request: %s", why);
   /* read every option before allocating */
+  size_t ulen;
   if (lua_getfield(H, 1, "url") != LUA_TSTRING)
     return luaL_error(H, "http.request: opts.url must be a string (\"https://host/path\")");
+  if (strlen(lua_tolstring(H, -1, &ulen)) != ulen)
+    return luaL_error(H, "http.request: opts.url has a NUL byte");
   lua_pop(H, 1);
   int t = lua_getfield(H, 1, "method");
   if (t != LUA_TNIL && t != LUA_TSTRING)
@@ -1126,6 +1164,11 @@ static int l_request (lua_State *H) {
   if (t != LUA_TNIL && t != LUA_TFUNCTION)
     return luaL_error(H, "http.request: opts.on_data must be a function(chunk)");
   int has_data = t == LUA_TFUNCTION;
+  lua_pop(H, 1);
+  t = lua_getfield(H, 1, "on_headers");
+  if (t != LUA_TNIL && t != LUA_TFUNCTION)
+    return luaL_error(H, "http.request: opts.on_headers must be a function(status, headers)");
+  int has_heads = t == LUA_TFUNCTION;
   lua_pop(H, 1);
   t = lua_getfield(H, 1, "headers");
   if (t != LUA_TNIL && t != LUA_TTABLE)
@@ -1159,7 +1202,7 @@ static int l_request (lua_State *H) {
   req *r = calloc(1, sizeof *r);
   if (r == NULL) return luaL_error(H, "not enough memory");
   r->hs = hs;
-  r->ref_done = r->ref_data = LUA_NOREF;
+  r->ref_done = r->ref_data = r->ref_heads = LUA_NOREF;
   r->trusted = trusted;
   /* linked at once, so a raise below leaves nothing behind: retire() frees it */
   r->next = hs->reqs;
@@ -1222,6 +1265,10 @@ static int l_request (lua_State *H) {
   if (has_data) {
     lua_getfield(H, 1, "on_data");
     r->ref_data = luaL_ref(H, LUA_REGISTRYINDEX);
+  }
+  if (has_heads) {
+    lua_getfield(H, 1, "on_headers");
+    r->ref_heads = luaL_ref(H, LUA_REGISTRYINDEX);
   }
 
   if (policy_sync(hs) != 0 && !trusted) {

@@ -114,7 +114,8 @@ const U = `http://127.0.0.1:${PORT}`;
 const CA = path.join(tmp, 'ca.pem');
 const RESOLVE = [`public.test:${PORT}:127.0.0.1`, `evil.test:${PORT}:127.0.0.1`,
                  `other.test:${PORT}:127.0.0.1`, `public.test:${TLS_PORT}:127.0.0.1`,
-                 `metadata.test:${PORT}:169.254.169.254`, `ten.test:${PORT}:10.0.0.5`];
+                 `metadata.test:${PORT}:169.254.169.254`, `ten.test:${PORT}:10.0.0.5`,
+                 `cgnat.test:${PORT}:100.64.0.1`, `ula.test:${PORT}:[fd00::1]`];
 
 // ---- running tidepool ------------------------------------------------------------------
 
@@ -285,6 +286,12 @@ test('link-local (169.254.169.254), private and IPv4-mapped addresses are refuse
                          sec);
   eq(v6.code, 'tool.denied');
   assert(v6.message.includes('resolved to ::ffff:127.0.0.1, a loopback address'), v6.message);
+  const cg = await fails(`return tools.http.fetch{url = "http://cgnat.test:${PORT}/"}`, sec);
+  assert(cg.message.endsWith('cgnat.test resolved to 100.64.0.1, a carrier-grade NAT ' +
+    '(100.64.0.0/10) address; add it to http.allow_private to allow it'), cg.message);
+  const ula = await fails(`return tools.http.fetch{url = "http://ula.test:${PORT}/"}`, sec);
+  assert(ula.message.endsWith('ula.test resolved to fd00::1, a unique-local (fc00::/7) ' +
+    'address; add it to http.allow_private to allow it'), ula.message);
   const lo = await fails(`return tools.http.fetch{url = "http://127.0.0.1:${PORT}/"}`, sec);
   assert(lo.message.includes('127.0.0.1 resolved to 127.0.0.1, a loopback address'), lo.message);
 });
@@ -324,6 +331,16 @@ test('inject: a variable missing from the environment is a load problem naming i
   eq(r.code, 3);
   assert(r.err.includes('config http.inject["127.0.0.1"]["Authorization"]: the environment ' +
     'variable TP_TEST_NOT_SET is not set'), r.err);
+});
+
+test('a malformed http section is a load problem naming the field', async () => {
+  const r = await tp('return 1', { allow: [42] }, { args: ['--strict'] });
+  eq(r.code, 3);
+  assert(r.err.includes('config http.allow[0]: expected a host glob ("api.x.com", "*.x.com") ' +
+    'or {"host": ..., "methods": ["GET"]}'), r.err);
+  const c = await tp('return 1', { allow_private: ['10.0.0.0/33'] }, { args: ['--strict'] });
+  eq(c.code, 3);
+  assert(c.err.includes('config http.allow_private[0]: expected a CIDR'), c.err);
 });
 
 // ---- caps, compression, TLS --------------------------------------------------------------
@@ -419,9 +436,10 @@ test('the run ending cancels its requests at once', async () => {
   assert(Date.now() - t0 < 3000, `the run took ${Date.now() - t0} ms`);
 });
 
-test('the Lua API streams chunks to on_data as they come; the body is then ""', async () => {
+test('the Lua API: on_headers first, then chunks to on_data as they come; body ""', async () => {
   const r = await ok(`return tools.fxhttp.stream{url = "${U}/sse"}`, local);
   eq([r.text, r.body, r.status, r.n >= 2], ['data: 1\n\ndata: 2\n\ndata: 3\n\n', '', 200, true]);
+  eq(r.heads, { chunks_before: 0, status: 200, type: 'text/event-stream' }, 'on_headers');
 });
 
 test('the Lua API: trusted skips the egress policy, not the scheme check', async () => {
