@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs every test suite and prints one closing line "N passed, N failed".
 #   C tests        build/tests/test_*, each in its own process (scripts/run-ctests.sh)
-#   busted specs   spec/*_spec.lua on this build's Lua, then again with an aggressive GC,
+#   busted specs   spec/*_spec.lua and examples/plugin (a plugin's own test) on this
+#                  build's Lua, then again with an aggressive GC,
 #                  then on Debian's lua5.4 interpreter (5.4.4), whose C API alone the
 #                  module uses while its sandboxes run on its private Lua 5.4.7
 #   layers         scripts/check-layers.sh: no upward include or call (and its self-test)
@@ -48,7 +49,7 @@ grep -vE '^# [0-9]+ passed' "$log"
 add_counts "C tests"
 
 run_busted() {  # $1 label, $2 the interpreter (default: this build's)
-  timeout 900 "${2:-$LUA}" /usr/bin/busted -o TAP spec >"$log" 2>&1
+  timeout 900 "${2:-$LUA}" /usr/bin/busted -o TAP spec examples/plugin >"$log" 2>&1
   rc=$?
   p=$(grep -cE '^ok [0-9]+' "$log")
   f=$(grep -cE '^not ok [0-9]+' "$log")
