@@ -24,6 +24,8 @@
 --   tool.unavailable.
 --   stops (M.stop): stdin closed, SIGTERM to its group after GRACE_MS, SIGKILL after
 --   another GRACE_MS.
+-- A server over Streamable HTTP ({url, headers}): see http_post; its session is DELETEd
+-- when it stops.
 -- A call: arguments were checked by the engine against the tool's inputSchema (the tool is
 -- registered with it); tools/call carries a progressToken; a progress notification goes
 -- to ctx.progress and restarts the call's timer (timeout_ms, default 60 s) up to a hard cap
@@ -928,6 +930,22 @@ function M.stop()
     set_ready(srv, false, "tidepool is stopping")
     for req in pairs(srv.posts) do req:cancel() end
     close(srv.listen_timer)
+    if srv.url and srv.session then  -- the session is over: DELETE it (a second at most)
+      local headers = { ["Mcp-Session-Id"] = srv.session }
+      if srv.version then headers["MCP-Protocol-Version"] = srv.version end
+      if type(srv.cfg.headers) == "table" then
+        for k, v in pairs(srv.cfg.headers) do
+          if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
+            headers[k] = tostring(v)
+          end
+        end
+      end
+      srv.session = nil
+      local ok, req = pcall(require("tidepool.http").request, {
+        method = "DELETE", url = srv.url, headers = headers, trusted = true, timeout_ms = 1000,
+      }, function() srv.deleting = nil end)
+      if ok then srv.deleting = req end
+    end
     if srv.proc then
       srv.state = "stopping"
       if srv.stdin then srv.stdin:shutdown(function() close(srv.stdin) end) end
@@ -951,7 +969,7 @@ end
 
 function M.stopping()
   for _, srv in ipairs(servers) do
-    if srv.proc then return true end
+    if srv.proc or srv.deleting then return true end
   end
   return false
 end

@@ -179,6 +179,7 @@ if (http) {
   let session = null;
   createServer((req, res) => {
     note('http', `${req.method} ${req.headers['mcp-session-id'] || '-'} ${req.headers['mcp-protocol-version'] || '-'} ${req.headers['x-test'] || '-'}`);
+    if (req.method === 'DELETE') { session = null; res.writeHead(200); return res.end(); }
     if (req.method === 'GET') {
       if (!session || req.headers['mcp-session-id'] !== session) { res.writeHead(400); return res.end(); }
       res.writeHead(200, { 'content-type': 'text/event-stream' });

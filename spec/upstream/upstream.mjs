@@ -494,6 +494,7 @@ test('Streamable HTTP (edge --http): session and headers on every POST, list_cha
     eq(http[1], 'POST - - yes');                 // initialize
     assert(http.includes('GET s1 2025-11-25 yes'), http.join('\n'));
     assert(http.filter((l) => l === 'POST s1 2025-11-25 yes').length >= 4, http.join('\n'));
+    eq(http[http.length - 1], 'DELETE s1 2025-11-25 yes');  // the session ends with tidepool
   } finally { child.kill('SIGTERM'); }
 }, 30000);
 
