@@ -26,9 +26,10 @@
 -- keep ctx).
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
--- log(box, text); deadline_ms(box) -> ms | nil; field(box, k) -> run_id, call_id, tool
--- or deadline_ms of the box's call (nil when it has none); fs_quota(box) -> left, quota |
--- nothing; fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
+-- log(box, text); progress(box, text); annotate(); deadline_ms(box) -> ms | nil;
+-- field(box, k) -> run_id, call_id, tool or deadline_ms of the box's call (nil when it
+-- has none); fs_quota(box) -> left, quota | nothing; fs_charge(box, bytes);
+-- workspace() -> dir | nil; workspace_max() -> bytes;
 -- config(section) -> JSON text of that section of the engine's config | nil;
 -- new_box(rec, co) -> an empty call box of record rec; body(ctx, mt) -> the function of a
 -- record's coroutine; claim(box): the record is not reused; DONE, what that coroutine
@@ -303,6 +304,21 @@ local function make_ctx(rec)
     return h
   end
 
+  -- Progress of a long call, told to whoever follows the run's calls (an MCP client
+  -- that asked for progress): message (a string), progress and total (numbers; total
+  -- may be nil).
+  function fns.progress(message, progress, total)
+    local tool = E_field(rec.box, "tool")
+    if tool == nil then return end  -- the call is over
+    local text = "tools." .. tool
+    if message ~= nil and message ~= "" then text = text .. ": " .. tostring(message) end
+    if type(progress) == "number" then
+      text = text .. (type(total) == "number" and (" (%g/%g)"):format(progress, total)
+                      or (" (%g)"):format(progress))
+    end
+    E.progress(rec.box, text)
+  end
+
   -- A line in the run's logs, prefixed with the tool's name.
   function fns.log(...)
     local tool = E_field(rec.box, "tool")
@@ -358,6 +374,18 @@ function M.callback_error(fn, msg)
   end
   return false
 end
+
+-- ---- upstream MCP servers (lua/upstream.lua; host.c's tp__host_upstream) -------------
+
+local upstream
+function M.upstream_start()
+  upstream = upstream or require("tidepool.upstream")
+  upstream.start(M.config().mcpServers)
+end
+function M.upstream_pending() return upstream ~= nil and upstream.pending() end
+function M.upstream_problems() return upstream and upstream.problems() or {} end
+function M.upstream_stop() if upstream then upstream.stop() end end
+function M.upstream_stopping() return upstream ~= nil and upstream.stopping() end
 
 function M.shutdown()
   for h in pairs(all_handles) do close_handle(h) end

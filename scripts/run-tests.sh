@@ -9,7 +9,8 @@
 #   embedding      what the library exports (scripts/check-exports.sh), and a program
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
-#   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines)
+#   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
+#                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   lint           luacheck over the Lua sources (examples/ included)
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
@@ -109,11 +110,16 @@ run_node() {  # $1 label, $2 script
   add_counts "$1"
 }
 if ! command -v node >/dev/null 2>&1; then
-  echo "mcp, http: node is not installed: 3 suites not run"; failed=$((failed + 3))
+  echo "mcp, upstream, http: node is not installed: 4 suites not run"; failed=$((failed + 4))
 else
-  if [ ! -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+  # every package of spec/mcp/package.json (the SDK, and the servers spec/upstream runs)
+  missing=0
+  for pkg in sdk server-memory server-filesystem server-everything; do
+    [ -d "spec/mcp/node_modules/@modelcontextprotocol/$pkg" ] || missing=1
+  done
+  if [ "$missing" = 1 ]; then
     npm install --prefix spec/mcp --no-audit --no-fund >"$log" 2>&1 ||
-      { tail -n 5 "$log"; echo "mcp: npm install of @modelcontextprotocol/sdk failed (no network?)"; }
+      { tail -n 5 "$log"; echo "mcp: npm install of spec/mcp/package.json failed (no network?)"; }
   fi
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
@@ -122,6 +128,8 @@ else
     failed=$((failed + 1))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own
+  run_node "upstream MCP servers" spec/upstream/upstream.mjs
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
   run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
 fi

@@ -351,6 +351,7 @@ static void warn (const char *problem, void *ud) {
 static int load_tools (tp_engine *e, int builtin, const char *const *dirs, int ndirs) {
   char buf[4200];
   int problems = 0;
+  tp_engine_start_servers(e, warn, &problems);  /* the config's mcpServers */
   for (int i = builtin ? -1 : 0; i < ndirs; i++) {
     const char *dir = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
     if (tp_engine_load_tools_cb(e, dir, warn, &problems) < 0) warn(tp_engine_error(e), &problems);

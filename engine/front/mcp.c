@@ -1516,7 +1516,10 @@ static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   req *q = ud;
   if (q->wcancelled || q->token == NULL) return;
   char text[200];
-  snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
+  if (done == 2)  /* a handler's own progress (ctx.progress): the text is all said */
+    snprintf(text, sizeof text, "%.190s", tool ? tool : "?");
+  else
+    snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
   wsend(q->w, notification("notifications/progress",
         json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
                   (json_int_t)++q->progress, "message", text)));
@@ -1684,6 +1687,8 @@ static void load_dir (worker *w, const char *dir, int quiet_if_empty) {
 /* Loads the plugin directories and tells the protocol thread (M_READY). */
 static void worker_load (worker *w) {
   server *s = w->s;
+  load_ctx lc = { w, "mcpServers" };  /* each worker's engine has the servers of its own */
+  tp_engine_start_servers(w->e, w->index == 0 ? load_problem : NULL, &lc);
   if (s->builtin_dir) load_dir(w, s->builtin_dir, 1);
   for (size_t i = 0; i < s->o.ndirs; i++) load_dir(w, s->o.dirs[i], 0);
   free(w->desc);

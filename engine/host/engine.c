@@ -36,6 +36,7 @@ void tp_engine_destroy (tp_engine *e) {
   if (e == NULL) return;
   while (e->core.runs) tp_run_destroy(e->core.runs);
   tp__step_timer_stop();  /* the thread that steps the runs most likely destroys it */
+  tp__host_upstream_stop(e);  /* upstream MCP servers exit before handles are counted */
   tp__http_close(e);      /* requests of the host state outside calls, and the multi */
   tp__engine_count_open_handles(e);  /* leftovers, closed below; the tests fail on them */
   tp__host_close(e);
@@ -58,6 +59,9 @@ static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limi
                      int check_only, char **envelope, int *script_ok) {
   if (envelope) *envelope = NULL;
   if (e == NULL || source == NULL || envelope == NULL) return TP_EINVAL;
+  /* the upstream MCP servers' tools, unless a plugin load started them already: only for
+  ** a script that names tools (the servers take a while to start) */
+  if (!check_only && memmem(source, len, "tools", 5) != NULL) tp__host_upstream(e, NULL, NULL);
   tp_run *r = tp_run_create(e, source, len, limits);
   if (r == NULL) return TP_ENOMEM;
   if (check_only && r->compiled) tp__run_finish_unstarted(r);
@@ -157,6 +161,11 @@ int tp_engine_unload_tools (tp_engine *e) {
   if (e->core.runs != NULL) return TP_ESTATE;
   size_t n = tp__engine_drop_plugin_tools(e);
   return n > INT32_MAX ? INT32_MAX : (int)n;
+}
+
+int tp_engine_start_servers (tp_engine *e, tp_problem_cb problem, void *ud) {
+  if (e == NULL) return TP_EINVAL;
+  return tp__host_upstream(e, problem, ud);
 }
 
 size_t tp_engine_tool_count (const tp_engine *e) { return e ? e->ntools : 0; }

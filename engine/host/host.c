@@ -95,6 +95,7 @@ typedef struct host {
   int ws_told; /* host.lua was told at least once */
   int npool;
   callbox *pool[POOL_MAX];
+  int upstream;  /* lua/upstream.lua was started (tp__host_upstream) */
 } host;
 
 static const char host_key = 0;
@@ -331,9 +332,10 @@ static json_t *schema_arg (lua_State *H, const char *field, const char *tool, in
   return doc;
 }
 
-/* E.add_tool{name=, description=, input=, output=, handler=, timeout_ms=, origin=}
-** -> true | nil, message. Fields are checked by host.lua; schemas are JSON text or
-** tables. */
+/* E.add_tool{name=, description=, input=, output=, handler=, timeout_ms=, origin=,
+** alias=, upstream=} -> true | nil, message. Fields are checked by host.lua (upstream.lua
+** for upstream tools: upstream = true, their own provider, kept across plugin reloads;
+** alias, another name that reaches the tool); schemas are JSON text or tables. */
 static int e_add_tool (lua_State *H) {
   host *h = get_host(H);
   luaL_checktype(H, 1, LUA_TTABLE);
@@ -345,6 +347,11 @@ static int e_add_tool (lua_State *H) {
   const char *origin = lua_tostring(H, -1);
   lua_getfield(H, 1, "timeout_ms");
   lua_Number tmo = lua_tonumber(H, -1);
+  lua_pop(H, 1);
+  lua_getfield(H, 1, "alias");
+  const char *alias = lua_tostring(H, -1);
+  lua_getfield(H, 1, "upstream");
+  const tp__provider *prov = lua_toboolean(H, -1) ? &tp__upstream_provider : &tp__lua_provider;
   lua_pop(H, 1);
   char err[1024];
   const tp_tool *old = tp__tool_find(h->e, name);
@@ -368,12 +375,18 @@ static int e_add_tool (lua_State *H) {
   def.name = name;
   def.description = desc;
   def.timeout_us = tmo > 0 ? (uint64_t)(tmo * 1000.0) : 0;
-  int rc = tp__tool_add(h->e, &def, in, out, &tp__lua_provider, ref, origin);
+  int rc = tp__tool_add(h->e, &def, in, out, prov, ref, origin);
   json_decref(in);
   json_decref(out);
   if (rc != TP_OK) {
     luaL_unref(H, LUA_REGISTRYINDEX, ref);
     luaL_pushfail(H);
+    lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
+    return 2;
+  }
+  if (alias != NULL && strcmp(alias, name) != 0 &&
+      (rc = tp__tool_set_alias(h->e, name, alias)) != TP_OK) {
+    luaL_pushfail(H);  /* the tool stays, reachable by its name */
     lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
     return 2;
   }
@@ -767,6 +780,34 @@ static int e_config (lua_State *H) {
   return 1;
 }
 
+/* E.progress(box, text): a handler's progress report, told to whoever follows the run's
+** calls (tp_run_on_call, done 2, text in place of the tool's name). */
+static int e_progress (lua_State *H) {
+  callbox *b = check_box(H, 1);
+  const char *text = luaL_checkstring(H, 2);
+  tp_run *r = b->c ? b->c->run : NULL;
+  if (r != NULL && r->call_hook) r->call_hook(r, text, 2, r->call_hook_ud);
+  return 0;
+}
+
+/* E.annotate(): makes the annotations of tools added since the last time (upstream.lua,
+** after adding a server's tools outside a plugin load). */
+static int e_annotate (lua_State *H) {
+  tp__tools_annotate(get_host(H)->e);
+  return 0;
+}
+
+/* require("tidepool.upstream"): lua/upstream.lua, given E (upvalue 1). */
+static int open_upstream (lua_State *H) {
+  const tp_embedded *src = tp__embedded_find("lua/upstream.lua");
+  if (src == NULL) return luaL_error(H, "lua/upstream.lua is not embedded in this build");
+  if (luaL_loadbufferx(H, src->data, src->len, "=lua/upstream.lua", "t") != LUA_OK)
+    return lua_error(H);
+  lua_pushvalue(H, lua_upvalueindex(1));
+  lua_call(H, 1, 1);
+  return 1;
+}
+
 /* ---- opening and closing H ------------------------------------------------------ */
 
 /* A Lua C module binds to the lua_* of the process's global scope. libtidepool.so and
@@ -797,6 +838,7 @@ static int open_p (lua_State *H) {
   h->ws = NULL;
   h->ws_max = 0;
   h->ws_told = 0;
+  h->upstream = 0;
   lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
@@ -843,13 +885,18 @@ static int open_p (lua_State *H) {
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
-    { "claim", e_claim },
+    { "claim", e_claim }, { "progress", e_progress }, { "annotate", e_annotate },
     { "field", e_field }, { "body", e_body }, { NULL, NULL } };
   luaL_newlibtable(H, fns);
   luaL_getmetatable(H, CALLBOX);
   luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
   lua_pushlightuserdata(H, (void *)&done_key);
   lua_setfield(H, -2, "DONE");
+  luaL_getsubtable(H, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushvalue(H, -2);
+  lua_pushcclosure(H, open_upstream, 1);
+  lua_setfield(H, -2, "tidepool.upstream");
+  lua_pop(H, 1);
   lua_call(H, 1, 1);
   luaL_checktype(H, -1, LUA_TTABLE);
   lua_getfield(H, -1, "resumed");
@@ -932,9 +979,77 @@ static void close_luv_handles (lua_State *H) {
   lua_pop(H, 1);
 }
 
+/* ---- upstream MCP servers (lua/upstream.lua through host.lua) ----------------------
+** Their tools must be in the registry before a script or a description needs them, so
+** the servers start at the first plugin load or description of an engine whose config
+** has mcpServers: this runs the engine's loop until every server has listed its tools or
+** failed (upstream.lua bounds that with its own timers). Not from inside a callback of
+** the loop: libuv's loop is not reentrant. */
+
+/* Runs the engine's loop while host.lua's rt[name]() is true. */
+static void loop_while (tp_engine *e, const char *name) {
+  lua_State *H = e->H;
+  for (;;) {
+    int top = lua_gettop(H);
+    int more = rt_call(H, name, 0, 1) == LUA_OK && lua_toboolean(H, -1);
+    lua_settop(H, top);
+    if (!more || uv_run(e->loop, UV_RUN_ONCE) == 0) {
+      if (more) {  /* nothing active left to wait for: one last look */
+        more = rt_call(H, name, 0, 1) == LUA_OK && lua_toboolean(H, -1);
+        lua_settop(H, top);
+      }
+      if (!more) break;
+    }
+  }
+}
+
+int tp__host_upstream (tp_engine *e, void (*problem)(const char *, void *), void *ud) {
+  const json_t *servers = tp__config_section(e, "mcpServers");
+  if (!json_is_object(servers) || json_object_size(servers) == 0) return TP_OK;
+  int rc = tp__host_open(e);
+  if (rc != TP_OK) return rc;
+  host *h = e->host_state;
+  if (h->upstream) return TP_OK;
+  h->upstream = 1;
+  lua_State *H = e->H;
+  int top = lua_gettop(H);
+  if (rt_call(H, "upstream_start", 0, 0) != LUA_OK) {
+    tp__engine_set_error(e, "mcpServers: %s", error_text(H, -1));
+    if (problem) problem(tp_engine_error(e), ud);
+    lua_settop(H, top);
+    return TP_EINVAL;
+  }
+  loop_while(e, "upstream_pending");
+  if (rt_call(H, "upstream_problems", 0, 1) == LUA_OK && lua_type(H, -1) == LUA_TTABLE) {
+    lua_Integer n = (lua_Integer)lua_rawlen(H, -1);
+    for (lua_Integer k = 1; k <= n; k++) {
+      lua_rawgeti(H, -1, k);
+      const char *p = lua_tostring(H, -1);
+      if (p && problem) problem(p, ud);
+      else if (p) fprintf(stderr, "tidepool: warning: %s\n", p);
+      lua_pop(H, 1);
+    }
+  }
+  lua_settop(H, top);
+  tp__tools_annotate(e);
+  uv_update_time(e->loop);
+  return TP_OK;
+}
+
+void tp__host_upstream_stop (tp_engine *e) {
+  if (e->H == NULL) return;
+  host *h = e->host_state;
+  if (!h->upstream) return;
+  h->upstream = 0;
+  int top = lua_gettop(e->H);
+  if (rt_call(e->H, "upstream_stop", 0, 0) == LUA_OK) loop_while(e, "upstream_stopping");
+  lua_settop(e->H, top);
+}
+
 void tp__host_close (tp_engine *e) {
   lua_State *H = e->H;
   if (H == NULL) return;
+  tp__host_upstream_stop(e);
   if (rt_call(H, "shutdown", 0, 0) != LUA_OK) lua_pop(H, 1);  /* closes luv handles */
   close_luv_handles(H);  /* those shutdown could not close */
   uv_run(e->loop, UV_RUN_NOWAIT);  /* their close callbacks, while H still exists */
@@ -1144,6 +1259,21 @@ static int add_problem (char **buf, size_t *len, const char *line) {
   return 0;
 }
 
+/* The problems of the upstream servers' start go with the plugin problems of the load. */
+typedef struct upstream_problems {
+  char **buf;
+  size_t *len;
+  void (*problem)(const char *, void *);
+  void *ud;
+  int nomem;
+} upstream_problems;
+
+static void upstream_problem (const char *line, void *ud) {
+  upstream_problems *up = ud;
+  if (add_problem(up->buf, up->len, line) != 0) up->nomem = 1;
+  else if (up->problem) up->problem(line, up->ud);
+}
+
 /* load_file_p(dir, dlen, name): host.lua's load_file of "dir/name", the C strings given
 ** as light userdata, so that making the path (which may raise) is protected. */
 static int load_file_p (lua_State *H) {
@@ -1188,6 +1318,11 @@ int tp__host_load_dir (tp_engine *e, const char *dir,
     qsort(names, n, sizeof *names, cmp_str);
   char *problems = NULL;
   size_t plen = 0;
+  if (rc == TP_OK) {
+    upstream_problems up = { &problems, &plen, problem, ud, 0 };
+    tp__host_upstream(e, upstream_problem, &up);
+    if (up.nomem) rc = TP_ENOMEM;
+  }
   int added = 0;
   size_t dlen = strlen(dir);
   while (dlen > 1 && dir[dlen - 1] == '/') dlen--;
@@ -1434,6 +1569,7 @@ static char *describe_call (tp_engine *e, const char *what, const char *arg, int
 }
 
 char *tp__host_describe (tp_engine *e, const char *format, const char *arg) {
+  tp__host_upstream(e, NULL, NULL);  /* the upstream servers' tools are described too */
   return describe_call(e, format, arg, 1);
 }
 
@@ -1468,4 +1604,10 @@ static const char *lua_describe (const tp_tool *t) {
 
 const tp__provider tp__lua_provider = {
   "lua", TP__TOOL_TREE_ARGS, 1, lua_dispatch, lua_cancel, lua_release, lua_describe
+};
+
+/* Upstream MCP servers' tools (lua/upstream.lua): Lua handlers like a plugin's, but they
+** belong to the config, not to a plugin directory, so a reload of the plugins keeps them. */
+const tp__provider tp__upstream_provider = {
+  "upstream", TP__TOOL_TREE_ARGS, 0, lua_dispatch, lua_cancel, lua_release, lua_describe
 };

@@ -21,6 +21,14 @@ size_t tp__engine_open_handles(const char **what);
 ** each problem as it is met. */
 int  tp__host_load_dir(tp_engine *e, const char *dir, void (*problem)(const char *, void *),
                        void *ud);
+/* Starts the upstream MCP servers of e's config (mcpServers) once, and waits until each
+** has listed its tools (registered as tools.<server>.<tool>) or failed; problem (may be
+** NULL: stderr) is told each server or tool refused. Runs the engine's loop: never from
+** one of its callbacks. TP_OK when there is nothing to start. */
+int  tp__host_upstream(tp_engine *e, void (*problem)(const char *, void *), void *ud);
+/* Stops them: stdin closed, then SIGTERM, then SIGKILL; runs the loop until they are
+** gone (tp_engine_destroy, before the handles are counted). */
+void tp__host_upstream_stop(tp_engine *e);
 /* Discovery: describe.lua over the registry, for the engine's callers (never for a
 ** script). format "lua" or "compact": the preamble and every tool in full or one line
 ** each; "json" or "json+compact": the run_lua tool (arg non-NULL adds the session

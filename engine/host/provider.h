@@ -3,7 +3,8 @@
 ** provider; a call reaches its handler only through the table, so a new source of tools
 ** (upstream MCP servers, HTTP, a process backend) is a new file that fills one in.
 ** Providers here: C handlers (provider_c.c: tp_engine_add_tool), calls the embedding
-** program completes (provider_c.c: a tool without a handler), Lua plugins (host.c).
+** program completes (provider_c.c: a tool without a handler), Lua plugins (host.c), the
+** tools of upstream MCP servers (host.c with lua/upstream.lua).
 */
 #ifndef tidepool_provider_h
 #define tidepool_provider_h
@@ -13,7 +14,7 @@
 struct tp_tool;
 
 typedef struct tp__provider {
-  const char *kind;        /* "c", "external", "lua": for messages */
+  const char *kind;        /* "c", "external", "lua", "upstream": for messages */
   unsigned flags;          /* TP__TOOL_* (core/calls.h) its tools get */
   int reloadable;          /* its tools go with tp__engine_drop_plugin_tools */
   /* Starts call c of tool t; c is the handler's until it completes or fails it
@@ -30,6 +31,7 @@ typedef struct tp__provider {
   const char *(*describe)(const struct tp_tool *t);
 } tp__provider;
 
-extern const tp__provider tp__c_provider, tp__external_provider, tp__lua_provider;
+extern const tp__provider tp__c_provider, tp__external_provider, tp__lua_provider,
+  tp__upstream_provider;
 
 #endif

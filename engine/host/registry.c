@@ -20,10 +20,34 @@ static int cmp_name (const void *key, const void *elem) {
   return strcmp(key, (*(tp_tool *const *)elem)->name);
 }
 
+/* A name that is not a tool's may be an alias: a scan, only on that path (a miss). */
 const tp_tool *tp__tool_find (const tp_engine *e, const char *name) {
   if (e->ntools == 0) return NULL;
   tp_tool **t = bsearch(name, e->tools, e->ntools, sizeof *e->tools, cmp_name);
-  return t ? *t : NULL;
+  if (t) return *t;
+  for (size_t i = 0; i < e->ntools; i++)
+    if (e->tools[i]->alias && strcmp(e->tools[i]->alias, name) == 0) return e->tools[i];
+  return NULL;
+}
+
+int tp__tool_set_alias (tp_engine *e, const char *name, const char *alias) {
+  tp_tool **t = e->ntools ? bsearch(name, e->tools, e->ntools, sizeof *e->tools, cmp_name)
+                          : NULL;
+  if (t == NULL || alias == NULL || *alias == '\0' || strlen(alias) > 128) {
+    tp__engine_set_error(e, "tool %s: no such tool, or a bad alias", name);
+    return TP_EINVAL;
+  }
+  const tp_tool *other = tp__tool_find(e, alias);
+  if (other != NULL && other != *t) {
+    tp__engine_set_error(e, "tool %s: its alias %s is the name of tool %s", name, alias,
+                         other->name);
+    return TP_EINVAL;
+  }
+  char *a = strdup(alias);
+  if (a == NULL) return TP_ENOMEM;
+  free((*t)->alias);
+  (*t)->alias = a;
+  return TP_OK;
 }
 
 /* A tool name: segments of [A-Za-z_][A-Za-z0-9_]* joined by dots. list, describe and
@@ -49,6 +73,7 @@ static const char *bad_name (const char *name) {
 static void free_tool (tp_tool *t) {
   if (t == NULL) return;
   free(t->name);
+  free(t->alias);
   free(t->lua_api);
   free(t->pol_rules);
   free(t->description);

@@ -293,7 +293,9 @@ TP_EXTERN int tp_run_start(tp_run *r, tp_run_done_cb done, void *ud);
 ** call is checked or dispatched, so an unknown tool or one past a limit is told too) and
 ** once when it completes (done 1: it returned, failed, timed out or was cancelled), in
 ** that order for each call; tool is the name the script used (owned by the call, valid
-** during cb). For progress reports. cb runs on the
+** during cb). A Lua handler's own progress report (ctx.progress, e.g. an upstream MCP
+** server's progress) comes as done 2, with a text in place of tool ("tools.x.y: message
+** (3/10)"), between the two. For progress reports. cb runs on the
 ** run's thread from inside tp_run_step, tp_engine_poll or a completion, so it must not
 ** step, cancel or destroy r, nor call into its engine; it may record and send. One
 ** callback per run: a new one replaces the old; NULL clears it. NULL r is a no-op. */
@@ -456,6 +458,14 @@ TP_EXTERN const char *tp_engine_config_tools(const tp_engine *e, size_t i);
 ** NULL) is set to its "max" in bytes (0: no cap), or UINT64_MAX when it gives none.
 ** Owned by e, valid until it is configured again. */
 TP_EXTERN const char *tp_engine_config_workspace(const tp_engine *e, uint64_t *max);
+
+/* Starts the upstream MCP servers of e's config (mcpServers; once) and waits until each
+** has listed its tools, now tools.<server>.<tool>, or failed; problem (may be NULL) gets
+** each server or tool refused, as tp_engine_load_tools_cb's does. tp_engine_load_tools,
+** tp_engine_describe and tp_engine_run start them when they were not started; call this
+** before tp_run_create/tp_run_start when none of those came first. It runs e's loop, so
+** never from inside one of its callbacks. TP_OK (also when there is nothing to start). */
+TP_EXTERN int tp_engine_start_servers(tp_engine *e, tp_problem_cb problem, void *ud);
 
 /* Confines the fs.* built-in tools to this directory (and offers them). */
 TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);

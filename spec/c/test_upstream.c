@@ -1,0 +1,128 @@
+/*
+** test_upstream.c: upstream MCP servers (lua/upstream.lua) through the C API: their tools
+** in the registry with their origin and raw-name aliases, kept across a plugin reload,
+** and nothing of them left at tp_engine_destroy (no handle, no process). Runs
+** spec/upstream/edge-server.mjs with node, from the repository's root.
+*/
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tp_test.h"
+#include "tidepool.h"
+
+/* A config with one server, edge, recording into dir (made here). */
+static tp_engine *engine_with_edge (char *dir, size_t dlen, const char *flags) {
+  snprintf(dir, dlen, "/tmp/tp-upstream-c-XXXXXX");
+  if (mkdtemp(dir) == NULL) return NULL;
+  char cfg[1024];
+  snprintf(cfg, sizeof cfg, "{\"mcpServers\": {\"edge\": {\"command\": \"node\", \"args\": "
+           "[\"spec/upstream/edge-server.mjs\"%s], \"env\": {\"EDGE_DIR\": \"%s\"}}}}",
+           flags, dir);
+  tp_engine *e = tp_engine_create();
+  if (e && tp_engine_configure(e, cfg, strlen(cfg)) != TP_OK) {
+    tp_engine_destroy(e);
+    return NULL;
+  }
+  return e;
+}
+
+static long pid_of (const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/pid", dir);
+  FILE *f = fopen(path, "r");
+  long pid = -1;
+  if (f) { if (fscanf(f, "%ld", &pid) != 1) pid = -1; fclose(f); }
+  return pid;
+}
+
+static void cleanup (const char *dir) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+static const tp_tool_info *find_info (tp_engine *e, const char *name, tp_tool_info *info) {
+  for (size_t i = 0; i < tp_engine_tool_count(e); i++)
+    if (tp_engine_tool_info(e, i, info) == TP_OK && strcmp(info->name, name) == 0) return info;
+  return NULL;
+}
+
+TEST(upstream_tools_run_by_name_and_raw_name_and_nothing_is_left_at_destroy) {
+  char dir[64];
+  tp_engine *e = engine_with_edge(dir, sizeof dir, ", \"--names\"");
+  CHECK(e != NULL);
+  if (e == NULL) return;
+  const char *src = "return {tools.edge.get_item{}, tools.edge[\"get-item\"]{}, "
+                    "tools.edge.echo{text = \"c\"}}";
+  char *env = NULL;
+  int ok = 0;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), NULL, &env, &ok), TP_OK);
+  CHECK_HAS(env, "\"result\":[\"get-item\",\"get-item\",\"c\"]");
+  CHECK(ok);
+  tp_free(env);
+  tp_tool_info info;
+  CHECK(find_info(e, "edge.get_item", &info) != NULL);
+  if (find_info(e, "edge.get_item", &info)) CHECK_STR(info.origin, "mcp server edge");
+  CHECK(find_info(e, "edge.get-item", &info) == NULL);  /* an alias is not listed */
+  long pid = pid_of(dir);
+  CHECK(pid > 0 && kill((pid_t)pid, 0) == 0);
+  tp_engine_destroy(e);  /* RUN checks that no handle was left open */
+  CHECK(pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+  cleanup(dir);
+}
+
+TEST(a_plugin_reload_keeps_the_upstream_tools_and_a_plugin_cannot_take_their_names) {
+  char dir[64];
+  tp_engine *e = engine_with_edge(dir, sizeof dir, "");
+  CHECK(e != NULL);
+  if (e == NULL) return;
+  CHECK_INT(tp_engine_load_tools(e, "spec/upstream/plugins"), 0);
+  CHECK_HAS(tp_engine_error(e), "tool edge.echo is defined already (at mcp server edge)");
+  size_t n = tp_engine_tool_count(e);
+  CHECK(n > 5);
+  CHECK_INT(tp_engine_unload_tools(e), 0);
+  CHECK_INT((int)tp_engine_tool_count(e), (int)n);
+  char *text = tp_engine_describe(e, "compact");
+  CHECK(text != NULL);
+  if (text) CHECK_HAS(text, "edge.slow{ms, ...}");
+  tp_free(text);
+  tp_engine_destroy(e);
+  cleanup(dir);
+}
+
+TEST(a_call_cut_by_its_time_limit_is_cancelled_upstream_and_leaves_nothing) {
+  char dir[64];
+  tp_engine *e = engine_with_edge(dir, sizeof dir, "");
+  CHECK(e != NULL);
+  if (e == NULL) return;
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.tool_timeout_us = 300000;
+  const char *src = "return tools.edge.slow{ms = 5000}";
+  char *env = NULL;
+  int ok = 1;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), &lim, &env, &ok), TP_OK);
+  CHECK(!ok);
+  CHECK_HAS(env, "\"code\":\"tool.timeout\"");
+  tp_free(env);
+  tp_engine_destroy(e);
+  char path[300], line[64] = "";
+  snprintf(path, sizeof path, "%s/cancelled", dir);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  if (f) { CHECK(fgets(line, sizeof line, f) != NULL); fclose(f); }
+  CHECK_STR(line, "4\n");  /* ids: server/discover 1, initialize 2, tools/list 3 */
+  cleanup(dir);
+}
+
+int main (int argc, char **argv) {
+  tp_test_args(argc, argv);
+  RUN(upstream_tools_run_by_name_and_raw_name_and_nothing_is_left_at_destroy);
+  RUN(a_plugin_reload_keeps_the_upstream_tools_and_a_plugin_cannot_take_their_names);
+  RUN(a_call_cut_by_its_time_limit_is_cancelled_upstream_and_leaves_nothing);
+  return tp_test_end();
+}
