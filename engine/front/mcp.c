@@ -133,8 +133,10 @@ static const char usage_text[] =
   "  --session-idle DURATION  drop a session idle this long (default 10m)\n"
   "  --max-sessions N     sessions kept at once (default 16)\n"
   "  --workers N          threads that run scripts, each with its own engine (default:\n"
-  "                       one per core, at most 64); the protocol is answered on a\n"
-  "                       thread of its own, so a busy script never delays it\n"
+  "                       one per core, at most 64; 1 when the config has MCP servers,\n"
+  "                       since each worker runs its own copy of them); the protocol is\n"
+  "                       answered on a thread of its own, so a busy script never\n"
+  "                       delays it\n"
   "\n"
   "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
   "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count;\n"
@@ -169,6 +171,7 @@ typedef struct options {
   int workspace_max_set;
   uint64_t session_idle_us;
   unsigned max_sessions, workers;
+  int workers_set;          /* --workers given (else 1 when the config has MCP servers) */
 } options;
 
 typedef struct server server;
@@ -2638,6 +2641,17 @@ static int apply_config (options *o) {
     fprintf(stderr, "tidepool mcp: out of memory\n");
     return -1;
   }
+  /* Each worker's engine runs its own copy of every upstream server: a server that keeps
+  ** state in memory (server-memory) would show each worker a different one. So a config
+  ** with servers runs one worker unless --workers says otherwise. */
+  json_t *cfg = tp_json_parse(o->config, o->config_len, NULL, 0);
+  const char *name;
+  json_t *srv;
+  int servers = 0;
+  json_object_foreach(json_object_get(cfg, "mcpServers"), name, srv)
+    servers += !json_is_true(json_object_get(srv, "disabled"));
+  json_decref(cfg);
+  if (servers && !o->workers_set) o->workers = 1;
   for (size_t k = 0; k < o->ndirs; k++) dirs[nfile + k] = o->dirs[k];
   free(o->dirs);
   o->dirs = dirs;
@@ -2742,6 +2756,7 @@ int tp__mcp_main (int argc, char **argv) {
       if (tp_parse_value(TP_UNIT_COUNT, val, WORKERS_MAX, &n, NULL, NULL, 0) != TP_OK || n < 1)
         return tp__cli_usage_error("bad worker count '%s' (1 to 64)", val);
       o->workers = (unsigned)n;
+      o->workers_set = 1;
     }
     else return tp__cli_usage_error("unknown option '%s'", a);
   }

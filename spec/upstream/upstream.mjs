@@ -555,5 +555,25 @@ test('tidepool mcp --workers 2: each worker\'s engine has the servers (a process
   assert(Number.isInteger(pids[0]) && Number.isInteger(pids[1]) && pids[0] !== pids[1], JSON.stringify(pids));
 }, 30000);
 
+test('tidepool mcp without --workers runs one worker when the config has servers: one copy of each', async () => {
+  const d = fresh('one-worker');
+  const cfg = configFile({ edge: edgeServer(d) });
+  const child = spawn(tidepool, ['mcp', '--no-builtin-tools', '--config', cfg],
+                      { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (x) => { out += x; });
+  const sendLine = (m) => child.stdin.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
+  sendLine({ id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+  sendLine({ method: 'notifications/initialized' });
+  const code = 'tools.edge.slow{ms = 300} return tools.edge.pid{}.pid';
+  for (const id of [2, 3, 4]) sendLine({ id, method: 'tools/call', params: { name: 'run_lua', arguments: { code } } });
+  const end = Date.now() + 15000;
+  while (!(/"id":2/.test(out) && /"id":3/.test(out) && /"id":4/.test(out)) && Date.now() < end) await sleep(50);
+  child.stdin.end();
+  const msgs = out.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  const pids = [2, 3, 4].map((id) => msgs.find((m) => m.id === id).result.structuredContent.result);
+  assert(Number.isInteger(pids[0]) && pids[1] === pids[0] && pids[2] === pids[0], JSON.stringify(pids));
+}, 30000);
+
 await run();
 fs.rmSync(tmp, { recursive: true, force: true });
