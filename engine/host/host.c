@@ -816,6 +816,8 @@ static int open_p (lua_State *H) {
   luaL_getsubtable(H, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushcfunction(H, tp__open_fs);         /* require("tidepool.fs"): tools/fs.lua */
   lua_setfield(H, -2, "tidepool.fs");
+  lua_pushcfunction(H, tp__open_proc);       /* require("tidepool.proc"): tools/proc.lua */
+  lua_setfield(H, -2, "tidepool.proc");
   if (e->kv) lua_pushlightuserdata(H, e->kv);
   else lua_pushnil(H);
   lua_pushcclosure(H, tp__kvstore_open, 1);  /* require("tidepool.kv"): tools/kv.lua */
