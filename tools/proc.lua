@@ -37,6 +37,7 @@ if type(entries_cfg) ~= "table" then return {} end
 
 local uv = require("luv")
 local cproc = require("tidepool.proc")
+local json = require("json")
 
 local MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 local DEFAULT_TIMEOUT_MS = 30000
@@ -191,17 +192,23 @@ local function close(h)
   if h and not h:is_closing() then h:close() end
 end
 
--- Removes the command's pids cgroup once its processes are gone (the kernel refuses
--- while one is left): a few tries on a timer, never holding the call.
-local function remove_cgroup(path, tries)
-  if not path or not path:match("^/sys/fs/cgroup/") then return end
-  local ok = uv.fs_rmdir(path)
-  if ok or tries <= 0 then return end
-  local t = uv.new_timer()
-  t:start(100, 0, function()
-    t:close()
-    remove_cgroup(path, tries - 1)
-  end)
+-- Removes the command's pids cgroup (the kernel refuses while a process is left in it):
+-- what is left is killed and the removal tried again, for up to about a second, inside
+-- the call, so that a program that exits right after the run leaves nothing behind.
+local function remove_cgroup(ctx, path)
+  if not path or not path:match("^/sys/fs/cgroup/[%w%-/_.]+$") or path:find("..", 1, true) then
+    return
+  end
+  for _ = 1, 50 do
+    if uv.fs_rmdir(path) then return end
+    local f = io.open(path .. "/cgroup.procs")
+    if not f then return end
+    for pid in f:lines() do
+      if math.tointeger(tonumber(pid)) then uv.kill(math.tointeger(tonumber(pid)), "sigkill") end
+    end
+    f:close()
+    ctx.sleep(20)
+  end
 end
 
 -- Runs the command (spec: path, argv, env, cwd, rw, ro, net, stdin, timeout_ms,
@@ -341,7 +348,7 @@ local function run(spec, ctx)
     fail(("cannot start %s: %s"):format(tostring(helper), tostring(perr)), "tool.failed")
   end
   local rp = parse_report(table.concat(report))
-  remove_cgroup(rp.cgroup, 20)
+  remove_cgroup(ctx, rp.cgroup)
   if rp.exec then
     fail(("not_found: %s could not be executed (%s). Advice: the program is missing or "
       .. "not executable on the host; use another command of the allowlist (%s).")
