@@ -26,9 +26,10 @@
 -- keep ctx).
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
--- log(box, text); deadline_ms(box) -> ms | nil; field(box, k) -> run_id, call_id, tool
--- or deadline_ms of the box's call (nil when it has none); fs_quota(box) -> left, quota |
--- nothing; fs_charge(box, bytes); workspace() -> dir | nil; workspace_max() -> bytes;
+-- log(box, text); progress(box, text) (tp_call_progress); deadline_ms(box) -> ms | nil;
+-- field(box, k) -> run_id, call_id, tool or deadline_ms of the box's call (nil when it
+-- has none); fs_quota(box) -> left, quota | nothing; fs_charge(box, bytes);
+-- workspace() -> dir | nil; workspace_max() -> bytes;
 -- config(section) -> JSON text of that section of the engine's config | nil;
 -- new_box(rec, co) -> an empty call box of record rec; body(ctx, mt) -> the function of a
 -- record's coroutine; claim(box): the record is not reused; DONE, what that coroutine
@@ -279,6 +280,16 @@ local function make_ctx(rec)
     E_claim(rec.box)
     rec.handles[h] = true
     return h
+  end
+
+  -- A progress report while the call works: MCP progress notifications of the run_lua
+  -- request that runs the script carry it (tp_run_on_progress), as "tools.<tool>: text".
+  -- Not kept in the run's logs; nothing happens when no one listens.
+  function fns.progress(...)
+    local n = select("#", ...)
+    local parts = {}
+    for i = 1, n do parts[i] = tostring((select(i, ...))) end
+    E.progress(rec.box, table.concat(parts, "\t"))
   end
 
   -- A line in the run's logs, prefixed with the tool's name.

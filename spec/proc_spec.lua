@@ -334,3 +334,56 @@ describe("proc.run: time and output", function()
     assert.is_true(secs < 10, "20 one-second commands took " .. secs .. " s")
   end)
 end)
+
+describe("proc.run: streaming", function()
+  it("output lines reach the MCP caller as progress notifications while the command runs",
+    function()
+    local ws = temp_dir()
+    local cfg = temp_file(dkjson.encode({ commands = { SH } }))
+    local stdin, stdout, stderr = uv.new_pipe(), uv.new_pipe(), uv.new_pipe()
+    local proc = uv.spawn(BIN, { args = { "mcp", "--config", cfg, "--workspace", ws },
+      stdio = { stdin, stdout, stderr } }, function() end)
+    stderr:read_start(function() end)
+    assert(proc, "cannot start tidepool mcp")
+    local msgs, buf = {}, ""
+    stdout:read_start(function(_, data)
+      if not data then return end
+      buf = buf .. data
+      for line in buf:gmatch("([^\n]*)\n") do msgs[#msgs + 1] = dkjson.decode(line) end
+      buf = buf:match("([^\n]*)$")
+    end)
+    local function send(t) stdin:write(dkjson.encode(t) .. "\n") end
+    send({ jsonrpc = "2.0", id = 1, method = "initialize", params = {
+      protocolVersion = "2025-06-18", capabilities = {}, clientInfo = { name = "spec",
+      version = "1" } } })
+    send({ jsonrpc = "2.0", method = "notifications/initialized" })
+    send({ jsonrpc = "2.0", id = 2, method = "tools/call", params = { name = "run_lua",
+      _meta = { progressToken = "p1" }, arguments = { code = [[
+        local r = tools.proc.run{cmd = "sh", args = {"-c",
+          "echo line one; sleep 0.3; echo line two >&2; printf tail"}}
+        return r.stdout]] } } })
+    local t0 = uv.hrtime()
+    local answer
+    repeat
+      uv.run("once")
+      for _, m in ipairs(msgs) do if m.id == 2 then answer = m end end
+    until answer or uv.hrtime() - t0 > 20e9
+    stdin:close()
+    stdout:read_stop()
+    stdout:close()
+    stderr:close()
+    proc:kill("sigterm")
+    proc:close()
+    uv.run("nowait")
+    assert.is_table(answer, "no answer to tools/call")
+    local lines = {}
+    for _, m in ipairs(msgs) do
+      if m.method == "notifications/progress" and m.params.message:match("^tools%.proc%.run: ")
+      then
+        lines[#lines + 1] = m.params.message
+      end
+    end
+    assert.are.same({ "tools.proc.run: line one", "tools.proc.run: line two",
+                      "tools.proc.run: tail" }, lines)
+  end)
+end)

@@ -263,7 +263,7 @@ local function run(spec, ctx)
     return function(rerr, data)
       if ended[which] then return end
       if rerr or data == nil then
-        if which ~= "report" then emit(which, "\n") end
+        if which ~= "report" and partial[which] ~= "" then emit(which, "\n") end
         ended[which] = true
         finish_if_done()
         return

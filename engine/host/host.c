@@ -452,6 +452,14 @@ static int e_complete (lua_State *H) {
 }
 
 /* E.log(box, text): a line in the run's logs. */
+/* E.progress(box, text): a progress report of the box's call (tp_call_progress). */
+static int e_progress (lua_State *H) {
+  callbox *b = check_box(H, 1);
+  const char *s = luaL_checkstring(H, 2);
+  if (b->c) tp_call_progress(b->c, s);
+  return 0;
+}
+
 static int e_log (lua_State *H) {
   callbox *b = check_box(H, 1);
   size_t len;
@@ -834,6 +842,7 @@ static int open_p (lua_State *H) {
     return lua_error(H);
   static const luaL_Reg fns[] = {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
+    { "progress", e_progress },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
