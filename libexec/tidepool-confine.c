@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -219,6 +220,24 @@ static int apply_seccomp (int net) {
 
 /* ---- processes ----------------------------------------------------------------------- */
 
+/* Removes the groups under base left by engines that are gone ("tidepool-ENGINE-PID",
+** ENGINE no longer running): an engine removes its commands' groups itself, but not
+** when it exits (or dies) while one runs. A group still holding a process stays. */
+static void sweep_cgroups (const char *base) {
+  DIR *d = opendir(base);
+  if (d == NULL) return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    long engine, pid;
+    char tail;
+    if (sscanf(de->d_name, "tidepool-%ld-%ld%c", &engine, &pid, &tail) != 2 || engine <= 0)
+      continue;
+    if (kill((pid_t)engine, 0) == 0 || errno != ESRCH) continue;
+    unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+  }
+  closedir(d);
+}
+
 /* Root is exempt from RLIMIT_NPROC (the kernel never applies it to uid 0, user namespace
 ** or not), so for root the count of processes is held by a pids cgroup: a new group under
 ** the pids hierarchy (cgroup v2: under our own cgroup, when "pids" is enabled for its
@@ -246,10 +265,9 @@ static int pids_cgroup (long nproc, char *path, size_t size) {
   }
   fclose(f);
   if (base[0] == '\0') return 0;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int len = snprintf(path, size, "%s/tidepool-%ld-%lx", base, (long)getpid(),
-                     (unsigned long)ts.tv_nsec);
+  sweep_cgroups(base);
+  int len = snprintf(path, size, "%s/tidepool-%ld-%ld", base, (long)getppid(),
+                     (long)getpid());
   if (len < 0 || (size_t)len + 16 > size || mkdir(path, 0755) != 0) return 0;
   char file[PATH_MAX + 16];
   int ok = 0;

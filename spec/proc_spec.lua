@@ -46,13 +46,13 @@ local ABI = landlock_abi()
 
 -- Runs script under `commands` (a Lua list of entries) with a workspace (ws: a
 -- directory, false: none); returns the envelope and stderr.
-local function run(script, commands, ws, extra_env)
+local function run(script, commands, ws, extra_env, timeout)
   local cfg = temp_file(commands and dkjson.encode({ commands = commands }) or "{}")
   local src = temp_file(script)
   local errf = os.tmpname()
   temps[#temps + 1] = errf
-  local cmd = ("env PATH=%s %s %s run --json --timeout 30s --cpu 20s --config %s %s %s 2>%s")
-    :format(HOST_PATH, extra_env or "", BIN, q(cfg),
+  local cmd = ("env PATH=%s %s %s run --json --timeout %s --cpu 20s --config %s %s %s 2>%s")
+    :format(HOST_PATH, extra_env or "", BIN, timeout or "30s", q(cfg),
             ws and ("--workspace " .. q(ws)) or "", q(src), q(errf))
   local p = assert(io.popen(cmd, "r"))
   local out = p:read("a")
@@ -295,6 +295,29 @@ describe("proc.run: time and output", function()
     assert.matches("ran past 700 ms", r.advice, 1, true)
     assert.are.equal(15, r.signal)  -- SIGTERM
     assert.is_true(r.duration_ms >= 700 and r.duration_ms < 10000, tostring(r.duration_ms))
+  end)
+
+  it("a run that ends while its command runs kills the command's group", function()
+    local ws = temp_dir()
+    local env = run([[return tools.proc.run{cmd = "sh", args = {"-c",
+      "sleep 30 & echo $! > child; echo $$ > pid; wait"}}]], { SH }, ws, nil, "1s")
+    assert.are.equal("limit.time", env.error and env.error.code)
+    local function alive(file)
+      local f = assert(io.open(ws .. "/" .. file))
+      local pid = f:read("l")
+      f:close()
+      for _ = 1, 100 do
+        local st = io.open("/proc/" .. pid .. "/stat")
+        if not st then return false end
+        local state = st:read("a"):match("^%d+ %b() (%a)")
+        st:close()
+        if state == "Z" then return false end
+        uv.sleep(20)
+      end
+      return true
+    end
+    assert.is_false(alive("pid"))
+    assert.is_false(alive("child"))
   end)
 
   it("a timeout above the entry's is refused", function()

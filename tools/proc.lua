@@ -192,23 +192,41 @@ local function close(h)
   if h and not h:is_closing() then h:close() end
 end
 
--- Removes the command's pids cgroup (the kernel refuses while a process is left in it):
--- what is left is killed and the removal tried again, for up to about a second, inside
--- the call, so that a program that exits right after the run leaves nothing behind.
-local function remove_cgroup(ctx, path)
+-- One try at removing the command's pids cgroup (the kernel refuses while a process is
+-- left in it): true when it is gone; what is left in it is killed.
+local function cgroup_gone(path)
   if not path or not path:match("^/sys/fs/cgroup/[%w%-/_.]+$") or path:find("..", 1, true) then
-    return
+    return true
   end
+  if uv.fs_rmdir(path) then return true end
+  local f = io.open(path .. "/cgroup.procs")
+  if not f then return true end
+  for pid in f:lines() do
+    local n = math.tointeger(tonumber(pid))
+    if n and n > 0 then uv.kill(n, "sigkill") end
+  end
+  f:close()
+  return false
+end
+
+-- Removes it inside the call, trying for up to about a second, so that a program that
+-- exits right after the run leaves nothing behind.
+local function remove_cgroup(ctx, path)
   for _ = 1, 50 do
-    if uv.fs_rmdir(path) then return end
-    local f = io.open(path .. "/cgroup.procs")
-    if not f then return end
-    for pid in f:lines() do
-      if math.tointeger(tonumber(pid)) then uv.kill(math.tointeger(tonumber(pid)), "sigkill") end
-    end
-    f:close()
+    if cgroup_gone(path) then return end
     ctx.sleep(20)
   end
+end
+
+-- The same after the call was cancelled (the run ended): on timers. What an engine that
+-- exits meanwhile leaves, the next command's helper removes (tidepool-confine.c).
+local function remove_cgroup_later(path, tries)
+  if cgroup_gone(path) or tries <= 0 then return end
+  local t = uv.new_timer()
+  t:start(20, 0, function()
+    t:close()
+    remove_cgroup_later(path, tries - 1)
+  end)
 end
 
 -- Runs the command (spec: path, argv, env, cwd, rw, ro, net, stdin, timeout_ms,
@@ -291,6 +309,9 @@ local function run(spec, ctx)
     close(timer)
     close(killer)
     close(drain)
+    close(stdin)
+    close(stdout)
+    close(stderr)
   end
 
   local started_ok, perr = ctx.await(function(resume)
@@ -305,6 +326,11 @@ local function run(spec, ctx)
       close(proc)
       -- what the command left in its group goes with it, so the pipes reach their end
       uv.kill(-pid, "sigkill")
+      if guard.closed then  -- cancelled: no one waits for the result
+        for _, p in ipairs({ stdin, stdout, stderr, rep }) do close(p) end
+        remove_cgroup_later(parse_report(table.concat(report)).cgroup, 50)
+        return
+      end
       if not (ended.stdout and ended.stderr and ended.report) and not guard.closed then
         drain = uv.new_timer()
         drain:start(DRAIN_MS, 0, function()
@@ -460,6 +486,11 @@ return {
       end
       local ws = ctx.workspace
       local cwd, rw, tmp
+      -- the temporary directory goes when the handler ends, even when the call is
+      -- cancelled (its coroutine is closed then)
+      local _ <close> = setmetatable({}, { __close = function()
+        if tmp then cproc.rmtree(tmp) end
+      end })
       if type(ws) == "string" and ws ~= "" then
         local msg
         cwd, msg = cproc.beneath(ws, a.cwd or ".")
@@ -486,10 +517,7 @@ return {
         timeout_ms = clamp(a.timeout_ms, e.timeout_ms, "timeout_ms", e),
         max_output = clamp(a.max_output, e.max_output, "max_output", e),
       }
-      local ok, res = pcall(run, spec, ctx)
-      if tmp then cproc.rmtree(tmp) end
-      if not ok then error(res, 0) end
-      return res
+      return run(spec, ctx)
     end,
   },
 }
