@@ -441,7 +441,10 @@ function M.load_file(path)
     if not has_position(msg) then msg = where(nil, 2) .. msg end
     return msg
   end, { workspace = E.workspace(), workspace_max = E.workspace_max(),  -- see tools/fs.lua
-         config = M.config() })
+         config = M.config(),
+         -- a problem that does not stop the file from loading (tools/proc.lua: a program
+         -- of the allowlist is missing), reported with the others
+         warn = function(msg) problems[#problems + 1] = path .. ":1: " .. tostring(msg) end })
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }

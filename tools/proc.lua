@@ -86,7 +86,8 @@ for i, raw in ipairs(entries_cfg) do
     entries[#entries + 1] = e
   end
 end
-for _, p in ipairs(problems) do io.stderr:write("tidepool: warning: ", p, "\n") end
+local warn = type(load_opts.warn) == "function" and load_opts.warn or function() end
+for _, p in ipairs(problems) do warn(p) end
 
 local helper, helper_err = cproc.helper()
 
@@ -426,15 +427,26 @@ for _, e in ipairs(entries) do
   if e.timeout_ms > max_timeout then max_timeout = e.timeout_ms end
 end
 
-local allowed_text = #entries > 0 and ("Allowed here: " .. list_names() .. ".") or
-  "Nothing is allowed here."
+local function allowed_text()
+  if #entries == 0 then return "Nothing is allowed here." end
+  local parts = {}
+  for _, e in ipairs(entries) do
+    local t = e.argv0
+    if type(e.sub) == "table" and #e.sub > 0 then
+      t = t .. " (" .. table.concat(e.sub, "|") .. ")"
+    end
+    parts[#parts + 1] = t
+  end
+  return "Allowed here: " .. table.concat(parts, ", ") .. "."
+end
 
 return {
   {
     name = "proc.run",
     description = "Run an allowed command (argv only, never a shell) and get its output. "
-      .. allowed_text .. " The command runs confined: its working directory is inside "
-      .. "the workspace, which is all it may write; no network unless allowed. Returns "
+      .. allowed_text() .. " The command runs confined: its working directory is inside "
+      .. "the workspace (without one, a fresh temporary directory), which is all it may "
+      .. "write; no network unless allowed. Returns "
       .. "{exit_code, signal, stdout, stderr, truncated, timed_out, duration_ms, sandbox}, "
       .. "with error_kind and advice after a timeout or when output was capped. A "
       .. "command outside the allowlist fails with tool.denied (command_not_allowed).",
@@ -464,22 +476,47 @@ return {
     output = {
       type = "object",
       properties = {
-        exit_code = { type = { "integer", "null" } },
-        signal = { type = { "integer", "null" } },
+        exit_code = { type = { "integer", "null" },
+                      description = "Exit status; null when a signal ended it." },
+        signal = { type = { "integer", "null" }, description = "The signal that ended it." },
         stdout = { type = "string" },
         stderr = { type = "string" },
-        truncated = { type = "boolean" },
+        truncated = { type = "boolean", description = "Output was cut at max_output." },
         timed_out = { type = "boolean" },
         duration_ms = { type = "integer" },
         error_kind = { type = "string", enum = { "timeout", "output_capped" } },
-        advice = { type = "string" },
-        sandbox = { type = "object" },
+        advice = { type = "string", description = "What to do about error_kind." },
+        sandbox = {
+          type = "object",
+          description = "The protections applied.",
+          properties = {
+            landlock_abi = { type = { "integer", "boolean" },
+                             description = "Landlock ABI version, false without Landlock." },
+            seccomp = { type = "boolean" },
+            nproc = { type = { "string", "boolean" },
+                      description = "How processes are capped: cgroup, rlimit or false." },
+            net = { type = "boolean", description = "Network allowed." },
+          },
+        },
       },
       required = { "exit_code", "signal", "stdout", "stderr", "truncated", "timed_out",
                    "duration_ms", "sandbox" },
     },
     handler = function(a, ctx)
       local argv = a.args or {}
+      -- a C string ends at its first NUL: the program would see another argument
+      for i, v in ipairs(argv) do
+        if v:find("\0", 1, true) then
+          fail(("args[%d] holds a NUL byte, which no program argument can"):format(i),
+            "tool.invalid_input")
+        end
+      end
+      for k, v in pairs(a.env or {}) do
+        if v:find("\0", 1, true) then
+          fail(("env.%s holds a NUL byte, which no environment variable can"):format(k),
+            "tool.invalid_input")
+        end
+      end
       local e = match(a.cmd, argv)
       if helper == nil then
         fail("proc.run cannot confine commands here: " .. tostring(helper_err), "tool.unavailable")
