@@ -295,17 +295,34 @@ static int pids_cgroup (long nproc, char *path, size_t size) {
   return ok;
 }
 
-/* The processes of this user now: RLIMIT_NPROC counts them all, not only ours. */
-static long user_processes (void) {
+/* The tasks (threads) of this user now: RLIMIT_NPROC counts them all, not only ours, so
+** the limit is set that much above what the command may add. Each process's count of
+** threads is field 20 of /proc/PID/stat. */
+static long user_tasks (void) {
   DIR *d = opendir("/proc");
   if (d == NULL) return -1;
   long n = 0;
   uid_t uid = getuid();
   struct dirent *de;
+  char path[64], buf[1024];
   while ((de = readdir(d)) != NULL) {
     if (de->d_name[0] < '1' || de->d_name[0] > '9') continue;
     struct stat st;
-    if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && st.st_uid == uid) n++;
+    if (fstatat(dirfd(d), de->d_name, &st, 0) != 0 || st.st_uid != uid) continue;
+    long threads = 1;
+    snprintf(path, sizeof path, "%.20s/stat", de->d_name);
+    int fd = openat(dirfd(d), path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t len = read(fd, buf, sizeof buf - 1);
+      close(fd);
+      if (len > 0) {
+        buf[len] = '\0';
+        char *p = strrchr(buf, ')');  /* after the command's name, which may hold spaces */
+        for (int field = 2; p != NULL && field < 20; field++) p = strchr(p + 1, ' ');
+        if (p != NULL && atol(p + 1) > 0) threads = atol(p + 1);
+      }
+    }
+    n += threads;
   }
   closedir(d);
   return n;
@@ -384,7 +401,7 @@ int main (int argc, char **argv) {
       say("cgroup=%s ", cg);  /* first: the parent removes it even after a failure */
     }
   } else {
-    long have = user_processes();
+    long have = user_tasks();
     if (have >= 0) {
       set_limit(RLIMIT_NPROC, (rlim_t)(have + nproc), (rlim_t)(have + nproc), "RLIMIT_NPROC");
       nproc_how = "rlimit";

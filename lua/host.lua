@@ -39,6 +39,7 @@ local E = ...
 local E_resume, E_complete, E_claim, E_field = E.resume, E.complete, E.claim, E.field
 
 local uv = require("luv")
+local json = require("json")  -- host.c's codec, also a global there
 
 local M = {}
 

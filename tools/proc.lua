@@ -357,6 +357,7 @@ local function run(spec, ctx)
       close(stdin)
     end
     timer = uv.new_timer()
+    uv.update_time()  -- the loop's clock may be stale: timers count from it
     timer:start(spec.timeout_ms, 0, function()
       close(timer)
       if exited then return end
