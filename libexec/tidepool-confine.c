@@ -73,11 +73,11 @@ struct ll_path_beneath { uint64_t allowed; int32_t fd; } __attribute__((packed))
 
 /* Read and execute only. /proc is there for programs that read /proc/self; Landlock keeps
 ** the command from ptrace-reading processes outside its domain (other processes'
-** environ, mem). */
+** environ, mem). /dev is not: for a command run by root it would hold the disks. */
 static const char *const SYSTEM_RO[] = {
   "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
-  "/proc", "/dev", NULL };
-/* Readable and writable device files. */
+  "/proc", NULL };
+/* The device files it may read and write: no disk, terminal or shared memory. */
 static const char *const DEV_RW[] = {
   "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", NULL };
 

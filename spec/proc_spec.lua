@@ -214,6 +214,17 @@ describe("proc.run: directory and environment", function()
     local r = ok_result([[return tools.proc.run{cmd = "sh", args = {"-c", "tr a-z A-Z"},
       stdin = "hello\n"}]], { SH }, temp_dir())
     assert.are.equal("HELLO\n", r.stdout)
+    r = ok_result([[return tools.proc.run{cmd = "sh", args = {"-c", "wc -c"},
+      stdin = ("x"):rep(3000000)}]], { SH }, temp_dir())
+    assert.are.equal("3000000", r.stdout:match("%d+"))
+  end)
+
+  it("a command that exits without reading its stdin does not kill tidepool (SIGPIPE)",
+    function()
+    local env = run([[return tools.proc.run{cmd = "sh", args = {"-c", "exit 4"},
+      stdin = ("x"):rep(3000000)}]], { SH }, temp_dir())
+    assert.is_true(env.ok)
+    assert.are.equal(4, env.result.exit_code)
   end)
 end)
 
@@ -233,6 +244,18 @@ describe("proc.run: confinement", function()
     local f = assert(io.open(ws .. "/inside"))
     assert.are.equal("in\n", f:read("a"))
     f:close()
+  end)
+
+  it("a command has /dev/null and /dev/urandom, not the rest of /dev (Landlock)", function()
+    if ABI == 0 then
+      print("# skipped: this kernel has no Landlock")
+      return
+    end
+    local r = ok_result([[return tools.proc.run{cmd = "sh", args = {"-c",
+      "echo x > /dev/null && head -c 4 /dev/urandom | wc -c && ls /dev"}}]], { SH }, temp_dir())
+    assert.are.equal("4", r.stdout:match("%d+"))
+    assert.are.equal(2, r.exit_code)
+    assert.matches("ls: cannot open directory '/dev': Permission denied", r.stderr, 1, true)
   end)
 
   it("a command cannot read tidepool's own environment through /proc (Landlock)", function()
@@ -278,8 +301,8 @@ describe("proc.run: confinement", function()
   end)
 
   it("a fork bomb is stopped by the process limit, and the run goes on", function()
-    local r = ok_result([[return tools.proc.run{cmd = "sh", timeout_ms = 3000, args = {"-c",
-      "i=0; while [ $i -lt 400 ]; do sleep 5 & i=$((i+1)); done; echo all"}}]],
+    local r = ok_result([[return tools.proc.run{cmd = "sh", timeout_ms = 20000, args = {"-c",
+      "i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done; echo all"}}]],
       { SH }, temp_dir())
     assert.are.equal(2, r.exit_code)
     assert.matches("Cannot fork", r.stderr, 1, true)

@@ -262,7 +262,9 @@ local function run(spec, ctx)
   args[#args + 1] = spec.path
   for _, a in ipairs(spec.argv) do args[#args + 1] = a end
 
-  local stdin, stdout, stderr, rep = uv.new_pipe(), uv.new_pipe(), uv.new_pipe(), uv.new_pipe()
+  local stdin, ierr = cproc.input(spec.stdin or "")
+  if not stdin then fail(ierr, "tool.failed") end
+  local stdout, stderr, rep = uv.new_pipe(), uv.new_pipe(), uv.new_pipe()
   local proc, pid, timer, killer, drain
   local exited, code, signal = false, nil, nil
   local ended = {}  -- stream name -> true once read to its end (or given up)
@@ -310,7 +312,6 @@ local function run(spec, ctx)
     close(timer)
     close(killer)
     close(drain)
-    close(stdin)
     close(stdout)
     close(stderr)
   end
@@ -328,7 +329,7 @@ local function run(spec, ctx)
       -- what the command left in its group goes with it, so the pipes reach their end
       uv.kill(-pid, "sigkill")
       if guard.closed then  -- cancelled: no one waits for the result
-        for _, p in ipairs({ stdin, stdout, stderr, rep }) do close(p) end
+        for _, p in ipairs({ stdout, stderr, rep }) do close(p) end
         remove_cgroup_later(parse_report(table.concat(report)).cgroup, 50)
         return
       end
@@ -342,6 +343,7 @@ local function run(spec, ctx)
       end
       finish_if_done()
     end)
+    uv.fs_close(stdin)  -- the command has its copy
     if not proc then
       done_cb = nil
       resume(false, pid)
@@ -351,11 +353,6 @@ local function run(spec, ctx)
     stdout:read_start(reader("stdout", out))
     stderr:read_start(reader("stderr", err))
     rep:read_start(reader("report", nil))
-    if spec.stdin and #spec.stdin > 0 then
-      stdin:write(spec.stdin, function() close(stdin) end)
-    else
-      close(stdin)
-    end
     timer = uv.new_timer()
     uv.update_time()  -- the loop's clock may be stale: timers count from it
     timer:start(spec.timeout_ms, 0, function()
@@ -371,7 +368,7 @@ local function run(spec, ctx)
     end)
   end)
   guard.closed = true
-  for _, p in ipairs({ stdin, stdout, stderr, rep }) do close(p) end
+  for _, p in ipairs({ stdout, stderr, rep }) do close(p) end
   if started_ok ~= true then
     fail(("cannot start %s: %s"):format(tostring(helper), tostring(perr)), "tool.failed")
   end

@@ -18,6 +18,13 @@
 **   proc.mkdtemp()             -> dir | nil, msg        a fresh private directory
 **   proc.rmtree(dir [, max])   -> true | nil, msg       removes dir and what it holds
 **                              (at most max entries, default 100000; links not followed)
+**   proc.input(text)           -> fd | nil, msg         a memory file holding text, read
+**                              from its start, for a command's stdin: the command reads a
+**                              file, so writing to it never blocks the loop, and a command
+**                              that exits without reading cannot raise SIGPIPE in the
+**                              engine's process (libuv does not ignore it, nor may a
+**                              library change the program's signal dispositions). The
+**                              caller closes fd (uv.fs_close) once the command started.
 ** Bad argument types raise.
 */
 #include <dlfcn.h>
@@ -27,6 +34,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -236,10 +244,35 @@ static int l_rmtree (lua_State *L) {
   return 1;
 }
 
+static int l_input (lua_State *L) {
+  size_t len;
+  const char *text = luaL_checklstring(L, 1, &len);
+  int fd = memfd_create("tidepool-stdin", MFD_CLOEXEC);
+  if (fd < 0) {  /* no memfd (before Linux 3.17): an unnamed file of the temporary dir */
+    const char *tmp = getenv("TMPDIR");
+    fd = open(tmp && tmp[0] == '/' ? tmp : "/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) goto fail;
+  for (size_t off = 0; off < len; ) {
+    ssize_t n = write(fd, text + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) { int e = errno; close(fd); errno = e; goto fail; }
+    off += (size_t)n;
+  }
+  if (lseek(fd, 0, SEEK_SET) != 0) { int e = errno; close(fd); errno = e; goto fail; }
+  lua_pushinteger(L, fd);
+  return 1;
+fail:
+  luaL_pushfail(L);
+  lua_pushfstring(L, "cannot hold the command's stdin: %s", strerror(errno));
+  return 2;
+}
+
 int tp__open_proc (lua_State *L) {
   static const luaL_Reg fns[] = {
     { "resolve", l_resolve }, { "helper", l_helper }, { "landlock_abi", l_landlock_abi },
     { "beneath", l_beneath }, { "mkdtemp", l_mkdtemp }, { "rmtree", l_rmtree },
+    { "input", l_input },
     { NULL, NULL } };
   luaL_newlib(L, fns);
   return 1;
