@@ -315,6 +315,25 @@ describe("proc.run: confinement", function()
   end)
 end)
 
+describe("proc.run: the helper", function()
+  it("a helper that does not confirm the confinement fails the call; the command never runs",
+    function()
+    local ws = temp_dir()
+    local env = run([[return tools.proc.run{cmd = "sh", args = {"-c", "echo x > ran"}}]],
+      { SH }, ws, "TIDEPOOL_CONFINE=/bin/true")
+    assert.are.equal("tool.failed", env.error.code)
+    assert.are.equal("tools.proc.run failed: /bin/true ended (exit status 0) before "
+      .. "confirming the confinement of sh", env.error.message)
+    assert.is_nil(io.open(ws .. "/ran"))
+    env = run([[return tools.proc.run{cmd = "sh", args = {"-c", "true"}}]], { SH }, ws,
+      "TIDEPOOL_CONFINE=tidepool-confine")
+    assert.are.equal("tool.unavailable", env.error.code)
+    assert.are.equal("tools.proc.run failed: proc.run cannot confine commands here: "
+      .. "TIDEPOOL_CONFINE=tidepool-confine is not an executable file's absolute path",
+      env.error.message)
+  end)
+end)
+
 describe("proc.run: time and output", function()
   it("a timeout stops the group and keeps the partial output", function()
     local r = ok_result([[return tools.proc.run{cmd = "sh", timeout_ms = 700,

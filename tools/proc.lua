@@ -383,6 +383,11 @@ local function run(spec, ctx)
     fail(("the confinement of %s could not be applied (%s); the command did not run")
       :format(spec.argv0, rp.error), "tool.failed")
   end
+  if rp.seccomp == nil then  -- the helper died before it said what it applied
+    fail(("%s ended (%s %s) before confirming the confinement of %s"):format(helper,
+      signal ~= 0 and "signal" or "exit status", signal ~= 0 and signal or code, spec.argv0),
+      "tool.failed")
+  end
   local res = {
     exit_code = (signal == nil or signal == 0) and code or json.null,
     signal = (signal ~= nil and signal ~= 0) and signal or json.null,
