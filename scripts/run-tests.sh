@@ -201,7 +201,7 @@ elif make -s install PREFIX="$pfx" BUILD="$BUILD" >"$log" 2>&1 &&
      env -u TIDEPOOL_TOOLS_DIR "$pfx/bin/tidepool" run --json - 2>>"$log" |
      grep -q '"ok":true,"result":true,' &&
    PKG_CONFIG_PATH="$pfx/lib/pkgconfig" pkg-config --cflags --libs tidepool |
-     grep -q -- "-I$pfx/include -L$pfx/lib -ltidepool" &&
+     grep -q -- "-I$pfx/include .*-L$pfx/lib -ltidepool" &&
    cc -o "$pfx/embed" examples/embed.c $(PKG_CONFIG_PATH="$pfx/lib/pkgconfig" \
       pkg-config --cflags --libs tidepool) -Wl,-rpath,"$pfx/lib" >>"$log" 2>&1 &&
    "$pfx/embed" | grep -q '"ok":true,"result":5,'; then
