@@ -87,7 +87,8 @@ $(call layer_objs,$(BUILD)/obj,core) $(call layer_objs,$(FUZZ_BUILD)/obj,core): 
 $(call layer_objs,$(BUILD)/obj,host) $(call layer_objs,$(FUZZ_BUILD)/obj,host) $(BUILD)/obj/embedded.o: LAYER_INC = $(LAYER_INC_HOST)
 GEN_SRCS    = $(BUILD)/gen/embedded.c
 GEN_OBJS    = $(BUILD)/obj/embedded.o
-EMBED_FILES = $(wildcard sandbox/*.lua) $(wildcard lua/*.lua)
+# The config file's schema travels in the library too (engine/host/config.c checks with it).
+EMBED_FILES = $(wildcard sandbox/*.lua) $(wildcard lua/*.lua) engine/host/config.schema.json
 HEADERS     = $(wildcard $(ENGINE_DIRS:%=%/*.h)) $(wildcard engine/include/*.h) $(wildcard sandbox/*.h)
 CTEST_SRCS  = $(wildcard spec/c/test_*.c)
 CTESTS      = $(CTEST_SRCS:spec/c/%.c=$(BUILD)/tests/%)
@@ -279,6 +280,9 @@ $(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_INT)
 	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) $(CTEST_LDFLAGS) -Wl,-E -o $@ $< $(LIB_INT) \
 	  $(LUV_LIBS) $(LIBS_ALL)
 
+# test_http and bench_http share a small HTTP server on 127.0.0.1.
+$(BUILD)/tests/test_http $(BUILD)/bench/bench_http: spec/c/http_server.h
+
 # test_alloc_fail makes the engine's allocations fail one by one: the engine's objects
 # (and its Lua's) call these functions through the test's counting wrappers.
 $(BUILD)/tests/test_alloc_fail: CTEST_LDFLAGS = \
@@ -420,6 +424,7 @@ install: all $(MANPAGE)
 	install -m 644 $(PCFILE) $(DESTDIR)$(LIBDIR)/pkgconfig/tidepool.pc
 	install -m 755 $(LUAMOD) $(DESTDIR)$(LUACMOD)/tidepool.so
 	if ls tools/*.lua >/dev/null 2>&1; then install -m 644 tools/*.lua $(DESTDIR)$(DATADIR)/tools/; fi
+	install -m 644 engine/host/config.schema.json $(DESTDIR)$(DATADIR)/config.schema.json
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/tidepool $(DESTDIR)$(LIBDIR)/libtidepool.a \

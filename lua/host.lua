@@ -39,7 +39,7 @@ local E = ...
 local E_resume, E_complete, E_claim, E_field = E.resume, E.complete, E.claim, E.field
 
 local uv = require("luv")
-local json = require("json")  -- host.c's codec, also a global there
+local json = require("json")  -- also a global of this state (host.c), named for luacheck
 
 local M = {}
 
@@ -274,6 +274,27 @@ local function make_ctx(rec)
   function fns.await(start)
     if type(start) ~= "function" then error("ctx.await: expects function(cb) ... end", 2) end
     return wait(rec, "ctx.await", start)
+  end
+
+  -- An HTTP request under the config's egress policy (engine/host/http.c): waits for the
+  -- answer and returns {status, headers, body, truncated, url}, or raises {code, message}
+  -- (tool.failed, tool.timeout, tool.denied) so the call fails with that code. The request
+  -- is cancelled when the call ends first.
+  local HTTP_OPTS = { "method", "url", "headers", "body", "timeout_ms", "max_bytes" }
+  function fns.http(opts)
+    if type(opts) ~= "table" then
+      error("ctx.http: expects a table {method = \"GET\", url = \"https://...\", ...}", 2)
+    end
+    local o = {}
+    for _, k in ipairs(HTTP_OPTS) do o[k] = rawget(opts, k) end
+    local req
+    local res, err = wait(rec, "ctx.http", function(resume)
+      req = require("tidepool.http").request(o, resume)
+      rec.handles[req] = true
+    end)
+    rec.handles[req] = nil
+    if res == nil then error(err, 0) end
+    return res
   end
 
   -- A luv handle to close when the call ends (completed, failed, timed out, cancelled).

@@ -8,6 +8,8 @@
 #   bench/mcp_ping_while_stuck.mjs  mcp_ping_while_stuck_ms: a ping round trip while
 #                              another session's script is stuck in long C work
 #   build/bench/bench_tools    tool calls (see its header)
+#   build/bench/bench_http     http_fetch_us, http_parallel_100_ms: tools.http.fetch against
+#                              a server on 127.0.0.1 (see its header)
 #   build/bench/bench_step     step_overshoot_us, frame_500_ms: time-budgeted steps of
 #                              CPU-bound scripts (see its header)
 #   bench/describe/run.sh      describe_tokens_ratio: the tokens of the description of 13
@@ -38,6 +40,7 @@ else
   echo "mcp_ping_while_stuck_ms: not measured (node is not installed)"
 fi
 "$BUILD/bench/bench_tools" tools "$SCALE" | tee -a "$out" || status=1
+"$BUILD/bench/bench_http" tools "$SCALE" | tee -a "$out" || status=1
 "$BUILD/bench/bench_step" "$SCALE" | tee -a "$out" || status=1
 BUILD="$BUILD" sh bench/describe/run.sh | tee -a "$out" || status=1
 "$BUILD/bench/bench_sched" "$SCALE" | tee -a "$out" || status=1

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs every test suite and prints one closing line "N passed, N failed".
 #   C tests        build/tests/test_*, each in its own process (scripts/run-ctests.sh)
-#   busted specs   spec/*_spec.lua on this build's Lua, then again with an aggressive GC,
+#   busted specs   spec/*_spec.lua and examples/plugin (a plugin's own test) on this
+#                  build's Lua, then again with an aggressive GC,
 #                  then on Debian's lua5.4 interpreter (5.4.4), whose C API alone the
 #                  module uses while its sandboxes run on its private Lua 5.4.7
 #   layers         scripts/check-layers.sh: no upward include or call (and its self-test)
@@ -9,6 +10,7 @@
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines)
+#   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   lint           luacheck over the Lua sources (examples/ included)
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
 #                  error), one counted test, when valgrind is installed; about a minute
@@ -46,7 +48,7 @@ grep -vE '^# [0-9]+ passed' "$log"
 add_counts "C tests"
 
 run_busted() {  # $1 label, $2 the interpreter (default: this build's)
-  timeout 900 "${2:-$LUA}" /usr/bin/busted -o TAP spec >"$log" 2>&1
+  timeout 900 "${2:-$LUA}" /usr/bin/busted -o TAP spec examples/plugin >"$log" 2>&1
   rc=$?
   p=$(grep -cE '^ok [0-9]+' "$log")
   f=$(grep -cE '^not ok [0-9]+' "$log")
@@ -107,7 +109,7 @@ run_node() {  # $1 label, $2 script
   add_counts "$1"
 }
 if ! command -v node >/dev/null 2>&1; then
-  echo "mcp: node is not installed: 2 suites not run"; failed=$((failed + 2))
+  echo "mcp, http: node is not installed: 3 suites not run"; failed=$((failed + 3))
 else
   if [ ! -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     npm install --prefix spec/mcp --no-audit --no-fund >"$log" 2>&1 ||
@@ -120,6 +122,8 @@ else
     failed=$((failed + 1))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
+  run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
 fi
 
 if command -v luacheck >/dev/null 2>&1; then
@@ -201,7 +205,7 @@ elif make -s install PREFIX="$pfx" BUILD="$BUILD" >"$log" 2>&1 &&
      env -u TIDEPOOL_TOOLS_DIR "$pfx/bin/tidepool" run --json - 2>>"$log" |
      grep -q '"ok":true,"result":true,' &&
    PKG_CONFIG_PATH="$pfx/lib/pkgconfig" pkg-config --cflags --libs tidepool |
-     grep -q -- "-I$pfx/include .*-L$pfx/lib -ltidepool" &&
+     grep -- "-I$pfx/include " | grep -q -- "-L$pfx/lib -ltidepool" &&
    cc -o "$pfx/embed" examples/embed.c $(PKG_CONFIG_PATH="$pfx/lib/pkgconfig" \
       pkg-config --cflags --libs tidepool) -Wl,-rpath,"$pfx/lib" >>"$log" 2>&1 &&
    "$pfx/embed" | grep -q '"ok":true,"result":5,'; then

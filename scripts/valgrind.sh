@@ -2,6 +2,7 @@
 # `make valgrind`: memory errors and leaks under valgrind, in a loop of runs and in the CLI.
 #   build/tests/test_run_loop   ~200 runs of every kind of ending (spec/c/test_run_loop.c)
 #   build/tests/test_tools      C tools: async, late completion, handler-less, sessions
+#   build/tests/test_http       HTTP requests on curl's multi handle, closed with the engine
 #   build/tests/test_alloc_fail every 5th allocation failed, alone and with all after it,
 #                               in the scenarios without the host Lua state
 #   build/tidepool run          a few scripts as whole processes (ok, errors, limits, stdin)
@@ -36,6 +37,8 @@ fi
 
 check "run loop (spec/c/test_run_loop.c)" 0 "$BUILD/tests/test_run_loop"
 check "C tools (spec/c/test_tools.c)" 0 "$BUILD/tests/test_tools"
+check "HTTP requests answered, cut short, left at destroy (spec/c/test_http.c)" 0 \
+  "$BUILD/tests/test_http"
 export TP_ALLOC_FAIL_STRIDE=5
 check "allocation failures (spec/c/test_alloc_fail.c, every 5th point)" 0 \
   "$BUILD/tests/test_alloc_fail" injection engine_create table c_tool json_encode schema session
@@ -59,6 +62,25 @@ cli "output limit" 1 'for i = 1, 1e5 do print(i) end' --max-output 1K
 check "cli: check" 0 "$BUILD/tidepool" check "$script"
 printf 'return 1 + 1\n' >"$script"
 check "cli: stdin" 0 "$BUILD/tidepool" run - <"$script"
+# The config file: its checks (spec/c/test_config.c), then good and bad files through
+# tidepool config check, run --config and mcp --config.
+check "config (spec/c/test_config.c)" 0 "$BUILD/tests/test_config"
+cfgdir=$(mktemp -d)
+mkdir "$cfgdir/plugins"
+printf '%s\n' 'return { name = "vg.hi", handler = function() return "hi" end }' >"$cfgdir/plugins/hi.lua"
+printf '%s\n' '{"limits": {"timeout": "2s", "memory": "16M"}, "tools": ["plugins"],' \
+  '"workspace": {"dir": "plugins", "max": "1M"}, "mcpServers": {"m": {"command": "x"}},' \
+  '"http": {"allow": ["a.com", {"host": "b.com"}]}, "commands": [{"argv0": "git"}]}' >"$cfgdir/good.json"
+printf '%s\n' '{"polcy": 1, "limits": {"memory": "1Q", "wall": 1}, "tools": ["none"],' \
+  '"mcpServers": {"m": {"args": "x"}}, "commands": [{}]}' >"$cfgdir/bad.json"
+check "cli: config check, good and bad" 2 "$BUILD/tidepool" config check "$cfgdir/good.json" \
+  "$cfgdir/bad.json"
+printf '%s\n' 'return tools.vg.hi{}' >"$script"
+check "cli: run --config" 0 "$BUILD/tidepool" run --timeout 5s --config "$cfgdir/good.json" "$script"
+check "cli: run --config, a bad file" 2 "$BUILD/tidepool" run --config "$cfgdir/bad.json" "$script"
+check "mcp: --config, a bad file" 2 "$BUILD/tidepool" mcp --config "$cfgdir/bad.json" </dev/null
+rm -rf "$cfgdir"
+
 # The MCP server with two worker threads: a session kept across calls, kv shared, a busy
 # session, a memory kill on a worker, a refused batch; standard input's end stops it.
 cat >"$script" <<'LINES'

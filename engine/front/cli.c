@@ -22,15 +22,22 @@
 static const char usage_head[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
   "       tidepool check [options] FILE   compile only, report syntax errors\n"
-  "       tidepool describe [--tools DIR]... [--no-builtin-tools] [--workspace DIR]\n"
-  "                [--format lua|json] [--describe full|compact]\n"
+  "       tidepool describe [--config FILE] [--tools DIR]... [--no-builtin-tools]\n"
+  "                [--workspace DIR] [--format lua|json] [--describe full|compact]\n"
   "                                       what the model reads: the sandbox and the tools\n"
   "                                       as text (lua) or a run_lua tool (json); compact:\n"
   "                                       one line per tool (tools.describe(name) has more)\n"
   "       tidepool mcp [options]          MCP server on stdio (tidepool mcp --help)\n"
+  "       tidepool config check FILE...   check config files without running anything:\n"
+  "                                       FILE: ok and a summary, or every problem\n"
+  "       tidepool config schema          print the config file's JSON Schema\n"
   "       tidepool --version | --help\n"
   "\n"
   "options:\n"
+  "  --config FILE        read limits, tools, workspace, mcpServers, http, commands\n"
+  "                       and policy from a JSON config file (relative paths in it are\n"
+  "                       relative to its folder); options given here win over it, and\n"
+  "                       --tools directories come after the file's\n"
   "  --json               print exactly one line: the result envelope as JSON\n"
   "  --for-model          print exactly one line: the result as tidepool mcp gives it to\n"
   "                       a model (ok, result or error, logs, calls counted by tool,\n"
@@ -49,7 +56,8 @@ static const char usage_tail[] =
   "\n"
   "A limit of 0 means no limit. Exit status: 0 the script succeeded,\n"
   "1 it failed (syntax, runtime error, limit), 2 usage error, 3 a plugin was refused\n"
-  "(--strict).\n";
+  "(--strict); a bad --config file is a usage error, each problem with its\n"
+  "JSON path.\n";
 
 /* The option of `tidepool run` (mcp 0) or `tidepool mcp` (mcp 1) for limit li, or NULL. */
 static const char *limit_flag (const tp_limit_info *li, int mcp) {
@@ -130,21 +138,113 @@ static char *read_all (FILE *f, size_t *len) {
 char *tp__cli_read_config (const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (f == NULL) {
-    fprintf(stderr, "tidepool: --config '%s': %s\n", path, strerror(errno));
+    fprintf(stderr, "tidepool: %s: cannot read: %s\n", path, strerror(errno));
     return NULL;
   }
   char *text = read_all(f, len);
   int err = errno;
   fclose(f);
-  if (text == NULL) fprintf(stderr, "tidepool: --config '%s': %s\n", path, strerror(err));
+  if (text == NULL) fprintf(stderr, "tidepool: %s: cannot read: %s\n", path, strerror(err));
   return text;
 }
 
-/* Applies the config text to e; 0, or -1 with the engine's message on stderr. */
-static int configure (tp_engine *e, const char *path, const char *text, size_t len) {
-  if (text == NULL || tp_engine_configure(e, text, len) == TP_OK) return 0;
-  fprintf(stderr, "tidepool: --config '%s': %s\n", path, tp_engine_error(e));
+void tp__cli_config_problems (FILE *f, const char *prefix, const char *path,
+                              const char *problems) {
+  while (*problems) {
+    int n = (int)strcspn(problems, "\n");
+    const char *line = problems;
+    if (strncmp(line, "config: ", 8) == 0) { line += 8; n -= 8; }
+    fprintf(f, "%s%s: %.*s\n", prefix, path, n, line);
+    problems = line + n + (line[n] == '\n');
+  }
+}
+
+char *tp__cli_config_dir (const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  if (dir == NULL || dir[0] == '/') return dir;
+  char *cwd = getcwd(NULL, 0), *abs = NULL;
+  if (cwd == NULL) return dir;
+  int n = strcmp(dir, ".") == 0 ? asprintf(&abs, "%s", cwd) : asprintf(&abs, "%s/%s", cwd, dir);
+  free(cwd);
+  free(dir);
+  return n < 0 ? NULL : abs;
+}
+
+/* Configures e from the config file path (when not NULL); 0, or -1 with every problem on
+** stderr, "tidepool: FILE: /json/path: what". */
+static int configure (tp_engine *e, const char *path) {
+  if (path == NULL || tp_engine_configure_file(e, path) == TP_OK) return 0;
+  tp__cli_config_problems(stderr, "tidepool: ", path, tp_engine_error(e));
   return -1;
+}
+
+/* A one-line account of a checked config: "3 sections (limits, tools, mcpServers),
+** 2 MCP servers, 1 command, 4 http allow rules". */
+static void config_summary (const char *text, size_t len) {
+  json_t *cfg = tp_json_parse(text, len, NULL, 0);
+  char names[512] = "";
+  size_t o = 0, nsec = 0;
+  const char *k;
+  json_t *v;
+  json_object_foreach(cfg, k, v) {
+    if (strcmp(k, "$schema") == 0) continue;
+    nsec++;
+    if (o < sizeof names) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "", k);
+  }
+  size_t nsrv = json_object_size(json_object_get(cfg, "mcpServers"));
+  size_t ncmd = json_array_size(json_object_get(cfg, "commands"));
+  size_t nhttp = json_array_size(json_object_get(json_object_get(cfg, "http"), "allow"));
+  size_t ntools = json_array_size(json_object_get(cfg, "tools"));
+  printf("%zu section%s%s%s%s, %zu MCP server%s, %zu command%s, %zu http allow rule%s, "
+         "%zu plugin director%s\n", nsec, nsec == 1 ? "" : "s", nsec ? " (" : "", names,
+         nsec ? ")" : "", nsrv, nsrv == 1 ? "" : "s", ncmd, ncmd == 1 ? "" : "s", nhttp,
+         nhttp == 1 ? "" : "s", ntools, ntools == 1 ? "y" : "ies");
+  json_decref(cfg);
+}
+
+/* tidepool config check FILE...: every file checked; exit 0 when all are good, 2 else.
+** tidepool config schema: the schema the files are checked against. */
+static int config_main (int argc, char **argv) {
+  if (argc == 1 && strcmp(argv[0], "schema") == 0) {
+    fputs(tp_config_schema(), stdout);
+    return 0;
+  }
+  if (argc < 1 || strcmp(argv[0], "check") != 0)
+    return tp__cli_usage_error("%s", argc < 1 ? "config needs a command: config check FILE..."
+                               " or config schema"
+                               : "unknown config command (use: config check FILE... or "
+                               "config schema)");
+  if (argc < 2) return tp__cli_usage_error("%s", "config check needs a FILE");
+  int bad = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *path = argv[i];
+    size_t len = 0;
+    char *text = tp__cli_read_config(path, &len);
+    if (text == NULL) { bad = 1; continue; }
+    char *dir = tp__cli_config_dir(path);
+    size_t cap = 1 << 16;
+    char *err = malloc(cap);
+    if (dir == NULL || err == NULL) {
+      fprintf(stderr, "tidepool: out of memory\n");
+      free(dir); free(err); free(text);
+      return 1;
+    }
+    int rc = tp_config_check(text, len, dir, err, cap);
+    if (rc == TP_OK) {
+      printf("%s: ok: ", path);
+      config_summary(text, len);
+    }
+    else {
+      bad = 1;
+      fflush(stdout);
+      tp__cli_config_problems(stderr, "", path, err);
+    }
+    free(dir);
+    free(err);
+    free(text);
+  }
+  return bad ? EXIT_USAGE : 0;
 }
 
 /* Prints the envelope for a person: logs and result on stdout, an error on stderr. */
@@ -268,6 +368,7 @@ int main (int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "mcp") == 0) return tp__mcp_main(argc - 2, argv + 2);
+  if (strcmp(cmd, "config") == 0) return config_main(argc - 2, argv + 2);
   int check = strcmp(cmd, "check") == 0, describe = strcmp(cmd, "describe") == 0;
   if (!check && !describe && strcmp(cmd, "run") != 0)
     return tp__cli_usage_error("unknown command '%s'", cmd);
@@ -280,8 +381,9 @@ int main (int argc, char **argv) {
   int builtin_tools = 1, ntool_dirs = 0;
   const char *tool_dirs[64];
   const char *workspace = NULL, *config_path = NULL;
-  char *config = NULL;      /* --config FILE's text */
-  size_t config_len = 0;
+  const char *limit_opts[128];  /* the limit options given, as name and value pairs: they
+                                ** are applied over the config file's limits */
+  int nlimit_opts = 0;
   uint64_t workspace_max = 0;
   int workspace_max_set = 0;
   const char *file = NULL;
@@ -313,8 +415,6 @@ int main (int argc, char **argv) {
       config_path = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
       if (config_path == NULL || *config_path == '\0')
         return tp__cli_usage_error("%s", "--config needs a file");
-      free(config);
-      if ((config = tp__cli_read_config(config_path, &config_len)) == NULL) return EXIT_USAGE;
       continue;
     }
     if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
@@ -357,15 +457,42 @@ int main (int argc, char **argv) {
     int lo = tp__cli_limit_option(name, val, &lim, 0, why, sizeof why);
     if (lo < 0) return tp__cli_usage_error("%s", why);
     if (lo == 0) return tp__cli_usage_error("unknown option '%s'", a);
+    if (nlimit_opts + 2 > (int)(sizeof limit_opts / sizeof limit_opts[0]))
+      return tp__cli_usage_error("%s", "too many limit options");
+    limit_opts[nlimit_opts++] = tp_limit_find(name)->field;
+    limit_opts[nlimit_opts++] = val;
+  }
+  /* The config file first; then the options, which win over it. */
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+  if (configure(e, config_path) != 0) { tp_engine_destroy(e); return EXIT_USAGE; }
+  if (config_path) {
+    tp_limits_init(&lim);
+    tp_engine_config_limits(e, &lim);
+    for (int k = 0; k < nlimit_opts; k += 2)
+      tp_limits_set(&lim, limit_opts[k], limit_opts[k + 1], NULL, 0);  /* checked above */
+    uint64_t max;
+    const char *ws = tp_engine_config_workspace(e, &max);
+    if (workspace == NULL) workspace = ws;
+    if (!workspace_max_set && max != UINT64_MAX) {
+      workspace_max = max;
+      workspace_max_set = 1;
+    }
+  }
+  /* the plugin directories: the built-in ones, the config file's, then --tools */
+  const char *dirs[64 + 256];
+  int ndirs = 0;
+  for (size_t k = 0; ndirs < 256 && tp_engine_config_tools(e, k); k++)
+    dirs[ndirs++] = tp_engine_config_tools(e, k);
+  for (int k = 0; k < ntool_dirs; k++) dirs[ndirs++] = tool_dirs[k];
+  if (workspace_max_set) tp_engine_set_workspace_max(e, workspace_max);
+  if (workspace && tp_engine_set_workspace(e, workspace) != TP_OK) {
+    tp_engine_destroy(e);
+    fprintf(stderr, "tidepool: out of memory\n");
+    return 1;
   }
   if (describe) {
-    tp_engine *e = tp_engine_create();
-    if (e == NULL) { free(config); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
-    int bad = configure(e, config_path, config, config_len);
-    free(config);
-    if (bad) { tp_engine_destroy(e); return EXIT_USAGE; }
-    if (workspace) tp_engine_set_workspace(e, workspace);
-    if (load_tools(e, builtin_tools, tool_dirs, ntool_dirs) > 0 && strict) {
+    if (load_tools(e, builtin_tools, dirs, ndirs) > 0 && strict) {
       fprintf(stderr, "tidepool: --strict: a plugin was refused (see the warnings above)\n");
       tp_engine_destroy(e);
       return EXIT_REFUSED;
@@ -383,13 +510,19 @@ int main (int argc, char **argv) {
     tp_engine_destroy(e);
     return 0;
   }
-  if (file == NULL) return tp__cli_usage_error("%s", "no FILE given (use - for standard input)");
-  if (lim.memory && lim.memory < 16 * 1024)
+  if (file == NULL) {
+    tp_engine_destroy(e);
+    return tp__cli_usage_error("%s", "no FILE given (use - for standard input)");
+  }
+  if (lim.memory && lim.memory < 16 * 1024) {
+    tp_engine_destroy(e);
     return tp__cli_usage_error("--memory is too small (at least 16K)%s", "");
+  }
 
   FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "rb");
   if (f == NULL) {
     fprintf(stderr, "tidepool: cannot open '%s': %s\n", file, strerror(errno));
+    tp_engine_destroy(e);
     return EXIT_USAGE;
   }
   size_t len = 0;
@@ -398,25 +531,14 @@ int main (int argc, char **argv) {
   if (f != stdin) fclose(f);
   if (src == NULL) {
     fprintf(stderr, "tidepool: cannot read '%s': %s\n", file, strerror(read_errno));
-    return EXIT_USAGE;
-  }
-  tp_engine *e = tp_engine_create();
-  if (e == NULL) { free(src); free(config); fprintf(stderr, "tidepool: out of memory\n"); return 1; }
-  int bad = configure(e, config_path, config, config_len);
-  free(config);
-  if (bad) { free(src); tp_engine_destroy(e); return EXIT_USAGE; }
-  if (workspace_max_set) tp_engine_set_workspace_max(e, workspace_max);
-  if (workspace && tp_engine_set_workspace(e, workspace) != TP_OK) {
-    free(src);
     tp_engine_destroy(e);
-    fprintf(stderr, "tidepool: out of memory\n");
-    return 1;
+    return EXIT_USAGE;
   }
   /* Loading plugins starts the host Lua state and compiles every plugin file: about 3 ms,
   ** three quarters of a trivial run. A script whose text never says "tools" cannot reach
   ** the tools table (short of building the name from pieces), so it runs without them. */
   if ((strict || (!check && memmem(src, len, "tools", 5) != NULL)) &&
-      load_tools(e, builtin_tools, tool_dirs, ntool_dirs) > 0 && strict) {
+      load_tools(e, builtin_tools, dirs, ndirs) > 0 && strict) {
     fprintf(stderr, "tidepool: --strict: a plugin was refused (see the warnings above)\n");
     free(src);
     tp_engine_destroy(e);

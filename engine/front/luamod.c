@@ -25,7 +25,13 @@
 ** Plugin load problems come back in the envelope table's `warnings` (a list of
 ** "file:line: why" lines) on every run of that engine. `workspace` (a directory: offers
 ** the fs.* tools, confined to it) and `workspace_max` (bytes the fs.* tools may grow it
-** by; default 1G) are part of the engine's choice too.
+** by; default 1G) are part of the engine's choice too. So is `config`: a config file's
+** path, or its JSON text when it starts with "{" (relative paths in it are then relative
+** to the current directory): its limits are the defaults of the options, its plugin
+** directories load after the built-in ones and before `tools`, its workspace serves when
+** there is no `workspace` option, and its mcpServers, http, commands and policy reach the
+** engine's sources of tools. A bad config raises an error listing every problem, one a
+** line, each with its JSON path.
 */
 #include <dlfcn.h>
 #include <errno.h>
@@ -113,10 +119,12 @@ static int opt_limit (lua_State *L, const char *k, tp_limits *lim) {
 /* Options that pick the engine (pick_engine) or the form of the answer (json) rather
 ** than set a limit. */
 static const char *const engine_options[] = { "tools", "builtin_tools", "workspace",
-                                              "workspace_max", "json" };
+                                              "workspace_max", "json", "config" };
 
-static void read_options (lua_State *L, int idx, tp_limits *lim) {
+/* The limits of the options at idx over those of e's config, over the defaults. */
+static void read_options (lua_State *L, int idx, tp_limits *lim, tp_engine *e) {
   tp_limits_init(lim);
+  tp_engine_config_limits(e, lim);
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
   lua_pushnil(L);
@@ -174,7 +182,7 @@ static void push_builtin_dir (lua_State *L) {
 static tp_engine *pick_engine (lua_State *L, int idx) {
   int builtin = 0, ndirs = 0, has_max = 0;
   uint64_t ws_max = 0;
-  const char *ws = NULL;
+  const char *ws = NULL, *cfg = NULL;
   luaL_Buffer key;
   if (lua_istable(L, idx)) {
     lua_getfield(L, idx, "builtin_tools");
@@ -191,6 +199,12 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
       ws = lua_tostring(L, -1);
     }
     lua_pop(L, 1);  /* ws stays alive in the options table */
+    if (lua_getfield(L, idx, "config") != LUA_TNIL) {
+      if (lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "tidepool: option 'config' must be a config file's path or its JSON text");
+      cfg = lua_tostring(L, -1);
+    }
+    lua_pop(L, 1);  /* so does cfg */
   }
   lua_newtable(L);  /* dirs */
   int dirs = lua_gettop(L);
@@ -205,7 +219,11 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
     }
   }
   lua_settop(L, dirs);
-  if (ndirs == 0 && ws == NULL) { lua_pop(L, 1); lua_pushnil(L); return get_engine(L); }
+  if (ndirs == 0 && ws == NULL && cfg == NULL) {
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    return get_engine(L);
+  }
   luaL_buffinit(L, &key);
   for (int i = 1; i <= ndirs; i++) {
     lua_rawgeti(L, dirs, i);
@@ -218,6 +236,10 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
   }
   if (has_max) {
     lua_pushfstring(L, "\1workspace_max=%I\n", (LUAI_UACINT)ws_max);
+    luaL_addvalue(&key);
+  }
+  if (cfg) {
+    lua_pushfstring(L, "\1config=%s\n", cfg);
     luaL_addvalue(&key);
   }
   luaL_pushresult(&key);
@@ -240,13 +262,30 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
   lua_rawseti(L, -2, 1);
   b->e = tp_engine_create();
   if (b->e == NULL) luaL_error(L, "tidepool: cannot create an engine (out of memory)");
+  if (cfg) {  /* a path, or the text itself */
+    const char *c = cfg + strspn(cfg, " \t\r\n");
+    int rc = *c == '{' ? tp_engine_configure(b->e, cfg, strlen(cfg))
+                       : tp_engine_configure_file(b->e, cfg);
+    if (rc != TP_OK) luaL_error(L, "tidepool: option 'config': %s", tp_engine_error(b->e));
+    uint64_t max;
+    const char *cws = tp_engine_config_workspace(b->e, &max);
+    if (ws == NULL && cws) {
+      ws = cws;
+      if (!has_max && max != UINT64_MAX) { has_max = 1; ws_max = max; }
+    }
+  }
   if (has_max) tp_engine_set_workspace_max(b->e, ws_max);
   if (ws && tp_engine_set_workspace(b->e, ws) != TP_OK)
     luaL_error(L, "tidepool: cannot set the workspace (out of memory)");
   lua_newtable(L);  /* warnings */
   int nw = 0;
-  for (int i = 1; i <= ndirs; i++) {
-    lua_rawgeti(L, dirs, i);
+  /* the built-in tools, the config's plugin directories, then the option's */
+  size_t ncfg = 0;
+  while (tp_engine_config_tools(b->e, ncfg)) ncfg++;
+  for (int i = 1; i <= ndirs + (int)ncfg; i++) {
+    int at = i - (builtin ? 1 : 0);  /* 1..ncfg: a directory of the config */
+    if (at >= 1 && at <= (int)ncfg) lua_pushstring(L, tp_engine_config_tools(b->e, (size_t)at - 1));
+    else lua_rawgeti(L, dirs, at > (int)ncfg ? i - (int)ncfg : i);
     const char *dir = lua_tostring(L, -1);
     int n = tp_engine_load_tools(b->e, dir);
     const char *err = tp_engine_error(b->e);
@@ -352,7 +391,7 @@ static int run_or_check (lua_State *L, int check) {
   size_t len;
   const char *src = luaL_checklstring(L, 1, &len);
   tp_limits lim;
-  read_options(L, 2, &lim);
+  read_options(L, 2, &lim, e);
   luaL_checkstack(L, 8, NULL);
   tree_box *box = push_tree_box(L);
   char *envelope = NULL;

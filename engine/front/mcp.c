@@ -112,6 +112,9 @@ static const char usage_text[] =
   "runs a Lua script that calls the loaded tools. Exits when standard input closes.\n"
   "\n"
   "options:\n"
+  "  --config FILE        read limits, tools, workspace, mcpServers, http, commands and\n"
+  "                       policy from a JSON config file (tidepool config check FILE\n"
+  "                       checks it); options given here win over it\n"
   "  --tools DIR          load the plugin tools of DIR (repeatable); DIR is watched and\n"
   "                       reloaded when it changes (notifications/tools/list_changed)\n"
   "  --no-builtin-tools   do not load the built-in tools\n"
@@ -157,6 +160,11 @@ typedef struct options {
   const char *config_path;  /* --config FILE, or NULL */
   char *config;             /* its text */
   size_t config_len;
+  char *config_dir;         /* its folder, absolute: relative paths in it start there */
+  char **config_owned;      /* the file's tools and workspace, copied (NULL-terminated) */
+  const char **limit_opts;  /* the limit options given, field and value pairs, applied
+                            ** over the file's limits */
+  size_t nlimit_opts;
   uint64_t workspace_max;   /* --workspace-max, when workspace_max_set */
   int workspace_max_set;
   uint64_t session_idle_us;
@@ -1726,9 +1734,10 @@ static int worker_open (worker *w) {
   w->e = tp_engine_create();
   if (w->e == NULL) return -1;
   tp_engine_set_store(w->e, s->kv);  /* before anything starts its host state */
-  if (s->o.config && tp_engine_configure(w->e, s->o.config, s->o.config_len) != TP_OK) {
-    if (w->index == 0) 
-      fprintf(stderr, "tidepool: --config '%s': %s\n", s->o.config_path, tp_engine_error(w->e));
+  if (s->o.config && tp_engine_configure_dir(w->e, s->o.config, s->o.config_len,
+                                             s->o.config_dir) != TP_OK) {
+    if (w->index == 0)  /* checked before the workers started: out of memory */
+      tp__cli_config_problems(stderr, "tidepool: ", s->o.config_path, tp_engine_error(w->e));
     tp_engine_destroy(w->e);
     w->e = NULL;
     return -1;
@@ -2562,6 +2571,61 @@ static unsigned default_workers (void) {
   return (unsigned)n;
 }
 
+static void options_free (options *o) {
+  for (size_t i = 0; o->config_owned && o->config_owned[i]; i++) free(o->config_owned[i]);
+  free(o->config_owned);
+  free(o->dirs);
+  free(o->limit_opts);
+  free(o->config);
+  free(o->config_dir);
+}
+
+/* Checks the --config file and takes its limits, tools and workspace under the options
+** (which win: a limit option over the file's, --tools directories after the file's, and
+** --workspace and --workspace-max over its workspace). 0, or -1 with every problem on
+** stderr. */
+static int apply_config (options *o) {
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return -1; }
+  if (tp_engine_configure_dir(e, o->config, o->config_len, o->config_dir) != TP_OK) {
+    tp__cli_config_problems(stderr, "tidepool: ", o->config_path, tp_engine_error(e));
+    tp_engine_destroy(e);
+    return -1;
+  }
+  tp_limits_init(&o->lim);
+  o->lim.result = MCP_RESULT_MAX;
+  tp_engine_config_limits(e, &o->lim);
+  for (size_t k = 0; k < o->nlimit_opts; k += 2)
+    tp_limits_set(&o->lim, o->limit_opts[k], o->limit_opts[k + 1], NULL, 0);  /* checked */
+  size_t nfile = 0;
+  while (tp_engine_config_tools(e, nfile)) nfile++;
+  uint64_t max;
+  const char *ws = tp_engine_config_workspace(e, &max);
+  const char **dirs = calloc(nfile + o->ndirs + 1, sizeof *dirs);
+  o->config_owned = calloc(nfile + 2, sizeof *o->config_owned);
+  int oom = dirs == NULL || o->config_owned == NULL;
+  for (size_t k = 0; !oom && k < nfile; k++)
+    oom = (dirs[k] = o->config_owned[k] = strdup(tp_engine_config_tools(e, k))) == NULL;
+  if (!oom && ws && o->workspace == NULL) {
+    oom = (o->workspace = o->config_owned[nfile] = strdup(ws)) == NULL;
+    if (!o->workspace_max_set && max != UINT64_MAX) {
+      o->workspace_max = max;
+      o->workspace_max_set = 1;
+    }
+  }
+  tp_engine_destroy(e);
+  if (oom) {
+    free(dirs);
+    fprintf(stderr, "tidepool mcp: out of memory\n");
+    return -1;
+  }
+  for (size_t k = 0; k < o->ndirs; k++) dirs[nfile + k] = o->dirs[k];
+  free(o->dirs);
+  o->dirs = dirs;
+  o->ndirs += nfile;
+  return 0;
+}
+
 int tp__mcp_main (int argc, char **argv) {
   static server srv;  /* large (its input buffer); one per process */
   server *s = &srv;
@@ -2574,7 +2638,8 @@ int tp__mcp_main (int argc, char **argv) {
   o->max_sessions = 16;
   o->workers = default_workers();
   o->dirs = calloc((size_t)argc + 1, sizeof *o->dirs);
-  if (o->dirs == NULL) return 1;
+  o->limit_opts = calloc((size_t)argc * 2 + 2, sizeof *o->limit_opts);
+  if (o->dirs == NULL || o->limit_opts == NULL) return 1;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 0; }
@@ -2598,7 +2663,11 @@ int tp__mcp_main (int argc, char **argv) {
     char why[256];
     int lo = tp__cli_limit_option(name, val, &o->lim, 1, why, sizeof why);
     if (lo < 0) return tp__cli_usage_error("%s", why);
-    if (lo > 0) continue;
+    if (lo > 0) {
+      o->limit_opts[o->nlimit_opts++] = li->field;
+      o->limit_opts[o->nlimit_opts++] = val;
+      continue;
+    }
     if (strcmp(name, "--tools") == 0) {
       struct stat st;
       if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -2614,7 +2683,9 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--audit") == 0) o->audit = val;
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
+      free(o->config_dir);
       if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return 2;
+      if ((o->config_dir = tp__cli_config_dir(val)) == NULL) return 1;
       o->config_path = val;
     }
     else if (strcmp(name, "--describe") == 0) {
@@ -2655,6 +2726,7 @@ int tp__mcp_main (int argc, char **argv) {
     }
     else return tp__cli_usage_error("unknown option '%s'", a);
   }
+  if (o->config && apply_config(o) != 0) return 2;
   if (o->lim.memory && o->lim.memory < 16 * 1024)
     return tp__cli_usage_error("--memory is too small (at least 16K)%s", "");
 
@@ -2675,8 +2747,7 @@ int tp__mcp_main (int argc, char **argv) {
     if (s->audit_fd < 0) {
       fprintf(stderr, "tidepool mcp: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
       server_close(s);
-      free(o->dirs);
-      free(o->config);
+      options_free(o);
       close(s->out);
       return 1;
     }
@@ -2720,8 +2791,7 @@ int tp__mcp_main (int argc, char **argv) {
   int status = s->start_failed ? 1 : 0;
   server_close(s);
   if (s->audit_fd >= 0) close(s->audit_fd);
-  free(o->dirs);
-  free(o->config);
+  options_free(o);
   close(s->out);
   return status;
 }

@@ -31,6 +31,13 @@ const char *tp__cli_builtin_tools_dir(char *buf, size_t len);
 int tp__cli_usage_error(const char *msg, const char *arg);
 /* The text of a --config file (free it), or NULL with a message on stderr. */
 char *tp__cli_read_config(const char *path, size_t *len);
+/* Prints the problems of a config (tp_engine_error's lines, "config: /path: what") to f
+** as "<prefix><path>: /path: what", one a line. */
+void tp__cli_config_problems(FILE *f, const char *prefix, const char *path,
+                             const char *problems);
+/* The folder of a config file's path, absolute (relative paths in it are relative to
+** it); free it. NULL when out of memory. */
+char *tp__cli_config_dir(const char *path);
 
 /* Copies the option name of arg ("--memory=64M" -> "--memory") into name[len]; returns
 ** where the name ends in arg (at '=' or the end), or NULL when the name is too long. */

@@ -35,6 +35,7 @@ void tp_engine_destroy (tp_engine *e) {
   if (e == NULL) return;
   while (e->core.runs) tp_run_destroy(e->core.runs);
   tp__step_timer_stop();  /* the thread that steps the runs most likely destroys it */
+  tp__http_close(e);      /* requests of the host state outside calls, and the multi */
   tp__engine_count_open_handles(e);  /* leftovers, closed below; the tests fail on them */
   tp__host_close(e);
   tp__driver_close(e);

@@ -48,6 +48,7 @@ struct tp_engine {
   struct tp_kvstore *kv;   /* the kv tools' store when shared with other engines
                            ** (borrowed: outlives e), or NULL: the host state has its own */
   struct json_t *config;   /* tp_engine_configure: the config object, or NULL (config.c) */
+  struct tp_http *http;    /* http.c's multi handle and requests, made on first use */
   tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */
   void *policy_ud;
 };

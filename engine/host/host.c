@@ -190,6 +190,11 @@ static int cb_pcall (lua_State *L, int nargs, int nresults, int flags) {
   return -st;
 }
 
+int tp__host_callback (lua_State *H, int nargs) {
+  int st = cb_pcall(H, nargs, 0, 0);
+  return st < 0 ? -st : LUA_OK;
+}
+
 /* ---- schemas and results given as Lua tables ----------------------------------------- */
 
 static int in_list (const char *k, const char *const *list) {
@@ -830,6 +835,9 @@ static int open_p (lua_State *H) {
   else lua_pushnil(H);
   lua_pushcclosure(H, tp__kvstore_open, 1);  /* require("tidepool.kv"): tools/kv.lua */
   lua_setfield(H, -2, "tidepool.kv");
+  lua_pushlightuserdata(H, e);
+  lua_pushcclosure(H, tp__http_open, 1);     /* require("tidepool.http"): http.c */
+  lua_setfield(H, -2, "tidepool.http");
   lua_pop(H, 1);
   lua_settop(H, 1);
   luaL_newmetatable(H, CALLBOX);

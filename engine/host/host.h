@@ -38,6 +38,16 @@ void tp__kvstore_unref(tp_kvstore *kv);       /* frees it with the last referenc
 ** userdata) or nil for a store of the state's own. */
 int tp__kvstore_open(lua_State *L);
 
+/* http.c: require("tidepool.http") in the host state (upvalue 1: the engine, light
+** userdata); tp__http_close cancels every request and closes the multi handle and its
+** loop handles (tp_engine_destroy, before the open handles are counted). */
+int  tp__http_open(lua_State *L);
+void tp__http_close(tp_engine *e);
+/* host.c: calls the function under nargs arguments on top of H (the host state's main
+** thread) as luv's callbacks are called: an error goes to the call that owns the
+** function (ctx), else to stderr. Pops them; returns the Lua status. */
+int  tp__host_callback(lua_State *H, int nargs);
+
 /* fs.c: pushes the table of workspace-confined file functions (host state only). */
 int tp__open_fs(lua_State *L);
 

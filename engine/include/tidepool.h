@@ -405,13 +405,65 @@ TP_EXTERN int tp_engine_tool_info(const tp_engine *e, size_t i, tp_tool_info *in
 ** arguments), TP_ENOMEM. */
 TP_EXTERN int tp_engine_tool_schema(const tp_engine *e, size_t i, int output, char **json);
 
-/*
-** Configures e from a tidepool config file's text (one JSON object; README "Config
-** file"): its sections reach the sources of tools (mcpServers, http, commands), which
-** read them when plugins are loaded, so call this before tp_engine_load_tools. TP_OK, or
-** TP_EINVAL with tp_engine_error saying what is wrong and where, TP_ENOMEM.
+/* ---- the config file ----------------------------------------------------------------
+**
+** One JSON object of sections (README "Config file"), checked against tidepool's JSON
+** Schema, committed as engine/host/config.schema.json, built into the library and
+** installed as DATADIR/config.schema.json: limits (by the Lua module's option names:
+** "memory": "64M", "timeout": 2), tools (plugin directories), workspace ("dir" or
+** {"dir", "max"}), mcpServers (Claude Desktop's shape), http, commands and policy. A
+** section not listed is an error. Limit values are checked by tp_limits_set's parser,
+** and the tools and workspace directories must exist. Relative paths (tools, workspace,
+** mcpServers.*.cwd) are relative to the config's folder, and the engine keeps them
+** absolute. The sources of tools (mcpServers, http, commands) read their sections from
+** the engine when plugins load, so configure before tp_engine_load_tools. The engine
+** applies nothing else itself: a front end reads limits, tools and workspace with the
+** tp_engine_config_* functions and applies them under its own options (which win).
+**
+** A failed check returns TP_EINVAL and leaves the engine's config as it was;
+** tp_engine_error (or err) lists every problem, one a line, each
+**   "config: <JSON pointer>: <what was expected, what was found>[; for example ...]"
+** e.g. "config: /mcpServers/memory/args: expected an array of strings, got a string; for
+** example "args": ["-y","@modelcontextprotocol/server-memory"]", or
+** "config: /polcy: unknown section "polcy" (did you mean "policy"?); the sections are: ...";
+** problems of the whole text have no pointer ("config: not valid JSON: ... at line 3
+** column 5"). TP_ENOMEM when out of memory.
 */
+
+/* Configures e from a config's text; relative paths are relative to the folder dir (NULL:
+** the current directory, and they stay relative). */
+TP_EXTERN int tp_engine_configure_dir(tp_engine *e, const char *json, size_t len,
+                                      const char *dir);
+/* tp_engine_configure_dir(e, json, len, NULL). */
 TP_EXTERN int tp_engine_configure(tp_engine *e, const char *json, size_t len);
+/* Reads the config file path (at most 16 MiB) and configures e from it, relative paths
+** relative to its folder. A file that cannot be read: TP_EINVAL, "config: cannot read:
+** <why>". */
+TP_EXTERN int tp_engine_configure_file(tp_engine *e, const char *path);
+
+/* Checks a config's text without an engine, as tp_engine_configure_dir does (dir: the
+** folder of relative paths; NULL: the current one). TP_OK, or TP_EINVAL / TP_ENOMEM with
+** the problems in err (when not NULL: one a line, cut to errlen; "" on success). */
+TP_EXTERN int tp_config_check(const char *json, size_t len, const char *dir, char *err,
+                              size_t errlen);
+
+/* The config file's JSON Schema (engine/host/config.schema.json, as built into the
+** library), NUL-terminated. Static. */
+TP_EXTERN const char *tp_config_schema(void);
+
+/* Sets in *l the limits e's config gives; the others stay as they are (so a front end
+** calls tp_limits_init, then this, then applies its own options). TP_OK, or TP_EINVAL
+** for NULL. Without a config, *l is left as it is. */
+TP_EXTERN int tp_engine_config_limits(const tp_engine *e, tp_limits *l);
+
+/* The i-th plugin directory of e's config ("tools", absolute when the config came with a
+** folder), or NULL past the end. Owned by e, valid until it is configured again. */
+TP_EXTERN const char *tp_engine_config_tools(const tp_engine *e, size_t i);
+
+/* The workspace directory of e's config, or NULL when it has none; *max (when max is not
+** NULL) is set to its "max" in bytes (0: no cap), or UINT64_MAX when it gives none.
+** Owned by e, valid until it is configured again. */
+TP_EXTERN const char *tp_engine_config_workspace(const tp_engine *e, uint64_t *max);
 
 /* Confines the fs.* built-in tools to this directory (and offers them). */
 TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);

@@ -445,6 +445,47 @@ static void sc_session (outcome *o) {
   tp_engine_destroy(e);
 }
 
+/* A config file checked against the embedded schema, bad (every problem listed) then
+** good: TP_ENOMEM or the exact outcome, and the old config kept on a failure. */
+static void sc_config (outcome *o) {
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) return;
+  const char *bad = "{\"polcy\": 1, \"limits\": {\"memory\": \"1Q\", \"wall\": 2},"
+                    " \"mcpServers\": {\"m\": {\"args\": \"x\"}}, \"tools\": [\"nope\"]}";
+  const char *good = "{\"limits\": {\"tool_calls\": 9}, \"tools\": [\"plugins\"],"
+                     " \"mcpServers\": {\"m\": {\"command\": \"x\", \"cwd\": \"d\"}}}";
+  int rb = tp_engine_configure_dir(e, bad, strlen(bad), "spec/fixtures");
+  pause_injection();
+  if (rb == TP_EINVAL && strncmp(tp_engine_error(e), "config: /", 9) != 0) {
+    TP_FAIL_AT("%s, allocation %" PRIu64 ": %s", o->scenario, o->at, tp_engine_error(e));
+    o->bad = 1;
+  }
+  resume_injection();
+  int rg = tp_engine_configure_dir(e, good, strlen(good), "spec/fixtures");
+  pause_injection();
+  if ((rb != TP_EINVAL && rb != TP_ENOMEM) || (rg != TP_OK && rg != TP_ENOMEM)) {
+    TP_FAIL_AT("%s, allocation %" PRIu64 ": configure returned %d and %d", o->scenario,
+               o->at, rb, rg);
+    o->bad = 1;
+  }
+  tp_limits l;
+  tp_limits_init(&l);
+  tp_engine_config_limits(e, &l);
+  const char *dir = tp_engine_config_tools(e, 0);
+  if (rg == TP_OK && (l.tool_calls != 9 || dir == NULL ||
+                      strcmp(dir, "spec/fixtures/plugins") != 0)) {
+    TP_FAIL_AT("%s, allocation %" PRIu64 ": the good config reads wrong", o->scenario, o->at);
+    o->bad = 1;
+  }
+  if (rg != TP_OK && dir != NULL) {
+    TP_FAIL_AT("%s, allocation %" PRIu64 ": a failed configure left a config", o->scenario, o->at);
+    o->bad = 1;
+  }
+  o->completed = rb == TP_EINVAL && rg == TP_OK;
+  resume_injection();
+  tp_engine_destroy(e);
+}
+
 static void sc_describe (outcome *o) {
   tp_engine *e = tp_engine_create();
   if (e == NULL) return;
@@ -554,6 +595,7 @@ STEP_TEST(json_encode_and_decode_in_a_script_fail_cleanly, sc_json)
 STEP_TEST(a_tool_with_json_schemas_fails_cleanly, sc_schema)
 STEP_TEST(invalid_input_to_a_schema_tool_fails_cleanly, sc_schema_invalid)
 STEP_TEST(describe_fails_cleanly, sc_describe)
+STEP_TEST(a_config_file_checked_bad_then_good_fails_cleanly, sc_config)
 STEP_TEST(a_session_with_two_runs_fails_cleanly, sc_session)
 STEP_TEST(loading_tools_and_calling_kv_set_and_get_fail_cleanly, sc_plugins_kv)
 STEP_TEST(a_started_run_calling_a_waiting_lua_plugin_tool_fails_cleanly, sc_async_plugin)
@@ -627,6 +669,7 @@ int main (int argc, char **argv) {
   RUN(a_tool_with_json_schemas_fails_cleanly);
   RUN(invalid_input_to_a_schema_tool_fails_cleanly);
   RUN(describe_fails_cleanly);
+  RUN(a_config_file_checked_bad_then_good_fails_cleanly);
   RUN(a_session_with_two_runs_fails_cleanly);
   RUN(loading_tools_and_calling_kv_set_and_get_fail_cleanly);
   RUN(a_started_run_calling_a_waiting_lua_plugin_tool_fails_cleanly);
