@@ -10,6 +10,7 @@ BINDIR     ?= $(PREFIX)/bin
 INCDIR     ?= $(PREFIX)/include
 LUACMOD    ?= $(PREFIX)/lib/lua/5.4
 DATADIR    ?= $(PREFIX)/share/tidepool
+LIBEXECDIR ?= $(PREFIX)/libexec/tidepool
 MANDIR     ?= $(PREFIX)/share/man
 BUILD      ?= build
 CC         ?= cc
@@ -64,7 +65,7 @@ LAYER_INC_HOST  = -Iengine/host -Iengine/core -Iengine/lib -Isandbox
 LAYER_INC       = $(ENGINE_DIRS:%=-I%) -Isandbox
 CFLAGS_ALL  = -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE \
               -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
-              -Iengine/include $(LAYER_INC) -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
+              -DTP_LIBEXECDIR='"$(LIBEXECDIR)"' -Iengine/include $(LAYER_INC) -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SAN_FLAGS) $(SAN_LDFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -ldl -lm
 
@@ -105,11 +106,12 @@ EMBED_TESTS = $(addprefix $(BUILD)/embed/foreign_lua_,so_first so_last static st
 CLI         = $(BUILD)/tidepool
 LUAMOD      = $(BUILD)/lua/tidepool.so
 PCFILE      = $(BUILD)/tidepool.pc
+CONFINE     = $(BUILD)/tidepool-confine
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
 .PHONY: all deps run test test-c test-fast sanitize sanitize-c valgrind bench install \
         uninstall clean lint fuzz fuzz-build deb man print-version FORCE
-all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE)
+all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE) $(CONFINE)
 
 # ---- setup --------------------------------------------------------------------------
 deps: $(DEPS_STAMP)
@@ -231,6 +233,15 @@ $(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT) $(BUILD)/obj/front-api.
 	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT) \
 	  $(LUV_LIBS) $(LIBS_ALL)
 
+# The helper proc.run spawns (tools/proc.lua): it confines itself (rlimits, Landlock,
+# seccomp), then execve's the command. A program of its own, so that the engine never
+# forks by hand; found next to the program or library, or in LIBEXECDIR once installed.
+$(CONFINE): libexec/tidepool-confine.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(OPT) $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE $(CFLAGS) \
+	  $(shell pkg-config --cflags libseccomp) $(LDFLAGS_ALL) -o $@ $< \
+	  $(shell pkg-config --libs libseccomp)
+
 # The Lua module talks to the Lua that loads it only through that Lua's C API (luamod.o
 # leaves lua_* undefined for it) and runs its engine on the library's private Lua, so it
 # loads into any Lua 5.4 host (Debian's lua5.4 included). It exports luaopen_tidepool only.
@@ -253,7 +264,7 @@ $(PATHS_STAMP): FORCE
 	@paths='$(PREFIX) $(LIBDIR) $(INCDIR) $(DATADIR)'; \
 	if [ "$$(cat $@ 2>/dev/null)" != "$$paths" ]; then printf '%s\n' "$$paths" > $@; fi
 FORCE:
-$(BUILD)/obj/cli.o $(BUILD)/obj/luamod.o: $(PATHS_STAMP)
+$(BUILD)/obj/cli.o $(BUILD)/obj/luamod.o $(BUILD)/obj/proc.o: $(PATHS_STAMP)
 
 $(PCFILE): Makefile $(PATHS_STAMP)
 	@mkdir -p $(@D)
@@ -400,7 +411,9 @@ man: $(MANPAGE)
 
 install: all $(MANPAGE)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) \
-	  $(DESTDIR)$(LUACMOD) $(DESTDIR)$(DATADIR)/tools $(DESTDIR)$(MANDIR)/man1
+	  $(DESTDIR)$(LUACMOD) $(DESTDIR)$(DATADIR)/tools $(DESTDIR)$(MANDIR)/man1 \
+	  $(DESTDIR)$(LIBEXECDIR)
+	install -m 755 $(CONFINE) $(DESTDIR)$(LIBEXECDIR)/tidepool-confine
 	install -m 644 $(MANPAGE) $(DESTDIR)$(MANDIR)/man1/tidepool.1
 	install -m 755 $(CLI) $(DESTDIR)$(BINDIR)/tidepool
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libtidepool.a
@@ -419,7 +432,7 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/libtidepool.so.$(VERSION) $(DESTDIR)$(INCDIR)/tidepool.h \
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/tidepool.pc $(DESTDIR)$(LUACMOD)/tidepool.so
 	rm -f $(DESTDIR)$(MANDIR)/man1/tidepool.1
-	rm -rf $(DESTDIR)$(DATADIR)
+	rm -rf $(DESTDIR)$(DATADIR) $(DESTDIR)$(LIBEXECDIR)
 
 # The Debian package, $(BUILD)/tidepool_<version>-<rev>_<arch>.deb, checked by lintian
 # (packaging/deb.sh; scripts/deps.sh deb installs lintian, needed only here).
@@ -433,4 +446,4 @@ print-version:
 clean:
 	rm -rf $(BUILD)/obj $(BUILD)/gen $(BUILD)/tests $(BUILD)/bench $(BUILD)/lua-obj \
 	  $(BUILD)/lua $(BUILD)/embed $(BUILD)/sanitize $(FUZZ_BUILD) $(LIB_A) $(LIB_SO) \
-	  $(BUILD)/libtidepool.so.0 $(CLI) $(PCFILE) $(BUILD)/doc $(BUILD)/deb $(BUILD)/tidepool_*.deb
+	  $(BUILD)/libtidepool.so.0 $(CLI) $(CONFINE) $(PCFILE) $(BUILD)/doc $(BUILD)/deb $(BUILD)/tidepool_*.deb

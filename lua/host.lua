@@ -304,17 +304,17 @@ local function make_ctx(rec)
     return h
   end
 
-  -- Progress of a long call, told to whoever follows the run's calls (an MCP client
-  -- that asked for progress): message (a string), progress and total (numbers; total
-  -- may be nil).
+  -- A progress report while the call works (an upstream server's progress, proc.run's
+  -- output lines): message, and progress and total when there are numbers (total may be
+  -- nil). It reaches tp_run_on_progress as "message (progress/total)"; tidepool mcp sends
+  -- it as a progress notification "tools.<tool>: ..." of the run_lua request. Not kept in
+  -- the run's logs; nothing happens when no one listens or the call is over.
   function fns.progress(message, progress, total)
-    local tool = E_field(rec.box, "tool")
-    if tool == nil then return end  -- the call is over
-    local text = "tools." .. tool
-    if message ~= nil and message ~= "" then text = text .. ": " .. tostring(message) end
+    local text = message == nil and "" or tostring(message)
     if type(progress) == "number" then
-      text = text .. (type(total) == "number" and (" (%g/%g)"):format(progress, total)
-                      or (" (%g)"):format(progress))
+      local nums = type(total) == "number" and ("%g/%g"):format(progress, total)
+                   or ("%g"):format(progress)
+      text = text == "" and nums or text .. " (" .. nums .. ")"
     end
     E.progress(rec.box, text)
   end
@@ -453,7 +453,6 @@ end
 -- The engine's config (tp_engine_configure) as plugins see it at load: a table whose
 -- fields are the sections that have been given (mcpServers, http, commands, ...), each
 -- decoded from JSON (json.null for a null), read fresh for each load.
-local json = require("json")  -- host.c's, also the global plugins use
 local CONFIG_SECTIONS = { "limits", "tools", "workspace", "mcpServers", "http", "commands",
                           "policy" }
 function M.config()
@@ -481,7 +480,10 @@ function M.load_file(path)
     if not has_position(msg) then msg = where(nil, 2) .. msg end
     return msg
   end, { workspace = E.workspace(), workspace_max = E.workspace_max(),  -- see tools/fs.lua
-         config = M.config() })
+         config = M.config(),
+         -- a problem that does not stop the file from loading (tools/proc.lua: a program
+         -- of the allowlist is missing), reported with the others
+         warn = function(msg) problems[#problems + 1] = path .. ":1: " .. tostring(msg) end })
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }

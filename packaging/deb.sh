@@ -40,7 +40,8 @@ $MAKE -s --no-print-directory install BUILD="$BUILD" DESTDIR="$root" PREFIX=/usr
 
 # Policy 10.1 and 10.2: binaries and shared objects stripped of debug information, shared
 # objects not executable; the static library keeps its symbols.
-strip --remove-section=.comment --remove-section=.note "$root/usr/bin/tidepool"
+strip --remove-section=.comment --remove-section=.note "$root/usr/bin/tidepool" \
+  "$root/usr/libexec/tidepool/tidepool-confine"
 for so in "$root/usr/lib/$multiarch/libtidepool.so.$upstream" \
           "$root/usr/lib/$multiarch/lua/5.4/tidepool.so"; do
   strip --remove-section=.comment --remove-section=.note --strip-unneeded "$so"

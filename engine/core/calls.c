@@ -528,6 +528,15 @@ const char *tp_call_tool (const tp_call *c) { return c ? c->name : NULL; }
 uint64_t tp_call_id (const tp_call *c) { return c ? c->id : 0; }
 int tp_call_cancelled (const tp_call *c) { return c == NULL || c->cancelled || c->run == NULL; }
 
+int tp_call_progress (tp_call *c, const char *text) {
+  if (c == NULL || text == NULL) return TP_EINVAL;
+  tp_run *r = c->run;
+  if (c->state == CALL_DONE || c->cancelled || r == NULL || r->progress_hook == NULL)
+    return TP_OK;
+  r->progress_hook(r, c->name, text, r->progress_hook_ud);
+  return TP_OK;
+}
+
 const char *tp_call_args (tp_call *c) {
   if (c == NULL) return NULL;
   if (c->args_text == NULL && c->args != NULL) {

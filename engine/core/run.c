@@ -1006,3 +1006,9 @@ int tp_run_ok (const tp_run *r) { return tp_run_done(r) && r->ok; }
 void tp_run_on_call (tp_run *r, tp_call_event_cb cb, void *ud) {
   if (r != NULL) tp__run_set_call_hook(r, cb, cb ? ud : NULL);
 }
+
+void tp_run_on_progress (tp_run *r, tp_call_progress_cb cb, void *ud) {
+  if (r == NULL) return;
+  r->progress_hook = cb;
+  r->progress_hook_ud = cb ? ud : NULL;
+}

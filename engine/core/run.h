@@ -150,6 +150,9 @@ struct tp_run {
   /* tp__run_set_call_hook: told when a tool call of the run starts and ends */
   void (*call_hook)(struct tp_run *r, const char *tool, int done, void *ud);
   void *call_hook_ud;
+  /* tp_run_on_progress: told a call's progress reports (tp_call_progress) */
+  void (*progress_hook)(struct tp_run *r, const char *tool, const char *text, void *ud);
+  void *progress_hook_ud;
 };
 
 struct tp_session {

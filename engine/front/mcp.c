@@ -1519,13 +1519,25 @@ static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   req *q = ud;
   if (q->wcancelled || q->token == NULL) return;
   char text[200];
-  if (done == 2)  /* a handler's own progress (ctx.progress): the text is all said */
-    snprintf(text, sizeof text, "%.190s", tool ? tool : "?");
-  else
-    snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
+  snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
   wsend(q->w, notification("notifications/progress",
         json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
                   (json_int_t)++q->progress, "message", text)));
+}
+
+/* A tool's own progress report (ctx.progress; proc.run's output lines), as a progress
+** notification "tools.<tool>: <text>" (text cut at 500 bytes). */
+static void progress_text_hook (tp_run *r, const char *tool, const char *text, void *ud) {
+  (void)r;
+  req *q = ud;
+  if (q->wcancelled || q->token == NULL) return;
+  char msg[680];
+  snprintf(msg, sizeof msg, "tools.%.150s: %.500s", tool ? tool : "?", text);
+  json_t *m = json_string(msg);
+  if (m == NULL) m = json_string("tools: (a progress report that is not UTF-8)");
+  wsend(q->w, notification("notifications/progress",
+        json_pack("{s:O, s:I, s:o}", "progressToken", q->token, "progress",
+                  (json_int_t)++q->progress, "message", m)));
 }
 
 static void wdone (worker *w, req *q) {
@@ -1606,6 +1618,7 @@ static void run_done (tp_run *run, void *ud) {
   req *q = ud;
   worker *w = q->w;
   tp_run_on_call(run, NULL, NULL);
+  tp_run_on_progress(run, NULL, NULL);
   wreq_remove(w, q);
   const char *env = tp_run_envelope(run);
   size_t len = env ? strlen(env) : 0;
@@ -1660,6 +1673,7 @@ static void worker_run (worker *w, req *q) {
   w->running = q;
   if (q->token) {
     tp_run_on_call(run, progress_hook, q);
+    tp_run_on_progress(run, progress_text_hook, q);
     wsend(w, notification("notifications/progress",
           json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
                     (json_int_t)++q->progress, "message", "script started")));

@@ -469,6 +469,14 @@ static int e_complete (lua_State *H) {
   return 1;
 }
 
+/* E.progress(box, text): a progress report of the box's call (tp_call_progress). */
+static int e_progress (lua_State *H) {
+  callbox *b = check_box(H, 1);
+  const char *s = luaL_checkstring(H, 2);
+  if (b->c) tp_call_progress(b->c, s);
+  return 0;
+}
+
 /* E.log(box, text): a line in the run's logs. */
 static int e_log (lua_State *H) {
   callbox *b = check_box(H, 1);
@@ -780,16 +788,6 @@ static int e_config (lua_State *H) {
   return 1;
 }
 
-/* E.progress(box, text): a handler's progress report, told to whoever follows the run's
-** calls (tp_run_on_call, done 2, text in place of the tool's name). */
-static int e_progress (lua_State *H) {
-  callbox *b = check_box(H, 1);
-  const char *text = luaL_checkstring(H, 2);
-  tp_run *r = b->c ? b->c->run : NULL;
-  if (r != NULL && r->call_hook) r->call_hook(r, text, 2, r->call_hook_ud);
-  return 0;
-}
-
 /* E.annotate(): makes the annotations of tools added since the last time (upstream.lua,
 ** after adding a server's tools outside a plugin load). */
 static int e_annotate (lua_State *H) {
@@ -863,6 +861,8 @@ static int open_p (lua_State *H) {
   luaL_getsubtable(H, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushcfunction(H, tp__open_fs);         /* require("tidepool.fs"): tools/fs.lua */
   lua_setfield(H, -2, "tidepool.fs");
+  lua_pushcfunction(H, tp__open_proc);       /* require("tidepool.proc"): tools/proc.lua */
+  lua_setfield(H, -2, "tidepool.proc");
   if (e->kv) lua_pushlightuserdata(H, e->kv);
   else lua_pushnil(H);
   lua_pushcclosure(H, tp__kvstore_open, 1);  /* require("tidepool.kv"): tools/kv.lua */
@@ -882,10 +882,11 @@ static int open_p (lua_State *H) {
     return lua_error(H);
   static const luaL_Reg fns[] = {
     { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
+    { "progress", e_progress },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
-    { "claim", e_claim }, { "progress", e_progress }, { "annotate", e_annotate },
+    { "claim", e_claim }, { "annotate", e_annotate },
     { "field", e_field }, { "body", e_body }, { NULL, NULL } };
   luaL_newlibtable(H, fns);
   luaL_getmetatable(H, CALLBOX);

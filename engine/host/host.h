@@ -1,5 +1,5 @@
 /*
-** host.h: the engine's host Lua state and what runs in it (host.c, fs.c, kvstore.c).
+** host.h: the engine's host Lua state and what runs in it (host.c, fs.c, kvstore.c, proc.c).
 */
 #ifndef tidepool_host_h
 #define tidepool_host_h
@@ -58,5 +58,8 @@ int  tp__host_callback(lua_State *H, int nargs);
 
 /* fs.c: pushes the table of workspace-confined file functions (host state only). */
 int tp__open_fs(lua_State *L);
+
+/* proc.c: pushes the table of helpers of the proc.run tool (host state only). */
+int tp__open_proc(lua_State *L);
 
 #endif

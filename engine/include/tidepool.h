@@ -293,14 +293,21 @@ TP_EXTERN int tp_run_start(tp_run *r, tp_run_done_cb done, void *ud);
 ** call is checked or dispatched, so an unknown tool or one past a limit is told too) and
 ** once when it completes (done 1: it returned, failed, timed out or was cancelled), in
 ** that order for each call; tool is the name the script used (owned by the call, valid
-** during cb). A Lua handler's own progress report (ctx.progress, e.g. an upstream MCP
-** server's progress) comes as done 2, with a text in place of tool ("tools.x.y: message
-** (3/10)"), between the two. For progress reports. cb runs on the
+** during cb). For progress reports (a tool's own reports come through
+** tp_run_on_progress). cb runs on the
 ** run's thread from inside tp_run_step, tp_engine_poll or a completion, so it must not
 ** step, cancel or destroy r, nor call into its engine; it may record and send. One
 ** callback per run: a new one replaces the old; NULL clears it. NULL r is a no-op. */
 typedef void (*tp_call_event_cb)(tp_run *r, const char *tool, int done, void *ud);
 TP_EXTERN void tp_run_on_call(tp_run *r, tp_call_event_cb cb, void *ud);
+
+/* Tells cb the progress reports of r's tool calls while they work: a line of text from
+** the call's handler (ctx.progress in a Lua plugin, tp_call_progress in C; proc.run sends
+** its command's output lines). tool is the name the script used, text the report, both
+** valid during cb. Same rules as tp_run_on_call's cb. One callback per run: a new one
+** replaces the old; NULL clears it. NULL r is a no-op. */
+typedef void (*tp_call_progress_cb)(tp_run *r, const char *tool, const char *text, void *ud);
+TP_EXTERN void tp_run_on_progress(tp_run *r, tp_call_progress_cb cb, void *ud);
 
 /* ---- sessions: globals kept from one run to the next --------------------------------
 ** A session owns one sandbox; its runs execute in it one at a time, so a script can use
@@ -530,6 +537,10 @@ TP_EXTERN const char *tp_call_args(tp_call *c);
 TP_EXTERN uint64_t tp_call_id(const tp_call *c);
 /* Nonzero once the run ended or the call timed out. */
 TP_EXTERN int tp_call_cancelled(const tp_call *c);
+
+/* A progress report of c while it works (see tp_run_on_progress); dropped once the call
+** is over or when its run has no progress callback. TP_EINVAL for NULL. */
+TP_EXTERN int tp_call_progress(tp_call *c, const char *text);
 
 /* Completes the call with its result as JSON text (len may be 0 for NUL-terminated).
 ** TP_ESTATE if it was completed already. */
