@@ -575,5 +575,39 @@ test('tidepool mcp without --workers runs one worker when the config has servers
   assert(Number.isInteger(pids[0]) && pids[1] === pids[0] && pids[2] === pids[0], JSON.stringify(pids));
 }, 30000);
 
+// ---- examples/reach: the README's example, as written but for where the servers come from
+
+test('examples/reach: one script uses the HTTP API, git, the filesystem and memory servers', async () => {
+  const d = fresh('reach');
+  for (const f of ['api.mjs', 'config.json', 'script.lua', 'run.sh'])
+    fs.copyFileSync(path.join(root, 'examples', 'reach', f), path.join(d, f));
+  const cfg = JSON.parse(fs.readFileSync(path.join(d, 'config.json'), 'utf8'));
+  delete cfg.$schema;  // a path relative to the repository
+  // npx would fetch the servers from the registry: the ones this suite installed serve
+  cfg.mcpServers.memory = { ...cfg.mcpServers.memory, ...memory(path.join(d, 'memory.jsonl')) };
+  cfg.mcpServers.files = { ...cfg.mcpServers.files, ...filesystem('.') };
+  fs.writeFileSync(path.join(d, 'config.json'), JSON.stringify(cfg));
+  const r = await new Promise((resolve, reject) => {
+    const child = spawn('sh', [path.join(d, 'run.sh'), '--json'],
+                        { env: { ...process.env, TIDEPOOL: tidepool }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
+    child.stdout.on('data', (x) => { out += x; });
+    child.stderr.on('data', (x) => { err += x; });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, out, err }));
+  });
+  let env;
+  try { env = JSON.parse(r.out); } catch { throw new Error(`not JSON (exit ${r.code}): ${r.out}\n${r.err}`); }
+  assert(env.ok, JSON.stringify(env.error) + r.err);
+  eq(env.result, { issues: [  // keys sorted, as the envelope has them
+    { fixed_by: 'Fix the crash on an empty config file (#1)', number: 1,
+      title: 'Crash when the config file is empty' },
+    { number: 3, title: 'Retry upstream calls after a restart' }], owner: 'Ada' });
+  eq(env.calls.map((c) => c.tool), ['http.fetch', 'proc.run', 'files.read_text_file', 'http.fetch',
+                                    'memory.create_entities']);
+  const graph = fs.readFileSync(path.join(d, 'memory.jsonl'), 'utf8');
+  assert(graph.includes('"2 open issues, 1 addressed"'), graph);
+}, 60000);
+
 await run();
 fs.rmSync(tmp, { recursive: true, force: true });
