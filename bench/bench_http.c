@@ -24,18 +24,7 @@
 static tp_limits lim;
 
 static double timed_run (tp_engine *e, const char *src) {
-  char *env = NULL;
-  int ok = 0;
-  double t0 = bench_now_us();
-  int rc = tp_engine_run(e, src, strlen(src), &lim, &env, &ok);
-  double t = bench_now_us() - t0;
-  if (rc != TP_OK || !ok) {
-    fprintf(stderr, "bench_http: the script failed: %.400s\n", env ? env : "(no envelope)");
-    tp_free(env);
-    return -1;
-  }
-  tp_free(env);
-  return t;
+  return bench_timed_run("bench_http", e, src, &lim);
 }
 
 int main (int argc, char **argv) {
