@@ -168,16 +168,22 @@ local function on_line(srv, line)
   on_message(srv, msg)
 end
 
-local function on_stdout(srv, chunk)
-  local buf = srv.buf .. chunk
+-- Calls each(line) for every whole line of buf .. chunk; returns what is left after the
+-- last newline.
+local function each_line(buf, chunk, each)
+  buf = buf .. chunk
   local from = 1
   while true do
     local nl = buf:find("\n", from, true)
     if not nl then break end
-    on_line(srv, buf:sub(from, nl - 1))
+    each(buf:sub(from, nl - 1))
     from = nl + 1
   end
-  srv.buf = buf:sub(from)
+  return buf:sub(from)
+end
+
+local function on_stdout(srv, chunk)
+  srv.buf = each_line(srv.buf, chunk, function(line) on_line(srv, line) end)
   if #srv.buf > LINE_MAX then
     srv.buf = ""
     io.stderr:write(("[%s] a message longer than %d bytes: the server is stopped\n")
@@ -187,15 +193,9 @@ local function on_stdout(srv, chunk)
 end
 
 local function on_stderr(srv, chunk)
-  local buf = srv.errbuf .. chunk
-  local from = 1
-  while true do
-    local nl = buf:find("\n", from, true)
-    if not nl then break end
-    io.stderr:write("[", srv.name, "] ", buf:sub(from, nl - 1), "\n")
-    from = nl + 1
-  end
-  srv.errbuf = buf:sub(from)
+  srv.errbuf = each_line(srv.errbuf, chunk, function(line)
+    io.stderr:write("[", srv.name, "] ", line, "\n")
+  end)
   if #srv.errbuf > 65536 then
     io.stderr:write("[", srv.name, "] ", srv.errbuf, "\n")
     srv.errbuf = ""
