@@ -93,7 +93,8 @@ describe("tidepool run on a terminal", function()
     assert.equal(0, rc, out)
     assert.truthy(out:find("tidepool: the script calls tools.fx.echo\r?\n  arguments: "
       .. "{\"amount\":250,\"to\":\"bob\"}\r?\n  reason: big payments need a person %(policy "
-      .. "rule 0%)\r?\nallow this call%? %[y/N%] "), out)
+      .. "rule 0%)\r?\n  %(the run's time limit, %-%-timeout, keeps counting while you "
+      .. "decide%)\r?\nallow this call%? %[y/N%] "), out)
     local _, asked = out:gsub("allow this call", "")
     assert.equal(1, asked)
     assert.same({ small = 5, big = { amount = 250, to = "bob" } }, env.result)

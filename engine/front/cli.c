@@ -407,7 +407,8 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
   if (cut < n) fprintf(tty, "... (%zu bytes in all)", n);
   fputs("\n  reason: ", tty);
   put_plain(tty, reason, strlen(reason));
-  fputs("\nallow this call? [y/N] ", tty);
+  fputs("\n  (the run's time limit, --timeout, keeps counting while you decide)"
+        "\nallow this call? [y/N] ", tty);
   fflush(tty);
   char line[64];
   int yes = 0;
