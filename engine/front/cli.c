@@ -54,9 +54,9 @@ static const char usage_head[] =
   "                       per principal)\n"
   "  --scopes LIST        the scopes the caller holds, for the policy's \"requires\"\n"
   "                       (names separated by spaces or commas)\n"
-  "  --approve ask|all|none  a call that a policy rule asks a person to approve: ask on\n"
-  "                       the terminal (the default; no terminal denies it), approve\n"
-  "                       all of them, or deny all of them\n"
+  "  --approve MODE       the calls that a policy rule asks a person to approve: ask\n"
+  "                       on the terminal (ask, the default; with no terminal they are\n"
+  "                       denied), approve them all (all) or deny them all (none)\n"
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
