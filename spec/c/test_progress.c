@@ -59,7 +59,7 @@ TEST(a_c_tools_reports_reach_the_callback_while_the_call_works_and_not_after) {
   tp_engine_destroy(e);
 }
 
-TEST(ctx_progress_of_a_lua_plugin_reaches_the_callback_with_its_arguments_joined) {
+TEST(ctx_progress_of_a_lua_plugin_reaches_the_callback_as_message_and_numbers) {
   char dir[64] = "/tmp/tp_progress_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   char path[128];
@@ -70,7 +70,9 @@ TEST(ctx_progress_of_a_lua_plugin_reaches_the_callback_with_its_arguments_joined
   fputs("return { name = 'p.work', handler = function(args, ctx)\n"
         "  ctx.progress('step', 1)\n"
         "  ctx.sleep(5)\n"
-        "  ctx.progress('step', 2)\n"
+        "  ctx.progress('step', 2, 3)\n"
+        "  ctx.progress(nil, 3, 3)\n"
+        "  ctx.progress('last line')\n"
         "  return 'done'\n"
         "end }\n", f);
   fclose(f);
@@ -85,7 +87,7 @@ TEST(ctx_progress_of_a_lua_plugin_reaches_the_callback_with_its_arguments_joined
   for (int i = 0; i < 1000 && !done; i++) tp_engine_poll(e, 1);
   CHECK_INT(done, 1);
   CHECK_INT(tp_run_ok(r), 1);
-  CHECK_STR(rp.log, "p.work=step\t1|p.work=step\t2");
+  CHECK_STR(rp.log, "p.work=step (1)|p.work=step (2/3)|p.work=3/3|p.work=last line");
   tp_run_destroy(r);
   tp_engine_destroy(e);
   unlink(path);
@@ -95,6 +97,6 @@ TEST(ctx_progress_of_a_lua_plugin_reaches_the_callback_with_its_arguments_joined
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(a_c_tools_reports_reach_the_callback_while_the_call_works_and_not_after);
-  RUN(ctx_progress_of_a_lua_plugin_reaches_the_callback_with_its_arguments_joined);
+  RUN(ctx_progress_of_a_lua_plugin_reaches_the_callback_as_message_and_numbers);
   return tp_test_end();
 }
