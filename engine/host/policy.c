@@ -19,7 +19,10 @@
 ** The cost per call is what the per-tool cache leaves: the indexes of the rules whose
 ** glob matches are kept on the tool (made at its first call after the policy changed),
 ** and conditions are evaluated on the jansson tree in place, without allocating.
-** Decisions reach a callback (tp_engine_on_decision) for audit logs.
+** Decisions reach a callback (tp_engine_on_decision) for audit logs. A call that an ask
+** rule applies to is held (tp__call_hold) and handed to tp_engine_on_approval's callback;
+** tp_call_approve / tp_call_deny end the hold (tp_call_decide). Without that callback it
+** is denied.
 */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
