@@ -186,11 +186,11 @@ describe("policy rules", function()
         r[i] = ok and "ok" or e.message
       end
       return r
-    ]])
+    ]], nil, "--approve none")
     assert.same({
       "ok",
-      "tools.fx.echo was denied by the host's policy: writes need a person (policy rule 1 asks "
-        .. "a person to approve this call, and approvals are not available yet: it is denied)",
+      "tools.fx.echo was denied by the host's policy: writes need a person (policy rule 1); "
+        .. "this run declines every call that needs a person's approval (--approve none)",
       "tools.fx.echo was denied by the host's policy: no secrets (policy rule 2 denies it when "
         .. "`secret == true`, and that holds)",
       "tools.fx.echo was denied by the host's policy: no secrets (policy rule 2 denies it when "

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,6 +54,9 @@ static const char usage_head[] =
   "                       per principal)\n"
   "  --scopes LIST        the scopes the caller holds, for the policy's \"requires\"\n"
   "                       (names separated by spaces or commas)\n"
+  "  --approve MODE       the calls that a policy rule asks a person to approve: ask\n"
+  "                       on the terminal (ask, the default; with no terminal they are\n"
+  "                       denied), approve them all (all) or deny them all (none)\n"
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
@@ -359,6 +363,65 @@ static int load_tools (tp_engine *e, int builtin, const char *const *dirs, int n
   return problems;
 }
 
+/* ---- approvals: a call that a policy rule asks a person to approve ---------------------
+** tidepool run asks on the terminal (/dev/tty: the script may come from standard input)
+** and waits for the answer: the run is stopped meanwhile, its wall-clock limit going on.
+** --approve all|none decides without asking; without a terminal the call is denied. */
+enum { APPROVE_ASK, APPROVE_ALL, APPROVE_NONE };
+#define PROMPT_ARGS_MAX 400  /* bytes of the arguments shown at the prompt */
+
+/* s with its control characters shown as '?' (a config's reason is not the terminal's). */
+static void put_plain (FILE *f, const char *s, size_t n) {
+  for (size_t i = 0; i < n && s[i]; i++)
+    fputc((unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i], f);
+}
+
+static void on_approval (tp_call *c, const char *reason, void *ud) {
+  int mode = *(const int *)ud;
+  char why[1600];
+  if (mode == APPROVE_ALL) { tp_call_approve(c); return; }
+  FILE *tty = mode == APPROVE_NONE ? NULL : fopen("/dev/tty", "r+");
+  if (tty == NULL) {
+    snprintf(why, sizeof why, "%s; %s", reason, mode == APPROVE_NONE ?
+             "this run declines every call that needs a person's approval (--approve none)" :
+             "there is no terminal to ask a person on, so it is denied");
+    tp_call_deny(c, why);
+    return;
+  }
+  const char *args = tp_call_args(c);
+  if (args == NULL) {
+    fclose(tty);
+    snprintf(why, sizeof why, "%s; its arguments could not be shown to a person (out of "
+             "memory), so it is denied", reason);
+    tp_call_deny(c, why);
+    return;
+  }
+  size_t n = strlen(args), cut = n;
+  if (cut > PROMPT_ARGS_MAX) {
+    cut = PROMPT_ARGS_MAX;
+    while (cut > 0 && ((unsigned char)args[cut] & 0xC0) == 0x80) cut--;  /* UTF-8 */
+  }
+  fflush(stdout);
+  fprintf(tty, "tidepool: the script calls tools.%s\n  arguments: ", tp_call_tool(c));
+  put_plain(tty, args, cut);
+  if (cut < n) fprintf(tty, "... (%zu bytes in all)", n);
+  fputs("\n  reason: ", tty);
+  put_plain(tty, reason, strlen(reason));
+  fputs("\n  (the run's time limit, --timeout, keeps counting while you decide)"
+        "\nallow this call? [y/N] ", tty);
+  fflush(tty);
+  char line[64];
+  int yes = 0;
+  if (fgets(line, sizeof line, tty) != NULL) {
+    line[strcspn(line, "\r\n")] = '\0';
+    yes = strcasecmp(line, "y") == 0 || strcasecmp(line, "yes") == 0;
+  }
+  fclose(tty);
+  if (yes) { tp_call_approve(c); return; }
+  snprintf(why, sizeof why, "%s; the person asked at the terminal declined it", reason);
+  tp_call_deny(c, why);
+}
+
 #define EXIT_REFUSED 3  /* --strict: a plugin was refused */
 
 int main (int argc, char **argv) {
@@ -387,6 +450,7 @@ int main (int argc, char **argv) {
   const char *tool_dirs[64];
   const char *workspace = NULL, *config_path = NULL;
   const char *principal = NULL, *scopes = NULL;  /* --principal, --scopes */
+  int approve = APPROVE_ASK;                     /* --approve */
   const char *limit_opts[128];  /* the limit options given, as name and value pairs: they
                                 ** are applied over the config file's limits */
   int nlimit_opts = 0;
@@ -431,6 +495,14 @@ int main (int argc, char **argv) {
       if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
       if (is_p) principal = val;
       else scopes = val;
+      continue;
+    }
+    if (strcmp(a, "--approve") == 0 || strncmp(a, "--approve=", 10) == 0) {
+      const char *val = a[9] == '=' ? a + 10 : i + 1 < argc ? argv[++i] : "";
+      if (strcmp(val, "ask") == 0) approve = APPROVE_ASK;
+      else if (strcmp(val, "all") == 0) approve = APPROVE_ALL;
+      else if (strcmp(val, "none") == 0) approve = APPROVE_NONE;
+      else return tp__cli_usage_error("--approve '%s': use ask, all or none", val);
       continue;
     }
     if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
@@ -503,7 +575,8 @@ int main (int argc, char **argv) {
   for (int k = 0; k < ntool_dirs; k++) dirs[ndirs++] = tool_dirs[k];
   if (workspace_max_set) tp_engine_set_workspace_max(e, workspace_max);
   if ((workspace && tp_engine_set_workspace(e, workspace) != TP_OK) ||
-      ((principal || scopes) && tp_engine_set_principal(e, principal, scopes) != TP_OK)) {
+      ((principal || scopes) && tp_engine_set_principal(e, principal, scopes) != TP_OK) ||
+      tp_engine_on_approval(e, on_approval, &approve) != TP_OK) {
     tp_engine_destroy(e);
     fprintf(stderr, "tidepool: out of memory\n");
     return 1;

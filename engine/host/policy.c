@@ -19,7 +19,10 @@
 ** The cost per call is what the per-tool cache leaves: the indexes of the rules whose
 ** glob matches are kept on the tool (made at its first call after the policy changed),
 ** and conditions are evaluated on the jansson tree in place, without allocating.
-** Decisions reach a callback (tp_engine_on_decision) for audit logs.
+** Decisions reach a callback (tp_engine_on_decision) for audit logs. A call that an ask
+** rule applies to is held (tp__call_hold) and handed to tp_engine_on_approval's callback;
+** tp_call_approve / tp_call_deny end the hold (tp_call_decide). Without that callback it
+** is denied.
 */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
@@ -145,6 +148,9 @@ struct tp__policy {
   caller who;              /* tp_engine_set_principal */
   tp_decision_cb on_decision;
   void *decision_ud;
+  tp_approval_cb on_approval;  /* tp_engine_on_approval: who is asked about an ask rule's
+                               ** call; NULL: such calls are denied */
+  void *approval_ud;
   uint64_t (*now)(void *);
   void *now_ud;
 };
@@ -303,6 +309,24 @@ int tp_run_set_principal (tp_run *r, const char *principal, const char *scopes) 
   int rc = caller_set(&pr->who, principal, scopes);
   if (rc == TP_OK) pr->who_set = 1;
   return rc;
+}
+
+int tp_engine_on_approval (tp_engine *e, tp_approval_cb cb, void *ud) {
+  if (e == NULL) return TP_EINVAL;
+  struct tp__policy *P = policy_of(e);
+  if (P == NULL) return TP_ENOMEM;
+  P->on_approval = cb;
+  P->approval_ud = ud;
+  return TP_OK;
+}
+
+int tp_call_approve (tp_call *c) {
+  return tp_call_decide(c, TP_POLICY_ALLOW, NULL);
+}
+
+int tp_call_deny (tp_call *c, const char *reason) {
+  return tp_call_decide(c, TP_POLICY_DENY, reason && *reason ? reason :
+                        "the person asked to approve it declined");
 }
 
 int tp_engine_on_decision (tp_engine *e, tp_decision_cb cb, void *ud) {
@@ -1400,9 +1424,21 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     }
   }
   if (ask >= 0) {
-    deny_with(P, c, who, ask, "ask", P->rules[ask].nnodes ? P->rules[ask].where : "",
-              "policy rule %d asks a person to approve this call, and approvals are not "
-              "available yet: it is denied", ask);
+    const char *where = P->rules[ask].nnodes ? P->rules[ask].where : "";
+    if (P->on_approval == NULL) {
+      deny_with(P, c, who, ask, "ask", where, "policy rule %d asks a person to approve this "
+                "call, and this host has no one to ask: it is denied", ask);
+      return 0;
+    }
+    /* held until tp_call_approve or tp_call_deny; the callback may decide at once */
+    char why[1200];
+    const char *reason = P->rules[ask].reason;
+    if (reason) snprintf(why, sizeof why, "%s (policy rule %d)", reason, ask);
+    else snprintf(why, sizeof why, "policy rule %d asks a person to approve tools.%s", ask,
+                  c->name);
+    tell(P, c, who, ask, "ask", where);
+    tp__call_hold(c);
+    P->on_approval(c, why, P->approval_ud);
     return 0;
   }
   if (allowed < 0) {

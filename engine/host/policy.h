@@ -26,8 +26,9 @@ int tp__policy_load(tp_engine *e, const json_t *section);
 int tp__policy_check(const json_t *section, char *err, size_t errlen);
 
 /* Decides on call c of tool t (admit.c, before its arguments are checked): 1 when it may
-** go on, 0 when c has been failed (tool.denied, tool.rate_limited). Without a policy
-** this is one pointer test. */
+** go on, 0 when c has been failed (tool.denied, tool.rate_limited) or held for approval
+** (an ask rule: tp_engine_on_approval's callback was told, and may have decided it
+** already). Without a policy this is one pointer test. */
 int tp__policy_decide(tp_engine *e, tp_call *c, struct tp_tool *t);
 
 /* What the policy keeps for a run (tp__drv_run.policy), freed when the run goes. */

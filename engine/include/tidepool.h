@@ -589,8 +589,8 @@ typedef struct tp_decision {
   const char *tool;        /* "payments.send" */
   const char *principal;   /* "" when the caller has none */
   int rule;                /* the deciding rule's index in policy.rules; -1: the default */
-  const char *effect;      /* "allow", "deny", "ask" (denied: approvals are not available
-                           ** yet) or "rate_limited" */
+  const char *effect;      /* "allow", "deny", "ask" (held for tp_engine_on_approval's
+                           ** callback, or denied when there is none) or "rate_limited" */
   const char *clause;      /* what decided: the where clause, "requires", "max_calls",
                            ** "rate", or "" */
   const char *args_sha256; /* SHA-256 (hex) of the arguments' JSON text in the engine's
@@ -601,6 +601,32 @@ typedef void (*tp_decision_cb)(tp_run *r, const tp_decision *d, void *ud);
 ** section), on the run's thread, from inside a step: cb must not step, cancel or
 ** destroy r nor call into e. NULL clears it. TP_OK, TP_EINVAL, TP_ENOMEM. */
 TP_EXTERN int tp_engine_on_decision(tp_engine *e, tp_decision_cb cb, void *ud);
+
+/* ---- approvals: the config policy's "effect": "ask" ---------------------------------
+** A call that an "ask" rule matches (and no deny rule) is held as TP_POLICY_HOLD holds
+** it: nothing of its tool runs, and its script waits (tp_run_step returns TP_WAIT,
+** tp_engine_run keeps waiting) until it is decided, once, from the engine's thread:
+** tp_call_approve checks its arguments against the tool's schema and runs it, as the
+** script made it; tp_call_deny fails it with tool.denied and reason in its message
+** (NULL: "the person asked to approve it declined"). Both are tp_call_decide, and take
+** any held call; TP_OK, TP_ESTATE when it was decided already or its run ended meanwhile
+** (the decision then lets go of it: every held call must be decided once, even after its
+** run was cancelled or destroyed), TP_EINVAL for NULL.
+**
+** cb is called with the held call (tp_call_tool, tp_call_args, tp_call_id) and reason:
+** the rule's "reason" and number, "writes need a person (policy rule 1)", or "policy rule
+** 1 asks a person to approve tools.github.issues.create" when it has none; valid during
+** cb only. cb runs on the engine's thread, from inside the step of the call: it may
+** decide at once (a blocking prompt: the run, and its wall-clock limit, wait meanwhile)
+** or keep the call and decide later; it must not step, cancel or destroy the run. An
+** approved call is not shown to tp_engine_set_policy's fn, and takes nothing from the
+** allow rules' max_calls and rate. Without cb (the default; NULL clears it) a call that
+** needs approval is denied: "... (policy rule 1 asks a person to approve this call, and
+** this host has no one to ask: it is denied)". TP_OK, TP_EINVAL (NULL e), TP_ENOMEM. */
+typedef void (*tp_approval_cb)(tp_call *call, const char *reason, void *ud);
+TP_EXTERN int tp_engine_on_approval(tp_engine *e, tp_approval_cb cb, void *ud);
+TP_EXTERN int tp_call_approve(tp_call *call);
+TP_EXTERN int tp_call_deny(tp_call *call, const char *reason);
 
 #ifdef __cplusplus
 }

@@ -96,8 +96,8 @@ TEST(deny_beats_ask_beats_allow_and_the_default_decides_the_rest) {
   const char *r = result(e, "local ok, err = pcall(tools.github.issues.create, {}) "
                             "return err.message");
   CHECK_STR(r, "\"tools.github.issues.create was denied by the host's policy: writes need a "
-               "person (policy rule 1 asks a person to approve this call, and approvals are "
-               "not available yet: it is denied)\"");
+               "person (policy rule 1 asks a person to approve this call, and this host has "
+               "no one to ask: it is denied)\"");
   r = result(e, "local ok, err = pcall(tools.github.repos.get, {}) return err.message");
   CHECK_STR(r, "\"tools.github.repos.get was denied by the host's policy: no repos (policy "
                "rule 2 denies tools.github.repos.get)\"");
