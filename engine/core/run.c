@@ -272,6 +272,29 @@ static int error_line (lua_State *co) {
   return 0;
 }
 
+/* Pushes the field key of the table on top of co (nil when it has none) and returns its
+** type, like lua_rawget, without making key a Lua string: this runs outside any
+** protected call, where an allocation that fails would abort the process, and a key the
+** script never used is not interned yet. Error objects are small tables. */
+static int rawget_noalloc (lua_State *co, const char *key) {
+  size_t klen = strlen(key);
+  int t = lua_gettop(co);
+  lua_pushnil(co);
+  while (lua_next(co, t)) {
+    size_t len;
+    if (lua_type(co, -2) == LUA_TSTRING) {
+      const char *k = lua_tolstring(co, -2, &len);
+      if (len == klen && memcmp(k, key, len) == 0) {
+        lua_remove(co, -2);  /* the key: the value stays */
+        return lua_type(co, -1);
+      }
+    }
+    lua_pop(co, 1);
+  }
+  lua_pushnil(co);
+  return LUA_TNIL;
+}
+
 /* Reads the error object on top of co, with raw access only. */
 static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   tp_sandbox *sb = r->sb;
@@ -299,12 +322,10 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
     msg = lua_tolstring(co, -1, &len);
   }
   else if (lua_type(co, -1) == LUA_TTABLE) {
-    lua_pushliteral(co, "message");
-    if (lua_rawget(co, -2) == LUA_TSTRING) msg = lua_tolstring(co, -1, &len);
+    if (rawget_noalloc(co, "message") == LUA_TSTRING) msg = lua_tolstring(co, -1, &len);
     lua_pop(co, 1);  /* the string stays alive in the table */
     if (msg == NULL) msg = "(error object is a table value without a string 'message' field)";
-    lua_pushliteral(co, "code");
-    if (lua_rawget(co, -2) == LUA_TSTRING) {
+    if (rawget_noalloc(co, "code") == LUA_TSTRING) {
       const char *c = lua_tostring(co, -1);
       if (strncmp(c, "tool.", 5) == 0 && strlen(c) < 32) {
         static const char *const codes[] = { "tool.unknown", "tool.invalid_input",
@@ -315,8 +336,7 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
       }
     }
     lua_pop(co, 1);
-    lua_pushliteral(co, "retry_after_ms");
-    if (lua_rawget(co, -2) == LUA_TNUMBER && lua_isinteger(co, -1))
+    if (rawget_noalloc(co, "retry_after_ms") == LUA_TNUMBER && lua_isinteger(co, -1))
       retry_ms = lua_tointeger(co, -1);
     lua_pop(co, 1);
   }
