@@ -227,17 +227,21 @@ local function sse_feed(srv, st, chunk)
   if #st.buf > LINE_MAX then st.buf = "" end
 end
 
+-- Copies the string (or number) values of the config map from (headers, env) into to.
+local function copy_strings(from, to)
+  if type(from) ~= "table" then return end
+  for k, v in pairs(from) do
+    if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
+      to[k] = tostring(v)
+    end
+  end
+end
+
 function http_post(srv, msg, body)
   local cfg = srv.cfg
   local headers = { ["Content-Type"] = "application/json",
                     ["Accept"] = "application/json, text/event-stream" }
-  if type(cfg.headers) == "table" then
-    for k, v in pairs(cfg.headers) do
-      if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
-        headers[k] = tostring(v)
-      end
-    end
-  end
+  copy_strings(cfg.headers, headers)
   if srv.session then headers["Mcp-Session-Id"] = srv.session end
   if srv.era == "modern" then headers["MCP-Protocol-Version"] = MODERN
   elseif srv.version then headers["MCP-Protocol-Version"] = srv.version end
@@ -808,13 +812,7 @@ function start_server(srv)
   local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
   local env = {}
   local base = uv.os_environ()
-  if type(cfg.env) == "table" then
-    for k, v in pairs(cfg.env) do
-      if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
-        base[k] = tostring(v)
-      end
-    end
-  end
+  copy_strings(cfg.env, base)
   for k, v in pairs(base) do env[#env + 1] = k .. "=" .. v end
   local args = {}
   if type(cfg.args) == "table" then
