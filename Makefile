@@ -29,7 +29,7 @@ WARN_BASE   = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
               -Wpointer-arith -Wcast-align -Wwrite-strings -Wundef -Wno-unused-parameter \
               -Werror=implicit-function-declaration
 WARN_STRICT = $(WARN_BASE) -Wformat=2 -Wvla
-PKGS        = jansson libpcre2-8 libuv libcurl libseccomp
+PKGS        = jansson libpcre2-8 libuv libcurl libseccomp sqlite3 hiredis libmicrohttpd libcrypto
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LUV_LIBS    = -llua5.4-luv -llua5.4-lpeg

@@ -3,6 +3,11 @@
 # Runs apt-get as root, or through sudo; prints nothing when all are present.
 # libcurl4-openssl-dev: HTTP for scripts and plugins (engine/host/http.c, on the engine's
 # libuv loop); libseccomp-dev: the system call filter of proc.run's children.
+# libsqlite3-dev: the durable state store (--state DIR); libhiredis-dev and redis-server:
+# the shared one (--state redis://...; tests start their own redis-server on 127.0.0.1);
+# libmicrohttpd-dev: the HTTP server of `tidepool mcp --http`, driven by our libuv loop;
+# libssl-dev (libcrypto): JWT signatures, HMAC of approvals, sealed requestState;
+# openssl: the command, which makes test keys and certificates.
 # liblua5.4-dev and lua5.4 are Debian's own Lua 5.4.4, never used by tidepool itself: the
 # embedding tests link it ahead of libtidepool and load the Lua module into its
 # interpreter, to prove tidepool's sandboxes still run on its private, patched 5.4.7.
@@ -19,7 +24,8 @@
 set -eu
 PKGS="build-essential pkg-config dpkg-dev ca-certificates debian-archive-keyring
 libjansson-dev libpcre2-dev libuv1-dev lua-luv-dev lua-lpeg-dev lua-busted lua-check
-libcurl4-openssl-dev libseccomp-dev
+libcurl4-openssl-dev libseccomp-dev libsqlite3-dev libhiredis-dev libmicrohttpd-dev libssl-dev
+redis-server openssl
 liblua5.4-dev lua5.4 valgrind nodejs npm lighttpd lighttpd-modules-lua curl"
 FUZZ_PKGS="clang libclang-rt-dev"
 if [ "${1:-}" = deb ]; then PKGS="lintian"; FUZZ_PKGS=; fi

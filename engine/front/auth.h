@@ -1,0 +1,57 @@
+/*
+** auth.h: who calls `tidepool mcp --http`, from the config's "auth" section (auth.c, on
+** OpenSSL's libcrypto). Not installed, not API.
+**
+** Two kinds of credential, both sent as "Authorization: Bearer <token>":
+**   static tokens (local use): each names its principal and scopes;
+**   JWTs (RS256, ES256, HS256) whose issuer, audience (the server's canonical URL),
+**   expiry (and not-before) and scopes are checked, with keys from a PEM file, a JWKS
+**   file, or a shared secret (HS256).
+** As a resource server (RFC 9728) it makes the document of
+** /.well-known/oauth-protected-resource and the WWW-Authenticate header of 401 and 403
+** answers. A token is never passed on: nothing here keeps it past tp__auth_check.
+*/
+#ifndef tidepool_auth_h
+#define tidepool_auth_h
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct json_t;
+typedef struct tp_auth tp_auth;
+
+typedef struct tp_auth_result {
+  int status;              /* 200: let in; 401: no or bad credential; 403: not enough */
+  char principal[256];     /* the caller (a static token's "principal", a JWT's "sub") */
+  char scopes[1024];       /* its scopes, separated by spaces (tp_run_set_principal's form) */
+  char error[32];          /* RFC 6750: "invalid_request", "invalid_token",
+                           ** "insufficient_scope"; "" when status is 200 */
+  char description[256];   /* for a person: what was wrong ("token expired 30 s ago") */
+} tp_auth_result;
+
+/* An authenticator for the "auth" section (NULL: none, every caller let in as no one);
+** paths in it are relative to dir (the config file's folder). NULL with err filled when
+** the section is wrong or a key file cannot be read. */
+tp_auth *tp__auth_new(const struct json_t *section, const char *dir, char *err,
+                      size_t errlen);
+void tp__auth_free(tp_auth *a);
+
+/* Checks the value of an Authorization header (NULL when absent) at now (seconds since
+** the epoch), needing every scope of required (spaces between; NULL or "": none).
+** Fills out; returns out->status. */
+int tp__auth_check(tp_auth *a, const char *authorization, const char *required,
+                   int64_t now, tp_auth_result *out);
+
+/* The JSON text of /.well-known/oauth-protected-resource (resource, authorization_servers,
+** scopes_supported, bearer_methods_supported); free it. NULL when out of memory. */
+char *tp__auth_resource_metadata(const tp_auth *a);
+
+/* The WWW-Authenticate header value for a 401 or 403 result (Bearer
+** resource_metadata="...", error, error_description, scope); free it. */
+char *tp__auth_challenge(const tp_auth *a, const tp_auth_result *r);
+
+/* The canonical URL of the server (the audience JWTs must name), from the section's
+** "resource"; borrowed. */
+const char *tp__auth_resource(const tp_auth *a);
+
+#endif
