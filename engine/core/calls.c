@@ -526,6 +526,7 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
 
 const char *tp_call_tool (const tp_call *c) { return c ? c->name : NULL; }
 uint64_t tp_call_id (const tp_call *c) { return c ? c->id : 0; }
+tp_run *tp_call_run (const tp_call *c) { return c ? c->run : NULL; }
 int tp_call_cancelled (const tp_call *c) { return c == NULL || c->cancelled || c->run == NULL; }
 
 int tp_call_progress (tp_call *c, const char *text) {

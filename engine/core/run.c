@@ -772,6 +772,25 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
 
 int tp_run_done (const tp_run *r) { return r != NULL && r->state == ST_DONE; }
 
+/* While the clock is held the deadline is 0 (no wall limit: nothing arms a timer for it);
+** restarting it moves the deadline it had by the time held. */
+int tp_run_hold_wall (tp_run *r, int hold) {
+  if (r == NULL) return TP_EINVAL;
+  if (r->state != ST_STARTED) return TP_ESTATE;
+  uint64_t now = tp__now_ns();
+  if (hold && r->hold_since_ns == 0) {
+    r->hold_since_ns = now ? now : 1;
+    r->held_deadline_ns = r->deadline_ns;
+    r->deadline_ns = 0;
+  }
+  else if (!hold && r->hold_since_ns != 0) {
+    if (r->held_deadline_ns) r->deadline_ns = r->held_deadline_ns + (now - r->hold_since_ns);
+    r->hold_since_ns = 0;
+    r->held_deadline_ns = 0;
+  }
+  return TP_OK;
+}
+
 const char *tp_run_envelope (const tp_run *r) {
   if (r == NULL || r->state != ST_DONE) return NULL;
   return r->envelope ? r->envelope : "{\"ok\":false,\"error\":{\"code\":\"limit.memory\","

@@ -114,6 +114,8 @@ struct tp_run {
   pthread_t thread;        /* of the current step */
   clockid_t cpu_clock;
   uint64_t start_ns, deadline_ns, step_end_ns;
+  uint64_t hold_since_ns;  /* tp_run_hold_wall: when its clock stopped (0: it runs) */
+  uint64_t held_deadline_ns; /* deadline_ns while the clock is stopped */
   uint64_t compile_ns;     /* wall time the compile took, charged to the first step */
   uint64_t cpu_used_ns, step_cpu0;
   int compiled;            /* 0: pending_error is the syntax error */

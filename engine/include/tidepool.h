@@ -271,6 +271,13 @@ TP_EXTERN void tp_run_cancel(tp_run *r);
 /* Nonzero once the run has finished. */
 TP_EXTERN int tp_run_done(const tp_run *r);
 
+/* Stops (hold 1) and restarts (hold 0) the clock of r's wall-clock limit, for a run that
+** waits on a person for longer than its limit should count (a paused approval): the time
+** between the two calls is added to its deadline. Only a started run that is not done
+** and is between steps; holding twice, or restarting a clock that is not held, is a
+** no-op. TP_OK, TP_EINVAL (NULL), TP_ESTATE (not started, or done). */
+TP_EXTERN int tp_run_hold_wall(tp_run *r, int hold);
+
 /* The envelope of a finished run, as compact JSON; NULL before the run is done. Owned
 ** by the run. */
 TP_EXTERN const char *tp_run_envelope(const tp_run *r);
@@ -535,6 +542,8 @@ TP_EXTERN const char *tp_call_tool(const tp_call *c);
 TP_EXTERN const char *tp_call_args(tp_call *c);
 /* Unique within its run, from 1. */
 TP_EXTERN uint64_t tp_call_id(const tp_call *c);
+/* The run that made c, or NULL once the run let go of it (ended, destroyed). */
+TP_EXTERN tp_run *tp_call_run(const tp_call *c);
 /* Nonzero once the run ended or the call timed out. */
 TP_EXTERN int tp_call_cancelled(const tp_call *c);
 
