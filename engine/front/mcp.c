@@ -70,6 +70,7 @@
 
 #include "tidepool.h"
 #include "mcp.h"
+#include "mcp_approve.h"
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static uint64_t now_ns (void) {
@@ -132,6 +133,12 @@ static const char usage_text[] =
   "                       tools.describe(name)) or auto (default: compact past 8 tools)\n"
   "  --session-idle DURATION  drop a session idle this long (default 10m)\n"
   "  --max-sessions N     sessions kept at once (default 16)\n"
+  "  --pause-ttl DURATION how long a run paused for an approval waits for resume_run\n"
+  "                       (default 24h; 500ms, 30s, 10m, 24h); then it ends, its held\n"
+  "                       calls denied. The time paused does not count against --timeout\n"
+  "  --secret-file FILE   the server secret (at least 32 bytes) that binds approvals and\n"
+  "                       seals requestState; servers sharing it accept each other's\n"
+  "                       (default: random at start)\n"
   "  --workers N          threads that run scripts, each with its own engine (default:\n"
   "                       one per core, at most 64; 1 when the config has MCP servers,\n"
   "                       since each worker runs its own copy of them); the protocol is\n"
@@ -172,6 +179,9 @@ typedef struct options {
   uint64_t session_idle_us;
   unsigned max_sessions, workers;
   int workers_set;          /* --workers given (else 1 when the config has MCP servers) */
+  uint64_t pause_ttl_us;    /* --pause-ttl */
+  const char *secret_file;  /* --secret-file, or NULL (a random secret) */
+  int asks;                 /* the config's policy has an "ask" rule: approvals are on */
 } options;
 
 typedef struct server server;
@@ -200,7 +210,9 @@ struct session {
 
 enum {
   M_RUN, M_CANCEL, M_DROP, M_RELOAD, M_STOP,   /* to a worker */
-  M_READY, M_DONE, M_LINE, M_LOG               /* to the protocol thread */
+  M_READY, M_DONE, M_LINE, M_LOG,              /* to the protocol thread */
+  M_RESUME, M_ANSWER,                          /* approvals: to a worker */
+  M_PARK                                       /* approvals: to the protocol thread */
 };
 
 typedef struct mail {
@@ -242,7 +254,17 @@ struct req {
   uint64_t sess_num;        /* 0: no session */
   json_t *token;            /* progressToken, or NULL */
   size_t budget;            /* the response line's size cap */
+  int elicit;               /* ask with elicitation/create (2: with "mode") */
+  int era26;                /* a 2026-07-28 request: ask with an input_required result */
+  /* approvals, protocol side: parked (answered "paused", in s->parked; M_PARK), resumed
+  ** (by resume_run or a requestState: id, b and budget are the resuming request's) and
+  ** run_id (written by the worker before its first M_PARK, read after it) */
+  int parked, resumed;
+  char run_id[TP__APX_RUN_ID_MAX];
   /* worker side between M_RUN and M_DONE; read by the protocol thread after M_DONE */
+  struct apx *ax;           /* its held calls (approvals), or NULL */
+  int wparked, ended_parked;/* answered "paused" and waiting; ended while so */
+  json_t *seen;             /* calls made so far, by tool (for a paused result) */
   req *wprev, *wnext;       /* the worker's running requests */
   tp_run *run;
   json_t *sess_info;        /* the "session" field of the result */
@@ -270,6 +292,7 @@ struct worker {
   sleeper *sleepers;
   char *desc;               /* run_lua's description, cached */
   int stopping;
+  uint64_t elicits;         /* elicitation requests sent */
   /* protocol side */
   size_t load, nsess;
   int ready;                /* its first M_READY came: its mailbox is open */
@@ -308,6 +331,8 @@ struct server {
   uint64_t serial;
   int initialized, level;
   const char *version;      /* negotiated by initialize, or NULL */
+  int client_elicit;        /* the client declared elicitation (2: with form "mode") */
+  req *parked;              /* requests answered "paused" whose runs wait (approvals) */
   /* tools, as worker 0 last reported them */
   json_t *tools;            /* the tools/list result */
   json_t *tool_names;       /* MCP name -> tool name, every exposed tool */
@@ -722,6 +747,10 @@ static char *tools_report (worker *w) {
     "title", "Run a Lua script", "description", desc ? desc : json_string(""),
     "inputSchema", input, "outputSchema", envelope_schema()));
   json_object_set_new(names, o->name, json_null());  /* taken, and not an exposed tool */
+  if (o->asks) {  /* approvals: resume_run decides a paused run's calls */
+    json_array_append_new(tools, tp__apx_resume_tool("resume_run"));
+    json_object_set_new(names, "resume_run", json_null());
+  }
   for (size_t i = 0, n = tp_engine_tool_count(w->e); o->expose && i < n; i++) {
     tp_tool_info ti, *t = &ti;
     tp_engine_tool_info(w->e, i, &ti);
@@ -756,6 +785,7 @@ static char *tools_report (worker *w) {
     json_array_append_new(tools, entry);
   }
   json_object_del(names, o->name);
+  json_object_del(names, "resume_run");
   json_t *r = json_pack("{s:{s:o}, s:o}", "list", "tools", tools, "names", names);
   char *text = r ? tp_json_text(r, NULL) : NULL;
   json_decref(r);
@@ -1517,6 +1547,11 @@ static void wsess_drop (worker *w, uint64_t num) {
 static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   (void)r;
   req *q = ud;
+  if (!done && tool && q->w->s->o.asks) {  /* for a paused result's "calls" */
+    if (q->seen == NULL) q->seen = json_object();
+    json_int_t had = json_integer_value(json_object_get(q->seen, tool));
+    json_object_set_new(q->seen, tool, json_integer(had + 1));
+  }
   if (q->wcancelled || q->token == NULL) return;
   char text[200];
   snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
@@ -1538,6 +1573,354 @@ static void progress_text_hook (tp_run *r, const char *tool, const char *text, v
   wsend(q->w, notification("notifications/progress",
         json_pack("{s:O, s:I, s:o}", "progressToken", q->token, "progress",
                   (json_int_t)++q->progress, "message", m)));
+}
+
+/* ---- approvals (worker side) --------------------------------------------------------
+** A call that a policy rule holds ("effect": "ask") comes to on_approval on the worker of
+** its run. The run's request (q) then asks in one of two ways:
+** - elicit: an elicitation/create request goes to the client (ids TP__APX_ELICIT_PREFIX
+**   "<worker>-<n>", so the protocol thread routes the answer back here as M_ANSWER), and
+**   the call is decided in the same tools/call; the run's wall-clock limit keeps counting,
+**   so a client that never answers is bounded by it;
+** - otherwise the run is parked: the request is answered with a paused result (or, for a
+**   2026-07-28 request, an input_required result with a sealed requestState) as M_PARK,
+**   the run stays here with its clock held (tp_run_hold_wall), and a later resume_run (or
+**   retry with the requestState) comes as M_RESUME with the decisions; the request then
+**   takes the resuming request's id. At --pause-ttl the run ends and its calls are denied.
+** Every held call is decided once: by an answer, a decision, or apx_end when the run ends. */
+
+typedef struct pend {
+  struct pend *next;
+  tp_call *c;
+  uint64_t seq;
+  char *tool, *args, *reason;
+  char binding[TP__APX_BINDING_LEN];
+  char eid[64];             /* its elicitation request's id, or "" */
+} pend;
+
+typedef struct apx {
+  req *q;                   /* NULL once its run ended (the timer is closing) */
+  uv_timer_t t;             /* parks the run, then ends it at --pause-ttl */
+  pend *pending;            /* held calls, by seq */
+  char run_id[TP__APX_RUN_ID_MAX];
+} apx;
+
+static void pend_free (pend *p) {
+  free(p->tool);
+  free(p->args);
+  free(p->reason);
+  free(p);
+}
+
+static void pend_unlink (apx *a, pend *p) {
+  for (pend **pp = &a->pending; *pp; pp = &(*pp)->next)
+    if (*pp == p) { *pp = p->next; return; }
+}
+
+static void apx_closed (uv_handle_t *h) { free(h->data); }
+
+static apx *apx_get (worker *w, req *q) {
+  if (q->ax) return q->ax;
+  apx *a = calloc(1, sizeof *a);
+  if (a == NULL || uv_timer_init(w->loop, &a->t) != 0) { free(a); return NULL; }
+  a->t.data = a;
+  a->q = q;
+  tp__apx_run_id(w->index, a->run_id);
+  q->ax = a;
+  return a;
+}
+
+/* Decides every call still held (denied with why, and the elicitations withdrawn unless
+** quiet) and lets go of the approvals of q, whose run ends. */
+static void apx_end (worker *w, req *q, int quiet, const char *why) {
+  apx *a = q->ax;
+  if (a == NULL) return;
+  q->ax = NULL;
+  while (a->pending) {
+    pend *p = a->pending;
+    a->pending = p->next;
+    if (p->eid[0] && !quiet)
+      wsend(w, notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
+            p->eid, "reason", "the run that asked ended before a person answered")));
+    tp_call_deny(p->c, why);
+    pend_free(p);
+  }
+  a->q = NULL;
+  uv_timer_stop(&a->t);
+  uv_close((uv_handle_t *)&a->t, apx_closed);
+}
+
+/* The response of a parked run: its pending calls as a paused result, or for a 2026-07-28
+** request as an input_required result whose requestState seals the run and the bindings.
+** brief leaves the arguments out (when they would not fit the line). NULL when out of
+** memory. */
+static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
+  apx *a = q->ax;
+  const options *o = &w->s->o;
+  json_t *pending = json_array(), *inputs = json_object(), *calls = json_array();
+  for (pend *p = a->pending; p; p = p->next) {
+    json_t *e = tp__apx_pending_entry(p->seq, p->tool, brief ? "\"(too large to show)\"" :
+                                      p->args, p->reason, p->binding);
+    json_array_append_new(pending, e);
+    char key[40];
+    snprintf(key, sizeof key, "approve-%llu", (unsigned long long)p->seq);
+    json_object_set_new(inputs, key, json_pack("{s:s, s:o}", "method", "elicitation/create",
+      "params", tp__apx_elicit_params(p->tool, brief ? "(too large to show)" : p->args,
+                                      p->reason, 1)));
+    json_array_append_new(calls, json_pack("{s:I, s:s}", "seq", (json_int_t)p->seq,
+                                           "binding", p->binding));
+  }
+  char *line = NULL;
+  if (q->era26) {
+    json_t *st = json_pack("{s:s, s:o}", "run", a->run_id, "calls", calls);
+    calls = NULL;
+    char *sealed = st ? tp__apx_seal(st, "", o->pause_ttl_us) : NULL;
+    json_decref(st);
+    json_t *msg = sealed ? json_pack("{s:s, s:O, s:{s:s, s:O, s:s}}", "jsonrpc", "2.0", "id",
+      q->id, "result", "resultType", "input_required", "inputRequests", inputs,
+      "requestState", sealed) : NULL;
+    free(sealed);
+    line = msg ? tp_json_text(msg, outlen) : NULL;
+    json_decref(msg);
+  }
+  else {
+    json_t *view = tp__apx_paused_view(a->run_id, json_incref(pending),
+                                       q->seen ? json_deep_copy(q->seen) : json_object(),
+                                       "resume_run", o->pause_ttl_us);
+    if (view && q->sess_info) json_object_set(view, "session", q->sess_info);
+    size_t n;
+    char *text = view ? tp_json_text(view, &n) : NULL;
+    json_decref(view);
+    if (text) line = wrap_envelope(q->id, text, n, 1, NULL, q->budget, outlen);
+    free(text);
+  }
+  json_decref(pending);
+  json_decref(inputs);
+  json_decref(calls);
+  if (line && *outlen >= q->budget) { free(line); line = NULL; }
+  if (line == NULL && !brief) return paused_line(w, q, 1, outlen);
+  return line;
+}
+
+static void ttl_cb (uv_timer_t *t) {
+  apx *a = t->data;
+  req *q = a->q;
+  if (q == NULL || !q->wparked) return;
+  char ttl[32], why[300];
+  tp__apx_format_ttl(q->w->s->o.pause_ttl_us, ttl, sizeof ttl);
+  snprintf(why, sizeof why, "no decision came within the server's --pause-ttl (%s): the run "
+           "was ended", ttl);
+  apx_end(q->w, q, 0, why);
+  tp_run_cancel(q->run);  /* run_done follows; q may be gone after this */
+}
+
+/* Answers q's request with line (consumed; NULL: the paused result) and keeps its run
+** here, its wall clock held; a paused result starts the --pause-ttl clock again. */
+static void park (worker *w, req *q, char *line, size_t len) {
+  int paused = line == NULL;
+  if (paused) line = paused_line(w, q, 0, &len);
+  mail *m = msg_new(M_PARK);
+  if (line == NULL || m == NULL) {
+    free(line);
+    free(m);
+    wlog(w, L_ERROR, "out of memory: a run that waits for an approval was ended");
+    tp_run_cancel(q->run);
+    return;
+  }
+  memcpy(q->run_id, q->ax->run_id, sizeof q->run_id);  /* read by the protocol thread after M_PARK */
+  q->wparked = 1;
+  tp_run_hold_wall(q->run, 1);
+  if (paused) {
+    uint64_t ms = (w->s->o.pause_ttl_us + 999) / 1000;
+    uv_timer_start(&q->ax->t, ttl_cb, ms ? ms : 1, 0);
+  }
+  m->w = w;
+  m->q = q;
+  m->text = line;
+  m->len = len;
+  post(&w->s->mb, m);
+}
+
+static void park_cb (uv_timer_t *t) {
+  apx *a = t->data;
+  req *q = a->q;
+  if (q == NULL || q->wparked || a->pending == NULL || q->run == NULL || q->wcancelled) return;
+  park(q->w, q, NULL, 0);
+}
+
+static void elicit_send (worker *w, req *q, apx *a, pend *p) {
+  snprintf(p->eid, sizeof p->eid, TP__APX_ELICIT_PREFIX "%u-%llu", w->index,
+           (unsigned long long)++w->elicits);
+  json_t *params = tp__apx_elicit_params(p->tool, p->args, p->reason, q->elicit == 2);
+  json_t *m = params ? json_pack("{s:s, s:s, s:s, s:o}", "jsonrpc", "2.0", "id", p->eid,
+                                 "method", "elicitation/create", "params", params) : NULL;
+  if (m == NULL) {
+    tp_call *c = p->c;
+    pend_unlink(a, p);
+    pend_free(p);
+    tp_call_deny(c, "the server could not ask a person (out of memory)");
+    return;
+  }
+  wsend(w, m);
+}
+
+/* tp_engine_on_approval's callback: a call of one of this worker's runs is held. */
+static void on_approval (tp_call *c, const char *reason, void *ud) {
+  worker *w = ud;
+  tp_run *r = tp_call_run(c);
+  req *q = w->running;
+  while (q && q->run != r) q = q->wnext;
+  apx *a = q && !q->wcancelled ? apx_get(w, q) : NULL;
+  pend *p = a ? calloc(1, sizeof *p) : NULL;
+  if (p) {
+    p->tool = strdup(tp_call_tool(c));
+    p->args = strdup(tp_call_args(c));
+    p->reason = strdup(reason);
+  }
+  if (p == NULL || p->tool == NULL || p->args == NULL || p->reason == NULL) {
+    if (p) pend_free(p);
+    tp_call_deny(c, "the server could not ask a person (out of memory)");
+    return;
+  }
+  p->c = c;
+  p->seq = tp_call_id(c);
+  tp__apx_binding(a->run_id, p->seq, p->tool, p->args, p->binding);
+  pend **tail = &a->pending;
+  while (*tail) tail = &(*tail)->next;
+  *tail = p;
+  if (q->elicit) elicit_send(w, q, a, p);
+  else if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);  /* once the step is over */
+}
+
+/* M_ANSWER: the client's response to an elicitation (the whole message as text). */
+static void elicit_answer (worker *w, const char *text, size_t len) {
+  json_t *m = tp_json_parse(text, len, NULL, 0);
+  const char *id = json_string_value(json_object_get(m, "id"));
+  for (req *q = w->running; q && id; q = q->wnext) {
+    for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
+      if (strcmp(p->eid, id) != 0) continue;
+      json_t *res = json_object_get(m, "result");
+      const char *em = json_string_value(json_object_get(json_object_get(m, "error"), "message"));
+      int ok;
+      char note[2300];
+      tp__apx_elicit_answer(json_is_object(res) ? res : NULL, em ? em : "an error", &ok, note,
+                            sizeof note);
+      tp_call *c = p->c;
+      pend_unlink(q->ax, p);
+      pend_free(p);
+      if (ok) tp_call_approve(c);
+      else tp_call_deny(c, note);
+      json_decref(m);
+      return;
+    }
+  }
+  json_decref(m);  /* an answer for a run that ended: its call was denied then */
+}
+
+/* Why decisions (resume_run's arguments) cannot be applied to a's held calls: NULL, or
+** the error's code with msg set. */
+static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len) {
+  json_t *ds = json_object_get(args, "decisions");
+  if (!json_is_array(ds) || json_array_size(ds) == 0) {
+    snprintf(msg, len, "arguments.decisions must be a non-empty array of {seq, approve, "
+             "binding, note}: one decision a pending call of the paused result");
+    return "tool.invalid_input";
+  }
+  size_t i, k;
+  json_t *d, *e;
+  json_array_foreach(ds, i, d) {
+    json_t *seq = json_object_get(d, "seq"), *ap = json_object_get(d, "approve");
+    json_t *bind = json_object_get(d, "binding"), *note = json_object_get(d, "note");
+    if (!json_is_object(d) || !json_is_integer(seq) || !json_is_boolean(ap) ||
+        !json_is_string(bind) || (note && !json_is_string(note) && !json_is_null(note))) {
+      snprintf(msg, len, "arguments.decisions[%zu] must be {seq = <integer>, approve = "
+               "<boolean>, binding = <string>} with an optional note (a string), as the "
+               "paused result's pending list gives seq and binding", i);
+      return "tool.invalid_input";
+    }
+    json_array_foreach(ds, k, e) {
+      if (k < i && json_equal(json_object_get(e, "seq"), seq)) {
+        snprintf(msg, len, "arguments.decisions[%zu] decides seq %lld again (decisions[%zu] "
+                 "did): one decision a call", i, (long long)json_integer_value(seq), k);
+        return "tool.invalid_input";
+      }
+    }
+    pend *p = a->pending;
+    while (p && (json_int_t)p->seq != json_integer_value(seq)) p = p->next;
+    if (p == NULL) {
+      char list[200] = "";
+      size_t n = 0;
+      for (pend *x = a->pending; x && n + 24 < sizeof list; x = x->next)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%llu", n ? ", " : "",
+                              (unsigned long long)x->seq);
+      snprintf(msg, len, "arguments.decisions[%zu].seq %lld is not a call run %s waits on; "
+               "it waits on seq %s (the paused result's pending list)", i,
+               (long long)json_integer_value(seq), a->run_id, list);
+      return "approval.not_pending";
+    }
+    const char *tool = json_string_value(json_object_get(d, "tool"));
+    json_t *dargs = json_object_get(d, "args");
+    char *dtext = dargs ? tp_json_text(dargs, NULL) : NULL;
+    int args_differ = dargs && (dtext == NULL || strcmp(dtext, p->args) != 0);
+    free(dtext);
+    if ((tool && strcmp(tool, p->tool) != 0) || args_differ) {
+      snprintf(msg, len, "arguments.decisions[%zu] names %s than call %llu of run %s holds: "
+               "an approval covers only the call it was asked for, as the paused result "
+               "lists it", i, args_differ ? "other arguments" : "another tool",
+               (unsigned long long)p->seq, a->run_id);
+      return "approval.binding";
+    }
+    if (!tp__apx_binding_eq(p->binding, json_string_value(bind), json_string_length(bind))) {
+      snprintf(msg, len, "arguments.decisions[%zu].binding does not match call %llu of run "
+               "%s: a binding holds only for the run, seq, tool and arguments it was issued "
+               "for; copy it from that run's paused result", i, (unsigned long long)p->seq,
+               a->run_id);
+      return "approval.binding";
+    }
+  }
+  return NULL;
+}
+
+/* M_RESUME: decisions for the parked run of request serial (whose id is now the resuming
+** request's). All or none apply: a bad decision answers with an error and the run stays
+** parked. */
+static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
+  req *q = w->running;
+  while (q && q->serial != serial) q = q->wnext;
+  if (q == NULL || !q->wparked || q->ax == NULL) return;  /* ended: req_done answers */
+  apx *a = q->ax;
+  json_t *args = tp_json_parse(text, len, NULL, 0);
+  char msg[700];
+  const char *code = check_decisions(a, args, msg, sizeof msg);
+  if (code) {
+    size_t n;
+    char *line = refusal_response(q->id, code, msg, NULL, q->budget, &n);
+    json_decref(args);
+    if (line) park(w, q, line, n);
+    return;
+  }
+  size_t i;
+  json_t *d;
+  json_array_foreach(json_object_get(args, "decisions"), i, d) {
+    json_int_t seq = json_integer_value(json_object_get(d, "seq"));
+    pend *p = a->pending;
+    while (p && (json_int_t)p->seq != seq) p = p->next;
+    if (p == NULL) continue;
+    tp_call *c = p->c;
+    pend_unlink(a, p);
+    pend_free(p);
+    const char *note = json_string_value(json_object_get(d, "note"));
+    if (json_is_true(json_object_get(d, "approve"))) { tp_call_approve(c); continue; }
+    char why[2300];
+    if (note && *note) snprintf(why, sizeof why, "the person declined: %.2000s", note);
+    else snprintf(why, sizeof why, "the person declined");
+    tp_call_deny(c, why);
+  }
+  json_decref(args);
+  uv_timer_stop(&a->t);
+  if (a->pending) { park(w, q, NULL, 0); return; }  /* undecided calls: paused again */
+  q->wparked = 0;
+  tp_run_hold_wall(q->run, 0);
 }
 
 static void wdone (worker *w, req *q) {
@@ -1620,6 +2003,8 @@ static void run_done (tp_run *run, void *ud) {
   tp_run_on_call(run, NULL, NULL);
   tp_run_on_progress(run, NULL, NULL);
   wreq_remove(w, q);
+  apx_end(w, q, 0, "the run ended before a person decided");
+  if (q->wparked) q->ended_parked = q->wcancelled = 1;  /* nobody waits for its result */
   const char *env = tp_run_envelope(run);
   size_t len = env ? strlen(env) : 0;
   int ok = tp_run_ok(run);
@@ -1671,6 +2056,7 @@ static void worker_run (worker *w, req *q) {
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
+  if (w->s->o.asks) tp_run_on_call(run, progress_hook, q);  /* counts the calls */
   if (q->token) {
     tp_run_on_call(run, progress_hook, q);
     tp_run_on_progress(run, progress_text_hook, q);
@@ -1729,6 +2115,7 @@ static void worker_stop (worker *w) {
     wreq_remove(w, q);
     tp_run_on_call(q->run, NULL, NULL);
     tp_run_cancel(q->run);
+    apx_end(w, q, 1, "the server is stopping");
     tp_run_destroy(q->run);
     q->run = NULL;
   }
@@ -1753,6 +2140,8 @@ static void worker_mail (uv_async_t *a) {
         }
       break;
     case M_DROP: wsess_drop(w, m->n); break;
+    case M_RESUME: resume(w, m->n, m->text, m->len); break;
+    case M_ANSWER: elicit_answer(w, m->text, m->len); break;
     case M_RELOAD:
       tp_engine_unload_tools(w->e);  /* TP_ESTATE while runs are alive */
       worker_load(w);
@@ -1778,6 +2167,7 @@ static int worker_open (worker *w) {
     return -1;
   }
   if (s->audit_fd >= 0) tp_engine_on_decision(w->e, audit_decision, w);
+  if (s->o.asks) tp_engine_on_approval(w->e, on_approval, w);
   w->loop = tp_engine_loop(w->e);
   if (mailbox_init(&w->mb, w->loop, worker_mail, w) != 0) {
     tp_engine_destroy(w->e);
@@ -1821,6 +2211,8 @@ static void start_waiting(server *s);
 static void maybe_reload(server *s);
 static void resume_input(server *s);
 static void batch_unref(server *s, batch *b);
+static void resume_state(server *s, batch *b, json_t *id, json_t *params);
+static void resume_call(server *s, batch *b, json_t *id, json_t *args);
 
 static void post_worker (worker *w, int kind, uint64_t n) {
   mail *m = msg_new(kind);
@@ -1840,6 +2232,7 @@ static void req_free (server *s, req *q) {
   free(q->tool);
   free(q->mcp_name);
   json_decref(q->args);
+  json_decref(q->seen);
   free(q->line);
   batch *b = q->b;
   free(q);
@@ -1889,6 +2282,21 @@ static void defer_cb (uv_timer_t *t) {
 
 /* A worker finished request q (M_DONE): the request is the protocol thread's again. */
 static void req_done (server *s, req *q) {
+  if (q->parked) {  /* ended at --pause-ttl while parked: nobody waits for it */
+    list_remove(&s->parked, q);
+    q->parked = 0;
+    q->cancelled = 1;
+    list_push(&s->reqs, q);
+    s->nrunning++;
+    q->w->load++;
+  }
+  else if (q->ended_parked && !q->cancelled && !s->done) {  /* resumed as it ended */
+    free(q->line);
+    char msg[300];
+    snprintf(msg, sizeof msg, "run %s ended before the decisions came: it waited longer than "
+             "the server's --pause-ttl; run the script again", q->run_id);
+    q->line = refusal_response(q->id, "run.unknown", msg, NULL, q->budget, &q->line_len);
+  }
   list_remove(&s->reqs, q);
   s->nrunning--;
   q->w->load--;
@@ -2001,12 +2409,20 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     send_error(s, b, id, -32602, "Invalid params: params.arguments must be an object");
     return;
   }
+  if (json_object_get(params, "requestState") != NULL) {  /* a 2026-07-28 retry */
+    resume_state(s, b, id, params);
+    return;
+  }
   const char *name = json_string_value(jname);
   size_t namelen = json_string_length(jname);
   int is_run = strlen(name) == namelen && strcmp(name, s->o.name) == 0;
   const char *real = NULL;  /* the exposed tool's own name */
   if (!is_run && s->o.expose && strlen(name) == namelen && s->tool_names)
     real = json_string_value(json_object_get(s->tool_names, name));
+  if (!is_run && real == NULL && s->o.asks && strcmp(name, "resume_run") == 0) {
+    resume_call(s, b, id, args);
+    return;
+  }
   if (!is_run && real == NULL) {
     send_error(s, b, id, -32602, "Unknown tool: %.200s (tools/list lists the tools)", name);
     return;
@@ -2021,6 +2437,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
   if ((json_is_string(token) && json_string_length(token) <= 256) || json_is_integer(token))
     q->token = json_deep_copy(token);
+  q->era26 = tp__apx_is_2026(params);
+  q->elicit = q->era26 ? 0 : s->client_elicit;
   if (is_run) {
     json_t *code = json_object_get(args, "code");
     json_t *sid = json_object_get(args, "session");
@@ -2092,6 +2510,166 @@ static void cancel_request (server *s, json_t *rid) {
     return;
   }
   /* unknown ids (finished, never sent) are ignored, as the specification asks */
+}
+
+/* ---- approvals (protocol thread) --------------------------------------------------- */
+
+/* M_PARK: the worker answered q's request (a paused or input_required result, or an
+** error about a resume) and keeps its run, waiting for decisions, in s->parked. */
+static void park_req (server *s, mail *m) {
+  req *q = m->q;
+  if (s->done || q->cancelled || q->parked) return;  /* cancelled: M_DONE follows */
+  respond_text(s, q->b, q->id, m->text, m->len);
+  if (q->b) {
+    batch *b = q->b;
+    q->b = NULL;
+    batch_unref(s, b);
+  }
+  list_remove(&s->reqs, q);
+  s->nrunning--;
+  q->w->load--;
+  q->parked = 1;
+  list_push(&s->parked, q);
+  log_msg(s, L_DEBUG, "request %llu answered: run %s waits for decisions",
+          (unsigned long long)q->serial, q->run_id);
+  start_waiting(s);
+  resume_input(s);
+}
+
+/* Hands decisions (args: resume_run's arguments, copied) to the parked run run_id, whose
+** request now answers id; or refuses the call. */
+static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
+                            int era26) {
+  req *q = s->parked;
+  while (q && strcmp(q->run_id, run_id) != 0) q = q->next;
+  if (q == NULL) {
+    char msg[500];
+    for (req *r = s->reqs; r; r = r->next)
+      if (r->resumed && strcmp(r->run_id, run_id) == 0) {
+        snprintf(msg, sizeof msg, "run %s is not paused: it is running with the decisions it "
+                 "was given; its result answers the call that resumed it", run_id);
+        refuse_call(s, b, id, "run.not_paused", msg, NULL);
+        return;
+      }
+    snprintf(msg, sizeof msg, "there is no paused run \"%.60s\": it finished, it was ended "
+             "after waiting longer than the server's --pause-ttl, or the id is wrong (copy "
+             "run from the paused result)", run_id);
+    refuse_call(s, b, id, "run.unknown", msg, NULL);
+    return;
+  }
+  size_t n;
+  char *text = tp_json_text(args, &n);
+  mail *m = text ? msg_new(M_RESUME) : NULL;
+  if (m == NULL) {
+    free(text);
+    send_error(s, b, id, -32603, "out of memory");
+    return;
+  }
+  list_remove(&s->parked, q);
+  q->parked = 0;
+  q->resumed = 1;
+  json_decref(q->id);
+  q->id = json_deep_copy(id);
+  q->b = b;
+  if (b) b->refs++;
+  q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
+  q->era26 = era26;
+  list_push(&s->reqs, q);
+  s->nrunning++;
+  q->w->load++;
+  m->n = q->serial;
+  m->text = text;
+  m->len = n;
+  post(&q->w->mb, m);
+}
+
+static void resume_call (server *s, batch *b, json_t *id, json_t *args) {
+  json_t *run = json_object_get(args, "run");
+  if (!json_is_string(run) || strlen(json_string_value(run)) != json_string_length(run)) {
+    refuse_call(s, b, id, "tool.invalid_input", "arguments.run must be the run id of a "
+                "paused result (a string), and arguments.decisions its decisions", NULL);
+    return;
+  }
+  resume_run_req(s, b, id, json_string_value(run), args, 0);
+}
+
+/* A 2026-07-28 retry: params.requestState (sealed by paused_line) names the run and the
+** bindings of its calls; params.inputResponses answers the inputRequests by key. */
+static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
+  json_t *rs = json_object_get(params, "requestState");
+  json_t *resp = json_object_get(params, "inputResponses");
+  if (!json_is_string(rs)) {
+    send_error(s, b, id, -32602, "Invalid params: requestState must be the string of the "
+               "input_required result, sent back unchanged");
+    return;
+  }
+  if (resp != NULL && !json_is_object(resp)) {
+    send_error(s, b, id, -32602, "Invalid params: inputResponses must be an object with an "
+               "answer for each key of the input_required result's inputRequests");
+    return;
+  }
+  int code;
+  char why[500];
+  json_t *st = tp__apx_open(json_string_value(rs), json_string_length(rs), "", &code, why,
+                            sizeof why);
+  if (st == NULL) {
+    send_error(s, b, id, code, "%s", why);
+    return;
+  }
+  const char *run = json_string_value(json_object_get(st, "run"));
+  json_t *ds = json_array();
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(st, "calls"), i, c) {
+    char key[40];
+    json_int_t seq = json_integer_value(json_object_get(c, "seq"));
+    snprintf(key, sizeof key, "approve-%lld", (long long)seq);
+    json_t *r = json_object_get(resp, key);
+    if (r == NULL) continue;
+    const char *action = json_string_value(json_object_get(r, "action"));
+    json_t *content = json_object_get(r, "content");
+    const char *note = json_string_value(json_object_get(content, "note"));
+    int yes = action && strcmp(action, "accept") == 0 &&
+              json_is_true(json_object_get(content, "approve"));
+    if (!yes && (action == NULL || strcmp(action, "accept") != 0))
+      note = action && strcmp(action, "decline") == 0 ? "(declined to answer)"
+                                                       : "(dismissed the question)";
+    json_t *d = json_pack("{s:I, s:b, s:O}", "seq", seq, "approve", yes, "binding",
+                          json_object_get(c, "binding"));
+    if (d && note) json_object_set_new(d, "note", json_string(note));
+    json_array_append_new(ds, d);
+  }
+  if (run == NULL || json_array_size(ds) == 0) {
+    send_error(s, b, id, -32602, "Invalid params: inputResponses answers none of the "
+               "inputRequests of this requestState: answer each of their keys "
+               "(approve-<seq>) with the elicitation's result");
+  }
+  else {
+    json_t *args = json_pack("{s:s, s:O}", "run", run, "decisions", ds);
+    if (args) resume_run_req(s, b, id, run, args, 1);
+    else send_error(s, b, id, -32603, "out of memory");
+    json_decref(args);
+  }
+  json_decref(ds);
+  json_decref(st);
+}
+
+/* A response from the client: the answer to an elicitation goes to the worker whose run
+** asked (its id says which); other responses are ignored. */
+static void client_response (server *s, json_t *msg, json_t *id) {
+  const char *sid = json_string_value(id);
+  size_t pl = strlen(TP__APX_ELICIT_PREFIX);
+  if (sid == NULL || strncmp(sid, TP__APX_ELICIT_PREFIX, pl) != 0) return;
+  char *end;
+  unsigned long k = strtoul(sid + pl, &end, 10);
+  if (end == sid + pl || *end != '-' || k >= s->nworkers || !s->workers[k].ready) return;
+  size_t n;
+  char *text = tp_json_text(msg, &n);
+  mail *m = text ? msg_new(M_ANSWER) : NULL;
+  if (m == NULL) { free(text); return; }
+  m->text = text;
+  m->len = n;
+  post(&s->workers[k].mb, m);
 }
 
 /* ---- plugin directories ------------------------------------------------------------- */
@@ -2173,6 +2751,7 @@ static void server_mail (uv_async_t *a) {
     case M_LINE: if (!s->done) write_line(s, m->text, m->len); break;
     case M_LOG: log_text(s, m->level, m->text); break;
     case M_READY: ready(s, m); break;
+    case M_PARK: park_req(s, m); break;
     }
     msg_free(m);
   }
@@ -2206,6 +2785,8 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
              "its description lists the tools.", s->o.name);
     s->initialized = 1;
     s->version = use;
+    json_t *elicit = json_object_get(json_object_get(params, "capabilities"), "elicitation");
+    s->client_elicit = !json_is_object(elicit) ? 0 : strcmp(use, "2025-11-25") >= 0 ? 2 : 1;
     send_result(s, b, id, json_pack(
       "{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", use,
       "capabilities", "tools", "listChanged", 1, "logging",
@@ -2278,8 +2859,10 @@ static void handle_message (server *s, batch *b, json_t *msg) {
     return;
   }
   if (method == NULL) {
-    if (id != NULL && (json_object_get(msg, "result") || json_object_get(msg, "error")))
-      return;  /* a response; this server sends no requests, so it answers none */
+    if (id != NULL && (json_object_get(msg, "result") || json_object_get(msg, "error"))) {
+      client_response(s, msg, id);  /* to an elicitation; responses are not answered */
+      return;
+    }
     send_error(s, b, id, -32600, "Invalid Request: \"method\" is missing");
     return;
   }
@@ -2576,6 +3159,11 @@ static void server_close (server *s) {
     list_remove(&s->reqs, q);
     req_free(s, q);
   }
+  while (s->parked) {
+    req *q = s->parked;
+    list_remove(&s->parked, q);
+    req_free(s, q);
+  }
   while (s->sessions) session_drop(s, s->sessions, NULL);
   for (size_t i = 0; i < s->nwatch; i++) uv_close((uv_handle_t *)&s->watch[i], NULL);
   if (s->nwatch || s->watch) {
@@ -2684,6 +3272,7 @@ int tp__mcp_main (int argc, char **argv) {
   o->session_idle_us = 600u * 1000000u;
   o->max_sessions = 16;
   o->workers = default_workers();
+  o->pause_ttl_us = TP__APX_TTL_DEFAULT_US;
   o->dirs = calloc((size_t)argc + 1, sizeof *o->dirs);
   o->limit_opts = calloc((size_t)argc * 2 + 2, sizeof *o->limit_opts);
   if (o->dirs == NULL || o->limit_opts == NULL) return 1;
@@ -2699,7 +3288,7 @@ int tp__mcp_main (int argc, char **argv) {
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
-      "--audit", "--config" };
+      "--audit", "--config", "--pause-ttl", "--secret-file" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -2728,6 +3317,11 @@ int tp__mcp_main (int argc, char **argv) {
       o->workspace = val;
     }
     else if (strcmp(name, "--audit") == 0) o->audit = val;
+    else if (strcmp(name, "--secret-file") == 0) o->secret_file = val;
+    else if (strcmp(name, "--pause-ttl") == 0) {
+      if (tp__apx_parse_ttl(val, &o->pause_ttl_us, why, sizeof why) != 0)
+        return tp__cli_usage_error("%s", why);
+    }
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
       free(o->config_dir);
@@ -2775,6 +3369,12 @@ int tp__mcp_main (int argc, char **argv) {
     else return tp__cli_usage_error("unknown option '%s'", a);
   }
   if (o->config && apply_config(o) != 0) return 2;
+  o->asks = tp__apx_config_asks(o->config, o->config_len);
+  {
+    char why[300];
+    if (tp__apx_secret_init(o->secret_file, why, sizeof why) != 0)
+      return tp__cli_usage_error("%s", why);
+  }
   if (o->lim.memory && o->lim.memory < 16 * 1024)
     return tp__cli_usage_error("--memory is too small (at least 16K)%s", "");
 
@@ -2863,6 +3463,7 @@ tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t 
   o->workers = 1;
   o->test_tools = 1;
   o->expose = 1;
+  o->pause_ttl_us = TP__APX_TTL_DEFAULT_US;
   s->sink = sink;
   s->sink_ud = ud;
   s->quiet = 1;
