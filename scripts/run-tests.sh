@@ -10,6 +10,8 @@
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
+#                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
+#                  elicitation, input_required),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   lint           luacheck over the Lua sources (examples/ included)
@@ -123,11 +125,14 @@ else
   fi
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
+    run_node "mcp approvals (SDK client, elicitation)" spec/mcp/approve_sdk.mjs
   else
-    echo "mcp e2e (SDK client): not run, the SDK is not installed: counted as a failure"
-    failed=$((failed + 1))
+    echo "mcp e2e and approvals (SDK client): not run, the SDK is not installed: counted as 2 failures"
+    failed=$((failed + 2))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  # approvals: paused runs and resume_run, elicitation, input_required (raw lines)
+  run_node "mcp approvals (raw)" spec/mcp/approve.mjs
   # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
