@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tidepool.h"
 
@@ -243,6 +244,47 @@ TEST(the_audit_callback_sees_the_ask) {
   tp_engine_destroy(e);
 }
 
+/* A run held for a person (tidepool mcp's paused runs) does not spend its wall-clock
+** limit meanwhile: tp_run_hold_wall stops the clock and credits the time held. The
+** control run, held as long without it, ends with limit.time. */
+TEST(hold_wall_credits_the_time_held_to_the_deadline) {
+  asked a = { 0 };
+  tp_engine *e = engine(&a);
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = 500000;
+  const char *src = "return tools.pay.send{amount = 7}.sent";
+  for (int hold = 1; hold >= 0; hold--) {
+    tp_run *r = tp_run_create(e, src, strlen(src), &lim);
+    CHECK_INT(tp_run_hold_wall(r, 1), TP_ESTATE);  /* not started */
+    CHECK_INT(step_until_wait(r), TP_WAIT);
+    CHECK(tp_call_run(a.call) == r);
+    if (hold) {
+      CHECK_INT(tp_run_hold_wall(r, 1), TP_OK);
+      CHECK_INT(tp_run_hold_wall(r, 1), TP_OK);    /* twice: a no-op */
+    }
+    struct timespec ts = { 0, 800 * 1000000L };
+    nanosleep(&ts, NULL);
+    if (hold) {
+      CHECK_INT(step_until_wait(r), TP_WAIT);      /* still held, not out of time */
+      CHECK_INT(tp_run_hold_wall(r, 0), TP_OK);
+      CHECK_INT(tp_call_approve(a.call), TP_OK);
+      CHECK_INT(step_until_wait(r), TP_DONE);
+      CHECK_HAS(tp_run_envelope(r), "\"ok\":true,\"result\":true");
+      CHECK_INT(tp_run_hold_wall(r, 0), TP_ESTATE);  /* done */
+    }
+    else {
+      CHECK_INT(step_until_wait(r), TP_DONE);
+      CHECK_HAS(tp_run_envelope(r), "\"code\":\"limit.time\"");
+      CHECK_INT(tp_call_approve(a.call), TP_ESTATE);  /* lets go of the held call */
+    }
+    tp_run_destroy(r);
+  }
+  CHECK(tp_call_run(NULL) == NULL);
+  CHECK_INT(tp_run_hold_wall(NULL, 1), TP_EINVAL);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(ask_holds_the_call_and_approve_runs_it_once_with_the_same_arguments);
@@ -252,5 +294,6 @@ int main (int argc, char **argv) {
   RUN(without_a_callback_an_ask_call_is_denied);
   RUN(a_run_cancelled_or_destroyed_while_held_lets_the_decision_free_the_call);
   RUN(the_audit_callback_sees_the_ask);
+  RUN(hold_wall_credits_the_time_held_to_the_deadline);
   return tp_test_end();
 }
