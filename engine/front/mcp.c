@@ -644,6 +644,14 @@ static json_t *envelope_schema (void) {
       "\"state\":{\"type\":\"string\",\"enum\":[\"new\",\"continued\",\"dropped\"]},"
       "\"message\":{\"type\":\"string\"}},\"description\":\"with a session id: whether "
       "the globals of earlier calls were there, and why not\"},"
+    "\"status\":{\"type\":\"string\",\"enum\":[\"paused\"],\"description\":\"paused: a "
+      "policy rule asks a person to approve the calls in pending; nothing of them ran. Ask "
+      "the user, then call resume_run with run and one decision a pending call\"},"
+    "\"run\":{\"type\":\"string\",\"description\":\"the paused run, for resume_run\"},"
+    "\"pending\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
+      "\"seq\":{\"type\":\"integer\"},\"tool\":{\"type\":\"string\"},\"args\":{},"
+      "\"reason\":{\"type\":\"string\"},\"binding\":{\"type\":\"string\"}}},"
+      "\"description\":\"the calls the paused run waits on\"},"
     "\"truncated\":{\"type\":\"object\",\"description\":\"present when the result or logs "
       "were cut to fit a message\"}},"
     "\"required\":[\"ok\"]}", 0, &jerr);
@@ -911,8 +919,15 @@ static session *session_for (server *s, const char *id, size_t idlen, json_t **i
   if (ss != NULL) {
     if (ss->busy) {
       *err = "session.busy";
-      snprintf(msg, msglen, "session \"%s\" is running another script; a session runs one "
-               "script at a time: wait for that call's result, or use another session id", id);
+      const req *p = s->parked;
+      while (p && p->sess != ss) p = p->next;
+      if (p)  /* approvals: its run waits for resume_run */
+        snprintf(msg, msglen, "session \"%s\" has a paused run (%s) that waits for a person's "
+                 "decisions: decide it with resume_run first, or use another session id", id,
+                 p->run_id);
+      else
+        snprintf(msg, msglen, "session \"%s\" is running another script; a session runs one "
+                 "script at a time: wait for that call's result, or use another session id", id);
       return NULL;
     }
     *info = json_pack("{s:s%, s:s}", "id", id, idlen, "state", "continued");

@@ -210,6 +210,40 @@ test('bindings: another run\'s binding, a changed binding, tool or arguments are
   eq(await s.close(), 0, 'exit status');
 });
 
+test('a session with a paused run says so, and takes calls again once it is decided', async () => {
+  s = server();
+  await s.ready;
+  const code = 'x = (x or 0) + 1\nlocal r = tools.fx.echo{amount = 400}\nreturn {x = x, amount = r.amount}';
+  const m = await s.call('run_lua', { code, session: 'pay' });
+  const v = view(m);
+  eq([v.status, v.session], ['paused', { id: 'pay', state: 'new' }], 'paused in the session');
+  await refused(await s.call('run_lua', { code: 'return x', session: 'pay' }), 'session.busy',
+    new RegExp(`^session "pay" has a paused run \\(${v.run}\\) that waits for a person's decisions: decide it with resume_run first`));
+  const r = await resume(s, v.run, [{ seq: 1, approve: true, binding: v.pending[0].binding }]);
+  eq(view(r).result, { amount: 400, x: 1 }, 'result');
+  eq(view(await s.call('run_lua', { code: 'return x', session: 'pay' })).result, 1, 'the session kept its globals');
+  eq(await s.close(), 0, 'exit status');
+});
+
+test('an exposed tool that needs approval pauses too; resume_run returns the tool\'s result', async () => {
+  const t = server(['--expose-tools']);
+  await t.ready;
+  const m = await t.call('fx_echo', { amount: 700, to: 'ann' });
+  const v = view(m);
+  eq([m.result.isError, v.status, v.pending.map((p) => [p.seq, p.tool, p.args])],
+    [false, 'paused', [[1, 'fx.echo', { amount: 700, to: 'ann' }]]], 'paused');
+  const r = await resume(t, v.run, [{ seq: 1, approve: true, binding: v.pending[0].binding }]);
+  eq([r.result.isError, r.result.structuredContent], [false, { amount: 700, to: 'ann' }], 'the tool\'s own result');
+  const m2 = await t.call('fx_echo', { amount: 701 });
+  const v2 = view(m2);
+  const r2 = await resume(t, v2.run, [{ seq: 1, approve: false, note: 'no', binding: v2.pending[0].binding }]);
+  eq(r2.result.isError, true, 'declined: an error');
+  eq(r2.result.structuredContent.error, { code: 'tool.denied',
+    hint: 'The policy refuses this call: retrying will not help; use another tool or return what you have.',
+    message: "fx_echo was denied by the host's policy: the person declined: no" }, 'the error');
+  eq(await t.close(), 0, 'exit status');
+});
+
 test('--pause-ttl: a run undecided past it ends, and resume_run says it is gone', async () => {
   const t = server(['--pause-ttl', '500ms']);
   await t.ready;
