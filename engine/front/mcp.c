@@ -1742,7 +1742,8 @@ static void park (worker *w, req *q, char *line, size_t len) {
     tp_run_cancel(q->run);
     return;
   }
-  memcpy(q->run_id, q->ax->run_id, sizeof q->run_id);  /* read by the protocol thread after M_PARK */
+  if (q->run_id[0] == '\0')  /* once, before the first M_PARK: the protocol thread reads it */
+    memcpy(q->run_id, q->ax->run_id, sizeof q->run_id);
   q->wparked = 1;
   tp_run_hold_wall(q->run, 1);
   if (paused) {
