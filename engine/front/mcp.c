@@ -2690,10 +2690,10 @@ static void client_response (server *s, json_t *msg, json_t *id) {
 
 /* ---- plugin directories ------------------------------------------------------------- */
 
-/* Tools are replaced only while no script runs (calls point at their tools): every
-** worker drops and loads them again, then reports (M_READY). */
+/* Tools are replaced only while no script runs, paused ones included (calls point at
+** their tools): every worker drops and loads them again, then reports (M_READY). */
 static void maybe_reload (server *s) {
-  if (!s->reload_pending || s->nrunning > 0 || s->done || s->reloading ||
+  if (!s->reload_pending || s->nrunning > 0 || s->parked || s->done || s->reloading ||
       s->nready < s->nworkers)
     return;
   s->reload_pending = 0;
