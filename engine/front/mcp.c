@@ -623,7 +623,7 @@ static json_t *envelope_schema (void) {
     "are an array)\"},"
     "\"error\":{\"type\":\"object\",\"properties\":{"
       "\"code\":{\"type\":\"string\",\"description\":\"syntax, runtime, limit.*, tool.*, "
-      "cancelled, session.*\"},"
+      "cancelled, session.*, run.* and approval.* (resume_run)\"},"
       "\"message\":{\"type\":\"string\"},\"line\":{\"type\":\"integer\"},"
       "\"source\":{\"type\":\"string\"},\"hint\":{\"type\":\"string\"}},"
       "\"required\":[\"code\",\"message\"]},"
