@@ -1795,7 +1795,8 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
   }
   if (p == NULL || p->tool == NULL || p->args == NULL || p->reason == NULL) {
     if (p) pend_free(p);
-    tp_call_deny(c, "the server could not ask a person (out of memory)");
+    tp_call_deny(c, q == NULL || q->wcancelled ? "the request that ran the script was cancelled"
+                                               : "the server could not ask a person (out of memory)");
     return;
   }
   p->c = c;
