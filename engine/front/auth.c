@@ -169,21 +169,18 @@ static int sha256 (const void *p, size_t n, unsigned char out[32]) {
 /* Strict base64url (RFC 7515 section 2: no padding, no whitespace, unused bits zero).
 ** out has room for n * 3 / 4 + 1 bytes. The length decoded, or -1. */
 static long b64url_decode (const char *s, size_t n, unsigned char *out) {
-  static signed char val[256];
-  static int ready;  /* benign: every thread writes the same table */
-  if (!ready) {
-    memset(val, -1, sizeof val);
-    const char *abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    for (int i = 0; i < 64; i++) val[(unsigned char)abc[i]] = (signed char)i;
-    __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
-  }
   if (n % 4 == 1) return -1;
   size_t o = 0;
   uint32_t acc = 0;
   int bits = 0;
   for (size_t i = 0; i < n; i++) {
-    int v = val[(unsigned char)s[i]];
-    if (v < 0) return -1;
+    int c = (unsigned char)s[i], v;
+    if (c >= 'A' && c <= 'Z') v = c - 'A';
+    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9') v = c - '0' + 52;
+    else if (c == '-') v = 62;
+    else if (c == '_') v = 63;
+    else return -1;
     acc = (acc << 6) | (uint32_t)v;
     bits += 6;
     if (bits >= 8) {
@@ -581,10 +578,6 @@ static EVP_PKEY *jwk_pkey (const json_t *jwk, int kind, const char **why) {
   if (kind == KEY_RSA) {
     if ((x = jwk_bytes(jwk, "n", &xl, why)) == NULL || (y = jwk_bytes(jwk, "e", &yl, why)) == NULL)
       goto done;
-    if (x[0] == 0 || y[0] == 0 || yl > 8 || !(y[yl - 1] & 1)) {
-      *why = "n or e is not a minimal unsigned integer (e odd, at most 8 bytes)";
-      goto done;
-    }
     bn_n = BN_bin2bn(x, (int)xl, NULL);
     bn_e = BN_bin2bn(y, (int)yl, NULL);
     if (bn_n == NULL || bn_e == NULL ||
@@ -1326,7 +1319,7 @@ int tp__auth_check (tp_auth *a, const char *authorization, const char *required,
   }
   const char *s = authorization;
   while (*s == ' ' || *s == '\t') s++;
-  if (strncasecmp(s, "Bearer", 6) != 0 || (s[6] != ' ' && s[6] != '\t')) {
+  if (strncasecmp(s, "Bearer", 6) != 0 || (s[6] != ' ' && s[6] != '\t' && s[6] != '\0')) {
     char b[SHOWN_BUF];
     size_t n = strcspn(s, " \t");
     say(out, 401, "invalid_request", "the Authorization header's scheme is %s; this server "

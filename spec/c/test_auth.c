@@ -317,8 +317,10 @@ TEST(other_schemes_and_bad_headers_are_401_invalid_request) {
   CHECK_RESULT(r, 401, "invalid_request", "the Authorization header's scheme is Basic; this "
                "server takes Authorization: Bearer <token>");
   tp__auth_check(a, "Bearer", NULL, NOW, &r);
-  CHECK_RESULT(r, 401, "invalid_request", "the Authorization header's scheme is Bearer; this "
-               "server takes Authorization: Bearer <token>");
+  CHECK_RESULT(r, 401, "invalid_request", "Authorization: Bearer without a token");
+  tp__auth_check(a, "Bearertoken-0123456789", NULL, NOW, &r);
+  CHECK_RESULT(r, 401, "invalid_request", "the Authorization header's scheme is "
+               "Bearertoken-01234567; this server takes Authorization: Bearer <token>");
   tp__auth_check(a, "Bearer   ", NULL, NOW, &r);
   CHECK_RESULT(r, 401, "invalid_request", "Authorization: Bearer without a token");
   tp__auth_check(a, "Bearer two tokens", NULL, NOW, &r);
@@ -549,6 +551,44 @@ TEST(rsa_key_under_2048_bits_is_refused) {
              "\"key_file\": \"small.pem\"}}", err, sizeof err) == NULL);
   CHECK_STR(err, "config: /auth/jwt/key_file: small.pem holds an RSA key of 1024 bits (RS256 "
             "needs 2048 or more)");
+}
+
+TEST(jwks_keys_that_are_not_keys_are_kept_with_their_reason) {
+  char *good = jwk(ec1, "ec1", ""), *text = NULL;
+  const char *x = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE";  /* 32 bytes of 1: off the curve */
+  if (asprintf(&text, "{\"keys\":[%s,{\"kty\":\"EC\",\"kid\":\"offcurve\",\"crv\":\"P-256\","
+               "\"x\":\"%s\",\"y\":\"%s\"},{\"kty\":\"RSA\",\"kid\":\"nob64\",\"n\":\"a+b/\","
+               "\"e\":\"AQAB\"},{\"kty\":\"EC\",\"kid\":\"p384\",\"crv\":\"P-384\",\"x\":\"AA\","
+               "\"y\":\"AA\"}]}", good, x, x) < 0) abort();
+  write_file("bad.json", text);
+  free(text);
+  free(good);
+  char err[300];
+  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+                    "\"jwks_file\": \"bad.json\", \"algorithms\": [\"ES256\", \"RS256\"]}}", err, sizeof err);
+  CHECK(a == NULL);
+  CHECK_STR(err, "config: /auth/jwt/algorithms/1: RS256, but no key for it (RS256 needs an RSA key)");
+  a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+           "\"jwks_file\": \"bad.json\"}}", err, sizeof err);
+  CHECK(a != NULL);
+  tp_auth_result r;
+  char *t = jwt("ES256", ec1, "offcurve", claims(""));
+  CHECK_INT(check_tok(a, t, NULL, &r), 401);
+  CHECK_RESULT(r, 401, "invalid_token", "key offcurve of bad.json cannot be used: x and y are "
+               "not a point of P-256");
+  free(t);
+  t = jwt("ES256", ec1, "p384", claims(""));
+  CHECK_INT(check_tok(a, t, NULL, &r), 401);
+  CHECK_RESULT(r, 401, "invalid_token", "key p384 of bad.json cannot be used: an EC key must "
+               "have crv P-256 (ES256)");
+  free(t);
+  t = jwt("ES256", ec1, "ec1", claims(""));
+  CHECK_INT(check_tok(a, t, NULL, &r), 200);
+  free(t);
+  tp__auth_free(a);
+  char path[128];
+  snprintf(path, sizeof path, "%s/bad.json", dir);
+  unlink(path);
 }
 
 TEST(pem_key_file_verifies_tokens_with_or_without_kid) {
@@ -933,6 +973,7 @@ int main (int argc, char **argv) {
   RUN(kid_not_in_the_jwks_is_401_naming_the_keys);
   RUN(alg_that_does_not_fit_the_key_type_is_refused);
   RUN(rsa_key_under_2048_bits_is_refused);
+  RUN(jwks_keys_that_are_not_keys_are_kept_with_their_reason);
   RUN(pem_key_file_verifies_tokens_with_or_without_kid);
   RUN(es256_signature_must_be_jose_r_and_s);
   RUN(tampered_payload_is_a_bad_signature);
