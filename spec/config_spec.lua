@@ -81,8 +81,8 @@ describe("tidepool config check", function()
     write(file, GOOD)
     local out, err, rc = sh(q(ABSBIN) .. " config check " .. q(file))
     assert.are.equal("", err)
-    assert.are.equal(file .. ": ok: 7 sections (limits, tools, workspace, mcpServers, http, commands, " ..
-                     "policy), 2 MCP servers, " ..
+    assert.are.equal(file .. ": ok: 7 sections (limits, tools, workspace, mcpServers, " ..
+                     "http, commands, policy), 2 MCP servers, " ..
                      "1 command, 2 http allow rules, 1 plugin directory\n", out)
     assert.are.equal(0, rc)
   end)
