@@ -8,6 +8,7 @@
 ** the small signer below (the test's own, so that a token can carry anything), key files
 ** go to a temporary folder.
 */
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -890,6 +891,41 @@ TEST(scopes_from_scope_string_or_scp_array) {
               "of them, printable ASCII, 1023 bytes at most)");
 }
 
+/* ---- threads ------------------------------------------------------------------------- */
+
+typedef struct worker { tp_auth *a; char *tokens[4]; int wrong; } worker;
+
+static void *check_many (void *arg) {
+  worker *w = arg;
+  static const int want[4] = { 200, 200, 200, 401 };
+  for (int i = 0; i < 200; i++) {
+    tp_auth_result r;
+    int k = i % 4;
+    if (check_tok(w->a, w->tokens[k], NULL, &r) != want[k] ||
+        strcmp(r.principal, k == 3 ? "" : "alice") != 0)
+      w->wrong++;
+  }
+  return NULL;
+}
+
+TEST(one_authenticator_serves_several_threads_at_once) {
+  tp_auth *a = std_auth();
+  char *t[4] = { jwt("RS256", rsa1, "rsa1", claims("")), jwt("ES256", ec1, "ec1", claims("")),
+                 jwt("HS256", NULL, NULL, claims("")), jwt("RS256", rsa2, "rsa1", claims("")) };
+  worker w[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    w[i] = (worker){ a, { t[i % 3], t[(i + 1) % 3], t[(i + 2) % 3], t[3] }, 0 };  /* bad last */
+    CHECK_INT(pthread_create(&th[i], NULL, check_many, &w[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    CHECK_INT(w[i].wrong, 0);
+  }
+  for (int i = 0; i < 4; i++) free(t[i]);
+  tp__auth_free(a);
+}
+
 /* ---- the resource server's documents ----------------------------------------------------- */
 
 TEST(resource_metadata_document_is_rfc_9728) {
@@ -988,6 +1024,7 @@ int main (int argc, char **argv) {
   RUN(not_before_and_issued_at_are_honoured_with_leeway);
   RUN(principal_claim_is_required);
   RUN(scopes_from_scope_string_or_scp_array);
+  RUN(one_authenticator_serves_several_threads_at_once);
   RUN(resource_metadata_document_is_rfc_9728);
   RUN(challenge_never_carries_quotes_or_control_characters);
   RUN(config_check_knows_the_auth_section);
