@@ -137,6 +137,12 @@ static int scope_token (const char *s, size_t n) {
   return 1;
 }
 
+/* The policy splits a list of scopes at spaces and commas (tp_run_set_principal): a
+** scope with a comma would reach it as two others. */
+static int has_comma (const char *s, size_t n) {
+  return memchr(s, ',', n) != NULL;
+}
+
 /* Does the space-separated list have the scope s (n bytes)? */
 static int has_scope (const char *list, const char *s, size_t n) {
   for (const char *p = list; *p; ) {
@@ -293,9 +299,9 @@ static int scope_list (const json_t *v, const char *where, char *buf, size_t len
   const json_t *it;
   json_array_foreach(v, i, it) {
     const char *s = json_string_value(it);
-    if (s == NULL || !scope_token(s, json_string_length(it))) {
+    if (s == NULL || !scope_token(s, json_string_length(it)) || has_comma(s, strlen(s))) {
       fail(err, errlen, "config: %s/%zu: a scope is a non-empty string of printable ASCII "
-           "without spaces or quotes", where, i);
+           "without spaces, commas or quotes", where, i);
       return -1;
     }
     if (add_scope(buf, len, s, strlen(s)) != 0) {
@@ -1089,7 +1095,9 @@ static json_t *json_part (const char *s, size_t n, const char *what, tp_auth_res
   return v;
 }
 
-/* The claims of a verified payload: iss, aud, exp, nbf, iat, principal, scopes. */
+/* The claims of a verified payload: iss, aud, exp, nbf, iat, principal, scopes. A scope
+** with a comma is left out: the policy would read it as two scopes the issuer never
+** granted. */
 static int check_claims (const tp_auth *a, const json_t *p, int64_t now, tp_auth_result *r) {
   char b[SHOWN_BUF], b2[SHOWN_BUF], t1[64], t2[32];
   const json_t *iss = json_object_get(p, "iss");
@@ -1184,7 +1192,8 @@ static int check_claims (const tp_auth *a, const json_t *p, int64_t now, tp_auth
     for (const char *q = s; !bad && *q; ) {
       while (*q == ' ') q++;
       size_t k = strcspn(q, " ");
-      if (k && (!scope_token(q, k) || add_scope(r->scopes, sizeof r->scopes, q, k) != 0)) bad = 1;
+      if (k && !scope_token(q, k)) bad = 1;
+      else if (k && !has_comma(q, k) && add_scope(r->scopes, sizeof r->scopes, q, k) != 0) bad = 1;
       q += k;
     }
   }
@@ -1193,9 +1202,9 @@ static int check_claims (const tp_auth *a, const json_t *p, int64_t now, tp_auth
     const json_t *it;
     json_array_foreach(sc, i, it) {
       const char *s = json_string_value(it);
-      if (s == NULL || !scope_token(s, json_string_length(it)) ||
-          add_scope(r->scopes, sizeof r->scopes, s, json_string_length(it)) != 0)
-        bad = 1;
+      size_t k = s ? json_string_length(it) : 0;
+      if (s == NULL || !scope_token(s, k)) bad = 1;
+      else if (!has_comma(s, k) && add_scope(r->scopes, sizeof r->scopes, s, k) != 0) bad = 1;
     }
   }
   else if (sc) bad = 1;

@@ -379,7 +379,11 @@ TEST(static_token_rules_of_the_config) {
   CHECK(make("{\"resource\": \"" RESOURCE "\", \"tokens\": [{\"token\": \"same-token-0123456789\", "
              "\"principal\": \"x\", \"scopes\": [\"a b\"]}]}", err, sizeof err) == NULL);
   CHECK_STR(err, "config: /auth/tokens/0/scopes/0: a scope is a non-empty string of printable "
-            "ASCII without spaces or quotes");
+            "ASCII without spaces, commas or quotes");
+  CHECK(make("{\"resource\": \"" RESOURCE "\", \"required_scopes\": [\"a,b\"], \"tokens\": "
+             "[{\"token\": \"same-token-0123456789\", \"principal\": \"x\"}]}", err, sizeof err) == NULL);
+  CHECK_STR(err, "config: /auth/required_scopes/0: a scope is a non-empty string of printable "
+            "ASCII without spaces, commas or quotes");
   CHECK(make("{\"resource\": \"" RESOURCE "\", \"tokens\": [{\"token\": \"file:nope.txt\", "
              "\"principal\": \"x\"}]}", err, sizeof err) == NULL);
   char want[300];
@@ -878,6 +882,17 @@ TEST(scopes_from_scope_string_or_scp_array) {
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   CHECK_STR(r.scopes, "tools.read tools.call");
   free(t);
+  /* the policy splits scopes at commas too: "tools.read,admin" would grant admin there */
+  t = jwt("HS256", NULL, NULL, "{" ISS "," AUD ",\"sub\":\"a\",\"exp\":1800003600,"
+          "\"scope\":\"tools.read tools.read,admin\",\"scp\":[\"x\"]}");
+  CHECK_INT(check_tok(a, t, NULL, &r), 200);
+  CHECK_STR(r.scopes, "tools.read");
+  free(t);
+  t = jwt("HS256", NULL, NULL, "{" ISS "," AUD ",\"sub\":\"a\",\"exp\":1800003600,"
+          "\"scp\":[\"tools.read\",\"x,admin\"]}");
+  CHECK_INT(check_tok(a, t, NULL, &r), 200);
+  CHECK_STR(r.scopes, "tools.read");
+  free(t);
   t = jwt("HS256", NULL, NULL, "{" ISS "," AUD ",\"sub\":\"a\",\"exp\":1800003600,\"scope\":\"tools.call\"}");
   CHECK_INT(check_tok(a, t, "tools.call", &r), 403);
   CHECK_RESULT(r, 403, "insufficient_scope", "a lacks the scope tools.read (it has: tools.call)");
@@ -983,6 +998,11 @@ TEST(config_check_knows_the_auth_section) {
             "principal_claim, scope_claim, description\n"
             "config: /auth/resource: expected a string matching /^https?://[^/?#@\\s\"]+(/[^?#\\s\"]*)?$/, "
             "got \"ftp://x\"; for example \"resource\": \"https://mcp.example.com/mcp\"");
+  const char *scopes = "{\"auth\": {\"resource\": \"" RESOURCE "\", \"scopes_supported\": "
+                       "[\"e+f-g\", \"a,b\"], \"tokens\": []}}";
+  CHECK_INT(tp_config_check(scopes, strlen(scopes), dir, err, sizeof err), TP_EINVAL);
+  CHECK_STR(err, "config: /auth/scopes_supported/1: expected a string matching "
+            "/^[!#-+\\--\\[\\]-~]+$/, got \"a,b\"");
   const char *none = "{\"auth\": {\"resource\": \"" RESOURCE "\"}}";
   CHECK_INT(tp_config_check(none, strlen(none), dir, err, sizeof err), TP_EINVAL);
   CHECK_STR(err, "config: /auth: missing \"tokens\" (no credential would be accepted: give "
