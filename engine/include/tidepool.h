@@ -419,8 +419,9 @@ TP_EXTERN int tp_engine_tool_schema(const tp_engine *e, size_t i, int output, ch
 ** Schema, committed as engine/host/config.schema.json, built into the library and
 ** installed as DATADIR/config.schema.json: limits (by the Lua module's option names:
 ** "memory": "64M", "timeout": 2), tools (plugin directories), workspace ("dir" or
-** {"dir", "max"}), mcpServers (Claude Desktop's shape), http, commands and policy. A
-** section not listed is an error. Limit values are checked by tp_limits_set's parser,
+** {"dir", "max"}), mcpServers (Claude Desktop's shape), http, commands, policy and auth
+** (who may call tidepool mcp --http; read by that front end). A section not listed is an
+** error. Limit values are checked by tp_limits_set's parser,
 ** and the tools and workspace directories must exist. Relative paths (tools, workspace,
 ** mcpServers.*.cwd) are relative to the config's folder, and the engine keeps them
 ** absolute. The sources of tools (mcpServers, http, commands) read their sections from
