@@ -246,17 +246,23 @@ static enum MHD_Result queue_text (struct MHD_Connection *c, unsigned status, co
   return rc;
 }
 
-/* An HTTP error with a JSON-RPC error body (id: the request's, or null). */
-static enum MHD_Result queue_error (struct MHD_Connection *c, unsigned status, const json_t *id,
-                                    int code, const char *msg, const char *hname,
-                                    const char *hval) {
+/* A JSON-RPC error's text (free with tp_free; NULL when out of memory). */
+static char *error_text (const json_t *id, int code, const char *msg, size_t *n) {
   json_t *m = json_string(msg);
   json_t *j = json_pack("{s:s, s:O, s:{s:i, s:o}}", "jsonrpc", "2.0", "id",
                         id ? id : json_null(), "error", "code", code, "message",
                         m ? m : json_string("error"));
-  size_t n = 0;
-  char *text = j ? tp_json_text(j, &n) : NULL;
+  char *text = j ? tp_json_text(j, n) : NULL;
   json_decref(j);
+  return text;
+}
+
+/* An HTTP error with a JSON-RPC error body (id: the request's, or null). */
+static enum MHD_Result queue_error (struct MHD_Connection *c, unsigned status, const json_t *id,
+                                    int code, const char *msg, const char *hname,
+                                    const char *hval) {
+  size_t n = 0;
+  char *text = error_text(id, code, msg, &n);
   enum MHD_Result rc = queue_text(c, status, "application/json", text ? text : "", n, hname, hval);
   tp_free(text);
   return rc;
@@ -368,6 +374,17 @@ void tp__mcp_http_release (void *origin) {
   hreq *r = origin;
   r->held = 0;
   if (r->state != R_ANSWERED) {
+    size_t n = 0;
+    char *text = r->sse && !r->gone && !r->mhd_done
+                 ? error_text(r->id, -32603, r->h->stopping ? "the server is stopping: the "
+                              "request was cancelled" : "the request was cancelled", &n)
+                 : NULL;
+    if (text) {  /* the stream's last event */
+      sse_put(r, "event: message\ndata: ", 21);
+      sse_put(r, text, n);
+      sse_put(r, "\n\n", 2);
+    }
+    tp_free(text);
     r->failed = 1;
     r->ended = 1;
     r->state = R_ANSWERED;
@@ -455,7 +472,7 @@ static const char *const known_versions[] = {
 static ssize_t sse_reader (void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
   hreq *r = cls;
-  if (r->gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+  if (r->gone) return MHD_CONTENT_READER_END_OF_STREAM;
   size_t avail = r->out_len - r->out_off;
   if (avail > 0) {
     size_t n = avail < max ? avail : max;
@@ -482,8 +499,7 @@ static enum MHD_Result queue_stream (hreq *r) {
 
 /* The answer of a request whose response is in (or will never come: failed). */
 static enum MHD_Result answer (tp__mcp_http *h, hreq *r) {
-  if (r->gone) return MHD_NO;  /* the client hung up: close */
-  if (r->failed || r->resp == NULL)
+  if (r->failed || r->resp == NULL || r->gone)  /* gone: MHD finds out when it writes */
     return queue_error(r->c, MHD_HTTP_SERVICE_UNAVAILABLE, r->id, -32603, h->stopping
                        ? "the server is stopping: the request was cancelled"
                        : "the request was cancelled before its response", NULL, NULL);
@@ -774,8 +790,8 @@ static enum MHD_Result on_request (void *cls, struct MHD_Connection *c, const ch
     return dispatch(h, r);
   }
   if (*upload_size > 0) { *upload_size = 0; return MHD_YES; }  /* after an early answer */
-  if (r->state == R_ANSWERED && !r->sse) return answer(h, r);  /* resumed with it */
-  return r->gone ? MHD_NO : MHD_YES;
+  if (!r->sse && (r->state == R_ANSWERED || r->gone)) return answer(h, r);  /* resumed */
+  return MHD_YES;
 }
 
 static void on_completed (void *cls, struct MHD_Connection *c, void **con_cls,
@@ -1013,6 +1029,10 @@ tp__mcp_http *tp__mcp_http_new (struct server *s, uv_loop_t *loop, const tp__mcp
     const char *t = json_string_value(v);
     if (json_is_integer(v)) {
       snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+      t = text;
+    }
+    else if (json_is_real(v)) {  /* seconds: 1.5 */
+      snprintf(text, sizeof text, "%.6f", json_real_value(v));
       t = text;
     }
     if (v && (t == NULL || tp_parse_value(limits[k].unit, t, limits[k].max, &h->lim[k], NULL,
