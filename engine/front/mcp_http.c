@@ -190,6 +190,7 @@ struct tp__mcp_http {
   uv_signal_t sigint, sigterm;
   int handles;                /* uv handles still open (freed when 0 after close) */
   int serving, stopping, stopped, free_pending;
+  int in_run;                 /* inside MHD_run: its callbacks must not run it again */
   uint64_t lim[O_N];
   char addr[64];              /* bound address, as text (no brackets) */
   int port, v6;
@@ -296,8 +297,11 @@ static void wake (hreq *r) {
   unwatch(r);
   r->suspended = 0;
   MHD_resume_connection(r->c);
-  /* in external polling MHD learns of it in its next MHD_run: at once */
-  if (!r->h->free_pending) uv_timer_start(&r->h->timer, timer_cb, 0, 0);
+  /* in external polling MHD learns of it in its next MHD_run: at once (from the loop
+  ** when we are inside one) */
+  if (r->h->free_pending) return;
+  if (r->h->in_run) uv_timer_start(&r->h->timer, timer_cb, 0, 0);
+  else timer_cb(&r->h->timer);
 }
 
 static void stopped_check(tp__mcp_http *h);
@@ -849,8 +853,10 @@ static void on_connection (void *cls, struct MHD_Connection *c, void **socket_co
 /* ---- the loop ------------------------------------------------------------------------ */
 
 static void run_mhd (tp__mcp_http *h) {
-  if (h->d == NULL) return;
+  if (h->d == NULL || h->in_run) return;
+  h->in_run = 1;
   MHD_run(h->d);
+  h->in_run = 0;
   update_timer(h);
 }
 
