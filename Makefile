@@ -229,8 +229,9 @@ $(LIB_SO): $(LIB_OBJ)
 $(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_http.o $(LIB_INT) $(BUILD)/obj/front-api.ok
-	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_http.o $(LIB_INT) \
+$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_http.o $(BUILD)/obj/auth.o $(LIB_INT) $(BUILD)/obj/front-api.ok
+	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_http.o \
+	  $(BUILD)/obj/auth.o $(LIB_INT) \
 	  $(LUV_LIBS) $(LIBS_ALL)
 
 # The helper proc.run spawns (tools/proc.lua): it confines itself (rlimits, Landlock,

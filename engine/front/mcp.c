@@ -245,6 +245,7 @@ struct req {
   json_t *args;             /* its arguments, as the client sent them */
   uint64_t sess_num;        /* 0: no session */
   json_t *token;            /* progressToken, or NULL */
+  char *principal, *scopes; /* who called over HTTP with auth (the policy's), or NULL */
   size_t budget;            /* the response line's size cap */
   /* worker side between M_RUN and M_DONE; read by the protocol thread after M_DONE */
   req *wprev, *wnext;       /* the worker's running requests */
@@ -1622,6 +1623,7 @@ static void audit_write (worker *w, const req *q, const char *env, size_t len) {
                            "ok", json_is_object(j) && json_is_true(json_object_get(j, "ok"))
                                  ? json_true() : json_false());
   if (line && json_is_object(err)) json_object_set(line, "error", json_object_get(err, "code"));
+  if (line && q->principal) json_object_set_new(line, "principal", json_string(q->principal));
   json_t *calls = json_object_get(j, "calls"), *stats = json_object_get(j, "stats");
   if (line) json_object_set(line, "calls", calls ? calls : json_array());
   if (line && stats) json_object_set(line, "stats", stats);
@@ -1683,6 +1685,7 @@ static void worker_run (worker *w, req *q) {
     return;
   }
   q->run = run;
+  if (q->principal && q->scopes) tp_run_set_principal(run, q->principal, q->scopes);
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
@@ -1853,6 +1856,8 @@ static void req_free (server *s, req *q) {
   json_decref(q->token);
   json_decref(q->sess_info);
   free(q->code);
+  free(q->principal);
+  free(q->scopes);
   free(q->tool);
   free(q->mcp_name);
   json_decref(q->args);
@@ -2036,6 +2041,11 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   q->s = s;
   q->serial = ++s->serial;
   if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);
+  const char *who, *scopes;
+  if (q->origin && tp__mcp_http_principal(q->origin, &who, &scopes)) {
+    q->principal = strdup(who);
+    q->scopes = strdup(scopes);
+  }
   q->id = json_deep_copy(id);
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
   json_t *meta = json_object_get(params, "_meta");

@@ -52,6 +52,7 @@
 #include <microhttpd.h>
 
 #include "tidepool.h"
+#include "auth.h"
 #include "mcp_http.h"
 
 #define ENDPOINT "/mcp"
@@ -171,6 +172,7 @@ typedef struct conn conn;
 typedef struct hsess {
   struct hsess *next;
   char id[33];
+  char principal[256];        /* who made it: only they may use it */
   uint64_t used_ns;
 } hsess;
 
@@ -196,6 +198,7 @@ struct tp__mcp_http {
   int port, v6;
   char **hosts, **origins;    /* allowed; "*" in either allows all */
   size_t nhosts, norigins;
+  tp_auth *auth;               /* the config's "auth" section, or NULL: no one checked */
   hsess *sessions;
   size_t nsessions;
   conn *conns;
@@ -215,6 +218,8 @@ struct hreq {
   int sse, era2026, counted, initialize, failed;
   char client[INET6_ADDRSTRLEN];
   json_t *id;                 /* the JSON-RPC request's id, or NULL */
+  char principal[256];        /* who called, with auth; "" without */
+  char scopes[1024];
   char sid[33];               /* its Mcp-Session-Id (2025 era), or "" */
   char *body;
   size_t len, cap;
@@ -366,6 +371,14 @@ void tp__mcp_http_emit (void *origin, const char *text, size_t len, int final) {
   wake(r);
 }
 
+int tp__mcp_http_principal (void *origin, const char **principal, const char **scopes) {
+  hreq *r = origin;
+  if (r->principal[0] == '\0') return 0;
+  *principal = r->principal;
+  *scopes = r->scopes;
+  return 1;
+}
+
 void tp__mcp_http_hold (void *origin) {
   hreq *r = origin;
   r->held = 1;
@@ -512,6 +525,7 @@ static enum MHD_Result answer (tp__mcp_http *h, hreq *r) {
     int ok = json_object_get(j, "result") != NULL;
     json_decref(j);
     hsess *hs = ok ? sess_new(h) : NULL;
+    if (hs) snprintf(hs->principal, sizeof hs->principal, "%s", r->principal);
     if (ok && hs == NULL)
       return queue_error(r->c, MHD_HTTP_INTERNAL_SERVER_ERROR, r->id, -32603,
                          "out of memory: no session could be made", NULL, NULL);
@@ -612,6 +626,7 @@ static enum MHD_Result dispatch (tp__mcp_http *h, hreq *r) {
   else if (!r->era2026 && !(method && strcmp(method, "initialize") == 0)) {
     const char *sid = header(c, "Mcp-Session-Id");
     hsess *hs = sid ? sess_find(h, sid) : NULL;
+    if (hs && strcmp(hs->principal, r->principal) != 0) hs = NULL;  /* someone else's */
     if (sid == NULL) {
       rc = queue_error(c, MHD_HTTP_BAD_REQUEST, id, -32000, "Bad Request: the Mcp-Session-Id "
                        "header is required: send initialize first and then the session id "
@@ -689,14 +704,44 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
              "(server.allowed_origins)", origin);
     return queue_error(c, MHD_HTTP_FORBIDDEN, NULL, -32000, why, NULL, NULL);
   }
+  if (h->auth && strcmp(method, "GET") == 0 &&
+      (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
+       strcmp(url, "/.well-known/oauth-protected-resource" ENDPOINT) == 0 ||
+       strcmp(url, tp__auth_metadata_path(h->auth)) == 0)) {  /* RFC 9728 */
+    char *doc = tp__auth_resource_metadata(h->auth);
+    enum MHD_Result rc = doc ? queue_text(c, MHD_HTTP_OK, "application/json", doc, strlen(doc),
+                                          NULL, NULL)
+                             : queue_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603,
+                                           "out of memory", NULL, NULL);
+    free(doc);
+    return rc;
+  }
   if (strcmp(url, ENDPOINT) != 0) {
     snprintf(why, sizeof why, "Not Found: %.100s (the MCP endpoint is " ENDPOINT ")", url);
     return queue_error(c, MHD_HTTP_NOT_FOUND, NULL, -32000, why, NULL, NULL);
+  }
+  if (h->auth) {  /* who calls: the token stays here, only its principal and scopes go on */
+    tp_auth_result ar;
+    int st = tp__auth_check(h->auth, header(c, MHD_HTTP_HEADER_AUTHORIZATION), NULL,
+                            (int64_t)time(NULL), &ar);
+    if (st != 200) {
+      char *challenge = tp__auth_challenge(h->auth, &ar);
+      snprintf(why, sizeof why, "%s: %s", st == 401 ? "Unauthorized" : "Forbidden",
+               ar.description[0] ? ar.description : ar.error);
+      enum MHD_Result rc = queue_error(c, st == 401 ? MHD_HTTP_UNAUTHORIZED : MHD_HTTP_FORBIDDEN,
+                                       NULL, -32000, why, challenge ? MHD_HTTP_HEADER_WWW_AUTHENTICATE
+                                       : NULL, challenge);
+      free(challenge);
+      return rc;
+    }
+    snprintf(r->principal, sizeof r->principal, "%s", ar.principal);
+    snprintf(r->scopes, sizeof r->scopes, "%s", ar.scopes);
   }
   if (strcmp(method, "DELETE") == 0) {
     const char *ver = header(c, "MCP-Protocol-Version");
     const char *sid = header(c, "Mcp-Session-Id");
     hsess *hs = sid ? sess_find(h, sid) : NULL;
+    if (hs && strcmp(hs->principal, r->principal) != 0) hs = NULL;  /* someone else's */
     if (ver && strcmp(ver, "2026-07-28") >= 0)
       return queue_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, -32000, "Method Not Allowed: "
                          "protocol version 2026-07-28 has no sessions to end", NULL, NULL);
@@ -1017,11 +1062,12 @@ static void free_lists (tp__mcp_http *h) {
   free(h->hosts);
   free(h->origins);
   while (h->sessions) sess_drop(h, h->sessions);
+  tp__auth_free(h->auth);
+  h->auth = NULL;
 }
 
 tp__mcp_http *tp__mcp_http_new (struct server *s, uv_loop_t *loop, const tp__mcp_http_opts *o,
                                 const char *config, size_t config_len, const char *config_dir) {
-  (void)config_dir;
   tp__mcp_http *h = calloc(1, sizeof *h);
   json_t *sec = server_section(config, config_len);
   struct sockaddr_storage sa;
@@ -1058,6 +1104,15 @@ tp__mcp_http *tp__mcp_http_new (struct server *s, uv_loop_t *loop, const tp__mcp
   if (config_list(sec, "allowed_hosts", &h->hosts, &h->nhosts) != 0 ||
       config_list(sec, "allowed_origins", &h->origins, &h->norigins) != 0)
     goto fail;
+  json_t *cfg = config ? tp_json_parse(config, config_len, NULL, 0) : NULL;
+  json_t *asec = json_object_get(cfg, "auth");
+  if (asec) {
+    char err[512];
+    h->auth = tp__auth_new(asec, config_dir ? config_dir : ".", err, sizeof err);
+    if (h->auth == NULL) fprintf(stderr, "tidepool mcp: config: /auth: %s\n", err);
+  }
+  json_decref(cfg);
+  if (asec && h->auth == NULL) goto fail;
   unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   if (h->v6) flags |= MHD_USE_IPv6;
   /* a connection's memory pool holds its request line and headers first (431 past it),

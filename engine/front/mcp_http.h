@@ -53,6 +53,9 @@ void tp__mcp_http_free(tp__mcp_http *h);
 ** response; else a notification), a request of mcp.c that keeps it (until release). */
 void tp__mcp_http_emit(void *origin, const char *text, size_t len, int final);
 void tp__mcp_http_hold(void *origin);
+/* Who sent origin (with the config's "auth"): 1 with principal and scopes (borrowed, valid
+** during the call), or 0 when no one was checked. */
+int tp__mcp_http_principal(void *origin, const char **principal, const char **scopes);
 void tp__mcp_http_release(void *origin);
 
 /* In mcp.c, for mcp_http.c: handles message msg (borrowed) of origin; cancels the run of
