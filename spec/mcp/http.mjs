@@ -300,6 +300,59 @@ test('SIGTERM: the call in flight finishes, new connections are refused, exit st
   assert(refused, 'a new connection is refused');
 });
 
+// ---- auth (engine/front/auth.c) ----------------------------------------------------------
+
+test('auth: 401 with WWW-Authenticate, 403 insufficient_scope, the RFC 9728 document; the principal reaches the policy and the audit log, never a session of another', async () => {
+  const cfg = path.join(tmp, 'auth.json'), audit = path.join(tmp, 'audit.log');
+  fs.writeFileSync(cfg, JSON.stringify({
+    auth: { resource: 'http://127.0.0.1/mcp', required_scopes: ['mcp'], tokens: [
+      { token: 'alice-token-0123456789', principal: 'alice', scopes: ['mcp', 'echo:use'] },
+      { token: 'bob-token-0123456789ab', principal: 'bob', scopes: ['mcp'] },
+      { token: 'carol-token-0123456789', principal: 'carol', scopes: ['other'] }] },
+    policy: { default: 'allow', rules: [{ tools: 'test.echo', effect: 'allow', requires: ['echo:use'] }] },
+  }));
+  const s6 = await start(['--config', cfg, '--audit', audit]);
+  const meta = 'Bearer resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource/mcp"';
+  const echo = call(1, 'return tools.test.echo{a = 1}');
+  const as = (who) => ({ ...h2026, authorization: `Bearer ${who}` });
+  const none = await request(s6, { body: echo, headers: h2026 });
+  expectError(none, 401, -32000, 'Unauthorized: no credential');
+  eq(none.headers['www-authenticate'], `${meta}, scope="mcp"`, 'challenge without a token');
+  const bad = await request(s6, { body: echo, headers: as('nope-nope-nope-nope-nope') });
+  expectError(bad, 401, -32000, 'Unauthorized: unknown token');
+  assert(bad.headers['www-authenticate'].startsWith(`${meta}, error="invalid_token"`), bad.headers['www-authenticate']);
+  const carol = await request(s6, { body: echo, headers: as('carol-token-0123456789') });
+  expectError(carol, 403, -32000, 'Forbidden: carol lacks the scope mcp');
+  assert(carol.headers['www-authenticate'].startsWith(`${meta}, error="insufficient_scope"`), carol.headers['www-authenticate']);
+  assert(carol.headers['www-authenticate'].endsWith('scope="mcp"'), 'the challenge names the scope');
+  for (const p of ['/.well-known/oauth-protected-resource', '/.well-known/oauth-protected-resource/mcp']) {
+    const d = await request(s6, { method: 'GET', pathName: p });
+    eq(d.status, 200, `GET ${p}`);
+    eq(d.json, { resource: 'http://127.0.0.1/mcp', bearer_methods_supported: ['header'] }, 'metadata');
+  }
+  const alice = await request(s6, { body: echo, headers: as('alice-token-0123456789') });
+  eq(alice.json.result.structuredContent.result, { a: 1 }, 'alice holds echo:use');
+  const bob = await request(s6, { body: echo, headers: as('bob-token-0123456789ab') });
+  eq(bob.json.result.structuredContent.error.code, 'tool.denied', 'bob does not');
+  assert(bob.json.result.structuredContent.error.message.includes('which the caller bob does not hold'),
+    bob.json.result.structuredContent.error.message);
+  // a session made by alice is not bob's
+  const init = await request(s6, { body: initBody, headers: { authorization: 'Bearer alice-token-0123456789' } });
+  const sid = init.headers['mcp-session-id'];
+  const mine = await request(s6, { body: msg(2, 'ping'), headers: { authorization: 'Bearer alice-token-0123456789', 'mcp-session-id': sid } });
+  eq(mine.status, 200, 'alice uses her session');
+  expectError(await request(s6, { body: msg(3, 'ping'), headers: { authorization: 'Bearer bob-token-0123456789ab', 'mcp-session-id': sid } }),
+    404, -32001, 'Session not found', 3);
+  s6.proc.kill('SIGTERM');
+  eq(await s6.exited, { code: 0, sig: null }, 'exit');
+  const lines = fs.readFileSync(audit, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  eq(lines.filter((l) => l.tool === 'run_lua').map((l) => [l.principal, l.ok]), [['alice', true], ['bob', false]],
+    'the audit log names the principal of each run');
+  eq(lines.filter((l) => l.event === 'decision').map((l) => [l.principal, l.effect]), [['alice', 'allow'], ['bob', 'deny']],
+    'and of each decision');
+  assert(!fs.readFileSync(audit, 'utf8').includes('token-0123'), 'no token in the audit log');
+});
+
 test('SIGINT stops the first server with status 0', async () => {
   srv.proc.kill('SIGINT');
   eq(await srv.exited, { code: 0, sig: null }, 'exit');
