@@ -50,6 +50,11 @@
 **
 ** Standard input closing ends the server: every run is cancelled (without responses:
 ** nobody is left to read them), the workers stop and are joined, exit status 0.
+**
+** With --http (mcp_http.c) the protocol thread serves Streamable HTTP instead of standard
+** input: each POST is one message, and what is written for it (its response, its run's
+** progress) goes back to that HTTP request, its origin (s->origin while it is handled,
+** q->origin after); nothing goes to standard output.
 */
 #include <dirent.h>
 #include <errno.h>

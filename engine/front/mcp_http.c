@@ -57,6 +57,7 @@
 
 #define ENDPOINT "/mcp"
 #define SESSIONS_MAX 4096
+#define SSE_PENDING_MAX (4u << 20)  /* unsent SSE bytes past which notifications are dropped */
 #define SESSION_IDLE_NS (3600ull * 1000000000ull)  /* an HTTP session unused for an hour */
 
 /* the limits, in tp__mcp_http_opts' order (bit k of given) */
@@ -144,7 +145,25 @@ void tp__mcp_http_help (FILE *f) {
     snprintf(left, sizeof left, "  %s %s", limits[k].flag,
              limits[k].unit == TP_UNIT_BYTES ? "SIZE" : limits[k].unit == TP_UNIT_COUNT
              ? "N" : "DURATION");
-    fprintf(f, "%-23s%s (default %s)\n", left, limits[k].help, def);
+    char text[400];
+    snprintf(text, sizeof text, "%s (default %s)", limits[k].help, def);
+    /* the option, then its text wrapped at 86 columns from column 23 */
+    int col = fprintf(f, "%s", left);
+    if (col > 22) { fputc('\n', f); col = 0; }
+    const char *w = text;
+    while (*w) {
+      fprintf(f, "%*s", 23 - col, "");
+      size_t room = 63, n = strlen(w);
+      if (n > room) {
+        n = room;
+        while (n > 0 && w[n] != ' ') n--;
+        if (n == 0) n = room;
+      }
+      fprintf(f, "%.*s\n", (int)n, w);
+      w += n;
+      while (*w == ' ') w++;
+      col = 0;
+    }
   }
 }
 
@@ -355,6 +374,7 @@ void tp__mcp_http_emit (void *origin, const char *text, size_t len, int final) {
   hreq *r = origin;
   if (r->mhd_done || r->gone || r->state == R_ANSWERED) return;
   if (r->sse && r->state == R_WAITING) {
+    if (!final && r->out_len - r->out_off > SSE_PENDING_MAX) return;  /* a client not reading */
     sse_put(r, "event: message\ndata: ", 21);
     sse_put(r, text, len);
     sse_put(r, "\n\n", 2);
