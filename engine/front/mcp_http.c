@@ -1145,7 +1145,6 @@ tp__mcp_http *tp__mcp_http_new (struct server *s, uv_loop_t *loop, const tp__mcp
                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)((h->lim[O_IDLE] + 999999) / 1000000),
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                           MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-                          MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
                           MHD_OPTION_END);
   if (h->d == NULL) {
     fprintf(stderr, "tidepool mcp: --http: cannot listen on %s (%s): is another server "
