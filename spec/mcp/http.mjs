@@ -353,6 +353,16 @@ test('auth: 401 with WWW-Authenticate, 403 insufficient_scope, the RFC 9728 docu
   assert(!fs.readFileSync(audit, 'utf8').includes('token-0123'), 'no token in the audit log');
 });
 
+test('a second server on a taken port exits 1 and says why', async () => {
+  const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--http', `127.0.0.1:${srv.port}`],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  p.stderr.on('data', (d) => { err += d; });
+  const code = await new Promise((r) => p.on('exit', r));
+  eq(code, 1, 'exit status');
+  assert(err.includes(`tidepool mcp: --http: cannot listen on 127.0.0.1:${srv.port} (Address already in use)`), err);
+});
+
 test('SIGINT stops the first server with status 0', async () => {
   srv.proc.kill('SIGINT');
   eq(await srv.exited, { code: 0, sig: null }, 'exit');
