@@ -112,7 +112,7 @@ run_node() {  # $1 label, $2 script
   add_counts "$1"
 }
 if ! command -v node >/dev/null 2>&1; then
-  echo "mcp, upstream, http: node is not installed: 4 suites not run"; failed=$((failed + 4))
+  echo "mcp, upstream, http: node is not installed: 5 suites not run"; failed=$((failed + 5))
 else
   # every package of spec/mcp/package.json (the SDK, and the servers spec/upstream runs)
   missing=0
@@ -126,9 +126,10 @@ else
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
     run_node "mcp approvals (SDK client, elicitation)" spec/mcp/approve_sdk.mjs
+    run_node "mcp over Streamable HTTP (SDK client, raw requests)" spec/mcp/http.mjs
   else
-    echo "mcp e2e and approvals (SDK client): not run, the SDK is not installed: counted as 2 failures"
-    failed=$((failed + 2))
+    echo "mcp e2e, approvals and HTTP (SDK client): not run, the SDK is not installed: counted as 3 failures"
+    failed=$((failed + 3))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)

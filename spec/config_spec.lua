@@ -69,7 +69,7 @@ local GOOD = [[
  "policy": {"default": "allow"}}
 ]]
 
-local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, auth"
+local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, server, auth"
 
 describe("tidepool config check", function()
   local dir
