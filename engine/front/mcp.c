@@ -1710,7 +1710,8 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
   if (q->era26) {
     json_t *st = json_pack("{s:s, s:o}", "run", a->run_id, "calls", calls);
     calls = NULL;
-    char *sealed = st ? tp__apx_seal(st, "", o->pause_ttl_us) : NULL;
+    char *sealed = st ? tp__apx_seal(st, q->principal ? q->principal : "", o->pause_ttl_us)
+                      : NULL;
     json_decref(st);
     json_t *msg = sealed ? json_pack("{s:s, s:O, s:{s:s, s:O, s:s}}", "jsonrpc", "2.0", "id",
       q->id, "result", "resultType", "input_required", "inputRequests", inputs,
@@ -2663,7 +2664,9 @@ static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
   }
   int code;
   char why[500];
-  json_t *st = tp__apx_open(json_string_value(rs), json_string_length(rs), "", &code, why,
+  const char *who = "", *scopes = NULL;  /* the caller over HTTP with auth, else no one */
+  if (s->origin && !tp__mcp_http_principal(s->origin, &who, &scopes)) who = "";
+  json_t *st = tp__apx_open(json_string_value(rs), json_string_length(rs), who, &code, why,
                             sizeof why);
   if (st == NULL) {
     send_error(s, b, id, code, "%s", why);
