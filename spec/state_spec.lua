@@ -88,6 +88,33 @@ describe("tidepool run --state DIR", function()
   end)
 end)
 
+describe("rate buckets with --state DIR", function()
+  it("are shared by processes: the second run sees the tokens the first took", function()
+    local dir = temp_dir()
+    local cfg = dir .. "/tidepool.json"
+    write_file(cfg, dkjson.encode({ policy = { default = "allow", rules = {
+      { tools = "kv.*", effect = "allow",
+        rate = { capacity = 3, per_second = 0.001, key = "principal" } } } } }))
+    local script = [[
+      local out = {}
+      for i = 1, 2 do
+        local ok, err = pcall(tools.kv.get, {key = "k"})
+        out[i] = ok and "ok" or err.code
+      end
+      return out]]
+    local args = "--state " .. shell_quote(dir .. "/st") .. " --config " .. shell_quote(cfg)
+      .. " --principal alice"
+    local a = run(script, args)
+    assert.are.same({ "ok", "ok" }, a.result)
+    local b = run(script, args)  -- one token left of 3
+    assert.are.same({ "ok", "tool.rate_limited" }, b.result)
+    local c = run(script, args .. " --principal bob")  -- bob's bucket is his own
+    assert.are.same({ "ok", "ok" }, c.result)
+    local d = run(script, "--config " .. shell_quote(cfg) .. " --principal alice")
+    assert.are.same({ "ok", "ok" }, d.result)  -- without --state: this process's own
+  end)
+end)
+
 -- A tidepool mcp on stdio: start(args) -> server; server:call(id, code) sends a run_lua
 -- call; server:wait(ids) waits for those answers; server:kill().
 local function mcp(args)
