@@ -69,7 +69,8 @@ local GOOD = [[
  "policy": {"default": "allow"}}
 ]]
 
-local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, server, auth"
+local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, state, " ..
+  "server, auth"
 
 describe("tidepool config check", function()
   local dir
