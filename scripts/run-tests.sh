@@ -10,6 +10,7 @@
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
+#                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   lint           luacheck over the Lua sources (examples/ included)
@@ -110,11 +111,12 @@ run_node() {  # $1 label, $2 script
   add_counts "$1"
 }
 if ! command -v node >/dev/null 2>&1; then
-  echo "mcp, upstream, http: node is not installed: 4 suites not run"; failed=$((failed + 4))
+  echo "mcp, upstream, http: node is not installed: 5 suites not run"; failed=$((failed + 5))
 else
-  # every package of spec/mcp/package.json (the SDK, and the servers spec/upstream runs)
+  # every package of spec/mcp/package.json (the SDKs 1.x and 2.x with its core, and the
+  # servers spec/upstream runs)
   missing=0
-  for pkg in sdk server-memory server-filesystem server-everything; do
+  for pkg in sdk client core server-memory server-filesystem server-everything; do
     [ -d "spec/mcp/node_modules/@modelcontextprotocol/$pkg" ] || missing=1
   done
   if [ "$missing" = 1 ]; then
@@ -128,6 +130,12 @@ else
     failed=$((failed + 1))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  if [ -d spec/mcp/node_modules/@modelcontextprotocol/client ]; then
+    run_node "mcp eras (SDK 2.x client, 2026-07-28)" spec/mcp/era.mjs
+  else
+    echo "mcp eras: not run, @modelcontextprotocol/client is not installed: counted as a failure"
+    failed=$((failed + 1))
+  fi
   # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
