@@ -177,6 +177,29 @@ test('SDK 1.x still connects (2025-11-25) and works', async () => {
   await worksInEveryEra(client, 'sdk1');
 });
 
+test("tidepool's own upstream client (lua/upstream.lua) reaches tidepool mcp in the 2026 era", async () => {
+  const log = path.join(tmp, 'wire-upstream.jsonl');
+  const cfg = path.join(tmp, 'upstream.json');
+  fs.writeFileSync(cfg, JSON.stringify({ mcpServers: { inner: {
+    command: process.execPath, args: [tap, log, tidepool, 'mcp', '--test-tools', '--workers', '1'] } } }));
+  const p = spawn(tidepool, ['run', '--config', cfg, '--json', '-'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  p.stdout.setEncoding('utf8');
+  p.stdout.on('data', (d) => { out += d; });
+  p.stderr.resume();
+  p.stdin.end('local a = tools.inner.run_lua{code = "x = 5 return x * 2", session = "u"}\n'
+    + 'local b = tools.inner.run_lua{code = "return x + 1", session = "u"}\n'
+    + 'return {a.result, b.result, b.session.state}');
+  eq(await new Promise((r) => p.on('exit', r)), 0, 'exit status');
+  const env = JSON.parse(out);
+  eq([env.ok, env.result], [true, [10, 6, 'continued']], 'the results, the session kept');
+  const msgs = fs.readFileSync(log, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(JSON.parse(l).msg));
+  eq(msgs[0].method, 'server/discover', 'discover first');
+  eq(msgs.filter((m) => m.method === 'initialize').length, 0, 'no initialize');
+  const calls = msgs.filter((m) => m.method === 'tools/call');
+  eq(calls.map((m) => m.params._meta[V]), [MODERN, MODERN], 'each call names 2026-07-28');
+}, 30000);
+
 // ---- raw JSON-RPC lines -------------------------------------------------------------------
 function server(args = []) {
   const p = spawn(tidepool, ['mcp', '--test-tools', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
