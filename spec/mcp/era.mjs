@@ -89,20 +89,22 @@ test('SDK 2.x, no versionNegotiation (legacy by default): initialize 2025-11-25,
   legacyInfo = client.getServerVersion();
   legacyInstructions = client.getInstructions();
   eq(legacyInfo.name, 'tidepool', 'serverInfo.name');
+  await worksInEveryEra(client, 'legacy-default');
+  // read after the calls: what the relay recorded of them was recorded before their answers
   const w = wire();
   eq(new Set(w.map((x) => x.pid)).size, 1, 'one process: no probe');
   eq(w[0].msg.method, 'initialize', 'first message');
   eq(w[0].msg.params.protocolVersion, '2025-11-25', 'the version offered');
   eq(w[1].msg.method, 'notifications/initialized', 'second message');
-  await worksInEveryEra(client, 'legacy-default');
-  assert(!wire().some((x) => x.msg.params?._meta?.[V] !== undefined), 'no per-request version in the legacy era');
+  assert(!w.some((x) => x.msg.params?._meta?.[V] !== undefined), 'no per-request version in the legacy era');
 });
 
 test("SDK 2.x, mode 'legacy': the same handshake, and it works", async () => {
   const { client, wire } = await connect2('legacy');
   eq([client.getProtocolEra(), client.getNegotiatedProtocolVersion()], ['legacy', '2025-11-25'], 'era and version');
-  eq(wire().filter((x) => x.msg.method === 'server/discover').length, 0, 'no server/discover');
   await worksInEveryEra(client, 'legacy');
+  eq(wire().filter((x) => x.msg.method === 'server/discover').length, 0, 'no server/discover');
+  eq(wire()[0].msg.method, 'initialize', 'initialize first');
 });
 
 // The wire of a modern connect: the probe on a sibling process, then the session process
@@ -290,6 +292,22 @@ test('raw: 2026 tools/list and tools/call with no initialize: resultType, cache 
   eq([t.id, t.result.resultType, t.result.structuredContent.result], [tricky, 'complete', 1], 'a tricky id');
   const p = await s.ask(modern(5, 'ping'));
   eq(p.result.resultType, 'complete', 'ping');
+  await s.close();
+});
+
+test('raw: 2026 calls of an exposed tool, and progress of a run_lua call by its progressToken', async () => {
+  const s = server(['--expose-tools']);
+  const e = await s.ask(modern(1, 'tools/call', { name: 'test_echo', arguments: { a: 1 } }));
+  same(e, { jsonrpc: '2.0', id: 1, result: { resultType: 'complete', content: [{ type: 'text', text: '{"a":1}' }],
+    isError: false, structuredContent: { a: 1 } } }, 'an exposed tool');
+  s.send(modern(2, 'tools/call', { _meta: { ...META, progressToken: 'p' }, name: 'run_lua',
+    arguments: { code: 'tools.test.echo{} return 3' } }));
+  const got = [await s.msg(), await s.msg(), await s.msg(), await s.msg()];
+  eq(got.slice(0, 3).map((m) => [m.method, m.params.progressToken, m.params.progress, m.params.message]), [
+    ['notifications/progress', 'p', 1, 'script started'],
+    ['notifications/progress', 'p', 2, 'tools.test.echo called'],
+    ['notifications/progress', 'p', 3, 'tools.test.echo returned']], 'the progress');
+  eq([got[3].id, got[3].result.resultType, got[3].result.structuredContent.result], [2, 'complete', 3], 'then the result');
   await s.close();
 });
 
