@@ -156,6 +156,8 @@ int tp__mcp_era_stamp (char **line, size_t *len) {
   char *at = memmem(p, *len, mark, sizeof mark - 1);
   if (at == NULL) return -1;
   size_t off = (size_t)(at - p) + sizeof mark - 1, n = sizeof add - 1;
+  if (*len - off > 13 && memcmp(p + off, "\"resultType\"", 12) == 0)
+    return 0;  /* typed already (an input_required result, say): kept */
   int empty = off < *len && p[off] == '}';  /* {} gets no comma */
   size_t k = n - (size_t)empty;
   char *np = realloc(p, *len + k + 1);

@@ -71,8 +71,9 @@ json_t *tp__mcp_era_result(json_t *result, int cacheable);
 #define TP_MCP_ERA_STAMP_ROOM 64
 /* Makes the response line *line (*len bytes, malloc'ed: {"id":...,"jsonrpc":"2.0",
 ** "result":{...}}, as the workers build a tools/call's) a 2026-era one: resultType
-** "complete" first in the result. A line of another shape, or no memory, leaves it as is.
-** Returns 0 when stamped. */
+** "complete" first in the result. A line whose result starts with a "resultType" of its
+** own (input_required) is kept as it is. A line of another shape, or no memory, leaves it
+** as is and returns -1; 0 otherwise. */
 int tp__mcp_era_stamp(char **line, size_t *len);
 
 /* ---- subscriptions/listen ---------------------------------------------------------- */
