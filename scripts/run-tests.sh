@@ -12,6 +12,7 @@
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required),
+#                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   lint           luacheck over the Lua sources (examples/ included)
@@ -114,9 +115,10 @@ run_node() {  # $1 label, $2 script
 if ! command -v node >/dev/null 2>&1; then
   echo "mcp, upstream, http: node is not installed: 5 suites not run"; failed=$((failed + 5))
 else
-  # every package of spec/mcp/package.json (the SDK, and the servers spec/upstream runs)
+  # every package of spec/mcp/package.json (the SDKs 1.x and 2.x with its core, and the
+  # servers spec/upstream runs)
   missing=0
-  for pkg in sdk server-memory server-filesystem server-everything; do
+  for pkg in sdk client core server-memory server-filesystem server-everything; do
     [ -d "spec/mcp/node_modules/@modelcontextprotocol/$pkg" ] || missing=1
   done
   if [ "$missing" = 1 ]; then
@@ -134,6 +136,12 @@ else
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)
   run_node "mcp approvals (raw)" spec/mcp/approve.mjs
+  if [ -d spec/mcp/node_modules/@modelcontextprotocol/client ]; then
+    run_node "mcp eras (SDK 2.x client, 2026-07-28)" spec/mcp/era.mjs
+  else
+    echo "mcp eras: not run, @modelcontextprotocol/client is not installed: counted as a failure"
+    failed=$((failed + 1))
+  fi
   # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl

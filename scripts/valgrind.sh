@@ -6,6 +6,7 @@
 #   build/tests/test_alloc_fail every 5th allocation failed, alone and with all after it,
 #                               in the scenarios without the host Lua state
 #   build/tidepool run          a few scripts as whole processes (ok, errors, limits, stdin)
+#   build/tidepool mcp          two workers and sessions; the 2026-07-28 era
 # A definite or indirect leak, or any memory error, fails (still-reachable memory, such as
 # the watchdog thread's stack of an engine that is alive at exit, does not). valgrind's
 # own error status is 97, so it cannot be mistaken for a script's failure (status 1).
@@ -98,6 +99,24 @@ cat >"$script" <<'LINES'
 LINES
 check "mcp: two workers, sessions, a memory kill, a batch" 0 \
   "$BUILD/tidepool" mcp --memory 8M --workers 2 <"$script"
+
+# The 2026-07-28 era on the same server: discover, version errors, calls with the
+# per-request _meta (the resultType splice, a session, a refusal), listen and its cancel.
+M='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'
+cat >"$script" <<LINES
+{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{$M}}
+{"jsonrpc":"2.0","id":2,"method":"server/discover"}
+{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}
+{"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":{$M,"notifications":{"toolsListChanged":true}}}
+{"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":{$M,"notifications":{"toolsListChanged":true}}}
+{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{$M}}
+{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{$M,"name":"run_lua","arguments":{"code":"x = 5 return x","session":"s1"}}}
+{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{$M,"name":"run_lua","arguments":{"session":"s1"}}}
+{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"L"}}
+{"jsonrpc":"2.0","id":"M","method":"subscriptions/listen","params":{$M,"notifications":{"toolsListChanged":true}}}
+LINES
+check "mcp: the 2026-07-28 era, a subscription left open" 0 \
+  "$BUILD/tidepool" mcp --workers 1 <"$script"
 
 echo "# $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

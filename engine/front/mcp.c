@@ -77,6 +77,7 @@
 #include "mcp.h"
 #include "mcp_approve.h"
 #include "mcp_http.h"
+#include "mcp_era.h"
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static uint64_t now_ns (void) {
@@ -267,6 +268,7 @@ struct req {
   uint64_t sess_num;        /* 0: no session */
   json_t *token;            /* progressToken, or NULL */
   char *principal, *scopes; /* who called over HTTP with auth (the policy's), or NULL */
+  int modern;               /* a 2026-07-28 request: its result gets resultType */
   size_t budget;            /* the response line's size cap */
   int elicit;               /* ask with elicitation/create (2: with "mode") */
   int era26;                /* a 2026-07-28 request: ask with an input_required result */
@@ -350,6 +352,8 @@ struct server {
   const char *version;      /* negotiated by initialize, or NULL */
   int client_elicit;        /* the client declared elicitation (2: with form "mode") */
   req *parked;              /* requests answered "paused" whose runs wait (approvals) */
+  int modern_req;           /* handling a 2026-07-28 request (mcp_era.h) */
+  tp__mcp_listen *listen;   /* its subscriptions/listen streams */
   /* tools, as worker 0 last reported them */
   json_t *tools;            /* the tools/list result */
   json_t *tool_names;       /* MCP name -> tool name, every exposed tool */
@@ -2359,6 +2363,7 @@ static void req_done (server *s, req *q) {
   log_msg(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
           q->cancelled ? "cancelled" : "finished");
   if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
+  if (q->line && q->modern) tp__mcp_era_stamp(&q->line, &q->line_len);
   if (q->line != NULL && q->progress > 0 && q->b == NULL && !s->sink && !q->origin &&
       uv_timer_init(s->loop, &q->defer) == 0) {
     /* The reference client handles notifications a tick after the response that arrives
@@ -2416,6 +2421,7 @@ static void refuse_call (server *s, batch *b, json_t *id, const char *code, cons
   size_t len;
   char *line = refusal_response(id, code, text, sess_info, b ? BATCH_CALL_MAX : LINE_OUT_MAX,
                                 &len);
+  if (line && s->modern_req) tp__mcp_era_stamp(&line, &len);
   if (line) respond_text(s, b, id, line, len);
   else send_error(s, b, id, -32603, "out of memory");
   free(line);
@@ -2491,11 +2497,12 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   }
   q->id = json_deep_copy(id);
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
+  if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
   json_t *meta = json_object_get(params, "_meta");
   json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
   if ((json_is_string(token) && json_string_length(token) <= 256) || json_is_integer(token))
     q->token = json_deep_copy(token);
-  q->era26 = tp__apx_is_2026(params);
+  q->era26 = q->modern;     /* a 2026-07-28 request asks with input_required */
   q->elicit = q->era26 ? 0 : s->client_elicit;
   if (is_run) {
     json_t *code = json_object_get(args, "code");
@@ -2786,6 +2793,10 @@ static void ready (server *s, mail *m) {
     if (--s->reloading == 0) {
       log_msg(s, L_INFO, "plugin tools reloaded: %zu tools", s->ntools);
       if (s->initialized) notify(s, "notifications/tools/list_changed", NULL);
+      json_t *notes = tp__mcp_listen_tools_changed(s->listen), *note;
+      size_t k;
+      json_array_foreach(notes, k, note) send_msg(s, NULL, json_incref(note));
+      json_decref(notes);
       maybe_reload(s);
     }
     return;
@@ -2833,11 +2844,53 @@ static int level_of (const char *name) {
   return -1;
 }
 
+/* A request of the 2026-07-28 era (mcp_era.h): no handshake, no protocol session; its
+** _meta named its version and the client's capabilities. */
+static void handle_modern (server *s, batch *b, json_t *id, const char *method, json_t *params) {
+  if (b != NULL) {
+    send_error(s, b, id, -32600, "Invalid Request: a " TP_MCP_MODERN_VERSION " request must "
+               "not be part of a batch: send each message on a line of its own");
+    return;
+  }
+  if (strcmp(method, "server/discover") == 0)
+    send_result(s, b, id, tp__mcp_era_discover(s->o.name));
+  else if (strcmp(method, "tools/list") == 0)
+    send_result(s, b, id, tp__mcp_era_result(s->tools ? json_deep_copy(s->tools)
+                                             : json_pack("{s:[]}", "tools"), 1));
+  else if (strcmp(method, "tools/call") == 0) {
+    s->modern_req = 1;
+    if (params == NULL) send_error(s, b, id, -32602, "Invalid params: tools/call needs params");
+    else tools_call(s, b, id, params);
+    s->modern_req = 0;
+  }
+  else if (strcmp(method, "subscriptions/listen") == 0) {
+    json_t *err = NULL, *ack = tp__mcp_listen_open(s->listen, id, params, &err);
+    if (ack) send_msg(s, NULL, ack);  /* the stream stays open: no response until it ends */
+    else if (err) send_msg(s, NULL, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id,
+                                              "error", err));
+    else send_error(s, b, id, -32603, "out of memory");
+  }
+  else if (strcmp(method, "ping") == 0) send_result(s, b, id, tp__mcp_era_result(NULL, 0));
+  else send_error(s, b, id, -32601, "Method not found: %.200s (in protocol version "
+                  TP_MCP_MODERN_VERSION " this server answers server/discover, tools/list, "
+                  "tools/call, subscriptions/listen and ping)", method);
+}
+
 static void handle_request (server *s, batch *b, json_t *id, const char *method, json_t *params) {
   if (params != NULL && !json_is_object(params)) {
     send_error(s, b, id, -32602, "Invalid params: %.100s takes an object", method);
     return;
   }
+  tp__mcp_era_req era;
+  json_t *era_error = NULL;
+  int era_of = tp__mcp_era_of(method, params, &era, &era_error);
+  if (era_of < 0) {
+    if (era_error) send_msg(s, b, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0",
+                                                     "id", id, "error", era_error));
+    else send_error(s, b, id, -32603, "out of memory");
+    return;
+  }
+  if (era_of > 0) { handle_modern(s, b, id, method, params); return; }
   if (strcmp(method, "initialize") == 0) {
     if (b != NULL) {
       send_error(s, b, id, -32600, "Invalid Request: initialize must not be part of a batch");
@@ -2848,9 +2901,7 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
     for (size_t i = 0; want && i < sizeof versions / sizeof versions[0]; i++)
       if (strcmp(want, versions[i]) == 0) use = versions[i];
     char instructions[300];
-    snprintf(instructions, sizeof instructions, "Call the %s tool with one Lua script that "
-             "calls the tools it needs (tools.name{...}) and returns only the data you need; "
-             "its description lists the tools.", s->o.name);
+    tp__mcp_era_instructions(instructions, sizeof instructions, s->o.name);
     s->initialized = 1;
     s->version = use;
     json_t *elicit = json_object_get(json_object_get(params, "capabilities"), "elicitation");
@@ -2899,6 +2950,7 @@ static void handle_notification (server *s, const char *method, json_t *params) 
   if (strcmp(method, "notifications/initialized") == 0) s->initialized = 1;
   else if (strcmp(method, "notifications/cancelled") == 0) {
     json_t *rid = json_is_object(params) ? json_object_get(params, "requestId") : NULL;
+    if (tp__mcp_listen_cancel(s->listen, rid)) return;  /* a subscriptions/listen stream */
     cancel_request(s, rid);
   }
   /* other notifications (progress, roots/list_changed, ...) need nothing from us */
@@ -3228,6 +3280,7 @@ static int server_init (server *s) {
   if (uv_loop_init(s->loop) != 0) return -1;
   s->level = L_INFO;
   if (mailbox_init(&s->mb, s->loop, server_mail, s) != 0) return -1;
+  if ((s->listen = tp__mcp_listen_new()) == NULL) return -1;
   if (s->kv == NULL) s->kv = tp_store_create();  /* else --state's, opened already */
   s->workers = calloc(s->o.workers, sizeof *s->workers);
   if (s->kv == NULL || s->workers == NULL) return -1;
@@ -3284,6 +3337,7 @@ static void server_close (server *s) {
   json_decref(s->tools);
   json_decref(s->tool_names);
   json_decref(s->early);
+  tp__mcp_listen_free(s->listen);
   free(s->workers);
   free(s->watch);
   free(s->line);

@@ -173,12 +173,6 @@ int tp__apx_config_asks (const char *config, size_t len) {
   return asks;
 }
 
-int tp__apx_is_2026 (const json_t *params) {
-  json_t *meta = json_object_get(params, "_meta");
-  const char *v = json_string_value(json_object_get(meta, "io.modelcontextprotocol/protocolVersion"));
-  return v != NULL && strcmp(v, "2026-07-28") == 0;
-}
-
 /* args (JSON text) cut to ARGS_SHOWN bytes at a UTF-8 boundary, with a marker. */
 static void shown_args (const char *args, char *out, size_t outlen) {
   size_t n = strlen(args);

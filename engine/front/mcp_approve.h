@@ -50,11 +50,6 @@ int tp__apx_binding_eq(const char *want, const char *given, size_t given_len);
 ** then). */
 int tp__apx_config_asks(const char *config, size_t len);
 
-/* Whether a request's params say, in _meta, that it speaks protocol 2026-07-28 (where a
-** server asks with an input_required result instead of a request of its own). A small
-** stand-in for the era's _meta parsing. */
-int tp__apx_is_2026(const json_t *params);
-
 /* The params of an elicitation/create (form mode, with "mode" when with_mode) asking to
 ** approve a call of tool with args (JSON text, cut to a readable size) for reason. New
 ** reference, NULL when out of memory. */

@@ -181,8 +181,8 @@ test('a missing or non-string method: -32600', async () => {
   await expectError('{"jsonrpc":"2.0","id":9}\n', -32600, 9);
   await expectError('{"jsonrpc":"2.0","id":10,"method":42}\n', -32600, 10);
 });
-test('unknown methods, server/discover included: -32601', async () => {
-  await expectError('{"jsonrpc":"2.0","id":11,"method":"server/discover"}\n', -32601, 11);
+test('unknown methods: -32601; server/discover without a version: -32022 (era.mjs has the rest)', async () => {
+  await expectError('{"jsonrpc":"2.0","id":11,"method":"server/discover"}\n', -32022, 11);
   await expectError('{"jsonrpc":"2.0","id":"x","method":"resources/list"}\n', -32601, 'x');
 });
 test('params that are not an object: -32602', () =>
