@@ -1,8 +1,10 @@
 /*
-** lua_patch.h: force-included into Lua's lstrlib.c (never into anything else), where
-** scripts/fetch-lua.sh has placed a call to tp_pattern_step at every step of the
-** pattern matcher: each call of match(), each character singlematch() tests and each
-** character %b scans. That makes the work of find, match, gmatch and gsub countable,
+** lua_patch.h: force-included into Lua's own files (and read by the sandbox's). In
+** lstrlib.c scripts/fetch-lua.sh has placed a call to tp_pattern_step at every step of the
+** pattern matcher; lstate.c takes the seed of a state's string hashes from
+** tp_lua_makeseed (below). The pattern steps: each call of match(), each character
+** singlematch() tests and each character %b scans. That makes the work of find, match,
+** gmatch and gsub countable,
 ** so a backtracking pattern can be stopped like a Lua loop, while every pattern that
 ** finishes behaves exactly as in unpatched Lua.
 **

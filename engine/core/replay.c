@@ -415,7 +415,9 @@ static int rp_randomseed (lua_State *L) {  /* math.randomseed; upvalue 1: Lua's 
   return call_orig(L);
 }
 
-/* In protected mode on the sandbox's main thread: light userdata 1 is the run. */
+/* In protected mode on the sandbox's main thread: light userdata 1 is the run. A
+** session's sandbox keeps the wrappers from its first such run: they read the clock of
+** the run that uses the sandbox, if it has a tp_replay, and are Lua's own otherwise. */
 static int patch_sandbox (lua_State *L) {
   tp_run *r = lua_touserdata(L, 1);
   lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
@@ -423,6 +425,7 @@ static int patch_sandbox (lua_State *L) {
   lua_getfield(L, loaded, "os");
   int os = lua_gettop(L);
   lua_getfield(L, os, "time");
+  if (lua_tocfunction(L, -1) == rp_time) goto math;  /* wrapped already */
   lua_pushvalue(L, -1);
   lua_pushcclosure(L, rp_time, 1);
   lua_setfield(L, os, "time");           /* Lua's os.time stays on the stack */
@@ -434,15 +437,20 @@ static int patch_sandbox (lua_State *L) {
   lua_pushvalue(L, orig_time);
   lua_pushcclosure(L, rp_date, 2);
   lua_setfield(L, os, "date");
+math:
   lua_getfield(L, loaded, "math");
   int math = lua_gettop(L);
   lua_getfield(L, math, "randomseed");
-  lua_pushvalue(L, -1);
+  int wrapped = lua_tocfunction(L, -1) == rp_randomseed;
+  if (wrapped) lua_getupvalue(L, -1, 1);  /* Lua's */
+  else lua_pushvalue(L, -1);
   lua_pushinteger(L, (lua_Integer)r->rp->seed);
   lua_pushinteger(L, 0);
   lua_call(L, 2, 0);                     /* seeds math.random */
-  lua_pushcclosure(L, rp_randomseed, 1);
-  lua_setfield(L, math, "randomseed");
+  if (!wrapped) {
+    lua_pushcclosure(L, rp_randomseed, 1);
+    lua_setfield(L, math, "randomseed");
+  }
   return 0;
 }
 

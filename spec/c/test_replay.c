@@ -502,6 +502,40 @@ TEST(a_clock_read_of_the_other_kind_is_a_divergence) {
   tp_engine_destroy(e);
 }
 
+TEST(a_session_reads_the_clock_once_a_read_over_several_deterministic_runs) {
+  tp_engine *e = engine_with_tools(0);
+  tp_session *s = tp_session_create(e, NULL);
+  for (int i = 0; i < 3; i++) {
+    const char *src = "return {os.time(), os.clock(), math.random(1000)}";
+    tp_run *r = tp_session_run(s, src, strlen(src));
+    logbuf log = { 0 };
+    CHECK_INT(tp_run_set_seed(r, 3), TP_OK);
+    CHECK_INT(tp_run_on_log(r, on_log, &log), TP_OK);
+    drive(r);
+    CHECK_INT(log.entries, 3);  /* the seed, two clock reads */
+    char *res = field(tp_run_envelope(r), "result.2");
+    CHECK(res == NULL);  /* an array: compare the whole */
+    free(res);
+    res = field(tp_run_envelope(r), "result");
+    static char first[200];
+    if (i == 0) snprintf(first, sizeof first, "%s", res ? res : "");
+    else {
+      char *a = strchr(first, ','), *b = res ? strchr(res, ',') : NULL;
+      CHECK(a && b && strcmp(strrchr(a, ','), strrchr(b, ',')) == 0);  /* same random */
+    }
+    free(res);
+    free(log.text);
+    tp_run_destroy(r);
+  }
+  const char *sys = "return os.time() > 1700000000";  /* none of it: the system's clock */
+  tp_run *r = tp_session_run(s, sys, strlen(sys));
+  drive(r);
+  CHECK_FIELD(tp_run_envelope(r), "result", "true");
+  tp_run_destroy(r);
+  tp_session_destroy(s);
+  tp_engine_destroy(e);
+}
+
 TEST(a_run_without_any_of_it_logs_nothing_and_reads_the_system_clock) {
   tp_engine *e = engine_with_tools(0);
   char *env = run(e, "return os.time() > 1700000000 and os.clock() >= 0", 0, NULL, NULL, 0);
@@ -524,6 +558,7 @@ int main (int argc, char **argv) {
   RUN(a_caller_clock_answers_os_time_os_clock_and_os_date);
   RUN(the_setters_refuse_null_a_started_run_and_a_bad_log);
   RUN(a_clock_read_of_the_other_kind_is_a_divergence);
+  RUN(a_session_reads_the_clock_once_a_read_over_several_deterministic_runs);
   RUN(a_run_without_any_of_it_logs_nothing_and_reads_the_system_clock);
   return tp_test_end();
 }
