@@ -99,18 +99,36 @@ int tp_run_on_log (tp_run *r, tp_log_cb cb, void *ud) {
 
 /* ---- entries ----------------------------------------------------------------------- */
 
-/* Tells the log callback entry o (stolen). Returns cb's answer; 0 without a callback,
-** -1 when the entry could not be made. */
+/* Tells the log callback entry o (stolen; NULL: it could not be made). Returns 0, or
+** -1 when cb refused it; 0 without a callback. An entry the host cannot make (out of
+** memory) would leave a hole in the log that a replay reads wrong, so the run ends then
+** with limit.memory (-2). */
 static int emit (tp_run *r, json_t *o) {
   tp_replay *rp = r->rp;
   if (rp->log_cb == NULL) { json_decref(o); return 0; }
   size_t len = 0;
   char *text = o ? tp__json_dumpsn(o, &len) : NULL;
   json_decref(o);
-  if (text == NULL) return -1;
+  if (text == NULL) {
+    tp__sandbox_kill(r->sb, TP_KILL_MEMORY);
+    return -2;
+  }
   int rc = rp->log_cb(r, text, len, rp->log_ud);
   free(text);
-  return rc;
+  return rc != 0 ? -1 : 0;
+}
+
+/* s as a JSON string, its bytes that are not UTF-8 made '?' (a script's misspelt tool
+** name, a C tool's message); NULL when out of memory. */
+static json_t *str (const char *s) {
+  json_t *v = json_string(s);
+  if (v != NULL || s == NULL) return v;
+  char *copy = strdup(s);
+  if (copy == NULL) return NULL;
+  for (unsigned char *p = (unsigned char *)copy; *p; p++) if (*p >= 0x80) *p = '?';
+  v = json_string(copy);
+  free(copy);
+  return v;
 }
 
 static void sha256_hex (const char *s, size_t len, char out[65]) {
@@ -352,17 +370,11 @@ static void clock_read (lua_State *L, tp_run *r, int cpu, int orig) {
     lua_call(L, 0, 1);
   }
   if (rp->log_cb) {
-    json_t *o = json_object();
     json_t *v = lua_isinteger(L, -1) ? json_integer((json_int_t)lua_tointeger(L, -1))
                                      : json_real((double)lua_tonumber(L, -1));
-    if (o && v) {
-      json_object_set_new(o, "type", json_string("clock"));
-      json_object_set_new(o, "n", json_integer((json_int_t)k + 1));
-      json_object_set_new(o, "clock", json_string(cpu ? "cpu" : "time"));
-      json_object_set_new(o, "value", v);
-      emit(r, o);
-    }
-    else { json_decref(o); json_decref(v); }
+    if (emit(r, v ? json_pack("{s:s,s:I,s:s,s:o}", "type", "clock", "n", (json_int_t)k + 1,
+                              "clock", cpu ? "cpu" : "time", "value", v) : NULL) == -2)
+      tp__sandbox_check(L, r->sb);  /* limit.memory */
   }
 }
 
@@ -480,14 +492,8 @@ int tp__replay_begin (tp_run *r) {
     return -1;
   }
   rp->began = 1;
-  if (rp->log_cb && !rp->replaying) {
-    json_t *o = json_object();
-    if (o) {
-      json_object_set_new(o, "type", json_string("seed"));
-      json_object_set_new(o, "seed", json_integer((json_int_t)rp->seed));
-    }
-    emit(r, o);
-  }
+  if (rp->log_cb && !rp->replaying)
+    emit(r, json_pack("{s:s,s:I}", "type", "seed", "seed", (json_int_t)rp->seed));
   return 0;
 }
 
@@ -539,15 +545,14 @@ int tp__replay_call (tp_run *r, tp_call *c) {
     return 1;
   }
   if (lc == NULL && rp->log_cb) {  /* a new call: its first entry */
-    json_t *o = json_object();
-    if (o) {
-      json_object_set_new(o, "type", json_string("call"));
-      json_object_set_new(o, "seq", json_integer((json_int_t)c->id));
-      json_object_set_new(o, "phase", json_integer(0));
-      json_object_set_new(o, "tool", json_string(c->name));
-      json_object_set_new(o, "args_hash", json_string(hash));
+    int rc = emit(r, json_pack("{s:s,s:I,s:i,s:o,s:s}", "type", "call", "seq",
+                               (json_int_t)c->id, "phase", 0, "tool", str(c->name),
+                               "args_hash", hash));
+    if (rc == -2) {
+      tp__call_fail_stopped(c, "the arguments");
+      return 1;
     }
-    if (emit(r, o) != 0) {
+    if (rc != 0) {
       tp__call_failf(c, "tool.failed", "tools.%s was not made: the run's call log could "
                      "not be written (the host's store failed), and a durable run makes no "
                      "call it cannot log; try again later", c->name);
@@ -577,25 +582,23 @@ int tp__replay_end (tp_run *r, tp_call *c, int ok, const json_t *result, const c
       return 1;
     }
   }
-  json_t *o = json_object();
-  if (o == NULL) return 0;
-  json_object_set_new(o, "type", json_string("call"));
-  json_object_set_new(o, "seq", json_integer((json_int_t)c->id));
-  json_object_set_new(o, "phase", json_integer(1));
-  json_object_set_new(o, "ok", json_boolean(ok));
-  json_object_set_new(o, "sync", json_boolean(rp->starting == c));
-  if (ok) json_object_set(o, "result", result ? (json_t *)result : json_null());
+  json_t *o, *e = NULL;
+  int sync = rp->starting == c;
+  if (ok)
+    o = json_pack("{s:s,s:I,s:i,s:b,s:b,s:O}", "type", "call", "seq", (json_int_t)c->id,
+                  "phase", 1, "ok", 1, "sync", sync,
+                  "result", result ? (json_t *)result : json_null());
   else {
-    json_t *e = json_object();
-    if (e) {
-      json_object_set_new(e, "code", json_string(code ? code : "tool.failed"));
-      json_object_set_new(e, "message", json_string(msg ? msg : "the tool failed"));
-      if (c->retry_after_ms > 0)
-        json_object_set_new(e, "retry_after_ms", json_integer(c->retry_after_ms));
-    }
-    json_object_set_new(o, "error", e);
+    code = code ? code : "tool.failed";
+    msg = msg ? msg : "the tool failed";
+    e = c->retry_after_ms > 0
+        ? json_pack("{s:o,s:o,s:I}", "code", str(code), "message", str(msg),
+                    "retry_after_ms", (json_int_t)c->retry_after_ms)
+        : json_pack("{s:o,s:o}", "code", str(code), "message", str(msg));
+    o = e ? json_pack("{s:s,s:I,s:i,s:b,s:b,s:o}", "type", "call", "seq", (json_int_t)c->id,
+                      "phase", 1, "ok", 0, "sync", sync, "error", e) : NULL;
   }
-  emit(r, o);
+  emit(r, o);  /* out of memory: the run ends with limit.memory */
   return 0;
 }
 
@@ -616,14 +619,8 @@ int tp__replay_may_take (tp_run *r, uint64_t id, int first) {
     rp->held = 1;
     return 0;
   }
-  if (rp->log_cb && (c == NULL || !c->replay_gate)) {
-    json_t *o = json_object();
-    if (o) {
-      json_object_set_new(o, "type", json_string("order"));
-      json_object_set_new(o, "seq", json_integer((json_int_t)id));
-    }
-    emit(r, o);
-  }
+  if (rp->log_cb && (c == NULL || !c->replay_gate))
+    emit(r, json_pack("{s:s,s:I}", "type", "order", "seq", (json_int_t)id));
   return 1;
 }
 

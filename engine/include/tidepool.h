@@ -364,7 +364,10 @@ TP_EXTERN void tp_run_on_progress(tp_run *r, tp_call_progress_cb cb, void *ud);
 ** with the error replay.divergence (not catchable by pcall): its message names the seq,
 ** the logged tool and hash, and what the script did. A call with only a phase 0 entry (it
 ** was held for approval, or the process stopped while it ran) and the calls after the
-** log go to the host as usual: that is how a paused run goes on. With a callback, cb is
+** log go to the host as usual: that is how a paused run goes on. Where a replayed answer
+** waits for its turn, tp_run_step returns TP_YIELD instead of TP_WAIT: step again. A log
+** entry the host cannot make (out of memory) ends the run with limit.memory, so a log
+** never has a hole a replay would read wrong. With a callback, cb is
 ** told only the entries that are not in the log given, so a store appends what cb tells
 ** to what it kept. TP_OK; TP_EINVAL for a log that cannot be read (err, when not NULL,
 ** says why, cut to errlen), TP_ENOMEM.
