@@ -177,9 +177,8 @@ static int take_entry (tp_replay *rp, const json_t *e, size_t i, char *err, size
   if (strcmp(type, "seed") == 0) {
     const json_t *s = json_object_get(e, "seed");
     if (!json_is_integer(s)) BAD("entry %zu: \"seed\" is not an integer", i + 1);
-    rp->has_seed = 1;
+    rp->has_seed = rp->seed_logged = 1;
     rp->seed = (uint64_t)json_integer_value(s);
-    rp->replaying = 1;
     return TP_OK;
   }
   if (strcmp(type, "clock") == 0) {
@@ -492,7 +491,7 @@ int tp__replay_begin (tp_run *r) {
     return -1;
   }
   rp->began = 1;
-  if (rp->log_cb && !rp->replaying)
+  if (rp->log_cb && !rp->seed_logged)  /* a log without one gets the seed drawn */
     emit(r, json_pack("{s:s,s:I}", "type", "seed", "seed", (json_int_t)rp->seed));
   return 0;
 }

@@ -53,6 +53,7 @@ typedef struct tp_replay {
   tp_call *starting;       /* the call being started: it completes "sync" */
   /* replaying */
   int replaying;           /* a log was given */
+  int seed_logged;         /* it has the seed */
   tp__rcall *calls;        /* by seq */
   size_t ncalls;
   uint64_t last_seq;       /* the highest seq of the log's calls */

@@ -359,6 +359,14 @@ TEST(a_log_cut_short_answers_what_it_has_and_the_rest_calls_the_tools) {
   CHECK_FIELD(l0, "seq", "2");
   CHECK_FIELD(l0, "phase", "1");
   free(l0);
+  /* a log kept without its seed entry: the replay tells the seed it drew */
+  char *seedless = strchr(log.text, '\n') + 1;
+  logbuf told2 = { 0 };
+  char *env3 = run(e, src, 0, &told2, seedless, cut - (size_t)(seedless - log.text));
+  CHECK_FIELD(env3, "result", "6");
+  CHECK_INT(told2.entries, 4);
+  CHECK_HAS(told2.text, "\"type\":\"seed\"}\n{");
+  free(env3); free(told2.text);
   free(env); free(env2); free(log.text); free(told.text);
   tp_engine_destroy(e);
 }
