@@ -12,6 +12,7 @@
 #include "lauxlib.h"
 
 #include "calls.h"
+#include "replay.h"
 #include "json.h"
 #include "schema.h"
 
@@ -108,6 +109,18 @@ static void result_release (tp_call *c) {
 void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, const char *msg) {
   if (c->state == CALL_DONE) { json_decref(result); return; }
   tp_run *r = c->run;
+  if (c->logged && r != NULL) {  /* its second entry in the run's log */
+    if (tp__replay_end(r, c, ok, result, code, msg)) {  /* too large to log */
+      char buf[TP_MSG_MAX];
+      json_decref(result);
+      give_back(c, c->result_cost);
+      c->result_cost = 0;
+      tp__replay_too_large(c, buf, sizeof buf);
+      tp__call_finish(c, 0, NULL, "tool.failed", buf);  /* logs this instead */
+      return;
+    }
+    c->logged = 0;
+  }
   int was_running = c->state == CALL_RUNNING;
   if (!was_running && !c->handler_owns) args_release(c, 1, 1);  /* no handler will read them */
   c->state = CALL_DONE;
@@ -168,7 +181,7 @@ static int validate_for (tp_run *r, const tp_schema *s, const json_t *v,
 void tp__call_fail_stopped (tp_call *c, const char *what) {
   tp_sandbox *sb = c->run->sb;
   tp_kill why = (tp_kill)atomic_load(&sb->kill);
-  char msg[256];
+  char msg[TP_KILL_NOTE_MAX];
   tp__kill_message(sb, why, msg, sizeof msg);
   tp__call_failf(c, tp__kill_code(why), "tools.%s: %s were not checked: %s", c->name, what,
                 msg);
@@ -380,7 +393,9 @@ void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args
   const char *name = c->name;
   c->args = args;
   if (exact) {
+    if (r->rp != NULL && tp__replay_call(r, c)) return;  /* answered from a log */
     tp__hook(r, call, c);
+    if (r->rp != NULL) r->rp->starting = NULL;
     return;
   }
   tp__call_bind(c, NULL);
@@ -610,6 +625,21 @@ static int complete (tp_call *c, json_t *result, size_t text_len, size_t cost, i
   tp__call_finish(c, 1, result, NULL, NULL);
   return TP_OK;
 }
+
+void tp__call_complete_logged (tp_call *c, json_t *result) {
+  size_t cost = tp__json_tree_cost(result);
+  if (tp__host_charge(c->run->sb, cost) != 0) {
+    json_decref(result);
+    tp__call_failf(c, "tool.failed", "tools.%s's logged result needs more host memory than "
+                   "the run's memory limit allows", c->name);
+    return;
+  }
+  c->result_cost = cost;
+  c->charged += cost;
+  tp__call_finish(c, 1, result, NULL, NULL);
+}
+
+tp_call *tp__run_find_call (tp_run *r, uint64_t id) { return find_call(r, id); }
 
 void tp__call_handler_done (tp_call *c) {
   c->handler_owns = 0;

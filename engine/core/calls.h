@@ -48,6 +48,9 @@ struct tp_call {
   int empty_objects;       /* its arguments hold an empty table sent as {} (the host
                            ** looks at the schema only then: host/admit.c) */
   int cancelled, consumed;
+  unsigned char logged;    /* its first entry is in the run's log: the second follows */
+  unsigned char replay_gate; /* answered from a replayed log: held back from the script
+                           ** until its turn in the log's order (replay.c) */
   int ok;
   json_t *result;          /* when ok */
   char *code, *message;    /* when not ok */
@@ -94,6 +97,10 @@ int tp__call_complete_tree(tp_call *c, json_t *result);
 /* The same for a tree whose cost (tp__json_tree_cost) its maker charged to the run's host
 ** budget already: c takes over the charge, refunded when the tree is freed. */
 int tp__call_complete_charged(tp_call *c, json_t *result, size_t cost);
+/* Completes c, answered from a replayed log, with result (stolen; charged here). */
+void tp__call_complete_logged(tp_call *c, json_t *result);
+/* Run r's call id, or NULL when it has none (let go, or never made). */
+tp_call *tp__run_find_call(tp_run *r, uint64_t id);
 /* Ends the handler's (or hold's) ownership of c: queued calls may start, and c is freed
 ** when its run let go of it too. */
 void tp__call_handler_done(tp_call *c);

@@ -289,6 +289,7 @@ static const tp__limit *verdict_limit (tp_kill why) {
 const char *tp__kill_code (tp_kill why) {
   const tp__limit *li = verdict_limit(why);
   if (li) return li->code;
+  if (why == TP_KILL_DIVERGENCE) return "replay.divergence";
   return why == TP_KILL_CANCELLED ? "cancelled" : "runtime";
 }
 
@@ -300,6 +301,10 @@ const char *tp__kill_hint (tp_kill why) {
 
 void tp__kill_message (const tp_sandbox *sb, tp_kill why, char *buf, size_t len) {
   const tp__limit *li = verdict_limit(why);
+  if (li == NULL && why == TP_KILL_DIVERGENCE) {
+    snprintf(buf, len, "%s", sb->kill_note[0] ? sb->kill_note : "the replay diverged from its log");
+    return;
+  }
   if (li == NULL) {
     snprintf(buf, len, "%s", why == TP_KILL_CANCELLED ? "the run was cancelled by the host"
                                                         : "stopped");

@@ -17,6 +17,7 @@
 #include "lauxlib.h"
 
 #include "calls.h"
+#include "replay.h"
 #include "json.h"
 
 /* ---- what the script sees --------------------------------------------------------- */
@@ -76,10 +77,12 @@ static int tool_loaded (lua_State *L, const char *name) {
 static const char cannot_wait[] = TP_MSG_CANNOT_WAIT;
 
 /* Delivers the call's result, or yields until it is ready. */
-static int await_call (lua_State *L, uint64_t id) {
+static int await_call (lua_State *L, uint64_t id, int first) {
   tp_sandbox *sb = tp__sandbox_of(L);
   tp__sandbox_check(L, sb);
-  if (!tp__call_ready(sb->run, id)) {
+  /* a replayed call waits, in a parallel branch or a coroutine, as its logged one did */
+  if (!tp__call_ready(sb->run, id) ||
+      (first && sb->run->rp && L != sb->T && !tp__replay_may_take(sb->run, id, 1))) {
     if (!lua_isyieldable(L)) return luaL_error(L, "%s", cannot_wait);
     lua_pushlightuserdata(L, &tp__request_tag);
     lua_pushinteger(L, (lua_Integer)id);
@@ -93,7 +96,7 @@ static int await_call (lua_State *L, uint64_t id) {
 static int tool_k (lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   lua_settop(L, 0);
-  return await_call(L, (uint64_t)ctx);
+  return await_call(L, (uint64_t)ctx, 0);
 }
 
 /* Refuses call c before it starts with an error object the script gets at once. The
@@ -174,7 +177,7 @@ static int ns_call (lua_State *L) {
   c->empty_objects = o.empty_objects;
   tp__call_start(r, c, nlen, exact, args);
   lua_settop(L, 0);
-  return await_call(L, id);
+  return await_call(L, id, 1);
 }
 
 /* tools.a.b: a namespace named "a.b", made in the sandbox (the script's memory). The
@@ -323,7 +326,9 @@ static int parallel_pass (lua_State *L, int n) {
   tp_sandbox *sb = tp__sandbox_of(L);
   int P = n + 1, W = n + 2, R = n + 3, E = n + 4;
   lua_settop(L, E);
-  int pending = 0;
+  int pending, resumed, held;
+again:
+  pending = resumed = held = 0;
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, W, i);
     int done = lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1);
@@ -332,6 +337,11 @@ static int parallel_pass (lua_State *L, int n) {
     lua_pop(L, 1);
     if (done) continue;
     if (!any && id && !tp__call_ready(sb->run, id)) { pending = 1; continue; }
+    if (!any && id && sb->run->rp && !tp__replay_may_take(sb->run, id, 0)) {
+      pending = held = 1;  /* a replayed call waits for its turn in the log's order */
+      continue;
+    }
+    resumed = 1;
     lua_rawgeti(L, P, i);
     lua_State *co = lua_tothread(L, -1);
     lua_pop(L, 1);
@@ -385,6 +395,10 @@ static int parallel_pass (lua_State *L, int n) {
       }
       break;
     }
+  }
+  if (pending && held && !resumed) {  /* the log's order cannot be kept: the script changed */
+    tp__replay_ungate(sb->run);
+    goto again;
   }
   if (pending) {
     if (!lua_isyieldable(L))

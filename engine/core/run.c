@@ -18,6 +18,7 @@
 
 #include "run.h"
 #include "calls.h"
+#include "replay.h"
 #include "normalize.h"
 #include "json.h"
 #include "limits_table.h"
@@ -235,10 +236,19 @@ static const char *tool_hint (const char *code) {
       "run, or use pcall when the script can go on without that result." },
     { "tool.rate_limited", "Too many calls of this tool too fast: wait retry_after_ms "
       "before calling it again, or do with fewer calls." },
+    { "replay.divergence", "The run was resumed by replaying its log, and the script (or "
+      "what it read: a tool's result, the clock, math.random) no longer makes the calls "
+      "it made then: run the script afresh, or resume it unchanged." },
   };
   for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
     if (strcmp(code, hints[i].code) == 0) return hints[i].hint;
   return NULL;
+}
+
+/* The hint of a verdict: the limits table's, or the code's own (replay.divergence). */
+static const char *kill_hint (tp_kill why) {
+  const char *h = tp__kill_hint(why);
+  return h ? h : tool_hint(tp__kill_code(why));
 }
 
 /* NULL when the host is out of memory, with the verdict limit.memory recorded (finish
@@ -301,9 +311,9 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   int line = error_line(co);
   int why = atomic_load(&sb->kill);
   if (why != TP_KILL_NONE) {
-    char msg[256];
+    char msg[TP_KILL_NOTE_MAX];
     tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
-    const char *hint = tp__kill_hint((tp_kill)why);
+    const char *hint = kill_hint((tp_kill)why);
     /* Plugin handlers that held the thread for half the limit or more explain it. */
     uint64_t lim_us = why == TP_KILL_TIME ? sb->limits.wall_us :
                       why == TP_KILL_CPU ? sb->limits.cpu_us : 0;
@@ -401,10 +411,10 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   if (error == NULL && result_text == NULL && sb != NULL) {
     int why = atomic_load(&sb->kill);
     if (why != TP_KILL_NONE) {
-      char msg[256];
+      char msg[TP_KILL_NOTE_MAX];
       tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
       error = make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), 0,
-                         tp__kill_hint((tp_kill)why));
+                         kill_hint((tp_kill)why));
       lost = error == NULL;
     }
   }
@@ -439,7 +449,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
     /* an ok envelope past the budget: the verdict is limit.memory now */
     free(p[P_OK].text);
     free(p[P_VALUE].text);
-    char msg[256];
+    char msg[TP_KILL_NOTE_MAX];
     tp__kill_message(sb, TP_KILL_MEMORY, msg, sizeof msg);
     error = make_error(r, "limit.memory", msg, strlen(msg), 0, tp__kill_hint(TP_KILL_MEMORY));
   }
@@ -519,10 +529,10 @@ static void finish_ok (tp_run *r, int nres) {
                "that appears several times is copied each time", ms, jerr.path);
     }
     if (why != TP_KILL_NONE) {
-      char msg[256];
+      char msg[TP_KILL_NOTE_MAX];
       tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
       finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), 0,
-                                    tp__kill_hint((tp_kill)why)));
+                                    kill_hint((tp_kill)why)));
       return;
     }
     char msg[700];
@@ -553,12 +563,12 @@ static void finish_ok (tp_run *r, int nres) {
   int why = atomic_load(&sb->kill);
   if (text == NULL && why == TP_KILL_NONE) why = TP_KILL_MEMORY;  /* the host's own malloc */
   if (why != TP_KILL_NONE) {
-    char msg[256];
+    char msg[TP_KILL_NOTE_MAX];
     free(text);
     if (text != NULL) budget->refund(budget->ud, text_cost);
     tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
     finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), 0,
-                                  tp__kill_hint((tp_kill)why)));
+                                  kill_hint((tp_kill)why)));
     return;
   }
   finish(r, text, n, NULL);
@@ -739,6 +749,23 @@ tp_run *tp__run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t le
   return r;
 }
 
+int tp__run_reseed (tp_run *r, unsigned int seed) {
+  if (r->session != NULL || !r->compiled || r->state != ST_READY) return 0;
+  tp_sandbox *old = r->sb;
+  tp_lua_seed_next = seed;
+  tp_lua_seed_next_set = 1;
+  tp_sandbox *sb = tp__sandbox_create_in(&old->limits, &tp__core(r->e)->chunks);
+  tp_lua_seed_next_set = 0;
+  if (sb == NULL) return -1;
+  sb->run = r;
+  r->sb = sb;
+  old->run = NULL;
+  tp__sandbox_destroy(old);
+  r->cpu_used_ns -= r->compile_ns < r->cpu_used_ns ? r->compile_ns : r->cpu_used_ns;
+  r->compiled = compile(r);
+  return 0;
+}
+
 tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_limits *limits) {
   if (e == NULL || source == NULL) return NULL;
   tp_limits lim;
@@ -802,11 +829,11 @@ void tp_run_cancel (tp_run *r) {
   int expected = TP_KILL_NONE;
   atomic_compare_exchange_strong(&r->sb->kill, &expected, TP_KILL_CANCELLED);
   int why = atomic_load(&r->sb->kill);
-  char msg[256];
+  char msg[TP_KILL_NOTE_MAX];
   tp__kill_message(r->sb, (tp_kill)why, msg, sizeof msg);
   int line = r->state == ST_STARTED ? error_line(r->sb->T) : 0;
   finish(r, NULL, 0, make_error(r, tp__kill_code((tp_kill)why), msg, strlen(msg), line,
-                             tp__kill_hint((tp_kill)why)));
+                             kill_hint((tp_kill)why)));
   if (r->async) tp__hook(r, wake, r);  /* the driver reports it */
 }
 
@@ -856,6 +883,8 @@ static void step_disarm (tp_run *r) {
 int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (r == NULL) return TP_EINVAL;
   if (r->state == ST_DONE) return TP_ESTATE;
+  if (r->state == ST_READY && r->rp != NULL && !r->rp->began)
+    tp__replay_begin(r);  /* may make the sandbox again; failing: limit.memory */
   tp_sandbox *sb = r->sb;
   if (!r->compiled) {
     json_t *err = r->pending_error;
@@ -967,6 +996,11 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
         lua_touserdata(T, -nres) == &tp__request_tag) {
       lua_pop(T, nres);
       r->waiting = 1;
+      if (r->rp != NULL && r->rp->held) {  /* replayed answers wait for their turn: */
+        r->rp->held = 0;                   /* they are there, so step again */
+        r->waiting = 2;                    /* and look again */
+        return TP_YIELD;
+      }
       return TP_WAIT;
     }
     lua_pop(T, nres);
@@ -1000,6 +1034,7 @@ void tp_run_destroy (tp_run *r) {
   }
   else tp__sandbox_destroy(r->sb);
   json_decref(r->pending_error);
+  tp__replay_free(r->rp);
   free(r->src);
   free(r->envelope);
   free(r);

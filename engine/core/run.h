@@ -155,6 +155,7 @@ struct tp_run {
   /* tp_run_on_progress: told a call's progress reports (tp_call_progress) */
   void (*progress_hook)(struct tp_run *r, const char *tool, const char *text, void *ud);
   void *progress_hook_ud;
+  struct tp_replay *rp;    /* seed, clock, log, replay (replay.c); NULL: none of them */
 };
 
 struct tp_session {
@@ -165,6 +166,10 @@ struct tp_session {
 
 /* Makes a run of source in sandbox sb (created for it, or a session's); compiles it. */
 tp_run *tp__run_new(tp_engine *e, tp_sandbox *sb, const char *source, size_t len);
+/* Makes r's sandbox again, its string hashes seeded with seed, and compiles r's source
+** in it (a replayable run: replay.c). Only before r's first step, and not in a session.
+** 0, or -1 when out of memory (r keeps its sandbox). */
+int tp__run_reseed(tp_run *r, unsigned int seed);
 /* A call of r completed or a deadline passed: tells the host when it drives r. */
 void tp__run_wake(tp_run *r);
 /* Ends a compiled run that has not started as a check (tp_engine_check): ok, no result. */

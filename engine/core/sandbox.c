@@ -291,7 +291,7 @@ int tp__sandbox_kill_note (tp_sandbox *sb, tp_kill why, const char *fmt, ...) {
 void tp__sandbox_check (lua_State *L, tp_sandbox *sb) {
   int why = atomic_load(&sb->kill);
   if (why != TP_KILL_NONE) {
-    char msg[256];
+    char msg[TP_KILL_NOTE_MAX];
     lua_sethook(L, tp__sandbox_hook, LUA_MASKCOUNT, 1);
     tp__kill_message(sb, (tp_kill)why, msg, sizeof msg);
     luaL_error(L, "%s", msg);

@@ -38,8 +38,12 @@ typedef enum tp_kill {
   TP_KILL_CANCELLED,
   TP_KILL_TOOL_CALLS,
   TP_KILL_RESULT,
+  TP_KILL_DIVERGENCE,      /* replay.divergence: a replayed run left its log (replay.c) */
   TP_KILL__COUNT
 } tp_kill;
+
+/* The longest words of a verdict (a divergence names two tools and two hashes). */
+#define TP_KILL_NOTE_MAX 640
 
 /* ---- sandbox ------------------------------------------------------------------------ */
 
@@ -105,7 +109,8 @@ typedef struct tp_sandbox {
 
   /* limits, kept for messages */
   tp_limits limits;
-  char kill_note[200];     /* the verdict's own words, when more precise than the code's */
+  char kill_note[TP_KILL_NOTE_MAX]; /* the verdict's own words, when more precise than
+                           ** the code's */
   struct tp_run *run;      /* owner, for tool calls */
 } tp_sandbox;
 

@@ -60,6 +60,12 @@ static const char usage_head[] =
   "  --state DIR          keep kv keys and rate buckets in DIR/tidepool.db (SQLite, made\n"
   "                       when missing), across runs and processes; also sqlite:PATH or\n"
   "                       redis://HOST:PORT/DB\n"
+  "  --deterministic      the same envelope at every run (but for timings): math.random\n"
+  "                       seeded (--seed, default 0), the clock starts at --clock and\n"
+  "                       moves --clock-step at each read of os.time/os.clock/os.date\n"
+  "  --seed N             seed math.random with the integer N\n"
+  "  --clock EPOCH        the run's clock starts at EPOCH (seconds since 1970)\n"
+  "  --clock-step DURATION  how far the clock moves at each read (default 1ms)\n"
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
@@ -374,6 +380,42 @@ enum { APPROVE_ASK, APPROVE_ALL, APPROVE_NONE };
 #define PROMPT_ARGS_MAX 400  /* bytes of the arguments shown at the prompt */
 
 /* s with its control characters shown as '?' (a config's reason is not the terminal's). */
+/* --deterministic, --seed, --clock, --clock-step */
+typedef struct det_opts {
+  int has_seed, has_clock;
+  uint64_t seed;
+  int64_t epoch;
+  uint64_t step_us;
+} det_opts;
+
+static void run_done (tp_run *r, void *ud) {
+  (void)r;
+  *(int *)ud = 1;
+}
+
+/* tp_engine_run with a seed and a clock: the run driven by e's loop. */
+static int run_determined (tp_engine *e, const char *src, size_t len, const tp_limits *lim,
+                           const det_opts *d, char **envelope, int *ok) {
+  *envelope = NULL;
+  tp_engine_start_servers(e, NULL, NULL);
+  tp_run *r = tp_run_create(e, src, len, lim);
+  if (r == NULL) return TP_ENOMEM;
+  int rc = TP_OK, done = 0;
+  if (d->has_seed) rc = tp_run_set_seed(r, d->seed);
+  if (rc == TP_OK && d->has_clock) rc = tp_run_set_fixed_clock(r, d->epoch, d->step_us);
+  if (rc == TP_OK) rc = tp_run_start(r, run_done, &done);
+  while (rc == TP_OK && !done) tp_engine_poll(e, 1);
+  const char *env = rc == TP_OK ? tp_run_envelope(r) : NULL;
+  if (env != NULL) {
+    *envelope = strdup(env);
+    if (*envelope == NULL) rc = TP_ENOMEM;
+  }
+  else if (rc == TP_OK) rc = TP_ESTATE;
+  *ok = tp_run_ok(r);
+  tp_run_destroy(r);
+  return rc;
+}
+
 static void put_plain (FILE *f, const char *s, size_t n) {
   for (size_t i = 0; i < n && s[i]; i++)
     fputc((unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i], f);
@@ -459,6 +501,7 @@ int main (int argc, char **argv) {
   int nlimit_opts = 0;
   uint64_t workspace_max = 0;
   int workspace_max_set = 0;
+  det_opts det = { 0, 0, 0, 0, 1000 };  /* --deterministic, --seed, --clock, --clock-step */
   const char *file = NULL;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -513,6 +556,33 @@ int main (int argc, char **argv) {
       else if (strcmp(val, "all") == 0) approve = APPROVE_ALL;
       else if (strcmp(val, "none") == 0) approve = APPROVE_NONE;
       else return tp__cli_usage_error("--approve '%s': use ask, all or none", val);
+      continue;
+    }
+    if (strcmp(a, "--deterministic") == 0) { det.has_seed = det.has_clock = 1; continue; }
+    if (strcmp(a, "--seed") == 0 || strncmp(a, "--seed=", 7) == 0 ||
+        strcmp(a, "--clock") == 0 || strncmp(a, "--clock=", 8) == 0 ||
+        strcmp(a, "--clock-step") == 0 || strncmp(a, "--clock-step=", 13) == 0) {
+      size_t n = strcspn(a, "=");
+      const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
+      if (val == NULL || *val == '\0') return tp__cli_usage_error("option '%s' needs a value", a);
+      char *end = NULL;
+      errno = 0;
+      if (n == 12) {  /* --clock-step */
+        char why[256];
+        if (tp_parse_value(TP_UNIT_DURATION, val, 86400000000u, &det.step_us, NULL, why,
+                           sizeof why) != TP_OK)
+          return tp__cli_usage_error("--clock-step: %s", why);
+        det.has_clock = 1;
+        continue;
+      }
+      long long v = strtoll(val, &end, 10);
+      if (errno != 0 || *end != '\0' || (n == 6 && v < 0))
+        return tp__cli_usage_error(n == 6 ? "--seed takes a whole number from 0 (e.g. --seed "
+                                            "7), not '%s'"
+                                          : "--clock takes whole seconds since 1970 (e.g. "
+                                            "--clock 1700000000), not '%s'", val);
+      if (n == 6) { det.seed = (uint64_t)v; det.has_seed = 1; }
+      else { det.epoch = v; det.has_clock = 1; }
       continue;
     }
     if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
@@ -663,7 +733,8 @@ int main (int argc, char **argv) {
   char *envelope = NULL;
   int ok = 0;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, &ok)
-                 : tp_engine_run(e, src, len, &lim, &envelope, &ok);
+         : det.has_seed || det.has_clock ? run_determined(e, src, len, &lim, &det, &envelope, &ok)
+         : tp_engine_run(e, src, len, &lim, &envelope, &ok);
   free(src);
   if (rc != TP_OK) {
     fprintf(stderr, "tidepool: the engine failed (%d)\n", rc);

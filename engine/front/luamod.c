@@ -34,6 +34,13 @@
 ** line, each with its JSON path. `state` (a directory, sqlite:PATH or a Redis URL; else
 ** the config's state) keeps the engine's kv keys and rate buckets in a durable store
 ** (tp_store_open), shared with every process that opens the same one.
+**
+** Determinism (tidepool.h, "durable and deterministic runs"): `deterministic = true`
+** seeds math.random with `seed` (an integer; default 0) and gives the run a clock that
+** starts at `clock` (seconds since the epoch, an integer; default 0) and moves `clock_step`
+** seconds at each read of os.time, os.clock or os.date (default 0.001). `seed` or `clock`
+** alone sets that part only. Two runs with the same options, script and tools' results
+** return the same envelope but for its timings.
 */
 #include <dlfcn.h>
 #include <errno.h>
@@ -121,7 +128,9 @@ static int opt_limit (lua_State *L, const char *k, tp_limits *lim) {
 /* Options that pick the engine (pick_engine) or the form of the answer (json) rather
 ** than set a limit. */
 static const char *const engine_options[] = { "tools", "builtin_tools", "workspace",
-                                              "workspace_max", "json", "config", "state" };
+                                              "workspace_max", "json", "config", "state",
+                                              "deterministic", "seed", "clock",
+                                              "clock_step" };
 
 /* The limits of the options at idx over those of e's config, over the defaults. */
 static void read_options (lua_State *L, int idx, tp_limits *lim, tp_engine *e) {
@@ -407,6 +416,78 @@ static void push_envelope (lua_State *L, tree_box *b, char *envelope) {
   lua_pop(L, 1);
 }
 
+/* The determinism options of the table at idx: 1 when the run needs them (then *seed,
+** *epoch, *step_us and *has_* are set), 0 when there are none. Raises on a bad value. */
+typedef struct det_opts {
+  int has_seed, has_clock;
+  uint64_t seed;
+  int64_t epoch;
+  uint64_t step_us;
+} det_opts;
+
+static int read_determinism (lua_State *L, int idx, det_opts *d) {
+  memset(d, 0, sizeof *d);
+  d->step_us = 1000;
+  if (!lua_istable(L, idx)) return 0;
+  lua_getfield(L, idx, "deterministic");
+  int det = lua_toboolean(L, -1);
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+    luaL_error(L, "tidepool: option 'deterministic' must be true or false");
+  lua_pop(L, 1);
+  d->has_seed = d->has_clock = det;
+  if (lua_getfield(L, idx, "seed") != LUA_TNIL) {
+    if (!lua_isinteger(L, -1)) luaL_error(L, "tidepool: option 'seed' must be an integer");
+    d->seed = (uint64_t)lua_tointeger(L, -1);
+    d->has_seed = 1;
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "clock") != LUA_TNIL) {
+    if (!lua_isinteger(L, -1))
+      luaL_error(L, "tidepool: option 'clock' must be an integer: seconds since the epoch, "
+                 "e.g. 1700000000");
+    d->epoch = (int64_t)lua_tointeger(L, -1);
+    d->has_clock = 1;
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "clock_step") != LUA_TNIL) {
+    lua_Number s = lua_tonumber(L, -1);
+    if (!lua_isnumber(L, -1) || !(s >= 0) || s > 86400)
+      luaL_error(L, "tidepool: option 'clock_step' must be seconds from 0 to 86400, "
+                 "e.g. 0.001");
+    d->step_us = (uint64_t)(s * 1e6 + 0.5);
+    d->has_clock = 1;
+  }
+  lua_pop(L, 1);
+  return d->has_seed || d->has_clock;
+}
+
+static void run_done (tp_run *r, void *ud) {
+  (void)r;
+  *(int *)ud = 1;
+}
+
+/* tp_engine_run with a seed and a clock: the run driven by e's loop. */
+static int run_determined (tp_engine *e, const char *src, size_t len, const tp_limits *lim,
+                           const det_opts *d, char **envelope) {
+  *envelope = NULL;
+  tp_engine_start_servers(e, NULL, NULL);
+  tp_run *r = tp_run_create(e, src, len, lim);
+  if (r == NULL) return TP_ENOMEM;
+  int rc = TP_OK, done = 0;
+  if (d->has_seed) rc = tp_run_set_seed(r, d->seed);
+  if (rc == TP_OK && d->has_clock) rc = tp_run_set_fixed_clock(r, d->epoch, d->step_us);
+  if (rc == TP_OK) rc = tp_run_start(r, run_done, &done);
+  while (rc == TP_OK && !done) tp_engine_poll(e, 1);
+  const char *env = rc == TP_OK ? tp_run_envelope(r) : NULL;
+  if (env != NULL) {
+    *envelope = strdup(env);
+    if (*envelope == NULL) rc = TP_ENOMEM;
+  }
+  else if (rc == TP_OK) rc = TP_ESTATE;
+  tp_run_destroy(r);
+  return rc;
+}
+
 static int run_or_check (lua_State *L, int check) {
   tp_engine *e = pick_engine(L, 2);
   int warnings = lua_gettop(L);
@@ -415,10 +496,13 @@ static int run_or_check (lua_State *L, int check) {
   tp_limits lim;
   read_options(L, 2, &lim, e);
   luaL_checkstack(L, 8, NULL);
+  det_opts det;
+  int determined = read_determinism(L, 2, &det) && !check;
   tree_box *box = push_tree_box(L);
   char *envelope = NULL;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, NULL)
-                 : tp_engine_run(e, src, len, &lim, &envelope, NULL);
+         : determined ? run_determined(e, src, len, &lim, &det, &envelope)
+         : tp_engine_run(e, src, len, &lim, &envelope, NULL);
   if (rc != TP_OK) return luaL_error(L, "tidepool: the engine failed (%d)", rc);
   int as_text = 0;
   if (lua_istable(L, 2)) {

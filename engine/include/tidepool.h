@@ -316,6 +316,81 @@ TP_EXTERN void tp_run_on_call(tp_run *r, tp_call_event_cb cb, void *ud);
 typedef void (*tp_call_progress_cb)(tp_run *r, const char *tool, const char *text, void *ud);
 TP_EXTERN void tp_run_on_progress(tp_run *r, tp_call_progress_cb cb, void *ud);
 
+/* ---- durable and deterministic runs --------------------------------------------------
+** A run can be made to replay exactly. Call these after tp_run_create and before its
+** first step (TP_ESTATE after it; TP_EINVAL for NULL r). A run given none of them
+** behaves as before, at no cost.
+**
+** Determinism. What a script reads that is not its source or its tools' results is
+** math.random (and math.randomseed() without arguments) and the clock (os.time(),
+** os.clock(), os.date() without a time). tp_run_set_seed seeds math.random with seed
+** (math.randomseed() without arguments then reseeds from it too, the same way at every
+** run). tp_run_set_clock makes os.time(), os.date() and os.clock() read fn instead of
+** the system: fn(r, TP_CLOCK_TIME, ud) is seconds since the epoch (os.time floors it),
+** fn(r, TP_CLOCK_CPU, ud) seconds of CPU time, called on the run's thread from inside a
+** step (it must not call into r or its engine). tp_run_set_fixed_clock is a clock that
+** stands still but for step_us at each read: the k-th read (from 0) is epoch +
+** k * step_us / 10^6 seconds for os.time (whole seconds) and os.date, k * step_us / 10^6
+** for os.clock. Two runs of one script with the same seed, clock, tools' results and
+** limits return the same envelope, byte for byte, but for "ms", "cpu_ms" and "wall_ms"
+** (os.date's local time follows the host's time zone: format with "!" for UTC). A seed,
+** a clock, a log or a replay also fixes the seed of the run's string hashes, so pairs()
+** walks a table in the same order every time (not in a session, whose state exists
+** already).
+**
+** The call log. tp_run_on_log tells cb every entry of r's log as it happens, one JSON
+** object in the engine's form (compact, sorted keys; valid during cb):
+**   {"seed":7,"type":"seed"}                                 first: the seed (given, or
+**                                                            drawn and told)
+**   {"clock":"time","n":1,"type":"clock","value":1700000000}  each clock read: "time"
+**                                                            (integer seconds) or "cpu"
+**   {"args_hash":H,"phase":0,"seq":3,"tool":"kv.get","type":"call"}   before call 3 goes
+**                                                            to the host (policy, tool)
+**   {"ok":true,"phase":1,"result":R,"seq":3,"sync":false,"type":"call"}  after it; or
+**   {"error":{"code":C,"message":M[,"retry_after_ms":N]},"ok":false,"phase":1,...}
+**   {"seq":5,"type":"order"}                                 parallel resumed the branch
+**                                                            that waited on call 5
+** seq is tp_call_id; H is the SHA-256 (hex) of the arguments as JSON text in the engine's
+** form (tp_json_text: sorted keys, no spaces, exact integers), as tp_decision's
+** args_sha256. "sync": the call was complete before the script could wait on it. cb
+** returns 0, or nonzero when it could not keep the entry: for a phase 0 entry the call is
+** then not made and fails with tool.failed ("the run's call log could not be written");
+** other entries go on. A result over TP_LOG_VALUE_MAX bytes of JSON is never cut: its
+** call fails with tool.failed and advice (ask for less, or have it written to a file and
+** pass its path), and that error is logged. cb runs on the run's thread from inside
+** steps and completions: it must not step, cancel or destroy r, nor call into its engine.
+** NULL clears it.
+**
+** Replay. tp_run_replay gives r a log (a JSON array of entries, or entries one a line, as
+** cb got them; the caller keeps its text). The run starts from the beginning with the
+** log's seed and answers its clock reads from the log's, in order; each call whose seq
+** has a phase 1 entry is answered from it (its result, or its error) without the host:
+** no policy, no tool. Calls complete in the logged order, so parallel branches
+** interleave as they did. A call that differs from the log (another tool, or other
+** arguments: another hash at that seq), or a clock read of the other kind, ends the run
+** with the error replay.divergence (not catchable by pcall): its message names the seq,
+** the logged tool and hash, and what the script did. A call with only a phase 0 entry (it
+** was held for approval, or the process stopped while it ran) and the calls after the
+** log go to the host as usual: that is how a paused run goes on. Where a replayed answer
+** waits for its turn, tp_run_step returns TP_YIELD instead of TP_WAIT: step again. A log
+** entry the host cannot make (out of memory) ends the run with limit.memory, so a log
+** never has a hole a replay would read wrong. With a callback, cb is
+** told only the entries that are not in the log given, so a store appends what cb tells
+** to what it kept. TP_OK; TP_EINVAL for a log that cannot be read (err, when not NULL,
+** says why, cut to errlen), TP_ENOMEM.
+*/
+#define TP_CLOCK_TIME 0
+#define TP_CLOCK_CPU  1
+#define TP_LOG_VALUE_MAX (1u << 20)
+typedef double (*tp_clock_fn)(tp_run *r, int which, void *ud);
+typedef int (*tp_log_cb)(tp_run *r, const char *entry, size_t len, void *ud);
+TP_EXTERN int tp_run_set_seed(tp_run *r, uint64_t seed);
+TP_EXTERN int tp_run_set_clock(tp_run *r, tp_clock_fn fn, void *ud);
+TP_EXTERN int tp_run_set_fixed_clock(tp_run *r, int64_t epoch, uint64_t step_us);
+TP_EXTERN int tp_run_on_log(tp_run *r, tp_log_cb cb, void *ud);
+TP_EXTERN int tp_run_replay(tp_run *r, const char *log, size_t len, char *err,
+                            size_t errlen);
+
 /* ---- sessions: globals kept from one run to the next --------------------------------
 ** A session owns one sandbox; its runs execute in it one at a time, so a script can use
 ** what an earlier one left in globals. Its memory limit holds for the whole session. */
@@ -341,7 +416,8 @@ TP_EXTERN void tp_session_destroy(tp_session *s);
 ** runs, the result is checked against the output schema, and the script goes on with
 ** it (or gets an error object with a stable code: tool.unknown, tool.invalid_input,
 ** tool.invalid_output, tool.failed, tool.timeout, tool.denied, tool.unavailable (the
-** tool's server is down), tool.rate_limited, limit.tool_calls).
+** tool's server is down), tool.rate_limited, limit.tool_calls; and for a replayed run
+** replay.divergence: see "durable and deterministic runs").
 **
 ** A tool registered with a handler is called by the engine as soon as the script asks;
 ** the handler completes the call then or later (from the engine's thread), exactly

@@ -337,6 +337,51 @@ static void sc_c_tool (outcome *o) {
   tp_engine_destroy(e);
 }
 
+/* A replayable run: a seed, a fixed clock, the call log (kept in a static buffer, so the
+** test allocates nothing of its own), parallel; then the log replayed into a new run.
+** Under injection the log may lack entries the engine could not make: a replay that
+** refuses such a log is clean too. */
+static char replay_log[16384];
+static size_t replay_log_len;
+
+static int keep_entry (tp_run *r, const char *entry, size_t len, void *ud) {
+  (void)r; (void)ud;
+  if (replay_log_len + len + 1 >= sizeof replay_log) return -1;
+  memcpy(replay_log + replay_log_len, entry, len);
+  replay_log_len += len;
+  replay_log[replay_log_len++] = '\n';
+  return 0;
+}
+
+static void sc_replay (outcome *o) {
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) return;
+  tp_tool_def def = { .name = "t.add", .description = "adds", .handler = add_tool };
+  const char *src = "local a = tools.t.add{a = math.random(3), b = os.time()} "
+                    "local x, y = parallel(function() return tools.t.add{a = 1, b = 1}.sum end,"
+                    " function() return os.clock() end) return {a.sum > 100, x, y}";
+  const char *want = "[true,2,0.5]";
+  replay_log_len = 0;
+  int added = tp_engine_add_tool(e, &def) == TP_OK;
+  for (int replay = 0; added && replay < 2; replay++) {
+    tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+    if (r == NULL) break;
+    char err[128];
+    int rc = tp_run_set_seed(r, 1);
+    if (rc == TP_OK) rc = tp_run_set_fixed_clock(r, 100, 500000);
+    if (rc == TP_OK && !replay) rc = tp_run_on_log(r, keep_entry, NULL);
+    if (rc == TP_OK && replay) rc = tp_run_replay(r, replay_log, replay_log_len, err, sizeof err);
+    if (rc == TP_OK) step_and_check(o, r, want, NULL);
+    else if (rc != TP_ENOMEM && !(replay && rc == TP_EINVAL)) {
+      TP_FAIL_AT("%s, allocation %" PRIu64 ": a setter gave %d", o->scenario, o->at, rc);
+      o->bad = 1;
+    }
+    tp_run_destroy(r);
+    if (rc != TP_OK) break;
+  }
+  tp_engine_destroy(e);
+}
+
 /* The config's policy: loading it (LPeg in a Lua state of its own), then calls through
 ** conditions, a count, a bucket per principal, scopes and the decision callback. */
 static void on_decision (tp_run *r, const tp_decision *d, void *ud) {
@@ -685,6 +730,7 @@ STEP_TEST(a_session_with_two_runs_fails_cleanly, sc_session)
 STEP_TEST(loading_tools_and_calling_kv_set_and_get_fail_cleanly, sc_plugins_kv)
 STEP_TEST(the_memory_state_store_fails_cleanly, sc_store)
 STEP_TEST(a_started_run_calling_a_waiting_lua_plugin_tool_fails_cleanly, sc_async_plugin)
+STEP_TEST(a_logged_run_and_its_replay_fail_cleanly, sc_replay)
 
 /* The first sandbox of a process reads the originals of the library functions from a
 ** Lua state of its own, once per process (sandbox.c); each allocation of a first run
@@ -761,5 +807,6 @@ int main (int argc, char **argv) {
   RUN(loading_tools_and_calling_kv_set_and_get_fail_cleanly);
   RUN(the_memory_state_store_fails_cleanly);
   RUN(a_started_run_calling_a_waiting_lua_plugin_tool_fails_cleanly);
+  RUN(a_logged_run_and_its_replay_fail_cleanly);
   return tp_test_end();
 }
