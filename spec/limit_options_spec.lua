@@ -235,7 +235,8 @@ describe("the Lua module's limit options", function()
     assert.has_error(function() tidepool.run("return 1", { tool_call = 3 }) end,
       "tidepool: unknown option 'tool_call' (memory, instructions, cpu, timeout, max_output, "
       .. "max_source, max_result, tool_calls, tool_calls_per_tool, tool_in_flight, tool_bytes, "
-      .. "tool_timeout, fs_quota, tools, builtin_tools, workspace, workspace_max, json, config)")
+      .. "tool_timeout, fs_quota, tools, builtin_tools, workspace, workspace_max, json, config, "
+      .. "state)")
   end)
 
   it("json = true returns the envelope as the engine's JSON text (tidepool run --json)", function()
