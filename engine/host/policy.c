@@ -1628,7 +1628,8 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   uint64_t now = 0;
   double wait_s = 0;
   int limited = -1;
-  int shared = e->store != NULL && tp__store_shared(e->store);
+  int shared = -1;         /* whether e's store is shared: asked at the first rate rule
+                           ** that could use it */
   uint32_t nstore = 0;     /* rate rules whose buckets are in the store */
   bucket *take[8];         /* the buckets to take a token from, when they are few */
   uint32_t ntake = 0;
@@ -1652,7 +1653,9 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
         return 0;
       }
     }
-    if (ru->rate && shared && in_store(ru)) nstore++;
+    if (ru->rate && in_store(ru) && shared < 0)
+      shared = e->store != NULL && tp__store_shared(e->store);
+    if (ru->rate && shared > 0 && in_store(ru)) nstore++;
     else if (ru->rate) {
       if (now == 0) now = P->now(P->now_ud);
       bucket *b = bucket_for(P, pr, c, k, who, now);
@@ -1680,7 +1683,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     uint32_t k = cl[i];
     const prule *ru = &P->rules[k];
     if (ru->max_calls >= 0) pr->counts[k]++;
-    if (ru->rate && !(shared && in_store(ru)))
+    if (ru->rate && !(shared > 0 && in_store(ru)))
       (kept ? take[ntake++] : bucket_for(P, pr, c, k, who, now))->tokens -= 1;
   }
   if (nstore) return store_take(e, P, c, t, who, allowed);

@@ -30,6 +30,8 @@
 #include "tidepool.h"
 
 #define TP_STORE_MAX_VALUE ((size_t)1 << 20)   /* 1 MiB: one value, one log entry */
+#define TP_STORE_KV_CAP ((size_t)16 << 20)     /* 16 MiB: the kv's keys plus values, all
+                                               ** entries together (kv_set: TOO_BIG) */
 
 enum {
   TP_STORE_OK = 0,
@@ -47,7 +49,9 @@ typedef struct tp_store_reply {
                        ** session_claim: the owner (ours on OK, theirs on CONFLICT) */
   size_t len;
   int64_t num;         /* bucket_take: 0 taken, else the ms until a token is there;
-                       ** kv_set/kv_del: bytes the kv holds now; run_list: unused */
+                       ** kv_set/kv_del: bytes the kv holds now (kv_set refused over
+                       ** TP_STORE_KV_CAP: the bytes it would have held); kv_list,
+                       ** log_read: how many; run_list: unused */
   const char *err;     /* TP_STORE_ERROR: what failed */
 } tp_store_reply;
 

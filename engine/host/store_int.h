@@ -10,9 +10,6 @@
 
 #include "store.h"
 
-/* The kv's byte cap: keys plus values (JSON text) of every entry together. */
-#define TP_STORE_KV_CAP ((size_t)16 << 20)
-
 /* The clock of expiries (runs, sessions): Unix time in ms. A test sets a fake one with
 ** tp__store_set_clock (NULL puts the real one back); process-wide. */
 int64_t tp__store_now_ms(void);
