@@ -45,7 +45,6 @@
 #include <hiredis/adapters/libuv.h>
 #pragma GCC diagnostic pop
 
-#include "json.h"
 #include "store.h"
 
 #define KV_CAP       ((size_t)16 << 20)   /* kv.lua's cap: bytes of keys plus values */
@@ -82,19 +81,21 @@ static const char *const scripts[S_N] = {
     "redis.call('SET', KEYS[3], used)\n"
     "return {1, used}\n",
   /* KEYS bucket; ARGV capacity, per_second, now_ms -> 0 taken | ms until a token.
-  ** A clock behind the bucket's (another process's) refills nothing. */
+  ** The rule and the order of the arithmetic are tp__bucket_step's (store.c), so every
+  ** backend gives the same answers; tokens are kept with 17 digits (exact). A clock
+  ** behind the bucket's (another process's) refills nothing. */
   [S_BUCKET] =
     "local cap, rate, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local b = redis.call('HMGET', KEYS[1], 't', 'ts')\n"
     "local tokens, ts = tonumber(b[1]), tonumber(b[2])\n"
     "if tokens == nil or ts == nil then tokens, ts = cap, now end\n"
     "if now > ts then\n"
-    "  tokens = math.min(cap, tokens + (now - ts) * rate / 1000)\n"
+    "  tokens = math.min(cap, tokens + (now - ts) / 1000 * rate)\n"
     "  ts = now\n"
     "end\n"
     "local wait = 0\n"
     "if tokens >= 1 then tokens = tokens - 1\n"
-    "else wait = math.max(1, math.ceil((1 - tokens) * 1000 / rate)) end\n"
+    "else wait = math.min(1e15, math.max(1, math.ceil((1 - tokens) / rate * 1000))) end\n"
     "redis.call('HSET', KEYS[1], 't', string.format('%.17g', tokens), 'ts',\n"
     "           string.format('%d', ts))\n"
     "redis.call('PEXPIRE', KEYS[1], math.ceil((cap - tokens) * 1000 / rate) + 1000)\n"
@@ -129,12 +130,9 @@ static const char *const scripts[S_N] = {
     "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl)\n"
     "else redis.call('PERSIST', KEYS[1]) end\n"
     "return {1, cur}\n",
-  /* KEYS session; ARGV owner -> 1 released | -1 nobody holds it | {0, holder}:
-  ** compare-and-delete. */
+  /* KEYS session; ARGV owner -> 1 released | 0 owner does not hold it: compare-and-delete */
   [S_RELEASE] =
-    "local cur = redis.call('GET', KEYS[1])\n"
-    "if not cur then return -1 end\n"
-    "if cur ~= ARGV[1] then return {0, cur} end\n"
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
     "redis.call('DEL', KEYS[1])\n"
     "return 1\n",
 };
@@ -378,23 +376,41 @@ static void reply_log (rop *op, const redisReply *r) {
   free(buf);
 }
 
+/* Appends s as a JSON string to b (of room for it: 6 bytes per input byte + 2), escaped
+** as the other backends do (store.c): ", \\ and controls; bytes >= 0x80 as they are. */
+static size_t json_str (char *b, const char *s, size_t len) {
+  size_t n = 0;
+  b[n++] = '"';
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\') { b[n++] = '\\'; b[n++] = (char)ch; }
+    else if (ch < 0x20) n += (size_t)sprintf(b + n, "\\u%04x", ch);
+    else b[n++] = (char)ch;
+  }
+  b[n++] = '"';
+  return n;
+}
+
 /* ZRANGEBYLEX from the cursor -> a JSON array of the keys that start with the prefix. */
 static void reply_list (rop *op, const redisReply *r) {
-  json_t *a = json_array();
-  int oom = a == NULL;
-  for (size_t i = 0; !oom && i < r->elements; i++) {
+  size_t room = 3;
+  for (size_t i = 0; i < r->elements; i++)
+    if (r->element[i]->type == REDIS_REPLY_STRING) room += r->element[i]->len * 6 + 3;
+  char *buf = malloc(room);
+  if (buf == NULL) { answer_err(op->cb, op->ud, "out of memory listing kv keys"); return; }
+  size_t len = 0, count = 0;
+  buf[len++] = '[';
+  for (size_t i = 0; i < r->elements; i++) {
     const redisReply *k = r->element[i];
     if (k->type != REDIS_REPLY_STRING) continue;
     if (k->len < op->pl || memcmp(k->str, op->prefix, op->pl) != 0) break;
-    json_t *s = tp__json_string_lossy(k->str, k->len, NULL);
-    if (s == NULL || json_array_append_new(a, s) != 0) oom = 1;
+    if (count++) buf[len++] = ',';
+    len += json_str(buf + len, k->str, k->len);
   }
-  size_t len = 0;
-  char *text = oom ? NULL : tp__json_dumpsn(a, &len);
-  json_decref(a);
-  if (text == NULL) { answer_err(op->cb, op->ud, "out of memory listing kv keys"); return; }
-  answer(op->cb, op->ud, TP_STORE_OK, text, len, 0, NULL);
-  free(text);
+  buf[len++] = ']';
+  buf[len] = '\0';
+  answer(op->cb, op->ud, TP_STORE_OK, buf, len, 0, NULL);
+  free(buf);
 }
 
 /* A two-element array {flag, value} of the scripts. */
@@ -478,11 +494,8 @@ static void on_reply (redisAsyncContext *ac, void *reply, void *ud) {
       answer(op->cb, op->ud, flag ? TP_STORE_OK : TP_STORE_CONFLICT, v->str, v->len, 0, NULL);
       break;
     case K_RELEASE:
-      if (r->type == REDIS_REPLY_INTEGER)
-        answer(op->cb, op->ud, r->integer > 0 ? TP_STORE_OK : TP_STORE_NOTFOUND, NULL, 0, 0, NULL);
-      else if (pair(r, &flag, &v) && v->type == REDIS_REPLY_STRING)
-        answer(op->cb, op->ud, TP_STORE_CONFLICT, v->str, v->len, 0, NULL);
-      else goto odd;
+      if (r->type != REDIS_REPLY_INTEGER) goto odd;
+      answer(op->cb, op->ud, r->integer > 0 ? TP_STORE_OK : TP_STORE_NOTFOUND, NULL, 0, 0, NULL);
       break;
     default:
     odd:
@@ -923,13 +936,20 @@ static int parse_int (const char *s, size_t n, long lo, long hi, long *out) {
 }
 
 /* redis://[[user]:password@]host[:port][/db][?prefix=P&kv_max_bytes=N]
-** redis+unix://[:password@]/path/to/socket[?db=N&prefix=P&kv_max_bytes=N]
+** redis:///path/to/socket[?db=N&prefix=P&kv_max_bytes=N] (also redis+unix://, which may
+** take :password@ before the path)
 ** -> s's fields; 0, or -1 with err saying what is wrong. */
 static int parse_url (rstore *s, const char *url, char *err, size_t errlen) {
   const char *p;
   int unix_sock = 0;
-  if (strncmp(url, "redis://", 8) == 0) p = url + 8;
+  if (strncmp(url, "redis:///", 9) == 0) { p = url + 8; unix_sock = 1; }
+  else if (strncmp(url, "redis://", 8) == 0) p = url + 8;
   else if (strncmp(url, "redis+unix://", 13) == 0) { p = url + 13; unix_sock = 1; }
+  else if (strncmp(url, "rediss://", 9) == 0) {
+    snprintf(err, errlen, "%.200s: TLS to redis (rediss://) is not in this build (hiredis "
+             "0.14): use redis:// on a private network, or a TLS tunnel to it", url);
+    return -1;
+  }
   else {
     snprintf(err, errlen, "\"%.200s\" is not a redis URL: expected redis://HOST:PORT/DB or "
              "redis+unix:///PATH", url);
