@@ -17,7 +17,8 @@
 ** across processes: a rate limit is exact however many servers take from it.
 **
 ** Connection loss: the operations outstanding answer TP_STORE_ERROR naming the URL and
-** what failed; the next operation reconnects (at once after a loss, then with a backoff
+** what failed (a Redis that answers nothing for timeout_ms, 5 s unless the URL says, is
+** a loss too); the next operation reconnects (at once after a loss, then with a backoff
 ** of 50 ms doubling to 2 s while Redis stays unreachable; operations in the backoff
 ** answer TP_STORE_ERROR at once). Scripts are loaded again on every connection, so a
 ** Redis that restarted empty works again.
@@ -51,6 +52,7 @@
 #define BACKOFF_MIN  50                   /* ms */
 #define BACKOFF_MAX  2000
 #define OPEN_TIMEOUT 3                    /* s, the blocking check at open */
+#define OP_TIMEOUT   5000                 /* ms without any reply while ops wait */
 
 /* ---- the scripts ----------------------------------------------------------------------
 ** Numbers arrive as strings and are converted in the script; strings are compared only
@@ -150,6 +152,7 @@ typedef struct rstore {
   size_t plen;
   char *shown;             /* the URL as messages name it: the password left out */
   size_t kv_cap;
+  int64_t timeout_ms;      /* a connection that answers nothing this long is dropped */
   char sha[S_N][41];
 } rstore;
 
@@ -162,8 +165,14 @@ typedef struct rconn {
   uint64_t next_try;       /* ms (uv_hrtime): no connecting before */
   uint64_t backoff;        /* ms */
   uint64_t wait;           /* ensure failed: ms until the next try (0: none planned) */
+  size_t pending;          /* commands sent on ac and not answered yet */
+  uint64_t progress;       /* ms: the last reply, or when pending left 0 */
+  uv_timer_t watch;        /* drops ac when pending waits past the timeout */
   char last_err[256];
 } rconn;
+
+/* ac->data of a context dropped for its silence: its ops answer TP_STORE_ERROR. */
+static char silent_mark;
 
 enum { K_KV_GET, K_KV_SET, K_KV_DEL, K_KV_LIST, K_BUCKET, K_RUN_PUT, K_RUN_GET, K_RUN_DEL,
        K_LOG_PUT, K_LOG_READ, K_CLAIM, K_RELEASE };
@@ -208,6 +217,8 @@ static void op_free (rop *op) {
 static void conn_lost (rconn *c, const char *why) {
   if (c->ac != NULL) c->ac->data = NULL;
   c->ac = NULL;
+  c->pending = 0;
+  uv_timer_stop(&c->watch);
   snprintf(c->last_err, sizeof c->last_err, "%s", why && *why ? why : "closed by the server");
   uint64_t now = now_ms();
   if (c->connected) { c->backoff = BACKOFF_MIN; c->next_try = now; }
@@ -218,39 +229,80 @@ static void conn_lost (rconn *c, const char *why) {
   c->connected = 0;
 }
 
+/* The connection of a context's callback; NULL once it was closed, lost or dropped. */
+static rconn *conn_of (const redisAsyncContext *ac) {
+  return ac->data == &silent_mark ? NULL : ac->data;
+}
+
+/* A reply came on ac: the connection made progress. */
+static void replied (const redisAsyncContext *ac) {
+  rconn *c = conn_of(ac);
+  if (c == NULL) return;
+  if (c->pending) c->pending--;
+  c->progress = now_ms();
+  if (c->pending == 0) uv_timer_stop(&c->watch);
+}
+
+/* Every second while commands wait: none answered for the store's timeout drops the
+** context (its ops answer TP_STORE_ERROR); the next op connects afresh. */
+static void on_watch (uv_timer_t *t) {
+  rconn *c = t->data;
+  if (c->ac == NULL || c->pending == 0) { uv_timer_stop(t); return; }
+  if (now_ms() - c->progress < (uint64_t)c->s->timeout_ms) return;
+  redisAsyncContext *ac = c->ac;
+  char why[120];
+  snprintf(why, sizeof why, "no reply in %lld ms", (long long)c->s->timeout_ms);
+  conn_lost(c, why);
+  ac->data = &silent_mark;
+  redisAsyncFree(ac);
+}
+
+/* A command was sent on c->ac. */
+static void sent (rconn *c) {
+  if (c->pending++ == 0) {
+    c->progress = now_ms();
+    uv_timer_start(&c->watch, on_watch, 1000, 1000);
+  }
+}
+
 static void on_connect (const redisAsyncContext *ac, int status) {
-  rconn *c = ac->data;
+  rconn *c = conn_of(ac);
   if (c == NULL) return;
   if (status == REDIS_OK) { c->connected = 1; c->backoff = BACKOFF_MIN; }
   else conn_lost(c, ac->errstr);
 }
 
 static void on_disconnect (const redisAsyncContext *ac, int status) {
-  rconn *c = ac->data;
+  rconn *c = conn_of(ac);
   if (c != NULL) conn_lost(c, status == REDIS_OK ? "closed" : ac->errstr);
 }
 
 /* AUTH, SELECT and SCRIPT LOAD of a new connection: an error shows in the replies of the
 ** ops that follow them (NOAUTH, NOSCRIPT), which name it. */
 static void on_setup (redisAsyncContext *ac, void *reply, void *ud) {
-  (void)ac; (void)reply; (void)ud;
+  (void)ud;
+  if (reply != NULL) replied(ac);
 }
 
-static int send_setup (redisAsyncContext *ac, const rstore *s) {
+static int send_setup (rconn *c, redisAsyncContext *ac) {
+  const rstore *s = c->s;
   int ok = REDIS_OK;
   if (s->password != NULL) {
     const char *argv[] = { "AUTH", s->password };
     ok |= redisAsyncCommandArgv(ac, on_setup, NULL, 2, argv, NULL);
+    if (ok == REDIS_OK) sent(c);
   }
   if (s->db != 0) {
     char db[16];
     snprintf(db, sizeof db, "%d", s->db);
     const char *argv[] = { "SELECT", db };
     ok |= redisAsyncCommandArgv(ac, on_setup, NULL, 2, argv, NULL);
+    if (ok == REDIS_OK) sent(c);
   }
   for (int i = 0; i < S_N; i++) {
     const char *argv[] = { "SCRIPT", "LOAD", scripts[i] };
     ok |= redisAsyncCommandArgv(ac, on_setup, NULL, 3, argv, NULL);
+    if (ok == REDIS_OK) sent(c);
   }
   return ok;
 }
@@ -310,9 +362,11 @@ static int ensure (rconn *c) {
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
   c->ac = ac;
   c->connected = 0;
-  if (send_setup(ac, c->s) != REDIS_OK) {
+  if (send_setup(c, ac) != REDIS_OK) {
     c->ac = NULL;
     ac->data = NULL;
+    c->pending = 0;
+    uv_timer_stop(&c->watch);
     redisAsyncFree(ac);
     snprintf(c->last_err, sizeof c->last_err, "out of memory");
     return -1;
@@ -426,7 +480,11 @@ static void on_reply (redisAsyncContext *ac, void *reply, void *ud) {
   rop *op = ud;
   const redisReply *r = reply;
   if (r == NULL) {
-    if (ac->c.flags & REDIS_FREEING)
+    if (ac->data == &silent_mark)
+      answer_err(op->cb, op->ud, "redis at %s did not answer within %lld ms: the connection "
+                 "was dropped (the next operation reconnects)", op->s->shown,
+                 (long long)op->s->timeout_ms);
+    else if (ac->c.flags & REDIS_FREEING)
       answer(op->cb, op->ud, TP_STORE_CLOSED, NULL, 0, 0, "the store connection was closed");
     else {
       rconn *c = ac->data;
@@ -438,9 +496,10 @@ static void on_reply (redisAsyncContext *ac, void *reply, void *ud) {
     op_free(op);
     return;
   }
+  replied(ac);
   if (r->type == REDIS_REPLY_ERROR) {
-    rconn *c = ac->data;
-    if (c != NULL && strncmp(r->str, "NOSCRIPT", 8) == 0) send_setup(ac, c->s);
+    rconn *c = conn_of(ac);
+    if (c != NULL && strncmp(r->str, "NOSCRIPT", 8) == 0) send_setup(c, ac);
     answer_err(op->cb, op->ud, "redis at %s answered: %.400s", op->s->shown, r->str);
     op_free(op);
     return;
@@ -522,7 +581,9 @@ static void send_op (rconn *c, rop *op, int argc, const char **argv, const size_
     answer_err(op->cb, op->ud, "redis at %s: the command could not be queued (out of "
                "memory, or the connection is closing)", c->s->shown);
     op_free(op);
+    return;
   }
+  sent(c);
 }
 
 static rop *new_op (rconn *c, int kind, tp_store_cb cb, void *ud) {
@@ -860,12 +921,22 @@ static tp_store_conn *r_connect (tp_store *st, void *loop, char *err, size_t err
   c->s = s;
   c->loop = loop;
   c->backoff = BACKOFF_MIN;
+  if (uv_timer_init(loop, &c->watch) != 0) {
+    snprintf(err, errlen, "could not make a timer on the loop for redis at %s", s->shown);
+    free(c);
+    return NULL;
+  }
+  c->watch.data = c;
+  uv_unref((uv_handle_t *)&c->watch);   /* the ops keep the loop alive, not the watch */
   /* connecting waits for the first op: a connection no engine uses costs nothing */
   return &c->base;
 }
 
+static void watch_closed (uv_handle_t *h) { free(h->data); }
+
 /* Frees the context (answering its ops TP_STORE_CLOSED, now or, from inside one of its
-** callbacks, when that returns); the loop closes the socket's handle later. */
+** callbacks, when that returns); the loop closes the socket's handle and the watch, which
+** frees c, later. */
 static void r_close (tp_store_conn *base) {
   rconn *c = (rconn *)base;
   if (c == NULL) return;
@@ -875,7 +946,7 @@ static void r_close (tp_store_conn *base) {
     c->ac = NULL;
     redisAsyncFree(ac);
   }
-  free(c);
+  uv_close((uv_handle_t *)&c->watch, watch_closed);
 }
 
 static void store_free (rstore *s) {
@@ -1022,6 +1093,7 @@ static int parse_url (rstore *s, const char *url, char *err, size_t errlen) {
     }
   }
   s->kv_cap = KV_CAP;
+  s->timeout_ms = OP_TIMEOUT;
   for (const char *o = q ? q + 1 : NULL; o != NULL && *o; ) {
     const char *amp = strchr(o, '&');
     size_t ol = amp ? (size_t)(amp - o) : strlen(o);
@@ -1042,9 +1114,12 @@ static int parse_url (rstore *s, const char *url, char *err, size_t errlen) {
     else if (nl == 12 && memcmp(o, "kv_max_bytes", 12) == 0 &&
              !parse_int(val, vl, 1, LONG_MAX, &v))
       s->kv_cap = (size_t)v;
+    else if (nl == 10 && memcmp(o, "timeout_ms", 10) == 0 &&
+             !parse_int(val, vl, 100, 3600000, &v))
+      s->timeout_ms = v;
     else {
       snprintf(err, errlen, "%.200s: unknown or bad option \"%.*s\" (known: prefix=P, db=N, "
-               "kv_max_bytes=N)", url, (int)(ol > 60 ? 60 : ol), o);
+               "kv_max_bytes=N, timeout_ms=N from 100)", url, (int)(ol > 60 ? 60 : ol), o);
       return -1;
     }
     o = amp ? amp + 1 : NULL;

@@ -567,6 +567,30 @@ TEST(close_answers_what_is_outstanding_closed) {
   teardown(&f);
 }
 
+/* Redis stopped (SIGSTOP): with timeout_ms=500 the op answers ERROR instead of waiting
+** for ever, and once Redis runs again the next op reconnects. */
+TEST(a_redis_that_stops_answering_is_dropped_after_the_timeout) {
+  fixture f;
+  answer a = { 0 };
+  if (setup(&f, "t12:", "&timeout_ms=500") == 0) {
+    OP(f, a, kv_set(f.c, "k", 1, "1", 1, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_OK);
+    kill(server, SIGSTOP);
+    uint64_t t0 = uv_hrtime();
+    OP(f, a, kv_get(f.c, "k", 1, on_answer, &a));
+    double waited = (double)(uv_hrtime() - t0) / 1e9;
+    kill(server, SIGCONT);
+    CHECK_INT(a.status, TP_STORE_ERROR);
+    CHECK_HAS(a.err, "did not answer within 500 ms");
+    CHECK(waited >= 0.5 && waited < 5);
+    OP(f, a, kv_get(f.c, "k", 1, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_OK);
+    CHECK_STR(a.val, "1");
+  }
+  reset(&a);
+  teardown(&f);
+}
+
 /* Redis killed under an outstanding operation, then started again on the same port. */
 TEST(a_lost_connection_answers_error_then_reconnects_when_redis_is_back) {
   fixture f;
@@ -635,6 +659,7 @@ int main (int argc, char **argv) {
   RUN(open_names_the_url_when_redis_is_down_or_the_url_is_wrong);
   RUN(a_password_and_a_unix_socket);
   RUN(close_answers_what_is_outstanding_closed);
+  RUN(a_redis_that_stops_answering_is_dropped_after_the_timeout);
   RUN(a_lost_connection_answers_error_then_reconnects_when_redis_is_back);
   if (!tp_t_list) {
     server_stop(SIGTERM);
