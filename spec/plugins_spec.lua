@@ -245,7 +245,7 @@ describe("built-in tools", function()
 
   it("kv refuses to grow past its byte cap, with a clear error", function()
     local env = run([[
-      local chunk = string.rep("x", 1024 * 1024)   -- 1 MiB per value
+      local chunk = string.rep("x", 1000 * 1000)   -- 1 MB per value, under its 1 MiB cap
       local stored = 0
       for i = 1, 20 do
         local ok, err = pcall(tools.kv.set, {key = "big" .. i, value = chunk})
@@ -255,14 +255,29 @@ describe("built-in tools", function()
       return {stored = stored}
     ]], opts)
     assert.is_true(env.ok, env.error and env.error.message)
-    assert.equal(15, env.result.stored)
+    assert.equal(16, env.result.stored)  -- 16 x 1000007 bytes fit in 16 MiB, 17 do not
     assert.equal("tool.failed", env.result.code)
     assert.matches("kv store is full", env.result.message, 1, true)
     local clean = run([[
-      for i = 1, 15 do tools.kv.delete{key = "big" .. i} end
-      return tools.kv.set{key = "after", value = string.rep("y", 1024 * 1024)}
+      for i = 1, 16 do tools.kv.delete{key = "big" .. i} end
+      return tools.kv.set{key = "after", value = string.rep("y", 1000 * 1000)}
     ]], opts)
     assert.is_true(clean.ok, clean.error and clean.error.message)
+  end)
+
+  it("kv refuses a value over 1 MiB as JSON, and says to write a file instead", function()
+    local env = run([[
+      local ok, err = pcall(tools.kv.set, {key = "huge", value = string.rep("x", 1024 * 1024)})
+      return {ok = ok, code = err.code, message = err.message,
+              found = tools.kv.get{key = "huge"}.found}
+    ]], opts)
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.is_false(env.result.ok)
+    assert.equal("tool.failed", env.result.code)
+    assert.equal('tools.kv.set failed: the value under "huge" is 1048578 bytes as JSON, over the 1048576-byte '
+      .. "(1 MiB) limit of one kv value; write it to a file with fs.write and store its path "
+      .. "instead", env.result.message)
+    assert.is_false(env.result.found)
   end)
 end)
 

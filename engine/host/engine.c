@@ -14,6 +14,7 @@
 #include "registry.h"
 #include "host.h"
 #include "policy.h"
+#include "store_int.h"
 
 const char *tp_version (void) { return TP_VERSION; }
 void tp_free (void *p) { free(p); }
@@ -38,6 +39,9 @@ void tp_engine_destroy (tp_engine *e) {
   tp__step_timer_stop();  /* the thread that steps the runs most likely destroys it */
   tp__host_upstream_stop(e);  /* upstream MCP servers exit before handles are counted */
   tp__http_close(e);      /* requests of the host state outside calls, and the multi */
+  tp__store_close(e->store_conn);  /* answers what is outstanding while the host state and
+                                   ** held calls can still take it */
+  e->store_conn = NULL;
   tp__engine_count_open_handles(e);  /* leftovers, closed below; the tests fail on them */
   tp__host_close(e);
   tp__driver_close(e);
@@ -45,6 +49,7 @@ void tp_engine_destroy (tp_engine *e) {
   tp__core_close(&e->core);
   tp__config_free(e);
   tp__policy_free(e);
+  tp__store_unref(e->store);
   free(e->workspace);
   free(e->error);
   free(e);
@@ -194,7 +199,23 @@ void *tp_engine_loop (tp_engine *e) { return tp__engine_loop(e); }
 
 int tp_engine_set_store (tp_engine *e, tp_store *s) {
   if (e == NULL || s == NULL) return TP_EINVAL;
-  if (e->H != NULL) return TP_ESTATE;
-  e->kv = (tp_kvstore *)s;
+  if (e->H != NULL || e->store_conn != NULL) return TP_ESTATE;
+  tp__store_ref(s);
+  tp__store_unref(e->store);
+  e->store = s;
   return TP_OK;
+}
+
+tp_store_conn *tp__engine_store_conn (tp_engine *e) {
+  if (e->store_conn != NULL) return e->store_conn;
+  if (e->store == NULL && (e->store = tp__store_memory_new()) == NULL) {
+    tp__engine_set_error(e, "out of memory");
+    return NULL;
+  }
+  char err[512];
+  e->store_conn = tp__store_connect(e->store, e->loop, err, sizeof err);
+  if (e->store_conn == NULL)
+    tp__engine_set_error(e, "the state store (%s) cannot be reached: %s",
+                         tp__store_kind(e->store), err);
+  return e->store_conn;
 }

@@ -14,7 +14,7 @@
 #include "run.h"
 
 struct tp_tool;
-struct tp_kvstore;
+struct tp_store_conn;
 
 /* What the driver keeps for a run (r->host_data, driver.c): its place in the engine's
 ** ready queue and far list, and its deadline timer, made when first needed. */
@@ -46,8 +46,10 @@ struct tp_engine {
   char *workspace;
   uint64_t workspace_max;  /* tp_engine_set_workspace_max, when workspace_max_set */
   int workspace_max_set;
-  struct tp_kvstore *kv;   /* the kv tools' store when shared with other engines
-                           ** (borrowed: outlives e), or NULL: the host state has its own */
+  tp_store *store;         /* the state store (kv, rate buckets; store.h): one reference,
+                           ** tp_engine_set_store's or a memory store made at the first
+                           ** need; NULL until then */
+  struct tp_store_conn *store_conn; /* e's connection to it, on e's loop (engine.c) */
   struct json_t *config;   /* tp_engine_configure: the config object, or NULL (config.c) */
   struct tp_http *http;    /* http.c's multi handle and requests, made on first use */
   tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */

@@ -863,8 +863,7 @@ static int open_p (lua_State *H) {
   lua_setfield(H, -2, "tidepool.fs");
   lua_pushcfunction(H, tp__open_proc);       /* require("tidepool.proc"): tools/proc.lua */
   lua_setfield(H, -2, "tidepool.proc");
-  if (e->kv) lua_pushlightuserdata(H, e->kv);
-  else lua_pushnil(H);
+  lua_pushlightuserdata(H, e);
   lua_pushcclosure(H, tp__kvstore_open, 1);  /* require("tidepool.kv"): tools/kv.lua */
   lua_setfield(H, -2, "tidepool.kv");
   lua_pushlightuserdata(H, e);

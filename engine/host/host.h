@@ -37,13 +37,8 @@ char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
 /* Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
 char *tp__host_tool_api(tp_engine *e, const char *tool);
 
-/* kvstore.c: the store of the kv.* tools, shareable between engines (and threads). */
-typedef struct tp_kvstore tp_kvstore;
-tp_kvstore *tp__kvstore_new(void);            /* one reference; NULL when out of memory */
-void tp__kvstore_ref(tp_kvstore *kv);
-void tp__kvstore_unref(tp_kvstore *kv);       /* frees it with the last reference */
-/* require("tidepool.kv") in the host state; upvalue 1: the shared store (light
-** userdata) or nil for a store of the state's own. */
+/* kvstore.c: require("tidepool.kv") in the host state (upvalue 1: the engine, light
+** userdata): the kv.* tools' way to the engine's state store (store.h). */
 int tp__kvstore_open(lua_State *L);
 
 /* http.c: require("tidepool.http") in the host state (upvalue 1: the engine, light

@@ -506,23 +506,41 @@ TP_EXTERN int tp_engine_poll(tp_engine *e, int block);
 ** callback). Use it from e's thread only. NULL for NULL e. */
 TP_EXTERN void *tp_engine_loop(tp_engine *e);
 
-/* ---- a kv store shared by engines ----------------------------------------------------
-** The built-in kv.* tools keep their keys in a store of the engine's own. Engines that
-** share a tp_store (for example one engine per worker thread) see one set of keys: a key
-** one engine's script writes, another's reads. The store is thread-safe.
+/* ---- the state store: kv and rate buckets shared by engines -----------------------
+** The built-in kv.* tools keep their keys, and the config policy's rate buckets theirs,
+** in the engine's state store: by default a memory store of the engine's own. Engines
+** that share a tp_store (for example one engine per worker thread) see one set of keys:
+** a key one engine's script writes, another's reads. A store is thread-safe; each engine
+** talks to it through a connection of its own on its loop.
 */
 typedef struct tp_store tp_store;
 
-/* An empty store. NULL when out of memory. */
+/* An empty memory store: its keys live as long as it does. NULL when out of memory. */
 TP_EXTERN tp_store *tp_store_create(void);
 
-/* Lets go of the caller's store. It must outlive every engine given it with
-** tp_engine_set_store (destroy those first). NULL is a no-op. */
+/* A durable store at where, opened for the engines of this process:
+**   "DIR"           an SQLite database DIR/tidepool.db (DIR is made, mode 0700, when
+**                   missing; its parent must exist), written in WAL mode, one transaction
+**                   per operation: a write a tool acknowledged survives kill -9; several
+**                   processes may share it;
+**   "sqlite:PATH"   the SQLite database file PATH itself;
+**   "redis://HOST:PORT/DB"  a Redis server, shared by several processes or machines
+**                   (builds without Redis support say so in err);
+**   "memory:"       a memory store, as tp_store_create.
+** With a durable store, kv keys survive restarts and the policy's rate buckets are taken
+** in the store, so processes that share it share their buckets. NULL with err (when not
+** NULL, cut to errlen) saying why, for a person: "/x/state: cannot make the state
+** directory: Permission denied", "/x/state/tidepool.db: written by a newer tidepool
+** (schema 7; this one reads up to 1)", ... Let go of it with tp_store_destroy. */
+TP_EXTERN tp_store *tp_store_open(const char *where, char *err, size_t errlen);
+
+/* Lets go of the caller's store (the engines given it keep theirs until they are
+** destroyed). NULL is a no-op. */
 TP_EXTERN void tp_store_destroy(tp_store *s);
 
-/* Makes e's kv.* tools use s (borrowed: s must outlive e). Call it before e loads any
-** tools or runs any script: TP_ESTATE once e's host state has started (its kv tools are
-** bound then). TP_EINVAL for NULL. */
+/* Makes e's kv.* tools and rate buckets use s (e takes a reference of its own). Call it
+** before e loads any tools or runs any script: TP_ESTATE once e's host state has started
+** or e has used its store. TP_EINVAL for NULL. */
 TP_EXTERN int tp_engine_set_store(tp_engine *e, tp_store *s);
 
 /* The calls of r that wait for the embedding program (tools without handler), at most

@@ -1,0 +1,157 @@
+/*
+** store.c: the generic part of the state store (store.h): references, connections, the
+** public tp_store_open that picks a backend from a location, and what the backends share
+** (the expiry clock, the token bucket rule, JSON text of replies).
+*/
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "store_int.h"
+
+#define HEAD(s) ((tp__store_head *)(void *)(s))
+
+void tp__store_ref (tp_store *s) { __atomic_add_fetch(&HEAD(s)->refs, 1, __ATOMIC_RELAXED); }
+
+void tp__store_unref (tp_store *s) {
+  if (s == NULL) return;
+  if (__atomic_sub_fetch(&HEAD(s)->refs, 1, __ATOMIC_ACQ_REL) == 0) HEAD(s)->ops->destroy(s);
+}
+
+const char *tp__store_kind (const tp_store *s) {
+  return ((const tp__store_head *)(const void *)s)->ops->kind;
+}
+
+tp_store_conn *tp__store_connect (tp_store *s, void *uv_loop, char *err, size_t errlen) {
+  tp_store_conn *c = HEAD(s)->ops->connect(s, uv_loop, err, errlen);
+  if (c == NULL) return NULL;
+  c->ops = HEAD(s)->ops;
+  c->store = s;
+  tp__store_ref(s);
+  return c;
+}
+
+void tp__store_close (tp_store_conn *c) {
+  if (c == NULL) return;
+  tp_store *s = c->store;
+  c->ops->close(c);
+  tp__store_unref(s);
+}
+
+/* ---- the public opener -------------------------------------------------------------- */
+
+/* Redis support is another file (store_redis.c); a build without it still links: the
+** opener is a weak symbol, NULL when that file is not in the build. */
+tp_store *tp__store_redis_open(const char *url, char *err, size_t errlen) __attribute__((weak));
+
+tp_store *tp_store_open (const char *where, char *err, size_t errlen) {
+  char dummy[1];
+  if (err == NULL || errlen == 0) { err = dummy; errlen = sizeof dummy; }
+  err[0] = '\0';
+  if (where == NULL || where[0] == '\0') {
+    snprintf(err, errlen, "no state location given (a directory, sqlite:PATH or "
+             "redis://HOST:PORT/DB)");
+    return NULL;
+  }
+  if (strncmp(where, "redis://", 8) == 0 || strncmp(where, "rediss://", 9) == 0) {
+    if (tp__store_redis_open == NULL) {
+      snprintf(err, errlen, "%s: redis support is not in this build (use a directory for "
+               "an SQLite state instead)", where);
+      return NULL;
+    }
+    return tp__store_redis_open(where, err, errlen);
+  }
+  if (strncmp(where, "memory:", 7) == 0 && where[7] == '\0') {
+    tp_store *s = tp__store_memory_new();
+    if (s == NULL) snprintf(err, errlen, "out of memory");
+    return s;
+  }
+  if (strncmp(where, "sqlite:", 7) == 0) {
+    if (where[7] == '\0') {
+      snprintf(err, errlen, "sqlite: needs a path (sqlite:/var/lib/tidepool/state.db)");
+      return NULL;
+    }
+    return tp__store_sqlite_open(where, err, errlen);
+  }
+  struct stat st;
+  if (stat(where, &st) != 0) {
+    if (errno != ENOENT || mkdir(where, 0700) != 0) {
+      snprintf(err, errlen, "%s: cannot make the state directory: %s", where,
+               strerror(errno));
+      return NULL;
+    }
+  }
+  else if (!S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "%s: not a directory (give a directory for the state, or "
+             "sqlite:PATH for a database file)", where);
+    return NULL;
+  }
+  return tp__store_sqlite_open(where, err, errlen);
+}
+
+/* ---- shared by the backends --------------------------------------------------------- */
+
+static int64_t real_now_ms (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t (*store_clock)(void) = real_now_ms;
+
+int64_t tp__store_now_ms (void) { return store_clock(); }
+
+void tp__store_set_clock (int64_t (*now_ms)(void)) {
+  store_clock = now_ms ? now_ms : real_now_ms;
+}
+
+int64_t tp__bucket_step (double *tokens, int64_t *t_ms, int fresh, double capacity,
+                         double per_second, int64_t now_ms) {
+  if (fresh) { *tokens = capacity; *t_ms = now_ms; }
+  else if (now_ms > *t_ms) {
+    *tokens += (double)(now_ms - *t_ms) / 1000.0 * per_second;
+    if (*tokens > capacity) *tokens = capacity;
+    *t_ms = now_ms;
+  }
+  if (*tokens >= 1) { *tokens -= 1; return 0; }
+  double ms = ceil((1 - *tokens) / per_second * 1000.0);
+  if (!(ms >= 1)) ms = 1;
+  if (ms > 1e15) ms = 1e15;
+  return (int64_t)ms;
+}
+
+int tp__store_append (char **buf, size_t *n, size_t *cap, const char *s, size_t len) {
+  if (*n + len + 1 > *cap) {
+    size_t nc = *cap ? *cap : 64;
+    while (nc < *n + len + 1) nc *= 2;
+    char *nb = realloc(*buf, nc);
+    if (nb == NULL) return -1;
+    *buf = nb;
+    *cap = nc;
+  }
+  memcpy(*buf + *n, s, len);
+  *n += len;
+  (*buf)[*n] = '\0';
+  return 0;
+}
+
+int tp__store_json_str (char **buf, size_t *n, size_t *cap, const char *s, size_t len) {
+  if (tp__store_append(buf, n, cap, "\"", 1) != 0) return -1;
+  size_t from = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch >= 0x20 && ch != '"' && ch != '\\') continue;
+    char esc[8];
+    int el = snprintf(esc, sizeof esc, ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : "\\u%04x",
+                      ch);
+    if (tp__store_append(buf, n, cap, s + from, i - from) != 0 ||
+        tp__store_append(buf, n, cap, esc, (size_t)el) != 0) return -1;
+    from = i + 1;
+  }
+  if (tp__store_append(buf, n, cap, s + from, len - from) != 0) return -1;
+  return tp__store_append(buf, n, cap, "\"", 1);
+}
