@@ -46,13 +46,13 @@
 #include <hiredis/adapters/libuv.h>
 #pragma GCC diagnostic pop
 
-#include "store.h"
+#include "store_int.h"
 
-#define KV_CAP       ((size_t)16 << 20)   /* kv.lua's cap: bytes of keys plus values */
 #define BACKOFF_MIN  50                   /* ms */
 #define BACKOFF_MAX  2000
 #define OPEN_TIMEOUT 3                    /* s, the blocking check at open */
 #define OP_TIMEOUT   5000                 /* ms without any reply while ops wait */
+#define TTL_MAX      10000000000000LL     /* ms (317 years): Redis refuses far larger */
 
 /* ---- the scripts ----------------------------------------------------------------------
 ** Numbers arrive as strings and are converted in the script; strings are compared only
@@ -100,14 +100,14 @@ static const char *const scripts[S_N] = {
     "else wait = math.min(1e15, math.max(1, math.ceil((1 - tokens) / rate * 1000))) end\n"
     "redis.call('HSET', KEYS[1], 't', string.format('%.17g', tokens), 'ts',\n"
     "           string.format('%d', ts))\n"
-    "redis.call('PEXPIRE', KEYS[1], math.ceil((cap - tokens) * 1000 / rate) + 1000)\n"
+    "local full = math.min(1e13, math.ceil((cap - tokens) / rate * 1000) + 1000)\n"
+    "redis.call('PEXPIRE', KEYS[1], string.format('%d', full))\n"
     "return wait\n",
   /* KEYS run, log; ARGV record, ttl_ms (0: never) -> 1. The log expires with its run. */
   [S_RUN_PUT] =
-    "local ttl = tonumber(ARGV[2])\n"
-    "if ttl > 0 then\n"
-    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)\n"
-    "  redis.call('PEXPIRE', KEYS[2], ttl)\n"
+    "if tonumber(ARGV[2]) > 0 then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "  redis.call('PEXPIRE', KEYS[2], ARGV[2])\n"
     "else\n"
     "  redis.call('SET', KEYS[1], ARGV[1])\n"
     "  redis.call('PERSIST', KEYS[2])\n"
@@ -124,12 +124,12 @@ static const char *const scripts[S_N] = {
   [S_CLAIM] =
     "local ttl = tonumber(ARGV[2])\n"
     "local set\n"
-    "if ttl > 0 then set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl)\n"
+    "if ttl > 0 then set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
     "else set = redis.call('SET', KEYS[1], ARGV[1], 'NX') end\n"
     "if set then return {1, ARGV[1]} end\n"
     "local cur = redis.call('GET', KEYS[1])\n"
     "if cur ~= ARGV[1] then return {0, cur} end\n"
-    "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl)\n"
+    "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "else redis.call('PERSIST', KEYS[1]) end\n"
     "return {1, cur}\n",
   /* KEYS session; ARGV owner -> 1 released | 0 owner does not hold it: compare-and-delete */
@@ -430,40 +430,25 @@ static void reply_log (rop *op, const redisReply *r) {
   free(buf);
 }
 
-/* Appends s as a JSON string to b (of room for it: 6 bytes per input byte + 2), escaped
-** as the other backends do (store.c): ", \\ and controls; bytes >= 0x80 as they are. */
-static size_t json_str (char *b, const char *s, size_t len) {
-  size_t n = 0;
-  b[n++] = '"';
-  for (size_t i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    if (ch == '"' || ch == '\\') { b[n++] = '\\'; b[n++] = (char)ch; }
-    else if (ch < 0x20) n += (size_t)sprintf(b + n, "\\u%04x", ch);
-    else b[n++] = (char)ch;
-  }
-  b[n++] = '"';
-  return n;
-}
-
-/* ZRANGEBYLEX from the cursor -> a JSON array of the keys that start with the prefix. */
+/* ZRANGEBYLEX from the cursor -> a JSON array of the keys that start with the prefix
+** (escaped as every backend does: tp__store_json_str); num: how many. */
 static void reply_list (rop *op, const redisReply *r) {
-  size_t room = 3;
-  for (size_t i = 0; i < r->elements; i++)
-    if (r->element[i]->type == REDIS_REPLY_STRING) room += r->element[i]->len * 6 + 3;
-  char *buf = malloc(room);
-  if (buf == NULL) { answer_err(op->cb, op->ud, "out of memory listing kv keys"); return; }
-  size_t len = 0, count = 0;
-  buf[len++] = '[';
-  for (size_t i = 0; i < r->elements; i++) {
+  char *buf = NULL;
+  size_t len = 0, cap = 0, count = 0;
+  int bad = tp__store_append(&buf, &len, &cap, "[", 1);
+  for (size_t i = 0; !bad && i < r->elements; i++) {
     const redisReply *k = r->element[i];
     if (k->type != REDIS_REPLY_STRING) continue;
     if (k->len < op->pl || memcmp(k->str, op->prefix, op->pl) != 0) break;
-    if (count++) buf[len++] = ',';
-    len += json_str(buf + len, k->str, k->len);
+    if ((count++ && tp__store_append(&buf, &len, &cap, ",", 1) != 0) ||
+        tp__store_json_str(&buf, &len, &cap, k->str, k->len) != 0) bad = 1;
   }
-  buf[len++] = ']';
-  buf[len] = '\0';
-  answer(op->cb, op->ud, TP_STORE_OK, buf, len, 0, NULL);
+  if (bad || tp__store_append(&buf, &len, &cap, "]", 1) != 0) {
+    free(buf);
+    answer_err(op->cb, op->ud, "out of memory listing kv keys");
+    return;
+  }
+  answer(op->cb, op->ud, TP_STORE_OK, buf, len, (int64_t)count, NULL);
   free(buf);
 }
 
@@ -711,7 +696,7 @@ static void r_kv_list (tp_store_conn *base, const char *prefix, size_t pl, const
   rop *op = new_op(c, K_KV_LIST, cb, ud);
   if (op == NULL) return;
   if (limit == 0) {
-    answer(cb, ud, TP_STORE_OK, "[]", 2, 0, NULL);
+    answer(cb, ud, TP_STORE_OK, "[]", 2, 0, NULL);   /* none asked for */
     op_free(op);
     return;
   }
@@ -794,7 +779,8 @@ static void r_run_put (tp_store_conn *base, const char *run, const char *rec, si
   k[1] = key_of(c->s, "log:", run, strlen(run), &l[1]);
   if (keys_ok(k, 2, op)) {
     char ttl[24];
-    snprintf(ttl, sizeof ttl, "%lld", (long long)(ttl_ms > 0 ? ttl_ms : 0));
+    snprintf(ttl, sizeof ttl, "%lld", (long long)(ttl_ms <= 0 ? 0 : ttl_ms < TTL_MAX ? ttl_ms
+                                                  : TTL_MAX));
     const char *a[] = { rec ? rec : "", ttl };
     size_t al[] = { rl, strlen(ttl) };
     eval(c, op, S_RUN_PUT, 2, k, l, 2, a, al);
@@ -884,7 +870,8 @@ static void r_session_claim (tp_store_conn *base, const char *session, const cha
   char *k = key_of(c->s, "session:", session, strlen(session), &l);
   if (keys_ok(&k, 1, op)) {
     char ttl[24];
-    snprintf(ttl, sizeof ttl, "%lld", (long long)(ttl_ms > 0 ? ttl_ms : 0));
+    snprintf(ttl, sizeof ttl, "%lld", (long long)(ttl_ms <= 0 ? 0 : ttl_ms < TTL_MAX ? ttl_ms
+                                                  : TTL_MAX));
     const char *a[] = { owner, ttl };
     size_t al[] = { strlen(owner), strlen(ttl) };
     eval(c, op, S_CLAIM, 1, &k, &l, 2, a, al);
@@ -1092,7 +1079,7 @@ static int parse_url (rstore *s, const char *url, char *err, size_t errlen) {
       s->db = (int)v;
     }
   }
-  s->kv_cap = KV_CAP;
+  s->kv_cap = TP_STORE_KV_CAP;
   s->timeout_ms = OP_TIMEOUT;
   for (const char *o = q ? q + 1 : NULL; o != NULL && *o; ) {
     const char *amp = strchr(o, '&');

@@ -22,7 +22,8 @@
 #include <hiredis/hiredis.h>
 
 #include "tp_test.h"
-#include "store.h"
+#include "tidepool.h"
+#include "store_int.h"
 
 /* ---- the server ---------------------------------------------------------------------- */
 
@@ -152,19 +153,21 @@ static int setup (fixture *f, const char *prefix, const char *extra) {
   char url[300], err[300];
   url_of(url, sizeof url, prefix, extra);
   uv_loop_init(&f->loop);
-  f->s = tp__store_redis_open(url, err, sizeof err);
-  if (f->s == NULL) { TP_FAIL_AT("open %s: %s", url, err); f->c = NULL; return -1; }
+  f->c = NULL;
+  f->s = tp_store_open(url, err, sizeof err);
+  if (f->s == NULL) { TP_FAIL_AT("open %s: %s", url, err); return -1; }
   f->ops = ((tp__store_head *)f->s)->ops;
-  CHECK_STR(f->ops->kind, "redis");
-  f->c = f->ops->connect(f->s, &f->loop, err, sizeof err);
+  CHECK_STR(tp__store_kind(f->s), "redis");
+  CHECK_INT(tp__store_shared(f->s), 1);
+  f->c = tp__store_connect(f->s, &f->loop, err, sizeof err);
   if (f->c == NULL) { TP_FAIL_AT("connect: %s", err); return -1; }
   return 0;
 }
 
 static void teardown (fixture *f) {
-  if (f->c) f->ops->close(f->c);
+  if (f->c) tp__store_close(f->c);
   uv_run(&f->loop, UV_RUN_DEFAULT);     /* the socket's handle closes */
-  if (f->s) f->ops->destroy(f->s);
+  tp_store_destroy(f->s);
   CHECK_INT(uv_loop_close(&f->loop), 0);
 }
 
@@ -246,6 +249,72 @@ TEST(kv_list_gives_keys_by_prefix_in_byte_order_after_a_cursor) {
     OP(f, a, kv_set(f.c, "q\"\\\n", 4, "1", 1, on_answer, &a));
     OP(f, a, kv_list(f.c, "q", 1, NULL, 0, 10, on_answer, &a));
     CHECK_STR(a.val, "[\"q\\\"\\\\\\u000a\"]");
+  }
+  reset(&a);
+  teardown(&f);
+}
+
+/* test_store.c's conformance cases of kv and buckets, with their exact answers (its
+** expiry cases use a fake clock, which Redis does not read: the ttl tests below use real
+** time instead). */
+TEST(the_conformance_cases_of_kv_and_buckets_give_the_same_answers) {
+  fixture f;
+  answer a = { 0 };
+  if (setup(&f, "conf:", NULL) == 0) {
+    tp_store_conn *c = f.c;
+    const tp_store_ops *o = f.ops;
+    OP(f, a, kv_set(c, "a", 1, "1", 1, on_answer, &a));
+    CHECK_INT(a.num, 2);
+    OP(f, a, kv_set(c, "a", 1, "22", 2, on_answer, &a));
+    CHECK_INT(a.num, 3);
+    OP(f, a, kv_set(c, "b\0z", 3, "x\0y", 3, on_answer, &a));
+    CHECK_INT(a.num, 9);
+    OP(f, a, kv_get(c, "b", 1, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_NOTFOUND);
+    OP(f, a, kv_set(c, "ab", 2, "\"q\"", 3, on_answer, &a));
+    OP(f, a, kv_set(c, "ac", 2, "0", 1, on_answer, &a));
+    OP(f, a, kv_set(c, "a\"\\", 3, "0", 1, on_answer, &a));
+    CHECK_INT(a.num, 21);
+    OP(f, a, kv_list(c, "", 0, NULL, 0, 100, on_answer, &a));
+    CHECK_STR(a.val, "[\"a\",\"a\\\"\\\\\",\"ab\",\"ac\",\"b\\u0000z\"]");
+    CHECK_INT(a.num, 5);
+    OP(f, a, kv_list(c, "a", 1, NULL, 0, 2, on_answer, &a));
+    CHECK_STR(a.val, "[\"a\",\"a\\\"\\\\\"]");
+    OP(f, a, kv_list(c, "a", 1, "ab", 2, 10, on_answer, &a));
+    CHECK_STR(a.val, "[\"ac\"]");
+    OP(f, a, kv_list(c, "\xff", 1, NULL, 0, 10, on_answer, &a));
+    CHECK_STR(a.val, "[]");
+    OP(f, a, kv_del(c, "ab", 2, on_answer, &a));
+    CHECK_INT(a.num, 16);
+    char *big = malloc(TP_STORE_MAX_VALUE + 1);
+    memset(big, 'v', TP_STORE_MAX_VALUE + 1);
+    int i, last = TP_STORE_OK;
+    char key[16];
+    for (i = 0; i < 20 && last == TP_STORE_OK; i++) {
+      snprintf(key, sizeof key, "fill%02d", i);
+      OP(f, a, kv_set(c, key, 6, big, TP_STORE_MAX_VALUE, on_answer, &a));
+      last = a.status;
+    }
+    CHECK_INT(i, 16);   /* the 16th 1 MiB value is over TP_STORE_KV_CAP */
+    CHECK_INT(last, TP_STORE_TOO_BIG);
+    CHECK_INT(a.num, 16 + 16 * (6 + (int64_t)TP_STORE_MAX_VALUE));
+    for (int j = 0; j < 15; j++) {
+      snprintf(key, sizeof key, "fill%02d", j);
+      OP(f, a, kv_del(c, key, 6, on_answer, &a));
+    }
+    CHECK_INT(a.num, 16);
+    free(big);
+    int64_t t = 1000000;
+    static const struct { const char *k; int64_t at, want; } takes[] = {
+      { "r:1", 0, 0 }, { "r:1", 0, 0 }, { "r:1", 0, 1000 }, { "r:2", 0, 0 },
+      { "r:1", 400, 600 }, { "r:1", 1000, 0 }, { "r:1", 1000, 1000 },
+      { "r:1", 60000, 0 }, { "r:1", 60000, 0 }, { "r:1", 60000, 1000 } };
+    for (size_t k = 0; k < sizeof takes / sizeof takes[0]; k++) {
+      OP(f, a, bucket_take(c, takes[k].k, 3, 2, 1, t + takes[k].at, on_answer, &a));
+      CHECK_INT(a.status, TP_STORE_OK);
+      CHECK_INT(a.num, takes[k].want);
+    }
+    (void)o;
   }
   reset(&a);
   teardown(&f);
@@ -351,13 +420,13 @@ static void *take_thread (void *p) {
   char err[300];
   uv_loop_init(&loop);
   const tp_store_ops *ops = ((tp__store_head *)t->s)->ops;
-  tp_store_conn *c = ops->connect(t->s, &loop, err, sizeof err);
+  tp_store_conn *c = tp__store_connect(t->s, &loop, err, sizeof err);
   pthread_barrier_wait(&start_line);
   if (c != NULL) {
     for (int i = 0; i < TAKES; i++)
       ops->bucket_take(c, "shared", 6, CAPACITY, 1.0 / 86400, 5000, on_take, t);
     while (t->answered < TAKES) uv_run(&loop, UV_RUN_ONCE);
-    ops->close(c);
+    tp__store_close(c);
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
@@ -367,7 +436,7 @@ static void *take_thread (void *p) {
 TEST(a_bucket_shared_by_two_threads_gives_out_exactly_its_capacity) {
   char url[300], err[300];
   url_of(url, sizeof url, "t5:", NULL);
-  tp_store *s = tp__store_redis_open(url, err, sizeof err);
+  tp_store *s = tp_store_open(url, err, sizeof err);
   if (s == NULL) { TP_FAIL_AT("open: %s", err); return; }
   taker t[2] = { { s, 0, 0, 0, 0 }, { s, 0, 0, 0, 0 } };
   pthread_t th[2];
@@ -378,7 +447,7 @@ TEST(a_bucket_shared_by_two_threads_gives_out_exactly_its_capacity) {
   CHECK_INT(t[0].taken + t[1].taken, CAPACITY);
   CHECK_INT(t[0].refused + t[1].refused, 2 * TAKES - CAPACITY);
   pthread_barrier_destroy(&start_line);
-  ((tp__store_head *)s)->ops->destroy(s);
+  tp_store_destroy(s);
 }
 
 TEST(runs_and_their_call_log_in_seq_order) {
@@ -527,7 +596,7 @@ TEST(a_password_and_a_unix_socket) {
   if (f.s == NULL) TP_FAIL_AT("open %s: %s", u2, err);
   else {
     f.ops = ((tp__store_head *)f.s)->ops;
-    f.c = f.ops->connect(f.s, &f.loop, err, sizeof err);
+    f.c = tp__store_connect(f.s, &f.loop, err, sizeof err);
     OP(f, a, kv_set(f.c, "k", 1, "1", 1, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_OK);
     OP(f, a, kv_get(f.c, "k", 1, on_answer, &a));
@@ -555,7 +624,7 @@ TEST(close_answers_what_is_outstanding_closed) {
   if (setup(&f, "t10:", NULL) == 0) {
     f.ops->kv_set(f.c, "k", 1, "1", 1, on_answer, &a);
     f.ops->kv_get(f.c, "k", 1, on_answer, &b);
-    f.ops->close(f.c);
+    tp__store_close(f.c);
     f.c = NULL;
     CHECK_INT(a.done, 1);
     CHECK_INT(a.status, TP_STORE_CLOSED);
@@ -635,6 +704,39 @@ TEST(a_lost_connection_answers_error_then_reconnects_when_redis_is_back) {
   teardown(&f);
 }
 
+/* The kv.* tools of an engine on a Redis store: what one engine's script writes, an engine
+** on another store opened on the same Redis (another process, in effect) reads. */
+TEST(kv_tools_of_engines_on_two_stores_of_one_redis_share_keys) {
+  char url[300], err[300];
+  url_of(url, sizeof url, "eng:", NULL);
+  tp_store *s1 = tp_store_open(url, err, sizeof err), *s2 = tp_store_open(url, err, sizeof err);
+  CHECK(s1 != NULL && s2 != NULL);
+  if (s1 == NULL || s2 == NULL) { tp_store_destroy(s1); tp_store_destroy(s2); return; }
+  tp_engine *e1 = tp_engine_create(), *e2 = tp_engine_create();
+  CHECK_INT(tp_engine_set_store(e1, s1), TP_OK);
+  CHECK_INT(tp_engine_set_store(e2, s2), TP_OK);
+  tp_store_destroy(s1);
+  tp_store_destroy(s2);
+  CHECK(tp_engine_load_tools(e1, "tools") > 0);
+  CHECK(tp_engine_load_tools(e2, "tools") > 0);
+  const char *w = "local a = tools.kv.set{key = 'shared', value = {n = 7}}\n"
+                  "return {a.bytes, a.used}";
+  char *env = NULL;
+  CHECK_INT(tp_engine_run(e1, w, strlen(w), NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"result\":[7,13]");   /* {"n":7}; "shared" + it */
+  tp_free(env);
+  const char *r = "local g = tools.kv.get{key = 'shared'}\n"
+                  "local l = tools.kv.list{prefix = 'sh'}\n"
+                  "local d = tools.kv.delete{key = 'shared'}\n"
+                  "return {g.value.n, l.keys[1], d.deleted, tools.kv.get{key = 'shared'}.found}";
+  env = NULL;
+  CHECK_INT(tp_engine_run(e2, r, strlen(r), NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"result\":[7,\"shared\",true,false]");
+  tp_free(env);
+  tp_engine_destroy(e1);
+  tp_engine_destroy(e2);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   if (!tp_t_list) {
@@ -650,6 +752,7 @@ int main (int argc, char **argv) {
   }
   RUN(kv_values_round_trip_with_exact_byte_accounting);
   RUN(kv_list_gives_keys_by_prefix_in_byte_order_after_a_cursor);
+  RUN(the_conformance_cases_of_kv_and_buckets_give_the_same_answers);
   RUN(kv_over_its_byte_cap_or_a_value_over_1_mib_is_too_big);
   RUN(bucket_take_refills_and_says_when_the_next_token_comes);
   RUN(a_bucket_shared_by_two_threads_gives_out_exactly_its_capacity);
@@ -659,6 +762,7 @@ int main (int argc, char **argv) {
   RUN(open_names_the_url_when_redis_is_down_or_the_url_is_wrong);
   RUN(a_password_and_a_unix_socket);
   RUN(close_answers_what_is_outstanding_closed);
+  RUN(kv_tools_of_engines_on_two_stores_of_one_redis_share_keys);
   RUN(a_redis_that_stops_answering_is_dropped_after_the_timeout);
   RUN(a_lost_connection_answers_error_then_reconnects_when_redis_is_back);
   if (!tp_t_list) {
