@@ -396,7 +396,7 @@ TEST(bucket_take_refills_and_says_when_the_next_token_comes) {
 }
 
 /* Two threads, each with a loop and a connection, take 150 tokens at once each from one
-** bucket of 100 that refills one token a day: exactly 100 are given out. */
+** bucket of 100 that refills one token in 30 years: exactly 100 are given out. */
 enum { TAKES = 150, CAPACITY = 100 };
 
 static pthread_barrier_t start_line;
@@ -424,7 +424,7 @@ static void *take_thread (void *p) {
   pthread_barrier_wait(&start_line);
   if (c != NULL) {
     for (int i = 0; i < TAKES; i++)
-      ops->bucket_take(c, "shared", 6, CAPACITY, 1.0 / 86400, 5000, on_take, t);
+      ops->bucket_take(c, "shared", 6, CAPACITY, 1e-9, 5000, on_take, t);
     while (t->answered < TAKES) uv_run(&loop, UV_RUN_ONCE);
     tp__store_close(c);
   }
@@ -737,6 +737,61 @@ TEST(kv_tools_of_engines_on_two_stores_of_one_redis_share_keys) {
   tp_engine_destroy(e2);
 }
 
+typedef struct claim_seen { int got; char holder[64], err[300]; } claim_seen;
+
+static void on_claim (void *ud, const char *holder, const char *err) {
+  claim_seen *c = ud;
+  c->got++;
+  snprintf(c->holder, sizeof c->holder, "%s", holder ? holder : "");
+  snprintf(c->err, sizeof c->err, "%s", err ? err : "");
+}
+
+static void claim_wait (tp_engine *e, claim_seen *c) {
+  for (int i = 0; i < 1000 && c->got == 0; i++) tp_engine_poll(e, 1);
+  CHECK_INT(c->got, 1);
+}
+
+/* tp_engine_claim_session: two engines on two stores of one Redis (two servers, in
+** effect) agree on who holds a session. */
+TEST(engines_on_two_stores_agree_on_who_holds_a_session) {
+  char url[300], err[300];
+  url_of(url, sizeof url, "claim:", NULL);
+  tp_store *s1 = tp_store_open(url, err, sizeof err), *s2 = tp_store_open(url, err, sizeof err);
+  CHECK(s1 != NULL && s2 != NULL);
+  if (s1 == NULL || s2 == NULL) { tp_store_destroy(s1); tp_store_destroy(s2); return; }
+  tp_engine *a = tp_engine_create(), *b = tp_engine_create();
+  tp_engine_set_store(a, s1);
+  tp_engine_set_store(b, s2);
+  tp_store_destroy(s1);
+  tp_store_destroy(s2);
+  claim_seen c = { 0 };
+  CHECK_INT(tp_engine_claim_session(a, "s1", "http://a:1/mcp", 60000, on_claim, &c), TP_OK);
+  claim_wait(a, &c);
+  CHECK_STR(c.holder, "");
+  CHECK_STR(c.err, "");
+  memset(&c, 0, sizeof c);
+  CHECK_INT(tp_engine_claim_session(b, "s1", "http://b:2/mcp", 60000, on_claim, &c), TP_OK);
+  claim_wait(b, &c);
+  CHECK_STR(c.holder, "http://a:1/mcp");
+  memset(&c, 0, sizeof c);
+  CHECK_INT(tp_engine_claim_session(b, "s2", "http://b:2/mcp", 60000, on_claim, &c), TP_OK);
+  claim_wait(b, &c);
+  CHECK_STR(c.holder, "");                       /* another session: b's */
+  CHECK_INT(tp_engine_release_session(b, "s1", "http://b:2/mcp"), TP_OK);  /* not b's */
+  CHECK_INT(tp_engine_release_session(a, "s1", "http://a:1/mcp"), TP_OK);
+  memset(&c, 0, sizeof c);                       /* a's next answer comes after its release */
+  CHECK_INT(tp_engine_claim_session(a, "s3", "http://a:1/mcp", 60000, on_claim, &c), TP_OK);
+  claim_wait(a, &c);
+  memset(&c, 0, sizeof c);
+  CHECK_INT(tp_engine_claim_session(b, "s1", "http://b:2/mcp", 60000, on_claim, &c), TP_OK);
+  claim_wait(b, &c);
+  CHECK_STR(c.holder, "");                       /* released by a: b's now */
+  CHECK_INT(tp_engine_claim_session(a, NULL, "x", 1, on_claim, &c), TP_EINVAL);
+  CHECK_INT(tp_engine_claim_session(a, "s", "x", -1, on_claim, &c), TP_EINVAL);
+  tp_engine_destroy(a);
+  tp_engine_destroy(b);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   if (!tp_t_list) {
@@ -763,6 +818,7 @@ int main (int argc, char **argv) {
   RUN(a_password_and_a_unix_socket);
   RUN(close_answers_what_is_outstanding_closed);
   RUN(kv_tools_of_engines_on_two_stores_of_one_redis_share_keys);
+  RUN(engines_on_two_stores_agree_on_who_holds_a_session);
   RUN(a_redis_that_stops_answering_is_dropped_after_the_timeout);
   RUN(a_lost_connection_answers_error_then_reconnects_when_redis_is_back);
   if (!tp_t_list) {
