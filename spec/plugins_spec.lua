@@ -274,9 +274,9 @@ describe("built-in tools", function()
     assert.is_true(env.ok, env.error and env.error.message)
     assert.is_false(env.result.ok)
     assert.equal("tool.failed", env.result.code)
-    assert.equal('tools.kv.set failed: the value under "huge" is 1048578 bytes as JSON, over the 1048576-byte '
-      .. "(1 MiB) limit of one kv value; write it to a file with fs.write and store its path "
-      .. "instead", env.result.message)
+    assert.equal('tools.kv.set failed: the value under "huge" is 1048578 bytes as JSON, over '
+      .. "the 1048576-byte (1 MiB) limit of one kv value; write it to a file with fs.write "
+      .. "and store its path instead", env.result.message)
     assert.is_false(env.result.found)
   end)
 end)

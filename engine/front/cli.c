@@ -57,6 +57,9 @@ static const char usage_head[] =
   "  --approve MODE       the calls that a policy rule asks a person to approve: ask\n"
   "                       on the terminal (ask, the default; with no terminal they are\n"
   "                       denied), approve them all (all) or deny them all (none)\n"
+  "  --state DIR          keep kv keys and rate buckets in DIR/tidepool.db (SQLite, made\n"
+  "                       when missing), across runs and processes; also sqlite:PATH or\n"
+  "                       redis://HOST:PORT/DB\n"
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
@@ -448,7 +451,7 @@ int main (int argc, char **argv) {
   int json_out = 0, for_model = 0, strict = 0;
   int builtin_tools = 1, ntool_dirs = 0;
   const char *tool_dirs[64];
-  const char *workspace = NULL, *config_path = NULL;
+  const char *workspace = NULL, *config_path = NULL, *state = NULL;
   const char *principal = NULL, *scopes = NULL;  /* --principal, --scopes */
   int approve = APPROVE_ASK;                     /* --approve */
   const char *limit_opts[128];  /* the limit options given, as name and value pairs: they
@@ -479,6 +482,13 @@ int main (int argc, char **argv) {
         return tp__cli_usage_error("%s", "--workspace needs a directory");
       if (stat(workspace, &st) != 0 || !S_ISDIR(st.st_mode))
         return tp__cli_usage_error("--workspace '%s' is not a directory", workspace);
+      continue;
+    }
+    if (strcmp(a, "--state") == 0 || strncmp(a, "--state=", 8) == 0) {
+      state = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
+      if (state == NULL || *state == '\0')
+        return tp__cli_usage_error("%s", "--state needs a directory (or sqlite:PATH, "
+                                   "redis://HOST:PORT/DB)");
       continue;
     }
     if (strcmp(a, "--config") == 0 || strncmp(a, "--config=", 9) == 0) {
@@ -565,6 +575,22 @@ int main (int argc, char **argv) {
     if (!workspace_max_set && max != UINT64_MAX) {
       workspace_max = max;
       workspace_max_set = 1;
+    }
+    if (state == NULL) state = tp_engine_config_state(e);
+  }
+  if (state && !check && !describe) {
+    char why[512];
+    tp_store *st = tp_store_open(state, why, sizeof why);
+    if (st == NULL) {
+      tp_engine_destroy(e);
+      return tp__cli_usage_error("--state: %s", why);
+    }
+    int set = tp_engine_set_store(e, st);
+    tp_store_destroy(st);  /* e keeps its own reference */
+    if (set != TP_OK) {
+      tp_engine_destroy(e);
+      fprintf(stderr, "tidepool: out of memory\n");
+      return 1;
     }
   }
   /* the plugin directories: the built-in ones, the config file's, then --tools */

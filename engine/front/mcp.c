@@ -120,6 +120,9 @@ static const char usage_text[] =
   "  --no-builtin-tools   do not load the built-in tools\n"
   "  --workspace DIR      the directory the fs.* tools may use\n"
   "  --workspace-max SIZE how much the fs.* tools may grow it (default 1G)\n"
+  "  --state DIR          keep kv keys and rate buckets in DIR/tidepool.db (SQLite, made\n"
+  "                       when missing) for every worker, across restarts; also\n"
+  "                       sqlite:PATH or redis://HOST:PORT/DB\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
   "  --expose-tools       also list every loaded tool as an MCP tool of its own, named\n"
   "                       for every client (fs.read as fs_read; a taken name gets _2)\n"
@@ -159,6 +162,7 @@ typedef struct options {
                             ** 1 full, 2 compact */
   const char *workspace, *name;
   const char *audit;        /* --audit FILE, or NULL */
+  const char *state;        /* --state (or the config's "state"), or NULL: memory */
   const char *config_path;  /* --config FILE, or NULL */
   char *config;             /* its text */
   size_t config_len;
@@ -2543,7 +2547,7 @@ static int server_init (server *s) {
   if (uv_loop_init(s->loop) != 0) return -1;
   s->level = L_INFO;
   if (mailbox_init(&s->mb, s->loop, server_mail, s) != 0) return -1;
-  s->kv = tp_store_create();
+  if (s->kv == NULL) s->kv = tp_store_create();  /* else --state's, opened already */
   s->workers = calloc(s->o.workers, sizeof *s->workers);
   if (s->kv == NULL || s->workers == NULL) return -1;
   s->nworkers = s->o.workers;
@@ -2638,7 +2642,7 @@ static int apply_config (options *o) {
   uint64_t max;
   const char *ws = tp_engine_config_workspace(e, &max);
   const char **dirs = calloc(nfile + o->ndirs + 1, sizeof *dirs);
-  o->config_owned = calloc(nfile + 2, sizeof *o->config_owned);
+  o->config_owned = calloc(nfile + 3, sizeof *o->config_owned);
   int oom = dirs == NULL || o->config_owned == NULL;
   for (size_t k = 0; !oom && k < nfile; k++)
     oom = (dirs[k] = o->config_owned[k] = strdup(tp_engine_config_tools(e, k))) == NULL;
@@ -2649,6 +2653,9 @@ static int apply_config (options *o) {
       o->workspace_max_set = 1;
     }
   }
+  const char *st = tp_engine_config_state(e);
+  for (size_t k = nfile; !oom && st && o->state == NULL; k++)
+    if (o->config_owned[k] == NULL) oom = (o->state = o->config_owned[k] = strdup(st)) == NULL;
   tp_engine_destroy(e);
   if (oom) {
     free(dirs);
@@ -2699,7 +2706,7 @@ int tp__mcp_main (int argc, char **argv) {
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
-      "--audit", "--config" };
+      "--audit", "--config", "--state" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -2728,6 +2735,7 @@ int tp__mcp_main (int argc, char **argv) {
       o->workspace = val;
     }
     else if (strcmp(name, "--audit") == 0) o->audit = val;
+    else if (strcmp(name, "--state") == 0) o->state = val;
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
       free(o->config_dir);
@@ -2785,6 +2793,15 @@ int tp__mcp_main (int argc, char **argv) {
   if (s->out < 0 || dup2(2, 1) < 0) {
     fprintf(stderr, "tidepool mcp: cannot set up standard output: %s\n", strerror(errno));
     return 1;
+  }
+  if (o->state) {  /* one store for every worker's engine */
+    char why[512];
+    if ((s->kv = tp_store_open(o->state, why, sizeof why)) == NULL) {
+      fprintf(stderr, "tidepool mcp: --state: %s\n", why);
+      options_free(o);
+      close(s->out);
+      return 1;
+    }
   }
   if (server_init(s) != 0) {
     fprintf(stderr, "tidepool mcp: out of memory\n");

@@ -565,8 +565,30 @@ static int fix_cwds (json_t *cfg, const char *base, problems *p) {
   return 0;
 }
 
+/* "state": a directory, or sqlite:PATH, relative to base; a URL stays as it is. */
+static int fix_state (json_t *cfg, const char *base, problems *p) {
+  const char *s = json_string_value(json_object_get(cfg, "state"));
+  if (s == NULL || base == NULL || strstr(s, "://") != NULL || strcmp(s, "memory:") == 0)
+    return 0;
+  if (strncmp(s, "sqlite:", 7) != 0) return fix_path(cfg, "state", 0, base, 0, "/state", p);
+  json_t *tmp = json_pack("{ss}", "p", s + 7);
+  if (tmp == NULL || fix_path(tmp, "p", 0, base, 0, "/state", p) < 0) {
+    json_decref(tmp);
+    return -1;
+  }
+  const char *abs = json_string_value(json_object_get(tmp, "p"));
+  size_t n = abs ? strlen(abs) + 8 : 0;
+  char *full = abs ? malloc(n) : NULL;
+  if (full) snprintf(full, n, "sqlite:%s", abs);
+  int rc = full && json_object_set_new(cfg, "state", json_string(full)) == 0 ? 0 : -1;
+  free(full);
+  json_decref(tmp);
+  return rc;
+}
+
 static int fix_paths (json_t *cfg, const char *base, problems *p) {
   json_t *tools = json_object_get(cfg, "tools"), *ws = json_object_get(cfg, "workspace");
+  if (fix_state(cfg, base, p) < 0) return -1;
   for (size_t i = 0; json_is_array(tools) && i < json_array_size(tools); i++) {
     char where[40];
     snprintf(where, sizeof where, "/tools/%zu", i);
@@ -804,6 +826,10 @@ const char *tp_engine_config_workspace (const tp_engine *e, uint64_t *max) {
   if (max && text && tp_parse_value(TP_UNIT_BYTES, text, UINT64_MAX, &m, NULL, NULL, 0) == TP_OK)
     *max = m;
   return json_string_value(json_object_get(ws, "dir"));
+}
+
+const char *tp_engine_config_state (const tp_engine *e) {
+  return e ? json_string_value(tp__config_section(e, "state")) : NULL;
 }
 
 const json_t *tp__config_section (const tp_engine *e, const char *name) {

@@ -412,7 +412,8 @@ TP_EXTERN int tp_engine_tool_schema(const tp_engine *e, size_t i, int output, ch
 ** Schema, committed as engine/host/config.schema.json, built into the library and
 ** installed as DATADIR/config.schema.json: limits (by the Lua module's option names:
 ** "memory": "64M", "timeout": 2), tools (plugin directories), workspace ("dir" or
-** {"dir", "max"}), mcpServers (Claude Desktop's shape), http, commands and policy. A
+** {"dir", "max"}), mcpServers (Claude Desktop's shape), http, commands, policy and state
+** (where kv and rate buckets are kept: tp_engine_config_state). A
 ** section not listed is an error. Limit values are checked by tp_limits_set's parser,
 ** and the tools and workspace directories must exist. Relative paths (tools, workspace,
 ** mcpServers.*.cwd) are relative to the config's folder, and the engine keeps them
@@ -465,6 +466,11 @@ TP_EXTERN const char *tp_engine_config_tools(const tp_engine *e, size_t i);
 ** NULL) is set to its "max" in bytes (0: no cap), or UINT64_MAX when it gives none.
 ** Owned by e, valid until it is configured again. */
 TP_EXTERN const char *tp_engine_config_workspace(const tp_engine *e, uint64_t *max);
+
+/* The state store's location in e's config ("state": a directory or sqlite:PATH made
+** absolute when the config came with a folder, or a URL), for tp_store_open; NULL when it
+** gives none. Owned by e, valid until it is configured again. */
+TP_EXTERN const char *tp_engine_config_state(const tp_engine *e);
 
 /* Starts the upstream MCP servers of e's config (mcpServers; once) and waits until each
 ** has listed its tools, now tools.<server>.<tool>, or failed; problem (may be NULL) gets

@@ -1,0 +1,183 @@
+-- --state DIR: kv keys (and rate buckets) in an SQLite database that outlives the
+-- process. Driven as processes: tidepool run twice on one directory, tidepool mcp killed
+-- with SIGKILL right after it acknowledged writes and started again.
+local dkjson = require "dkjson"
+local uv = require "luv"
+
+local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
+
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+local function temp_dir()
+  local p = assert(io.popen("mktemp -d"))
+  local d = p:read("l")
+  p:close()
+  return d
+end
+
+local function write_file(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+-- tidepool run --json ARGS on script; returns the envelope, the status and stderr.
+local function run(script, args)
+  local path = os.tmpname()
+  write_file(path, script)
+  local errpath = os.tmpname()
+  local p = assert(io.popen(BIN .. " run --json " .. args .. " " .. shell_quote(path) .. " 2>"
+    .. errpath .. "; echo \"#rc=$?\""))
+  local out = p:read("a")
+  p:close()
+  local f = assert(io.open(errpath, "rb"))
+  local err = f:read("a")
+  f:close()
+  os.remove(path)
+  os.remove(errpath)
+  local rc = tonumber(out:match("#rc=(%d+)\n$"))
+  out = out:gsub("#rc=%d+\n$", "")
+  return dkjson.decode(out), rc, err
+end
+
+describe("tidepool run --state DIR", function()
+  it("keeps kv keys across processes, and their byte count with them", function()
+    local dir = temp_dir() .. "/state"  -- made when missing
+    local a, rc = run([[
+      local r = tools.kv.set{key = "greeting", value = {text = "hello", n = 1}}
+      tools.kv.set{key = "other", value = 7}
+      return r]], "--state " .. shell_quote(dir))
+    assert.are.equal(0, rc)
+    assert.are.same({ bytes = 22, used = 30 }, a.result)
+    local b, rc2 = run([[
+      local g = tools.kv.get{key = "greeting"}
+      local l = tools.kv.list{}
+      local d = tools.kv.delete{key = "other"}
+      local s = tools.kv.set{key = "x", value = true}
+      return {g = g, keys = l.keys, deleted = d.deleted, used = s.used}]],
+      "--state " .. shell_quote(dir))
+    assert.are.equal(0, rc2)
+    assert.are.same({ g = { found = true, value = { text = "hello", n = 1 } },
+                      keys = { "greeting", "other" }, deleted = true, used = 35 }, b.result)
+    local c = run("return tools.kv.get{key = 'greeting'}", "")  -- no --state: memory
+    assert.is_false(c.result.found)
+  end)
+
+  it("takes the directory from the config's state, relative to the config's folder", function()
+    local dir = temp_dir()
+    write_file(dir .. "/tidepool.json", dkjson.encode({ state = "st" }))
+    local a = run("tools.kv.set{key = 'k', value = 1} return true",
+                  "--config " .. shell_quote(dir .. "/tidepool.json"))
+    assert.is_true(a.ok)
+    local f = io.open(dir .. "/st/tidepool.db", "rb")
+    assert.is_not_nil(f, "no database in the config's state directory")
+    if f then f:close() end
+    local b = run("return tools.kv.get{key = 'k'}", "--state " .. shell_quote(dir .. "/st"))
+    assert.are.same({ found = true, value = 1 }, b.result)
+  end)
+
+  it("a state that is a file is a usage error that names it", function()
+    local dir = temp_dir()
+    write_file(dir .. "/f", "")
+    local _, rc, err = run("return 1", "--state " .. shell_quote(dir .. "/f"))
+    assert.are.equal(2, rc)
+    assert.are.equal("tidepool: --state: " .. dir .. "/f: not a directory (give a directory "
+      .. "for the state, or sqlite:PATH for a database file)\nTry 'tidepool --help'.\n", err)
+  end)
+end)
+
+-- A tidepool mcp on stdio: start(args) -> server; server:call(id, code) sends a run_lua
+-- call; server:wait(ids) waits for those answers; server:kill().
+local function mcp(args)
+  local stdin, stdout, stderr = uv.new_pipe(), uv.new_pipe(), uv.new_pipe()
+  local s = { msgs = {}, buf = "", exited = false }
+  s.proc = uv.spawn(BIN, { args = args, stdio = { stdin, stdout, stderr } },
+    function() s.exited = true end)
+  assert(s.proc, "cannot start tidepool mcp")
+  stderr:read_start(function() end)
+  stdout:read_start(function(_, data)
+    if not data then return end
+    s.buf = s.buf .. data
+    for line in s.buf:gmatch("([^\n]*)\n") do
+      local m = dkjson.decode(line)
+      if m and m.id then s.msgs[m.id] = m end
+    end
+    s.buf = s.buf:match("([^\n]*)$")
+  end)
+  local function send(t) stdin:write(dkjson.encode(t) .. "\n") end
+  send({ jsonrpc = "2.0", id = "init", method = "initialize", params = {
+    protocolVersion = "2025-06-18", capabilities = {}, clientInfo = { name = "spec",
+    version = "1" } } })
+  send({ jsonrpc = "2.0", method = "notifications/initialized" })
+  function s.call(_, id, code)
+    send({ jsonrpc = "2.0", id = id, method = "tools/call", params = { name = "run_lua",
+      arguments = { code = code } } })
+  end
+  function s.wait(_, ids)
+    local t0 = uv.hrtime()
+    repeat
+      local all = true
+      for _, id in ipairs(ids) do all = all and s.msgs[id] ~= nil end
+      if all then return true end
+      uv.run("once")
+    until uv.hrtime() - t0 > 20e9
+    return false
+  end
+  function s.kill(_, sig)
+    s.proc:kill(sig)
+    local t0 = uv.hrtime()
+    while not s.exited and uv.hrtime() - t0 < 10e9 do uv.run("once") end
+    stdin:close()
+    stdout:read_stop()
+    stdout:close()
+    stderr:close()
+    s.proc:close()
+    uv.run("nowait")
+  end
+  return s
+end
+
+-- The structured result of a run_lua answer.
+local function result_of(m)
+  local sc = m.result and m.result.structuredContent
+  if sc then return sc end
+  return dkjson.decode(m.result.content[1].text)
+end
+
+describe("tidepool mcp --state DIR", function()
+  it("keeps every write it acknowledged when it is killed with SIGKILL", function()
+    local dir = temp_dir()
+    local s = mcp({ "mcp", "--state", dir, "--workers", "2" })
+    local ids = {}
+    for batch = 1, 8 do
+      local id = "w" .. batch
+      ids[#ids + 1] = id
+      s:call(id, ([[
+        for i = 1, 25 do
+          tools.kv.set{key = ("k%%02d-%%02d"):format(%d, i), value = {batch = %d, i = i}}
+        end
+        return "batch %d"]]):format(batch, batch, batch))
+    end
+    assert.is_true(s:wait(ids), "not every batch was answered")
+    s:kill("sigkill")  -- at once: nothing gets to close the database
+    for _, id in ipairs(ids) do
+      assert.is_nil(s.msgs[id].error)
+      assert.is_true(result_of(s.msgs[id]).ok, dkjson.encode(s.msgs[id]))
+    end
+    local t = mcp({ "mcp", "--state", dir })
+    t:call("r", [[
+      local l = tools.kv.list{limit = 1000}
+      local last = tools.kv.get{key = "k08-25"}
+      local sum = 0
+      for _, k in ipairs(l.keys) do sum = sum + tools.kv.get{key = k}.value.i end
+      return {n = #l.keys, sum = sum, last = last.value}]])
+    assert.is_true(t:wait({ "r" }), "no answer after the restart")
+    t:kill("sigterm")
+    local r = result_of(t.msgs.r)
+    assert.is_true(r.ok, dkjson.encode(t.msgs.r))
+    assert.are.same({ n = 200, sum = 8 * (25 * 26 / 2), last = { batch = 8, i = 25 } },
+                    r.result)
+  end)
+end)
