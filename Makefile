@@ -229,8 +229,9 @@ $(LIB_SO): $(LIB_OBJ)
 $(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT) $(BUILD)/obj/front-api.ok
-	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(LIB_INT) \
+$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_http.o $(BUILD)/obj/auth.o $(LIB_INT) $(BUILD)/obj/front-api.ok
+	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_http.o \
+	  $(BUILD)/obj/auth.o $(LIB_INT) \
 	  $(LUV_LIBS) $(LIBS_ALL)
 
 # The helper proc.run spawns (tools/proc.lua): it confines itself (rlimits, Landlock,
@@ -277,8 +278,12 @@ $(PCFILE): Makefile $(PATHS_STAMP)
 # ---- tests and benchmarks -------------------------------------------------------------
 $(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_INT)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) $(CTEST_LDFLAGS) -Wl,-E -o $@ $< $(LIB_INT) \
-	  $(LUV_LIBS) $(LIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) $(CTEST_LDFLAGS) -Wl,-E -o $@ $< $(CTEST_OBJS) \
+	  $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
+
+# test_auth tests a front end's own object, the HTTP authenticator (engine/front/auth.c).
+$(BUILD)/tests/test_auth: CTEST_OBJS = $(BUILD)/obj/auth.o
+$(BUILD)/tests/test_auth: $(BUILD)/obj/auth.o
 
 # test_http and bench_http share a small HTTP server on 127.0.0.1.
 $(BUILD)/tests/test_http $(BUILD)/bench/bench_http: spec/c/http_server.h
@@ -371,7 +376,8 @@ FUZZ_CFLAGS  = $(filter-out $(OPT) $(SAN_FLAGS),$(CFLAGS_ALL)) $(FUZZ_OPT) $(FUZ
                -Wno-cast-align -Wno-format-nonliteral
 FUZZ_LUA_OBJS = $(LUA_CORE:%=$(FUZZ_BUILD)/lua-obj/%.o)
 FUZZ_OBJS    = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(notdir $(ENGINE_SRCS))) $(FUZZ_BUILD)/obj/embedded.o \
-               $(FUZZ_BUILD)/obj/mcp.o $(FUZZ_BUILD)/obj/cli-nomain.o
+               $(FUZZ_BUILD)/obj/mcp.o $(FUZZ_BUILD)/obj/mcp_http.o $(FUZZ_BUILD)/obj/cli-nomain.o \
+               $(FUZZ_BUILD)/obj/auth.o
 FUZZERS      = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 
 $(FUZZ_BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/core/lua_patch.h

@@ -7,6 +7,9 @@
 #                              over stdio, from a client in another process (node)
 #   bench/mcp_ping_while_stuck.mjs  mcp_ping_while_stuck_ms: a ping round trip while
 #                              another session's script is stuck in long C work
+#   build/bench/bench_mcp_http http_call_ms, http_calls_per_s: tools/call of `return 1` to
+#                              `tidepool mcp --http` from a libcurl client in another
+#                              process, keep-alive; one at a time, and 16 in flight
 #   build/bench/bench_tools    tool calls (see its header)
 #   build/bench/bench_http     http_fetch_us, http_parallel_100_ms: tools.http.fetch against
 #                              a server on 127.0.0.1 (see its header)
@@ -21,7 +24,7 @@
 # Targets (checked here, reported as "target_...: met|missed"): cold_run_us <= 30,
 # cpu_overhead_time <= 1.10, cli_run_ms <= 5, host_rss_ratio <= 4, lua_tool_call_us <= 2,
 # policy_call_us <= 0.5,
-# mcp_ping_while_stuck_ms <= 50, step_overshoot_us <= 30, frame_500_ms <= 17,
+# mcp_ping_while_stuck_ms <= 50, http_call_ms <= 0.5, step_overshoot_us <= 30, frame_500_ms <= 17,
 # describe_tokens_ratio <= 0.8, concurrent_10k_ms <= 150. BENCH_SCALE=N
 # repeats N times as much.
 # Exit status is non-zero only when a benchmark could not run, not when a target is missed.
@@ -40,6 +43,7 @@ else
   echo "mcp_call_ms: not measured (node is not installed)"; status=1
   echo "mcp_ping_while_stuck_ms: not measured (node is not installed)"
 fi
+"$BUILD/bench/bench_mcp_http" "$BUILD/tidepool" "$SCALE" | tee -a "$out" || status=1
 "$BUILD/bench/bench_tools" tools "$SCALE" | tee -a "$out" || status=1
 "$BUILD/bench/bench_http" tools "$SCALE" | tee -a "$out" || status=1
 "$BUILD/bench/bench_step" "$SCALE" | tee -a "$out" || status=1
@@ -64,6 +68,7 @@ target ten_calls_run_us 60
 target parallel_10x50ms_ms 70
 target host_rss_ratio 4
 target mcp_ping_while_stuck_ms 50
+target http_call_ms 0.5
 target step_overshoot_us 30
 target frame_500_ms 17
 target describe_tokens_ratio 0.8

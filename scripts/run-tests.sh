@@ -110,7 +110,7 @@ run_node() {  # $1 label, $2 script
   add_counts "$1"
 }
 if ! command -v node >/dev/null 2>&1; then
-  echo "mcp, upstream, http: node is not installed: 4 suites not run"; failed=$((failed + 4))
+  echo "mcp, upstream, http: node is not installed: 5 suites not run"; failed=$((failed + 5))
 else
   # every package of spec/mcp/package.json (the SDK, and the servers spec/upstream runs)
   missing=0
@@ -123,9 +123,10 @@ else
   fi
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
+    run_node "mcp over Streamable HTTP (SDK client, raw requests)" spec/mcp/http.mjs
   else
-    echo "mcp e2e (SDK client): not run, the SDK is not installed: counted as a failure"
-    failed=$((failed + 1))
+    echo "mcp e2e and mcp over HTTP (SDK client): not run, the SDK is not installed: counted as failures"
+    failed=$((failed + 2))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own

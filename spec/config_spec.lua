@@ -69,7 +69,8 @@ local GOOD = [[
  "policy": {"default": "allow"}}
 ]]
 
-local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, state"
+local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, state, " ..
+  "server, auth"
 
 describe("tidepool config check", function()
   local dir
@@ -81,8 +82,8 @@ describe("tidepool config check", function()
     write(file, GOOD)
     local out, err, rc = sh(q(ABSBIN) .. " config check " .. q(file))
     assert.are.equal("", err)
-    local seven = SECTIONS:gsub(", state$", "")  -- the file has no state section
-    assert.are.equal(file .. ": ok: 7 sections (" .. seven .. "), 2 MCP servers, " ..
+    assert.are.equal(file .. ": ok: 7 sections (limits, tools, workspace, mcpServers, " ..
+                     "http, commands, policy), 2 MCP servers, " ..
                      "1 command, 2 http allow rules, 1 plugin directory\n", out)
     assert.are.equal(0, rc)
   end)
@@ -119,11 +120,11 @@ describe("tidepool config check", function()
   it("checks each file given: one bad file makes the status 2", function()
     local good, bad = dir .. "/conf/good.json", dir .. "/conf/bad.json"
     write(good, '{"tools": ["plugins"]}')
-    write(bad, '{"auth": {}}')
+    write(bad, '{"secrets": {}}')
     local out, err, rc = sh(q(ABSBIN) .. " config check " .. q(good) .. " " .. q(bad))
     assert.are.equal(good .. ": ok: 1 section (tools), 0 MCP servers, 0 commands, " ..
                      "0 http allow rules, 1 plugin directory\n", out)
-    assert.are.equal(bad .. ": /auth: unknown section \"auth\"; the sections are: " ..
+    assert.are.equal(bad .. ": /secrets: unknown section \"secrets\"; the sections are: " ..
                      SECTIONS .. "\n", err)
     assert.are.equal(2, rc)
   end)

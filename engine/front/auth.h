@@ -27,6 +27,8 @@ typedef struct tp_auth_result {
   char error[32];          /* RFC 6750: "invalid_request", "invalid_token",
                            ** "insufficient_scope"; "" when status is 200 */
   char description[256];   /* for a person: what was wrong ("token expired 30 s ago") */
+  char needed[1024];       /* 401 and 403: the scopes the request needs (required_scopes
+                           ** and required), the challenge's scope=; "" when none */
 } tp_auth_result;
 
 /* An authenticator for the "auth" section (NULL: none, every caller let in as no one);
@@ -49,6 +51,12 @@ char *tp__auth_resource_metadata(const tp_auth *a);
 /* The WWW-Authenticate header value for a 401 or 403 result (Bearer
 ** resource_metadata="...", error, error_description, scope); free it. */
 char *tp__auth_challenge(const tp_auth *a, const tp_auth_result *r);
+
+/* The path the document is served at: "/.well-known/oauth-protected-resource" with the
+** path of "resource" after it (RFC 9728 section 3.1: "/.well-known/oauth-protected-resource/mcp"
+** for "https://mcp.example.com/mcp"); the challenge's resource_metadata is the resource's
+** origin and this path. Borrowed. */
+const char *tp__auth_metadata_path(const tp_auth *a);
 
 /* The canonical URL of the server (the audience JWTs must name), from the section's
 ** "resource"; borrowed. */

@@ -70,6 +70,7 @@
 
 #include "tidepool.h"
 #include "mcp.h"
+#include "mcp_http.h"
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static uint64_t now_ns (void) {
@@ -149,12 +150,14 @@ static void usage (FILE *f) {
   fputs(usage_text, f);
   tp__cli_limits_help(f, 1);
   fputs("\nA limit of 0 means no limit.\n", f);
+  tp__mcp_http_help(f);
 }
 
 /* ---- state ------------------------------------------------------------------------- */
 
 typedef struct options {
   tp_limits lim;
+  tp__mcp_http_opts http;   /* --http and its limits (mcp_http.c) */
   const char **dirs;        /* --tools, in order */
   size_t ndirs;
   int builtin, expose, test_tools;
@@ -234,6 +237,7 @@ struct req {
   json_t *id;
   batch *b;
   session *sess;
+  void *origin;             /* the HTTP request it came in (mcp_http.c), or NULL: stdio */
   uint64_t serial;
   int cancelled;            /* no response is wanted */
   uv_timer_t defer;         /* holds the response back after progress notifications */
@@ -245,6 +249,7 @@ struct req {
   json_t *args;             /* its arguments, as the client sent them */
   uint64_t sess_num;        /* 0: no session */
   json_t *token;            /* progressToken, or NULL */
+  char *principal, *scopes; /* who called over HTTP with auth (the policy's), or NULL */
   size_t budget;            /* the response line's size cap */
   /* worker side between M_RUN and M_DONE; read by the protocol thread after M_DONE */
   req *wprev, *wnext;       /* the worker's running requests */
@@ -288,6 +293,9 @@ struct server {
   void (*sink)(void *ud, const char *line, size_t len);  /* instead of out (fuzzing) */
   void *sink_ud;
   int quiet;                /* no logs on standard error (fuzzing) */
+  tp__mcp_http *http;       /* serving HTTP (mcp_http.c) instead of standard input */
+  void *origin;             /* where what is written now goes: an HTTP request, or NULL */
+  int noting;               /* what is written now is a notification, not a response */
   mailbox mb;               /* from the workers; its async is on the protocol loop */
   worker *workers;
   unsigned nworkers, nready, nstarted, rr;
@@ -414,6 +422,10 @@ static void write_line (server *s, const char *text, size_t len) {
             "the %u MiB line limit)\n", len, LINE_OUT_MAX >> 20);
     return;
   }
+  if (s->http) {  /* over HTTP, to the request a message belongs to (none: dropped) */
+    if (s->origin) tp__mcp_http_emit(s->origin, text, len, !s->noting);
+    return;
+  }
   if (s->sink) { s->sink(s->sink_ud, text, len); return; }
   char *buf = malloc(len + 1);
   if (buf == NULL) { write_all(s, text, len); write_all(s, "\n", 1); return; }
@@ -501,7 +513,9 @@ static json_t *notification (const char *method, json_t *params) {
 }
 
 static void notify (server *s, const char *method, json_t *params) {
+  s->noting++;
   send_msg(s, NULL, notification(method, params));
+  s->noting--;
 }
 
 /* Warnings logged before the client initialized (the plugins refused at startup) are kept,
@@ -533,8 +547,9 @@ static void log_msg (server *s, int level, const char *fmt, ...) {
 
 /* ---- messages from a worker ------------------------------------------------------------ */
 
-/* Posts msg (stolen) as a line for the protocol thread to write. */
-static void wsend (worker *w, json_t *j) {
+/* Posts msg (stolen), a notification of request q, as a line for the protocol thread. */
+static void wsend (req *q, json_t *j) {
+  worker *w = q->w;
   if (j == NULL) return;
   size_t len;
   char *text = tp_json_text(j, &len);
@@ -546,6 +561,7 @@ static void wsend (worker *w, json_t *j) {
     return;
   }
   m->w = w;
+  m->q = q;
   m->text = text;
   m->len = len;
   post(&w->s->mb, m);
@@ -1524,7 +1540,7 @@ static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   if (q->wcancelled || q->token == NULL) return;
   char text[200];
   snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
-  wsend(q->w, notification("notifications/progress",
+  wsend(q, notification("notifications/progress",
         json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
                   (json_int_t)++q->progress, "message", text)));
 }
@@ -1539,7 +1555,7 @@ static void progress_text_hook (tp_run *r, const char *tool, const char *text, v
   snprintf(msg, sizeof msg, "tools.%.150s: %.500s", tool ? tool : "?", text);
   json_t *m = json_string(msg);
   if (m == NULL) m = json_string("tools: (a progress report that is not UTF-8)");
-  wsend(q->w, notification("notifications/progress",
+  wsend(q, notification("notifications/progress",
         json_pack("{s:O, s:I, s:o}", "progressToken", q->token, "progress",
                   (json_int_t)++q->progress, "message", m)));
 }
@@ -1611,6 +1627,7 @@ static void audit_write (worker *w, const req *q, const char *env, size_t len) {
                            "ok", json_is_object(j) && json_is_true(json_object_get(j, "ok"))
                                  ? json_true() : json_false());
   if (line && json_is_object(err)) json_object_set(line, "error", json_object_get(err, "code"));
+  if (line && q->principal) json_object_set_new(line, "principal", json_string(q->principal));
   json_t *calls = json_object_get(j, "calls"), *stats = json_object_get(j, "stats");
   if (line) json_object_set(line, "calls", calls ? calls : json_array());
   if (line && stats) json_object_set(line, "stats", stats);
@@ -1672,13 +1689,14 @@ static void worker_run (worker *w, req *q) {
     return;
   }
   q->run = run;
+  if (q->principal && q->scopes) tp_run_set_principal(run, q->principal, q->scopes);
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
   if (q->token) {
     tp_run_on_call(run, progress_hook, q);
     tp_run_on_progress(run, progress_text_hook, q);
-    wsend(w, notification("notifications/progress",
+    wsend(q, notification("notifications/progress",
           json_pack("{s:O, s:I, s:s}", "progressToken", q->token, "progress",
                     (json_int_t)++q->progress, "message", "script started")));
   }
@@ -1837,10 +1855,13 @@ static void post_worker (worker *w, int kind, uint64_t n) {
 }
 
 static void req_free (server *s, req *q) {
+  if (q->origin) tp__mcp_http_release(q->origin);
   json_decref(q->id);
   json_decref(q->token);
   json_decref(q->sess_info);
   free(q->code);
+  free(q->principal);
+  free(q->scopes);
   free(q->tool);
   free(q->mcp_name);
   json_decref(q->args);
@@ -1880,7 +1901,9 @@ static void deferred_closed (uv_handle_t *h) {
 /* Sends a deferred response and frees its request. */
 static void defer_flush (server *s, req *q) {
   list_remove(&s->deferred, q);
+  s->origin = q->origin;
   if (q->line) write_line(s, q->line, q->line_len);
+  s->origin = NULL;
   free(q->line);
   q->line = NULL;
   uv_close((uv_handle_t *)&q->defer, deferred_closed);
@@ -1905,7 +1928,7 @@ static void req_done (server *s, req *q) {
   log_msg(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
           q->cancelled ? "cancelled" : "finished");
   if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
-  if (q->line != NULL && q->progress > 0 && q->b == NULL && !s->sink &&
+  if (q->line != NULL && q->progress > 0 && q->b == NULL && !s->sink && !q->origin &&
       uv_timer_init(s->loop, &q->defer) == 0) {
     /* The reference client handles notifications a tick after the response that arrives
     ** in the same read, and drops progress for a request already answered: send the
@@ -1917,7 +1940,9 @@ static void req_done (server *s, req *q) {
     uv_timer_start(&q->defer, defer_cb, 20, 0);
   }
   else {
+    s->origin = q->origin;
     if (q->line) respond_text(s, q->b, q->id, q->line, q->line_len);
+    s->origin = NULL;
     req_free(s, q);
   }
   start_waiting(s);
@@ -2019,6 +2044,12 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   if (q == NULL) { send_error(s, b, id, -32603, "out of memory"); return; }
   q->s = s;
   q->serial = ++s->serial;
+  if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);
+  const char *who, *scopes;
+  if (q->origin && tp__mcp_http_principal(q->origin, &who, &scopes)) {
+    q->principal = strdup(who);
+    q->scopes = strdup(scopes);
+  }
   q->id = json_deep_copy(id);
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
   json_t *meta = json_object_get(params, "_meta");
@@ -2162,10 +2193,11 @@ static void ready (server *s, mail *m) {
     s->done = 1;
     return;
   }
-  if (!s->quiet)
+  if (!s->quiet && !s->http)
     fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tools, %u "
             "workers)\n", tp_version(), s->ntools, s->nworkers);
-  if (!s->sink) start_reading(s);
+  if (s->http) tp__mcp_http_serve(s->http, s->ntools, s->nworkers);
+  else if (!s->sink) start_reading(s);
 }
 
 static void server_mail (uv_async_t *a) {
@@ -2174,7 +2206,14 @@ static void server_mail (uv_async_t *a) {
     next = m->next;
     switch (m->kind) {
     case M_DONE: req_done(s, m->q); continue;  /* frees the request with its message */
-    case M_LINE: if (!s->done) write_line(s, m->text, m->len); break;
+    case M_LINE:
+      if (s->done) break;
+      s->origin = m->q ? m->q->origin : NULL;  /* the request is alive until its M_DONE */
+      s->noting++;
+      write_line(s, m->text, m->len);
+      s->noting--;
+      s->origin = NULL;
+      break;
     case M_LOG: log_text(s, m->level, m->text); break;
     case M_READY: ready(s, m); break;
     }
@@ -2356,6 +2395,40 @@ static void handle_line (server *s, char *line, size_t len) {
   if (json_is_array(msg)) handle_batch(s, msg);
   else handle_message(s, NULL, msg);
   json_decref(msg);
+}
+
+static void shutdown_server(server *s);
+
+/* ---- the HTTP transport's entry points (mcp_http.c) ------------------------------------ */
+
+void tp__mcp_handle (server *s, void *origin, json_t *msg) {
+  s->origin = origin;
+  handle_message(s, NULL, msg);
+  s->origin = NULL;
+}
+
+/* Cancels the request that came in origin, as notifications/cancelled does, without a
+** response; one still waiting is dropped. */
+void tp__mcp_cancel_origin (server *s, void *origin) {
+  for (req *q = s->reqs; q; q = q->next)
+    if (q->origin == origin && !q->cancelled) {
+      q->cancelled = 1;
+      post_worker(q->w, M_CANCEL, q->serial);
+      return;
+    }
+  for (req *q = s->waiting; q; q = q->next)
+    if (q->origin == origin) {
+      if (q == s->waiting_tail) s->waiting_tail = q->prev;
+      list_remove(&s->waiting, q);
+      s->nwaiting--;
+      if (q->sess) q->sess->busy = 0;
+      req_free(s, q);
+      return;
+    }
+}
+
+void tp__mcp_stop (server *s) {
+  shutdown_server(s);
 }
 
 /* ---- input ----------------------------------------------------------------------------- */
@@ -2589,6 +2662,8 @@ static void server_close (server *s) {
   if (s->in_open) uv_close((uv_handle_t *)&s->in, NULL);
   if (s->in_file && s->reading) uv_cancel((uv_req_t *)&s->fsreq);
   if (s->mb.inited) uv_close((uv_handle_t *)&s->mb.async, NULL);
+  tp__mcp_http_free(s->http);  /* after every request: they hold its connections */
+  s->http = NULL;
   uv_run(s->loop, UV_RUN_DEFAULT);
   uv_loop_close(s->loop);
   if (s->mb.inited) pthread_mutex_destroy(&s->mb.mu);
@@ -2704,6 +2779,14 @@ int tp__mcp_main (int argc, char **argv) {
     char name[64];
     const char *name_end = tp__cli_option_name(a, name, sizeof name);
     if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
+    if (tp__mcp_http_is_option(name)) {  /* --http and its limits (mcp_http.c) */
+      const char *hv = *name_end == '=' ? name_end + 1 : i + 1 < argc ? argv[++i] : NULL;
+      char hwhy[256];
+      if (hv == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
+      if (tp__mcp_http_option(&o->http, name, hv, hwhy, sizeof hwhy) != 0)
+        return tp__cli_usage_error("%s", hwhy);
+      continue;
+    }
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
       "--audit", "--config", "--state" };
@@ -2807,6 +2890,14 @@ int tp__mcp_main (int argc, char **argv) {
     fprintf(stderr, "tidepool mcp: out of memory\n");
     return 1;
   }
+  if (tp__mcp_http_wanted(&o->http, o->config, o->config_len) &&
+      (s->http = tp__mcp_http_new(s, s->loop, &o->http, o->config, o->config_len,
+                                  o->config_dir)) == NULL) {
+    server_close(s);
+    options_free(o);
+    close(s->out);
+    return 1;
+  }
   if (o->audit) {
     s->audit_fd = open(o->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (s->audit_fd < 0) {
@@ -2837,7 +2928,7 @@ int tp__mcp_main (int argc, char **argv) {
   if (every < 10) every = 10;
   if (every > 1000) every = 1000;
   if (s->o.session_idle_us) uv_timer_start(&s->sweep, sweep_cb, every, every);
-  open_input(s);
+  if (!s->http) open_input(s);
   /* the workers load the plugin directories; reading starts once all have (ready) */
   for (unsigned k = 0; k < s->nworkers; k++) {
     worker *w = &s->workers[k];
