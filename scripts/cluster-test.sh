@@ -1,6 +1,6 @@
 #!/bin/sh
 # make test-cluster: Redis and three `tidepool mcp --http` servers sharing it (--state
-# redis://...) on 127.0.0.1, driven by spec/cluster/cluster.mjs with the MCP SDK client:
+# redis://...) on 127.0.0.1, driven by spec/mcp/cluster.mjs with the MCP SDK client:
 # 1,000 runs spread over the three, a rate limit shared exactly, session.moved, one server
 # killed mid-run. Prints "# N passed, M failed" (read by scripts/run-tests.sh).
 # What it needs, checked first, each missing piece said by name:
@@ -29,4 +29,4 @@ if [ ! -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     { echo "cluster: npm install of spec/mcp/package.json failed (no network?)";
       echo "# 0 passed, 1 failed"; exit 1; }
 fi
-BUILD="$BUILD" timeout 600 node spec/cluster/cluster.mjs
+BUILD="$BUILD" timeout 600 node spec/mcp/cluster.mjs

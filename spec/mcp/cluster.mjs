@@ -16,7 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { test, run, assert, eq, sleep, tidepool } from '../mcp/harness.mjs';
+import { test, run, assert, eq, sleep, tidepool } from './harness.mjs';
 
 const RUNS = 1000;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-cluster-'));
@@ -30,9 +30,12 @@ function freePort() {
   });
 }
 
-async function waitPort(port, what, ms = 10000) {
+async function waitPort(port, what, ms = 10000, proc = null) {
   const until = Date.now() + ms;
   for (;;) {
+    if (proc && proc.exitCode !== null) {
+      throw new Error(`${what} exited (status ${proc.exitCode}) before listening: ${proc.stderrText.slice(0, 500)}`);
+    }
     const ok = await new Promise((resolve) => {
       const c = net.connect(port, '127.0.0.1', () => { c.end(); resolve(true); });
       c.once('error', () => resolve(false));
@@ -67,7 +70,7 @@ async function startServer(i) {
   const port = await freePort();
   const proc = start(tidepool, ['mcp', '--http', `127.0.0.1:${port}`, '--state', state,
     '--config', path.join(tmp, 'cluster.json'), '--workers', '2'], `tidepool ${i}`);
-  await waitPort(port, `tidepool mcp ${i} (stderr: ${proc.stderrText.slice(0, 300)})`);
+  await waitPort(port, `tidepool mcp ${i}`, 10000, proc);
   const s = { port, url: `http://127.0.0.1:${port}/mcp`, proc };
   servers[i] = s;
   return s;
