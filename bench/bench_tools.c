@@ -8,6 +8,10 @@
 **   ten_calls_run_us     a fresh run making ten such calls, run create to destroy
 **   parallel_10x50ms_ms  ten parallel calls of time.sleep{ms = 50} (a Lua plugin tool that
 **                        waits on a luv timer), the whole run
+**   kv_set_us            one tools.kv.set{key, value} (a small table) on an engine with the
+**                        memory store, and kv_set_sqlite_us the same with --state's SQLite
+**                        store (a commit each, WAL, synchronous=NORMAL): (a run of N sets -
+**                        the same loop without calls) / N, the two side by side
 **   policy_call_us       what a config policy of 50 rules with conditions adds to a call of
 **                        that C tool (policy_config below: 6 rules match it, one with a rate
 **                        bucket): (the run of N calls on an engine with the policy - the same
@@ -70,6 +74,43 @@ static tp_limits lim;
 
 static double timed_run (tp_engine *e, const char *src) {
   return bench_timed_run("bench_tools", e, src, &lim);
+}
+
+/* kv_set_us and kv_set_sqlite_us. */
+static int kv_set_figures (const char *tools_dir, int scale) {
+  char dir[] = "/tmp/tp_bench_state_XXXXXX", err[512] = "";
+  if (mkdtemp(dir) == NULL) { perror("bench_tools: mkdtemp"); return 1; }
+  tp_store *mem = tp_store_create(), *sql = tp_store_open(dir, err, sizeof err);
+  tp_engine *em = tp_engine_create(), *es = tp_engine_create();
+  if (mem == NULL || sql == NULL || em == NULL || es == NULL ||
+      tp_engine_set_store(em, mem) != TP_OK || tp_engine_set_store(es, sql) != TP_OK ||
+      tp_engine_load_tools(em, tools_dir) < 1 || tp_engine_load_tools(es, tools_dir) < 1) {
+    fprintf(stderr, "bench_tools: cannot set up the kv engines: %s\n", err);
+    return 1;
+  }
+  enum { SETS = 2000, REPS = 9 };
+  char with[300], without[300];
+  snprintf(with, sizeof with, "local f = tools.kv.set for i = 1, %d do "
+           "f{key = 'k' .. (i %% 100), value = {n = i, s = 'x'}} end", SETS);
+  snprintf(without, sizeof without, "local f = function() end for i = 1, %d do "
+           "f{key = 'k' .. (i %% 100), value = {n = i, s = 'x'}} end", SETS);
+  double pm[REPS * 4], ps[REPS * 4];
+  int reps = REPS * scale > REPS * 4 ? REPS * 4 : REPS * scale;
+  for (int i = 0; i < reps; i++) {
+    double m = timed_run(em, with), q = timed_run(es, with), b = timed_run(em, without);
+    if (m < 0 || q < 0 || b < 0) return 1;
+    pm[i] = (m - b) / SETS;
+    ps[i] = (q - b) / SETS;
+  }
+  printf("kv_set_us: %.3f us\n", median(pm, reps));
+  printf("kv_set_sqlite_us: %.3f us\n", median(ps, reps));
+  tp_engine_destroy(em);
+  tp_engine_destroy(es);
+  tp_store_destroy(mem);
+  tp_store_destroy(sql);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : 1;
 }
 
 int main (int argc, char **argv) {
@@ -151,5 +192,5 @@ int main (int argc, char **argv) {
   }
   printf("parallel_10x50ms_ms: %.2f ms\n", median(tp, PAR));
   tp_engine_destroy(e);
-  return 0;
+  return kv_set_figures(tools_dir, scale);
 }

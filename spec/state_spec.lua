@@ -88,6 +88,33 @@ describe("tidepool run --state DIR", function()
   end)
 end)
 
+describe("rate buckets with --state DIR", function()
+  it("are shared by processes: the second run sees the tokens the first took", function()
+    local dir = temp_dir()
+    local cfg = dir .. "/tidepool.json"
+    write_file(cfg, dkjson.encode({ policy = { default = "allow", rules = {
+      { tools = "kv.*", effect = "allow",
+        rate = { capacity = 3, per_second = 0.001, key = "principal" } } } } }))
+    local script = [[
+      local out = {}
+      for i = 1, 2 do
+        local ok, err = pcall(tools.kv.get, {key = "k"})
+        out[i] = ok and "ok" or err.code
+      end
+      return out]]
+    local args = "--state " .. shell_quote(dir .. "/st") .. " --config " .. shell_quote(cfg)
+      .. " --principal alice"
+    local a = run(script, args)
+    assert.are.same({ "ok", "ok" }, a.result)
+    local b = run(script, args)  -- one token left of 3
+    assert.are.same({ "ok", "tool.rate_limited" }, b.result)
+    local c = run(script, args .. " --principal bob")  -- bob's bucket is his own
+    assert.are.same({ "ok", "ok" }, c.result)
+    local d = run(script, "--config " .. shell_quote(cfg) .. " --principal alice")
+    assert.are.same({ "ok", "ok" }, d.result)  -- without --state: this process's own
+  end)
+end)
+
 -- A tidepool mcp on stdio: start(args) -> server; server:call(id, code) sends a run_lua
 -- call; server:wait(ids) waits for those answers; server:kill().
 local function mcp(args)
@@ -179,5 +206,21 @@ describe("tidepool mcp --state DIR", function()
     assert.is_true(r.ok, dkjson.encode(t.msgs.r))
     assert.are.same({ n = 200, sum = 8 * (25 * 26 / 2), last = { batch = 8, i = 25 } },
                     r.result)
+  end)
+end)
+
+describe("the Lua module's state option", function()
+  it("keeps kv keys in the store, where another engine and a process read them", function()
+    local tidepool = require("tidepool")
+    local dir = temp_dir()
+    local a = tidepool.run("tools.kv.set{key = 'm', value = {42}} return true",
+                           { builtin_tools = true, state = dir })
+    assert.is_true(a.ok)
+    local b = run("return tools.kv.get{key = 'm'}.value", "--state " .. shell_quote(dir))
+    assert.are.same({ 42 }, b.result)
+    local ok, err = pcall(tidepool.run, "return 1", { state = dir .. "/no/such" })
+    assert.is_false(ok)
+    assert.are.equal("tidepool: option 'state': " .. dir .. "/no/such: cannot make the state "
+      .. "directory: No such file or directory", err)
   end)
 end)

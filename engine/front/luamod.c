@@ -31,7 +31,9 @@
 ** directories load after the built-in ones and before `tools`, its workspace serves when
 ** there is no `workspace` option, and its mcpServers, http, commands and policy reach the
 ** engine's sources of tools. A bad config raises an error listing every problem, one a
-** line, each with its JSON path.
+** line, each with its JSON path. `state` (a directory, sqlite:PATH or a Redis URL; else
+** the config's state) keeps the engine's kv keys and rate buckets in a durable store
+** (tp_store_open), shared with every process that opens the same one.
 */
 #include <dlfcn.h>
 #include <errno.h>
@@ -119,7 +121,7 @@ static int opt_limit (lua_State *L, const char *k, tp_limits *lim) {
 /* Options that pick the engine (pick_engine) or the form of the answer (json) rather
 ** than set a limit. */
 static const char *const engine_options[] = { "tools", "builtin_tools", "workspace",
-                                              "workspace_max", "json", "config" };
+                                              "workspace_max", "json", "config", "state" };
 
 /* The limits of the options at idx over those of e's config, over the defaults. */
 static void read_options (lua_State *L, int idx, tp_limits *lim, tp_engine *e) {
@@ -182,7 +184,7 @@ static void push_builtin_dir (lua_State *L) {
 static tp_engine *pick_engine (lua_State *L, int idx) {
   int builtin = 0, ndirs = 0, has_max = 0;
   uint64_t ws_max = 0;
-  const char *ws = NULL, *cfg = NULL;
+  const char *ws = NULL, *cfg = NULL, *state = NULL;
   luaL_Buffer key;
   if (lua_istable(L, idx)) {
     lua_getfield(L, idx, "builtin_tools");
@@ -205,6 +207,13 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
       cfg = lua_tostring(L, -1);
     }
     lua_pop(L, 1);  /* so does cfg */
+    if (lua_getfield(L, idx, "state") != LUA_TNIL) {
+      if (lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "tidepool: option 'state' must be a directory name (or sqlite:PATH, "
+                   "redis://HOST:PORT/DB)");
+      state = lua_tostring(L, -1);
+    }
+    lua_pop(L, 1);  /* so does state */
   }
   lua_newtable(L);  /* dirs */
   int dirs = lua_gettop(L);
@@ -219,7 +228,7 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
     }
   }
   lua_settop(L, dirs);
-  if (ndirs == 0 && ws == NULL && cfg == NULL) {
+  if (ndirs == 0 && ws == NULL && cfg == NULL && state == NULL) {
     lua_pop(L, 1);
     lua_pushnil(L);
     return get_engine(L);
@@ -240,6 +249,10 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
   }
   if (cfg) {
     lua_pushfstring(L, "\1config=%s\n", cfg);
+    luaL_addvalue(&key);
+  }
+  if (state) {
+    lua_pushfstring(L, "\1state=%s\n", state);
     luaL_addvalue(&key);
   }
   luaL_pushresult(&key);
@@ -273,6 +286,15 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
       ws = cws;
       if (!has_max && max != UINT64_MAX) { has_max = 1; ws_max = max; }
     }
+  }
+  if (state == NULL && cfg) state = tp_engine_config_state(b->e);
+  if (state) {
+    char why[512];
+    tp_store *st = tp_store_open(state, why, sizeof why);
+    if (st == NULL) luaL_error(L, "tidepool: option 'state': %s", why);
+    int rc = tp_engine_set_store(b->e, st);
+    tp_store_destroy(st);  /* the engine keeps its own reference */
+    if (rc != TP_OK) luaL_error(L, "tidepool: cannot use the state store (out of memory)");
   }
   if (has_max) tp_engine_set_workspace_max(b->e, ws_max);
   if (ws && tp_engine_set_workspace(b->e, ws) != TP_OK)

@@ -166,6 +166,11 @@ static void on_call (void *ud, tp_call *c) {
     empty_arrays(c->args, t->input, t->input, 0, &work);
   }
   if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
+  tp__admit_after_policy(e, c);
+}
+
+/* What follows the config's policy: the embedding program's, then the schema check. */
+void tp__admit_after_policy (tp_engine *e, tp_call *c) {
   if (e->policy != NULL) {
     char reason[REASON_MAX];
     reason[0] = '\0';

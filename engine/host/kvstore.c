@@ -106,13 +106,24 @@ static int req_wait (lua_State *L) {
   return 0;
 }
 
-/* The answer of the op just started with p: at once (4 values), or a request. */
+static int push_protected (lua_State *L) {
+  push_answer(L, lua_touserdata(L, 1));
+  return 4;
+}
+
+/* The answer of the op just started with p: at once (4 values), or a request. An answer
+** at hand is pushed under a protected call, so that p is freed whatever happens. */
 static int finish (lua_State *L, kpend *p) {
   if (p->answered) {
-    int oom = !lua_checkstack(L, 4);
-    if (!oom) push_answer(L, p);
+    if (!lua_checkstack(L, 6)) {
+      pend_free(p);
+      return luaL_error(L, "the kv store is out of memory");
+    }
+    lua_pushcfunction(L, push_protected);
+    lua_pushlightuserdata(L, p);
+    int st = lua_pcall(L, 1, 4, 0);
     pend_free(p);
-    if (oom) return luaL_error(L, "the kv store is out of memory");
+    if (st != LUA_OK) return lua_error(L);  /* its error object is on top */
     return 4;
   }
   /* from here p is the backend's until it answers: if this raises, the answer frees it */

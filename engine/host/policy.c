@@ -23,6 +23,15 @@
 ** rule applies to is held (tp__call_hold) and handed to tp_engine_on_approval's callback;
 ** tp_call_approve / tp_call_deny end the hold (tp_call_decide). Without that callback it
 ** is denied.
+**
+** Rate buckets keyed by principal or globally live in the engine's state store when that
+** store is shared beyond the process (SQLite, Redis: tp__store_shared), keyed
+** "rate:<rule>:<key kind>:<principal>", so that every process of the store takes from
+** one bucket; buckets per run and per session stay here (those are this process's
+** objects). Such a call is decided after the store answered: at once (SQLite), or later
+** (Redis), the call held meanwhile as an ask holds it, then allowed or failed with
+** tool.rate_limited. The in-memory buckets are checked and taken first, so a call the
+** store refuses has still used its tokens of those.
 */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
@@ -43,6 +52,7 @@
 #include "engine.h"
 #include "policy.h"
 #include "registry.h"
+#include "store_int.h"
 
 int luaopen_lpeg(lua_State *L);
 
@@ -1246,6 +1256,23 @@ static bucket *bucket_for (struct tp__policy *P, pol_run *pr, tp_call *c, uint32
 /* ---- deciding ------------------------------------------------------------------------ */
 
 static void sha256_hex (const char *s, size_t len, char out[65]);
+static void tell (struct tp__policy *P, tp_call *c, const caller *who, int rule,
+                  const char *effect, const char *clause);
+
+/* Fails c with tool.rate_limited: rule k's bucket has a token again in ms. */
+static void rate_limited (struct tp__policy *P, tp_call *c, const caller *who, int k,
+                          int64_t ms) {
+  const prule *ru = &P->rules[k];
+  if (ms < 1) ms = 1;
+  char msg[1200];
+  snprintf(msg, sizeof msg, "tools.%s is rate limited by the host's policy: %s%spolicy rule "
+           "%d allows %g calls at once per %s, and %g more each second; retry after %lld "
+           "ms", c->name, ru->reason ? ru->reason : "", ru->reason ? "; " : "", k,
+           ru->capacity, key_names[ru->rate_key], ru->per_second, (long long)ms);
+  tell(P, c, who, k, "rate_limited", "rate");
+  tp__call_failf(c, "tool.rate_limited", "%s", msg);
+  c->retry_after_ms = ms;
+}
 
 /* Tells the decision callback, if any. */
 static void tell (struct tp__policy *P, tp_call *c, const caller *who, int rule,
@@ -1365,6 +1392,139 @@ static const char *clause_text (const prule *ru, uint32_t ni, char *buf, size_t 
   return buf;
 }
 
+/* ---- buckets in the state store -------------------------------------------------- */
+
+/* Whether rule ru's bucket goes to a shared store: the keys that name the same thing in
+** every process (a principal, the whole policy). */
+static int in_store (const prule *ru) {
+  return ru->rate_key == K_PRINCIPAL || ru->rate_key == K_GLOBAL;
+}
+
+typedef struct spend spend;
+typedef struct stake { spend *sp; uint32_t k; } stake;
+
+/* A call waiting for the store's bucket_take answers, one per rate rule in the store. */
+struct spend {
+  tp_engine *e;
+  tp_call *c;
+  uint64_t gen;            /* the policy it was decided under */
+  int allowed;             /* the allow rule that decided, for the decision callback */
+  int starting;            /* the takes are being started: answers are counted only */
+  uint32_t outstanding;
+  int limited;             /* the rule whose bucket waits longest, or -1 */
+  int64_t wait_ms;
+  int failed;              /* a take failed: why */
+  char why[300];
+  stake takes[];
+};
+
+static const caller *who_of (struct tp__policy *P, tp_call *c) {
+  pol_run *pr = c->run ? run_state(c->run) : NULL;
+  return pr && pr->who_set ? &pr->who : &P->who;
+}
+
+/* The answers are in: 1 when c is allowed (later: it is admitted here), 0 when it failed. */
+static int store_conclude (spend *sp, int later) {
+  tp_call *c = sp->c;
+  tp_engine *e = sp->e;
+  struct tp__policy *P = e->pol;
+  if (later) {
+    c->held = 0;
+    if (c->state != CALL_DECIDING || c->cancelled || c->run == NULL || P == NULL ||
+        P->gen != sp->gen) {
+      if (c->state == CALL_DECIDING && !c->cancelled && c->run != NULL) {
+        c->handler_owns = 0;  /* the policy changed meanwhile: decided under the new one */
+        tp__call_deny(c, "the policy changed while this call waited for its rate limit; "
+                      "call it again");
+      }
+      else tp__call_handler_done(c);  /* its run ended meanwhile: the hold lets go of it */
+      return 0;
+    }
+    c->handler_owns = 0;
+  }
+  const caller *who = who_of(P, c);
+  if (sp->failed) {
+    deny_with(P, c, who, sp->limited, "deny", "rate", "the policy's rate limit could not "
+              "be kept: %s", sp->why);
+    return 0;
+  }
+  if (sp->limited >= 0) {
+    rate_limited(P, c, who, sp->limited, sp->wait_ms);
+    return 0;
+  }
+  if (P->on_decision) tell(P, c, who, sp->allowed, "allow", P->rules[sp->allowed].where ?
+                           P->rules[sp->allowed].where : "");
+  if (later) tp__admit_after_policy(e, c);
+  return 1;
+}
+
+static void on_take (void *ud, const tp_store_reply *r) {
+  stake *tk = ud;
+  spend *sp = tk->sp;
+  if (r->status != TP_STORE_OK) {
+    if (!sp->failed) {
+      snprintf(sp->why, sizeof sp->why, "the state store %s",
+               r->status == TP_STORE_CLOSED ? "closed before it answered"
+               : r->err ? r->err : "failed");
+      sp->limited = (int)tk->k;
+    }
+    sp->failed = 1;
+  }
+  else if (r->num > 0 && !sp->failed && (sp->limited < 0 || r->num > sp->wait_ms)) {
+    sp->limited = (int)tk->k;
+    sp->wait_ms = r->num;
+  }
+  if (--sp->outstanding > 0 || sp->starting) return;
+  store_conclude(sp, 1);
+  free(sp);
+}
+
+/* Takes a token of each of t's rate rules whose bucket is in the store (c has passed
+** everything else). 1: allowed now; 0: failed, or held until the store answers. */
+static int store_take (tp_engine *e, struct tp__policy *P, tp_call *c, const tp_tool *t,
+                       const caller *who, int allowed) {
+  tp_store_conn *conn = tp__engine_store_conn(e);
+  spend *sp = conn ? calloc(1, sizeof *sp + t->pol_nc * sizeof(stake)) : NULL;
+  if (sp == NULL) {
+    deny_with(P, c, who, allowed, "deny", "rate", "the policy's rate limit could not be "
+              "kept: %s", conn ? "out of memory" : tp_engine_error(e));
+    return 0;
+  }
+  sp->e = e;
+  sp->c = c;
+  sp->gen = P->gen;
+  sp->allowed = allowed;
+  sp->limited = -1;
+  sp->starting = 1;
+  int64_t now_ms = P->now == mono_ns ? tp__store_now_ms()
+                                     : (int64_t)(P->now(P->now_ud) / 1000000u);
+  const char *principal = who->principal ? who->principal : "";
+  const uint32_t *cl = t->pol_rules + t->pol_n;
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < t->pol_nc; i++) {
+    const prule *ru = &P->rules[cl[i]];
+    if (!ru->rate || !in_store(ru)) continue;
+    char key[600];
+    int kl = snprintf(key, sizeof key, "rate:%u:%s:%s", cl[i], key_names[ru->rate_key],
+                      ru->rate_key == K_PRINCIPAL ? principal : "");
+    if (kl < 0 || (size_t)kl >= sizeof key) kl = (int)strlen(key);  /* a long principal: cut */
+    sp->takes[n].sp = sp;
+    sp->takes[n].k = cl[i];
+    sp->outstanding++;
+    conn->ops->bucket_take(conn, key, (size_t)kl, ru->capacity, ru->per_second, now_ms,
+                           on_take, &sp->takes[n]);
+    n++;
+  }
+  sp->starting = 0;
+  if (sp->outstanding > 0) {  /* held until the last answer (on_take) */
+    tp__call_hold(c);
+    return 0;
+  }
+  int ok = store_conclude(sp, 0);
+  free(sp);
+  return ok;
+}
+
 int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   struct tp__policy *P = e->pol;
   if (P == NULL || !P->active) return 1;
@@ -1468,6 +1628,8 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   uint64_t now = 0;
   double wait_s = 0;
   int limited = -1;
+  int shared = e->store != NULL && tp__store_shared(e->store);
+  uint32_t nstore = 0;     /* rate rules whose buckets are in the store */
   bucket *take[8];         /* the buckets to take a token from, when they are few */
   uint32_t ntake = 0;
   size_t ntab = P->ntab;   /* a table that grows meanwhile moves its buckets */
@@ -1490,7 +1652,8 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
         return 0;
       }
     }
-    if (ru->rate) {
+    if (ru->rate && shared && in_store(ru)) nstore++;
+    else if (ru->rate) {
       if (now == 0) now = P->now(P->now_ud);
       bucket *b = bucket_for(P, pr, c, k, who, now);
       if (b == NULL) {
@@ -1508,17 +1671,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     }
   }
   if (limited >= 0) {
-    const prule *ru = &P->rules[limited];
-    int64_t ms = (int64_t)ceil(wait_s * 1000);
-    if (ms < 1) ms = 1;
-    char msg[1200];
-    snprintf(msg, sizeof msg, "tools.%s is rate limited by the host's policy: %s%spolicy rule "
-             "%d allows %g calls at once per %s, and %g more each second; retry after %lld "
-             "ms", c->name, ru->reason ? ru->reason : "", ru->reason ? "; " : "", limited,
-             ru->capacity, key_names[ru->rate_key], ru->per_second, (long long)ms);
-    tell(P, c, who, limited, "rate_limited", "rate");
-    tp__call_failf(c, "tool.rate_limited", "%s", msg);
-    c->retry_after_ms = ms;
+    rate_limited(P, c, who, limited, (int64_t)ceil(wait_s * 1000));
     return 0;
   }
   int kept = ntake <= 8 && ntab == P->ntab;
@@ -1527,8 +1680,10 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     uint32_t k = cl[i];
     const prule *ru = &P->rules[k];
     if (ru->max_calls >= 0) pr->counts[k]++;
-    if (ru->rate) (kept ? take[ntake++] : bucket_for(P, pr, c, k, who, now))->tokens -= 1;
+    if (ru->rate && !(shared && in_store(ru)))
+      (kept ? take[ntake++] : bucket_for(P, pr, c, k, who, now))->tokens -= 1;
   }
+  if (nstore) return store_take(e, P, c, t, who, allowed);
   if (P->on_decision) tell(P, c, who, allowed, "allow", P->rules[allowed].where ?
                            P->rules[allowed].where : "");
   return 1;

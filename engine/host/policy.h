@@ -28,8 +28,13 @@ int tp__policy_check(const json_t *section, char *err, size_t errlen);
 /* Decides on call c of tool t (admit.c, before its arguments are checked): 1 when it may
 ** go on, 0 when c has been failed (tool.denied, tool.rate_limited) or held for approval
 ** (an ask rule: tp_engine_on_approval's callback was told, and may have decided it
-** already). Without a policy this is one pointer test. */
+** already) or for the state store's rate buckets (admitted or failed when it answers).
+** Without a policy this is one pointer test. */
 int tp__policy_decide(tp_engine *e, tp_call *c, struct tp_tool *t);
+/* admit.c: the rest of a call's admission once the config's policy allowed it (the
+** embedding program's policy, the schema check); for a call the policy held while its
+** rate buckets in the state store answered. */
+void tp__admit_after_policy(tp_engine *e, tp_call *c);
 
 /* What the policy keeps for a run (tp__drv_run.policy), freed when the run goes. */
 void tp__policy_run_free(void *pr);

@@ -40,6 +40,7 @@
 #include "host.h"
 #include "sandbox.h"
 #include "run.h"
+#include "store.h"
 
 /* ---- the wrappers ----------------------------------------------------------------- */
 
@@ -423,6 +424,58 @@ static void sc_plugins_kv (outcome *o) {
   tp_engine_destroy(e);
 }
 
+
+/* The memory state store (engine/host/store.h), every operation: each answers what it
+** would, or TP_STORE_ERROR "out of memory", exactly once. */
+typedef struct sanswer { int got, status; char val[64]; int64_t num; } sanswer;
+
+static void on_sanswer (void *ud, const tp_store_reply *r) {
+  sanswer *a = ud;
+  a->got++;
+  a->status = r->status;
+  a->num = r->num;
+  snprintf(a->val, sizeof a->val, "%.*s", r->val ? (int)r->len : 0, r->val ? r->val : "");
+  if (r->status == TP_STORE_ERROR && strcmp(r->err ? r->err : "", "out of memory") != 0)
+    a->got = 100;
+}
+
+static void sc_store (outcome *o) {
+  tp_store *s = tp_store_create();
+  if (s == NULL) return;
+  tp_store_conn *c = tp__store_connect(s, NULL, NULL, 0);
+  if (c == NULL) { tp_store_destroy(s); return; }
+  const tp_store_ops *ops = c->ops;
+  sanswer a[10];
+  memset(a, 0, sizeof a);
+  ops->kv_set(c, "k", 1, "[1,2]", 5, on_sanswer, &a[0]);
+  ops->kv_get(c, "k", 1, on_sanswer, &a[1]);
+  ops->kv_list(c, "", 0, NULL, 0, 10, on_sanswer, &a[2]);
+  ops->bucket_take(c, "b", 1, 2, 1, 1000, on_sanswer, &a[3]);
+  ops->run_put(c, "r", "{}", 2, 0, on_sanswer, &a[4]);
+  ops->log_put(c, "r", 1, 0, "{\"s\":1}", 7, on_sanswer, &a[5]);
+  ops->log_read(c, "r", on_sanswer, &a[6]);
+  ops->session_claim(c, "s", "me", 0, on_sanswer, &a[7]);
+  ops->run_del(c, "r", on_sanswer, &a[8]);
+  ops->kv_del(c, "k", 1, on_sanswer, &a[9]);
+  int ok = 1;
+  for (int i = 0; i < 10; i++) {
+    if (a[i].got != 1 || (a[i].status != TP_STORE_OK && a[i].status != TP_STORE_ERROR &&
+                          a[i].status != TP_STORE_NOTFOUND)) {
+      pause_injection();
+      TP_FAIL_AT("%s, allocation %" PRIu64 ": operation %d answered %d times, status %d",
+                 o->scenario, o->at, i, a[i].got, a[i].status);
+      resume_injection();
+      o->bad = 1;
+    }
+    if (a[i].status != TP_STORE_OK) ok = 0;
+  }
+  if (ok && strcmp(a[1].val, "[1,2]") == 0 && strcmp(a[2].val, "[\"k\"]") == 0 &&
+      strcmp(a[6].val, "[{\"s\":1}]") == 0 && a[3].num == 0)
+    o->completed = 1;
+  tp__store_close(c);
+  tp_store_destroy(s);
+}
+
 /* A run started on the engine's loop, calling a Lua plugin tool that waits on a timer. */
 typedef struct done_flag { int done; } done_flag;
 static void on_done (tp_run *r, void *ud) { (void)r; ((done_flag *)ud)->done = 1; }
@@ -630,6 +683,7 @@ STEP_TEST(describe_fails_cleanly, sc_describe)
 STEP_TEST(a_config_file_checked_bad_then_good_fails_cleanly, sc_config)
 STEP_TEST(a_session_with_two_runs_fails_cleanly, sc_session)
 STEP_TEST(loading_tools_and_calling_kv_set_and_get_fail_cleanly, sc_plugins_kv)
+STEP_TEST(the_memory_state_store_fails_cleanly, sc_store)
 STEP_TEST(a_started_run_calling_a_waiting_lua_plugin_tool_fails_cleanly, sc_async_plugin)
 
 /* The first sandbox of a process reads the originals of the library functions from a
@@ -705,6 +759,7 @@ int main (int argc, char **argv) {
   RUN(a_config_file_checked_bad_then_good_fails_cleanly);
   RUN(a_session_with_two_runs_fails_cleanly);
   RUN(loading_tools_and_calling_kv_set_and_get_fail_cleanly);
+  RUN(the_memory_state_store_fails_cleanly);
   RUN(a_started_run_calling_a_waiting_lua_plugin_tool_fails_cleanly);
   return tp_test_end();
 }

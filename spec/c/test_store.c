@@ -19,6 +19,7 @@
 #include "tp_test.h"
 #include "tidepool.h"
 #include "store_int.h"
+#include "policy.h"
 
 /* store_redis.c may be out of this build (store.c calls it through a weak symbol too) */
 tp_store *tp__store_redis_open(const char *url, char *err, size_t errlen) __attribute__((weak));
@@ -525,6 +526,113 @@ TEST(kv_tools_wait_for_a_store_that_answers_later) {
   tp_engine_destroy(e);
 }
 
+
+/* ---- the policy's rate buckets in a shared store ------------------------------------ */
+
+static int tool_runs;
+static int program_policy_saw;
+
+static void pay (tp_call *c, void *ud) {
+  (void)ud;
+  tool_runs++;
+  tp_call_complete(c, "{\"paid\":true}", 0);
+}
+
+static int program_policy (tp_call *c, void *ud, char *reason, size_t len) {
+  (void)c; (void)ud; (void)reason; (void)len;
+  program_policy_saw++;
+  return TP_POLICY_ALLOW;
+}
+
+/* An engine on s with a tool pay.send and a policy: 2 calls at once globally, one more
+** every 1000 s; a fake policy clock so that nothing refills meanwhile. */
+static uint64_t policy_now_ns = 5000000000000ull;
+static uint64_t policy_clock (void *ud) { (void)ud; return policy_now_ns; }
+
+static tp_engine *rate_engine (tp_store *s, const char *key) {
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_set_store(e, s), TP_OK);
+  tp_tool_def d = { 0 };
+  d.name = "pay.send";
+  d.handler = pay;
+  CHECK_INT(tp_engine_add_tool(e, &d), TP_OK);
+  char cfg[400];
+  snprintf(cfg, sizeof cfg, "{\"policy\": {\"default\": \"allow\", \"rules\": [{\"tools\": "
+           "\"pay.*\", \"effect\": \"allow\", \"rate\": {\"capacity\": 2, \"per_second\": "
+           "0.001, \"key\": \"%s\"}}]}}", key);
+  CHECK_INT(tp_engine_configure(e, cfg, strlen(cfg)), TP_OK);
+  tp__policy_set_clock(e, policy_clock, NULL);
+  CHECK_INT(tp_engine_set_policy(e, program_policy, NULL), TP_OK);
+  tp_engine_set_principal(e, "alice", NULL);
+  return e;
+}
+
+static const char three_calls[] =
+  "local out = {}\n"
+  "for i = 1, 3 do\n"
+  "  local ok, err = pcall(tools.pay.send, {})\n"
+  "  out[i] = ok and 'paid' or (err.code .. ' ' .. tostring(err.retry_after_ms))\n"
+  "end\n"
+  "return out";
+
+static void rate_limits_through (tp_store *s, const char *key) {
+  tool_runs = program_policy_saw = 0;
+  tp_engine *a = rate_engine(s, key), *b = rate_engine(s, key);
+  char *env = NULL;
+  CHECK_INT(tp_engine_run(a, three_calls, sizeof three_calls - 1, NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"result\":[\"paid\",\"paid\",\"tool.rate_limited 1000000\"]");
+  CHECK_HAS(env, "policy rule 0 allows 2 calls at once per ");
+  tp_free(env);
+  /* another engine of the store: the same bucket, empty */
+  CHECK_INT(tp_engine_run(b, three_calls, sizeof three_calls - 1, NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"result\":[\"tool.rate_limited 1000000\",\"tool.rate_limited 1000000\","
+            "\"tool.rate_limited 1000000\"]");
+  tp_free(env);
+  CHECK_INT(tool_runs, 2);
+  CHECK_INT(program_policy_saw, 2);  /* the program's policy still sees the allowed calls */
+  policy_now_ns += 1000000000000ull;   /* 1000 s: one token back */
+  CHECK_INT(tp_engine_run(b, three_calls, sizeof three_calls - 1, NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"result\":[\"paid\",\"tool.rate_limited 1000000\",");
+  tp_free(env);
+  tp_engine_destroy(a);
+  tp_engine_destroy(b);
+}
+
+TEST(rate_buckets_in_a_store_that_answers_later_hold_the_call_then_decide) {
+  tp_store *s = tp_store_create();
+  tp__store_memory_defer(s, 1);
+  rate_limits_through(s, "global");
+  rate_limits_through(s, "principal");  /* another rule key: a bucket of its own */
+  tp_store_destroy(s);
+}
+
+TEST(rate_buckets_in_an_sqlite_store_are_shared_by_its_engines) {
+  make_tmp();
+  tp_store *s = tp_store_open(tmpdir, NULL, 0);
+  CHECK(s != NULL);
+  if (s) rate_limits_through(s, "principal");
+  tp_store_destroy(s);
+  rm_tmp();
+}
+
+/* A run ended while its call waited for the store: the answer lets go of the call. */
+TEST(a_call_held_for_the_store_is_let_go_when_its_run_ends_first) {
+  tool_runs = 0;
+  tp_store *s = tp_store_create();
+  tp__store_memory_defer(s, 1);
+  tp_engine *e = rate_engine(s, "global");
+  const char *src = "return tools.pay.send{}";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  int rc;
+  while ((rc = tp_run_step(r, 0, 0)) == TP_YIELD) {}
+  CHECK_INT(rc, TP_WAIT);   /* held: the store has not answered */
+  tp_run_destroy(r);        /* the answer comes after: nothing runs, nothing leaks */
+  tp_engine_poll(e, 0);
+  CHECK_INT(tool_runs, 0);
+  tp_engine_destroy(e);
+  tp_store_destroy(s);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(memory_store_passes_the_conformance_suite);
@@ -535,5 +643,8 @@ int main (int argc, char **argv) {
   RUN(sqlite_store_refuses_a_database_of_a_newer_schema);
   RUN(store_open_names_what_is_wrong_with_a_location);
   RUN(kv_tools_wait_for_a_store_that_answers_later);
+  RUN(rate_buckets_in_a_store_that_answers_later_hold_the_call_then_decide);
+  RUN(rate_buckets_in_an_sqlite_store_are_shared_by_its_engines);
+  RUN(a_call_held_for_the_store_is_let_go_when_its_run_ends_first);
   return tp_test_end();
 }
