@@ -30,7 +30,10 @@
 ** session.full). A session idle longer than --session-idle, or whose run hit
 ** limit.memory, is dropped; the model learns it from the "session" field of the next
 ** result with that id. Session ids are 1 to SESSION_ID_MAX bytes without control
-** characters, and matched byte for byte.
+** characters, and matched byte for byte. With --state, servers that share the store hold
+** each session in one of them: the worker claims it in the store before a call runs
+** (tp_engine_claim_session, ttl --session-idle, extended by every call), and a call for a
+** session another server holds is refused with session.moved naming it (--advertise).
 **
 ** The kv.* tools of every worker share one store (engine/host/kvstore.c), so a key written by
 ** one call is read by the next whichever worker runs it.
