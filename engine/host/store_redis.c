@@ -341,10 +341,11 @@ static int ensure (rconn *c) {
                                      : redisAsyncConnectUnix(c->s->path);
   if (ac == NULL) { snprintf(c->last_err, sizeof c->last_err, "out of memory"); return -1; }
   if (ac->err) {
-    snprintf(c->last_err, sizeof c->last_err, "%s", ac->errstr);
+    char why[sizeof c->last_err];
+    snprintf(why, sizeof why, "%s", ac->errstr);
     redisAsyncFree(ac);
     c->connected = 0;
-    conn_lost(c, c->last_err);
+    conn_lost(c, why);
     return -1;
   }
   if (redisLibuvAttach(ac, c->loop) != REDIS_OK) {
