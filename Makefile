@@ -109,7 +109,7 @@ PCFILE      = $(BUILD)/tidepool.pc
 CONFINE     = $(BUILD)/tidepool-confine
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
-.PHONY: all deps run test test-c test-fast sanitize sanitize-c valgrind bench install \
+.PHONY: all deps run test test-c test-cluster test-fast sanitize sanitize-c valgrind bench install \
         uninstall clean lint fuzz fuzz-build deb man print-version FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE) $(CONFINE)
 
@@ -325,6 +325,10 @@ $(BUILD)/embed/foreign_lua_static_both: $(BUILD)/embed/foreign_lua.o $(LIB_A)
 
 test: all $(CTESTS) $(EMBED_TESTS)
 	@BUILD=$(BUILD) sh scripts/run-tests.sh
+
+# Redis and three `tidepool mcp --http` servers sharing it (scripts/cluster-test.sh).
+test-cluster: all
+	@BUILD=$(BUILD) sh scripts/cluster-test.sh
 
 # The C tests alone, each file in its own process under a timeout (TP_TEST_TIMEOUT, 600 s):
 #   make test-c                                   every file

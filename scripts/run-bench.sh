@@ -10,6 +10,9 @@
 #   build/bench/bench_mcp_http http_call_ms, http_calls_per_s: tools/call of `return 1` to
 #                              `tidepool mcp --http` from a libcurl client in another
 #                              process, keep-alive; one at a time, and 16 in flight
+#   build/bench/bench_cluster  cluster_calls_per_s, cluster_one_calls_per_s: a kv.set script
+#                              over HTTP, 16 in flight, to three `tidepool mcp --http --state
+#                              redis://` servers and to one (Redis started there)
 #   build/bench/bench_tools    tool calls (see its header)
 #   build/bench/bench_http     http_fetch_us, http_parallel_100_ms: tools.http.fetch against
 #                              a server on 127.0.0.1 (see its header)
@@ -44,6 +47,11 @@ else
   echo "mcp_ping_while_stuck_ms: not measured (node is not installed)"
 fi
 "$BUILD/bench/bench_mcp_http" "$BUILD/tidepool" "$SCALE" | tee -a "$out" || status=1
+if command -v redis-server >/dev/null 2>&1; then
+  "$BUILD/bench/bench_cluster" "$BUILD/tidepool" "$SCALE" | tee -a "$out" || status=1
+else
+  echo "cluster_calls_per_s: not measured (redis-server is not installed)"
+fi
 "$BUILD/bench/bench_tools" tools "$SCALE" | tee -a "$out" || status=1
 "$BUILD/bench/bench_http" tools "$SCALE" | tee -a "$out" || status=1
 "$BUILD/bench/bench_step" "$SCALE" | tee -a "$out" || status=1

@@ -15,6 +15,8 @@
 #                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
+#   cluster        scripts/cluster-test.sh: redis-server and three tidepool mcp --http sharing
+#                  it (spec/mcp/cluster.mjs), when redis-server is installed
 #   lint           luacheck over the Lua sources (examples/ included)
 #   valgrind       scripts/valgrind.sh (a loop of runs and the CLI, no leak and no memory
 #                  error), one counted test, when valgrind is installed; about a minute
@@ -146,6 +148,15 @@ else
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
   run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
+  # Redis and three tidepool mcp --http sharing it (make test-cluster), when redis-server
+  # is installed (scripts/deps.sh installs it)
+  if command -v redis-server >/dev/null 2>&1; then
+    BUILD="$BUILD" sh scripts/cluster-test.sh >"$log" 2>&1
+    grep -A3 -E '^(not ok|cluster:)' "$log" | head -n 40
+    add_counts "cluster (redis, three servers)"
+  else
+    echo "cluster (redis, three servers): not run, redis-server is not installed"
+  fi
 fi
 
 if command -v luacheck >/dev/null 2>&1; then

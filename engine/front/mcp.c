@@ -30,7 +30,10 @@
 ** session.full). A session idle longer than --session-idle, or whose run hit
 ** limit.memory, is dropped; the model learns it from the "session" field of the next
 ** result with that id. Session ids are 1 to SESSION_ID_MAX bytes without control
-** characters, and matched byte for byte.
+** characters, and matched byte for byte. With --state, servers that share the store hold
+** each session in one of them: the worker claims it in the store before a call runs
+** (tp_engine_claim_session, ttl --session-idle, extended by every call), and a call for a
+** session another server holds is refused with session.moved naming it (--advertise).
 **
 ** The kv.* tools of every worker share one store (engine/host/kvstore.c), so a key written by
 ** one call is read by the next whichever worker runs it.
@@ -131,6 +134,9 @@ static const char usage_text[] =
   "  --state DIR          keep kv keys and rate buckets in DIR/tidepool.db (SQLite, made\n"
   "                       when missing) for every worker, across restarts; also\n"
   "                       sqlite:PATH or redis://HOST:PORT/DB\n"
+  "  --advertise URL      with --state: this server's address, as other servers name it\n"
+  "                       when they answer session.moved for a session it holds\n"
+  "                       (default: http://ADDR:PORT/mcp of --http)\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
   "  --expose-tools       also list every loaded tool as an MCP tool of its own, named\n"
   "                       for every client (fs.read as fs_read; a taken name gets _2)\n"
@@ -179,6 +185,7 @@ typedef struct options {
   const char *workspace, *name;
   const char *audit;        /* --audit FILE, or NULL */
   const char *state;        /* --state (or the config's "state"), or NULL: memory */
+  const char *advertise;    /* --advertise URL: the owner's name of the sessions it holds */
   const char *config_path;  /* --config FILE, or NULL */
   char *config;             /* its text */
   size_t config_len;
@@ -286,6 +293,8 @@ struct req {
   json_t *sess_info;        /* the "session" field of the result */
   uint64_t progress;
   int wcancelled, drop_session;
+  int claimed;              /* its session's claim was asked of the store (--state) */
+  int moved;                /* another server holds its session: dropped here */
   char *line;               /* the response, or NULL (cancelled) */
   size_t line_len;
   mail m;                   /* M_RUN out, M_DONE back: never in two mailboxes at once */
@@ -324,6 +333,7 @@ struct server {
   void *sink_ud;
   int quiet;                /* no logs on standard error (fuzzing) */
   tp__mcp_http *http;       /* serving HTTP (mcp_http.c) instead of standard input */
+  char *owner;              /* with --state: its name as the holder of sessions, or NULL */
   void *origin;             /* where what is written now goes: an HTTP request, or NULL */
   int noting;               /* what is written now is a notification, not a response */
   mailbox mb;               /* from the workers; its async is on the protocol loop */
@@ -2082,9 +2092,40 @@ static void run_done (tp_run *run, void *ud) {
   wdone(w, q);
 }
 
+/* The store's answer to the claim of q's session (--state: servers that share it hold
+** each session in one of them): ours, run it; another's, session.moved naming it; the
+** store failing, run it here (the session's globals are this server's meanwhile). */
+static void worker_run (worker *w, req *q);
+static void session_claimed (void *ud, const char *holder, const char *err) {
+  req *q = ud;
+  worker *w = q->w;
+  if (w->stopping) return;  /* the protocol thread frees the request after the join */
+  if (err) wlog(w, L_WARNING, "the session's claim in the state store failed (%s): run "
+                "here", err);
+  if (holder == NULL) { worker_run(w, q); return; }
+  json_t *sid = json_object_get(q->sess_info, "id");
+  char msg[1400];
+  snprintf(msg, sizeof msg, "session \"%s\" lives on another tidepool server, %s, which "
+           "holds its globals: send this call there (a load balancer that routes by session "
+           "does), or use another session id here; the claim lapses after --session-idle "
+           "without calls", json_string_value(sid) ? json_string_value(sid) : "", holder);
+  q->moved = 1;
+  q->drop_session = 1;
+  q->line = refusal_response(q->id, "session.moved", msg, q->sess_info, q->budget,
+                             &q->line_len);
+  wdone(w, q);
+}
+
 static void worker_run (worker *w, req *q) {
   tp_run *run = NULL;
   const tp_limits *lim = &w->s->o.lim;
+  if (q->sess_num && w->s->owner && !q->claimed) {
+    q->claimed = 1;
+    const char *sid = json_string_value(json_object_get(q->sess_info, "id"));
+    int64_t ttl = (int64_t)(w->s->o.session_idle_us / 1000);
+    if (sid && tp_engine_claim_session(w->e, sid, w->s->owner, ttl, session_claimed, q) == TP_OK)
+      return;
+  }
   if (q->sess_num) {
     wsess **p = wsess_find(w, q->sess_num);
     if (*p == NULL && (*p = calloc(1, sizeof **p)) != NULL) {
@@ -2358,7 +2399,9 @@ static void req_done (server *s, req *q) {
   if (ss != NULL) {
     ss->busy = 0;
     ss->last_used_ns = now_ns();
-    if (q->drop_session) session_drop(s, ss, "its script went over the session's memory limit");
+    if (q->drop_session)
+      session_drop(s, ss, q->moved ? "another server holds it (session.moved)"
+                                   : "its script went over the session's memory limit");
   }
   log_msg(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
           q->cancelled ? "cancelled" : "finished");
@@ -3334,6 +3377,7 @@ static void server_close (server *s) {
   uv_loop_close(s->loop);
   if (s->mb.inited) pthread_mutex_destroy(&s->mb.mu);
   tp_store_destroy(s->kv);
+  free(s->owner);
   json_decref(s->tools);
   json_decref(s->tool_names);
   json_decref(s->early);
@@ -3351,6 +3395,26 @@ static unsigned default_workers (void) {
   if (n < 1) n = 1;
   if (n > WORKERS_MAX) n = WORKERS_MAX;
   return (unsigned)n;
+}
+
+/* This server's name as the holder of sessions in a shared store: --advertise, else the
+** URL of --http (a wildcard address as this host's name), else "pid N on HOST". */
+static char *owner_name (const options *o) {
+  char host[256] = "localhost", buf[600];
+  gethostname(host, sizeof host - 1);
+  host[sizeof host - 1] = '\0';
+  const char *l = o->http.listen;
+  if (o->advertise) snprintf(buf, sizeof buf, "%s", o->advertise);
+  else if (l && strchr(l, ':') == NULL) snprintf(buf, sizeof buf, "http://127.0.0.1:%s/mcp", l);
+  else if (l) {
+    const char *colon = strrchr(l, ':');
+    int n = (int)(colon - l);
+    int any = (n == 7 && strncmp(l, "0.0.0.0", 7) == 0) || (n == 4 && strncmp(l, "[::]", 4) == 0);
+    snprintf(buf, sizeof buf, "http://%.*s%s/mcp", any ? (int)strlen(host) : n, any ? host : l,
+             colon);
+  }
+  else snprintf(buf, sizeof buf, "pid %ld on %s", (long)getpid(), host);
+  return strdup(buf);
 }
 
 static void options_free (options *o) {
@@ -3457,7 +3521,7 @@ int tp__mcp_main (int argc, char **argv) {
     }
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
-      "--audit", "--config", "--pause-ttl", "--secret-file", "--state" };
+      "--audit", "--config", "--pause-ttl", "--secret-file", "--state", "--advertise" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -3492,6 +3556,7 @@ int tp__mcp_main (int argc, char **argv) {
         return tp__cli_usage_error("%s", why);
     }
     else if (strcmp(name, "--state") == 0) o->state = val;
+    else if (strcmp(name, "--advertise") == 0) o->advertise = val;
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
       free(o->config_dir);
@@ -3564,6 +3629,7 @@ int tp__mcp_main (int argc, char **argv) {
       close(s->out);
       return 1;
     }
+    s->owner = owner_name(o);
   }
   if (server_init(s) != 0) {
     fprintf(stderr, "tidepool mcp: out of memory\n");

@@ -44,10 +44,6 @@ void tp__store_close (tp_store_conn *c) {
 
 /* ---- the public opener -------------------------------------------------------------- */
 
-/* Redis support is another file (store_redis.c); a build without it still links: the
-** opener is a weak symbol, NULL when that file is not in the build. */
-tp_store *tp__store_redis_open(const char *url, char *err, size_t errlen) __attribute__((weak));
-
 tp_store *tp_store_open (const char *where, char *err, size_t errlen) {
   char dummy[1];
   if (err == NULL || errlen == 0) { err = dummy; errlen = sizeof dummy; }
@@ -58,11 +54,6 @@ tp_store *tp_store_open (const char *where, char *err, size_t errlen) {
     return NULL;
   }
   if (strncmp(where, "redis://", 8) == 0 || strncmp(where, "rediss://", 9) == 0) {
-    if (tp__store_redis_open == NULL) {
-      snprintf(err, errlen, "%s: redis support is not in this build (use a directory for "
-               "an SQLite state instead)", where);
-      return NULL;
-    }
     return tp__store_redis_open(where, err, errlen);
   }
   if (strncmp(where, "memory:", 7) == 0 && where[7] == '\0') {

@@ -633,6 +633,22 @@ TP_EXTERN void tp_store_destroy(tp_store *s);
 ** or e has used its store. TP_EINVAL for NULL. */
 TP_EXTERN int tp_engine_set_store(tp_engine *e, tp_store *s);
 
+/* Session ownership, for servers that share a store (tidepool mcp --state redis://...):
+** a session's globals live in one process, the one that holds its claim; another answers
+** its calls with the error code session.moved, naming the holder.
+** tp_engine_claim_session makes owner the holder of session for ttl_ms (0: until
+** released) unless another holds it, or extends owner's claim, atomically across every
+** process of the store; fn is called once, on e's loop (perhaps before this returns),
+** with holder NULL and err NULL when owner holds it, holder naming the other owner
+** (borrowed, valid during fn), or err saying how the store failed. TP_OK, TP_EINVAL (a
+** NULL argument, ttl_ms < 0), TP_ENOMEM, TP_ESTATE (no store connection:
+** tp_engine_error says why); fn is not called then. */
+typedef void (*tp_claim_fn)(void *ud, const char *holder, const char *err);
+TP_EXTERN int tp_engine_claim_session(tp_engine *e, const char *session, const char *owner,
+                                      int64_t ttl_ms, tp_claim_fn fn, void *ud);
+/* Lets owner's claim of session go (nothing when owner does not hold it); no answer. */
+TP_EXTERN int tp_engine_release_session(tp_engine *e, const char *session, const char *owner);
+
 /* The calls of r that wait for the embedding program (tools without handler), at most
 ** max of them, oldest first; returns how many. */
 TP_EXTERN size_t tp_run_pending(tp_run *r, tp_call **calls, size_t max);
