@@ -13,6 +13,7 @@
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required),
 #                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
+#                  spec/mcp/era_http.mjs (the same over Streamable HTTP),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   cluster        scripts/cluster-test.sh: redis-server and three tidepool mcp --http sharing
@@ -140,9 +141,10 @@ else
   run_node "mcp approvals (raw)" spec/mcp/approve.mjs
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/client ]; then
     run_node "mcp eras (SDK 2.x client, 2026-07-28)" spec/mcp/era.mjs
+    run_node "mcp eras over HTTP (SDK 2.x client)" spec/mcp/era_http.mjs
   else
-    echo "mcp eras: not run, @modelcontextprotocol/client is not installed: counted as a failure"
-    failed=$((failed + 1))
+    echo "mcp eras: not run, @modelcontextprotocol/client is not installed: counted as 2 failures"
+    failed=$((failed + 2))
   fi
   # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
