@@ -2547,6 +2547,9 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     q->token = json_deep_copy(token);
   q->era26 = q->modern;     /* a 2026-07-28 request asks with input_required */
   q->elicit = q->era26 ? 0 : s->client_elicit;
+  /* over HTTP an elicitation/create can only ride on an SSE stream: a request answered with
+  ** JSON is paused instead (resume_run) */
+  if (q->origin && !tp__mcp_http_streams(q->origin)) q->elicit = 0;
   if (is_run) {
     json_t *code = json_object_get(args, "code");
     json_t *sid = json_object_get(args, "session");
@@ -2627,7 +2630,13 @@ static void cancel_request (server *s, json_t *rid) {
 static void park_req (server *s, mail *m) {
   req *q = m->q;
   if (s->done || q->cancelled || q->parked) return;  /* cancelled: M_DONE follows */
+  s->origin = q->origin;  /* over HTTP, the answer ends the request that came */
   respond_text(s, q->b, q->id, m->text, m->len);
+  s->origin = NULL;
+  if (q->origin) {  /* the resuming request brings its own */
+    tp__mcp_http_release(q->origin);
+    q->origin = NULL;
+  }
   if (q->b) {
     batch *b = q->b;
     q->b = NULL;
@@ -2681,7 +2690,9 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
   q->b = b;
   if (b) b->refs++;
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
+  if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
   q->era26 = era26;
+  if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);  /* answers it */
   list_push(&s->reqs, q);
   s->nrunning++;
   q->w->load++;

@@ -391,6 +391,8 @@ void tp__mcp_http_emit (void *origin, const char *text, size_t len, int final) {
   wake(r);
 }
 
+int tp__mcp_http_streams (void *origin) { return ((hreq *)origin)->sse; }
+
 int tp__mcp_http_principal (void *origin, const char **principal, const char **scopes) {
   hreq *r = origin;
   if (r->principal[0] == '\0') return 0;

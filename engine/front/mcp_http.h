@@ -57,6 +57,9 @@ void tp__mcp_http_hold(void *origin);
 ** during the call), or 0 when no one was checked. */
 int tp__mcp_http_principal(void *origin, const char **principal, const char **scopes);
 void tp__mcp_http_release(void *origin);
+/* Whether origin's answer is an SSE stream, which can carry requests of the server (an
+** elicitation) before the response; a JSON answer carries the response alone. */
+int tp__mcp_http_streams(void *origin);
 
 /* In mcp.c, for mcp_http.c: handles message msg (borrowed) of origin; cancels the run of
 ** origin's request (no response); stops the server (once no request is left). */

@@ -353,6 +353,60 @@ test('auth: 401 with WWW-Authenticate, 403 insufficient_scope, the RFC 9728 docu
   assert(!fs.readFileSync(audit, 'utf8').includes('token-0123'), 'no token in the audit log');
 });
 
+test('auth + a 2026-07-28 approval: the requestState is sealed for its principal; another principal\'s retry is refused, the owner\'s resumes', async () => {
+  const cfg = path.join(tmp, 'auth-ask.json');
+  fs.writeFileSync(cfg, JSON.stringify({
+    auth: { resource: 'http://127.0.0.1/mcp', tokens: [
+      { token: 'alice-token-0123456789', principal: 'alice', scopes: ['mcp'] },
+      { token: 'bob-token-0123456789ab', principal: 'bob', scopes: ['mcp'] }] },
+    policy: { default: 'allow', rules: [{ tools: 'test.echo', effect: 'ask', reason: 'echo needs a person' }] },
+  }));
+  const s7 = await start(['--config', cfg]);
+  const meta = { _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+    'io.modelcontextprotocol/clientCapabilities': { elicitation: {} } } };
+  const code = 'return tools.test.echo{n = 5}.n';
+  const as = (who) => ({ ...h2026, authorization: `Bearer ${who}` });
+  const alice = as('alice-token-0123456789'), bob = as('bob-token-0123456789ab');
+  const first = await request(s7, { body: call(1, code, meta), headers: alice });
+  eq(first.status, 200, `status (body ${first.body})`);
+  eq([first.json.result.resultType, Object.keys(first.json.result.inputRequests)],
+    ['input_required', ['approve-1']], 'an approval asked of alice');
+  const state = first.json.result.requestState;
+  const answer = { requestState: state,
+    inputResponses: { 'approve-1': { action: 'accept', content: { approve: true } } } };
+  const stolen = await request(s7, { body: call(2, code, { ...meta, ...answer }), headers: bob });
+  eq([stolen.status, stolen.json.error && stolen.json.error.code], [200, -32602],
+    `bob cannot answer alice's approval (body ${stolen.body})`);
+  const mine = await request(s7, { body: call(3, code, { ...meta, ...answer }), headers: alice });
+  eq([mine.json.result.resultType, mine.json.result.structuredContent.ok,
+    mine.json.result.structuredContent.result], ['complete', true, 5], 'alice resumes her run');
+  s7.proc.kill('SIGTERM');
+  eq(await s7.exited, { code: 0, sig: null }, 'exit');
+});
+
+test('a client that declares elicitation but takes a JSON answer (no SSE stream) gets a paused run: an elicitation/create has nothing to ride on', async () => {
+  const cfg = path.join(tmp, 'ask.json');
+  fs.writeFileSync(cfg, JSON.stringify({
+    policy: { default: 'allow', rules: [{ tools: 'test.echo', effect: 'ask', reason: 'echo needs a person' }] } }));
+  const s8 = await start(['--config', cfg]);
+  const init = await request(s8, { body: msg(1, 'initialize', { protocolVersion: '2025-11-25',
+    capabilities: { elicitation: {} }, clientInfo: { name: 'http-spec', version: '1' } }) });
+  const sid = init.headers['mcp-session-id'];
+  const r = await request(s8, { body: call(2, 'return tools.test.echo{n = 5}.n'),
+    headers: { 'mcp-session-id': sid } });
+  eq([r.status, r.headers['content-type']], [200, 'application/json'], 'a JSON answer');
+  const v = r.json.result.structuredContent;
+  eq([v.status, v.pending.map((p) => [p.seq, p.tool, p.reason])],
+    ['paused', [[1, 'test.echo', 'echo needs a person (policy rule 0)']]], 'paused, with the call pending');
+  const done = await request(s8, { body: msg(3, 'tools/call', { name: 'resume_run', arguments: {
+    run: v.run, decisions: [{ seq: 1, approve: true, binding: v.pending[0].binding }] } }),
+  headers: { 'mcp-session-id': sid } });
+  eq([done.json.result.structuredContent.ok, done.json.result.structuredContent.result], [true, 5],
+    'resume_run over HTTP answers with the run\'s result');
+  s8.proc.kill('SIGTERM');
+  eq(await s8.exited, { code: 0, sig: null }, 'exit');
+});
+
 test('a second server on a taken port exits 1 and says why', async () => {
   const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--http', `127.0.0.1:${srv.port}`],
     { stdio: ['ignore', 'ignore', 'pipe'] });
