@@ -22,7 +22,7 @@ fs.writeFileSync(secret, 's'.repeat(48));
 const REASON = 'payments need a person (policy rule 0)';
 
 // A server on state dir `state`; responses by id.
-function server(state, { args = [], env = {}, cfg = config } = {}) {
+function server(state, { args = [], env = {}, cfg = config, init = true } = {}) {
   const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--tools', path.join(root, 'spec/fixtures/durable'),
     '--config', cfg, '--workers', '1', '--state', state, '--secret-file', secret, ...args],
   { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
@@ -60,10 +60,10 @@ function server(state, { args = [], env = {}, cfg = config } = {}) {
       p.stdin.write(JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n');
       return s.response(id);
     },
-    call(name, a) { return s.request('tools/call', { name, arguments: a }); },
+    call(name, a, extra = {}) { return s.request('tools/call', { name, arguments: a, ...extra }); },
     kill() { p.kill('SIGKILL'); return exited; },
   };
-  s.ready = s.request('initialize', { protocolVersion: '2025-11-25', capabilities: {},
+  s.ready = !init ? Promise.resolve() : s.request('initialize', { protocolVersion: '2025-11-25', capabilities: {},
     clientInfo: { name: 'durable', version: '1' } })
     .then(() => p.stdin.write(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }) + '\n'));
   return s;
@@ -206,6 +206,48 @@ return tools.dur.pay{amount = n}`;
   eq(realCalls(c.count), 1, 'dur.count not called again');
   await refused(await s2.call('resume_run', { run: v.run, decisions: decide(v, true) }), 'run.unknown',
     /^there is no paused run/);
+  await s2.kill();
+});
+
+test('paused again after a restart, at the next ask: a second restart resumes that one', async () => {
+  const c = fresh();
+  const code = `local a = tools.dur.count{file = ${JSON.stringify(c.count)}}
+local p1 = tools.dur.pay{amount = 1}
+local b = tools.dur.count{file = ${JSON.stringify(c.count)}}
+local p2 = tools.dur.pay{amount = 2}
+return {a.n, p1.paid, b.n, p2.paid}`;
+  const { s, v } = await pause(c, code);
+  eq([v.pending[0].seq, v.pending[0].args], [2, { amount: 1 }], 'first ask');
+  await s.kill();
+  const s2 = server(c.state);
+  await s2.ready;
+  const w = view(await s2.call('resume_run', { run: v.run, decisions: decide(v, true) }));
+  eq([w.status, w.run, w.pending.map((p) => [p.seq, p.args])], ['paused', v.run, [[4, { amount: 2 }]]], 'paused again');
+  eq(realCalls(c.count), 2, 'the second dur.count ran');
+  await s2.kill();
+  const s3 = server(c.state);
+  await s3.ready;
+  const r = view(await s3.call('resume_run', { run: v.run, decisions: decide(w, true) }));
+  eq([r.ok, r.result], [true, [1, 1, 2, 2]], 'result');
+  eq(realCalls(c.count), 2, 'no dur.count ran again');
+  await s3.kill();
+});
+
+test('2026-07-28: the requestState of an input_required result resumes after a restart', async () => {
+  const c = fresh();
+  const META26 = { _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+    'io.modelcontextprotocol/clientCapabilities': { elicitation: {} } } };
+  const code = script(c.count);
+  const s = server(c.state, { init: false });
+  const m = await s.call('run_lua', { code }, META26);
+  eq([m.result.resultType, Object.keys(m.result.inputRequests)], ['input_required', ['approve-2']], 'input_required');
+  await s.kill();
+  const s2 = server(c.state, { init: false });
+  const m2 = await s2.call('run_lua', { code }, { ...META26, requestState: m.result.requestState,
+    inputResponses: { 'approve-2': { action: 'accept', content: { approve: true } } } });
+  const r = view(m2);
+  eq([r.ok, r.result.n, r.result.paid], [true, 1, 101], `result ${JSON.stringify(m2.result)}`);
+  eq(realCalls(c.count), 1, 'dur.count not called again');
   await s2.kill();
 });
 
