@@ -251,6 +251,33 @@ test('2026-07-28: the requestState of an input_required result resumes after a r
   await s2.kill();
 });
 
+test('an exposed tool (--expose-tools) that asks: resumed after a restart, its result in the tool\'s own form', async () => {
+  const c = fresh();
+  const s = server(c.state, { args: ['--expose-tools'] });
+  await s.ready;
+  const v = view(await s.call('dur_pay', { amount: 7 }));
+  eq([v.status, v.pending[0].seq, v.pending[0].tool, v.pending[0].args], ['paused', 1, 'dur.pay', { amount: 7 }], 'paused');
+  await s.kill();
+  const s2 = server(c.state, { args: ['--expose-tools'] });
+  await s2.ready;
+  const m = await s2.call('resume_run', { run: v.run, decisions: decide(v, true) });
+  eq([m.result.isError, m.result.structuredContent], [false, { paid: 7 }], `result ${JSON.stringify(m.result)}`);
+  await s2.kill();
+});
+
+test('a record over 1 MiB is not cut: the paused result says the run waits in this process only', async () => {
+  const c = fresh();
+  const code = `-- ${'x'.repeat(1048000)}\n${script(c.count)}`;
+  const { s, v } = await pause(c, code);
+  assert(v.message.endsWith('It could not be kept in the state store (its record (the script and the pending calls\' ' +
+    'arguments) is over the store\'s 1 MiB a value: keep scripts and tool arguments small (write large data to a file ' +
+    'and pass its path)): it waits in this server process only and does not survive a restart.'), v.message.slice(-400));
+  // it still waits here
+  const r = view(await s.call('resume_run', { run: v.run, decisions: decide(v, true) }));
+  eq([r.ok, r.result.paid], [true, 101], 'resumed in the same process');
+  await s.kill();
+});
+
 test('a session\'s paused run says it does not survive a restart', async () => {
   const c = fresh();
   const s = server(c.state);
