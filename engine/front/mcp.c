@@ -1716,6 +1716,8 @@ typedef struct dsave dsave;
 static void dur_note(json_t *view, const req *q);
 static void dur_save(worker *w, req *q);
 static void dur_decide(worker *w, req *q);
+static void dur_running(worker *w, req *q);
+static void dur_forget(worker *w, req *q);
 static void worker_begin(worker *w, req *q, tp_run *run);
 
 /* The response of a parked run: its pending calls as a paused result, or for a 2026-07-28
@@ -2004,6 +2006,7 @@ static void decide (worker *w, req *q, json_t *args) {
   if (a->pending) { park(w, q, NULL, 0); return; }  /* undecided calls: paused again */
   q->wparked = 0;
   tp_run_hold_wall(q->run, 0);
+  if (q->dsaved) dur_running(w, q);
 }
 
 static void wdone (worker *w, req *q) {
@@ -2162,6 +2165,7 @@ static void dsave_step (dsave *d) {
   if (d->failed) {
     snprintf(q->dwhy, sizeof q->dwhy, "%s", d->why);
     q->dbad = 1;
+    dur_forget(w, q);
   }
   else {
     q->dput = d->upto;
@@ -2175,6 +2179,7 @@ static void dsave_step (dsave *d) {
 /* Writes q's log (what is not in the store yet) and its record, then parks it. */
 static void dur_save (worker *w, req *q) {
   if (q->dbad) {  /* the log is not whole: the run waits here only */
+    dur_forget(w, q);
     q->dsave_done = 1;
     park(w, q, NULL, 0);
     return;
@@ -2199,6 +2204,25 @@ static void dur_save (worker *w, req *q) {
       dsave_cb(d, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
   }
   dsave_cb(d, TP_STORED_OK, NULL, 0, NULL);
+}
+
+/* An earlier pause's record of q, now out of date, goes: a restart must not replay to a
+** call decided since. */
+static void dur_forget (worker *w, req *q) {
+  if (q->dsaved && q->run_id[0]) tp_engine_run_del(w->e, q->run_id, NULL, NULL);
+  q->dsaved = 0;
+}
+
+/* q's run goes on with its calls decided: what it does now is in this process only, so
+** its record becomes a marker that refuses a resume after a restart (the approved calls
+** may have been made; replaying to them again could make them twice). */
+static void dur_running (worker *w, req *q) {
+  char rec[TP__APX_RUN_ID_MAX + 120];
+  int n = snprintf(rec, sizeof rec, "{\"run\":\"%s\",\"state\":\"running\",\"v\":1}",
+                   q->run_id);
+  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
+  if (tp_engine_run_put(w->e, q->run_id, rec, (size_t)n, ttl, NULL, NULL) != TP_OK)
+    dur_forget(w, q);
 }
 
 /* q's run ended: its stored record and log go (not when the server stops: they are what a
@@ -2247,6 +2271,15 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
     snprintf(msg, sizeof msg, "run %s could not be read from the state store: %.300s",
              q->run_id, status == TP_STORED_OK ? "its record is not JSON" : err ? err : "closed");
     dur_refuse(w, q, "run.store_failed", msg);
+    return;
+  }
+  const char *state = json_string_value(json_object_get(rec, "state"));
+  if (state && strcmp(state, "running") == 0) {
+    snprintf(msg, sizeof msg, "run %s cannot be resumed: it was resumed already and was "
+             "running when its server stopped, so the calls approved then may have been "
+             "made. Check what they did, then run the script again if needed", q->run_id);
+    json_decref(rec);
+    dur_refuse(w, q, "run.interrupted", msg);
     return;
   }
   json_t *exp = json_object_get(rec, "expires_ms");

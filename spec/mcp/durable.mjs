@@ -197,7 +197,7 @@ test('a replay that diverges (other arguments at the held call) ends with replay
 local a = tools.dur.count{file = ${JSON.stringify(c.count)}}
 return tools.dur.pay{amount = n}`;
   const { s, v } = await pause(c, code);
-  eq(v.pending[0].args, { amount: 2 }, 'two tools');
+  eq(v.pending[0].args, { amount: 3 }, 'three tools');
   await s.kill();
   const s2 = server(c.state, { env: { DUR_EXTRA: '1' } });
   await s2.ready;
@@ -248,6 +248,24 @@ test('2026-07-28: the requestState of an input_required result resumes after a r
   const r = view(m2);
   eq([r.ok, r.result.n, r.result.paid], [true, 1, 101], `result ${JSON.stringify(m2.result)}`);
   eq(realCalls(c.count), 1, 'dur.count not called again');
+  await s2.kill();
+});
+
+test('killed while running after its approval: a restart refuses it (run.interrupted), nothing is made twice', async () => {
+  const c = fresh();
+  const code = `local a = tools.dur.count{file = ${JSON.stringify(c.count)}}
+tools.dur.pay{amount = 1}
+tools.dur.nap{ms = 5000}
+return tools.dur.count{file = ${JSON.stringify(c.count)}}.n`;
+  const { s, v } = await pause(c, code);
+  s.call('resume_run', { run: v.run, decisions: decide(v, true) }).catch(() => {});
+  await sleep(700);  // dur.pay was approved and made; dur.nap sleeps
+  await s.kill();
+  const s2 = server(c.state);
+  await s2.ready;
+  await refused(await s2.call('resume_run', { run: v.run, decisions: decide(v, true) }), 'run.interrupted',
+    new RegExp(`^run ${v.run} cannot be resumed: it was resumed already and was running when its server stopped`));
+  eq(realCalls(c.count), 1, 'the second dur.count never ran');
   await s2.kill();
 });
 
