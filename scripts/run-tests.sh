@@ -11,7 +11,8 @@
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
-#                  elicitation, input_required),
+#                  elicitation, input_required), spec/mcp/durable.mjs (paused runs that
+#                  survive kill -9 with --state),
 #                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/mcp/era_http.mjs (the same over Streamable HTTP),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
@@ -139,6 +140,8 @@ else
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)
   run_node "mcp approvals (raw)" spec/mcp/approve.mjs
+  # durable paused runs (--state): kill -9, restart, resume by replay (raw lines)
+  run_node "mcp durable runs (raw)" spec/mcp/durable.mjs
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/client ]; then
     run_node "mcp eras (SDK 2.x client, 2026-07-28)" spec/mcp/era.mjs
     run_node "mcp eras over HTTP (SDK 2.x client)" spec/mcp/era_http.mjs

@@ -79,6 +79,7 @@
 #include "tidepool.h"
 #include "mcp.h"
 #include "mcp_approve.h"
+#include "mcp_durable.h"
 #include "mcp_http.h"
 #include "mcp_era.h"
 
@@ -131,9 +132,11 @@ static const char usage_text[] =
   "  --no-builtin-tools   do not load the built-in tools\n"
   "  --workspace DIR      the directory the fs.* tools may use\n"
   "  --workspace-max SIZE how much the fs.* tools may grow it (default 1G)\n"
-  "  --state DIR          keep kv keys and rate buckets in DIR/tidepool.db (SQLite, made\n"
-  "                       when missing) for every worker, across restarts; also\n"
-  "                       sqlite:PATH or redis://HOST:PORT/DB\n"
+  "  --state DIR          keep kv keys, rate buckets and paused runs in DIR/tidepool.db\n"
+  "                       (SQLite, made when missing) for every worker, across restarts\n"
+  "                       (a paused run outside a session is resumed after a restart by\n"
+  "                       replay; give the same --secret-file); also sqlite:PATH or\n"
+  "                       redis://HOST:PORT/DB\n"
   "  --advertise URL      with --state: this server's address, as other servers name it\n"
   "                       when they answer session.moved for a session it holds\n"
   "                       (default: http://ADDR:PORT/mcp of --http)\n"
@@ -202,6 +205,7 @@ typedef struct options {
   uint64_t pause_ttl_us;    /* --pause-ttl */
   const char *secret_file;  /* --secret-file, or NULL (a random secret) */
   int asks;                 /* the config's policy has an "ask" rule: approvals are on */
+  char policy_hash[TP__DUR_HASH_LEN];  /* of the config's policy (durable runs) */
 } options;
 
 typedef struct server server;
@@ -298,6 +302,18 @@ struct req {
   char *line;               /* the response, or NULL (cancelled) */
   size_t line_len;
   mail m;                   /* M_RUN out, M_DONE back: never in two mailboxes at once */
+  /* durable runs (--state, not in a session): the call log as tp_run_on_log tells it,
+  ** entries [0, dput) of it in the store at positions dbase + i; restore: a run resumed
+  ** from the store (set by the protocol thread: resume_run's arguments, until applied) */
+  struct dent { char *p; size_t n; } *dents;
+  size_t dn, dcap, dput, dbase;
+  int durable, dsaved, dbad, dsave_done;
+  struct dsave *dsave;      /* a save under way */
+  const char *dnote;        /* why the paused run does not survive a restart, or NULL */
+  char dwhy[300];
+  tp_limits dlim;           /* the limits it runs with */
+  json_t *restore;
+  int64_t dexp_ms;
 };
 
 typedef struct sleeper sleeper;
@@ -1679,7 +1695,8 @@ static apx *apx_get (worker *w, req *q) {
   if (a == NULL || uv_timer_init(w->loop, &a->t) != 0) { free(a); return NULL; }
   a->t.data = a;
   a->q = q;
-  tp__apx_run_id(w->index, a->run_id);
+  if (q->restore) memcpy(a->run_id, q->run_id, sizeof a->run_id);  /* from the store */
+  else tp__apx_run_id(w->index, a->run_id);
   q->ax = a;
   return a;
 }
@@ -1703,6 +1720,15 @@ static void apx_end (worker *w, req *q, int quiet, const char *why) {
   uv_timer_stop(&a->t);
   uv_close((uv_handle_t *)&a->t, apx_closed);
 }
+
+/* durable runs (--state): below, after wdone */
+typedef struct dsave dsave;
+static void dur_note(json_t *view, const req *q);
+static void dur_save(worker *w, req *q);
+static void dur_decide(worker *w, req *q);
+static void dur_running(worker *w, req *q);
+static void dur_forget(worker *w, req *q);
+static void worker_begin(worker *w, req *q, tp_run *run);
 
 /* The response of a parked run: its pending calls as a paused result, or for a 2026-07-28
 ** request as an input_required result whose requestState seals the run and the bindings.
@@ -1743,6 +1769,7 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
                                        q->seen ? json_deep_copy(q->seen) : json_object(),
                                        "resume_run", o->pause_ttl_us);
     if (view && q->sess_info) json_object_set(view, "session", q->sess_info);
+    if (view && (q->dnote || q->dbad)) dur_note(view, q);
     size_t n;
     char *text = view ? tp_json_text(view, &n) : NULL;
     json_decref(view);
@@ -1773,6 +1800,11 @@ static void ttl_cb (uv_timer_t *t) {
 ** here, its wall clock held; a paused result starts the --pause-ttl clock again. */
 static void park (worker *w, req *q, char *line, size_t len) {
   int paused = line == NULL;
+  if (paused && q->durable) {  /* what the client sees must be in the store first */
+    if (q->dsave) { free(line); return; }  /* a save under way answers for it */
+    if (!q->dsave_done) { dur_save(w, q); return; }
+    q->dsave_done = 0;
+  }
   if (paused) line = paused_line(w, q, 0, &len);
   mail *m = msg_new(M_PARK);
   if (line == NULL || m == NULL) {
@@ -1801,6 +1833,7 @@ static void park_cb (uv_timer_t *t) {
   apx *a = t->data;
   req *q = a->q;
   if (q == NULL || q->wparked || a->pending == NULL || q->run == NULL || q->wcancelled) return;
+  if (q->restore) { dur_decide(q->w, q); return; }  /* replayed to its held call */
   park(q->w, q, NULL, 0);
 }
 
@@ -1941,18 +1974,24 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
 /* M_RESUME: decisions for the parked run of request serial (whose id is now the resuming
 ** request's). All or none apply: a bad decision answers with an error and the run stays
 ** parked. */
+static void decide (worker *w, req *q, json_t *args);
 static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
   req *q = w->running;
   while (q && q->serial != serial) q = q->wnext;
   if (q == NULL || !q->wparked || q->ax == NULL) return;  /* ended: req_done answers */
-  apx *a = q->ax;
   json_t *args = tp_json_parse(text, len, NULL, 0);
+  decide(w, q, args);
+  json_decref(args);
+}
+
+/* Applies decisions (resume_run's arguments) to q's held calls. */
+static void decide (worker *w, req *q, json_t *args) {
+  apx *a = q->ax;
   char msg[700];
   const char *code = check_decisions(a, args, msg, sizeof msg);
   if (code) {
     size_t n;
     char *line = refusal_response(q->id, code, msg, NULL, q->budget, &n);
-    json_decref(args);
     if (line) park(w, q, line, n);
     return;
   }
@@ -1973,11 +2012,11 @@ static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
     else snprintf(why, sizeof why, "the person declined");
     tp_call_deny(c, why);
   }
-  json_decref(args);
   uv_timer_stop(&a->t);
   if (a->pending) { park(w, q, NULL, 0); return; }  /* undecided calls: paused again */
   q->wparked = 0;
   tp_run_hold_wall(q->run, 0);
+  if (q->dsaved) dur_running(w, q);
 }
 
 static void wdone (worker *w, req *q) {
@@ -1985,6 +2024,366 @@ static void wdone (worker *w, req *q) {
   q->m.q = q;
   q->m.w = w;
   post(&w->s->mb, &q->m);
+}
+
+/* ---- durable runs (worker side) -----------------------------------------------------
+** With --state (and an "ask" rule), a run outside a session keeps its call log
+** (tp_run_on_log) in memory; when it pauses, the log and a record (script, limits, policy
+** hash, seed, pending calls with their bindings, expiry, who ran it) go to the store
+** before the paused result is sent, through the engine's connection (tidepool.h "paused
+** runs in the state store"). The run ends: they are deleted. A resume_run for a run no
+** process holds (after a restart) loads them, checks the expiry and the policy's hash,
+** makes the run again with the log as its replay (tp_run_replay): the logged calls are
+** answered from the log, the held call is held again by the policy (same seq, tool and
+** arguments: the same binding), and the decisions apply as if the run had never left. */
+
+/* Says in a paused result's message why its run does not survive a restart. */
+static void dur_note (json_t *view, const req *q) {
+  const char *m = json_string_value(json_object_get(view, "message"));
+  char buf[1600];
+  if (q->dnote) snprintf(buf, sizeof buf, "%s %s", m ? m : "", q->dnote);
+  else snprintf(buf, sizeof buf, "%s It could not be kept in the state store (%s): it waits "
+                "in this server process only and does not survive a restart.", m ? m : "",
+                q->dwhy);
+  json_object_set_new(view, "message", json_string(buf));
+}
+
+static int dlog_cb (tp_run *r, const char *entry, size_t len, void *ud) {
+  (void)r;
+  req *q = ud;
+  if (q->dbad) return 0;  /* not kept any more: the run goes on in memory */
+  if (len > TP_STORED_MAX) {
+    q->dbad = 1;
+    snprintf(q->dwhy, sizeof q->dwhy, "a call's result is over 1 MiB: have the tool write "
+             "large data to a file and pass its path, to keep runs restartable");
+    return 0;
+  }
+  if (q->dn == q->dcap) {
+    size_t cap = q->dcap ? q->dcap * 2 : 16;
+    struct dent *d = realloc(q->dents, cap * sizeof *d);
+    if (d == NULL) goto oom;
+    q->dents = d;
+    q->dcap = cap;
+  }
+  char *p = malloc(len + 1);
+  if (p == NULL) goto oom;
+  memcpy(p, entry, len);
+  p[len] = '\0';
+  q->dents[q->dn].p = p;
+  q->dents[q->dn].n = len;
+  q->dn++;
+  return 0;
+oom:
+  q->dbad = 1;
+  snprintf(q->dwhy, sizeof q->dwhy, "the server ran out of memory for its call log");
+  return 0;
+}
+
+/* A new run outside a session keeps its log for the store; a session's cannot. */
+static void dur_begin (worker *w, req *q, tp_run *run) {
+  if (q->sess_num) {
+    q->dnote = "This run is in a session: it does not survive a restart of the server (the "
+               "session's globals live in this process).";
+    return;
+  }
+  q->dlim = w->s->o.lim;
+  if (tp_run_on_log(run, dlog_cb, q) == TP_OK) q->durable = 1;
+}
+
+struct dsave {
+  worker *w;
+  req *q;                   /* NULL once its run ended */
+  size_t left, upto;        /* answers to come; log entries written when all came */
+  int stage, failed;        /* 0: the log's entries, 1: the record */
+  char why[300];
+};
+
+static int64_t wall_ms (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void dsave_step (dsave *d);
+
+static void dsave_cb (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)val; (void)len;
+  dsave *d = ud;
+  if (status != TP_STORED_OK && !d->failed) {
+    d->failed = 1;
+    if (status == TP_STORED_TOO_BIG)
+      snprintf(d->why, sizeof d->why, "%s is over the store's 1 MiB a value: keep scripts "
+               "and tool arguments small (write large data to a file and pass its path)",
+               d->stage ? "its record (the script and the pending calls' arguments)"
+                        : "an entry of its call log");
+    else snprintf(d->why, sizeof d->why, "the state store failed: %.200s",
+                  err ? err : "closed");
+  }
+  if (--d->left == 0) dsave_step(d);
+}
+
+/* The record of q's paused run as JSON text; NULL when out of memory. */
+static char *dur_record (worker *w, req *q, size_t *len) {
+  const options *o = &w->s->o;
+  json_t *pending = json_array();
+  for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next)
+    json_array_append_new(pending, tp__apx_pending_entry(p->seq, p->tool, p->args,
+                                                          p->reason, p->binding));
+  json_int_t seed = 0;
+  json_t *first = q->dbase == 0 && q->dn ? tp_json_parse(q->dents[0].p, q->dents[0].n,
+                                                         NULL, 0) : NULL;
+  if (json_is_integer(json_object_get(first, "seed")))
+    seed = json_integer_value(json_object_get(first, "seed"));
+  json_decref(first);
+  int64_t now = wall_ms();
+  q->dexp_ms = now + (int64_t)(o->pause_ttl_us / 1000u);
+  json_t *rec = json_pack("{s:i, s:s, s:s#, s:o, s:s, s:o, s:I, s:I, s:I}", "v", 1,
+    "run", q->ax->run_id, "script", q->code ? q->code : "", q->codelen,
+    "limits", tp__dur_limits_json(&q->dlim), "policy_sha256", o->policy_hash,
+    "pending", pending, "created_ms", (json_int_t)now, "expires_ms", (json_int_t)q->dexp_ms,
+    "log_entries", (json_int_t)(q->dbase + q->dn));
+  if (rec && q->dbase == 0) json_object_set_new(rec, "seed", json_integer(seed));
+  if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
+  if (rec && q->scopes) json_object_set_new(rec, "scopes", json_string(q->scopes));
+  if (rec && q->tool) {
+    json_object_set_new(rec, "tool", json_string(q->tool));
+    json_object_set_new(rec, "mcp_name", json_string(q->mcp_name));
+    json_object_set(rec, "args", q->args);
+  }
+  char *text = rec ? tp_json_text(rec, len) : NULL;
+  json_decref(rec);
+  return text;
+}
+
+/* The next stage of a save: the record after the log; then the paused result. */
+static void dsave_step (dsave *d) {
+  req *q = d->q;
+  worker *w = d->w;
+  if (q == NULL) { free(d); return; }  /* the run ended meanwhile */
+  if (d->stage == 0 && !d->failed) {
+    d->stage = 1;
+    size_t n;
+    char *rec = dur_record(w, q, &n);
+    uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
+    d->left = 1;
+    if (rec == NULL || tp_engine_run_put(w->e, q->ax->run_id, rec, n, ttl, dsave_cb, d) != TP_OK)
+      dsave_cb(d, TP_STORED_ERROR, NULL, 0, rec ? tp_engine_error(w->e) : "out of memory");
+    free(rec);
+    return;
+  }
+  q->dsave = NULL;
+  if (d->failed) {
+    snprintf(q->dwhy, sizeof q->dwhy, "%s", d->why);
+    q->dbad = 1;
+    dur_forget(w, q);
+  }
+  else {
+    q->dput = d->upto;
+    q->dsaved = 1;
+  }
+  free(d);
+  q->dsave_done = 1;
+  park(w, q, NULL, 0);
+}
+
+/* Writes q's log (what is not in the store yet) and its record, then parks it. */
+static void dur_save (worker *w, req *q) {
+  if (q->dbad) {  /* the log is not whole: the run waits here only */
+    dur_forget(w, q);
+    q->dsave_done = 1;
+    park(w, q, NULL, 0);
+    return;
+  }
+  dsave *d = calloc(1, sizeof *d);
+  if (d == NULL) {
+    q->dbad = 1;
+    snprintf(q->dwhy, sizeof q->dwhy, "the server ran out of memory");
+    q->dsave_done = 1;
+    park(w, q, NULL, 0);
+    return;
+  }
+  d->w = w;
+  d->q = q;
+  d->upto = q->dn;
+  d->left = 1;  /* this function's own, so that answers at once do not finish it early */
+  q->dsave = d;
+  for (size_t i = q->dput; i < q->dn && !d->failed; i++) {
+    d->left++;
+    if (tp_engine_log_put(w->e, q->ax->run_id, q->dbase + i, q->dents[i].p, q->dents[i].n,
+                          dsave_cb, d) != TP_OK)
+      dsave_cb(d, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
+  }
+  dsave_cb(d, TP_STORED_OK, NULL, 0, NULL);
+}
+
+/* An earlier pause's record of q, now out of date, goes: a restart must not replay to a
+** call decided since. */
+static void dur_forget (worker *w, req *q) {
+  if (q->dsaved && q->run_id[0]) tp_engine_run_del(w->e, q->run_id, NULL, NULL);
+  q->dsaved = 0;
+}
+
+/* q's run goes on with its calls decided: what it does now is in this process only, so
+** its record becomes a marker that refuses a resume after a restart (the approved calls
+** may have been made; replaying to them again could make them twice). */
+static void dur_running (worker *w, req *q) {
+  char rec[TP__APX_RUN_ID_MAX + 120];
+  int n = snprintf(rec, sizeof rec, "{\"run\":\"%s\",\"state\":\"running\",\"v\":1}",
+                   q->run_id);
+  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
+  if (tp_engine_run_put(w->e, q->run_id, rec, (size_t)n, ttl, NULL, NULL) != TP_OK)
+    dur_forget(w, q);
+}
+
+/* q's run ended: its stored record and log go (not when the server stops: they are what a
+** restart resumes). */
+static void dur_end (worker *w, req *q) {
+  if (q->dsave) { q->dsave->q = NULL; q->dsave = NULL; }
+  if (q->dsaved && !w->stopping && q->run_id[0])
+    tp_engine_run_del(w->e, q->run_id, NULL, NULL);
+  q->dsaved = 0;
+}
+
+static void dur_refuse (worker *w, req *q, const char *code, const char *msg) {
+  q->line = refusal_response(q->id, code, msg, NULL, q->budget, &q->line_len);
+  wdone(w, q);
+}
+
+/* A restored run replayed to its held call(s): the decisions it was resumed with apply. */
+static void dur_decide (worker *w, req *q) {
+  json_t *args = q->restore;
+  q->restore = NULL;
+  decide(w, q, args);
+  json_decref(args);
+  if (q->wparked && q->ax) {  /* refused decisions: it waits here until its expiry */
+    int64_t left = q->dexp_ms - wall_ms();
+    uv_timer_start(&q->ax->t, ttl_cb, left > 0 ? (uint64_t)left : 1, 0);
+  }
+}
+
+static void dur_got_log (void *ud, int status, const char *val, size_t len, const char *err);
+
+static void dur_got_record (void *ud, int status, const char *val, size_t len,
+                            const char *err) {
+  req *q = ud;
+  worker *w = q->w;
+  char msg[600];
+  if (w->stopping) return;
+  if (status == TP_STORED_NOTFOUND) {
+    snprintf(msg, sizeof msg, "there is no paused run \"%.60s\", here or in the state store: "
+             "it finished, it was ended after waiting longer than the server's --pause-ttl, "
+             "or the id is wrong (copy run from the paused result)", q->run_id);
+    dur_refuse(w, q, "run.unknown", msg);
+    return;
+  }
+  json_t *rec = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
+  if (rec == NULL) {
+    snprintf(msg, sizeof msg, "run %s could not be read from the state store: %.300s",
+             q->run_id, status == TP_STORED_OK ? "its record is not JSON" : err ? err : "closed");
+    dur_refuse(w, q, "run.store_failed", msg);
+    return;
+  }
+  const char *state = json_string_value(json_object_get(rec, "state"));
+  if (state && strcmp(state, "running") == 0) {
+    snprintf(msg, sizeof msg, "run %s cannot be resumed: it was resumed already and was "
+             "running when its server stopped, so the calls approved then may have been "
+             "made. Check what they did, then run the script again if needed", q->run_id);
+    json_decref(rec);
+    dur_refuse(w, q, "run.interrupted", msg);
+    return;
+  }
+  json_t *exp = json_object_get(rec, "expires_ms");
+  const char *hash = json_string_value(json_object_get(rec, "policy_sha256"));
+  const char *script = json_string_value(json_object_get(rec, "script"));
+  if (!json_is_integer(exp) || hash == NULL || script == NULL ||
+      (tp_limits_init(&q->dlim), tp__dur_limits_read(json_object_get(rec, "limits"),
+                                                     &q->dlim)) != 0) {
+    snprintf(msg, sizeof msg, "run %s's record in the state store is not one this server "
+             "reads; run the script again", q->run_id);
+    dur_refuse(w, q, "run.store_failed", msg);
+  }
+  else if (json_integer_value(exp) <= wall_ms()) {
+    tp_engine_run_del(w->e, q->run_id, NULL, NULL);
+    char ttl[32];
+    tp__apx_format_ttl(w->s->o.pause_ttl_us, ttl, sizeof ttl);
+    snprintf(msg, sizeof msg, "run %s expired: it waited for decisions longer than the "
+             "--pause-ttl of the server that paused it, and was ended (its calls were not "
+             "made); run the script again", q->run_id);
+    dur_refuse(w, q, "run.expired", msg);
+  }
+  else if (strcmp(hash, w->s->o.policy_hash) != 0) {
+    snprintf(msg, sizeof msg, "run %s was paused under another policy: the config's policy "
+             "section changed since, so its replay cannot be trusted to decide as before. "
+             "Run the script again (or restore the earlier policy to resume it)", q->run_id);
+    dur_refuse(w, q, "run.policy_changed", msg);
+  }
+  else {
+    free(q->code);
+    q->codelen = strlen(script);
+    q->code = strdup(script);
+    const char *p = json_string_value(json_object_get(rec, "principal"));
+    const char *sc = json_string_value(json_object_get(rec, "scopes"));
+    free(q->principal);
+    free(q->scopes);
+    q->principal = p ? strdup(p) : NULL;
+    q->scopes = sc ? strdup(sc) : NULL;
+    const char *tool = json_string_value(json_object_get(rec, "tool"));
+    const char *mcp = json_string_value(json_object_get(rec, "mcp_name"));
+    if (tool && mcp) {
+      q->tool = strdup(tool);
+      q->mcp_name = strdup(mcp);
+      json_t *a = json_object_get(rec, "args");
+      q->args = json_is_object(a) ? json_incref(a) : json_object();
+    }
+    q->dexp_ms = json_integer_value(exp);
+    json_decref(rec);
+    if (q->code == NULL || (tool && mcp && (q->tool == NULL || q->mcp_name == NULL))) {
+      dur_refuse(w, q, "limit.memory", "the server is out of memory: the run could not "
+                 "be restored");
+      return;
+    }
+    if (tp_engine_log_read(w->e, q->run_id, dur_got_log, q) != TP_OK) {
+      snprintf(msg, sizeof msg, "run %s's call log could not be read: %.300s", q->run_id,
+               tp_engine_error(w->e));
+      dur_refuse(w, q, "run.store_failed", msg);
+    }
+    return;
+  }
+  json_decref(rec);
+}
+
+static void dur_got_log (void *ud, int status, const char *val, size_t len, const char *err) {
+  req *q = ud;
+  worker *w = q->w;
+  char msg[700], why[400] = "";
+  if (w->stopping) return;
+  json_t *log = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
+  tp_run *run = log ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
+  if (run && tp_run_replay(run, val, len, why, sizeof why) == TP_OK &&
+      tp_run_on_log(run, dlog_cb, q) == TP_OK) {
+    q->dbase = json_array_size(log);
+    q->durable = q->dsaved = 1;
+    json_decref(log);
+    worker_begin(w, q, run);
+    return;
+  }
+  tp_run_destroy(run);
+  json_decref(log);
+  snprintf(msg, sizeof msg, "run %s's call log could not be read from the state store: "
+           "%.300s; run the script again", q->run_id,
+           why[0] ? why : status == TP_STORED_NOTFOUND ? "it is missing"
+                        : status == TP_STORED_OK ? "out of memory" : err ? err : "closed");
+  dur_refuse(w, q, "run.store_failed", msg);
+}
+
+/* M_RUN of a restore: the record first. */
+static void dur_load (worker *w, req *q) {
+  if (tp_engine_run_get(w->e, q->run_id, dur_got_record, q) != TP_OK) {
+    char msg[500];
+    snprintf(msg, sizeof msg, "the state store cannot be reached: %.300s",
+             tp_engine_error(w->e));
+    dur_refuse(w, q, "run.store_failed", msg);
+  }
 }
 
 /* One line of the audit log (--audit): when, the session, the tool called (run_lua or an
@@ -2062,6 +2461,7 @@ static void run_done (tp_run *run, void *ud) {
   tp_run_on_progress(run, NULL, NULL);
   wreq_remove(w, q);
   apx_end(w, q, 0, "the run ended before a person decided");
+  dur_end(w, q);
   if (q->wparked) q->ended_parked = q->wcancelled = 1;  /* nobody waits for its result */
   const char *env = tp_run_envelope(run);
   size_t len = env ? strlen(env) : 0;
@@ -2118,6 +2518,7 @@ static void session_claimed (void *ud, const char *holder, const char *err) {
 
 static void worker_run (worker *w, req *q) {
   tp_run *run = NULL;
+  if (q->restore) { dur_load(w, q); return; }  /* a paused run of an earlier process */
   const tp_limits *lim = &w->s->o.lim;
   if (q->sess_num && w->s->owner && !q->claimed) {
     q->claimed = 1;
@@ -2141,6 +2542,12 @@ static void worker_run (worker *w, req *q) {
     wdone(w, q);
     return;
   }
+  if (w->s->o.state && w->s->o.asks) dur_begin(w, q, run);
+  worker_begin(w, q, run);
+}
+
+/* Starts q's run (new, or made from the store). */
+static void worker_begin (worker *w, req *q, tp_run *run) {
   q->run = run;
   if (q->principal && q->scopes) tp_run_set_principal(run, q->principal, q->scopes);
   q->wnext = w->running;
@@ -2327,6 +2734,9 @@ static void req_free (server *s, req *q) {
   json_decref(q->args);
   json_decref(q->seen);
   free(q->line);
+  for (size_t i = 0; i < q->dn; i++) free(q->dents[i].p);
+  free(q->dents);
+  json_decref(q->restore);
   batch *b = q->b;
   free(q);
   if (b) batch_unref(s, b);
@@ -2653,6 +3063,35 @@ static void park_req (server *s, mail *m) {
   resume_input(s);
 }
 
+/* A resume_run for a run no request here holds, with --state: a request that restores it
+** from the store on a worker (dur_load) and applies args there. 0 when run_id cannot be
+** one (the caller refuses it), 1 when handled. */
+static int restore_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
+                        int era26) {
+  if (run_id[0] == '\0' || strlen(run_id) >= TP__APX_RUN_ID_MAX || !s->o.asks) return 0;
+  req *q = calloc(1, sizeof *q);
+  if (q == NULL || (q->restore = json_deep_copy(args)) == NULL) {
+    free(q);
+    send_error(s, b, id, -32603, "out of memory");
+    return 1;
+  }
+  q->s = s;
+  q->serial = ++s->serial;
+  if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);
+  q->id = json_deep_copy(id);
+  q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
+  if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
+  q->era26 = era26;
+  q->resumed = 1;
+  snprintf(q->run_id, sizeof q->run_id, "%s", run_id);
+  q->w = least_loaded(s, 0);
+  if (b) { q->b = b; b->refs++; }
+  log_msg(s, L_DEBUG, "request %llu: run %s is restored from the state store",
+          (unsigned long long)q->serial, run_id);
+  enqueue(s, q);
+  return 1;
+}
+
 /* Hands decisions (args: resume_run's arguments, copied) to the parked run run_id, whose
 ** request now answers id; or refuses the call. */
 static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
@@ -2668,6 +3107,7 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
         refuse_call(s, b, id, "run.not_paused", msg, NULL);
         return;
       }
+    if (s->o.state && restore_req(s, b, id, run_id, args, era26)) return;
     snprintf(msg, sizeof msg, "there is no paused run \"%.60s\": it finished, it was ended "
              "after waiting longer than the server's --pause-ttl, or the id is wrong (copy "
              "run from the paused result)", run_id);
@@ -3616,6 +4056,7 @@ int tp__mcp_main (int argc, char **argv) {
   }
   if (o->config && apply_config(o) != 0) return 2;
   o->asks = tp__apx_config_asks(o->config, o->config_len);
+  tp__dur_policy_hash(o->config, o->config_len, o->policy_hash);
   {
     char why[300];
     if (tp__apx_secret_init(o->secret_file, why, sizeof why) != 0)

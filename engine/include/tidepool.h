@@ -649,6 +649,38 @@ TP_EXTERN int tp_engine_claim_session(tp_engine *e, const char *session, const c
 /* Lets owner's claim of session go (nothing when owner does not hold it); no answer. */
 TP_EXTERN int tp_engine_release_session(tp_engine *e, const char *session, const char *owner);
 
+/* ---- paused runs in the state store -------------------------------------------------
+** What a front end keeps of a paused run so that it survives a restart of the process
+** (tidepool mcp --state): a record (the front end's own text) that expires ttl_ms after it
+** is put (0: never), and the run's call log, tp_run_on_log's entries kept by their
+** position pos (0, 1, ...; putting a position again replaces it). tp_engine_log_read
+** answers a JSON array of the entries in position order, ready for tp_run_replay;
+** tp_engine_run_del deletes the record and its log. They go through e's connection to its
+** store (tp_engine_set_store's) on e's loop, asynchronously: done (may be NULL) is called
+** exactly once on e's loop, later or before the function returns, with a status:
+** TP_STORED_OK; TP_STORED_NOTFOUND (no such record, it expired, or no log);
+** TP_STORED_TOO_BIG (a record or an entry over TP_STORED_MAX bytes: nothing is cut);
+** TP_STORED_ERROR (err says what failed, for a person); TP_STORED_CLOSED (the engine was
+** destroyed first). val, len: run_get's record, log_read's array (borrowed during done).
+** The functions return TP_OK when done will be called, else TP_EINVAL (NULL or empty
+** arguments), TP_ESTATE (the store cannot be reached: tp_engine_error says why) or
+** TP_ENOMEM, and done is not called. Use from e's thread. */
+#define TP_STORED_OK       0
+#define TP_STORED_NOTFOUND 1
+#define TP_STORED_TOO_BIG  2
+#define TP_STORED_ERROR    4
+#define TP_STORED_CLOSED   5
+#define TP_STORED_MAX      ((size_t)1 << 20)
+typedef void (*tp_stored_fn)(void *ud, int status, const char *val, size_t len,
+                             const char *err);
+TP_EXTERN int tp_engine_run_put(tp_engine *e, const char *run, const char *rec, size_t len,
+                                uint64_t ttl_ms, tp_stored_fn done, void *ud);
+TP_EXTERN int tp_engine_run_get(tp_engine *e, const char *run, tp_stored_fn done, void *ud);
+TP_EXTERN int tp_engine_run_del(tp_engine *e, const char *run, tp_stored_fn done, void *ud);
+TP_EXTERN int tp_engine_log_put(tp_engine *e, const char *run, uint64_t pos,
+                                const char *entry, size_t len, tp_stored_fn done, void *ud);
+TP_EXTERN int tp_engine_log_read(tp_engine *e, const char *run, tp_stored_fn done, void *ud);
+
 /* The calls of r that wait for the embedding program (tools without handler), at most
 ** max of them, oldest first; returns how many. */
 TP_EXTERN size_t tp_run_pending(tp_run *r, tp_call **calls, size_t max);
