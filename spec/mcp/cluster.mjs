@@ -6,10 +6,13 @@
 //   - a rate limit (policy, key "global") shared exactly: 60 calls, capacity 25, 25 pass;
 //   - a session claimed by one server: a call for it through another answers session.moved
 //     naming the owner;
+//   - a run paused for an approval on one server, approved through another (restored from
+//     Redis by replay);
 //   - one server killed (SIGKILL) while runs are in flight: every run a client saw
 //     acknowledged left its key in the store, and the two others keep serving.
 // Run by scripts/cluster-test.sh (make test-cluster), which checks what it needs first.
 import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -62,14 +65,16 @@ const config = {
   policy: {
     default: 'allow',
     rules: [{ tools: 'time.now', effect: 'allow',
-              rate: { capacity: 25, per_second: 0.0001, key: 'global' } }],
+              rate: { capacity: 25, per_second: 0.0001, key: 'global' } },
+            { tools: 'kv.delete', effect: 'ask', reason: 'deleting needs a person' }],
   },
 };
 
 async function startServer(i) {
   const port = await freePort();
   const proc = start(tidepool, ['mcp', '--http', `127.0.0.1:${port}`, '--state', state,
-    '--config', path.join(tmp, 'cluster.json'), '--workers', '2'], `tidepool ${i}`);
+    '--config', path.join(tmp, 'cluster.json'), '--workers', '2',
+    '--secret-file', path.join(tmp, 'secret')], `tidepool ${i}`);
   await waitPort(port, `tidepool mcp ${i}`, 10000, proc);
   const s = { port, url: `http://127.0.0.1:${port}/mcp`, proc };
   servers[i] = s;
@@ -94,6 +99,8 @@ test('redis and three tidepool servers start, sharing the store', async () => {
   await waitPort(redisPort, 'redis-server');
   state = `redis://127.0.0.1:${redisPort}/0?prefix=cluster:`;
   fs.writeFileSync(path.join(tmp, 'cluster.json'), JSON.stringify(config));
+  // one secret for all three: a binding one server made, another accepts
+  fs.writeFileSync(path.join(tmp, 'secret'), crypto.randomBytes(32).toString('hex'), { mode: 0o600 });
   for (let i = 0; i < 3; i++) await startServer(i);
   clients = await Promise.all(servers.map(client));
   const r = await runLua(clients[0], 'return 1 + 1');
@@ -143,6 +150,22 @@ test('a session owned by one server: a call for it through another answers sessi
   const c = await runLua(clients[0], 'return x + 1', { session: 'owned-by-0' });
   eq(c.structuredContent.result, 42, 'the owner still serves it, globals kept');
 }, 30000);
+
+test('a run paused on one server is approved through another: it is restored from Redis and goes on there', async () => {
+  const script = `tools.kv.set{key = "doomed", value = 1}
+    local d = tools.kv.delete{key = "doomed"}
+    return {deleted = d.deleted, after = tools.kv.get{key = "doomed"}.found}`;
+  const p = await runLua(clients[0], script);
+  const v = p.structuredContent;
+  eq([v.status, v.pending.map((c) => [c.seq, c.tool])], ['paused', [[2, 'kv.delete']]],
+    'paused on server 0 at the delete');
+  const r = await clients[2].callTool({ name: 'resume_run', arguments: { run: v.run,
+    decisions: [{ seq: 2, approve: true, binding: v.pending[0].binding }] } });
+  eq([r.isError, r.structuredContent.ok, r.structuredContent.result], [false, true,
+    { after: false, deleted: true }], 'server 2 restored the run and it went on');
+  const g = await runLua(clients[1], 'return tools.kv.get{key = "doomed"}.found');
+  eq(g.structuredContent.result, false, 'the key is gone for every server');
+}, 60000);
 
 test('a server killed mid-run: nothing a client saw acknowledged is lost, the others keep serving', async () => {
   const victim = servers[2];
