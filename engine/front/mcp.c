@@ -1975,11 +1975,62 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
 ** request's). All or none apply: a bad decision answers with an error and the run stays
 ** parked. */
 static void decide (worker *w, req *q, json_t *args);
+
+/* With --state, servers that share a store could each resume one paused run: this one from
+** memory, another restored from the store. Whoever resumes a run first claims it in the
+** store, as sessions are claimed (atomically across processes); the others refuse it. The
+** key begins with a control character, which no session id has. Only a server whose name
+** outlives its process claims runs (--http or --advertise): a claim lasts as long as a run
+** may stay paused, and a stdio server's name (its pid) would keep its own restart from
+** restoring the runs it resumed before it stopped. */
+#define RUN_CLAIMS(s) ((s)->owner != NULL && ((s)->o.advertise || (s)->o.http.listen))
+#define RUN_CLAIM_TTL_MS(o) ((int64_t)((o)->pause_ttl_us / 1000) + 3600000)
+static void run_claim_key (const char *run_id, char *out, size_t len) {
+  snprintf(out, len, "\x1frun:%s", run_id);
+}
+static void run_claim_msg (const char *run_id, const char *holder, char *msg, size_t len) {
+  snprintf(msg, len, "run %s is not paused here: another tidepool server, %s, resumed it "
+           "and its result answers the call that resumed it there", run_id, holder);
+}
+
+typedef struct rclaim { worker *w; uint64_t serial; json_t *args; } rclaim;
+
+static void resume_claimed (void *ud, const char *holder, const char *err) {
+  rclaim *c = ud;
+  worker *w = c->w;
+  req *q = w->running;
+  while (q && q->serial != c->serial) q = q->wnext;
+  if (!w->stopping && q != NULL && q->wparked && q->ax != NULL) {
+    if (err) wlog(w, L_WARNING, "the run's claim in the state store failed (%s): it is "
+                  "resumed here", err);
+    if (holder == NULL) decide(w, q, c->args);
+    else {
+      char msg[600];
+      size_t n;
+      run_claim_msg(q->run_id, holder, msg, sizeof msg);
+      char *line = refusal_response(q->id, "run.not_paused", msg, NULL, q->budget, &n);
+      if (line) park(w, q, line, n);
+    }
+  }
+  json_decref(c->args);
+  free(c);
+}
+
 static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
   req *q = w->running;
   while (q && q->serial != serial) q = q->wnext;
   if (q == NULL || !q->wparked || q->ax == NULL) return;  /* ended: req_done answers */
   json_t *args = tp_json_parse(text, len, NULL, 0);
+  rclaim *c = RUN_CLAIMS(w->s) && args ? malloc(sizeof *c) : NULL;
+  if (c != NULL) {
+    char key[TP__APX_RUN_ID_MAX + 8];
+    run_claim_key(q->run_id, key, sizeof key);
+    *c = (rclaim){ w, serial, args };
+    if (tp_engine_claim_session(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                                resume_claimed, c) == TP_OK)
+      return;
+    free(c);
+  }
   decide(w, q, args);
   json_decref(args);
 }
@@ -2377,13 +2428,37 @@ static void dur_got_log (void *ud, int status, const char *val, size_t len, cons
 }
 
 /* M_RUN of a restore: the record first. */
+static void dur_load_claimed (void *ud, const char *holder, const char *err);
 static void dur_load (worker *w, req *q) {
+  if (RUN_CLAIMS(w->s) && !q->claimed) {  /* first claim the run: see run_claim_key */
+    char key[TP__APX_RUN_ID_MAX + 8];
+    run_claim_key(q->run_id, key, sizeof key);
+    q->claimed = 1;
+    if (tp_engine_claim_session(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                                dur_load_claimed, q) == TP_OK)
+      return;
+  }
   if (tp_engine_run_get(w->e, q->run_id, dur_got_record, q) != TP_OK) {
     char msg[500];
     snprintf(msg, sizeof msg, "the state store cannot be reached: %.300s",
              tp_engine_error(w->e));
     dur_refuse(w, q, "run.store_failed", msg);
   }
+}
+
+static void dur_load_claimed (void *ud, const char *holder, const char *err) {
+  req *q = ud;
+  worker *w = q->w;
+  if (w->stopping) return;  /* the protocol thread frees the request after the join */
+  if (err) wlog(w, L_WARNING, "the run's claim in the state store failed (%s): it is "
+                "restored here", err);
+  if (holder != NULL) {
+    char msg[600];
+    run_claim_msg(q->run_id, holder, msg, sizeof msg);
+    dur_refuse(w, q, "run.not_paused", msg);
+    return;
+  }
+  dur_load(w, q);
 }
 
 /* One line of the audit log (--audit): when, the session, the tool called (run_lua or an

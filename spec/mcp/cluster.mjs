@@ -151,7 +151,7 @@ test('a session owned by one server: a call for it through another answers sessi
   eq(c.structuredContent.result, 42, 'the owner still serves it, globals kept');
 }, 30000);
 
-test('a run paused on one server is approved through another: it is restored from Redis and goes on there', async () => {
+test('a run paused on one server is approved through another: it is restored from Redis and goes on there, and only there', async () => {
   const script = `tools.kv.set{key = "doomed", value = 1}
     local d = tools.kv.delete{key = "doomed"}
     return {deleted = d.deleted, after = tools.kv.get{key = "doomed"}.found}`;
@@ -165,6 +165,14 @@ test('a run paused on one server is approved through another: it is restored fro
     { after: false, deleted: true }], 'server 2 restored the run and it went on');
   const g = await runLua(clients[1], 'return tools.kv.get{key = "doomed"}.found');
   eq(g.structuredContent.result, false, 'the key is gone for every server');
+  // server 0 still holds the paused run in memory: the same decision there is refused,
+  // so the approved call is never made twice
+  const again = await clients[0].callTool({ name: 'resume_run', arguments: { run: v.run,
+    decisions: [{ seq: 2, approve: true, binding: v.pending[0].binding }] } });
+  eq([again.isError, again.structuredContent.error.code], [true, 'run.not_paused'],
+    'a second resume through the server that paused it');
+  assert(again.structuredContent.error.message.includes(servers[2].url),
+    `the message names the server that resumed it: ${again.structuredContent.error.message}`);
 }, 60000);
 
 test('a server killed mid-run: nothing a client saw acknowledged is lost, the others keep serving', async () => {
