@@ -10,11 +10,11 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include <openssl/evp.h>
 
 #include "lauxlib.h"
 
 #include "calls.h"
+#include "digest.h"
 #include "json.h"
 #include "replay.h"
 
@@ -129,18 +129,6 @@ static json_t *str (const char *s) {
   v = json_string(copy);
   free(copy);
   return v;
-}
-
-static void sha256_hex (const char *s, size_t len, char out[65]) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  static const char hex[] = "0123456789abcdef";
-  if (!EVP_Digest(s, len, md, &n, EVP_sha256(), NULL) || n != 32) n = 0;
-  for (unsigned i = 0; i < 32; i++) {
-    out[2 * i] = n ? hex[md[i] >> 4] : '0';
-    out[2 * i + 1] = n ? hex[md[i] & 15] : '0';
-  }
-  out[64] = '\0';
 }
 
 /* ---- reading a log ----------------------------------------------------------------- */
@@ -509,7 +497,7 @@ int tp__replay_call (tp_run *r, tp_call *c) {
     return 1;
   }
   char hash[65];
-  sha256_hex(text ? text : "null", text ? len : 4, hash);
+  tp__sha256_hex(text ? text : "null", text ? len : 4, hash);
   free(text);
   tp__rcall *lc = rp->replaying ? find_rcall(rp, c->id) : NULL;
   if (lc != NULL && (strcmp(lc->tool, c->name) != 0 || strcmp(lc->hash, hash) != 0)) {
