@@ -30,16 +30,19 @@ WARN_BASE   = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
               -Werror=implicit-function-declaration
 WARN_STRICT = $(WARN_BASE) -Wformat=2 -Wvla
 PKGS        = jansson libpcre2-8 libuv libcurl libseccomp sqlite3 hiredis libmicrohttpd libcrypto
-PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LUV_LIBS    = -llua5.4-luv -llua5.4-lpeg
-# The same, static, for the public library: linked into it, they call its private Lua.
-LUV_STATIC  = $(shell $(CC) -print-file-name=liblua5.4-luv.a) \
-              $(shell $(CC) -print-file-name=liblua5.4-lpeg.a)
-# Debian's own Lua 5.4 (bookworm's 5.4.4), only for the embedding tests (spec/embed).
-DEB_LUA_CFLAGS = $(shell pkg-config --cflags lua5.4 2>/dev/null)
-DEB_LUA_LIBS   = $(shell pkg-config --libs lua5.4 2>/dev/null)
-DEB_LUA_A      = $(shell $(CC) -print-file-name=liblua5.4.a)
+# What the build reads of the installed system (pkg-config's flags for PKGS and libseccomp,
+# Debian's static luv and lpeg, Debian's own Lua 5.4.4 for the embedding tests in
+# spec/embed) is never read while this file is parsed: scripts/config.sh writes it into
+# $(CONFIG_MK) after scripts/deps.sh has installed the packages, and make restarts with it
+# (PKG_CFLAGS, PKG_LIBS, SECCOMP_CFLAGS, SECCOMP_LIBS, LUV_STATIC, DEB_LUA_CFLAGS,
+# DEB_LUA_LIBS, DEB_LUA_A). Goals that build nothing neither install nor read anything.
+# scripts/check-makefile.sh keeps it so: this file calls make's shell function nowhere.
+CONFIG_MK   = $(BUILD)/config.mk
+NO_CONFIG_GOALS = clean print-version deps uninstall lint test-fresh sanitize sanitize-c deb
+ifneq ($(filter-out $(NO_CONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
+include $(CONFIG_MK)
+endif
 
 ifneq ($(SANITIZE),)
 SAN_FLAGS   = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -109,7 +112,7 @@ PCFILE      = $(BUILD)/tidepool.pc
 CONFINE     = $(BUILD)/tidepool-confine
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
-.PHONY: all deps run test test-c test-cluster test-fast sanitize sanitize-c valgrind bench install \
+.PHONY: all deps run test test-c test-cluster test-fast test-fresh sanitize sanitize-c valgrind bench install \
         uninstall clean lint fuzz fuzz-build deb man print-version FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE) $(CONFINE)
 
@@ -118,6 +121,10 @@ deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/deps.sh
 	@sh scripts/deps.sh
 	@mkdir -p $(BUILD) && touch $@
+
+# The system's flags and paths, read once the packages are there (see CONFIG_MK above).
+$(CONFIG_MK): scripts/config.sh $(DEPS_STAMP)
+	@CC='$(CC)' PKGS='$(PKGS)' sh scripts/config.sh $@
 
 $(LUA_SRCDIR)/.tidepool-patched: scripts/fetch-lua.sh | $(DEPS_STAMP)
 	@sh scripts/fetch-lua.sh $(LUA_SRCDIR)
@@ -243,8 +250,7 @@ $(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_approve.o \
 $(CONFINE): libexec/tidepool-confine.c
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 $(OPT) $(WARN_STRICT) $(SAN_FLAGS) -D_GNU_SOURCE $(CFLAGS) \
-	  $(shell pkg-config --cflags libseccomp) $(LDFLAGS_ALL) -o $@ $< \
-	  $(shell pkg-config --libs libseccomp)
+	  $(SECCOMP_CFLAGS) $(LDFLAGS_ALL) -o $@ $< $(SECCOMP_LIBS)
 
 # The Lua module talks to the Lua that loads it only through that Lua's C API (luamod.o
 # leaves lua_* undefined for it) and runs its engine on the library's private Lua, so it
@@ -325,6 +331,13 @@ $(BUILD)/embed/foreign_lua_static_both: $(BUILD)/embed/foreign_lua.o $(LIB_A)
 
 test: all $(CTESTS) $(EMBED_TESTS)
 	@BUILD=$(BUILD) sh scripts/run-tests.sh
+
+# The two commands on a fresh machine: a minimal Debian bookworm root (mmdebstrap, as root)
+# with make, git and ca-certificates, this checkout's HEAD cloned into it, `make run` there
+# (FRESH=full: then `make test`). Not part of make test: minutes (scripts/test-fresh.sh).
+FRESH ?= run
+test-fresh:
+	@FRESH='$(FRESH)' sh scripts/test-fresh.sh
 
 # Redis and three `tidepool mcp --http` servers sharing it (scripts/cluster-test.sh).
 test-cluster: all
@@ -460,4 +473,5 @@ print-version:
 clean:
 	rm -rf $(BUILD)/obj $(BUILD)/gen $(BUILD)/tests $(BUILD)/bench $(BUILD)/lua-obj \
 	  $(BUILD)/lua $(BUILD)/embed $(BUILD)/sanitize $(FUZZ_BUILD) $(LIB_A) $(LIB_SO) \
-	  $(BUILD)/libtidepool.so.0 $(CLI) $(CONFINE) $(PCFILE) $(BUILD)/doc $(BUILD)/deb $(BUILD)/tidepool_*.deb
+	  $(BUILD)/libtidepool.so.0 $(CLI) $(CONFINE) $(PCFILE) $(BUILD)/doc $(BUILD)/deb $(BUILD)/*.deb \
+	  $(CONFIG_MK)

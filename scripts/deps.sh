@@ -21,6 +21,7 @@
 # Debian enables and starts lighttpd on port 80, as for any install of it.
 #   sh scripts/deps.sh deb   only what `make deb` needs besides the build: lintian, heavy
 #                            (about 130 packages), so the first `make` stays quick
+#   sh scripts/deps.sh fresh only what `make test-fresh` needs: mmdebstrap
 set -eu
 PKGS="build-essential pkg-config dpkg-dev ca-certificates debian-archive-keyring
 libjansson-dev libpcre2-dev libuv1-dev lua-luv-dev lua-lpeg-dev lua-busted lua-check
@@ -28,7 +29,10 @@ libcurl4-openssl-dev libseccomp-dev libsqlite3-dev libhiredis-dev libmicrohttpd-
 redis-server openssl
 liblua5.4-dev lua5.4 valgrind nodejs npm lighttpd lighttpd-modules-lua curl"
 FUZZ_PKGS="clang libclang-rt-dev"
-if [ "${1:-}" = deb ]; then PKGS="lintian"; FUZZ_PKGS=; fi
+case ${1:-} in
+  deb) PKGS="lintian"; FUZZ_PKGS= ;;
+  fresh) PKGS="mmdebstrap"; FUZZ_PKGS= ;;
+esac
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=
 for p in $PKGS; do installed "$p" || missing="$missing $p"; done

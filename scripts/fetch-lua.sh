@@ -14,20 +14,7 @@ if [ -f "$DEST/src/lstrlib.c" ] && [ -f "$DEST/.tidepool-patched" ]; then
   exit 0
 fi
 
-mirror=
-for f in /etc/apt/sources.list.d/*.sources; do
-  [ -f "$f" ] || continue
-  mirror=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i ~ /debian\/?$/) { print $i; exit } }' "$f")
-  [ -n "$mirror" ] && break
-done
-if [ -z "$mirror" ]; then
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-    awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|file):\/\/.*debian\/?$/) { print $i; exit } }')
-fi
-if [ -z "$mirror" ]; then
-  echo "fetch-lua.sh: no Debian mirror found in /etc/apt/sources.list{,.d}" >&2
-  exit 1
-fi
+mirror=$(sh "$(dirname "$0")/debian-mirror.sh")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
