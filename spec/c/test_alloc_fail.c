@@ -16,9 +16,16 @@
 ** fails: Lua assumes it cannot. Only the test's own thread is failed, so each point is
 ** reproducible. libuv, luv and libc allocate for themselves, unwrapped.
 **
+** Which points: by default (make test) a sample that does not grow with the scenario, so
+** that the file takes the same time on any machine's load: a first run with nothing
+** injected counts a scenario's N allocations, then the first SAMPLE_HEAD points are each
+** failed, and after them SAMPLE_BUDGET points evenly spaced over the rest, from an offset
+** taken from the scenario's name (the same points every run, different residues in each
+** scenario). TP_ALLOC_FAIL_FULL=1 fails every point (make test-alloc-full; make sanitize).
+**
 ** TP_ALLOC_FAIL_TRACE=1 prints each point as it is tried (to find the one that crashed);
 ** TP_ALLOC_FAIL_FROM=n starts at the n-th point; TP_ALLOC_FAIL_STRIDE=k tries every k-th
-** point only (default 1: every one). In gdb, `break injecting` stops where one fails:
+** point (from the first) instead of the sample. In gdb, `break injecting` stops where one fails:
 **   TP_ALLOC_FAIL_FROM=190 gdb -ex 'break injecting' -ex run --args \
 **     build/tests/test_alloc_fail invalid_input
 */
@@ -657,18 +664,73 @@ static void on_alarm (int sig) {
   abort();
 }
 
-static uint64_t stride = 1;  /* TP_ALLOC_FAIL_STRIDE */
+/* The sample (see the top of the file): every point up to SAMPLE_HEAD, then about
+** SAMPLE_BUDGET more over the rest of a scenario's allocations. */
+#define SAMPLE_HEAD 32
+#define SAMPLE_BUDGET 100
 
-/* Steps N from 1 until the scenario completes with nothing injected; returns how many
-** allocations it made then. Fails the test on the first unclean point. */
-static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_after) {
-  const char *t = getenv("TP_ALLOC_FAIL_TRACE");
+typedef struct sweep {
+  uint64_t head;    /* every point up to this one */
+  uint64_t stride;  /* then every stride-th */
+  uint64_t offset;  /* from head + 1 + offset */
+  uint64_t tried;   /* points failed */
+} sweep;
+
+static uint64_t name_hash (const char *s) {
+  uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int full_sweep (void) {
+  const char *f = getenv("TP_ALLOC_FAIL_FULL");
+  return f != NULL && *f == '1';
+}
+
+/* The points to fail in a scenario of n allocations (n counted with nothing injected). */
+static sweep sweep_for (const char *name, uint64_t n) {
   const char *st = getenv("TP_ALLOC_FAIL_STRIDE");
+  sweep w = { 0, 1, 0, 0 };
+  if (st != NULL && atoi(st) > 0) w.stride = (uint64_t)atoi(st);
+  else if (!full_sweep() && n > SAMPLE_HEAD + SAMPLE_BUDGET) {
+    w.head = SAMPLE_HEAD;
+    w.stride = (n - SAMPLE_HEAD + SAMPLE_BUDGET - 1) / SAMPLE_BUDGET;
+    w.offset = name_hash(name) % w.stride;
+  }
+  return w;
+}
+
+static uint64_t next_point (const sweep *w, uint64_t at) {
+  if (at < w->head) return at + 1;
+  if (at == w->head && w->head > 0) return w->head + 1 + w->offset;
+  return at + w->stride;
+}
+
+/* How many allocations sc makes with nothing failed (0 when it does not complete). */
+static uint64_t count_points (void (*sc)(outcome *)) {
+  outcome o = { "count", 0, 0, 0 };
+  new_generation();
+  hung_scenario = "counting";
+  alarm(60);
+  arm(UINT64_MAX, 0);
+  sc(&o);
+  pause_injection();
+  alarm(0);
+  return o.completed && !o.bad ? seen : 0;
+}
+
+/* Fails the points of w in turn until the scenario completes with nothing injected;
+** returns how many allocations it made then. Fails the test on the first unclean point. */
+static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_after,
+                              sweep *w) {
+  const char *t = getenv("TP_ALLOC_FAIL_TRACE");
   int trace = t != NULL && *t == '1';
   const char *from = getenv("TP_ALLOC_FAIL_FROM");
-  stride = st != NULL && atoi(st) > 0 ? (uint64_t)atoi(st) : 1;
   hung_scenario = name;
-  for (uint64_t at = from != NULL && atoi(from) > 0 ? (uint64_t)atoi(from) : 1; at < 10000000; at += stride) {
+  w->tried = 0;
+  for (uint64_t at = from != NULL && atoi(from) > 0 ? (uint64_t)atoi(from) : 1; at < 10000000;
+       at = next_point(w, at)) {
+    w->tried++;
     outcome o = { name, at, 0, 0 };
     new_generation();
     size_t before = live_now(), handles = tp_t_open_handles(NULL);
@@ -708,14 +770,21 @@ static uint64_t step_through (const char *name, void (*sc)(outcome *), int all_a
   return 0;
 }
 
-#define STEP_TEST(fn, sc) \
-  TEST(fn) { \
-    uint64_t one = step_through(#sc, sc, 0); \
-    uint64_t all = one ? step_through(#sc " (and after)", sc, 1) : 0; \
-    if (one) printf("#   %s: %" PRIu64 " allocation points, one in %" PRIu64 " failed " \
-                    "alone and with all after it\n", #sc, one, stride); \
-    CHECK(one > 0 && all > 0); \
-  }
+static void step_test (const char *name, void (*sc)(outcome *)) {
+  uint64_t n = count_points(sc);
+  if (n == 0) { TP_FAIL_AT("%s: with no allocation failed, it did not complete", name); return; }
+  sweep w = sweep_for(name, n);
+  uint64_t one = step_through(name, sc, 0, &w);
+  uint64_t tried = w.tried - 1;  /* the last run had nothing injected */
+  char and_after[96];
+  snprintf(and_after, sizeof and_after, "%s (and after)", name);
+  uint64_t all = one ? step_through(and_after, sc, 1, &w) : 0;
+  if (one) printf("#   %s: %" PRIu64 " allocation points, %" PRIu64 " of them failed alone "
+                  "and with all after it\n", name, one, tried);
+  CHECK(one > 0 && all > 0);
+}
+
+#define STEP_TEST(fn, sc) TEST(fn) { step_test(#sc, sc); }
 
 STEP_TEST(engine_create_and_destroy_fail_cleanly, sc_engine)
 STEP_TEST(a_run_returning_a_table_fails_cleanly, sc_table)
@@ -735,8 +804,33 @@ STEP_TEST(a_logged_run_and_its_replay_fail_cleanly, sc_replay)
 /* The first sandbox of a process reads the originals of the library functions from a
 ** Lua state of its own, once per process (sandbox.c); each allocation of a first run
 ** fails in turn, in a child process per point, so that every child is a first run. */
+/* sc_table's allocations in a first run, counted in a child (0 when that failed). */
+static uint64_t count_first_run (void) {
+  int fds[2];
+  if (pipe(fds) != 0) return 0;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) { close(fds[0]); close(fds[1]); return 0; }
+  if (pid == 0) {
+    close(fds[0]);
+    uint64_t n = count_points(sc_table);
+    ssize_t w = write(fds[1], &n, sizeof n);
+    _exit(w == (ssize_t)sizeof n ? 0 : 1);
+  }
+  close(fds[1]);
+  uint64_t n = 0;
+  if (read(fds[0], &n, sizeof n) != (ssize_t)sizeof n) n = 0;
+  close(fds[0]);
+  waitpid(pid, NULL, 0);
+  return n;
+}
+
 TEST(the_first_run_of_a_process_fails_cleanly) {
-  for (uint64_t at = 1; at < 100000; at++) {
+  uint64_t n = count_first_run();
+  if (n == 0) { TP_FAIL_AT("first run: with no allocation failed, it did not complete"); return; }
+  sweep w = sweep_for("first run", n);
+  for (uint64_t at = 1; at < 100000; at = next_point(&w, at)) {
+    w.tried++;
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) { TP_FAIL_AT("fork failed"); return; }
@@ -757,7 +851,8 @@ TEST(the_first_run_of_a_process_fails_cleanly) {
       return;
     }
     if (WEXITSTATUS(st) == 3) {
-      printf("#   first run: %" PRIu64 " allocation points, each failed alone\n", at - 1);
+      printf("#   first run: %" PRIu64 " allocation points, %" PRIu64 " of them failed alone\n",
+             n, w.tried - 1);
       return;
     }
   }
