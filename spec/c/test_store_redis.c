@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -54,6 +55,7 @@ static int server_start (void) {
   server = fork();
   if (server < 0) return -1;
   if (server == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  /* the server dies with the test, however it ends */
     char logf[128];
     snprintf(logf, sizeof logf, "%s/redis.log", dir);
     execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1",
