@@ -1,5 +1,7 @@
 #!/bin/sh
 # Runs every test suite and prints one closing line "N passed, N failed".
+#   sh scripts/run-tests.sh          every suite (make test)
+#   sh scripts/run-tests.sh --fast   the C tests and busted, once (make test-fast)
 #   C tests        build/tests/test_*, each in its own process (scripts/run-ctests.sh)
 #   busted specs   spec/*_spec.lua and examples/plugin (a plugin's own test) on this
 #                  build's Lua, then again with an aggressive GC,
@@ -25,8 +27,15 @@
 #   fuzz           each libFuzzer target of spec/fuzz for FUZZ_TEST_SECONDS (5) from its
 #                  seeds, one counted test per target (scripts/fuzz.sh)
 #   packaging      make deb: lintian without errors, and the unpacked package works
+#   makefile       scripts/check-makefile.sh: nothing read of the system at parse time
+#   clients        examples/clients/: each configuration parses and starts tidepool mcp
+# No suite leaves a process behind: each runs in a session of its own with TP_TEST_SUITE
+# set to a mark of its own; a process of that session, or carrying that mark, still alive
+# once the suite ended (a server a spec started, reparented to init) fails the suite, is
+# named, and is killed by its PID.
 # Exit status is non-zero when anything failed or a suite could not run.
 BUILD=${BUILD:-build}
+export BUILD
 LUA="$BUILD/lua/lua"
 export LUA_CPATH="$BUILD/lua/?.so;;"
 export LUA_PATH="./?.lua;./?/init.lua;;"
@@ -34,6 +43,49 @@ passed=0
 failed=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+exec 3>&1  # the runner's own messages, also while a suite's output goes to $log
+
+# The processes alive of session $1 or carrying the mark $2, but this shell (zombies have
+# no environment and are left out).
+suite_procs() {
+  { grep -lzx "TP_TEST_SUITE=$2" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
+    cat /proc/[0-9]*/stat 2>/dev/null |
+      awk -v sid="$1" '{ pid = $1; sub(/^.*\) /, ""); if ($4 == sid && $1 != "Z") print pid }'
+  } | grep -vx "$$" | sort -u
+}
+suite_seq=0
+suite_pid=
+# Ctrl-C or a kill stops the suite that runs (its session does not get the terminal's
+# signals) and what it started.
+trap 'if [ -n "$suite_pid" ]; then kill -TERM -- "-$suite_pid" 2>/dev/null; fi; exit 130' INT TERM HUP
+# suite LABEL COMMAND...: runs COMMAND as one suite, in a session of its own, and returns
+# its exit status; a process it leaves alive is a failure of the suite (counted here).
+suite() {
+  label=$1; shift
+  suite_seq=$((suite_seq + 1))
+  mark="$$-$suite_seq"
+  suite_t0=$(date +%s)
+  TP_TEST_SUITE=$mark setsid -w "$@" &
+  suite_pid=$!
+  wait "$suite_pid"
+  rc=$?
+  left=$(suite_procs "$suite_pid" "$mark")
+  tries=0
+  while [ -n "$left" ] && [ "$tries" -lt 20 ]; do  # what is being killed may take a moment
+    sleep 0.1; tries=$((tries + 1)); left=$(suite_procs "$suite_pid" "$mark")
+  done
+  suite_pid=
+  suite_secs=$(($(date +%s) - suite_t0))
+  if [ -n "$left" ]; then
+    echo "$label: left $(echo "$left" | wc -l) process(es) running: a failure; killed:" >&3
+    for p in $left; do
+      echo "  $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" >&3
+      kill -KILL "$p" 2>/dev/null
+    done
+    failed=$((failed + 1))
+  fi
+  return "$rc"
+}
 
 add_counts() {  # $1 suite name; reads "# N passed, M failed" from $log
   line=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
@@ -46,17 +98,18 @@ add_counts() {  # $1 suite name; reads "# N passed, M failed" from $log
   f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
   passed=$((passed + p))
   failed=$((failed + f))
-  echo "$1: $p passed, $f failed"
+  echo "$1: $p passed, $f failed${suite_secs:+ (${suite_secs} s)}"
+  suite_secs=
 }
 
 # Each C test file in its own process under a timeout; a crash, a kill or a timeout is
 # named and counted as a failure, and the other files still run (scripts/run-ctests.sh).
-BUILD="$BUILD" sh scripts/run-ctests.sh >"$log" 2>&1
+BUILD="$BUILD" suite "C tests" sh scripts/run-ctests.sh >"$log" 2>&1
 grep -vE '^# [0-9]+ passed' "$log"
 add_counts "C tests"
 
 run_busted() {  # $1 label, $2 the interpreter (default: this build's)
-  timeout 900 "${2:-$LUA}" /usr/bin/busted -o TAP spec examples/plugin >"$log" 2>&1
+  suite "$1" timeout 900 "${2:-$LUA}" /usr/bin/busted -o TAP spec examples/plugin >"$log" 2>&1
   rc=$?
   p=$(grep -cE '^ok [0-9]+' "$log")
   f=$(grep -cE '^not ok [0-9]+' "$log")
@@ -66,10 +119,15 @@ run_busted() {  # $1 label, $2 the interpreter (default: this build's)
   fi
   passed=$((passed + p))
   failed=$((failed + f))
-  echo "$1: $p passed, $f failed"
+  echo "$1: $p passed, $f failed${suite_secs:+ (${suite_secs} s)}"
+  suite_secs=
 }
 if ls spec/*_spec.lua >/dev/null 2>&1; then
   run_busted "busted"
+  if [ "${1:-}" = --fast ]; then
+    echo "$passed passed, $failed failed (make test-fast: the C tests and busted, once)"
+    [ "$failed" -eq 0 ]; exit
+  fi
   TP_GC_AGGRESSIVE=1 run_busted "busted (aggressive GC)"
   # Not under `make sanitize`: an ASan-built module cannot load into an interpreter
   # without the ASan runtime.
@@ -94,10 +152,16 @@ for how in so_first so_last static static_both; do
   from=liblua5.4.so
   [ "$how" = static_both ] && from="foreign_lua_$how"
   if [ ! -x "$t" ]; then echo "embed $how: $t was not built"; failed=$((failed + 1)); continue; fi
-  timeout 300 "$t" spec/embed/tools "$from" >"$log" 2>&1
+  suite "embed $how" timeout 300 "$t" spec/embed/tools "$from" >"$log" 2>&1
   grep -E '^(not ok|#   )' "$log" | head -n 20
   add_counts "embed, Debian's Lua and libtidepool ($how)"
 done
+
+# The Makefile reads nothing of the system at parse time (scripts/config.sh does, after
+# scripts/deps.sh), so the first `make run` on a fresh machine works.
+sh scripts/check-makefile.sh >"$log" 2>&1
+grep -E '^(not ok|#   )' "$log" | head -n 20
+add_counts "makefile (nothing read at parse time)"
 
 # Layers (DESIGN.md section 2): no file includes a header, and no object calls a
 # function, of a higher layer; the core uses no libuv. The self-test proves the check
@@ -112,7 +176,7 @@ add_counts "layers (self-test)"
 # MCP server: end-to-end with the official TypeScript SDK client (installed into
 # spec/mcp/node_modules on first use), and raw protocol tests (plain node).
 run_node() {  # $1 label, $2 script
-  BUILD="$BUILD" timeout 300 node "$2" >"$log" 2>&1
+  BUILD="$BUILD" suite "$1" timeout 300 node "$2" >"$log" 2>&1
   grep -A3 -E '^not ok' "$log" | head -n 40
   add_counts "$1"
 }
@@ -138,6 +202,8 @@ else
     failed=$((failed + 3))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  # examples/clients/: Claude Desktop, Claude Code, Cursor, VS Code start tidepool mcp
+  run_node "client configurations (examples/clients)" spec/mcp/clients.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)
   run_node "mcp approvals (raw)" spec/mcp/approve.mjs
   # durable paused runs (--state): kill -9, restart, resume by replay (raw lines)
@@ -156,7 +222,7 @@ else
   # Redis and three tidepool mcp --http sharing it (make test-cluster), when redis-server
   # is installed (scripts/deps.sh installs it)
   if command -v redis-server >/dev/null 2>&1; then
-    BUILD="$BUILD" sh scripts/cluster-test.sh >"$log" 2>&1
+    BUILD="$BUILD" suite cluster sh scripts/cluster-test.sh >"$log" 2>&1
     grep -A3 -E '^(not ok|cluster:)' "$log" | head -n 40
     add_counts "cluster (redis, three servers)"
   else
@@ -178,7 +244,7 @@ fi
 # and no LD_PRELOAD is needed: that interpreter is itself linked with the ASan runtime.
 if [ -z "${SANITIZE:-}" ] && command -v valgrind >/dev/null 2>&1 &&
    [ -x "$BUILD/tests/test_run_loop" ]; then
-  if BUILD=$BUILD timeout 600 sh scripts/valgrind.sh >"$log" 2>&1; then
+  if BUILD=$BUILD suite valgrind timeout 600 sh scripts/valgrind.sh >"$log" 2>&1; then
     passed=$((passed + 1)); echo "valgrind: ok"
   else
     failed=$((failed + 1)); grep -vE '^ok - ' "$log" | tail -n 40; echo "valgrind: failed"
@@ -206,7 +272,7 @@ if [ -z "${SANITIZE:-}" ]; then
     # on a new finding that chance brought this time (make fuzz explores at random).
     # shellcheck disable=SC2086
     FUZZ_BUILD="$BUILD/fuzz" FUZZ_FRESH=1 FUZZ_ARGS="-seed=1 ${FUZZ_ARGS:-}" \
-      sh scripts/fuzz.sh "${FUZZ_TEST_SECONDS:-5}" $fuzz_targets >"$log" 2>&1
+      suite fuzz sh scripts/fuzz.sh "${FUZZ_TEST_SECONDS:-5}" $fuzz_targets >"$log" 2>&1
     grep -vE '^# [0-9]+ passed' "$log"
     add_counts "fuzz"
   fi
@@ -276,26 +342,35 @@ elif ! command -v lighttpd >/dev/null 2>&1 || [ ! -f /usr/lib/lighttpd/mod_magne
     "(scripts/deps.sh): a failure"
   failed=$((failed + 1))
 else
-  BUILD="$BUILD" timeout 120 node spec/embed/lighttpd.mjs >"$log" 2>&1
+  BUILD="$BUILD" suite lighttpd timeout 120 node spec/embed/lighttpd.mjs >"$log" 2>&1
   grep -A3 -E '^not ok' "$log" | head -n 40
   add_counts "lighttpd (mod_magnet)"
 fi
 
-# make deb: the package builds and lintian reports no error (packaging/deb.sh stops
-# otherwise); dpkg installs it into a temporary root (a dpkg database of its own, where
-# its dependencies are not installed: the system's serve); there its tidepool runs a
-# script with the package's tools, its Lua module loads into Debian's lua5.4, and its man
-# page documents every flag that --help lists. (Only for the plain build.)
+# make deb: the three packages build and lintian reports no error (packaging/deb.sh stops
+# otherwise); dpkg installs them into a temporary root (a dpkg database of its own, where
+# their dependencies are not installed: the system's serve); there tidepool runs a script
+# with the package's tools, the Lua module loads into Debian's lua5.4, the man page
+# documents every flag --help lists, tidepool's Depends has libseccomp2 (tidepool-confine),
+# the systemd unit is installed and not enabled, and examples/embed.c builds with
+# `pkg-config --cflags --libs tidepool` (tidepool.pc requires no other package) and with
+# --static against libtidepool.a, and runs. (Only for the plain build.)
 debroot=$(mktemp -d)
+deb_installed() {
+  for p in "$@"; do
+    dpkg --root="$debroot" -s "$p" 2>>"$log" | grep -q '^Status: install ok installed' || return 1
+  done
+}
 if [ "$BUILD" != build ]; then
   echo "make deb: skipped in $BUILD"
 elif make -s deb BUILD="$BUILD" >"$log" 2>&1 && grep -q '^deb.sh: lintian: no errors' "$log" &&
-     deb=$(ls "$BUILD"/tidepool_*.deb) &&
+     debs=$(ls "$BUILD"/tidepool_*.deb "$BUILD"/libtidepool0_*.deb "$BUILD"/libtidepool-dev_*.deb) &&
      mkdir -p "$debroot/var/lib/dpkg/info" "$debroot/var/lib/dpkg/updates" &&
      : >"$debroot/var/lib/dpkg/status" &&
+     # shellcheck disable=SC2086
      dpkg --root="$debroot" --force-depends --force-not-root --force-script-chrootless \
-       --no-triggers --log=/dev/null -i "$deb" >>"$log" 2>&1 &&
-     dpkg --root="$debroot" -s tidepool 2>>"$log" | grep -q '^Status: install ok installed'; then
+       --no-triggers --log=/dev/null -i $debs >>"$log" 2>&1 &&
+     deb_installed tidepool libtidepool0 libtidepool-dev; then
   ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
   tools="$debroot/usr/share/tidepool/tools"
   deb_ok=1
@@ -311,10 +386,35 @@ elif make -s deb BUILD="$BUILD" >"$log" 2>&1 && grep -q '^deb.sh: lintian: no er
     zcat "$debroot/usr/share/man/man1/tidepool.1.gz" | grep -qF -- "$(echo "$flag" |
       sed 's/-/\\-/g')" || { deb_ok=0; echo "the man page lacks $flag"; }
   done
+  dpkg-deb -f "$BUILD"/tidepool_*.deb Depends | grep -q 'libseccomp2' ||
+    { deb_ok=0; echo "tidepool's Depends lacks libseccomp2: $(dpkg-deb -f "$BUILD"/tidepool_*.deb Depends)"; }
+  unit="$debroot/lib/systemd/system/tidepool.service"
+  { [ -f "$unit" ] && grep -q '^ExecStart=/usr/bin/tidepool mcp ' "$unit"; } ||
+    { deb_ok=0; echo "the systemd unit is not installed, or does not start /usr/bin/tidepool mcp"; }
+  if ls "$debroot"/etc/systemd/system/*/tidepool.service >/dev/null 2>&1; then
+    deb_ok=0; echo "the systemd unit is enabled by the package"
+  fi
+  pc() {
+    PKG_CONFIG_SYSROOT_DIR="$debroot" PKG_CONFIG_LIBDIR="$debroot/usr/lib/$ma/pkgconfig" \
+      PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 PKG_CONFIG_ALLOW_SYSTEM_LIBS=1 pkg-config "$@"
+  }
+  [ -z "$(pc --print-requires --print-requires-private tidepool 2>&1)" ] ||
+    { deb_ok=0; echo "tidepool.pc requires other packages: $(pc --print-requires-private tidepool 2>&1)"; }
+  # shellcheck disable=SC2046
+  { cc -o "$debroot/embed" examples/embed.c $(pc --cflags --libs tidepool) \
+      -Wl,-rpath,"$debroot/usr/lib/$ma" >>"$log" 2>&1 &&
+    "$debroot/embed" | grep -q '"ok":true,"result":5,'; } ||
+    { deb_ok=0; echo "examples/embed.c with pkg-config --cflags --libs tidepool failed"; }
+  # shellcheck disable=SC2046
+  { cc -o "$debroot/embed-static" examples/embed.c $(pc --cflags tidepool) \
+      $(pc --static --libs tidepool | sed 's/-ltidepool\b/-l:libtidepool.a/') >>"$log" 2>&1 &&
+    ! readelf -d "$debroot/embed-static" | grep -q 'libtidepool' &&
+    "$debroot/embed-static" | grep -q '"ok":true,"result":5,'; } ||
+    { deb_ok=0; echo "examples/embed.c linked with libtidepool.a (pkg-config --static) failed"; }
   if [ "$deb_ok" = 1 ]; then
-    passed=$((passed + 1)); echo "make deb: lintian clean; installed by dpkg into a temporary root, it works: ok"
+    passed=$((passed + 1)); echo "make deb: lintian clean; the three packages installed by dpkg into a temporary root work: ok"
   else
-    failed=$((failed + 1)); tail -n 20 "$log"; echo "make deb: the installed package: failed"
+    failed=$((failed + 1)); tail -n 20 "$log"; echo "make deb: the installed packages: failed"
   fi
 else
   failed=$((failed + 1)); tail -n 30 "$log"; echo "make deb: failed"

@@ -38,7 +38,7 @@ cleanup() {
   set +e
   if [ -n "$root" ] && [ -d "$root" ]; then
     # The namespace took its mounts with it; this is for a root left mounted otherwise.
-    awk -v r="$root" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r |
+    awk -v r="$root" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/mounts | sort -r |
       while read -r m; do umount -l "$m"; done
     if [ "${FRESH_KEEP:-0}" = 1 ]; then echo "test-fresh: the root is kept in $root"
     else rm -rf --one-file-system "$root"; fi
