@@ -112,7 +112,7 @@ PCFILE      = $(BUILD)/tidepool.pc
 CONFINE     = $(BUILD)/tidepool-confine
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
-.PHONY: all deps run test test-c test-cluster test-fast test-fresh sanitize sanitize-c valgrind bench install \
+.PHONY: all deps run test test-c test-cluster test-fast test-fresh test-alloc-full sanitize sanitize-c valgrind bench install \
         uninstall clean lint fuzz fuzz-build deb man print-version FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE) $(CONFINE)
 
@@ -276,12 +276,15 @@ $(PATHS_STAMP): FORCE
 FORCE:
 $(BUILD)/obj/cli.o $(BUILD)/obj/luamod.o $(BUILD)/obj/proc.o: $(PATHS_STAMP)
 
-$(PCFILE): Makefile $(PATHS_STAMP)
+# tidepool.h includes only the C library's headers, and libtidepool.so is linked with its
+# libraries: `pkg-config --cflags --libs tidepool` needs nothing else installed (no
+# Requires). --static adds the libraries libtidepool.a needs, as the build linked them.
+$(PCFILE): Makefile $(PATHS_STAMP) $(CONFIG_MK)
 	@mkdir -p $(@D)
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
 	  'Name: tidepool' 'Description: code-mode execution engine for agents (sandboxed Lua 5.4)' \
-	  'Version: $(VERSION)' 'Requires.private: $(PKGS)' \
-	  'Libs: -L$${libdir} -ltidepool' 'Libs.private: -lpthread -ldl -lm' \
+	  'Version: $(VERSION)' \
+	  'Libs: -L$${libdir} -ltidepool' 'Libs.private: $(strip $(PKG_LIBS)) -lpthread -ldl -lm' \
 	  'Cflags: -I$${includedir}' > $@
 
 # ---- tests and benchmarks -------------------------------------------------------------
@@ -359,8 +362,23 @@ run: all
 bench: all $(BENCHES) $(BUILD)/tests/test_hostile
 	@BUILD=$(BUILD) sh scripts/run-bench.sh
 
+# make test and the allocation-failure sweep, every point, under ASan+UBSan+LeakSanitizer.
 sanitize:
 	$(MAKE) BUILD=build/sanitize SANITIZE=address,undefined OPT='-O1 -g' test
+	$(MAKE) BUILD=build/sanitize SANITIZE=address,undefined OPT='-O1 -g' test-alloc-full
+
+# test_alloc_fail fails a fixed sample of each scenario's allocation points in make test
+# (about 10 s of CPU); this fails every one of them, alone and with all after it: about
+# 2 x 60,000 runs, tens of minutes (TP_TEST_TIMEOUT: ALLOC_FULL_TIMEOUT seconds).
+ALLOC_FULL_TIMEOUT ?= 10800
+test-alloc-full: $(BUILD)/tests/test_alloc_fail
+	@TP_ALLOC_FAIL_FULL=1 TP_TEST_TIMEOUT=$(ALLOC_FULL_TIMEOUT) BUILD=$(BUILD) \
+	  sh scripts/run-ctests.sh test_alloc_fail
+
+# The developer's loop: the C tests and the busted specs, once each (make test runs busted
+# three times and every other suite); about a minute on a quiet 2-core machine.
+test-fast: all $(CTESTS)
+	@BUILD=$(BUILD) sh scripts/run-tests.sh --fast
 
 sanitize-c:
 	$(MAKE) BUILD=build/sanitize SANITIZE=address,undefined OPT='-O1 -g' test-c
