@@ -23,8 +23,10 @@ trap 'rm -f "$log"' EXIT
 run_file() {  # $1 the test binary, then its name filters
   t=$1; shift
   name=$(basename "$t")
+  t0=$(date +%s)
   timeout -k 10 "$TIMEOUT" "$t" "$@" >"$log" 2>&1
   rc=$?
+  secs=$(($(date +%s) - t0))
   grep -E '^(not ok|#   )' "$log" | head -n 40
   line=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
   if [ -n "$line" ]; then
@@ -48,7 +50,7 @@ run_file() {  # $1 the test binary, then its name filters
   fi
   passed=$((passed + p))
   failed=$((failed + f))
-  echo "$name: $p passed, $f failed"
+  echo "$name: $p passed, $f failed ($secs s)"
 }
 
 if [ $# -eq 0 ]; then

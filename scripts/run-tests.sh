@@ -361,13 +361,13 @@ deb_installed() {
     dpkg --root="$debroot" -s "$p" 2>>"$log" | grep -q '^Status: install ok installed' || return 1
   done
 }
+# shellcheck disable=SC2086
 if [ "$BUILD" != build ]; then
   echo "make deb: skipped in $BUILD"
 elif make -s deb BUILD="$BUILD" >"$log" 2>&1 && grep -q '^deb.sh: lintian: no errors' "$log" &&
      debs=$(ls "$BUILD"/tidepool_*.deb "$BUILD"/libtidepool0_*.deb "$BUILD"/libtidepool-dev_*.deb) &&
      mkdir -p "$debroot/var/lib/dpkg/info" "$debroot/var/lib/dpkg/updates" &&
      : >"$debroot/var/lib/dpkg/status" &&
-     # shellcheck disable=SC2086
      dpkg --root="$debroot" --force-depends --force-not-root --force-script-chrootless \
        --no-triggers --log=/dev/null -i $debs >>"$log" 2>&1 &&
      deb_installed tidepool libtidepool0 libtidepool-dev; then
