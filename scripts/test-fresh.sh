@@ -11,10 +11,10 @@
 # Needs root (mmdebstrap's root mode, chroot, mount), and network to the Debian archives
 # this machine's apt uses (scripts/debian-mirror.sh: no mirror is written here) and, for
 # FRESH=full, to npm's registry. mmdebstrap is installed when missing (deps.sh fresh).
-# The root runs in its own mount and PID namespaces (unshare): whatever it mounts
-# (/proc, /sys, /dev) goes with its mount namespace, and whatever it leaves running (a
-# server a failed test left) is killed with its PID namespace; the trap unmounts what
-# may still be mounted under the root and removes it, on every path.
+# mmdebstrap and the root run in mount and PID namespaces of their own (unshare): what
+# they mount (/proc, /sys, /dev) goes with the mount namespace, and what they leave
+# running (a server a failed test left) is killed with the PID namespace; the trap
+# unmounts what may still be mounted under the root and removes it, on every path.
 # Not part of make test. Only committed work is tested: uncommitted changes are named.
 set -eu
 FRESH=${FRESH:-run}
@@ -31,11 +31,14 @@ fi
 sh "$src/scripts/deps.sh" fresh
 mirror=$(sh "$src/scripts/debian-mirror.sh")
 security=$(sh "$src/scripts/debian-mirror.sh" security 2>/dev/null || true)
+set -- "deb $mirror bookworm main" "deb $mirror bookworm-updates main"
+[ -n "$security" ] && set -- "$@" "deb $security bookworm-security main"
 
 root=
 cleanup() {
   rc=$?
   set +e
+  [ -n "$root" ] && rm -f "$root.times"
   if [ -n "$root" ] && [ -d "$root" ]; then
     # The namespace took its mounts with it; this is for a root left mounted otherwise.
     awk -v r="$root" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/mounts | sort -r |
@@ -51,41 +54,41 @@ trap 'exit 143' TERM HUP
 root=$(mktemp -d "${FRESH_DIR:-/var/tmp}/tidepool-fresh.XXXXXX")
 chmod 755 "$root"
 
-now() { date +%s; }
-t0=$(now)
-echo "test-fresh: mmdebstrap bookworm from $mirror into $root"
-set -- "deb $mirror bookworm main" "deb $mirror bookworm-updates main"
-[ -n "$security" ] && set -- "$@" "deb $security bookworm-security main"
-mmdebstrap --quiet --mode=root --variant=minbase --include=make,git,ca-certificates \
-  bookworm "$root" "$@"
-t1=$(now)
-echo "test-fresh: root made in $((t1 - t0)) s"
-
-# A chroot's package installs must not start services (Debian's convention for chroots:
-# policy-rc.d refuses); tests start their own servers on free ports.
-printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
-chmod 755 "$root/usr/sbin/policy-rc.d"
-cp /etc/resolv.conf "$root/etc/resolv.conf"
-git clone -q --no-hardlinks "$src" "$root/root/tidepool"
-git -C "$root/root/tidepool" checkout -q "$head"
-
-# In the namespaces: mounts, then the commands as a new user's root shell would run them.
+# In the namespaces: mmdebstrap, then the mounts, then the commands as a new user's root
+# shell would run them. The times of the steps go to $times.
 steps='make run'
-[ "$FRESH" = full ] && steps='make run && echo "test-fresh: make run took $(($(date +%s) - t))s" && t=$(date +%s) && make test'
+[ "$FRESH" = full ] && steps='make run && echo "test-fresh: make run took $(($(date +%s) - t)) s" && t=$(date +%s) && make test'
+times=$root.times
 rc=0
+t0=$(date +%s)
 unshare --mount --pid --fork --propagation private sh -eu -c '
-  root=$1; steps=$2
+  root=$1; steps=$2; src=$3; head=$4; times=$5; shift 5
+  t0=$(date +%s)
+  echo "test-fresh: mmdebstrap bookworm into $root from: $*"
+  mmdebstrap --quiet --mode=root --variant=minbase --include=make,git,ca-certificates \
+    bookworm "$root" "$@"
+  echo "root $(($(date +%s) - t0))" >"$times"
+  echo "test-fresh: root made in $(($(date +%s) - t0)) s"
+  # Package installs in a chroot must not start services (the Debian convention for
+  # chroots: policy-rc.d refuses); tests start their own servers on free ports.
+  printf "#!/bin/sh\nexit 101\n" >"$root/usr/sbin/policy-rc.d"
+  chmod 755 "$root/usr/sbin/policy-rc.d"
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  git clone -q --no-hardlinks "$src" "$root/root/tidepool"
+  git -C "$root/root/tidepool" checkout -q "$head"
   mount -t proc proc "$root/proc"
   mount -t sysfs sysfs "$root/sys"
   mount --rbind /dev "$root/dev"
   exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     sh -c "cd /root/tidepool && t=\$(date +%s) && $steps"
-' fresh "$root" "$steps" || rc=$?
-t2=$(now)
+' fresh "$root" "$steps" "$src" "$head" "$times" "$@" || rc=$?
+t2=$(date +%s)
+made=$(sed -n 's/^root //p' "$times" 2>/dev/null)
+rm -f "$times"
 if [ "$rc" -eq 0 ]; then
   echo "test-fresh: ok: FRESH=$FRESH passed in a fresh bookworm root ($head);" \
-    "root $((t1 - t0)) s, then $((t2 - t1)) s; $((t2 - t0)) s in all"
+    "root ${made:-?} s, then $((t2 - t0 - ${made:-0})) s; $((t2 - t0)) s in all"
 else
   echo "test-fresh: FAILED (exit $rc) after $((t2 - t0)) s: FRESH=$FRESH in a fresh bookworm root ($head)" >&2
 fi
