@@ -148,8 +148,11 @@ static const char usage_text[] =
   "                       result counts the calls by tool and lists the failed ones;\n"
   "                       the full record is also in the result's _meta)\n"
   "  --describe MODE      run_lua's description: full (every tool's fields and rules),\n"
-  "                       compact (one line a tool; scripts read the rest with\n"
-  "                       tools.describe(name)) or auto (default: compact past 8 tools)\n"
+  "                       auto (default: the first of full, one line a tool, a line a\n"
+  "                       namespace, namespaces with counts that fits in 2,048\n"
+  "                       characters, where Claude Code cuts), compact (the same from\n"
+  "                       one line a tool on); scripts read the rest with\n"
+  "                       tools.describe(name) and tools.search(words)\n"
   "  --session-idle DURATION  drop a session idle this long (default 10m)\n"
   "  --max-sessions N     sessions kept at once (default 16)\n"
   "  --pause-ttl DURATION how long a run paused for an approval waits for resume_run\n"
@@ -183,7 +186,7 @@ typedef struct options {
   const char **dirs;        /* --tools, in order */
   size_t ndirs;
   int builtin, expose, test_tools;
-  int describe;             /* --describe: 0 auto (compact past DESCRIBE_FULL_MAX tools),
+  int describe;             /* --describe: 0 auto (the first that fits in 2,048 characters),
                             ** 1 full, 2 compact */
   const char *workspace, *name;
   const char *audit;        /* --audit FILE, or NULL */
@@ -717,53 +720,20 @@ static json_t *envelope_schema (void) {
 ** read in one result. */
 #define MCP_RESULT_MAX (256u * 1024u)
 
-/* With more tools than this, run_lua's description lists them one line each (--describe
-** auto): clients cut a description at 2,048 characters (Claude Code), and a model reads
-** a tool's details with tools.describe(name) in its script. */
-#define DESCRIBE_FULL_MAX 8
-
-/* run_lua's description (worker side): the engine's generated one, or a plain fallback. */
+/* run_lua's description (worker side), made when the tools load: --describe full gives
+** every tool's fields and rules; auto (the default) the first of full, compact, grouped
+** and counts that fits in 2,048 characters (Claude Code cuts a description there, and a
+** model that reads a cut API invents the rest); compact the same from compact on. NULL
+** when describe fails: the load reports it, and no other text stands in for it. */
 static const char *run_lua_description (worker *w) {
   if (w->desc) return w->desc;
   int mode = w->s->o.describe;
-  int compact = mode == 2 || (mode == 0 && tp_engine_tool_count(w->e) > DESCRIBE_FULL_MAX);
-  char *d = tp_engine_describe(w->e, compact ? "json+compact" : "json");
-  if (d != NULL && *d) {
-    json_t *j = json_loads(d, 0, NULL);
-    json_t *text = json_is_object(j) ? json_object_get(j, "description") : NULL;
-    if (json_is_string(text)) w->desc = strdup(json_string_value(text));
-    else if (j == NULL) w->desc = strdup(d);  /* plain text */
-    json_decref(j);
-  }
-  free(d);
-  if (w->desc) return w->desc;
-  size_t cap = 4096, len;
-  char *buf = malloc(cap);
-  if (buf == NULL) return "Run a Lua 5.4 script in a sandbox.";
-  len = (size_t)snprintf(buf, cap,
-    "Run a Lua 5.4 script in a sandbox and get its result as JSON. Write one script "
-    "instead of many tool calls: call tools as functions, e.g. local r = tools.name{arg = 1} "
-    "(the call waits for the result; a failed call raises an error object with .code and "
-    ".message, catch it with pcall). parallel(f1, f2, ...) runs functions at once and "
-    "returns their results. print() goes to logs; json.encode, json.decode and json.null "
-    "are available; tools.list() and tools.describe(name) show the tools. Return the value "
-    "you want back. Pass the same `session` id in later calls to keep global variables.\n"
-    "Tools:");
-  size_t ntools = tp_engine_tool_count(w->e);
-  for (size_t i = 0; i < ntools; i++) {
-    tp_tool_info ti, *t = &ti;
-    tp_engine_tool_info(w->e, i, &ti);
-    size_t need = len + strlen(t->name) + strlen(t->description) + 16;
-    if (need > cap) {
-      char *nb = realloc(buf, need * 2);
-      if (nb == NULL) break;
-      buf = nb;
-      cap = need * 2;
-    }
-    len += (size_t)snprintf(buf + len, cap - len, "\n- tools.%s: %s", t->name, t->description);
-  }
-  if (ntools == 0 && len + 8 < cap) len += (size_t)snprintf(buf + len, cap - len, " (none)");
-  w->desc = buf;
+  char *d = tp_engine_describe(w->e, mode == 1 ? "json" : mode == 2 ? "json+fit" : "json+auto");
+  json_t *j = d ? json_loads(d, 0, NULL) : NULL;
+  json_t *text = json_is_object(j) ? json_object_get(j, "description") : NULL;
+  if (json_is_string(text)) w->desc = strdup(json_string_value(text));
+  json_decref(j);
+  tp_free(d);
   return w->desc;
 }
 
@@ -805,7 +775,15 @@ static char *tools_report (worker *w) {
     "global variables (a session), so a script can build on an earlier one. 1 to 128 "
     "bytes, no control characters.",
     "required", "code", "additionalProperties", 0);
-  json_t *desc = json_string(run_lua_description(w));
+  const char *dtext = run_lua_description(w);
+  char failed[1024];
+  if (dtext == NULL) {  /* said as it is, never an older or hand-made text */
+    snprintf(failed, sizeof failed, "run_lua's description could not be made (%s). In a "
+             "script, tools.list(), tools.describe(name) and tools.search(words) read the "
+             "tools.", *tp_engine_error(w->e) ? tp_engine_error(w->e) : "out of memory");
+    dtext = failed;
+  }
+  json_t *desc = json_string(dtext);
   json_array_append_new(tools, json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", o->name,
     "title", "Run a Lua script", "description", desc ? desc : json_string(""),
     "inputSchema", input, "outputSchema", envelope_schema()));
@@ -2672,6 +2650,12 @@ static void worker_load (worker *w) {
   if (m == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return; }
   m->w = w;
   if (w->index == 0) {
+    if (run_lua_description(w) == NULL) {
+      const char *err = tp_engine_error(w->e);
+      wlog(w, L_ERROR, "run_lua's description could not be made: %s",
+           *err ? err : "out of memory");
+      m->fail = 2;
+    }
     m->text = tools_report(w);
     m->len = tp_engine_tool_count(w->e);
   }
@@ -3355,7 +3339,9 @@ static void tools_reported (server *s, mail *m) {
 }
 
 static void ready (server *s, mail *m) {
-  if (m->fail) s->start_failed = 1;
+  /* fail 2: run_lua's description could not be made (logged by the worker): a server
+  ** starting stops; one reloading serves the tools with a description that says so */
+  if (m->fail == 1 || (m->fail == 2 && !s->reloading)) s->start_failed = m->fail;
   else m->w->ready = 1;
   if (m->w->index == 0 && m->text) tools_reported(s, m);
   if (s->reloading) {
@@ -3371,6 +3357,12 @@ static void ready (server *s, mail *m) {
     return;
   }
   if (++s->nready < s->nworkers || s->done) return;
+  if (s->start_failed == 2) {
+    fprintf(stderr, "tidepool mcp: not started: run_lua's description could not be made "
+            "(`tidepool describe` with the same options shows why)\n");
+    s->done = 1;
+    return;
+  }
   if (s->start_failed) {
     fprintf(stderr, "tidepool mcp: a worker could not start (out of memory)\n");
     s->done = 1;

@@ -1437,6 +1437,8 @@ static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
     lua_pushstring(H, t->description);
     lua_setfield(H, -2, "description");
     if (!schemas) { lua_rawseti(H, -2, ++n); continue; }
+    lua_pushstring(H, t->prov->kind);  /* "upstream": an MCP server's tool */
+    lua_setfield(H, -2, "kind");
     int tool = lua_gettop(H), order = 0;
     if (t->origin == NULL) {
       lua_newtable(H);
@@ -1481,10 +1483,20 @@ static void to_json_text (lua_State *H) {
   if (st != LUA_OK) lua_error(H);
 }
 
-/* describe_p(e, what, arg): what "lua" or "compact" (preamble and the tools in full or
-** one line each), "tool" (one tool's API, arg names it), "json" or "json+compact" (the
-** run_lua tool; arg non-nil adds the session argument), or "search" (arg is the query).
-** Returns a string. */
+/* The mode of describe.lua a format names: its last "+"-separated word when that is one
+** of describe.lua's modes, "full" otherwise ("lua", "json", "json+session"). */
+static const char *format_mode (const char *what) {
+  static const char *const modes[] = { "compact", "auto", "fit", "grouped", "counts", NULL };
+  const char *last = strrchr(what, '+');
+  last = last ? last + 1 : what;
+  for (int i = 0; modes[i]; i++) if (strcmp(last, modes[i]) == 0) return modes[i];
+  return "full";
+}
+
+/* describe_p(e, what, arg): what "lua" (preamble and the tools in full), a mode of
+** describe.lua ("compact", "auto", "fit", "grouped", "counts"), "tool" (one tool's API,
+** arg names it), "json" or "json+MODE" (the run_lua tool; arg non-nil adds the session
+** argument), or "search" (arg is the query). Returns a string. */
 static int describe_p (lua_State *H) {
   const tp_engine *e = lua_touserdata(H, 1);
   const char *what = lua_touserdata(H, 2);  /* C strings: pushing them could raise */
@@ -1499,14 +1511,14 @@ static int describe_p (lua_State *H) {
     to_json_text(H);
     return 1;
   }
-  int compact = strstr(what, "compact") != NULL;
+  const char *mode = format_mode(what);
   if (strncmp(what, "json", 4) == 0) {
     lua_getfield(H, M, "run_lua_tool");
     push_tool_list(H, e, NULL, 1);
     lua_createtable(H, 0, 2);
     lua_pushboolean(H, arg != NULL);
     lua_setfield(H, -2, "session");
-    lua_pushstring(H, compact ? "compact" : "full");
+    lua_pushstring(H, mode);
     lua_setfield(H, -2, "mode");
     lua_call(H, 2, 1);
     to_json_text(H);
@@ -1520,7 +1532,7 @@ static int describe_p (lua_State *H) {
   }
   lua_getfield(H, M, "describe");
   push_tool_list(H, e, NULL, 1);
-  lua_pushstring(H, compact ? "compact" : "full");
+  lua_pushstring(H, mode);
   lua_call(H, 2, 1);
   return 1;
 }
