@@ -15,10 +15,10 @@
 --      unless it follows punctuation, with which it merges (";\n", ".\n"),
 --      the indentation after it one more when it is 2 blanks or more, its last blank
 --      going with a word that follows (" name").
--- On the 13-tool fixture (spec/fixtures/describe) it gives 1708 tokens for tidepool's
--- description where o200k gives 1705, and 2227 for Cloudflare's where o200k gives 2151
--- (its JSDoc lines cost o200k a little less): the ratio it gives is 0.767 against
--- o200k's 0.793. The bench prints both when the real tokenizer can be installed.
+-- On the 13-tool fixture (spec/fixtures/describe) it gives 1687 tokens for tidepool's
+-- description where o200k gives 1681, and 2253 for Cloudflare's where o200k gives 2249:
+-- the ratio it gives is 0.749 against o200k's 0.747. The bench prints both when the real
+-- tokenizer can be installed.
 local M = {}
 
 local function word_tokens(n)

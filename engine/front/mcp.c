@@ -692,10 +692,12 @@ static json_t *envelope_schema (void) {
     "\"failed_calls\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
       "\"tool\":{\"type\":\"string\"},\"line\":{\"type\":\"integer\"},\"code\":{\"type\":"
       "\"string\"},\"message\":{\"type\":\"string\"},\"times\":{\"type\":\"integer\","
-      "\"description\":\"how many calls failed the same way (when more than one)\"}},"
+      "\"description\":\"how many calls failed the same way (when more than one)\"},"
+      "\"same_as_error\":{\"type\":\"boolean\",\"description\":\"failed as the call in "
+      "error did\"}},"
       "\"required\":[\"tool\"]},"
       "\"description\":\"each tool call that failed or was refused (caught or not), in "
-      "order\"},"
+      "order, but the one in error\"},"
     "\"failed_unlisted\":{\"type\":\"integer\",\"description\":\"more failed calls past "
       "the first 100 calls, counted only\"},"
     "\"session\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},"
@@ -1171,7 +1173,8 @@ static json_t *parse_envelope (const char *env, size_t len) {
 /* The result made for the model out of envelope env (the engine's): ok, result or error,
 ** logs, "calls": the number of calls by tool, and "failed_calls": each failed or refused
 ** call in full (tool, line, code, message; "times": n when the same failure came back n
-** times, as in a loop), when any ("failed_unlisted": how many more
+** times, as in a loop), when any, but the one that ended the run, which is the error
+** (its earlier repeats stay, "same_as_error" instead of the message) ("failed_unlisted": how many more
 ** failed past the envelope's listed calls). The calls record (ms, bytes, one record a
 ** call) and stats stay out: a model reads every byte of this, and they go to the result's
 ** _meta and the audit log instead. The session and truncated fields pass through. New
@@ -1230,6 +1233,32 @@ static json_t *model_view (const json_t *env) {
       json_decref(f);
     }
     else if (json_array_append_new(failed, f) != 0) goto oom;
+  }
+  /* the call whose failure ended the run is the error already: listed once, there (a
+  ** repeat of it, as in a loop, keeps its count here without the message again) */
+  json_t *err = json_object_get(env, "error");
+  if (json_is_object(err)) {
+    size_t k;
+    json_t *g;
+    json_array_foreach(failed, k, g) {
+      static const char *const keys[] = { "line", "code", "message" };
+      int eq = 1;
+      for (size_t q = 0; q < 3 && eq; q++) {
+        json_t *a = json_object_get(g, keys[q]), *b = json_object_get(err, keys[q]);
+        eq = a && b && json_equal(a, b);
+      }
+      json_t *etool = json_object_get(err, "tool");
+      if (eq && etool && !json_equal(etool, json_object_get(g, "tool"))) eq = 0;
+      if (!eq) continue;
+      json_int_t times = json_integer_value(json_object_get(g, "times"));
+      if (times <= 1) json_array_remove(failed, k);
+      else {
+        json_object_set_new(g, "times", json_integer(times - 1));
+        json_object_del(g, "message");
+        json_object_set_new(g, "same_as_error", json_true());
+      }
+      break;
+    }
   }
   if (json_object_set_new(v, "calls", by) != 0) { by = NULL; goto oom; }
   by = NULL;

@@ -475,13 +475,18 @@ test('--audit FILE with a policy: one line per decision (rule, effect, clause, a
   } finally { fs.rmSync(dir, { recursive: true, force: true }); }
 });
 
-test('--describe: run_lua lists the tools one line each past 8 tools (auto), in full with --describe full', async () => {
+test('--describe: run_lua\'s description fits in 2,048 characters (auto: full when it fits, else one line a tool), in full with --describe full; a recursive schema is named', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-desc-'));
   try {
-    for (let k = 0; k < 9; k++)
-      fs.writeFileSync(path.join(dir, `t${k}.lua`), `return { name = "d.t${k}", description = "Tool ${k}.", ` +
-        'input = {type = "object", required = {"path"}, properties = {path = {type = "string", ' +
-        'description = "Where."}, n = {type = "integer", minimum = 1}}}, handler = function() return {} end }\n');
+    const write = (n) => {
+      for (const f of fs.readdirSync(dir)) fs.rmSync(path.join(dir, f));
+      for (let k = 0; k < n; k++)
+        fs.writeFileSync(path.join(dir, `t${k}.lua`), `return { name = "d.t${k}", description = "Tool ${k}.", ` +
+          'input = {type = "object", required = {"path"}, properties = {path = {type = "string", ' +
+          'description = "Where."}, n = {type = "integer", minimum = 1}, tree = {["$ref"] = "#/$defs/node"}}, ' +
+          '["$defs"] = {node = {type = "object", properties = {name = {type = "string"}, ' +
+          'children = {type = "array", items = {["$ref"] = "#/$defs/node"}}}}}}, handler = function() return {} end }\n');
+    };
     const describe = async (args) => {
       const t = server(['--tools', dir, '--no-builtin-tools', ...args]);
       t.send('{"jsonrpc":"2.0","id":"l","method":"tools/list"}\n');
@@ -489,17 +494,26 @@ test('--describe: run_lua lists the tools one line each past 8 tools (auto), in 
       eq(await t.close(), 0, 'exit status');
       return m.result.tools.find((x) => x.name === 'run_lua').description;
     };
+    write(3);
+    const few = await describe([]);
+    assert(few.includes('\nd.t0{ -- Tool 0.\n path: string -- Where.\n n?: integer >=1\n tree?: node\n}\n' +
+      'node = {children?: node[], name?: string}\n'), few);
+    assert(few.length <= 2048, `${few.length} characters`);
+    eq(await describe(['--describe', 'full']), few, 'auto is the full text when it fits');
+    assert(few.includes('tools.describe(name)') && few.includes('tools.search(words)'), few);
+    write(30);
     const auto = await describe([]);
     assert(auto.includes('\nd.t0{path, ...}\n'), auto);
     assert(!auto.includes('Where.'), 'no field descriptions in compact mode');
     assert(auto.length <= 2048, `${auto.length} characters`);
+    assert(auto.startsWith('Write one Lua 5.4 script'), 'the checklist comes first');
     const full = await describe(['--describe', 'full']);
-    assert(full.includes('Where.') && full.includes('d.t8{'), full);
-    eq(await describe(['--describe', 'compact']), auto, 'compact is what auto gives past 8 tools');
+    assert(full.length > 2048 && full.includes('Where.') && full.includes('d.t29{'), full);
+    eq(await describe(['--describe', 'compact']), auto, 'compact: one line a tool, as auto here');
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
-}, 30000);
+}, 60000);
 test('--expose-tools: names match ^[a-zA-Z0-9_-]{1,64}$, collisions get a suffix and are logged, calls reach the real tool', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-names-'));
   try {
