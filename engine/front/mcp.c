@@ -169,7 +169,8 @@ static const char usage_text[] =
   "\n"
   "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
   "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count;\n"
-  "--max-result defaults to 256K here: about 64k tokens is more than a model should read):\n";
+  "--max-result defaults to 80K here: about 25,000 tokens of typical JSON, the most Claude\n"
+  "Code shows of a tool's result by default):\n";
 
 static void usage (FILE *f) {
   fputs(usage_text, f);
@@ -718,9 +719,12 @@ static json_t *envelope_schema (void) {
   return s;
 }
 
-/* tidepool mcp's default --max-result: about 64k tokens, already more than a model should
-** read in one result. */
-#define MCP_RESULT_MAX (256u * 1024u)
+/* tidepool mcp's default --max-result: Claude Code shows at most 25,000 tokens of a tool's
+** result by default, and 80 KiB of typical JSON (API objects: keys, words, ids) is about
+** 24,800 o200k tokens (3.3 bytes a token; JSON of bare numbers or ids takes ~2 bytes a
+** token: such a result may still pass the client's limit). Past it the script gets
+** limit.result with a hint to return less, not a result the client cuts. */
+#define MCP_RESULT_MAX (80u * 1024u)
 
 /* run_lua's description (worker side), made when the tools load: --describe full gives
 ** every tool's fields and rules; auto (the default) the first of full, compact, grouped

@@ -400,16 +400,16 @@ test('an oversized failure is cut: the error, the calls record and a note stay',
   eq(await t.close(), 0, 'exit status');
 }, 40000);
 
-test('--max-result defaults to 256K: a larger result is limit.result with a hint to return less', async () => {
+test('--max-result defaults to 80K (about 25,000 tokens, Claude Code\'s limit): a larger result is limit.result with a hint to return less', async () => {
   const t = server();
-  t.send(call('r1', 'return string.rep("y", 262144 - 2)'));
+  t.send(call('r1', 'return string.rep("y", 81920 - 2)'));
   const ok = (await t.msg()).result.structuredContent;
-  eq([ok.ok, ok.result.length], [true, 262142], '256 KiB of JSON is within the limit');
-  t.send(call('r2', 'return string.rep("y", 262144 - 1)'));
+  eq([ok.ok, ok.result.length], [true, 81918], '80 KiB of JSON is within the limit');
+  t.send(call('r2', 'return string.rep("y", 81920 - 1)'));
   const m = (await t.msg()).result;
   eq(m.isError, true, 'isError');
   eq(m.structuredContent.error.code, 'limit.result', 'code');
-  eq(m.structuredContent.error.message, 'the script\'s return value is larger than its result limit of 256 KiB of JSON (at $)', 'message');
+  eq(m.structuredContent.error.message, 'the script\'s return value is larger than its result limit of 80 KiB of JSON (at $)', 'message');
   eq(m.structuredContent.error.hint, 'Return less: a summary, the first items, or only the fields that are needed.', 'hint');
   eq(await t.close(), 0, 'exit status');
 });
