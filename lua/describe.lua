@@ -2,7 +2,8 @@
 -- the host hands in the tools as plain tables and gets text or tables back.
 --
 -- A tool here is {name = "fs.read", description = "...", input = <schema>, output =
--- <schema or nil>, order = <table or nil>}, schemas being JSON Schema decoded into Lua
+-- <schema or nil>, order = <table or nil>, kind = <provider or nil>: "upstream" for an MCP
+-- server's tool, whose result without an output schema is its text, unwrapped}, schemas being JSON Schema decoded into Lua
 -- tables (arrays are plain sequences). order maps a schema's properties table to its keys
 -- in the schema's order, when the schema came as JSON text; without it the fields that
 -- are not required are sorted. Every output is deterministic.
@@ -703,7 +704,9 @@ local function tool_api(tool)
     args = "{}"
   end
   local sig = call_path(name) .. args
-  if tool.output ~= nil then
+  if tool.output == nil and tool.kind == "upstream" then
+    sig = sig .. " -> text"  -- what an MCP server's tool without outputSchema gives back
+  elseif tool.output ~= nil then
     local octx = schema_ctx(tool, "output", names)
     local out_s = deref(octx, tool.output)
     sig = sig .. " -> " .. type_of_raw(octx, out_s, "", true)
@@ -727,10 +730,22 @@ local function by_name(tools)
   return list
 end
 
--- The tools' API, sorted by name, one block per tool separated by a blank line.
+-- What "-> text" means: an MCP server's tool without an outputSchema answers with text,
+-- which the host unwraps (lua/upstream.lua) before the script sees it.
+local TEXT_NOTE = "-- -> text: the tool's text, unwrapped: JSON text becomes a table, " ..
+                  "other text a string"
+
+local function text_result(t) return t.output == nil and t.kind == "upstream" end
+
+-- The tools' API, sorted by name, one block per tool separated by a blank line, and what
+-- "-> text" means when a tool has it.
 function M.lua_api(tools)
-  local blocks = {}
-  for _, t in ipairs(by_name(tools)) do blocks[#blocks + 1] = tool_api(t) end
+  local blocks, text = {}, false
+  for _, t in ipairs(by_name(tools)) do
+    blocks[#blocks + 1] = tool_api(t)
+    text = text or text_result(t)
+  end
+  if text then blocks[#blocks + 1] = TEXT_NOTE end
   return concat(blocks, "\n\n") .. (#blocks > 0 and "\n" or "")
 end
 
@@ -751,7 +766,7 @@ end
 -- and the keys of its result, for clients that cut long descriptions;
 -- tools.describe(name) gives the rest.
 function M.compact_api(tools)
-  local lines = {}
+  local lines, text = {}, false
   for _, t in ipairs(by_name(tools)) do
     local ctx = { root = t.input, order = t.order }
     local input = deref(ctx, t.input)
@@ -764,10 +779,12 @@ function M.compact_api(tools)
     end
     if more then names[#names + 1] = "..." end
     local line = call_path(tostring(t.name)) .. "{" .. concat(names, ", ") .. "}"
-    local r = result_keys(t)
+    local r = text_result(t) and "text" or result_keys(t)
     if r then line = line .. " -> " .. r end
     lines[#lines + 1] = line
+    text = text or text_result(t)
   end
+  if text then lines[#lines + 1] = TEXT_NOTE end
   return concat(lines, "\n") .. (#lines > 0 and "\n" or "")
 end
 

@@ -263,3 +263,23 @@ describe("describe of a schema that reaches one definition many times", function
       properties = { items = { type = "array", items = { ["$ref"] = "#/$defs/d40" } } } } } }))
   end)
 end)
+
+describe("an MCP server's tool without an outputSchema", function()
+  local up = { name = "gh.list_issues", description = "List issues.", kind = "upstream",
+               input = { type = "object", properties = { repo = { type = "string" } },
+                         required = { "repo" } } }
+  it("reads -> text, and what text becomes, once", function()
+    assert.equal("gh.list_issues{repo: string} -> text -- List issues.\n\n" ..
+      "-- -> text: the tool's text, unwrapped: JSON text becomes a table, other text a string\n",
+      D.lua_api({ up }))
+    assert.equal("gh.list_issues{repo} -> text\n-- -> text: the tool's text, unwrapped: JSON " ..
+      "text becomes a table, other text a string\n", D.compact_api({ up }))
+  end)
+
+  it("is not said of a plugin's tool, whose handler returns a Lua value", function()
+    local plugin = {}
+    for k, v in pairs(up) do plugin[k] = v end
+    plugin.kind = "lua"
+    assert.equal("gh.list_issues{repo: string} -- List issues.\n", D.lua_api({ plugin }))
+  end)
+end)

@@ -131,8 +131,13 @@ test('a batch of 65 messages: -32600, a batch holds at most 64 (protocol 2025-03
 test('a batch of 64 calls with large results stays one line under 10 MiB, each result cut', async () => {
   const call = (i) => ({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'run_lua',
     arguments: { code: 'tools.test.echo{} return string.rep("y", 200000)' } } });
-  s.send(JSON.stringify(Array.from({ length: 64 }, (_, i) => call(i))) + '\n');
-  const line = await s.line(60000);
+  const b = server(['--timeout', '60s', '--max-result', '256K']);  /* results past the default */
+  b.send(JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: {
+    protocolVersion: '2025-03-26', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }) + '\n');
+  await b.msg();
+  b.send(JSON.stringify(Array.from({ length: 64 }, (_, i) => call(i))) + '\n');
+  const line = await b.line(60000);
+  eq(await b.close(), 0, 'exit status');
   assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
   const m = JSON.parse(line);
   eq(m.length, 64, 'every call answered');
