@@ -151,8 +151,22 @@ end
 -- "#/definitions/X", %-escapes and ~0 ~1 decoded), an anchor ("#X"), or a subschema's
 -- "$id" ("node", "http://x/tree#/items"), the pointer then read from that subschema.
 -- Anything else (another document) is nil: the type is then shown as any.
+local resolve_uncached
+
 local function resolve_ref(ctx, ref)
   if type(ref) ~= "string" then return nil end
+  -- remembered per schema: an anchor or an $id is found by a walk of the whole schema
+  local cache = ctx.ref_cache
+  if cache == nil then cache = {}; ctx.ref_cache = cache end
+  local hit = cache[ref]
+  if hit == nil then
+    hit = resolve_uncached(ctx, ref) or false
+    cache[ref] = hit
+  end
+  return hit or nil
+end
+
+function resolve_uncached(ctx, ref)
   local uri, frag = ref:match("^([^#]*)#?(.*)$")
   local node = ctx.root
   if uri ~= "" then
