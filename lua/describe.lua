@@ -2,8 +2,9 @@
 -- the host hands in the tools as plain tables and gets text or tables back.
 --
 -- A tool here is {name = "fs.read", description = "...", input = <schema>, output =
--- <schema or nil>, order = <table or nil>, kind = <provider or nil>: "upstream" for an MCP
--- server's tool, whose result without an output schema is its text, unwrapped}, schemas being JSON Schema decoded into Lua
+-- <schema or nil>, order = <table or nil>, kind = <provider or nil>: "upstream" for an
+-- MCP server's tool, whose result without an output schema is its text, unwrapped},
+-- schemas being JSON Schema decoded into Lua
 -- tables (arrays are plain sequences). order maps a schema's properties table to its keys
 -- in the schema's order, when the schema came as JSON text; without it the fields that
 -- are not required are sorted. Every output is deterministic.

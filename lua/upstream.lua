@@ -393,7 +393,11 @@ local function shape(v, depth)
   if depth >= 3 then return "table" end
   local n = #v
   local seq = n > 0
-  if seq then for k in pairs(v) do if math.type(k) ~= "integer" or k < 1 or k > n then seq = false break end end end
+  if seq then
+    for k in pairs(v) do
+      if math.type(k) ~= "integer" or k < 1 or k > n then seq = false break end
+    end
+  end
   if seq then
     local parts, seen = {}, {}
     for i = 1, math.min(n, 3) do

@@ -169,7 +169,7 @@ return 1]], "--for-model")
     assert.are.same({ ["kv.get"] = 51 }, v.calls)
   end)
 
-  it("--for-model keeps the count of a failure that later ended the run, not its message", function()
+  it("--for-model keeps the count of a failure that ended the run, not its message", function()
     local out, _, rc = run([[
 for i = 1, 3 do pcall(tools.kv.get, {}) end
 local function get(a) return tools.kv.get(a) end

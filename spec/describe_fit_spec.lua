@@ -40,7 +40,8 @@ describe("run_lua's description, auto", function()
     local text, mode = D.describe(tools, "auto")
     assert.equal("compact", mode)
     assert.is_true(D.text_len(text) <= MAX, #text)
-    assert.truthy(text:find("\ngithub.create_issue{owner, repo, title, ...} -> {number, html_url, state}\n", 1, true), text)
+    assert.truthy(text:find("\ngithub.create_issue{owner, repo, title, ...} -> "
+      .. "{number, html_url, state}\n", 1, true), text)
     keeps_checklist(text)
   end)
 
@@ -50,7 +51,8 @@ describe("run_lua's description, auto", function()
     local text, mode = D.describe(tools, "auto")
     assert.equal("grouped", mode)
     assert.is_true(D.text_len(text) <= MAX, #text)
-    assert.truthy(text:find("\ntools.github: add_issue_comment, create_branch, create_issue, ", 1, true), text)
+    assert.truthy(text:find("\ntools.github: add_issue_comment, create_branch, create_issue, ",
+                            1, true), text)
     assert.truthy(text:find("\ntools.slack: add_reaction, get_channel_history, ", 1, true), text)
     local names = 0
     for line in text:gmatch("\ntools%.[%w_]+: ([^\n]*)") do
@@ -103,7 +105,8 @@ describe("tidepool describe --describe auto with the built-in tools", function()
     p:close()
     assert.is_true(D.text_len(text) <= MAX + 1, #text)  -- + the line end the CLI adds
     keeps_checklist(text)
-    for _, name in ipairs({ "kv.get", "kv.set", "kv.list", "kv.delete", "time.now", "time.sleep" }) do
+    for _, name in ipairs({ "kv.get", "kv.set", "kv.list", "kv.delete", "time.now",
+                            "time.sleep" }) do
       assert.truthy(text:find("\n" .. name .. "{", 1, true), name)
     end
     assert.truthy(text:find("\ntime.now{} -> {unix_ms, iso}\n", 1, true), text)

@@ -37,12 +37,13 @@ value = string|number|boolean|value[]|{[string]: value}|json.null
   it("puts the definition's description and rules on its own line", function()
     assert.equal([[
 t.x{table: string, where?: expr}
-expr = {"and"?: expr[] #<=10, eq?: any, field?: string, "not"?: expr} -- A condition, or and/or of conditions.
+expr = {"and"?: expr[] #<=10, eq?: any, field?: string, "not"?: expr} -- A condition.
 ]], api({ type = "object", required = { "table" },
           properties = { table = { type = "string" }, where = { ["$ref"] = "#/definitions/expr" } },
-          definitions = { expr = { type = "object", description = "A condition, or and/or of conditions.",
+          definitions = { expr = { type = "object", description = "A condition.",
             properties = { field = { type = "string" }, eq = {},
-              ["and"] = { type = "array", maxItems = 10, items = { ["$ref"] = "#/definitions/expr" } },
+              ["and"] = { type = "array", maxItems = 10,
+                          items = { ["$ref"] = "#/definitions/expr" } },
               ["not"] = { ["$ref"] = "#/definitions/expr" } } } } }))
   end)
 
@@ -78,8 +79,10 @@ t.x{children?: args[], name?: string} -> {next?: result}
     local text = api({ type = "object", properties = {
       a = { ["$ref"] = "#/$defs/one/node" }, b = { ["$ref"] = "#/$defs/two/node" } },
       ["$defs"] = {
-        one = { node = { type = "object", properties = { x = { ["$ref"] = "#/$defs/one/node" } } } },
-        two = { node = { type = "object", properties = { y = { ["$ref"] = "#/$defs/two/node" } } } } } })
+        one = { node = { type = "object",
+                         properties = { x = { ["$ref"] = "#/$defs/one/node" } } } },
+        two = { node = { type = "object",
+                         properties = { y = { ["$ref"] = "#/$defs/two/node" } } } } } })
     assert.truthy(text:find("node = {x?: node}", 1, true), text)
     assert.truthy(text:find("node2 = {y?: node2}", 1, true), text)
   end)
@@ -100,7 +103,10 @@ local function suite_dir()
   local p = io.popen("git rev-parse --path-format=absolute --git-common-dir 2>/dev/null")
   local common = p and p:read("l")
   if p then p:close() end
-  if common then candidates[#candidates + 1] = common:gsub("/%.git/?$", "") .. "/../shared/json-schema-test-suite" end
+  if common then
+    candidates[#candidates + 1] = common:gsub("/%.git/?$", "") ..
+                                  "/../shared/json-schema-test-suite"
+  end
   for _, d in ipairs(candidates) do
     local f = io.open(d .. "/tests/draft2020-12/ref.json", "rb")
     if f then f:close() return d end

@@ -171,7 +171,7 @@ r.w{
 end)
 
 describe("describe.compact_api", function()
-  it("writes one line per tool: its required fields, ... when it takes more, and the keys of its result", function()
+  it("writes one line per tool: its required fields, ... for more, its result's keys", function()
     assert.equal("notes.search{query, ...} -> {hits}\ntime.now{}\n",
       D.compact_api({ time_now(), notes_search() }))
   end)

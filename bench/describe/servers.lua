@@ -19,12 +19,14 @@ function M.four_servers()
     for _, x in ipairs(list) do t[#t + 1] = M.tool(ns, x[1], x[2], x[3]) end
   end
   add("github", {
-    { "create_or_update_file", { "owner", "repo", "path", "content", "message", "branch" }, { "sha" } },
+    { "create_or_update_file", { "owner", "repo", "path", "content", "message", "branch" },
+      { "sha" } },
     { "search_repositories", { "query" }, { "page", "perPage" } },
     { "create_repository", { "name" }, { "description", "private", "autoInit" } },
     { "get_file_contents", { "owner", "repo", "path" }, { "branch" } },
     { "push_files", { "owner", "repo", "branch", "files", "message" } },
-    { "create_issue", { "owner", "repo", "title" }, { "body", "assignees", "labels", "milestone" } },
+    { "create_issue", { "owner", "repo", "title" },
+      { "body", "assignees", "labels", "milestone" } },
     { "create_pull_request", { "owner", "repo", "title", "head", "base" }, { "body", "draft" } },
     { "fork_repository", { "owner", "repo" }, { "organization" } },
     { "create_branch", { "owner", "repo", "branch" }, { "from_branch" } },
@@ -38,8 +40,10 @@ function M.four_servers()
     { "get_issue", { "owner", "repo", "issue_number" } },
     { "get_pull_request", { "owner", "repo", "pull_number" } },
     { "list_pull_requests", { "owner", "repo" }, { "state", "head", "base", "sort" } },
-    { "create_pull_request_review", { "owner", "repo", "pull_number", "body", "event" }, { "comments" } },
-    { "merge_pull_request", { "owner", "repo", "pull_number" }, { "commit_title", "merge_method" } },
+    { "create_pull_request_review", { "owner", "repo", "pull_number", "body", "event" },
+      { "comments" } },
+    { "merge_pull_request", { "owner", "repo", "pull_number" },
+      { "commit_title", "merge_method" } },
     { "get_pull_request_files", { "owner", "repo", "pull_number" } },
     { "get_pull_request_status", { "owner", "repo", "pull_number" } },
     { "update_pull_request_branch", { "owner", "repo", "pull_number" }, { "expected_head_sha" } },
@@ -47,7 +51,8 @@ function M.four_servers()
     { "get_pull_request_reviews", { "owner", "repo", "pull_number" } },
   })
   add("filesystem", {
-    { "read_file", { "path" }, { "head", "tail" } }, { "read_text_file", { "path" }, { "head", "tail" } },
+    { "read_file", { "path" }, { "head", "tail" } },
+    { "read_text_file", { "path" }, { "head", "tail" } },
     { "read_media_file", { "path" } }, { "read_multiple_files", { "paths" } },
     { "write_file", { "path", "content" } }, { "edit_file", { "path", "edits" }, { "dryRun" } },
     { "create_directory", { "path" } }, { "list_directory", { "path" } },
@@ -77,7 +82,8 @@ end
 function M.many(n)
   local t = {}
   for i = 1, n do
-    t[i] = M.tool(("service%02d"):format((i - 1) // 20 + 1), ("operation_%03d"):format(i), { "id" }, { "x" })
+    t[i] = M.tool(("service%02d"):format((i - 1) // 20 + 1), ("operation_%03d"):format(i),
+                  { "id" }, { "x" })
   end
   return t
 end
