@@ -484,6 +484,8 @@ end
 -- indentation of the line the type starts on).
 local type_of_raw
 
+local MAX_DEPTH = 200
+
 -- type_of, remembered per schema and indentation: a schema reached many times (allOf
 -- of allOf of the same $ref...) is written once, so the work stays linear.
 function type_of(ctx, s, ind)
@@ -493,7 +495,16 @@ function type_of(ctx, s, ind)
   if m == nil then m = {}; ctx.memo[s] = m end
   local t = m[ind]
   if t == nil then
+    -- the safety net under find_recursive: a schema met again inside itself is named,
+    -- and a nesting past MAX_DEPTH reads any, so no schema runs the stack out
+    ctx.active = ctx.active or {}
+    if ctx.active[s] then return def_name(ctx, s, s.title) end
+    ctx.depth = (ctx.depth or 0) + 1
+    if ctx.depth > MAX_DEPTH then ctx.depth = ctx.depth - 1 return "any" end
+    ctx.active[s] = true
     t = type_of_raw(ctx, s, ind)
+    ctx.active[s] = nil
+    ctx.depth = ctx.depth - 1
     m[ind] = t
   end
   return t

@@ -87,6 +87,20 @@ t.x{children?: args[], name?: string} -> {next?: result}
     assert.truthy(text:find("node2 = {y?: node2}", 1, true), text)
   end)
 
+  it("nested 300 deep with a reference back to the top describes without an error", function()
+    local root = { type = "object", properties = {} }
+    local at = root
+    for _ = 1, 300 do
+      local inner = { type = "object", properties = {} }
+      at.properties.x = inner
+      at = inner
+    end
+    at.properties.back = { ["$ref"] = "#" }
+    local ok, text = pcall(api, root)
+    assert.is_true(ok, text)
+    assert.truthy(text:find("x?: any", 1, true), text:sub(1, 200))
+  end)
+
   it("in a Lua table that contains itself is named, not followed forever", function()
     local s = { type = "object", properties = {} }
     s.properties.child = { type = "object", properties = { up = s } }
