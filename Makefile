@@ -369,7 +369,7 @@ sanitize:
 
 # test_alloc_fail fails a fixed sample of each scenario's allocation points in make test
 # (about 10 s of CPU); this fails every one of them, alone and with all after it: about
-# 2 x 60,000 runs, tens of minutes (TP_TEST_TIMEOUT: ALLOC_FULL_TIMEOUT seconds).
+# 2 x 58,000 runs, 10 minutes of CPU (TP_TEST_TIMEOUT: ALLOC_FULL_TIMEOUT seconds).
 ALLOC_FULL_TIMEOUT ?= 10800
 test-alloc-full: $(BUILD)/tests/test_alloc_fail
 	@TP_ALLOC_FAIL_FULL=1 TP_TEST_TIMEOUT=$(ALLOC_FULL_TIMEOUT) BUILD=$(BUILD) \
