@@ -10,7 +10,8 @@
 #   FRESH_DIR=/var/tmp              where the root is made (default /var/tmp; ~3 GB full)
 # Needs root (mmdebstrap's root mode, chroot, mount), and network to the Debian archives
 # this machine's apt uses (scripts/debian-mirror.sh: no mirror is written here) and, for
-# FRESH=full, to npm's registry. mmdebstrap is installed when missing (deps.sh fresh).
+# FRESH=full, to npm's registry; the root uses this machine's resolver and trusts the
+# certificate authorities it adds in /usr/local/share/ca-certificates. mmdebstrap is installed when missing (deps.sh fresh).
 # mmdebstrap and the root run in mount and PID namespaces of their own (unshare): what
 # they mount (/proc, /sys, /dev) goes with the mount namespace, and what they leave
 # running (a server a failed test left) is killed with the PID namespace; the trap
@@ -74,12 +75,20 @@ unshare --mount --pid --fork --propagation private sh -eu -c '
   printf "#!/bin/sh\nexit 101\n" >"$root/usr/sbin/policy-rc.d"
   chmod 755 "$root/usr/sbin/policy-rc.d"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
+  # The certificate authorities this machine adds locally (a site proxy that inspects
+  # TLS, say) are trusted in the root too, as its resolver is used: npm reaches its
+  # registry from the root as from the machine.
+  if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null 2>&1
+  fi
   git clone -q --no-hardlinks "$src" "$root/root/tidepool"
   git -C "$root/root/tidepool" checkout -q "$head"
   mount -t proc proc "$root/proc"
   mount -t sysfs sysfs "$root/sys"
   mount --rbind /dev "$root/dev"
   exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+    NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     sh -c "cd /root/tidepool && t=\$(date +%s) && $steps"
 ' fresh "$root" "$steps" "$src" "$head" "$times" "$@" || rc=$?
