@@ -49,9 +49,13 @@ cleanup() {
   fi
   exit "$rc"
 }
+ns_pid=
+# A signal to this script ends the namespaces at once (unshare --kill-child: its child,
+# their first process, is killed with it, and every process of the PID namespace then).
+stop() { [ -n "$ns_pid" ] && kill -KILL "$ns_pid" 2>/dev/null; exit "$1"; }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM HUP
+trap 'stop 130' INT
+trap 'stop 143' TERM HUP
 root=$(mktemp -d "${FRESH_DIR:-/var/tmp}/tidepool-fresh.XXXXXX")
 chmod 755 "$root"
 
@@ -62,7 +66,7 @@ steps='make run'
 times=$root.times
 rc=0
 t0=$(date +%s)
-unshare --mount --pid --fork --propagation private sh -eu -c '
+unshare --mount --pid --fork --kill-child --propagation private sh -eu -c '
   root=$1; steps=$2; src=$3; head=$4; times=$5; shift 5
   t0=$(date +%s)
   echo "test-fresh: mmdebstrap bookworm into $root from: $*"
@@ -91,7 +95,10 @@ unshare --mount --pid --fork --propagation private sh -eu -c '
     NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     sh -c "cd /root/tidepool && t=\$(date +%s) && $steps"
-' fresh "$root" "$steps" "$src" "$head" "$times" "$@" || rc=$?
+' fresh "$root" "$steps" "$src" "$head" "$times" "$@" &
+ns_pid=$!
+wait "$ns_pid" || rc=$?
+ns_pid=
 t2=$(date +%s)
 made=$(sed -n 's/^root //p' "$times" 2>/dev/null)
 rm -f "$times"
