@@ -252,29 +252,29 @@ static void session_ops (tp_store *s, uv_loop_t *loop) {
   ans a;
   tp__store_set_clock(fake_clock);
   int64_t t0 = fake_now;
-  OP(loop, a, o->session_claim(c, "s1", "proc-a", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-a", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_OK);
   CHECK_STR(a.val, "proc-a");
-  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_CONFLICT);
   CHECK_STR(a.val, "proc-a");
   fake_now = t0 + 900;
-  OP(loop, a, o->session_claim(c, "s1", "proc-a", 1000, on_ans, &a));  /* extends */
+  OP(loop, a, o->session_claim(c, "s1", "proc-a", 1000, 0, on_ans, &a));  /* extends */
   CHECK_INT(a.status, TP_STORE_OK);
   fake_now = t0 + 1500;
-  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_CONFLICT);  /* held until t0 + 1900 */
   OP(loop, a, o->session_release(c, "s1", "proc-b", on_ans, &a));
   CHECK_INT(a.status, TP_STORE_NOTFOUND);  /* not b's to let go */
   OP(loop, a, o->session_release(c, "s1", "proc-a", on_ans, &a));
   CHECK_INT(a.status, TP_STORE_OK);
-  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_OK);
   fake_now = t0 + 2500;
-  OP(loop, a, o->session_claim(c, "s1", "proc-a", 0, on_ans, &a));  /* b's expired */
+  OP(loop, a, o->session_claim(c, "s1", "proc-a", 0, 0, on_ans, &a));  /* b's expired */
   CHECK_INT(a.status, TP_STORE_OK);
   fake_now = t0 + 100000000;
-  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_CONFLICT);  /* ttl 0: held until released */
   fake_now = t0;
   tp__store_set_clock(NULL);

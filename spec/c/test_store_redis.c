@@ -522,27 +522,27 @@ TEST(sessions_are_claimed_by_one_owner_extended_and_released) {
   fixture f;
   answer a = { 0 };
   if (setup(&f, "t8:", NULL) == 0) {
-    OP(f, a, session_claim(f.c, "s1", "srv-a", 60000, on_answer, &a));
+    OP(f, a, session_claim(f.c, "s1", "srv-a", 60000, 0, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_OK);
     CHECK_STR(a.val, "srv-a");
-    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, on_answer, &a));
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, 0, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_CONFLICT);
     CHECK_STR(a.val, "srv-a");
-    OP(f, a, session_claim(f.c, "s1", "srv-a", 500, on_answer, &a));  /* extends (shorter) */
+    OP(f, a, session_claim(f.c, "s1", "srv-a", 500, 0, on_answer, &a));  /* extends (shorter) */
     CHECK_INT(a.status, TP_STORE_OK);
     OP(f, a, session_release(f.c, "s1", "srv-b", on_answer, &a));   /* not b's to let go */
     CHECK_INT(a.status, TP_STORE_NOTFOUND);
-    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, on_answer, &a));
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, 0, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_CONFLICT);
     sleep_ms(800);                                                    /* expired */
-    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, on_answer, &a));
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, 0, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_OK);
     CHECK_STR(a.val, "srv-b");
     OP(f, a, session_release(f.c, "s1", "srv-b", on_answer, &a));
     CHECK_INT(a.status, TP_STORE_OK);
     OP(f, a, session_release(f.c, "s1", "srv-b", on_answer, &a));
     CHECK_INT(a.status, TP_STORE_NOTFOUND);
-    OP(f, a, session_claim(f.c, "s1", "srv-a", 0, on_answer, &a));     /* no expiry */
+    OP(f, a, session_claim(f.c, "s1", "srv-a", 0, 0, on_answer, &a));     /* no expiry */
     CHECK_INT(a.status, TP_STORE_OK);
     redisReply *r = direct("PTTL t8:session:s1");
     CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER);
