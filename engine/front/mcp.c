@@ -30,10 +30,14 @@
 ** session.full). A session idle longer than --session-idle, or whose run hit
 ** limit.memory, is dropped; the model learns it from the "session" field of the next
 ** result with that id. Session ids are 1 to SESSION_ID_MAX bytes without control
-** characters, and matched byte for byte. With --state, servers that share the store hold
-** each session in one of them: the worker claims it in the store before a call runs
-** (tp_engine_claim_session, ttl --session-idle, extended by every call), and a call for a
-** session another server holds is refused with session.moved naming it (--advertise).
+** characters, and matched byte for byte. A session is its principal's (over HTTP with
+** auth; else the one local principal ""): the same id under two principals is two
+** sessions, and nothing of one reaches the other. With --state, servers that share the
+** store hold each session in one of them: the worker claims it in the store before a call
+** runs (tp_engine_claim_lease, keyed by principal and id, ttl --session-idle, extended by
+** every call), and a call for a session another server holds is refused with
+** session.moved naming it (--advertise), until that server's lease lapses (--lease: worker
+** 0 renews it); then the session is taken over, afresh, and the result says so.
 **
 ** The kv.* tools of every worker share one store (engine/host/kvstore.c), so a key written by
 ** one call is read by the next whichever worker runs it.
