@@ -25,7 +25,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { test, run, assert, eq, sleep, tidepool, root } from './harness.mjs';
 
-const LEASE_MS = 4000;       // --lease of the three servers
+const LEASE_MS = 6000;       // --lease of the three servers: longer than any stop below (3 s at most) plus a renewal period
 const STORE_TIMEOUT = 1000;  // timeout_ms of the Redis URL: a stopped Redis fails ops after it
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-faults-'));
 const countFile = path.join(tmp, 'count.txt');
@@ -160,10 +160,13 @@ function arm(match, signal) {
 }
 
 // Brings redis-server back after a fault: a new process (its AOF kept every write) after
-// SIGKILL, SIGCONT after SIGSTOP, once the servers' operations have timed out.
-async function heal(signal) {
-  if (signal === 'SIGKILL') await startRedis();
-  else { await sleep(STORE_TIMEOUT + 500); redis.kill('SIGCONT'); }
+// SIGKILL; after SIGSTOP, SIGCONT once the resume was answered (which, with Redis
+// stopped, only comes once the server gave up on it: timeout_ms, noticed within a second)
+// or, when nothing waits for Redis, past that time.
+async function heal(signal, answered) {
+  if (signal === 'SIGKILL') { await startRedis(); return; }
+  await Promise.race([answered || new Promise(() => {}), sleep(STORE_TIMEOUT + 2000)]);
+  redis.kill('SIGCONT');
 }
 
 // ---- the servers --------------------------------------------------------------------------
@@ -262,7 +265,7 @@ for (const via of ['B', 'A']) for (const step of Object.keys(steps)) {
         fired = arm(match, signal);
         const first = resumeRun(via, v.run, 1, v.pending[0].binding);
         await fired;
-        await heal(signal);
+        await heal(signal, first);
         ({ r: r1, seen } = await resumeUntil(via, v.run, 1, v.pending[0].binding, first));
       }
       else ({ r: r1 } = await resumeUntil(via, v.run, 1, v.pending[0].binding));
