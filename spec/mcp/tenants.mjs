@@ -8,6 +8,7 @@
 import crypto from 'node:crypto';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -84,6 +85,25 @@ async function client(srv, bearer) {
   return c;
 }
 
+// A 2026-07-28 tools/call of run_lua as one raw POST (the request id is the caller's).
+function rawCall(srv, bearer, id, code) {
+  const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'run_lua', arguments: { code } } });
+  const u = new URL(srv.url);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent: false,
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body),
+        accept: 'application/json, text/event-stream', authorization: `Bearer ${bearer}`,
+        'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'run_lua' } }, (res) => {
+      let data = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { data += d; });
+      res.on('end', () => { try { resolve(JSON.parse(data)); } catch { resolve({ raw: data, status: res.statusCode }); } });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
 const lua = (c, code, session = 'main') =>
   c.callTool({ name: 'run_lua', arguments: session ? { code, session } : { code } });
 
@@ -140,6 +160,14 @@ async function apart(srv, as, bs) {
   eq([mine.structuredContent.ok, mine.structuredContent.result], [true, 7], 'alice resumes her run');
   const a4 = await lua(alice, 'return secret');
   eq(a4.structuredContent.result, 'alice-1', 'alice\'s "main" takes calls again');
+
+  // bob's notifications/cancelled with the id of alice's request in flight cancels nothing
+  // (mcp_http.c matches a cancellation to the protocol session that sent it)
+  const slow = rawCall(srv, as, 'req-1', 'tools.test.sleep{ms = 1500}; return "done"');
+  await new Promise((r) => setTimeout(r, 400));
+  await bob.notification({ method: 'notifications/cancelled', params: { requestId: 'req-1', reason: 'bob' } });
+  const done = await slow;
+  eq(done.result && done.result.structuredContent.result, 'done', `alice's call ran to its end (${JSON.stringify(done).slice(0, 300)})`);
   await alice.close();
   await bob.close();
 }
