@@ -201,7 +201,7 @@ local function step(rec, ...)
   if rec.done or rec.cancelled then return end
   local left = E.deadline_ms(rec.box)
   if left ~= nil and left <= 0 then
-    finish(rec, false, "did not answer within its time limit", "tool.timeout")
+    finish(rec, false, "", "tool.timeout")  -- the engine's message names the limit
     coroutine.close(rec.co)
     return
   end
@@ -481,9 +481,10 @@ function M.load_file(path)
     return msg
   end, { workspace = E.workspace(), workspace_max = E.workspace_max(),  -- see tools/fs.lua
          config = M.config(),
-         -- a problem that does not stop the file from loading (tools/proc.lua: a program
-         -- of the allowlist is missing), reported with the others
-         warn = function(msg) problems[#problems + 1] = path .. ":1: " .. tostring(msg) end })
+         -- a problem of the config that the file found (tools/proc.lua: a program of the
+         -- allowlist is missing), reported with the others: it names the config's JSON
+         -- path (/commands/0/argv0), not a line of the plugin
+         warn = function(msg) problems[#problems + 1] = tostring(msg) end })
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }

@@ -228,11 +228,15 @@ local function sse_feed(srv, st, chunk)
 end
 
 -- Copies the string (or number) values of the config map from (headers, env) into to.
+-- A value "env:NAME" is tidepool's own variable NAME, as in the http and commands
+-- sections; one that is not set is left out (tidepool config check and --strict name it).
 local function copy_strings(from, to)
   if type(from) ~= "table" then return end
   for k, v in pairs(from) do
     if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
-      to[k] = tostring(v)
+      v = tostring(v)
+      if v:sub(1, 4) == "env:" then v = os.getenv(v:sub(5)) end
+      to[k] = v
     end
   end
 end
@@ -800,6 +804,9 @@ local function handshake(srv)
   end)
 end
 
+-- Commands that download the server they start (the first time, or each time).
+local LAUNCHERS = { npx = true, pnpx = true, bunx = true, uvx = true, pipx = true }
+
 function start_server(srv)
   local cfg = srv.cfg
   srv.state = "starting"
@@ -808,6 +815,14 @@ function start_server(srv)
   if srv.url then
     srv.session, srv.version = nil, nil
     return handshake(srv)
+  end
+  -- npx and its kind fetch the server's package on its first start, which can take tens
+  -- of seconds: say so instead of staying silent
+  local launcher = type(cfg.command) == "string" and cfg.command:match("([^/]+)$")
+  if not srv.announced and LAUNCHERS[launcher] then
+    srv.announced = true
+    io.stderr:write(("tidepool: starting upstream server %s (%s may be downloading it)\n")
+      :format(srv.name, launcher))
   end
   local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
   local env = {}

@@ -3377,8 +3377,9 @@ static void ready (server *s, mail *m) {
     return;
   }
   if (!s->quiet && !s->http)
-    fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tools, %u "
-            "workers)\n", tp_version(), s->ntools, s->nworkers);
+    fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tool%s, %u "
+            "worker%s)\n", tp_version(), s->ntools, s->ntools == 1 ? "" : "s", s->nworkers,
+            s->nworkers == 1 ? "" : "s");
   if (s->http) tp__mcp_http_serve(s->http, s->ntools, s->nworkers);
   else if (!s->sink) start_reading(s);
 }
@@ -3964,6 +3965,9 @@ static int apply_config (options *o) {
     tp_engine_destroy(e);
     return -1;
   }
+  if (tp_engine_config_warnings(e))  /* what this machine lacks: tidepool config check */
+    tp__cli_config_problems(stderr, "tidepool: warning: ", o->config_path,
+                            tp_engine_config_warnings(e));
   tp_limits_init(&o->lim);
   o->lim.result = MCP_RESULT_MAX;
   tp_engine_config_limits(e, &o->lim);
@@ -4063,11 +4067,12 @@ int tp__mcp_main (int argc, char **argv) {
       o->limit_opts[o->nlimit_opts++] = val;
       continue;
     }
-    if (strcmp(name, "--tools") == 0) {
+    if (strcmp(name, "--tools") == 0) {  /* missing: a warning, as in tidepool run */
       struct stat st;
       if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
-        return tp__cli_usage_error("--tools: '%s' is not a directory", val);
-      o->dirs[o->ndirs++] = val;
+        fprintf(stderr, "tidepool: warning: --tools: '%s' is not a directory: no tools from "
+                "it\n", val);
+      else o->dirs[o->ndirs++] = val;
     }
     else if (strcmp(name, "--workspace") == 0) {
       struct stat st;
@@ -4086,8 +4091,8 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
       free(o->config_dir);
-      if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return 2;
-      if ((o->config_dir = tp__cli_config_dir(val)) == NULL) return 1;
+      if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return TP_EXIT_USAGE;
+      if ((o->config_dir = tp__cli_config_dir(val)) == NULL) return TP_EXIT_FAILED;
       o->config_path = val;
     }
     else if (strcmp(name, "--describe") == 0) {
@@ -4099,7 +4104,7 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--workspace-max") == 0) {
       if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &o->workspace_max, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("%s", why);
+        return tp__cli_usage_error("--workspace-max: %s", why);
       o->workspace_max_set = 1;
     }
     else if (strcmp(name, "--name") == 0) {
@@ -4112,24 +4117,29 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--session-idle") == 0) {
       if (tp_parse_value(TP_UNIT_DURATION, val, UINT64_MAX, &o->session_idle_us, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("%s", why);
+        return tp__cli_usage_error("--session-idle: %s", why);
     }
     else if (strcmp(name, "--max-sessions") == 0) {
       uint64_t n;
       if (tp_parse_value(TP_UNIT_COUNT, val, 100000, &n, NULL, NULL, 0) != TP_OK)
-        return tp__cli_usage_error("bad session count '%s' (0 to 100000)", val);
+        return tp__cli_usage_error("--max-sessions: bad count '%s' (0 to 100000)", val);
       o->max_sessions = (unsigned)n;
     }
     else if (strcmp(name, "--workers") == 0) {
       uint64_t n;
       if (tp_parse_value(TP_UNIT_COUNT, val, WORKERS_MAX, &n, NULL, NULL, 0) != TP_OK || n < 1)
-        return tp__cli_usage_error("bad worker count '%s' (1 to 64)", val);
+        return tp__cli_usage_error("--workers: bad count '%s' (1 to 64)", val);
       o->workers = (unsigned)n;
       o->workers_set = 1;
     }
     else return tp__cli_usage_error("unknown option '%s'", a);
   }
-  if (o->config && apply_config(o) != 0) return 2;
+  if (o->config && apply_config(o) != 0) return TP_EXIT_USAGE;
+  {
+    char why[300];
+    if (tp__mcp_http_check(&o->http, o->config, o->config_len, why, sizeof why) != 0)
+      return tp__cli_usage_error("%s", why);
+  }
   o->asks = tp__apx_config_asks(o->config, o->config_len);
   tp__dur_policy_hash(o->config, o->config_len, o->policy_hash);
   {
@@ -4151,10 +4161,10 @@ int tp__mcp_main (int argc, char **argv) {
   if (o->state) {  /* one store for every worker's engine */
     char why[512];
     if ((s->kv = tp_store_open(o->state, why, sizeof why)) == NULL) {
-      fprintf(stderr, "tidepool mcp: --state: %s\n", why);
+      fprintf(stderr, "tidepool: --state: %s\n", why);
       options_free(o);
       close(s->out);
-      return 1;
+      return TP_EXIT_USAGE;  /* as in tidepool run */
     }
     s->owner = owner_name(o);
   }
@@ -4173,11 +4183,11 @@ int tp__mcp_main (int argc, char **argv) {
   if (o->audit) {
     s->audit_fd = open(o->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (s->audit_fd < 0) {
-      fprintf(stderr, "tidepool mcp: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
+      fprintf(stderr, "tidepool: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
       server_close(s);
       options_free(o);
       close(s->out);
-      return 1;
+      return TP_EXIT_USAGE;
     }
   }
   if (o->builtin) {

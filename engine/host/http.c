@@ -433,8 +433,8 @@ static int compile (policy *p, const json_t *sec) {
         if (strncmp(s, "env:", 4) == 0) {
           s = getenv(s + 4);
           if (s == NULL)
-            return fail_cfg(p, "config http.inject[\"%s\"][\"%s\"]: the environment "
-                            "variable %s is not set", host, name, json_string_value(val) + 4);
+            return fail_cfg(p, "/http/inject/%s/%s: the environment variable %s is not "
+                            "set", host, name, json_string_value(val) + 4);
         }
         if (strpbrk(s, "\r\n") != NULL)
           return fail_cfg(p, "config http.inject[\"%s\"][\"%s\"]: the value has a line "

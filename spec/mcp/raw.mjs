@@ -278,7 +278,7 @@ test('--workers takes 1 to 64', async () => {
     let err = '';
     p.stderr.on('data', (d) => { err += d; });
     eq(await new Promise((r) => p.on('exit', r)), 2, `--workers ${n}: usage error`);
-    assert(err.includes(`bad worker count '${n}' (1 to 64)`), err);
+    assert(err.includes(`tidepool: --workers: bad count '${n}' (1 to 64)`), err);
   }
 });
 test('cancelling a script stuck in a CPU loop stops it: its session is free again before the loop could end', async () => {
