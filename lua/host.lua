@@ -146,18 +146,25 @@ local function has_position(msg)
   return msg:match("^[^\n]-:%d+: ") ~= nil
 end
 
--- The message and code of an error raised by a handler running in co.
+-- "/srv/x/tools/kv.lua:25: what" -> "kv.lua:25: what": a message a model reads names the
+-- plugin file, never the host's folders (the tool's name comes before it: "tools.kv.get
+-- failed: ...").
+local function without_dirs(msg)
+  return (msg:gsub("^[^\n]*/([^/\n]-:%d+: )", "%1", 1))
+end
+
+-- The message and code of an error raised by a handler running in co. A string raised
+-- without a position (error(msg, 0)) stays as its author wrote it.
 local function describe_error(err, co)
   if type(err) == "table" then
     local code, msg = rawget(err, "code"), rawget(err, "message")
     if type(msg) == "string" then
       if type(code) ~= "string" or not code:match("^tool%.") then code = nil end
-      return msg, code
+      return without_dirs(msg), code
     end
   end
-  local msg = type(err) == "string" and err or ("(error object is a " .. type(err) .. " value)")
-  if not has_position(msg) then msg = where(co, 0) .. msg end
-  return msg
+  if type(err) == "string" then return without_dirs(err) end
+  return without_dirs(where(co, 0) .. "(error object is a " .. type(err) .. " value)")
 end
 
 local function finish(rec, ok, value, code)

@@ -75,6 +75,19 @@ local function new_timer(ms, fn)
   return t
 end
 
+-- The other names of an upstream tool, with the server's raw name and the tool's
+-- (tools["my-files"]["read-file"]), beside its Lua name (tools.my_files.read_file).
+local function aliases(srv, f)
+  local list, seen = {}, { [srv.id .. "." .. f.lua] = true }
+  for _, s in ipairs({ srv.id, srv.name }) do
+    for _, t in ipairs({ f.lua, f.raw }) do
+      local a = s .. "." .. t
+      if not seen[a] then seen[a] = true; list[#list + 1] = a end
+    end
+  end
+  return list
+end
+
 -- A raw name as a Lua identifier: '-', '.', spaces and any other character that cannot be
 -- in one become '_', a leading digit gets '_' before it, a keyword gets '_' after it.
 function M.identifier(raw)
@@ -559,7 +572,7 @@ local function register(srv, list)
           name = srv.id .. "." .. f.lua, description = desc, input = in_text,
           output = out_text, timeout_ms = srv.timeout_ms * HARD_FACTOR + 1000,  -- a backstop
           origin = "mcp server " .. srv.name, upstream = true,
-          alias = f.lua ~= f.raw and (srv.id .. "." .. f.raw) or nil,
+          alias = aliases(srv, f),
           handler = function(args, ctx) return call_tool(srv, info, args, ctx) end,
         })
       end

@@ -43,19 +43,22 @@ typedef struct problems {
 static void add (problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void add (problems *p, const char *fmt, ...) {
   if (p->oom) return;
+  char *line = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vasprintf(&line, fmt, ap);
+  va_end(ap);
+  if (n < 0) { p->oom = 1; return; }
+  for (size_t i = 0; i < p->n; i++)  /* the schema and a value's parser may both see it */
+    if (strcmp(p->lines[i], line) == 0) { free(line); return; }
   if (p->n == p->cap) {
     size_t cap = p->cap ? p->cap * 2 : 16;
     char **nl = realloc(p->lines, cap * sizeof *nl);
-    if (nl == NULL) { p->oom = 1; return; }
+    if (nl == NULL) { free(line); p->oom = 1; return; }
     p->lines = nl;
     p->cap = cap;
   }
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vasprintf(&p->lines[p->n], fmt, ap);
-  va_end(ap);
-  if (n < 0) { p->oom = 1; return; }
-  p->n++;
+  p->lines[p->n++] = line;
 }
 
 /* Orders two lines by their pointers (up to ": "), a parent before its members and array
@@ -390,6 +393,15 @@ static void unknown_key (problems *p, const json_t *node, const char *parent,
 }
 
 /* One error of the validator as a line of p. */
+/* The unit of a schema node that is $defs/size, count or duration, else -1. */
+static int unit_of (const json_t *root, const json_t *node) {
+  const json_t *defs = json_object_get(root, "$defs");
+  if (node == json_object_get(defs, "size")) return TP_UNIT_BYTES;
+  if (node == json_object_get(defs, "count")) return TP_UNIT_COUNT;
+  if (node == json_object_get(defs, "duration")) return TP_UNIT_DURATION;
+  return -1;
+}
+
 static void explain (problems *p, const json_t *root, const json_t *cfg,
                      const tp_schema_error *err) {
   segs g;
@@ -432,6 +444,15 @@ static void explain (problems *p, const json_t *root, const json_t *cfg,
     snprintf(msg, sizeof msg, "missing \"%s\"%s%s%s", name, why ? " (" : "", why ? why : "",
              why ? ")" : "");
     if (!why || !json_object_get(els, "required")) strncat(msg, ex, sizeof msg - strlen(msg) - 1);
+  }
+  else if (strcmp(kw, "pattern") == 0 && node && json_is_string(v) &&
+           unit_of(root, node) >= 0) {  /* a SIZE, COUNT or DURATION: the parser's words */
+    char why[256];
+    uint64_t out;
+    if (tp_parse_value((tp_unit)unit_of(root, node), json_string_value(v), UINT64_MAX, &out,
+                       NULL, why, sizeof why) == TP_OK)
+      snprintf(why, sizeof why, "%s", err->message);
+    snprintf(msg, sizeof msg, "%s", why);
   }
   else if (strcmp(kw, "not") == 0 && node) {
     const char *why = json_string_value(json_object_get(json_object_get(node, "then"), "description"));
