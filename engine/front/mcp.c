@@ -1493,9 +1493,10 @@ static char *exposed_response (const json_t *id, const char *env, size_t len, in
   sb_str(&b, "}}");
   free(text);
   json_decref(j);
-  if (b.oom || b.len >= max) {
+  if (b.oom || b.len >= max) {  /* the envelope, cut: an error (isError), since a cut
+                                ** result cannot match the tool's outputSchema */
     free(b.p);
-    return call_response(id, env, len, 1, NULL, max, outlen);  /* the envelope, cut */
+    return call_response(id, env, len, 0, NULL, max, outlen);
   }
   *outlen = b.len;
   return b.p;
@@ -2860,6 +2861,27 @@ static void defer_cb (uv_timer_t *t) {
   defer_flush(q->s, q);
 }
 
+/* An exposed tool's error result (isError) carries no structuredContent: that would have
+** to match the tool's outputSchema, which a failure does not, and MCP clients check it
+** (the TypeScript SDK's callTool throws -32602 and the error never arrives). Its text
+** block holds the same JSON. */
+static void drop_structured_on_error (char **line, size_t *len) {
+  json_t *j = tp_json_parse(*line, *len, NULL, 0);
+  json_t *res = json_object_get(j, "result");
+  if (json_is_true(json_object_get(res, "isError")) &&
+      json_object_get(res, "structuredContent") != NULL) {
+    json_object_del(res, "structuredContent");
+    size_t n;
+    char *t = tp_json_text(j, &n);
+    if (t) {
+      free(*line);
+      *line = t;
+      *len = n;
+    }
+  }
+  json_decref(j);
+}
+
 /* A worker finished request q (M_DONE): the request is the protocol thread's again. */
 static void req_done (server *s, req *q) {
   if (q->parked) {  /* ended at --pause-ttl while parked: nobody waits for it */
@@ -2891,6 +2913,7 @@ static void req_done (server *s, req *q) {
   log_msg(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
           q->cancelled ? "cancelled" : "finished");
   if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
+  if (q->line && q->tool) drop_structured_on_error(&q->line, &q->line_len);
   if (q->line && q->modern) tp__mcp_era_stamp(&q->line, &q->line_len);
   if (q->line != NULL && q->progress > 0 && q->b == NULL && !s->sink && !q->origin &&
       uv_timer_init(s->loop, &q->defer) == 0) {

@@ -214,8 +214,10 @@ test('--expose-tools lists each tool under a name every client accepts and calls
   eq(g.structuredContent, { found: false, value: null }, 'a result checked against its outputSchema by the SDK');
   const bad = await m.callTool({ name: 'test_sleep', arguments: { ms: 'x' } });
   eq(bad.isError, true, 'invalid input is a tool error');
-  eq(bad.structuredContent.error.message, 'test_sleep: invalid arguments: $.ms: expected integer, got string "x"', 'named as listed');
-  eq(bad.structuredContent.arguments, { ms: 'x' }, 'with the arguments given');
+  eq(bad.structuredContent, undefined, 'an error result has no structuredContent (spec/mcp/exposed.mjs)');
+  const badv = JSON.parse(bad.content[0].text);
+  eq(badv.error.message, 'test_sleep: invalid arguments: $.ms: expected integer, got string "x"', 'named as listed');
+  eq(badv.arguments, { ms: 'x' }, 'with the arguments given');
   const l = await m.callTool({ name: 'lua', arguments: { code: 'return 7' } });
   eq(l.structuredContent.result, 7, 'run_lua under its --name');
 });
