@@ -140,6 +140,8 @@ else
     failed=$((failed + 4))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  # requests piped in: every one is answered after standard input closes
+  run_node "mcp end of input (raw)" spec/mcp/eof.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)
   run_node "mcp approvals (raw)" spec/mcp/approve.mjs
   # durable paused runs (--state): kill -9, restart, resume by replay (raw lines)

@@ -369,6 +369,8 @@ struct server {
   char *stash;              /* input read but not handled while paused */
   size_t stash_len;
   int paused, reading, eof, done;
+  uv_timer_t drain;         /* after end of input: the bound on what is still running */
+  int drain_on;
   /* requests */
   req *reqs, *waiting, *waiting_tail;
   size_t nrunning, nwaiting;
@@ -404,6 +406,7 @@ struct server {
 
 static void log_msg(server *s, int level, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
+static void stop_if_drained(server *s);
 
 /* ---- mailboxes ----------------------------------------------------------------------- */
 
@@ -2858,7 +2861,9 @@ static void defer_flush (server *s, req *q) {
 
 static void defer_cb (uv_timer_t *t) {
   req *q = t->data;
-  defer_flush(q->s, q);
+  server *s = q->s;
+  defer_flush(s, q);
+  stop_if_drained(s);
 }
 
 /* An exposed tool's error result (isError) carries no structuredContent: that would have
@@ -2935,6 +2940,7 @@ static void req_done (server *s, req *q) {
   start_waiting(s);
   maybe_reload(s);
   resume_input(s);
+  stop_if_drained(s);
 }
 
 static void start_req (server *s, req *q) {
@@ -3754,6 +3760,38 @@ static void feed (server *s, const char *p, size_t n) {
 
 static void shutdown_server(server *s);
 
+/* Standard input closed: what was read is still answered, as the SDKs' stdio servers do.
+** The server stops once every request in flight, waiting or deferred has its response,
+** or when the drain's bound passes (the run's --timeout and 2 s more; 30 s when runs have
+** no time limit): then each request still running is answered "cancelled". */
+#define DRAIN_SLACK_MS 2000
+#define DRAIN_UNBOUNDED_MS 30000
+
+static int drained (const server *s) {
+  return s->reqs == NULL && s->waiting == NULL && s->deferred == NULL;
+}
+
+/* Stops the server when input has ended and nothing is left to answer. */
+static void stop_if_drained (server *s) {
+  if (s->eof && !s->done && !s->http && drained(s)) shutdown_server(s);
+}
+
+static void drain_cb (uv_timer_t *t) {
+  server *s = t->data;
+  char msg[300];
+  snprintf(msg, sizeof msg, "standard input closed, and the call did not finish within "
+           "%.0f s after: it was cancelled", (double)uv_timer_get_repeat(t) / 1000.0);
+  for (req *q = s->reqs; q; q = q->next) {
+    if (q->cancelled) continue;
+    size_t n;
+    char *line = refusal_response(q->id, "cancelled", msg, NULL, q->budget, &n);
+    if (line) respond_text(s, q->b, q->id, line, n);
+    free(line);
+    q->cancelled = 1;
+  }
+  shutdown_server(s);
+}
+
 static void on_eof (server *s) {
   s->eof = 1;
   if (s->skipping) {
@@ -3766,7 +3804,15 @@ static void on_eof (server *s) {
     s->len = 0;
     handle_line(s, s->line, len);
   }
-  shutdown_server(s);
+  if (drained(s) || s->done) { shutdown_server(s); return; }
+  uint64_t bound = s->o.lim.wall_us ? s->o.lim.wall_us / 1000 + DRAIN_SLACK_MS
+                                       : DRAIN_UNBOUNDED_MS;
+  if (!s->drain_on && uv_timer_init(s->loop, &s->drain) == 0) {
+    s->drain_on = 1;
+    s->drain.data = s;
+    uv_timer_start(&s->drain, drain_cb, bound, bound);  /* repeat: the bound, for its text */
+  }
+  else if (!s->drain_on) shutdown_server(s);
 }
 
 static void alloc_cb (uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -3919,6 +3965,7 @@ static void server_close (server *s) {
     uv_close((uv_handle_t *)&s->sweep, NULL);
   }
   if (s->in_open) uv_close((uv_handle_t *)&s->in, NULL);
+  if (s->drain_on) uv_close((uv_handle_t *)&s->drain, NULL);
   if (s->in_file && s->reading) uv_cancel((uv_req_t *)&s->fsreq);
   if (s->mb.inited) uv_close((uv_handle_t *)&s->mb.async, NULL);
   tp__mcp_http_free(s->http);  /* after every request: they hold its connections */
