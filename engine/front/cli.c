@@ -235,11 +235,16 @@ typedef struct load_report {
   int nseen;
 } load_report;
 
-/* The length of the JSON pointer that starts line (up to ": "), or 0. */
+/* The length of the JSON pointer that starts line (up to ": "), or 0: none, or a plugin
+** file's "/path/x.lua:12: what". */
 static size_t pointer_len (const char *line) {
   if (line[0] != '/') return 0;
   const char *e = strstr(line, ": ");
-  return e ? (size_t)(e - line) : 0;
+  if (e == NULL) return 0;
+  const char *d = e;
+  while (d > line && d[-1] >= '0' && d[-1] <= '9') d--;
+  if (d < e && d > line && d[-1] == ':') return 0;  /* file:line */
+  return (size_t)(e - line);
 }
 
 static int seen_pointer (load_report *rep, const char *line, size_t n) {
