@@ -28,8 +28,9 @@ static const char usage_head[] =
   "                                       as text (lua) or a run_lua tool (json); compact:\n"
   "                                       one line per tool (tools.describe(name) has more)\n"
   "       tidepool mcp [options]          MCP server on stdio (tidepool mcp --help)\n"
-  "       tidepool config check FILE...   check config files without running anything:\n"
-  "                                       FILE: ok and a summary, or every problem\n"
+  "       tidepool config check FILE...   check config files as run --strict does, but\n"
+  "                                       starting no server: FILE: ok and a summary, or\n"
+  "                                       every problem (exit 2: the file; 3: the machine)\n"
   "       tidepool config schema          print the config file's JSON Schema\n"
   "       tidepool --version | --help\n"
   "\n"
@@ -42,8 +43,9 @@ static const char usage_head[] =
   "  --for-model          print exactly one line: the result as tidepool mcp gives it to\n"
   "                       a model (ok, result or error, logs, calls counted by tool,\n"
   "                       failed_calls in full; no call records, no stats)\n"
-  "  --strict             a plugin that cannot load is an error (exit status 3, before\n"
-  "                       anything runs), not only a warning\n"
+  "  --strict             what config check refuses (a config this machine lacks\n"
+  "                       something for, a plugin or server that cannot load) is an\n"
+  "                       error (exit status 3, before anything runs), not a warning\n"
   "  --tools DIR          also load the plugin tools in DIR (repeatable)\n"
   "  --no-builtin-tools   leave out the built-in tools (time.*, kv.*, fs.*)\n"
   "  --workspace DIR      offer the fs.* tools, confined to DIR\n"
@@ -70,10 +72,11 @@ static const char usage_head[] =
 
 static const char usage_tail[] =
   "\n"
-  "A limit of 0 means no limit. Exit status: 0 the script succeeded,\n"
-  "1 it failed (syntax, runtime error, limit), 2 usage error, 3 a plugin was refused\n"
-  "(--strict); a bad --config file is a usage error, each problem with its\n"
-  "JSON path.\n";
+  "A limit of 0 means no limit. Exit status (every command, mcp too): 0 success,\n"
+  "1 the script failed (syntax, runtime error, limit), 2 usage error (a bad option or\n"
+  "value, a bad --config file: each problem with its JSON path), 3 refused by --strict\n"
+  "or config check: the config asks for what this machine lacks (an unset env:\n"
+  "variable, a program not in PATH), or a plugin or upstream server cannot load.\n";
 
 /* The option of `tidepool run` (mcp 0) or `tidepool mcp` (mcp 1) for limit li, or NULL. */
 static const char *limit_flag (const tp_limit_info *li, int mcp) {
