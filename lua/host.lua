@@ -503,7 +503,9 @@ function M.load_file(path)
   elseif rawget(ret, 1) ~= nil then
     list = ret
   elseif next(ret) == nil then
-    return 0, {}  -- nothing to offer in this configuration (fs.lua without a workspace)
+    -- nothing to offer in this configuration (fs.lua without a workspace), maybe after a
+    -- warning (http.lua: the http section does not compile)
+    return 0, problems
   else
     list = { ret }
   end
