@@ -310,7 +310,8 @@ describe("tidepool usage errors", function()
   end)
 
   it("a bad size exits 2 with a message", function()
-    usage("run --memory 12Q -", "tidepool: --memory: bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)", "return 1")
+    usage("run --memory 12Q -",
+          "tidepool: --memory: bad size '12Q' (use bytes or a suffix: 512K, 64M, 1G)", "return 1")
   end)
 
   it("a bad duration exits 2 with a message", function()
@@ -318,7 +319,8 @@ describe("tidepool usage errors", function()
   end)
 
   it("a bad instruction count exits 2", function()
-    usage("run --instructions -5 -", "tidepool: --instructions: bad instruction count '-5'", "return 1")
+    usage("run --instructions -5 -", "tidepool: --instructions: bad instruction count '-5'",
+          "return 1")
   end)
 
   it("an option without its value exits 2", function()
