@@ -488,10 +488,14 @@ function M.load_file(path)
     return msg
   end, { workspace = E.workspace(), workspace_max = E.workspace_max(),  -- see tools/fs.lua
          config = M.config(),
-         -- a problem of the config that the file found (tools/proc.lua: a program of the
-         -- allowlist is missing), reported with the others: it names the config's JSON
-         -- path (/commands/0/argv0), not a line of the plugin
-         warn = function(msg) problems[#problems + 1] = tostring(msg) end })
+         -- a problem that does not stop the file from loading, reported with the others:
+         -- one of the config that the file found (tools/proc.lua: a program of the
+         -- allowlist is missing) names the config's JSON pointer (/commands/0/argv0),
+         -- not a line of the plugin; any other is the file's
+         warn = function(msg)
+           msg = tostring(msg)
+           problems[#problems + 1] = msg:sub(1, 1) == "/" and msg or path .. ":1: " .. msg
+         end })
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }

@@ -3779,8 +3779,8 @@ static void stop_if_drained (server *s) {
 static void drain_cb (uv_timer_t *t) {
   server *s = t->data;
   char msg[300];
-  snprintf(msg, sizeof msg, "standard input closed, and the call did not finish within "
-           "%.0f s after: it was cancelled", (double)uv_timer_get_repeat(t) / 1000.0);
+  snprintf(msg, sizeof msg, "the call was cancelled: standard input closed, and it did not "
+           "finish within the %.0f s that followed", (double)uv_timer_get_repeat(t) / 1000.0);
   for (req *q = s->reqs; q; q = q->next) {
     if (q->cancelled) continue;
     size_t n;

@@ -343,7 +343,7 @@ test('a malformed http section is refused by the config check, or at load naming
     'for example "api.github.com"'), r.err);
   const c = await tp('return 1', { allow_private: ['10.0.0.0/33'] }, { args: ['--strict'] });
   eq(c.code, 3);
-  assert(c.err.includes('config http.allow_private[0]: expected a CIDR'), c.err);
+  assert(c.err.includes('.json: /http/allow_private/0: expected a CIDR'), c.err);
 });
 
 // ---- caps, compression, TLS --------------------------------------------------------------
