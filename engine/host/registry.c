@@ -80,6 +80,7 @@ static void free_tool (tp_tool *t) {
   for (size_t k = 0; k < t->naliases; k++) free(t->aliases[k]);
   free(t->aliases);
   free(t->lua_api);
+  free(t->seen);
   free(t->pol_rules);
   free(t->description);
   free(t->origin);
