@@ -33,6 +33,7 @@ struct tp_engine {
   tp_core core;            /* first: see tp__core */
   struct tp_tool **tools;  /* sorted by name (registry.c) */
   size_t ntools, captools;
+  int has_aliases;         /* a tool was given an alias (registry.c: names are then walked) */
   char *error;             /* tp_engine_error */
   struct uv_loop_s *loop;
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */

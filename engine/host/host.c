@@ -1586,11 +1586,17 @@ static void push_order (lua_State *H, const json_t *v, int idx, int order, int d
 ** for tools whose schemas came as JSON text; a Lua plugin's tables have no order. */
 static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
                             int schemas) {
-  lua_createtable(H, (int)e->ntools, 0);
+  /* one tool: found by name, not by a walk over them all (annotating each of 10,000
+  ** upstream tools would be quadratic) */
+  const tp_tool *one = only ? tp__tool_find(e, only) : NULL;
+  if (one && strcmp(one->name, only) != 0) one = NULL;  /* an alias: not this tool's name */
+  size_t from = 0, to = only ? 0 : e->ntools;
+  const tp_tool *const *list = (const tp_tool *const *)e->tools;
+  if (one) { list = &one; to = 1; }
+  lua_createtable(H, (int)(to - from), 0);
   int n = 0;
-  for (size_t i = 0; i < e->ntools; i++) {
-    const tp_tool *t = e->tools[i];
-    if (only && strcmp(only, t->name) != 0) continue;
+  for (size_t i = from; i < to; i++) {
+    const tp_tool *t = list[i];
     lua_createtable(H, 0, 4);
     lua_pushstring(H, t->name);
     lua_setfield(H, -2, "name");
