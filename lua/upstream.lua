@@ -1093,7 +1093,8 @@ function M.start(section)
       else
         local tmo = tonumber(cfg.timeout_ms)
         local msg_max = size_of(cfg.max_message) or MESSAGE_MAX
-        local tools_max = cfg.max_tools ~= nil and math.tointeger(tonumber(cfg.max_tools)) or TOOLS_MAX
+        local tools_max = cfg.max_tools ~= nil and math.tointeger(tonumber(cfg.max_tools))
+                          or TOOLS_MAX
         local desc_max = size_of(cfg.max_descriptions) or DESCRIPTIONS_MAX
         local srv = {
           name = name, id = id, cfg = cfg, rename = rename, eager = cfg.eager == true,

@@ -1127,7 +1127,8 @@ static int loop_while_until (tp_engine *e, const char *name, uint64_t deadline_n
     uint64_t now = tp__now_ns();
     if ((t = malloc(sizeof *t)) != NULL && uv_timer_init(e->loop, t) == 0) {
       uv_update_time(e->loop);
-      uv_timer_start(t, wake_loop, now < deadline_ns ? (deadline_ns - now + 999999) / 1000000 : 0, 0);
+      uint64_t ms = now < deadline_ns ? (deadline_ns - now + 999999) / 1000000 : 0;
+      uv_timer_start(t, wake_loop, ms, 0);
       uv_unref((uv_handle_t *)t);  /* wakes the loop; keeps nothing alive */
     }
     else { free(t); t = NULL; }
