@@ -269,9 +269,59 @@ test('a body dripped forever: the run ends at its time limit', async () => {
   underBound(r, 16);
 }, 60000);
 
-test('close the HTTP server', async () => {
+// ---- an MCP server over Streamable HTTP that answers with huge bodies ------------------
+// POST /mcp: the handshake as JSON; tools/call "long" answers {mb} megabytes as one JSON
+// body, "long_sse" as one SSE event, "ok" a small JSON answer.
+const mcpTools = ['long', 'long_sse', 'ok'].map((name) => ({ name, description: name, inputSchema: { type: 'object' } }));
+const mcpWeb = http.createServer((req, res) => {
+  if (req.method !== 'POST') return res.writeHead(405).end();
+  let body = '';
+  req.on('data', (d) => { body += d; });
+  req.on('end', async () => {
+    const m = JSON.parse(body);
+    if (m.id === undefined) return res.writeHead(202).end();
+    const json = (result) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 's1' });
+      res.end(JSON.stringify({ jsonrpc: '2.0', id: m.id, ...result }));
+    };
+    if (m.method === 'initialize') {
+      return json({ result: { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'web', version: '1' } } });
+    }
+    if (m.method === 'tools/list') return json({ result: { tools: mcpTools } });
+    if (m.method !== 'tools/call') return json({ error: { code: -32601, message: 'no' } });
+    const { name, arguments: args } = m.params;
+    if (name === 'ok') return json({ result: { content: [{ type: 'text', text: '"fine"' }] } });
+    const sse = name === 'long_sse';
+    res.writeHead(200, { 'content-type': sse ? 'text/event-stream' : 'application/json' });
+    const write = (t) => new Promise((r) => { if (res.write(t)) r(); else res.once('drain', r); });
+    const closed = new Promise((r) => res.on('close', r));
+    await write(`${sse ? 'data: ' : ''}{"jsonrpc":"2.0","id":${m.id},"result":{"content":[{"type":"text","text":"`);
+    for (let i = 0; i < args.mb; i++) {
+      if (await Promise.race([write(big.toString()), closed.then(() => 'closed')]) === 'closed') return;
+    }
+    res.end(`"}]}}${sse ? '\n\n' : ''}`);
+  });
+});
+const mcpPort = await new Promise((r) => mcpWeb.listen(0, '127.0.0.1', () => r(mcpWeb.address().port)));
+const webServer = () => configFile({ mcpServers: { w: { url: `http://127.0.0.1:${mcpPort}/mcp` } } });
+
+test('Streamable HTTP: a 60 MB JSON body or SSE event at --memory 16M is refused as it streams in', async () => {
+  for (const tool of ['long', 'long_sse']) {
+    const r = await tp(['--memory', '16M', '--config', webServer()], `return tools.w.${tool}{mb = 60}`);
+    const m = failed(r, 'tool.invalid_output');
+    assert(m.startsWith(`tools.w.${tool} failed: the MCP server w sent a message of more than `), m);
+    assert(m.includes('(--tool-bytes 4194304: a result\'s JSON; the message 12648448 bytes)'), m);
+    underBound(r, 16);
+  }
+  const r = await tp(['--memory', '16M', '--config', webServer()], 'return tools.w.ok{}');
+  eq(r.env && r.env.result, 'fine', 'a small answer');
+}, 120000);
+
+test('close the HTTP servers', async () => {
   web.closeAllConnections();
   await new Promise((r) => web.close(r));
+  mcpWeb.closeAllConnections();
+  await new Promise((r) => mcpWeb.close(r));
   fs.rmSync(tmp, { recursive: true, force: true });
 });
 
