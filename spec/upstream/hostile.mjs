@@ -24,6 +24,12 @@ function configFile(cfg) {
 }
 const server = (...flags) => ({ mcpServers: { h: { command: 'node', args: [hostile, ...flags] } } });
 
+// Every tidepool started here, until it has exited: killed when this file ends, however
+// it ends (a test that timed out leaves its child behind otherwise; the servers that child
+// started exit at the end of their stdin).
+const live = new Set();
+process.on('exit', () => { for (const c of live) { try { c.kill('SIGKILL'); } catch { /* gone */ } } });
+
 // Peak RSS in bytes of pid so far, or 0 once it is gone.
 function hwm(pid) {
   try {
@@ -40,11 +46,12 @@ function tp(args, script) {
     const child = spawn(tidepool, ['run', '--json', '--no-builtin-tools', ...args, '-'],
                         { stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '', err = '', peak = 0;
+    live.add(child);
     const poll = setInterval(() => { peak = Math.max(peak, hwm(child.pid)); }, 5);
     child.stdout.on('data', (d) => { out += d; peak = Math.max(peak, hwm(child.pid)); });
     child.stderr.on('data', (d) => { err += d; });
-    child.on('error', (e) => { clearInterval(poll); reject(e); });
-    child.on('exit', () => { clearInterval(poll); });
+    child.on('error', (e) => { clearInterval(poll); live.delete(child); reject(e); });
+    child.on('exit', () => { clearInterval(poll); live.delete(child); });
     child.on('close', (code) => {
       let env = null;
       try { env = JSON.parse(out); } catch { /* checked by the test */ }
@@ -224,11 +231,12 @@ function tpFetch(args, script) {
     const t0 = Date.now();
     const child = spawn(tidepool, ['run', '--json', ...args, '-'], { stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '', err = '', peak = 0;
+    live.add(child);
     const poll = setInterval(() => { peak = Math.max(peak, hwm(child.pid)); }, 5);
     child.stdout.on('data', (d) => { out += d; peak = Math.max(peak, hwm(child.pid)); });
     child.stderr.on('data', (d) => { err += d; });
-    child.on('error', (e) => { clearInterval(poll); reject(e); });
-    child.on('exit', () => clearInterval(poll));
+    child.on('error', (e) => { clearInterval(poll); live.delete(child); reject(e); });
+    child.on('exit', () => { clearInterval(poll); live.delete(child); });
     child.on('close', (code) => {
       let env = null;
       try { env = JSON.parse(out); } catch { /* checked by the test */ }
