@@ -27,6 +27,8 @@
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
 -- log(box, text); progress(box, text); annotate(); deadline_ms(box) -> ms | nil;
+-- charge(box, n) -> true | nil, msg (bytes the call keeps, held until it ends);
+-- decode(box, text) -> value (json.decode charged to the call's run); peek_id(text);
 -- field(box, k) -> run_id, call_id, tool or deadline_ms of the box's call (nil when it
 -- has none); fs_quota(box) -> left, quota | nothing; fs_charge(box, bytes);
 -- workspace() -> dir | nil; workspace_max() -> bytes;
@@ -294,14 +296,46 @@ local function make_ctx(rec)
     end
     local o = {}
     for _, k in ipairs(HTTP_OPTS) do o[k] = rawget(opts, k) end
+    -- the body comes in chunks, each charged to the run as it arrives (and once more
+    -- when they are joined), so parallel fetches stop at the run's memory limit
+    local chunks, over = {}, nil
     local req
     local res, err = wait(rec, "ctx.http", function(resume)
+      o.on_data = function(chunk)
+        if over then return end
+        local ok, why = E.charge(rec.box, #chunk)
+        if not ok then
+          over = why
+          req:cancel()
+          resume(nil, { code = "tool.failed", message = "ctx.http: the body of " ..
+            tostring(o.url) .. ": " .. tostring(why) })
+          return
+        end
+        chunks[#chunks + 1] = chunk
+      end
       req = require("tidepool.http").request(o, resume)
       rec.handles[req] = true
     end)
     rec.handles[req] = nil
     if res == nil then error(err, 0) end
+    local size = 0
+    for i = 1, #chunks do size = size + #chunks[i] end
+    local ok, why = E.charge(rec.box, size)
+    if not ok then
+      error({ code = "tool.failed", message = "ctx.http: the body of " .. tostring(o.url)
+        .. ": " .. tostring(why) }, 0)
+    end
+    res.body = table.concat(chunks)
     return res
+  end
+
+  -- json.decode(text) charged to the run's memory: the tree as it is built, and the value
+  -- for as long as the call lasts. For data from outside (an upstream server's answer, an
+  -- HTTP body) that may be large; raises when the run cannot hold it (its verdict is then
+  -- limit.memory) or the text is not JSON.
+  function fns.decode(text)
+    if type(text) ~= "string" then error("ctx.decode: expects a string of JSON text", 2) end
+    return E.decode(rec.box, text)
   end
 
   -- A luv handle to close when the call ends (completed, failed, timed out, cancelled).
@@ -340,7 +374,7 @@ local function make_ctx(rec)
     __index = function(_, k)
       if k == "workspace" then return ws_dir end
       if k == "workspace_max" then return ws_dir and ws_max or nil end
-      return E_field(rec.box, k)  -- run_id, call_id, tool, deadline_ms; else nil
+      return E_field(rec.box, k)  -- run_id, call_id, tool, deadline_ms, tool_bytes, memory
     end,
   })
   rec.mt = { __index = fns }
@@ -391,6 +425,7 @@ function M.upstream_start()
 end
 function M.upstream_pending() return upstream ~= nil and upstream.pending() end
 function M.upstream_problems() return upstream and upstream.problems() or {} end
+function M.upstream_late(ms) if upstream then upstream.late(ms) end end
 function M.upstream_stop() if upstream then upstream.stop() end end
 function M.upstream_stopping() return upstream ~= nil and upstream.stopping() end
 

@@ -17,7 +17,8 @@
 #                  survive kill -9 with --state),
 #                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/mcp/era_http.mjs (the same over Streamable HTTP),
-#                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
+#                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools),
+#                  spec/upstream/hostile.mjs (hostile MCP and HTTP servers: memory, time)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   cluster        scripts/cluster-test.sh: redis-server and three tidepool mcp --http sharing
 #                  it (spec/mcp/cluster.mjs), when redis-server is installed
@@ -157,6 +158,8 @@ else
   fi
   # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
+  # hostile upstream data and HTTP bodies: outcomes, time, peak RSS (issue 19)
+  run_node "hostile upstream and HTTP servers (memory, time)" spec/upstream/hostile.mjs
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
   run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
   # Redis and three tidepool mcp --http sharing it (make test-cluster), when redis-server

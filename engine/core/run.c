@@ -373,8 +373,10 @@ static json_t *stats (const tp_run *r) {
   if (sb->instr_limit) json_object_set_new(s, "instructions", json_integer((json_int_t)sb->instr_used));
   /* milliseconds to the microsecond, so they print short */
   json_object_set_new(s, "cpu_ms", json_real((double)(r->cpu_used_ns / 1000) / 1e3));
-  uint64_t wall = r->start_ns ? tp__now_ns() - r->start_ns : 0;
+  uint64_t wall = (r->start_ns ? tp__now_ns() - r->start_ns : 0) + r->wait_ns;
   json_object_set_new(s, "wall_ms", json_real((double)(wall / 1000) / 1e3));
+  if (r->wait_ns)  /* of wall_ms: before the run began (upstream servers starting) */
+    json_object_set_new(s, "wait_ms", json_real((double)(r->wait_ns / 1000) / 1e3));
   json_object_set_new(s, "memory_peak", json_integer((json_int_t)sb->mem_peak));
   return s;
 }
@@ -782,6 +784,8 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
   if (sb == NULL) return NULL;
   tp_run *r = tp__run_new(e, sb, source, len);
   if (r == NULL) { tp__sandbox_destroy(sb); return NULL; }
+  r->wait_ns = tp__core(e)->wait_ns;
+  tp__core(e)->wait_ns = 0;
   if (cap_too_small) {  /* the run ends at its first step with limit.memory */
     char msg[200], n[48];
     tp__limit_words(TP__UNIT_BYTES, lim.memory, n, sizeof n);
@@ -898,7 +902,8 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
     r->start_ns = now;
     if (sb->limits.wall_us) {
       uint64_t wall = sb->limits.wall_us * 1000u;
-      r->deadline_ns = now + wall - (r->compile_ns < wall ? r->compile_ns : wall);
+      uint64_t spent = r->compile_ns + r->wait_ns;
+      r->deadline_ns = now + wall - (spent < wall ? spent : wall);
     }
   }
   if (atomic_load(&sb->kill) == TP_KILL_NONE && r->deadline_ns && now >= r->deadline_ns)

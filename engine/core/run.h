@@ -58,6 +58,8 @@ typedef struct tp_core {
   const tp__host_hooks *hooks;
   void *ud;                /* the hooks' first argument */
   tp_arena_pool chunks;    /* sandbox chunks of the engine's runs (not sessions') */
+  uint64_t wait_ns;        /* what the host waited for on behalf of the next run (upstream
+                           ** servers starting): the next tp_run_create takes it */
 } tp_core;
 
 /* The sandbox chunks (16 KiB) an engine keeps from its closed runs for its next ones: a
@@ -117,6 +119,8 @@ struct tp_run {
   uint64_t hold_since_ns;  /* tp_run_hold_wall: when its clock stopped (0: it runs) */
   uint64_t held_deadline_ns; /* deadline_ns while the clock is stopped */
   uint64_t compile_ns;     /* wall time the compile took, charged to the first step */
+  uint64_t wait_ns;        /* what the caller waited before the run was made (tp_core's
+                           ** wait_ns): counted in wall_ms and against its time limit */
   uint64_t cpu_used_ns, step_cpu0;
   int compiled;            /* 0: pending_error is the syntax error */
   int return_line;         /* the line of the script's one top-level return, or 0 */

@@ -33,10 +33,12 @@ struct tp_engine {
   tp_core core;            /* first: see tp__core */
   struct tp_tool **tools;  /* sorted by name (registry.c) */
   size_t ntools, captools;
+  int has_aliases;         /* a tool was given an alias (registry.c: names are then walked) */
   char *error;             /* tp_engine_error */
   struct uv_loop_s *loop;
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
   void *host_state;        /* host.c's own data about H, while H is open */
+  uint64_t start_within_us; /* tp_engine_set_start_timeout; 0: no bound */
   struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
   int idle_on;
   tp__drv_run *ready, *ready_tail; /* started runs that can take a step, oldest first */

@@ -128,6 +128,7 @@ typedef struct req {
   long status;               /* of the last status line seen */
   int has_location, truncated, headers_over;
   int finished;              /* 1: outcome ready for on_done; 2: given or cancelled */
+  int paused;                /* on_body paused the transfer: on_data has not taken enough */
   int dead;                  /* cancelled or delivered: freed when pump() is done */
   const char *code;          /* outcome: NULL for success, else a tool.* code */
   char msg[768];
@@ -702,10 +703,20 @@ static int is_redirect (long s) {
   return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
 }
 
+/* A streamed body (on_data) is held here at most this long before on_data takes it: past
+** it the transfer pauses until pump() has handed it over (one socket action may read
+** megabytes from a fast server; 32 of them at once reached 261 MB before on_data, and the
+** run's budget, saw any). */
+#define STREAM_HELD (256u << 10)
+
 static size_t on_body (char *p, size_t size, size_t n, void *ud) {
   req *r = ud;
   size_t len = size * n;
   if (is_redirect(r->status) && r->has_location) return len;  /* followed: body dropped */
+  if (r->ref_data != LUA_NOREF && r->data.len > 0 && r->data.len + len > STREAM_HELD) {
+    r->paused = 1;
+    return CURL_WRITEFUNC_PAUSE;  /* curl keeps this chunk and gives it again */
+  }
   size_t keep = len;
   if (r->max_bytes != NO_CAP && r->received + (int64_t)len > r->max_bytes) {
     keep = (size_t)(r->max_bytes - r->received);
@@ -1092,6 +1103,10 @@ static int pump (tp_http *hs) {
       }
       if (r->ref_data != LUA_NOREF && r->data.len > 0 && (r->finished || r->easy)) {
         deliver(H, r, 1);
+        if (!r->dead && r->paused && r->easy && r->data.len == 0) {
+          r->paused = 0;
+          curl_easy_pause(r->easy, CURLPAUSE_CONT);  /* may call on_body at once */
+        }
         again = 1;
         break;
       }

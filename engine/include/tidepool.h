@@ -573,6 +573,18 @@ TP_EXTERN const char *tp_engine_config_state(const tp_engine *e);
 ** never from inside one of its callbacks. TP_OK (also when there is nothing to start). */
 TP_EXTERN int tp_engine_start_servers(tp_engine *e, tp_problem_cb problem, void *ud);
 
+/* Bounds that wait for a caller that starts the servers for its next run (tidepool run):
+** the start (tp_engine_start_servers, or the plugin load or tp_engine_run that starts
+** them) waits at most us microseconds (0, the default: until each server's own handshake
+** timer, up to a minute). A server not ready by then is a problem ("not ready within
+** ..."), goes on starting, and its tools come when it has listed them. The time waited
+** belongs to the next run made on e (tp_engine_run, tp_run_create): its wall-clock limit
+** counts it, its envelope's stats.wall_ms includes it and stats.wait_ms says how much of
+** it went before the run began. Without a bound set, a start's wait belongs to no run
+** (a server starting its workers), except within tp_engine_run, which bounds the start it
+** makes itself by its run's time limit and counts it there. */
+TP_EXTERN int tp_engine_set_start_timeout(tp_engine *e, uint64_t us);
+
 /* Confines the fs.* built-in tools to this directory (and offers them). */
 TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);
 
