@@ -460,7 +460,13 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   char *buf = malloc(total + 1);
   for (int i = 0; i < P__COUNT && buf != NULL; i++) {
     if (p[i].text == NULL) { free(buf); buf = NULL; break; }
-    len += (size_t)sprintf(buf + len, "%c\"%s\":", i ? ',' : '{', p[i].key);
+    size_t klen = strlen(p[i].key);
+    buf[len++] = i ? ',' : '{';
+    buf[len++] = '"';
+    memcpy(buf + len, p[i].key, klen);
+    len += klen;
+    buf[len++] = '"';
+    buf[len++] = ':';
     memcpy(buf + len, p[i].text, p[i].len);
     len += p[i].len;
   }

@@ -107,7 +107,47 @@ static int dec_cmp (const char *xs, int xlen, int xpoint, const dec *y) {
   return 0;
 }
 
+/*
+** The quick way, for a d that is not an integer and below 2^53: for k = 0, 1, ... 22 the
+** integers s near d x 10^k (the product is inexact, so s - 1, s and s + 1, all below 2^53)
+** are exact doubles, as is 10^k, and s / 10^k, rounded once, is the double that the
+** text s x 10^-k reads back as. The first k at which one of them reads back to d gives
+** the fewest digits (an integer, with fewer digits, would read back as itself, not d);
+** the rounding of d's exact value to those digits is one of the three, so when only one
+** reads back it is the answer. When none does by 10^22, or two do, the exact way
+** decides. 0 when it cannot tell.
+*/
+static int quick (double d, char digits[17], int *exp10) {
+  static const double p10[23] = { 1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+    1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22 };
+  if (!(d < 9007199254740992.0) || d == floor(d)) return 0;
+  for (int k = 0; k <= 22; k++) {
+    double s = nearbyint(d * p10[k]);
+    if (s + 1 >= 9007199254740992.0) return 0;
+    int hit = 0;
+    double found = 0;
+    for (double t = s - 1; t <= s + 1; t++)
+      if (t > 0 && t / p10[k] == d) { hit++; found = t; }
+    if (hit == 0) continue;
+    if (hit > 1) return 0;
+    uint64_t u = (uint64_t)found;
+    char tmp[20];
+    int n = 0;
+    while (u) { tmp[n++] = (char)('0' + u % 10); u /= 10; }
+    *exp10 = n - 1 - k;
+    int z = 0;
+    while (z < n - 1 && tmp[z] == '0') z++;  /* trailing zeros of s */
+    int len = n - z;
+    if (len > 17) return 0;
+    for (int i = 0; i < len; i++) digits[i] = tmp[n - 1 - i];
+    return len;
+  }
+  return 0;
+}
+
 int tp__dtoa_shortest (double d, char digits[17], int *exp10) {
+  int q = quick(d, digits, exp10);
+  if (q) return q;
   uint64_t bits;
   memcpy(&bits, &d, sizeof bits);
   uint64_t frac = bits & ((1ull << 52) - 1);

@@ -57,6 +57,20 @@ TEST(random_bit_patterns_match_the_printf_reference) {
   CHECK_INT(mismatches, 0);
 }
 
+/* The values an envelope holds most: few decimals (times in ms, prices), and doubles of
+** ordinary size with all their digits. */
+TEST(ordinary_values_match_the_printf_reference) {
+  mismatches = 0;
+  for (int i = 0; i < 200000; i++) {
+    uint64_t r = next_u64();
+    double d = (double)(r % 100000000) / pow(10, (double)((r >> 40) % 12));
+    check_one(d);
+    check_one(from_bits(next_u64() % (0x4340000000000000ull - 0x3c00000000000000ull) +
+                        0x3c00000000000000ull));  /* 2^-63 .. 2^53 */
+  }
+  CHECK_INT(mismatches, 0);
+}
+
 TEST(values_near_every_exponent_match_the_printf_reference) {
   mismatches = 0;
   for (int e = 0; e < 2047; e++)           /* each binary exponent: its ends and a middle */
@@ -131,6 +145,7 @@ TEST(tp_number_text_cuts_to_the_buffer_and_says_the_length) {
 
 int main (void) {
   RUN(random_bit_patterns_match_the_printf_reference);
+  RUN(ordinary_values_match_the_printf_reference);
   RUN(values_near_every_exponent_match_the_printf_reference);
   RUN(edge_cases_read_as_printf_writes_them);
   RUN(json_reals_always_read_as_reals);
