@@ -157,7 +157,7 @@ int tp__dtoa_shortest (double d, char digits[17], int *exp10) {
   int lower_closer = frac == 0 && ebits > 1;
   /* scale: values are N x 2^(e-2); B = 2^(e-2) or 5^(2-e) */
   int E = e - 2, fracdigits = 0;
-  static __thread big B, V, H, L;
+  big B, V, H, L;  /* about 4 KiB of stack, in the slow way only */
   B.d[0] = 1; B.n = 1;
   if (E >= 0) {
     int k = E;
@@ -175,7 +175,7 @@ int tp__dtoa_shortest (double d, char digits[17], int *exp10) {
   big_mul_u64(&V, &B, 4 * m);
   big_addsub(&H, &V, &B, 2, 1);
   big_addsub(&L, &V, &B, lower_closer ? 1 : 2, -1);
-  static __thread dec v, h, l;
+  dec v, h, l;
   big_to_dec(&V, fracdigits, &v);
   big_to_dec(&H, fracdigits, &h);
   big_to_dec(&L, fracdigits, &l);
