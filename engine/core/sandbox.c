@@ -2395,6 +2395,7 @@ static void sandbox_free (tp_sandbox *sb) {
 void tp__sandbox_destroy (tp_sandbox *sb) {
   if (sb == NULL) return;
   tp_arena_pool *pool = sb->arena.pool;
+  atomic_store(&sb->running, NULL);
   if (sb->snap && snap_restore(sb) == 0) {
     sandbox_clear(sb);
     sb->next_idle = pool->idle;
