@@ -16,7 +16,7 @@
 #   build/bench/bench_tools    tool calls (see its header)
 #   build/bench/bench_http     http_fetch_us, http_parallel_100_ms: tools.http.fetch against
 #                              a server on 127.0.0.1 (see its header)
-#   build/bench/bench_step     step_overshoot_us, frame_500_ms: time-budgeted steps of
+#   build/bench/bench_step     step_overshoot_us, frame_500_ms, step_cpu_tax: time-budgeted steps of
 #                              CPU-bound scripts (see its header)
 #   bench/describe/run.sh      describe_tokens_ratio: the tokens of the description of 13
 #                              tools, tidepool / Cloudflare's codemode; describe_builtin_chars,
@@ -86,6 +86,7 @@ target host_rss_ratio 4
 target mcp_ping_while_stuck_ms 50
 target http_call_ms 0.5
 target step_overshoot_us 30
+target step_cpu_tax 1.2
 target frame_500_ms 17
 target describe_tokens_ratio 0.75
 target describe_tokens_o200k_ratio 0.75
