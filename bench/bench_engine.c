@@ -5,6 +5,13 @@
 **                              (create, step, read the envelope, destroy), one engine
 **   bare_state_us              luaL_newstate + luaL_openlibs + load + pcall + lua_close on
 **                              the same Lua build, for comparison
+**   cold_over_bare             cold_run_us / bare_state_us, the median of the per-pair
+**                              ratios (target <= 0.25)
+**   warm_run_us                a trivial script in an existing session, source text to
+**                              envelope (tp_session_run, step, envelope, destroy the run)
+**   session_kib                what a fresh session's sandbox holds: Lua-accounted memory
+**                              (tp_session_memory), and the process's RSS growth per
+**                              session over 2000 sessions (session_rss_kib)
 **   cpu_overhead_time          fib(27) in the sandbox under the default cpu/wall limits, as
 **                              a ratio to the same script in a bare state of the same Lua
 **   cpu_overhead_instructions  the same with an instruction limit of 1e9
@@ -29,6 +36,16 @@ static const char trivial[] = "return 1";
 static const char fib[] =
   "local function fib(n) if n < 2 then return n end return fib(n-1) + fib(n-2) end\n"
   "return fib(27)\n";
+
+/* The process's resident set in KiB (/proc/self/statm), or 0. */
+static long bench_rss_kib (void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, rss = 0;
+  if (f == NULL) return 0;
+  if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+  fclose(f);
+  return rss * 4;
+}
 
 static void die (const char *what) {
   fprintf(stderr, "bench_engine: %s\n", what);
@@ -98,8 +115,8 @@ int main (int argc, char **argv) {
   /* cold runs: a fresh sandbox per run, against a bare state, alternately */
   int n = 4000 * scale;
   double *cold = malloc(sizeof(double) * (size_t)n), *bare = malloc(sizeof(double) * (size_t)n);
-  double *eng = malloc(sizeof(double) * (size_t)n);
-  if (cold == NULL || bare == NULL || eng == NULL) die("out of memory");
+  double *eng = malloc(sizeof(double) * (size_t)n), *rat = malloc(sizeof(double) * (size_t)n);
+  if (cold == NULL || bare == NULL || eng == NULL || rat == NULL) die("out of memory");
   for (int i = 0; i < 200; i++) { sandbox_run(e, trivial, NULL); bare_run(trivial); }
   for (int i = 0; i < n; i++) {
     double t0 = bench_now_us();
@@ -114,11 +131,48 @@ int main (int argc, char **argv) {
     tp_free(env);
     double t3 = bench_now_us();
     cold[i] = t1 - t0; bare[i] = t2 - t1; eng[i] = t3 - t2;
+    rat[i] = cold[i] / bare[i];
   }
   printf("cold_run_us: %.1f us\n", median(cold, n));
   printf("cold_engine_run_us: %.1f us\n", median(eng, n));
   printf("bare_state_us: %.1f us\n", median(bare, n));
-  free(cold); free(bare); free(eng);
+  printf("cold_over_bare: %.3f x\n", median(rat, n));
+
+  /* warm runs: a trivial script in one session, source to envelope */
+  tp_session *s = tp_session_create(e, NULL);
+  if (s == NULL) die("tp_session_create failed");
+  for (int i = 0; i < n; i++) {
+    double t0 = bench_now_us();
+    tp_run *r = tp_session_run(s, trivial, sizeof trivial - 1);
+    if (r == NULL) die("tp_session_run failed");
+    int rc;
+    while ((rc = tp_run_step(r, 0, 0)) == TP_YIELD) {}
+    const char *env = tp_run_envelope(r);
+    if (rc != TP_DONE || env == NULL || strncmp(env, "{\"ok\":true", 10) != 0) die("warm run");
+    tp_run_destroy(r);
+    cold[i] = bench_now_us() - t0;
+  }
+  printf("warm_run_us: %.2f us\n", median(cold, n));
+  tp_session_destroy(s);
+  free(cold); free(bare); free(eng); free(rat);
+
+  /* memory per session */
+  {
+    enum { NS = 2000 };
+    tp_session **ss = malloc(sizeof *ss * NS);
+    if (ss == NULL) die("out of memory");
+    long rss0 = bench_rss_kib();
+    size_t lua = 0;
+    for (int i = 0; i < NS; i++) {
+      if ((ss[i] = tp_session_create(e, NULL)) == NULL) die("tp_session_create failed");
+      lua += tp_session_memory(ss[i]);
+    }
+    long rss1 = bench_rss_kib();
+    printf("session_kib: %.1f KiB\n", (double)lua / NS / 1024);
+    printf("session_rss_kib: %.1f KiB\n", (double)(rss1 - rss0) / NS);
+    for (int i = 0; i < NS; i++) tp_session_destroy(ss[i]);
+    free(ss);
+  }
 
   /* CPU-bound: fib(27), default limits (cpu and wall, no count hook) */
   double bare_ms, sb_ms, ratio;

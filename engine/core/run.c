@@ -33,6 +33,9 @@ int tp__core_init (tp_core *k, const tp__host_hooks *hooks, void *ud) {
   k->chunks.chunks = NULL;
   k->chunks.n = 0;
   k->chunks.max = TP_CORE_CHUNKS;
+  k->chunks.idle = NULL;
+  k->chunks.sandboxes = 0;
+  k->chunks.sandboxes_max = TP_CORE_SANDBOXES;
   return tp__watchdog_init(&k->wd);
 }
 
@@ -459,7 +462,13 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   char *buf = malloc(total + 1);
   for (int i = 0; i < P__COUNT && buf != NULL; i++) {
     if (p[i].text == NULL) { free(buf); buf = NULL; break; }
-    len += (size_t)sprintf(buf + len, "%c\"%s\":", i ? ',' : '{', p[i].key);
+    size_t klen = strlen(p[i].key);
+    buf[len++] = i ? ',' : '{';
+    buf[len++] = '"';
+    memcpy(buf + len, p[i].key, klen);
+    len += klen;
+    buf[len++] = '"';
+    buf[len++] = ':';
     memcpy(buf + len, p[i].text, p[i].len);
     len += p[i].len;
   }
@@ -616,9 +625,50 @@ static const char *two_part_reader (lua_State *L, void *ud, size_t *size) {
 ** it is. LUA_OK, or the status with the error message on top; the stack below is kept.
 ** Lua's parser is quadratic on some texts (1 MiB of `x or x or ...` took 60 s), so the
 ** text is fed in pieces that poll the verdict and the deadline (tp__sandbox_load). */
+/* Whether the first token of src (after blanks and comments) is a keyword that starts
+** a statement and never an expression: then "return " .. src cannot compile, and is not
+** tried (it was a second parse of most scripts). */
+static int starts_with_statement (const char *p, size_t len) {
+  static const char *const kw[] = { "return", "local", "for", "if", "while", "repeat",
+                                    "do", "goto", "break" };
+  const char *end = p + len;
+  for (;;) {
+    while (p < end && (*p == ' ' || (*p >= '\t' && *p <= '\r'))) p++;
+    if (end - p < 2 || p[0] != '-' || p[1] != '-') break;
+    p += 2;
+    const char *q = p;
+    if (q < end && *q == '[') {  /* a long comment: --[==[ ... ]==] */
+      q++;
+      size_t level = 0;
+      while (q < end && *q == '=') { q++; level++; }
+      if (q < end && *q == '[') {
+        for (q++; q < end; q++) {
+          if (*q != ']' || (size_t)(end - q) < level + 2 || q[level + 1] != ']') continue;
+          size_t k = 1;
+          while (k <= level && q[k] == '=') k++;
+          if (k == level + 1) break;
+        }
+        if (q >= end) return 0;  /* unclosed: let the parser say so */
+        p = q + level + 2;
+        continue;
+      }
+    }
+    while (p < end && *p != '\n') p++;
+  }
+  size_t n = 0;
+  while (p + n < end && (isalnum((unsigned char)p[n]) || p[n] == '_')) n++;
+  for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++)
+    if (strlen(kw[i]) == n && memcmp(p, kw[i], n) == 0) return 1;
+  return 0;
+}
+
 static int load_text (tp_run *r, const char *src, size_t len, uint64_t deadline) {
   lua_State *T = r->sb->T;
   int base = lua_gettop(T);
+  if (starts_with_statement(src, len)) {
+    reader_state whole = { { src, NULL }, { len, 0 }, 0 };
+    return tp__sandbox_load(r->sb, T, two_part_reader, &whole, "=script", deadline);
+  }
   reader_state rs = { { "return ", src }, { 7, len }, 0 };
   int status = tp__sandbox_load(r->sb, T, two_part_reader, &rs, "=script", deadline);
   if (status == LUA_OK || atomic_load(&r->sb->kill) != TP_KILL_NONE) return status;

@@ -66,6 +66,7 @@ typedef struct tp_core {
 ** run makes a few, so a steady server reuses them, and a burst of runs that ends leaves
 ** at most 16 MiB behind. */
 #define TP_CORE_CHUNKS 1024
+#define TP_CORE_SANDBOXES 4  /* pooled sandboxes per engine (sandbox.h), each with a copy */
 
 #define tp__core(e) ((tp_core *)(void *)(e))
 /* Tells the host through callback fn of run r's engine: tp__hook(r, wake, r). */

@@ -420,6 +420,59 @@ static int config_main (int argc, char **argv) {
   return worst;
 }
 
+static int cmp_keys (const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* v as jansson's JSON_INDENT(2) | JSON_SORT_KEYS would print it, with every real in the
+** engine's shortest form (tp_number_text), as --json has it. */
+static void put_json (FILE *f, json_t *v, int depth) {
+  switch (json_typeof(v)) {
+    case JSON_OBJECT: case JSON_ARRAY: {
+      int obj = json_is_object(v);
+      size_t n = obj ? json_object_size(v) : json_array_size(v);
+      if (n == 0) { fputs(obj ? "{}" : "[]", f); return; }
+      const char **keys = obj ? malloc(n * sizeof *keys) : NULL;
+      if (obj && keys == NULL) { fputs("{}", f); return; }
+      size_t i = 0;
+      const char *k;
+      json_t *c;
+      if (obj) {
+        json_object_foreach(v, k, c) keys[i++] = k;
+        qsort(keys, n, sizeof *keys, cmp_keys);
+      }
+      fputc(obj ? '{' : '[', f);
+      for (i = 0; i < n; i++) {
+        fprintf(f, "%s\n%*s", i ? "," : "", 2 * (depth + 1), "");
+        if (obj) {
+          json_t *key = json_string(keys[i]);
+          char *t = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
+          fprintf(f, "%s: ", t ? t : "\"\"");
+          free(t);
+          json_decref(key);
+        }
+        put_json(f, obj ? json_object_get(v, keys[i]) : json_array_get(v, i), depth + 1);
+      }
+      fprintf(f, "\n%*s%c", 2 * depth, "", obj ? '}' : ']');
+      free(keys);
+      return;
+    }
+    case JSON_REAL: {
+      char num[32];
+      tp_number_text(json_real_value(v), num, sizeof num);
+      fputs(num, f);
+      if (strpbrk(num, ".eni") == NULL) fputs(".0", f);  /* a real stays one: 3.0 */
+      return;
+    }
+    default: {
+      char *t = json_dumps(v, JSON_ENCODE_ANY);
+      if (t) fputs(t, f);
+      free(t);
+      return;
+    }
+  }
+}
+
 /* Prints the envelope for a person: logs and result on stdout, an error on stderr. */
 static void print_human (const char *envelope) {
   json_error_t jerr;
@@ -451,8 +504,8 @@ static void print_human (const char *envelope) {
         fputc('\n', stdout);
       }
       else {
-        char *text = json_dumps(result, JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_SORT_KEYS);
-        if (text) { puts(text); free(text); }
+        put_json(stdout, result, 0);
+        fputc('\n', stdout);
       }
     }
   }

@@ -185,6 +185,10 @@ struct json_t;
 /* v as JSON text (NUL-terminated; *len, if not NULL, its length; NULL v is "null"), or
 ** NULL when out of memory. Free with tp_free. */
 TP_EXTERN char *tp_json_text(const struct json_t *v, size_t *len);
+/* d in that shortest form, as a person reads it: "%.Pg" for the least precision P that
+** reads back to d ("4.828032", "0.1", "1e+21", "3"), locale-independent. Writes at most
+** len bytes with the NUL (32 always suffice); returns the text's full length. */
+TP_EXTERN size_t tp_number_text(double d, char *buf, size_t len);
 /* text as a jansson tree, read as the engine reads JSON: any value at the top, NUL allowed
 ** in strings, duplicate keys refused, UTF-8 checked, at most 16 MiB. NULL on failure with
 ** why (if not NULL) set to "<what> at line L column C", with a hint for a client. The

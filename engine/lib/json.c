@@ -19,6 +19,7 @@
 
 #include "tidepool.h"
 #include "json.h"
+#include "numfmt.h"
 
 static void push_null(lua_State *L);
 
@@ -292,7 +293,11 @@ static void describe_key (lua_State *L, int k, char *out, size_t cap) {
   switch (lua_type(L, k)) {
     case LUA_TNUMBER:
       if (lua_isinteger(L, k)) snprintf(out, cap, "the integer key %lld", (long long)lua_tointeger(L, k));
-      else snprintf(out, cap, "the float key %.17g", (double)lua_tonumber(L, k));
+      else {
+        char num[TP_NUMFMT_MAX];
+        tp__fmt_double((double)lua_tonumber(L, k), num);
+        snprintf(out, cap, "the float key %s", num);
+      }
       break;
     case LUA_TBOOLEAN:
       snprintf(out, cap, "the boolean key %s", lua_toboolean(L, k) ? "true" : "false");
@@ -876,27 +881,10 @@ static void dump_string (dbuf *b, const char *s, size_t len) {
   db_putc(b, '"');
 }
 
-/* Shortest "%.Ng" that reads back to d, made locale-proof and always a JSON real. */
+/* The shortest text that reads back to d, always a JSON real (numfmt.c). */
 static void dump_real (dbuf *b, double d) {
-  char tmp[40];
-  int n = 0;
-  if (d == floor(d) && fabs(d) < 9007199254740992.0) {  /* integral: no float formatting */
-    n = snprintf(tmp, sizeof tmp, "%s%lld.0", signbit(d) && d == 0 ? "-" : "", (long long)d);
-    db_put(b, tmp, (size_t)n);
-    return;
-  }
-  for (int prec = 15; prec <= 17; prec++) {
-    n = snprintf(tmp, sizeof tmp, "%.*g", prec, d);
-    if (prec == 17 || strtod(tmp, NULL) == d) break;
-  }
-  char dp = localeconv()->decimal_point[0];
-  int has_dot = 0;
-  for (int i = 0; i < n; i++) {
-    if (tmp[i] == dp && dp != '.') tmp[i] = '.';
-    if (tmp[i] == '.' || tmp[i] == 'e' || tmp[i] == 'E') has_dot = 1;
-  }
-  db_put(b, tmp, (size_t)n);
-  if (!has_dot) db_put(b, ".0", 2);
+  char tmp[TP_NUMFMT_MAX];
+  db_put(b, tmp, tp__fmt_json_real(d, tmp));
 }
 
 typedef struct kv { const char *k; size_t len; json_t *v; } kv;
@@ -1016,6 +1004,17 @@ char *tp__json_dumps_charged (const json_t *v, const tp_json_budget *budget, siz
   if (len) *len = b.len;
   *charged = b.charged;
   return b.p;
+}
+
+size_t tp_number_text (double d, char *buf, size_t len) {
+  char tmp[TP_NUMFMT_MAX];
+  size_t n = tp__fmt_double(d, tmp);
+  if (len > 0) {
+    size_t k = n < len - 1 ? n : len - 1;
+    memcpy(buf, tmp, k);
+    buf[k] = '\0';
+  }
+  return n;
 }
 
 char *tp_json_text (const json_t *v, size_t *len) {
