@@ -20,6 +20,7 @@
 #include "calls.h"
 #include "replay.h"
 #include "normalize.h"
+#include "precheck.h"
 #include "json.h"
 #include "limits_table.h"
 
@@ -597,6 +598,31 @@ static int return_line (lua_State *T) {
   return line;
 }
 
+/* The error of a script that the pre-run check stopped: its first finding, marked
+** "precheck" (nothing ran), and all of them under "findings" when there are more. */
+static json_t *findings_error (tp_run *r, const tp_findings *fs) {
+  json_t *first = NULL, *all = fs->n > 1 ? json_array() : NULL;
+  for (int i = 0; i < fs->n; i++) {
+    const tp_finding *f = &fs->f[i];
+    char ltext[SOURCE_LINE_MAX + 1];
+    const char *hint = f->hint ? f->hint : strcmp(f->code, "runtime") == 0
+                       ? runtime_hint(f->msg, line_text(r, f->line, ltext, sizeof ltext))
+                       : tool_hint(f->code);
+    json_t *e = make_error(r, f->code, f->msg, strlen(f->msg), f->line, hint);
+    if (e == NULL) break;
+    if (all) json_array_append_new(all, json_copy(e));  /* flat: a shallow copy */
+    if (i == 0) first = e;
+    else json_decref(e);
+  }
+  if (first == NULL) { json_decref(all); return NULL; }
+  json_object_set_new(first, "precheck", json_true());
+  if (all) {
+    if (fs->more) json_object_set_new(first, "findings_more", json_integer(fs->more));
+    json_object_set_new(first, "findings", all);
+  }
+  return first;
+}
+
 typedef struct reader_state { const char *parts[2]; size_t lens[2]; int i; } reader_state;
 
 static const char *two_part_reader (lua_State *L, void *ud, size_t *size) {
@@ -662,6 +688,14 @@ static int compile (tp_run *r) {
   r->cpu_used_ns += r->compile_ns;
   if (status == LUA_OK) {
     r->return_line = return_line(T);
+    tp_findings *fs = malloc(sizeof *fs);
+    if (fs != NULL && tp__precheck(r, fs) > 0) {
+      r->pending_error = findings_error(r, fs);
+      free(fs);
+      lua_settop(T, 0);
+      return 0;
+    }
+    free(fs);
     return 1;
   }
   if (atomic_load(&r->sb->kill) != TP_KILL_NONE || status == LUA_ERRMEM) {

@@ -1971,6 +1971,11 @@ static int globals_index (lua_State *L) {
   return 0;
 }
 
+/* For the pre-run check (precheck.c): a foreign name's message, and whether a globals
+** table's __index is still the sandbox's own. */
+const char *tp__sandbox_foreign_say (const char *name) { return foreign_say(name); }
+int tp__sandbox_globals_index_is_ours (lua_CFunction f) { return f == globals_index; }
+
 /* __index of the json library's read-only proxy (upvalue 1: the real table): reading
 ** json.null builds its metatable first, so every message about it names it. */
 static int json_index (lua_State *L) {

@@ -65,8 +65,9 @@ static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limi
   if (envelope) *envelope = NULL;
   if (e == NULL || source == NULL || envelope == NULL) return TP_EINVAL;
   /* the upstream MCP servers' tools, unless a plugin load started them already: only for
-  ** a script that names tools (the servers take a while to start) */
-  if (!check_only && memmem(source, len, "tools", 5) != NULL) tp__host_upstream(e, NULL, NULL);
+  ** a script that names tools (the servers take a while to start); a check needs them
+  ** too, to tell a tool name that is wrong */
+  if (memmem(source, len, "tools", 5) != NULL) tp__host_upstream(e, NULL, NULL);
   tp_run *r = tp_run_create(e, source, len, limits);
   if (r == NULL) return TP_ENOMEM;
   if (check_only && r->compiled) tp__run_finish_unstarted(r);
