@@ -157,6 +157,28 @@ static void schema_message (char *buf, size_t len, const tp_schema_errors *errs)
   tp__schema_errors_text(errs, 8, buf, len);
 }
 
+/* The same for a script's arguments: messages about null say how Lua writes it, JSON's
+** null (json.null) first and nil to leave a field out. */
+static void args_message (char *buf, size_t len, tp_schema_errors *errs) {
+  static const char got_null[] = ", got null";
+  for (size_t i = 0; i < errs->count; i++) {
+    tp_schema_error *e = &errs->items[i];
+    size_t ml = strlen(e->message), gl = sizeof got_null - 1;
+    const char *add = NULL;
+    if (strcmp(e->keyword, "type") == 0 && ml >= gl && strcmp(e->message + ml - gl, got_null) == 0)
+      add = " (json.null): give a value of that type, or nil to leave the field out";
+    if (add == NULL) continue;
+    size_t al = strlen(add);
+    char *m = malloc(ml + al + 1);
+    if (m == NULL) continue;
+    memcpy(m, e->message, ml);
+    memcpy(m + ml, add, al + 1);
+    free(e->message);
+    e->message = m;
+  }
+  tp__schema_errors_text(errs, 8, buf, len);
+}
+
 /* Validation runs for the script (its arguments, its tools' results), so it polls the
 ** run's verdict as it goes: it stops once the run has a verdict (the step's timer records
 ** limit.time and limit.cpu while a step runs) or its wall deadline has passed (a result
@@ -455,7 +477,7 @@ void tp__call_check_admit (tp_call *c) {
   }
   if (v != 1) {
     char msg[3000];
-    if (v == 0) schema_message(msg, sizeof msg, &errs);
+    if (v == 0) args_message(msg, sizeof msg, &errs);
     else snprintf(msg, sizeof msg, "the arguments could not be checked (out of memory)");
     tp__schema_errors_clear(&errs);
     tp__call_failf(c, "tool.invalid_input", "tools.%s: invalid arguments: %s "

@@ -164,9 +164,16 @@ static int ns_call (lua_State *L) {
       return refuse_with_object(L, r, c, msg);
     }
   }
-  else {
-    snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
-             "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
+  else {  /* positional arguments: name the tool's own fields */
+    char ex[300] = "";
+    const tp_core *k = tp__core(r->e);
+    if (k->hooks->args_example) k->hooks->args_example(k->ud, name, ex, sizeof ex);
+    if (ex[0])
+      snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
+               "not a %s: tools.%s%s", name, luaL_typename(L, 2), name, ex);
+    else
+      snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
+               "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
     return refuse_with_object(L, r, c, msg);
   }
   uint64_t id = c->id;

@@ -37,6 +37,7 @@
 
 #include "precheck.h"
 #include "sandbox.h"
+#include "allowlist.h"
 
 #define SCAN_MAX 2048       /* instructions looked at from a load to its use */
 #define NAMES_MAX 512       /* names the script assigns; past it, global checks are off */
@@ -143,6 +144,8 @@ typedef struct pcx {
   int globals;                  /* global checks on */
   const TString *assigned[NAMES_MAX];
   size_t nassigned;
+  const TString *probed[NAMES_MAX];  /* globals also read where nil is fine (`if T then`) */
+  size_t nprobed;
   const Proto *chain[DEPTH_MAX];/* the function being checked and those around it */
   int closure_pc[DEPTH_MAX];    /* where chain[i] makes chain[i + 1] */
   int depth;
@@ -157,6 +160,12 @@ static const char *kstr (const Proto *p, int k) {
 static const TString *kts (const Proto *p, int k) {
   if (k < 0 || k >= p->sizek || !ttisshrstring(&p->k[k])) return NULL;
   return tsvalue(&p->k[k]);
+}
+
+static int in_list (const TString *const *list, size_t n, const TString *ts) {
+  for (size_t i = 0; i < n; i++)
+    if (list[i] == ts) return 1;
+  return 0;
 }
 
 static int is_assigned (const pcx *x, const TString *ts) {
@@ -337,6 +346,21 @@ static int local_later (const pcx *x, const TString *ts, int pc) {
   "visible only below the line that declares it: define functions before the code " \
   "that calls them."
 
+/* Why the sandbox leaves out lib.name (lib "_G" for a global; name NULL for a whole
+** library), or NULL when it is not one of Lua's that the sandbox drops. */
+static const char *dropped (const char *lib, const char *name) {
+  for (size_t i = 0; i < tp__allowlist_len; i++) {
+    const tp_allow *a = &tp__allowlist[i];
+    if (a->kind != TP_DROP || strcmp(a->lib, lib) != 0) continue;
+    if (name == NULL ? a->name == NULL : a->name != NULL && strcmp(a->name, name) == 0)
+      return a->reason;
+  }
+  return NULL;
+}
+
+#define HINT_DROPPED "Nothing ran: the script was checked before running. The sandbox " \
+  "has no files, modules or host access: do it with a tool (tools.list(), tools.search)."
+
 /* A global the sandbox does not hold and the script never assigns, surely used. */
 static void undefined_global (pcx *x, const Proto *p, int pc, const TString *ts, int usepc,
                               int how) {
@@ -345,6 +369,13 @@ static void undefined_global (pcx *x, const Proto *p, int pc, const TString *ts,
   const char *say = tp__sandbox_foreign_say(name);
   if (say) {  /* the message the globals' __index raises at run time, at the read */
     add(x, line_of(p, pc), "runtime", NULL, "%s", say);
+    return;
+  }
+  const char *why = dropped("_G", name);
+  if (why == NULL) why = dropped(name, NULL);
+  if (why) {
+    add(x, line, "runtime", HINT_DROPPED, "`%s` is not available in the sandbox (%s)",
+        name, why);
     return;
   }
   int later = local_later(x, ts, pc);
@@ -399,10 +430,13 @@ static void library_field (pcx *x, const Proto *p, int pc, const char *lib) {
   int how = 0;
   if (absent && use_of(p, pc + 1, GETARG_A(in), &how) >= 0) {
     int line = line_of(p, pc + 1);
-    const char *way = tp__lua_way(lib, field);
+    const char *way = tp__lua_way(lib, field), *why = dropped(lib, field);
     near n = { NULL, 9 };
     if (way == NULL) consider_table(x->L, real, &n, field);
-    if (way)
+    if (why && way == NULL)
+      add(x, line, "runtime", HINT_DROPPED, "%s.%s is not available in the sandbox (%s)",
+          lib, field, why);
+    else if (way)
       add(x, line, "runtime", HINT_WAY, "%s.%s does not exist in Lua: %s", lib, field, way);
     else if (n.best)
       add(x, line, "runtime", HINT_NAME, "%s.%s does not exist in Lua; did you mean %s.%s?",
@@ -541,7 +575,17 @@ static void collect (pcx *x, const Proto *p, const unsigned char *env, int depth
         if (!env[GETARG_B(in)]) break;
         const char *n = kstr(p, GETARG_C(in));
         if (n == NULL || strcmp(n, "load") == 0) { x->globals = 0; break; }
-        if (strcmp(n, "_G") != 0) break;
+        if (strcmp(n, "_G") != 0) {
+          /* a read that may see nil without failing: the script tests for it (a guard
+          ** such as `if not T then return end`), so its other reads are not findings */
+          int how = 0;
+          const TString *ts = kts(p, GETARG_C(in));
+          if (use_of(p, pc, GETARG_A(in), &how) < 0 && !in_list(x->probed, x->nprobed, ts)) {
+            if (x->nprobed == NAMES_MAX) x->globals = 0;
+            else x->probed[x->nprobed++] = ts;
+          }
+          break;
+        }
         int how = 0, u = is_temp(p, pc, GETARG_A(in)) ? use_of(p, pc, GETARG_A(in), &how) : -1;
         Instruction ui = u >= 0 ? p->code[u] : 0;
         if (u >= 0 && GET_OPCODE(ui) == OP_GETFIELD && GETARG_B(ui) == GETARG_A(in)) break;
@@ -584,11 +628,12 @@ static void check (pcx *x, const Proto *p, const unsigned char *env) {
     const TString *ts = kts(p, GETARG_C(in));
     if (ts == NULL || is_assigned(x, ts)) continue;
     const char *name = getstr(ts);
+    int probed = in_list(x->probed, x->nprobed, ts);
     lua_pushstring(L, name);
     int t = lua_rawget(L, x->G);
     if (t == LUA_TNIL) {
       lua_pop(L, 1);
-      int how = 0, u = x->globals ? use_of(p, pc, GETARG_A(in), &how) : -1;
+      int how = 0, u = x->globals && !probed ? use_of(p, pc, GETARG_A(in), &how) : -1;
       if (u >= 0) undefined_global(x, p, pc, ts, u, how);
       continue;
     }
