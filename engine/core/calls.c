@@ -399,10 +399,15 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
   charge(c, block_cost(sizeof *c) + block_cost(take + 1));
   if (r->call_hook) r->call_hook(r, c->name, 0, r->call_hook_ud);
   if (l->tool_calls && r->ncalls > l->tool_calls) {
+    char same[300] = "";
+    if (r->same_calls >= 3)
+      snprintf(same, sizeof same, "; the last %u calls were all tools.%s with the same "
+               "arguments: the loop does not advance (pass on the next page's cursor, or "
+               "stop when an answer repeats)", (unsigned)r->same_calls, r->same_tool);
     tp__sandbox_kill_note(sb, TP_KILL_TOOL_CALLS, "the script made more than its limit of "
-                          "%u tool calls", (unsigned)l->tool_calls);
+                          "%u tool calls%s", (unsigned)l->tool_calls, same);
     tp__call_failf(c, "limit.tool_calls", "the script made more than its limit of %u tool "
-                  "calls", (unsigned)l->tool_calls);
+                  "calls%s", (unsigned)l->tool_calls, same);
   }
   return c;
 }
@@ -411,9 +416,55 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
 ** nlen: the length of the name the script used; exact: it is all in c->name (not cut,
 ** no NUL byte), else the name is not looked up. The host resolves the rest
 ** (tp__host_hooks.call). The call may be complete on return. */
+/* A hash of a JSON value, the same for equal values whatever the order of object keys;
+** bounded in depth (deeper parts count as one). */
+static uint64_t json_hash (const json_t *v, int depth) {
+  uint64_t h = 1469598103934665603u ^ (uint64_t)json_typeof(v);
+  const unsigned char *s = NULL;
+  size_t n = 0;
+  switch (json_typeof(v)) {
+    case JSON_STRING: s = (const unsigned char *)json_string_value(v); n = json_string_length(v); break;
+    case JSON_INTEGER: h ^= (uint64_t)json_integer_value(v); h *= 1099511628211u; break;
+    case JSON_REAL: { double d = json_real_value(v); uint64_t b; memcpy(&b, &d, 8); h ^= b; break; }
+    case JSON_ARRAY: {
+      size_t i;
+      const json_t *x;
+      if (depth < 16) json_array_foreach(v, i, x) h = (h ^ json_hash(x, depth + 1)) * 1099511628211u;
+      break;
+    }
+    case JSON_OBJECT: {
+      const char *k;
+      const json_t *x;
+      uint64_t sum = 0;
+      if (depth < 16) json_object_foreach((json_t *)v, k, x) {
+        uint64_t kh = 1469598103934665603u;
+        for (const char *p = k; *p; p++) kh = (kh ^ (unsigned char)*p) * 1099511628211u;
+        sum += (kh ^ json_hash(x, depth + 1)) * 0x9e3779b97f4a7c15u;
+      }
+      h ^= sum;
+      break;
+    }
+    default: break;
+  }
+  for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211u;
+  return h;
+}
+
+/* Counts the calls in a row that are the same tool with the same arguments. */
+static void count_same (tp_run *r, const char *name, const json_t *args) {
+  uint64_t h = json_hash(args ? args : json_null(), 0);
+  size_t nl = strlen(name);
+  for (size_t i = 0; i < nl; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211u;
+  if (r->same_calls > 0 && h == r->same_hash) { r->same_calls++; return; }
+  r->same_hash = h;
+  r->same_calls = 1;
+  snprintf(r->same_tool, sizeof r->same_tool, "%s", name);
+}
+
 void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args) {
   const char *name = c->name;
   c->args = args;
+  count_same(r, name, args);
   if (exact) {
     if (r->rp != NULL && tp__replay_call(r, c)) return;  /* answered from a log */
     tp__hook(r, call, c);

@@ -38,6 +38,7 @@
 #include "precheck.h"
 #include "sandbox.h"
 #include "allowlist.h"
+#include "warnings.h"
 
 #define SCAN_MAX 2048       /* instructions looked at from a load to its use */
 #define NAMES_MAX 512       /* names the script assigns; past it, global checks are off */
@@ -608,6 +609,22 @@ static void collect (pcx *x, const Proto *p, const unsigned char *env, int depth
   }
 }
 
+/* function(a, b) return a - b end: a JavaScript sort comparator. Lua's table.sort
+** wants a boolean, and every number is true. */
+static void js_comparator (pcx *x, const Proto *c) {
+  if (c->numparams != 2 || c->is_vararg || c->sizecode < 3) return;
+  Instruction sub = c->code[0], ret = c->code[2];
+  if (GET_OPCODE(sub) != OP_SUB || GET_OPCODE(c->code[1]) != OP_MMBIN) return;
+  int b = GETARG_B(sub), cc = GETARG_C(sub);
+  if (!((b == 0 && cc == 1) || (b == 1 && cc == 0))) return;
+  if (!((GET_OPCODE(ret) == OP_RETURN1 && GETARG_A(ret) == GETARG_A(sub)) ||
+        (GET_OPCODE(ret) == OP_RETURN && GETARG_A(ret) == GETARG_A(sub) && GETARG_B(ret) == 2)))
+    return;
+  tp__run_warn(x->r, c->linedefined, "a function(a, b) that returns %s is a JavaScript "
+               "sort comparator: Lua's table.sort wants a boolean (and every number is "
+               "true): return %s", b == 0 ? "a - b" : "b - a", b == 0 ? "a < b" : "a > b");
+}
+
 /* Pass 2: the reads of globals that would surely fail, and the tool calls. */
 static void check (pcx *x, const Proto *p, const unsigned char *env) {
   lua_State *L = x->L;
@@ -616,6 +633,7 @@ static void check (pcx *x, const Proto *p, const unsigned char *env) {
     OpCode op = GET_OPCODE(in);
     if (op == OP_CLOSURE && x->depth + 1 < DEPTH_MAX) {
       const Proto *c = p->p[GETARG_Bx(in)];
+      js_comparator(x, c);
       unsigned char cenv[MAXREG];
       child_env(p, c, env, cenv);
       x->closure_pc[x->depth] = pc;
@@ -624,6 +642,14 @@ static void check (pcx *x, const Proto *p, const unsigned char *env) {
       x->depth--;
       continue;
     }
+    if (op == OP_GETFIELD) {  /* t.length: legal, and nil unless the table has one */
+      const char *f = kstr(p, GETARG_C(in));
+      if (f && strcmp(f, "length") == 0)
+        tp__run_warn(x->r, line_of(p, pc), "t.length is nil unless the table has a field "
+                     "named length: Lua's length of an array or a string is #t");
+      continue;
+    }
+    if (op == OP_CLOSURE) continue;
     if (op != OP_GETTABUP || !env[GETARG_B(in)]) continue;
     const TString *ts = kts(p, GETARG_C(in));
     if (ts == NULL || is_assigned(x, ts)) continue;

@@ -501,12 +501,13 @@ static json_t *stats (const tp_run *r) {
 }
 
 /* The envelope's pieces, in their order: "key":<JSON text>. */
-enum { P_OK, P_VALUE, P_LOGS, P_CALLS, P_STATS, P__COUNT };
+enum { P_OK, P_VALUE, P_WARN, P_LOGS, P_CALLS, P_STATS, P__COUNT };  /* P_WARN: when any */
 typedef struct piece { const char *key; char *text; size_t len; } piece;
 
 static size_t envelope_size (const piece *p) {
   size_t n = 2;  /* {} */
-  for (int i = 0; i < P__COUNT; i++) n += strlen(p[i].key) + p[i].len + 4;  /* ,"k": */
+  for (int i = 0; i < P__COUNT; i++)
+    if (p[i].key) n += strlen(p[i].key) + p[i].len + 4;  /* ,"k": */
   return n;
 }
 
@@ -546,6 +547,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   p[P_CALLS].key = "calls";
   p[P_CALLS].text = tp__run_calls_text(r, &p[P_CALLS].len);
   json_t *st = sb ? stats(r) : json_object();
+  if (json_array_size(r->warnings) > 0) piece_of(&p[P_WARN], "warnings", r->warnings);
   piece_of(&p[P_LOGS], "logs", logs);
   piece_of(&p[P_STATS], "stats", st);
   json_decref(logs);
@@ -577,6 +579,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   size_t total = envelope_size(p), len = 0;
   char *buf = malloc(total + 1);
   for (int i = 0; i < P__COUNT && buf != NULL; i++) {
+    if (p[i].key == NULL) continue;  /* a piece left out (no warnings) */
     if (p[i].text == NULL) { free(buf); buf = NULL; break; }
     len += (size_t)sprintf(buf + len, "%c\"%s\":", i ? ',' : '{', p[i].key);
     memcpy(buf + len, p[i].text, p[i].len);
@@ -1190,6 +1193,7 @@ void tp_run_destroy (tp_run *r) {
   }
   else tp__sandbox_destroy(r->sb);
   json_decref(r->pending_error);
+  json_decref(r->warnings);
   tp__replay_free(r->rp);
   free(r->src);
   free(r->envelope);

@@ -168,6 +168,12 @@ struct tp_run {
   void (*progress_hook)(struct tp_run *r, const char *tool, const char *text, void *ud);
   void *progress_hook_ud;
   struct tp_replay *rp;    /* seed, clock, log, replay (replay.c); NULL: none of them */
+  /* the calls started last that were all the same tool with the same arguments: a loop
+  ** that does not advance, named when limit.tool_calls ends it (calls.c) */
+  json_t *warnings;        /* the envelope's warnings (warnings.c), or NULL */
+  uint64_t same_hash;
+  uint32_t same_calls;
+  char same_tool[64];
 };
 
 struct tp_session {

@@ -22,6 +22,7 @@
 #include "lgc.h"      /* isdead, for setuvalue (close_at_once) */
 
 #include "sandbox.h"
+#include "warnings.h"   /* tp__sb_ipairs, for the allowlist */
 #include "json.h"
 
 _Static_assert(LUA_EXTRASPACE == sizeof(void *), "lua_patch.h assumes one pointer");
@@ -1189,6 +1190,7 @@ static int sb_format (lua_State *L) {
     if (c == 's' && arg <= top) {
       int t = lua_type(L, arg);
       if (t != LUA_TSTRING && t != LUA_TNUMBER) {
+        if (t == LUA_TTABLE) tp__warn_table_text(L, arg);
         show(L, arg, NULL);
         lua_replace(L, arg);
       }

@@ -277,6 +277,12 @@ static void print_human (const char *envelope) {
     fwrite(json_string_value(v), 1, json_string_length(v), stdout);
     fputc('\n', stdout);
   }
+  json_array_foreach(json_object_get(env, "warnings"), i, v) {
+    json_t *line = json_object_get(v, "line");
+    fprintf(stderr, "warning");
+    if (line) fprintf(stderr, " at line %lld", (long long)json_integer_value(line));
+    fprintf(stderr, ": %s\n", json_string_value(json_object_get(v, "message")));
+  }
   json_t *err = json_object_get(env, "error");
   if (err) {
     /* the pre-run check's findings, every one; else the one error */
