@@ -474,7 +474,7 @@ static void tool_path (pcx *x, const Proto *p, int pc) {
       strcmp(name, "search") == 0)
     return;  /* discovery */
   int how = 0, callpc = use_of(p, j - 1, reg, &how);
-  if (callpc < 0 || how != USE_CALL || GET_OPCODE(p->code[callpc]) != OP_CALL) return;
+  if (callpc < 0 || how != USE_CALL) return;  /* CALL, or TAILCALL in `return tools.x{}` */
   /* one literal table as the argument: NEWTABLE reg+1 right after the path */
   const char *keys[KEYS_MAX];
   unsigned char sure[KEYS_MAX];

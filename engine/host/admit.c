@@ -221,6 +221,10 @@ static char *search (void *ud, tp_sandbox *sb, const char *query) {
 ** input schema (after a local $ref) is read; patternProperties turns the first check off.
 */
 
+static int cmp_str (const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* "$.key", or $["odd key"] as the validator writes it. */
 static void key_path (const char *key, char *buf, size_t len) {
   int plain = key[0] != '\0' && !(key[0] >= '0' && key[0] <= '9');
@@ -272,14 +276,17 @@ static const char *precheck_call (void *ud, const char *tool, const char *const 
   const json_t *props = json_object_get(s, "properties");
   if (json_is_false(json_object_get(s, "additionalProperties")) &&
       json_object_get(s, "patternProperties") == NULL) {
-    char allowed[300];
-    size_t a = 0;
-    const char *pk;
+    char allowed[300];  /* sorted, as the validator lists them */
+    size_t a = 0, np = 0;
+    const char *pk, *names[64];
     const json_t *pv;
     allowed[0] = '\0';
-    json_object_foreach((json_t *)props, pk, pv) {
+    json_object_foreach((json_t *)props, pk, pv) if (np < 64) names[np++] = pk;
+    qsort(names, np, sizeof names[0], cmp_str);
+    for (size_t q = 0; q < np; q++) {
       if (a + 40 >= sizeof allowed) { snprintf(allowed + a, sizeof allowed - a, ", ..."); break; }
-      a += (size_t)snprintf(allowed + a, sizeof allowed - a, "%s\"%s\"", a ? ", " : "", pk);
+      a += (size_t)snprintf(allowed + a, sizeof allowed - a, "%s\"%s\"", a ? ", " : "",
+                            names[q]);
     }
     for (size_t k = 0; k < nkeys; k++) {
       if (!sure[k] || json_object_get(props, keys[k]) != NULL || o >= sizeof errs - 1) continue;
