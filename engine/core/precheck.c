@@ -151,6 +151,8 @@ typedef struct pcx {
   int closure_pc[DEPTH_MAX];    /* where chain[i] makes chain[i + 1] */
   int depth;
   tp_findings *out;
+  int kv_get;                   /* the script calls tools.kv.get */
+  int nil_tests[4], nnil;       /* lines that test x.value against nil */
 } pcx;
 
 static const char *kstr (const Proto *p, int k) {
@@ -470,6 +472,7 @@ static void tool_path (pcx *x, const Proto *p, int pc) {
   }
   if (nlen == 0) return;
   name[nlen] = '\0';
+  if (strcmp(name, "kv.get") == 0) x->kv_get = 1;
   if (strcmp(name, "list") == 0 || strcmp(name, "describe") == 0 ||
       strcmp(name, "search") == 0)
     return;  /* discovery */
@@ -647,6 +650,14 @@ static void check (pcx *x, const Proto *p, const unsigned char *env) {
       if (f && strcmp(f, "length") == 0)
         tp__run_warn(x->r, line_of(p, pc), "t.length is nil unless the table has a field "
                      "named length: Lua's length of an array or a string is #t");
+      /* r.value == nil (or ~= nil): kv.get answers json.null, not nil, for a missing key */
+      if (f && strcmp(f, "value") == 0 && pc + 1 < p->sizecode && x->nnil < 4) {
+        Instruction nx = p->code[pc + 1];
+        int kb = GETARG_B(nx);
+        if (GET_OPCODE(nx) == OP_EQK && GETARG_A(nx) == GETARG_A(in) && kb < p->sizek &&
+            ttisnil(&p->k[kb]))
+          x->nil_tests[x->nnil++] = line_of(p, pc);
+      }
       continue;
     }
     if (op == OP_CLOSURE) continue;
@@ -697,6 +708,11 @@ static int precheck_protected (lua_State *L) {
   x->depth = 0;
   x->chain[0] = p;
   check(x, p, env);
+  if (x->kv_get)
+    for (int i = 0; i < x->nnil; i++)
+      tp__run_warn(x->r, x->nil_tests[i], "tools.kv.get answers value = json.null, not nil, "
+                   "for a key that is not set, so r.value == nil is never true there: test "
+                   "r.found (or r.value == json.null)");
   return 0;
 }
 

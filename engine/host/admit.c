@@ -317,10 +317,15 @@ static void args_example (void *ud, const char *tool, char *buf, size_t len) {
   const json_t *req = json_object_get(s, "required");
   size_t o = 0, n = 0;
   o += (size_t)snprintf(buf, len, "{");
+  const char *names[64], *k;
+  const json_t *sub;
+  size_t nn = 0;
+  json_object_foreach((json_t *)props, k, sub) if (nn < 64) names[nn++] = k;
+  qsort(names, nn, sizeof names[0], cmp_str);  /* the same text every time */
   for (int pass = 0; pass < 2; pass++) {
-    const char *k;
-    const json_t *sub;
-    json_object_foreach((json_t *)props, k, sub) {
+    for (size_t q = 0; q < nn; q++) {
+      k = names[q];
+      sub = json_object_get(props, k);
       int is_req = 0;
       size_t i;
       const json_t *one;
