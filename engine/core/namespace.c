@@ -182,6 +182,8 @@ static int ns_call (lua_State *L) {
   c->args_cost = o.cost;
   c->charged += o.cost;
   c->empty_objects = o.empty_objects;
+  c->nkept_objects = o.nkept;
+  if (o.nkept > 0) memcpy(c->kept_objects, o.kept, (size_t)o.nkept * sizeof o.kept[0]);
   tp__call_start(r, c, nlen, exact, args);
   lua_settop(L, 0);
   return await_call(L, id, 1);

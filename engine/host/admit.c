@@ -80,11 +80,23 @@ static int wants_array (const json_t *s, const json_t *root, int depth, long *wo
 static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth,
                           long *work);
 
+/* The call whose arguments empty_arrays walks: its empty objects that were JSON objects
+** (a table decoded from {}) stay objects. One walk at a time, on the engine's thread. */
+static __thread const tp_call *walking;
+
+static int kept_object (const json_t *v) {
+  if (walking == NULL) return 0;
+  for (int i = 0; i < walking->nkept_objects; i++)
+    if (walking->kept_objects[i] == v) return 1;
+  return 0;
+}
+
 /* The replacement of child (of schema sub): an empty array, or NULL after walking it. */
 static json_t *empty_child (json_t *child, const json_t *sub, const json_t *root, int depth,
                             long *work) {
   if (sub == NULL) return NULL;
   if (json_is_object(child) && json_object_size(child) == 0) {
+    if (kept_object(child)) return NULL;
     if (wants_array(sub, root, depth, work)) return json_array();
     return NULL;
   }
@@ -163,7 +175,9 @@ static void on_call (void *ud, tp_call *c) {
   if (c->empty_objects && t->input != NULL) {  /* before the policy sees the arguments
                                                ** and their text is made */
     long work = EMPTY_WORK;
+    walking = c;
     empty_arrays(c->args, t->input, t->input, 0, &work);
+    walking = NULL;
   }
   if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
   tp__admit_after_policy(e, c);
