@@ -416,12 +416,14 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
 ** nlen: the length of the name the script used; exact: it is all in c->name (not cut,
 ** no NUL byte), else the name is not looked up. The host resolves the rest
 ** (tp__host_hooks.call). The call may be complete on return. */
-/* A hash of a JSON value, the same for equal values whatever the order of object keys;
-** bounded in depth (deeper parts count as one). */
-static uint64_t json_hash (const json_t *v, int depth) {
+/* A hash of a JSON value, the same for equal values whatever the order of object keys.
+** Bounded: *budget nodes and string bytes at most (a call's arguments may be megabytes);
+** past it *budget is negative and the hash means nothing. */
+static uint64_t json_hash (const json_t *v, int depth, long *budget) {
   uint64_t h = 1469598103934665603u ^ (uint64_t)json_typeof(v);
   const unsigned char *s = NULL;
   size_t n = 0;
+  if (--*budget < 0) return 0;
   switch (json_typeof(v)) {
     case JSON_STRING: s = (const unsigned char *)json_string_value(v); n = json_string_length(v); break;
     case JSON_INTEGER: h ^= (uint64_t)json_integer_value(v); h *= 1099511628211u; break;
@@ -429,7 +431,10 @@ static uint64_t json_hash (const json_t *v, int depth) {
     case JSON_ARRAY: {
       size_t i;
       const json_t *x;
-      if (depth < 16) json_array_foreach(v, i, x) h = (h ^ json_hash(x, depth + 1)) * 1099511628211u;
+      if (depth < 16) json_array_foreach(v, i, x) {
+        h = (h ^ json_hash(x, depth + 1, budget)) * 1099511628211u;
+        if (*budget < 0) return 0;
+      }
       break;
     }
     case JSON_OBJECT: {
@@ -439,20 +444,24 @@ static uint64_t json_hash (const json_t *v, int depth) {
       if (depth < 16) json_object_foreach((json_t *)v, k, x) {
         uint64_t kh = 1469598103934665603u;
         for (const char *p = k; *p; p++) kh = (kh ^ (unsigned char)*p) * 1099511628211u;
-        sum += (kh ^ json_hash(x, depth + 1)) * 0x9e3779b97f4a7c15u;
+        sum += (kh ^ json_hash(x, depth + 1, budget)) * 0x9e3779b97f4a7c15u;
+        if (*budget < 0) return 0;
       }
       h ^= sum;
       break;
     }
     default: break;
   }
-  for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211u;
+  *budget -= (long)(n / 8);
+  for (size_t i = 0; i < n && *budget >= 0; i++) h = (h ^ s[i]) * 1099511628211u;
   return h;
 }
 
 /* Counts the calls in a row that are the same tool with the same arguments. */
 static void count_same (tp_run *r, const char *name, const json_t *args) {
-  uint64_t h = json_hash(args ? args : json_null(), 0);
+  long budget = 4096;
+  uint64_t h = json_hash(args ? args : json_null(), 0, &budget);
+  if (budget < 0) { r->same_calls = 0; return; }  /* too large to tell cheaply */
   size_t nl = strlen(name);
   for (size_t i = 0; i < nl; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211u;
   if (r->same_calls > 0 && h == r->same_hash) { r->same_calls++; return; }
