@@ -1,5 +1,5 @@
 /*
-** embed.c: the C API in a few lines (the README's example). A tool written in C, a
+** embed.c: the C API in a few lines (docs/c-api.md's example). A tool written in C, a
 ** script that calls it, the envelope printed.
 **   cc embed.c $(pkg-config --cflags --libs tidepool) -o embed   (after make install)
 */

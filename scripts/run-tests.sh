@@ -212,7 +212,7 @@ if [ -z "${SANITIZE:-}" ]; then
   fi
 fi
 
-# make install into a temporary root, then build the README's C example against the
+# make install into a temporary root, then build docs/c-api.md's C example against the
 # installed header and libraries, as a user of the library would.
 # (Only for the plain build: the sanitize build's objects carry other flags.)
 inst=$(mktemp -d)

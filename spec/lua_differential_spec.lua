@@ -2,8 +2,8 @@
 -- and in this plain Lua 5.4.7 (the interpreter busted runs on), and the results must be
 -- the same: values, types (integer or float), errors and their messages. The sandbox
 -- removes libraries; what it keeps must behave as stock Lua does. The only differences
--- allowed are README's on purpose (no addresses, no __gc, text-only load), listed in
--- INTENDED with what the sandbox answers instead.
+-- allowed are the sandbox's on purpose (docs/cli.md: no addresses, no __gc, text-only
+-- load), listed in INTENDED with what the sandbox answers instead.
 -- luacheck: no max line length (the cases are Lua one-liners, kept whole)
 local tidepool = require("tidepool")
 
@@ -233,14 +233,14 @@ local CASES = {
     .. 'local b = collectgarbage("restart") return a, r, b, collectgarbage("isrunning")',
   -- base functions that write somewhere
   'print("to the logs")', 'warn("@on")', 'pcall(coroutine.yield, 1)',
-  -- on purpose (README's sandbox section): no addresses, no __gc, text-only load
+  -- on purpose (docs/cli.md, the sandbox): no addresses, no __gc, text-only load
   'tostring({}):match("^table: #%d+$") ~= nil', 'tostring(print):match("^function: ") ~= nil',
   'pcall(string.format, "%p", {})', 'load("\27Lua")', 'pcall(load, "return 1", "=c", "b")',
   'pcall(setmetatable, {}, { __gc = true })', 'type(string.dump)', 'type(io)',
   'type(require)', 'type(debug)', 'type(os.execute)', 'type(dofile)', 'type(package)',
 }
 
--- Differences on purpose (README's sandbox section): what the sandbox answers instead.
+-- Differences on purpose (docs/cli.md, the sandbox): what the sandbox answers instead.
 local INTENDED = {
   -- no addresses: tostring and %p
   ['tostring({}):match("^table: #%d+$") ~= nil'] = 'true | true',

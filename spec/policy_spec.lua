@@ -252,7 +252,7 @@ describe("policy rules", function()
 end)
 
 describe("examples/policy.json", function()
-  it("allows, denies, asks and rate-limits as its README section says", function()
+  it("allows, denies, asks and rate-limits as docs/policy.md says", function()
     local dir = os.tmpname()
     os.remove(dir)
     assert(os.execute("mkdir " .. shell_quote(dir)))

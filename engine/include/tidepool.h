@@ -491,7 +491,7 @@ TP_EXTERN int tp_engine_tool_schema(const tp_engine *e, size_t i, int output, ch
 
 /* ---- the config file ----------------------------------------------------------------
 **
-** One JSON object of sections (README "Config file"), checked against tidepool's JSON
+** One JSON object of sections (docs/config.md), checked against tidepool's JSON
 ** Schema, committed as engine/host/config.schema.json, built into the library and
 ** installed as DATADIR/config.schema.json: limits (by the Lua module's option names:
 ** "memory": "64M", "timeout": 2), tools (plugin directories), workspace ("dir" or
@@ -724,7 +724,7 @@ TP_EXTERN int tp_engine_set_policy(tp_engine *e, tp_policy_fn fn, void *ud);
 TP_EXTERN int tp_call_decide(tp_call *call, int verdict, const char *reason);
 
 /* ---- the config's policy: who calls, and what was decided --------------------------
-** A config with a "policy" section (tp_engine_configure; README "Policy") decides on
+** A config with a "policy" section (tp_engine_configure; docs/policy.md) decides on
 ** every call of a registered tool before tp_engine_set_policy's fn and before the
 ** arguments are checked: allowed, tool.denied (the message names the rule, its reason,
 ** the clause that failed and the argument's value), or tool.rate_limited (the error

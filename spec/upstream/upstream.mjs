@@ -575,7 +575,7 @@ test('tidepool mcp without --workers runs one worker when the config has servers
   assert(Number.isInteger(pids[0]) && pids[1] === pids[0] && pids[2] === pids[0], JSON.stringify(pids));
 }, 30000);
 
-// ---- examples/reach: the README's example, as written but for where the servers come from
+// ---- examples/reach: docs/config.md's example, as written but for where the servers come from
 
 test('examples/reach: one script uses the HTTP API, git, the filesystem and memory servers', async () => {
   const d = fresh('reach');
