@@ -45,6 +45,8 @@
 #define DEPTH_MAX 64        /* nested functions followed */
 #define KEYS_MAX 64         /* fields of a literal table of arguments */
 #define MAXREG 256
+#define WORK_MAX 2000000    /* instructions looked at in all (a few ms at most); past it
+                            ** the check stops, and global checks are off */
 
 /* ---- how Lua does it -------------------------------------------------------------- */
 
@@ -184,6 +186,8 @@ static void assign (pcx *x, const TString *ts) {
   x->assigned[x->nassigned++] = ts;
 }
 
+static __thread long work;  /* what is left of WORK_MAX, for the check on this thread */
+
 /* Whether instruction i may skip to another place (and where: *to), or stops the walk. */
 enum { GO_ON, GO_JUMP, GO_STOP };
 static int flow (const Instruction *code, int pc, int *to) {
@@ -221,6 +225,7 @@ static int use_of (const Proto *p, int pc, int reg, int *how) {
   int end = p->sizecode;
   if (end > pc + SCAN_MAX) end = pc + SCAN_MAX;
   for (int i = pc + 1; i < end; i++) {
+    if (--work < 0) return -1;
     Instruction in = p->code[i];
     OpCode op = GET_OPCODE(in);
     int use = USE_NONE;
@@ -704,7 +709,9 @@ static int precheck_protected (lua_State *L) {
     const TString *n = p->upvalues[i].name;
     env[i] = n != NULL && strcmp(getstr(n), "_ENV") == 0;
   }
+  work = WORK_MAX;
   collect(x, p, env, 0);
+  if (work < 0) x->globals = 0;  /* the guards may not all be known */
   x->depth = 0;
   x->chain[0] = p;
   check(x, p, env);

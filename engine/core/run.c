@@ -813,7 +813,11 @@ static int compile (tp_run *r) {
   if (status == LUA_OK) {
     r->return_line = return_line(T);
     tp_findings *fs = malloc(sizeof *fs);
-    if (fs != NULL && tp__precheck(r, fs) > 0) {
+    int found = fs != NULL && tp__precheck(r, fs) > 0;
+    uint64_t checked = tp__now_ns() - t0 - r->compile_ns;  /* charged like the compile */
+    r->compile_ns += checked;
+    r->cpu_used_ns += checked;
+    if (found) {
       r->pending_error = findings_error(r, fs);
       free(fs);
       lua_settop(T, 0);
