@@ -576,12 +576,14 @@ TP_EXTERN int tp_engine_set_workspace_max(tp_engine *e, uint64_t bytes);
 TP_EXTERN const char *tp_engine_error(const tp_engine *e);
 
 /* The tools as the model reads them: a checklist of what differs from JavaScript and
-** Python, then every tool as a Lua call with its fields and rules (format "lua"), or one
-** line a tool (format "compact", for clients that cut descriptions; a script reads a
-** tool's details with tools.describe(name)); or a run_lua tool definition as JSON with
-** either text ("json", "json+compact"; "json+session" and "json+session+compact" add
-** the session argument). Caller frees with tp_free. NULL for an unknown format or out
-** of memory. */
+** Python, then every tool as a Lua call with its fields and rules (format "lua"), one
+** line a tool ("compact": required fields and result keys; a script reads a tool's
+** details with tools.describe(name)), one line a namespace with its tools' names
+** ("grouped") or their number ("counts"); "auto" is the first of full, compact, grouped
+** and counts that fits in 2,048 characters (where Claude Code cuts a description), "fit"
+** the same from compact on. Or a run_lua tool definition as JSON with one of these texts
+** ("json" in full, "json+MODE"; "json+session" and "json+session+MODE" add the session
+** argument). Caller frees with tp_free. NULL for an unknown format or out of memory. */
 TP_EXTERN char *tp_engine_describe(tp_engine *e, const char *format);
 
 /* Runs the engine's event loop: once without waiting (block 0) or until something
@@ -648,6 +650,25 @@ TP_EXTERN int tp_engine_claim_session(tp_engine *e, const char *session, const c
                                       int64_t ttl_ms, tp_claim_fn fn, void *ud);
 /* Lets owner's claim of session go (nothing when owner does not hold it); no answer. */
 TP_EXTERN int tp_engine_release_session(tp_engine *e, const char *session, const char *owner);
+
+/* Leases: a process that holds claims keeps a lease on its own name, renewed well within
+** its ttl (tp_engine_renew_lease: a claim, fn as below; TP_EINVAL for ttl_ms <= 0); a
+** holder whose lease lapsed died, or lost the store. tp_engine_end_lease lets it go at
+** once (a process that stops). tp_engine_claim_lease claims key as
+** tp_engine_claim_session does, and flags say what to do about a holder whose lease
+** lapsed: TP_CLAIM_TAKEOVER takes the key from it (outcome TP_CLAIM_TAKEN, holder: its
+** name), TP_CLAIM_PROBE leaves it and says so (TP_CLAIM_DEAD, holder: its name). fn's
+** outcome otherwise: TP_CLAIM_WON (owner holds it; holder NULL), TP_CLAIM_HELD (holder, a
+** live one, holds it), TP_CLAIM_FAILED (err: how the store failed; nothing is known of the
+** claim). Same returns as tp_engine_claim_session. */
+enum { TP_CLAIM_TAKEOVER = 1, TP_CLAIM_PROBE = 2 };
+enum { TP_CLAIM_WON, TP_CLAIM_TAKEN, TP_CLAIM_HELD, TP_CLAIM_DEAD, TP_CLAIM_FAILED };
+typedef void (*tp_lease_fn)(void *ud, int outcome, const char *holder, const char *err);
+TP_EXTERN int tp_engine_claim_lease(tp_engine *e, const char *key, const char *owner,
+                                    int64_t ttl_ms, int flags, tp_lease_fn fn, void *ud);
+TP_EXTERN int tp_engine_renew_lease(tp_engine *e, const char *owner, int64_t ttl_ms,
+                                    tp_lease_fn fn, void *ud);
+TP_EXTERN int tp_engine_end_lease(tp_engine *e, const char *owner);
 
 /* ---- paused runs in the state store -------------------------------------------------
 ** What a front end keeps of a paused run so that it survives a restart of the process
