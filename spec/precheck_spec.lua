@@ -118,7 +118,8 @@ return prnt(x)]])
     assert.is_false(env.ok)
     local got = {}
     for _, f in ipairs(env.error.findings) do got[#got + 1] = { f.line, f.code } end
-    assert.same({ { 1, "runtime" }, { 2, "tool.unknown" }, { 3, "runtime" }, { 4, "runtime" } }, got)
+    assert.same({ { 1, "runtime" }, { 2, "tool.unknown" }, { 3, "runtime" }, { 4, "runtime" } },
+      got)
     assert.are.equal(env.error.message, env.error.findings[1].message)
   end)
 

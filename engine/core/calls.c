@@ -425,7 +425,10 @@ static uint64_t json_hash (const json_t *v, int depth, long *budget) {
   size_t n = 0;
   if (--*budget < 0) return 0;
   switch (json_typeof(v)) {
-    case JSON_STRING: s = (const unsigned char *)json_string_value(v); n = json_string_length(v); break;
+    case JSON_STRING:
+      s = (const unsigned char *)json_string_value(v);
+      n = json_string_length(v);
+      break;
     case JSON_INTEGER: h ^= (uint64_t)json_integer_value(v); h *= 1099511628211u; break;
     case JSON_REAL: { double d = json_real_value(v); uint64_t b; memcpy(&b, &d, 8); h ^= b; break; }
     case JSON_ARRAY: {

@@ -74,7 +74,8 @@ static const struct { const char *lib, *name, *way; } lua_ways[] = {
   { "table", "map", "write a loop: local out = {} for i, v in ipairs(t) do out[i] = f(v) end" },
   { "table", "filter", "write a loop: local out = {} for _, v in ipairs(t) do if keep(v) then "
     "out[#out + 1] = v end end" },
-  { "table", "reduce", "write a loop: local acc = init for _, v in ipairs(t) do acc = f(acc, v) end" },
+  { "table", "reduce", "write a loop: local acc = init for _, v in ipairs(t) do "
+    "acc = f(acc, v) end" },
   { "table", "foreach", "write a loop: for i, v in ipairs(t) do ... end" },
   { "table", "forEach", "write a loop: for i, v in ipairs(t) do ... end" },
   { "table", "push", "append with table.insert(t, v) or t[#t + 1] = v" },
