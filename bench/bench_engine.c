@@ -15,6 +15,9 @@
 **   cpu_overhead_time          fib(27) in the sandbox under the default cpu/wall limits, as
 **                              a ratio to the same script in a bare state of the same Lua
 **   cpu_overhead_instructions  the same with an instruction limit of 1e9
+**   precheck_us                the pre-run check (engine/core/precheck.c) of a 50-line
+**                              script that calls tools, on its compiled chunk; part of
+**                              every run's compile, so it must stay well under cold_run_us
 **
 ** Every figure is a median. Two figures that are compared are measured alternately in
 ** one loop (a, b, a, b, ...), so that machine noise falls on both alike; a ratio is the
@@ -30,6 +33,7 @@
 #include "lualib.h"
 
 #include "tidepool.h"
+#include "precheck.h"
 #include "bench.h"
 
 static const char trivial[] = "return 1";
@@ -46,6 +50,58 @@ static long bench_rss_kib (void) {
   fclose(f);
   return rss * 4;
 }
+/* 50 lines a model would write: tool calls, loops, string work, a local function. */
+static const char fifty[] =
+  "local owner, repo = \"acme\", \"widgets\"\n"
+  "local function label_of(issue)\n"
+  "  local title = string.lower(issue.title or \"\")\n"
+  "  if title:find(\"crash\", 1, true) then return \"bug\" end\n"
+  "  if title:find(\"add\", 1, true) then return \"feature\" end\n"
+  "  return \"triage\"\n"
+  "end\n"
+  "local function summarize(list)\n"
+  "  local counts = {}\n"
+  "  for _, item in ipairs(list) do\n"
+  "    local l = label_of(item)\n"
+  "    counts[l] = (counts[l] or 0) + 1\n"
+  "  end\n"
+  "  return counts\n"
+  "end\n"
+  "local seen = tools.kv.get{key = owner .. \"/\" .. repo}\n"
+  "local issues = {}\n"
+  "for i = 1, 20 do\n"
+  "  issues[#issues + 1] = { title = string.format(\"issue %d: add thing\", i), n = i }\n"
+  "end\n"
+  "local counts = summarize(issues)\n"
+  "local lines = {}\n"
+  "for k, v in pairs(counts) do\n"
+  "  lines[#lines + 1] = string.format(\"%s=%d\", k, v)\n"
+  "end\n"
+  "table.sort(lines)\n"
+  "local text = table.concat(lines, \", \")\n"
+  "tools.kv.set{key = \"summary\", value = text}\n"
+  "local total = 0\n"
+  "for _, it in ipairs(issues) do total = total + it.n end\n"
+  "local avg = total / #issues\n"
+  "local ok, err = pcall(tools.kv.get, {key = \"missing\"})\n"
+  "if not ok then print(\"lookup failed: \" .. tostring(err)) end\n"
+  "local words = {}\n"
+  "for w in text:gmatch(\"%a+\") do words[#words + 1] = w:upper() end\n"
+  "local now = os.time()\n"
+  "local stamp = os.date(\"!%Y-%m-%d\", now)\n"
+  "local record = json.encode({ counts = counts, avg = avg, at = stamp })\n"
+  "tools.kv.set{key = \"record\", value = record}\n"
+  "local back = json.decode(record)\n"
+  "local max = math.max(table.unpack({ 1, 5, 3 }))\n"
+  "local parts = {}\n"
+  "for i = 1, math.min(3, #words) do parts[i] = words[i] end\n"
+  "local head = table.concat(parts, \" \")\n"
+  "local r = tools.kv.get{key = \"record\"}\n"
+  "if r.found and r.value ~= json.null then print(\"stored\") end\n"
+  "local result = { text = text, avg = avg, max = max, head = head }\n"
+  "result.seen = seen.found\n"
+  "result.when = back.at\n"
+  "return result\n";
 
 static void die (const char *what) {
   fprintf(stderr, "bench_engine: %s\n", what);
@@ -172,6 +228,30 @@ int main (int argc, char **argv) {
     printf("session_rss_kib: %.1f KiB\n", (double)(rss1 - rss0) / NS);
     for (int i = 0; i < NS; i++) tp_session_destroy(ss[i]);
     free(ss);
+  }
+
+  /* the pre-run check alone, on the compiled 50-line script (tools known to it) */
+  {
+    tp_engine *pe = tp_engine_create();
+    if (pe == NULL || tp_engine_load_tools(pe, "tools") < 0) die("loading tools/ failed");
+    tp_run *r = tp_run_create(pe, fifty, sizeof fifty - 1, NULL);
+    if (r == NULL) die("tp_run_create failed");
+    tp_findings *fs = malloc(sizeof *fs);
+    if (fs == NULL) die("out of memory");
+    if (tp__precheck(r, fs) != 0) die(fs->f[0].msg);  /* the script is clean */
+    int np = 2000 * scale;
+    double *pt = malloc(sizeof(double) * (size_t)np);
+    if (pt == NULL) die("out of memory");
+    for (int i = 0; i < np; i++) {
+      double t0 = bench_now_us();
+      tp__precheck(r, fs);
+      pt[i] = bench_now_us() - t0;
+    }
+    printf("precheck_us: %.1f us\n", median(pt, np));
+    free(pt);
+    free(fs);
+    tp_run_destroy(r);
+    tp_engine_destroy(pe);
   }
 
   /* CPU-bound: fib(27), default limits (cpu and wall, no count hook) */

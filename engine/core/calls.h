@@ -14,6 +14,7 @@
 #include "tidepool.h"
 #include "run.h"
 #include "schema.h"
+#include "json.h"
 
 struct tp_schema;
 
@@ -45,6 +46,9 @@ struct tp_call {
   int state;               /* CALL_* */
   int handler_owns;        /* the handler (or a policy's hold) has not let go of it yet */
   int held;                /* a policy holds it (tp__call_hold) until tp_call_decide */
+  const json_t *kept_objects[TP_JSON_KEPT_MAX]; /* empty objects of its arguments that
+                           ** were JSON objects (decoded from {}): never made [] */
+  int nkept_objects;       /* -1: more than the list holds (then all may become []) */
   int empty_objects;       /* its arguments hold an empty table sent as {} (the host
                            ** looks at the schema only then: host/admit.c) */
   int cancelled, consumed;

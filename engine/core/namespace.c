@@ -164,9 +164,16 @@ static int ns_call (lua_State *L) {
       return refuse_with_object(L, r, c, msg);
     }
   }
-  else {
-    snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
-             "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
+  else {  /* positional arguments: name the tool's own fields */
+    char ex[300] = "";
+    const tp_core *k = tp__core(r->e);
+    if (k->hooks->args_example) k->hooks->args_example(k->ud, name, ex, sizeof ex);
+    if (ex[0])
+      snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
+               "not a %s: tools.%s%s", name, luaL_typename(L, 2), name, ex);
+    else
+      snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
+               "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
     return refuse_with_object(L, r, c, msg);
   }
   uint64_t id = c->id;
@@ -175,6 +182,8 @@ static int ns_call (lua_State *L) {
   c->args_cost = o.cost;
   c->charged += o.cost;
   c->empty_objects = o.empty_objects;
+  c->nkept_objects = o.nkept;
+  if (o.nkept > 0) memcpy(c->kept_objects, o.kept, (size_t)o.nkept * sizeof o.kept[0]);
   tp__call_start(r, c, nlen, exact, args);
   lua_settop(L, 0);
   return await_call(L, id, 1);

@@ -46,6 +46,18 @@ typedef struct tp__host_hooks {
   const char *(*tool_name)(void *ud, size_t i);
   char *(*describe)(void *ud, tp_sandbox *sb, const char *tool, int *known);
   char *(*search)(void *ud, tp_sandbox *sb, const char *query);
+  /* The pre-run check (precheck.c) of a call written out in the script, tools.a.b(...):
+  ** tool is its dotted name; when its one argument is a literal table, literal is 1,
+  ** keys its constant field names (sure[i]: field i surely holds a value that is not
+  ** nil) and closed says the table has no other fields. Writes msg and returns the code
+  ** of a call that would surely fail ("tool.unknown", "tool.invalid_input"), or NULL
+  ** when it would not or cannot be told (tools still to come). May be NULL. */
+  const char *(*precheck_call)(void *ud, const char *tool, const char *const *keys,
+                               const unsigned char *sure, size_t nkeys, int literal,
+                               int closed, char *msg, size_t len);
+  /* The named fields tool takes, as a Lua table for a message ("{path = ..., n = ...}"),
+  ** into buf ("" when unknown). May be NULL. */
+  void (*args_example)(void *ud, const char *tool, char *buf, size_t len);
 } tp__host_hooks;
 
 /* The part of an engine that the core owns. struct tp_engine (host/engine.h) begins
@@ -161,6 +173,12 @@ struct tp_run {
   void (*progress_hook)(struct tp_run *r, const char *tool, const char *text, void *ud);
   void *progress_hook_ud;
   struct tp_replay *rp;    /* seed, clock, log, replay (replay.c); NULL: none of them */
+  /* the calls started last that were all the same tool with the same arguments: a loop
+  ** that does not advance, named when limit.tool_calls ends it (calls.c) */
+  json_t *warnings;        /* the envelope's warnings (warnings.c), or NULL */
+  uint64_t same_hash;
+  uint32_t same_calls;
+  char same_tool[64];
 };
 
 struct tp_session {

@@ -23,6 +23,7 @@
 #include "lgc.h"      /* isdead, for setuvalue (close_at_once) */
 
 #include "sandbox.h"
+#include "warnings.h"   /* tp__sb_ipairs, for the allowlist */
 #include "json.h"
 
 _Static_assert(LUA_EXTRASPACE == sizeof(void *), "lua_patch.h assumes one pointer");
@@ -1213,6 +1214,7 @@ static int sb_format (lua_State *L) {
     if (c == 's' && arg <= top) {
       int t = lua_type(L, arg);
       if (t != LUA_TSTRING && t != LUA_TNUMBER) {
+        if (t == LUA_TTABLE) tp__warn_table_text(L, arg);
         show(L, arg, NULL);
         lua_replace(L, arg);
       }
@@ -1228,8 +1230,9 @@ static int sb_format (lua_State *L) {
 
 /* string.rep: string.rep('', 1e18) would loop in C for ever, so an empty result is made
 ** at once. A result larger than the whole memory limit can never be built: it ends the
-** run with limit.memory at once, as an allocation past the cap would, and not with Lua's
-** "resulting string too large" runtime error (which pcall could catch). */
+** run with limit.memory at once, as an allocation past the cap would. Past Lua's own
+** limit (a result of INT_MAX bytes or more) it is Lua's catchable "resulting string too
+** large" first, as in Lua: that error does not depend on the memory limit. */
 
 /*
 ** os.date: each conversion is a strftime, so a long format is one long C call (2 M
@@ -1343,6 +1346,8 @@ static int sb_rep (lua_State *L) {
     lua_pushliteral(L, "");
     return 1;
   }
+  if (l + lsep < l || l + lsep > (size_t)INT_MAX / (uint64_t)n)  /* Lua's own check */
+    return luaL_error(L, "resulting string too large");
   /* l * n + lsep * (n - 1), saturating */
   uint64_t un = (uint64_t)n, total = UINT64_MAX;
   if ((l == 0 || un <= UINT64_MAX / l) && (lsep == 0 || un - 1 <= UINT64_MAX / lsep)) {
@@ -1656,14 +1661,24 @@ static int co_status_ok (lua_State *L, lua_State *co) {  /* suspended? */
   }
 }
 
+/* Why co cannot be resumed, in lua_resume's words: dead when it ended (returned, or
+** raised an error), non-suspended when it is running or has resumed another. */
+static const char *co_refusal (lua_State *co) {
+  int st = lua_status(co);
+  if (st != LUA_OK && st != LUA_YIELD) return "cannot resume dead coroutine";
+  lua_Debug ar;
+  if (st == LUA_OK && !lua_getstack(co, 0, &ar) && lua_gettop(co) == 0)
+    return "cannot resume dead coroutine";
+  return "cannot resume non-suspended coroutine";
+}
+
 static int sb_co_resume (lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
   luaL_argexpected(L, co, 1, "thread");  /* lcorolib's words */
   int narg = lua_gettop(L) - 1;
   if (!co_status_ok(L, co)) {
     lua_pushboolean(L, 0);
-    if (lua_status(co) == LUA_OK && lua_gettop(co) == 0) lua_pushliteral(L, "cannot resume dead coroutine");
-    else lua_pushliteral(L, "cannot resume non-suspended coroutine");
+    lua_pushstring(L, co_refusal(co));
     return 2;
   }
   if (!lua_checkstack(co, narg)) {
@@ -1678,11 +1693,7 @@ static int sb_co_resume (lua_State *L) {
 static int wrap_call (lua_State *L) {
   lua_State *co = co_of(L, MODE_WRAP);
   int narg = lua_gettop(L);
-  if (!co_status_ok(L, co)) {
-    if (lua_status(co) == LUA_OK && lua_gettop(co) == 0)
-      return luaL_error(L, "cannot resume dead coroutine");
-    return luaL_error(L, "cannot resume non-suspended coroutine");
-  }
+  if (!co_status_ok(L, co)) return luaL_error(L, "%s", co_refusal(co));
   if (!lua_checkstack(co, narg)) return luaL_error(L, "too many arguments to resume");
   lua_xmove(L, co, narg);
   return do_resume(L, co, narg, MODE_WRAP);
@@ -1994,6 +2005,11 @@ static int globals_index (lua_State *L) {
   }
   return 0;
 }
+
+/* For the pre-run check (precheck.c): a foreign name's message, and whether a globals
+** table's __index is still the sandbox's own. */
+const char *tp__sandbox_foreign_say (const char *name) { return foreign_say(name); }
+int tp__sandbox_globals_index_is_ours (lua_CFunction f) { return f == globals_index; }
 
 /* __index of the json library's read-only proxy (upvalue 1: the real table): reading
 ** json.null builds its metatable first, so every message about it names it. */

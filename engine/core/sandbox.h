@@ -246,6 +246,11 @@ tp_host_target *tp__signal_host_target(tp_host_target *t);
 extern char tp__request_tag;  /* first value of a yield that is a host request */
 extern char tp__readonly_key; /* in a metatable: rawset refuses the table */
 
+/* The pre-run check (precheck.c) reads what the globals' __index knows: the message
+** of a foreign name (`null`, `await`...) or NULL, and whether f is that __index. */
+const char *tp__sandbox_foreign_say(const char *name);
+int tp__sandbox_globals_index_is_ours(lua_CFunction f);
+
 /* Opens tools, parallel into the sandbox's new globals table on top of L. */
 void tp__tools_open(lua_State *L);
 

@@ -22,7 +22,8 @@
 
 static const char usage_head[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
-  "       tidepool check [options] FILE   compile only, report syntax errors\n"
+  "       tidepool check [options] FILE   compile and check, run nothing: syntax errors and\n"
+  "                                       every line that would surely fail (names, tools)\n"
   "       tidepool describe [--config FILE] [--tools DIR]... [--no-builtin-tools]\n"
   "                [--workspace DIR] [--format lua|json] [--describe MODE]\n"
   "                                       what the model reads: the sandbox and the tools\n"
@@ -485,16 +486,30 @@ static void print_human (const char *envelope) {
     fwrite(json_string_value(v), 1, json_string_length(v), stdout);
     fputc('\n', stdout);
   }
+  json_array_foreach(json_object_get(env, "warnings"), i, v) {
+    json_t *line = json_object_get(v, "line");
+    fprintf(stderr, "warning");
+    if (line) fprintf(stderr, " at line %lld", (long long)json_integer_value(line));
+    fprintf(stderr, ": %s\n", json_string_value(json_object_get(v, "message")));
+  }
   json_t *err = json_object_get(env, "error");
   if (err) {
-    json_t *line = json_object_get(err, "line"), *src = json_object_get(err, "source");
-    json_t *hint = json_object_get(err, "hint");
-    fprintf(stderr, "error [%s]", json_string_value(json_object_get(err, "code")));
-    if (line) fprintf(stderr, " at line %lld", (long long)json_integer_value(line));
-    fprintf(stderr, ": %s\n", json_string_value(json_object_get(err, "message")));
-    if (src) fprintf(stderr, "  %lld | %s\n", (long long)json_integer_value(line),
-                     json_string_value(src));
-    if (hint) fprintf(stderr, "  hint: %s\n", json_string_value(hint));
+    /* the pre-run check's findings, every one; else the one error */
+    json_t *all = json_object_get(err, "findings"), *one;
+    size_t n = json_is_array(all) ? json_array_size(all) : 1;
+    for (size_t k = 0; k < n; k++) {
+      one = json_is_array(all) ? json_array_get(all, k) : err;
+      json_t *line = json_object_get(one, "line"), *src = json_object_get(one, "source");
+      json_t *hint = json_object_get(one, "hint");
+      fprintf(stderr, "error [%s]", json_string_value(json_object_get(one, "code")));
+      if (line) fprintf(stderr, " at line %lld", (long long)json_integer_value(line));
+      fprintf(stderr, ": %s\n", json_string_value(json_object_get(one, "message")));
+      if (src) fprintf(stderr, "  %lld | %s\n", (long long)json_integer_value(line),
+                       json_string_value(src));
+      if (hint) fprintf(stderr, "  hint: %s\n", json_string_value(hint));
+    }
+    json_t *more = json_object_get(err, "findings_more");
+    if (more) fprintf(stderr, "(and %lld more)\n", (long long)json_integer_value(more));
   }
   else {
     json_t *result = json_object_get(env, "result");
@@ -926,7 +941,7 @@ int main (int argc, char **argv) {
   /* The run's time limit covers the servers' start, which comes before it: the engine
   ** waits for them at most that long and counts the wait in the run (stats.wait_ms). */
   if (!check) tp_engine_set_start_timeout(e, lim.wall_us);
-  int bad = (strict || (!check && memmem(src, len, "tools", 5) != NULL)) &&
+  int bad = (strict || memmem(src, len, "tools", 5) != NULL) &&
             load_tools(e, builtin_tools, dirs, ndirs, 1, strict, &rep) > 0 && strict;
   load_report_free(&rep);
   if (bad) {

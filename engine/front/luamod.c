@@ -521,9 +521,20 @@ static int run_or_check (lua_State *L, int check) {
     return 2;
   }
   push_envelope(L, box, envelope);
-  if (lua_istable(L, warnings)) {
-    lua_pushvalue(L, warnings);
-    lua_setfield(L, -2, "warnings");
+  if (lua_istable(L, warnings)) {  /* the tools' load warnings, after the run's own */
+    if (lua_getfield(L, -1, "warnings") == LUA_TTABLE) {
+      lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+      for (lua_Integer i = 1; i <= (lua_Integer)lua_rawlen(L, warnings); i++) {
+        lua_rawgeti(L, warnings, i);
+        lua_rawseti(L, -2, ++n);
+      }
+      lua_pop(L, 1);
+    }
+    else {
+      lua_pop(L, 1);
+      lua_pushvalue(L, warnings);
+      lua_setfield(L, -2, "warnings");
+    }
   }
   return 1;
 }

@@ -1228,7 +1228,7 @@ static json_t *parse_envelope (const char *env, size_t len) {
 static json_t *model_view (const json_t *env) {
   json_t *v = json_object(), *by = json_object(), *failed = json_array();
   if (v == NULL || by == NULL || failed == NULL) goto oom;
-  static const char *const keep[] = { "ok", "result", "error", "logs" };
+  static const char *const keep[] = { "ok", "result", "error", "warnings", "logs" };
   for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
     json_t *x = json_object_get(env, keep[k]);
     if (x && json_object_set(v, keep[k], x) != 0) goto oom;

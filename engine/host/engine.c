@@ -65,8 +65,9 @@ static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limi
   if (envelope) *envelope = NULL;
   if (e == NULL || source == NULL || envelope == NULL) return TP_EINVAL;
   /* the upstream MCP servers' tools, unless a plugin load started them already: only for
-  ** a script that names tools (the servers take a while to start) */
-  if (!check_only && memmem(source, len, "tools", 5) != NULL) {  /* within the run's time */
+  ** a script that names tools (the servers take a while to start), within the run's
+  ** time; a check needs them too, to tell a tool name that is wrong */
+  if (memmem(source, len, "tools", 5) != NULL) {
     uint64_t within = e->start_within_us;
     if (within == 0 && limits != NULL) e->start_within_us = limits->wall_us;
     tp__host_upstream(e, NULL, NULL);

@@ -1222,6 +1222,13 @@ int tp__host_upstream (tp_engine *e, void (*problem)(const char *, void *), void
   return TP_OK;
 }
 
+int tp__host_tools_settled (const tp_engine *e) {
+  const json_t *servers = tp__config_section(e, "mcpServers");
+  if (!json_is_object(servers) || json_object_size(servers) == 0) return 1;
+  const host *h = e->host_state;
+  return h != NULL && h->upstream;
+}
+
 void tp__host_upstream_stop (tp_engine *e) {
   if (e->H == NULL) return;
   host *h = e->host_state;

@@ -26,6 +26,9 @@ int  tp__host_load_dir(tp_engine *e, const char *dir, void (*problem)(const char
 ** NULL: stderr) is told each server or tool refused. Runs the engine's loop: never from
 ** one of its callbacks. TP_OK when there is nothing to start. */
 int  tp__host_upstream(tp_engine *e, void (*problem)(const char *, void *), void *ud);
+/* Whether every tool e will have is registered: no mcpServers, or they were started
+** (tp__host_upstream). The pre-run check calls a name unknown only then. */
+int  tp__host_tools_settled(const tp_engine *e);
 /* Stops them: stdin closed, then SIGTERM, then SIGKILL; runs the loop until they are
 ** gone (tp_engine_destroy, before the handles are counted). */
 void tp__host_upstream_stop(tp_engine *e);

@@ -170,7 +170,10 @@ TEST(decode_gives_exact_lua_types) {
   CHECK_STR(lua_str(L, "return tostring(json.decode('null') == json.null)"), "true");
   CHECK_STR(lua_str(L, "return tostring(json.decode('[null]')[1] == json.null)"), "true");
   CHECK_STR(lua_str(L, "return getmetatable(json.decode('[]'))"), "json.array");
-  CHECK_STR(lua_str(L, "return tostring(getmetatable(json.decode('{}')))"), "nil");
+  /* {} is tagged json.object, so it stays an object when sent back (issue 19) */
+  CHECK_STR(lua_str(L, "return tostring(getmetatable(json.decode('{}')))"), "json.object");
+  CHECK_STR(lua_str(L, "return tostring(getmetatable(json.decode('{\"a\":1}')))"), "nil");
+  CHECK_STR(lua_str(L, "return json.encode(json.decode('{\"o\":{}}').o)"), "{}");
   CHECK_STR(lua_str(L, "return json.decode(' {\"k\" : [1, 2] } ').k[2] == 2 and 'y' or 'n'"), "y");
   lua_close(L);
 }
