@@ -808,6 +808,9 @@ static char *tools_report (worker *w) {
       wlog(w, L_WARNING, "--expose-tools: tool %s is listed as %s: %s was taken", t->name,
            mcp_name, plain);
     json_object_set_new(names, mcp_name, json_string(t->name));
+    /* not listed when the config's tool_settings keep it for scripts: its name stays
+    ** known, so a call of it is refused saying so (tool.denied), not "Unknown tool" */
+    if (!(tp_engine_tool_callers(w->e, i) & TP_CALLER_DIRECT)) continue;
     char *schema = NULL;
     tp_engine_tool_schema(w->e, i, 0, &schema);
     json_t *in = schema ? json_loads(schema, JSON_ALLOW_NUL, NULL) : NULL;
@@ -2636,6 +2639,7 @@ static void worker_run (worker *w, req *q) {
 static void worker_begin (worker *w, req *q, tp_run *run) {
   q->run = run;
   if (q->principal && q->scopes) tp_run_set_principal(run, q->principal, q->scopes);
+  if (q->tool) tp_run_set_caller(run, TP_CALLER_DIRECT);  /* an exposed tool's call */
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
