@@ -11,6 +11,7 @@
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
 #                  spec/mcp/callers.mjs (tool_settings callers: direct or script),
+#                  spec/mcp/seen.mjs (a result's shape shared by the workers),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required), spec/mcp/durable.mjs (paused runs that
 #                  survive kill -9 with --state),
@@ -133,11 +134,12 @@ else
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
     run_node "mcp callers: direct or script (SDK client)" spec/mcp/callers.mjs
+    run_node "mcp shapes last seen, shared by workers (SDK client)" spec/mcp/seen.mjs
     run_node "mcp approvals (SDK client, elicitation)" spec/mcp/approve_sdk.mjs
     run_node "mcp over Streamable HTTP (SDK client, raw requests)" spec/mcp/http.mjs
   else
-    echo "mcp e2e, callers, approvals and HTTP (SDK client): not run, the SDK is not installed: counted as 4 failures"
-    failed=$((failed + 4))
+    echo "mcp e2e, callers, seen, approvals and HTTP (SDK client): not run, the SDK is not installed: counted as 5 failures"
+    failed=$((failed + 5))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)

@@ -218,6 +218,8 @@ static char *describe (void *ud, tp_sandbox *sb, const char *tool, int *known) {
     return strdup(text);
   }
   if (t == NULL || t->lua_api == NULL) return NULL;
+  if (t->seen == NULL && t->output == NULL && t->prov == &tp__upstream_provider)
+    tp__host_seen_load(ud, t->name);  /* another worker's call, kept in the store */
   if (t->seen == NULL) return strdup(t->lua_api);
   /* a tool with no result type that has answered: what it gave back last time */
   static const char said[] = "-- its last result here was ";

@@ -839,20 +839,21 @@ static void seen_loaded (void *ud, int status, const char *val, size_t len, cons
   free(sl);
 }
 
-/* E.seen_load(name): asks the engine's state store for the shape another engine saw of
-** tool name (E.seen); it arrives at once (memory, SQLite) or later (Redis). */
-static int e_seen_load (lua_State *H) {
-  size_t n;
-  const char *name = luaL_checklstring(H, 1, &n);
-  tp_engine *e = get_host(H)->e;
-  if (n >= 256) return 0;
+void tp__host_seen_load (tp_engine *e, const char *name) {
+  size_t n = strlen(name);
+  if (n >= 256) return;
   char key[sizeof SEEN_KEY + 256];
   snprintf(key, sizeof key, SEEN_KEY "%s", name);
   seen_load *sl = malloc(sizeof *sl + n + 1);
-  if (sl == NULL) return 0;
+  if (sl == NULL) return;
   sl->e = e;
   memcpy(sl->name, name, n + 1);
   if (tp_engine_run_get(e, key, seen_loaded, sl) != TP_OK) free(sl);
+}
+
+/* E.seen_load(name): tp__host_seen_load, when upstream.lua registers a tool. */
+static int e_seen_load (lua_State *H) {
+  tp__host_seen_load(get_host(H)->e, luaL_checkstring(H, 1));
   return 0;
 }
 
