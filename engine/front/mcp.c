@@ -3165,6 +3165,7 @@ static void park_req (server *s, mail *m) {
 static int restore_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
                         int era26) {
   if (run_id[0] == '\0' || strlen(run_id) >= TP__APX_RUN_ID_MAX || !s->o.asks) return 0;
+  if (strchr(run_id, ':') != NULL) return 0;  /* the store's other records ("tool-shape:") */
   req *q = calloc(1, sizeof *q);
   if (q == NULL || (q->restore = json_deep_copy(args)) == NULL) {
     free(q);
