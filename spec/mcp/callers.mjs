@@ -59,8 +59,10 @@ test('a tool kept for direct calls: called directly it runs, from a script it is
 test('a tool kept for scripts: not exposed, refused when called directly, fine in run_lua', async () => {
   const r = await c.callTool({ name: 'time_now', arguments: {} });
   eq(r.isError, true, 'a direct call is refused');
-  eq(r.structuredContent.error.code, 'tool.denied', 'code');
-  eq(r.structuredContent.error.message, 'time_now may only be called from a script, not '
+  eq(r.structuredContent, undefined, 'an error result carries no structuredContent');
+  const err = JSON.parse(r.content[0].text).error;
+  eq(err.code, 'tool.denied', 'code');
+  eq(err.message, 'time_now may only be called from a script, not '
     + 'directly (the config\'s tool_settings give it callers ["script"]): call '
     + 'tools.time.now{...} in a run_lua script', 'message, named as the client calls it');
   const s = await runLua(c, 'return math.type(tools.time.now{}.unix_ms)');
