@@ -99,7 +99,7 @@ test('without --expose-tools nothing is called directly: only run_lua is listed'
   assert(failed && /Unknown tool: kv_set/.test(failed.message), `unknown: ${failed && failed.message}`);
 });
 
-await run().finally(async () => {
-  await Promise.all(clients.map((x) => x.close().catch(() => {})));
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+// run() ends the process: the folder goes in an exit handler (synchronous), and the
+// servers end when their standard input closes with it
+process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+await run();
