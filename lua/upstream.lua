@@ -801,6 +801,7 @@ local function register(srv, list)
       if added_ok then
         srv.tools[f.raw] = info
         added = added + 1
+        if info.text_result then E.seen_load(info.name) end  -- what --state kept of it
       elseif why and why:find("alias", 1, true) then
         srv.tools[f.raw] = info  -- registered, reachable by its Lua name only
         problem("mcpServers.%s: tool \"%s\": %s", srv.name, f.raw, why)

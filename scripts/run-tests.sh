@@ -10,6 +10,8 @@
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
+#                  spec/mcp/callers.mjs (tool_settings callers: direct or script),
+#                  spec/mcp/seen.mjs (a result's shape shared by the workers),
 #                  spec/mcp/tenants.mjs (two principals' sessions and runs kept apart),
 #                  spec/mcp/exposed.mjs (every --expose-tools failure through the SDK),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
@@ -134,13 +136,15 @@ else
   fi
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
+    run_node "mcp callers: direct or script (SDK client)" spec/mcp/callers.mjs
+    run_node "mcp shapes last seen, shared by workers (SDK client)" spec/mcp/seen.mjs
     run_node "mcp approvals (SDK client, elicitation)" spec/mcp/approve_sdk.mjs
     run_node "mcp over Streamable HTTP (SDK client, raw requests)" spec/mcp/http.mjs
     run_node "mcp tenants (two principals over HTTP, tokens and JWTs)" spec/mcp/tenants.mjs
     run_node "mcp --expose-tools failures (SDK client)" spec/mcp/exposed.mjs
   else
-    echo "mcp e2e, approvals, HTTP, tenants and exposed tools (SDK client): not run, the SDK is not installed: counted as 5 failures"
-    failed=$((failed + 5))
+    echo "mcp e2e, callers, seen, approvals, HTTP, tenants and exposed tools (SDK client): not run, the SDK is not installed: counted as 7 failures"
+    failed=$((failed + 7))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # requests piped in: every one is answered after standard input closes

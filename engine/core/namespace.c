@@ -69,8 +69,10 @@ static lua_CFunction discovery_of (const char *prefix, size_t len) {
 static int tool_loaded (lua_State *L, const char *name) {
   tp_sandbox *sb = tp__sandbox_of(L);
   const tp_core *k = tp__core(sb->run->e);
-  for (size_t i = 0, n = k->hooks->tool_count(k->ud); i < n; i++)
-    if (strcmp(k->hooks->tool_name(k->ud, i), name) == 0) return 1;
+  for (size_t i = 0, n = k->hooks->tool_count(k->ud); i < n; i++) {
+    const char *one = k->hooks->tool_name(k->ud, i);
+    if (one && strcmp(one, name) == 0) return 1;
+  }
   return 0;
 }
 
@@ -235,9 +237,12 @@ static int tools_list (lua_State *L) {
   const tp_core *k = tp__core(sb->run->e);
   size_t n = k->hooks->tool_count(k->ud);
   lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
+  lua_Integer at = 0;
   for (size_t i = 0; i < n; i++) {
-    lua_pushstring(L, k->hooks->tool_name(k->ud, i));
-    lua_rawseti(L, -2, (lua_Integer)i + 1);
+    const char *one = k->hooks->tool_name(k->ud, i);
+    if (one == NULL) continue;  /* a tool scripts may not call */
+    lua_pushstring(L, one);
+    lua_rawseti(L, -2, ++at);
   }
   tp__json_push_array_mt(L);
   lua_setmetatable(L, -2);

@@ -43,7 +43,7 @@ typedef struct tp__host_hooks {
   ** run's sandbox. NULL when out of memory. The host answers from data it keeps: these
   ** run no Lua of the host's. */
   size_t (*tool_count)(void *ud);
-  const char *(*tool_name)(void *ud, size_t i);
+  const char *(*tool_name)(void *ud, size_t i);  /* NULL: scripts do not see tool i */
   char *(*describe)(void *ud, tp_sandbox *sb, const char *tool, int *known);
   char *(*search)(void *ud, tp_sandbox *sb, const char *query);
   /* The pre-run check (precheck.c) of a call written out in the script, tools.a.b(...):

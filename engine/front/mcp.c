@@ -151,7 +151,8 @@ static const char usage_text[] =
   "                       paused runs\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
   "  --expose-tools       also list every loaded tool as an MCP tool of its own, named\n"
-  "                       for every client (fs.read as fs_read; a taken name gets _2)\n"
+  "                       for every client (fs.read as fs_read; a taken name gets _2),\n"
+  "                       but those whose tool_settings callers leave out \"direct\"\n"
   "  --audit FILE         append one JSON line per run to FILE: time, session, tool, ok,\n"
   "                       error code, and every call record and the stats (the model's\n"
   "                       result counts the calls by tool and lists the failed ones;\n"
@@ -826,6 +827,9 @@ static char *tools_report (worker *w) {
       wlog(w, L_WARNING, "--expose-tools: tool %s is listed as %s: %s was taken", t->name,
            mcp_name, plain);
     json_object_set_new(names, mcp_name, json_string(t->name));
+    /* not listed when the config's tool_settings keep it for scripts: its name stays
+    ** known, so a call of it is refused saying so (tool.denied), not "Unknown tool" */
+    if (!(tp_engine_tool_callers(w->e, i) & TP_CALLER_DIRECT)) continue;
     char *schema = NULL;
     tp_engine_tool_schema(w->e, i, 0, &schema);
     json_t *in = schema ? json_loads(schema, JSON_ALLOW_NUL, NULL) : NULL;
@@ -2902,6 +2906,7 @@ static void worker_run (worker *w, req *q) {
 static void worker_begin (worker *w, req *q, tp_run *run) {
   q->run = run;
   if (q->principal && q->scopes) tp_run_set_principal(run, q->principal, q->scopes);
+  if (q->tool) tp_run_set_caller(run, TP_CALLER_DIRECT);  /* an exposed tool's call */
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
@@ -3493,6 +3498,7 @@ static void park_req (server *s, mail *m) {
 static int restore_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
                         int era26) {
   if (run_id[0] == '\0' || strlen(run_id) >= TP__APX_RUN_ID_MAX || !s->o.asks) return 0;
+  if (strchr(run_id, ':') != NULL) return 0;  /* the store's other records ("tool-shape:") */
   req *q = calloc(1, sizeof *q);
   if (q == NULL || (q->restore = json_deep_copy(args)) == NULL) {
     free(q);

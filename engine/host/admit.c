@@ -172,6 +172,7 @@ static void on_call (void *ud, tp_call *c) {
                    c->name);
     return;
   }
+  if (!tp__callers_admit(e, c, t)) return;  /* tool_settings: a script, or directly */
   if (c->empty_objects && t->input != NULL) {  /* before the policy sees the arguments
                                                ** and their text is made */
     long work = EMPTY_WORK;
@@ -212,14 +213,27 @@ static void on_cancel (void *ud, tp_call *c) {
 
 static size_t tool_count (void *ud) { return ((tp_engine *)ud)->ntools; }
 
-static const char *tool_name (void *ud, size_t i) { return ((tp_engine *)ud)->tools[i]->name; }
+/* NULL for a tool scripts may not call (tool_settings): tools.list leaves it out. */
+static const char *tool_name (void *ud, size_t i) {
+  const tp_engine *e = ud;
+  const tp_tool *t = e->tools[i];
+  return tp__tool_callers(e, t) & TP_CALLER_SCRIPT ? t->name : NULL;
+}
 
 /* Discovery from a script reads what registration made: no Lua runs for it. */
 static char *describe (void *ud, tp_sandbox *sb, const char *tool, int *known) {
   (void)sb;
   const tp_tool *t = tp__tool_find(ud, tool);
   *known = t != NULL;
+  if (t != NULL && !(tp__tool_callers(ud, t) & TP_CALLER_SCRIPT)) {
+    char text[400];
+    snprintf(text, sizeof text, "-- tools.%.128s may only be called directly, not from a "
+             "script (the config's tool_settings)\n", t->name);
+    return strdup(text);
+  }
   if (t == NULL || t->lua_api == NULL) return NULL;
+  if (t->seen == NULL && t->output == NULL && t->prov == &tp__upstream_provider)
+    tp__host_seen_load(ud, t->name);  /* another worker's call, kept in the store */
   if (t->seen == NULL) return strdup(t->lua_api);
   /* a tool with no result type that has answered: what it gave back last time */
   static const char said[] = "-- its last result here was ";

@@ -27,6 +27,8 @@ typedef struct tp__drv_run {
   int in_far;
   uint64_t far_ns;         /* the deadline it waits for there */
   void *policy;            /* what the policy keeps for the run (policy.c), or NULL */
+  int direct;              /* tp_run_set_caller(r, TP_CALLER_DIRECT): the run stands for the
+                           ** model's direct call (callers.c) */
 } tp__drv_run;
 
 struct tp_engine {
@@ -67,6 +69,14 @@ void *tp__engine_loop(tp_engine *e);  /* the uv_loop_t */
 /* config.c: the section name of e's config (tp_engine_configure), or NULL (borrowed). */
 const struct json_t *tp__config_section(const tp_engine *e, const char *name);
 void tp__config_free(tp_engine *e);
+
+/* callers.c: who may call tool t (TP_CALLER_SCRIPT | TP_CALLER_DIRECT), from the config's
+** tool_settings; both without them. */
+struct tp_call;
+int tp__tool_callers(const tp_engine *e, const struct tp_tool *t);
+/* Whether call c's caller (its run's: a script, or the model directly) may call tool t: 1,
+** or 0 when c has been failed with tool.denied saying who may. */
+int tp__callers_admit(tp_engine *e, struct tp_call *c, const struct tp_tool *t);
 
 /* driver.c: the libuv driver of started runs, and the synchronous wait. */
 extern const tp__host_hooks tp__engine_hooks;  /* admit.c: what the core tells the host */

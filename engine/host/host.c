@@ -932,19 +932,64 @@ static int e_annotate (lua_State *H) {
 }
 
 /* E.seen(name, shape): the shape of the last result of tool name (a tool with no output
-** schema), which tools.describe shows after its call; at most SEEN_MAX bytes. */
+** schema), which tools.describe shows after its call; at most SEEN_MAX bytes. A new shape
+** is also kept in the engine's state store (as the record of the run id "tool-shape:"
+** name, expiring after SEEN_TTL_MS), so that the other engines of the store (workers,
+** other processes with the same --state, a restart) show it too: E.seen_load reads it. */
 #define SEEN_MAX 600
+#define SEEN_KEY "tool-shape:"
+#define SEEN_TTL_MS (30ull * 24 * 3600 * 1000)
 static int e_seen (lua_State *H) {
   const char *name = luaL_checkstring(H, 1);
   size_t len;
   const char *shape = luaL_checklstring(H, 2, &len);
-  tp_tool *t = (tp_tool *)tp__tool_find(get_host(H)->e, name);
+  tp_engine *e = get_host(H)->e;
+  tp_tool *t = (tp_tool *)tp__tool_find(e, name);
   if (t == NULL || t->output != NULL || len > SEEN_MAX) return 0;
   if (t->seen && strcmp(t->seen, shape) == 0) return 0;
   char *copy = strdup(shape);
   if (copy == NULL) return 0;  /* only the hint is lost */
   free(t->seen);
   t->seen = copy;
+  char key[sizeof SEEN_KEY + 256];
+  if (strlen(t->name) < 256) {  /* best effort: a store that fails loses only the hint */
+    snprintf(key, sizeof key, SEEN_KEY "%s", t->name);
+    tp_engine_run_put(e, key, copy, len, SEEN_TTL_MS, NULL, NULL);
+  }
+  return 0;
+}
+
+typedef struct seen_load { tp_engine *e; char name[]; } seen_load;
+
+/* The store's answer to E.seen_load: the shape, unless the tool has seen one of its own
+** since (or is gone, or got an output schema). Nothing of e is touched unless it answered:
+** a connection closed at tp_engine_destroy answers CLOSED. */
+static void seen_loaded (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)err;
+  seen_load *sl = ud;
+  if (status == TP_STORED_OK && val != NULL && len > 0 && len <= SEEN_MAX &&
+      memchr(val, '\0', len) == NULL) {
+    tp_tool *t = (tp_tool *)tp__tool_find(sl->e, sl->name);
+    if (t != NULL && t->output == NULL && t->seen == NULL) t->seen = strndup(val, len);
+  }
+  free(sl);
+}
+
+void tp__host_seen_load (tp_engine *e, const char *name) {
+  size_t n = strlen(name);
+  if (n >= 256) return;
+  char key[sizeof SEEN_KEY + 256];
+  snprintf(key, sizeof key, SEEN_KEY "%s", name);
+  seen_load *sl = malloc(sizeof *sl + n + 1);
+  if (sl == NULL) return;
+  sl->e = e;
+  memcpy(sl->name, name, n + 1);
+  if (tp_engine_run_get(e, key, seen_loaded, sl) != TP_OK) free(sl);
+}
+
+/* E.seen_load(name): tp__host_seen_load, when upstream.lua registers a tool. */
+static int e_seen_load (lua_State *H) {
+  tp__host_seen_load(get_host(H)->e, luaL_checkstring(H, 1));
   return 0;
 }
 
@@ -1039,6 +1084,7 @@ static int open_p (lua_State *H) {
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
     { "claim", e_claim }, { "annotate", e_annotate }, { "seen", e_seen },
+    { "seen_load", e_seen_load },
     { "field", e_field }, { "body", e_body }, { "charge", e_charge },
     { "decode", e_decode }, { "peek_id", e_peek_id }, { NULL, NULL } };
   luaL_newlibtable(H, fns);
@@ -1630,6 +1676,7 @@ static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
   int n = 0;
   for (size_t i = from; i < to; i++) {
     const tp_tool *t = list[i];
+    if (!only && !(tp__tool_callers(e, t) & TP_CALLER_SCRIPT)) continue;  /* direct only */
     lua_createtable(H, 0, 4);
     lua_pushstring(H, t->name);
     lua_setfield(H, -2, "name");

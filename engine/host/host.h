@@ -39,6 +39,11 @@ void tp__host_upstream_stop(tp_engine *e);
 char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
 /* Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
 char *tp__host_tool_api(tp_engine *e, const char *tool);
+/* Asks e's state store for the shape of tool name's last result that an engine kept
+** there (E.seen: another worker, another process with the same --state, before a
+** restart), unless the tool has one of its own by then. It arrives at once from a memory
+** or SQLite store, later from Redis; a store that fails loses only the hint. */
+void tp__host_seen_load(tp_engine *e, const char *name);
 
 /* kvstore.c: require("tidepool.kv") in the host state (upvalue 1: the engine, light
 ** userdata): the kv.* tools' way to the engine's state store (store.h). */

@@ -369,6 +369,7 @@ char *tp__tool_search (const tp_engine *e, const char *query) {
   for (size_t i = 0; i < e->ntools; i++) {
     const tp_tool *t = e->tools[i];
     uint64_t score = 0;
+    if (!(tp__tool_callers(e, t) & TP_CALLER_SCRIPT)) continue;  /* called directly only */
     if (nwords > 0) {
       char *name = lower_dup(t->name), *desc = lower_dup(t->description);
       if (name == NULL || desc == NULL) { free(name); free(desc); goto done; }

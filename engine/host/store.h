@@ -6,7 +6,9 @@
 **   kv            the kv.* tools' keys (values: JSON text);
 **   buckets       the policy's rate-limit token buckets, taken atomically;
 **   runs          paused runs (a JSON record: script, limits, policy hash, seed, pending
-**                 calls, ...) with an expiry, and each run's call log;
+**                 calls, ...) with an expiry, and each run's call log; also, under the
+**                 ids "tool-shape:<tool>", the shape of a tool's last result (host.c:
+**                 E.seen), which no paused run's id can be;
 **   sessions      which process owns a session (its globals live there).
 **
 ** A tp_store (public name, tidepool.h) is what was opened: shared by every engine of a

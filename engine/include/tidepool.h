@@ -787,6 +787,23 @@ TP_EXTERN int tp_engine_set_principal(tp_engine *e, const char *principal,
 /* The same for run r alone (call it before its first step). */
 TP_EXTERN int tp_run_set_principal(tp_run *r, const char *principal, const char *scopes);
 
+/* ---- who calls: a script, or the model directly --------------------------------------
+** The config's "tool_settings" may give a tool "callers" (docs/config.md): "script" (a
+** script calls it, tools.x.y{...}), "direct" (the model calls it as a tool of its own:
+** tidepool mcp --expose-tools), or both (the default). A run is a script's unless a front
+** end that offers tools directly says otherwise with tp_run_set_caller(r,
+** TP_CALLER_DIRECT) before its first step (its script then stands for the model's direct
+** call). A call the tool's callers exclude fails with tool.denied, saying who may call
+** it; tools.list, tools.describe, tools.search and tp_engine_describe leave out the
+** tools a script may not call. */
+#define TP_CALLER_SCRIPT 1
+#define TP_CALLER_DIRECT 2
+/* TP_OK, TP_EINVAL (NULL r, or caller not one of the two), TP_ENOMEM. */
+TP_EXTERN int tp_run_set_caller(tp_run *r, int caller);
+/* Who may call tool i (tp_engine_tool_info's order): TP_CALLER_SCRIPT, TP_CALLER_DIRECT
+** or both, ORed; 0 when i is past the end. */
+TP_EXTERN int tp_engine_tool_callers(const tp_engine *e, size_t i);
+
 /* One decision of the config's policy, for an audit log. Its strings are valid during
 ** the callback only. */
 typedef struct tp_decision {
