@@ -294,7 +294,8 @@ local function run_c(block, where)
     write(dir .. "/example.c", block.text)
     local san = os.getenv("SANITIZE") or ""  -- make sanitize: the library needs the runtimes
     if san ~= "" then san = "-fsanitize=" .. shell_quote(san) .. " " end
-    local out, rc = sh("cd " .. shell_quote(dir) .. " && cc -std=c11 -Wall -Werror " .. san .. "-o example "
+    local out, rc = sh("cd " .. shell_quote(dir) .. " && cc -std=c11 -Wall -Werror " .. san
+      .. "-o example "
       .. "example.c -Iengine/include -Lbuild -Wl,-rpath," .. shell_quote(ABS_BUILD)
       .. " -ltidepool 2>&1 && timeout 60 ./example 2>&1")
     if rc ~= 0 then error(where .. ": exit " .. tostring(rc) .. ": " .. out, 0) end
