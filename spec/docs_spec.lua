@@ -412,3 +412,88 @@ describe("the docs", function()
     assert.is_true(count >= 10, "only " .. count .. " runnable examples found")
   end)
 end)
+
+-- ---- the man page and --help, written from the code's tables ---------------------
+
+local BIN = ABS_BUILD .. "/tidepool"
+
+-- The entries ("  TERM ...") of the --help block under the header matching pattern.
+local function help_block(text, header)
+  local terms, inblock = {}, false
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    if inblock then
+      if line == "" then break end
+      local term = line:match("^  ([^ ]+)")
+      if term then terms[#terms + 1] = term end
+    elseif line:match(header) then
+      inblock = true
+    end
+  end
+  return terms
+end
+
+describe("the man page and --help", function()
+  local help = sh(shell_quote(BIN) .. " --help")
+  local mcp_help = sh(shell_quote(BIN) .. " mcp --help")
+  local codes = help_block(help, "^error codes")
+  local statuses = help_block(help, "^exit status:$")
+
+  it("--help lists the error codes and exit statuses of the code's tables", function()
+    assert.equal("syntax", codes[1])
+    assert.is_true(#codes >= 21, #codes .. " codes")
+    assert.same({ "0", "1", "2", "3" }, statuses)
+  end)
+
+  it("README lists exactly the error codes --help lists, in its order", function()
+    local text = read("README.md")
+    local para = text:match("Error codes are stable strings: (.-)%. Messages")
+    assert(para, "README.md: no \"Error codes are stable strings: ...\" paragraph")
+    local listed = {}
+    for c in para:gmatch("`([%w_.]+)`") do
+      if c:match("^%l[%w_]*%.?[%w_]*$") and c ~= "retry_after_ms" then listed[#listed + 1] = c end
+    end
+    assert.same(codes, listed)
+  end)
+
+  it("is written by scripts/man.sh with every flag, error code and exit status", function()
+    local out = os.tmpname()
+    local _, rc = sh("sh scripts/man.sh " .. shell_quote(BIN) .. " doc/tidepool.1.in "
+      .. shell_quote(out) .. " /usr/share/tidepool 2>&1")
+    assert.equal(0, rc)
+    local page = read(out)
+    os.remove(out)
+    assert.is_nil(page:find("LuaCATS", 1, true))
+    local missing = {}
+    local function need(word)
+      if not page:find(word:gsub("%-", "\\-"), 1, true) then missing[#missing + 1] = word end
+    end
+    for flag in (help .. mcp_help):gmatch("%-%-[%a][%w-]*") do need(flag) end
+    for _, c in ipairs(codes) do need("\\fB" .. c .. "\\fR") end
+    for _, s in ipairs(statuses) do need("\\fB" .. s .. "\\fR") end
+    assert.same({}, missing)
+  end)
+
+  it("mcp --help gives one default for --max-result, and docs/mcp.md says the same", function()
+    local def = mcp_help:match("%-%-max%-result SIZE [^\n]-%(default (%w+)%)")
+    assert.equal("256K", def)
+    assert.is_nil(mcp_help:match("defaults to %w+ here"))
+    assert.truthy(read("docs/mcp.md"):find("`--max-result` is " .. def .. " here", 1, true))
+  end)
+
+  it("docs/cli.md and docs/mcp.md name every option of their command's --help", function()
+    local missing = {}
+    local function check(doc, text)
+      local body = read(doc)
+      local seen = {}
+      for flag in text:gmatch("\n  (%-%-[%a][%w-]*)") do
+        if not seen[flag] and not body:find("`" .. flag, 1, true) then
+          missing[#missing + 1] = doc .. ": " .. flag
+        end
+        seen[flag] = true
+      end
+    end
+    check("docs/cli.md", help)
+    check("docs/mcp.md", mcp_help)
+    assert.same({}, missing)
+  end)
+end)

@@ -1,7 +1,7 @@
 /*
 ** cli.c: the tidepool command. It only translates argv into the C API and the envelope
-** into text: exit status 0 when the script succeeded, 1 when it failed, 2 for a usage
-** error.
+** into text, and exits with a status of exit_statuses (below): 0 when the script
+** succeeded, 1 when it failed, 2 for a usage error, 3 when --strict refused a plugin.
 */
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +18,7 @@
 
 #define EXIT_SCRIPT_FAILED 1
 #define EXIT_USAGE TP_EXIT_USAGE
+#define EXIT_REFUSED 3  /* --strict: a plugin was refused */
 #define INPUT_MAX (64u << 20)  /* refuse to read more source than this */
 
 static const char usage_head[] =
@@ -69,19 +70,53 @@ static const char usage_head[] =
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
-static const char usage_tail[] =
-  "\n"
-  "A limit of 0 means no limit. Exit status: 0 the script succeeded,\n"
-  "1 it failed (syntax, runtime error, limit), 2 usage error, 3 a plugin was refused\n"
-  "(--strict); a bad --config file is a usage error, each problem with its\n"
-  "JSON path.\n";
+/* The exit statuses of the command, for --help and the man page (scripts/man.sh). */
+static const struct { int status; const char *meaning; } exit_statuses[] = {
+  { 0, "the script succeeded (run), compiled (check), or the command did its work" },
+  { EXIT_SCRIPT_FAILED, "the script failed: a syntax error, a runtime error, a limit, or "
+    "a tool error it did not catch" },
+  { EXIT_USAGE, "a usage error: an unknown command or option, a malformed value, a file "
+    "that cannot be read, or a bad --config file (each problem with its JSON path)" },
+  { EXIT_REFUSED, "--strict: a plugin could not load (before anything runs)" },
+};
+
+/* Prints "  TERM" and text wrapped at 86 columns, from column 24 on. */
+static void help_entry (FILE *f, const char *term, const char *text) {
+  int col = fprintf(f, "  %s", term);
+  if (col > 22) { fputc('\n', f); col = 0; }
+  fprintf(f, "%*s", 23 - col, "");
+  col = 23;
+  while (*text) {
+    size_t w = strcspn(text, " ");
+    if (col > 23 && col + 1 + (int)w > 86) { fprintf(f, "\n%23s", ""); col = 23; }
+    else if (col > 23) { fputc(' ', f); col++; }
+    fwrite(text, 1, w, f);
+    col += (int)w;
+    text += w;
+    text += strspn(text, " ");
+  }
+  fputc('\n', f);
+}
+
+/* The error codes (tp_code_at) and the exit statuses, as --help's last sections. */
+static void usage_tail (FILE *f) {
+  fputs("\nA limit of 0 means no limit.\n\nerror codes (the envelope's error.code):\n", f);
+  for (size_t i = 0; i < tp_code_count(); i++)
+    help_entry(f, tp_code_at(i)->code, tp_code_at(i)->meaning);
+  fputs("\nexit status:\n", f);
+  for (size_t i = 0; i < sizeof exit_statuses / sizeof exit_statuses[0]; i++) {
+    char s[8];
+    snprintf(s, sizeof s, "%d", exit_statuses[i].status);
+    help_entry(f, s, exit_statuses[i].meaning);
+  }
+}
 
 /* The option of `tidepool run` (mcp 0) or `tidepool mcp` (mcp 1) for limit li, or NULL. */
 static const char *limit_flag (const tp_limit_info *li, int mcp) {
   return mcp ? li->mcp : li->flag;
 }
 
-void tp__cli_limits_help (FILE *f, int mcp) {
+void tp__cli_limits_help (FILE *f, int mcp, const tp_limits *defaults) {
   static const char *const args[] = { "SIZE", "N", "DURATION" };
   for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
     const tp_limit_info *li = tp_limit_at(i);
@@ -89,7 +124,8 @@ void tp__cli_limits_help (FILE *f, int mcp) {
     if (flag == NULL) continue;
     char opt[64], def[32];
     snprintf(opt, sizeof opt, "%s %s", flag, args[li->unit]);
-    tp_format_value(li->unit, li->def, def, sizeof def);
+    tp_format_value(li->unit, defaults ? tp_limits_get(defaults, li) : li->def, def,
+                    sizeof def);
     if (strlen(opt) <= 20) fprintf(f, "  %-20s %s (default %s)\n", opt, li->help, def);
     else fprintf(f, "  %s\n  %-20s %s (default %s)\n", opt, "", li->help, def);
   }
@@ -97,8 +133,8 @@ void tp__cli_limits_help (FILE *f, int mcp) {
 
 static void usage (FILE *f) {
   fputs(usage_head, f);
-  tp__cli_limits_help(f, 0);
-  fputs(usage_tail, f);
+  tp__cli_limits_help(f, 0, NULL);
+  usage_tail(f);
 }
 
 const char *tp__cli_option_name (const char *arg, char *name, size_t len) {
@@ -466,8 +502,6 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
   snprintf(why, sizeof why, "%s; the person asked at the terminal declined it", reason);
   tp_call_deny(c, why);
 }
-
-#define EXIT_REFUSED 3  /* --strict: a plugin was refused */
 
 int main (int argc, char **argv) {
   if (argc < 2) { usage(stderr); return EXIT_USAGE; }

@@ -166,11 +166,20 @@ static const char usage_text[] =
   "\n"
   "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
   "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count;\n"
-  "--max-result defaults to 256K here: about 64k tokens is more than a model should read):\n";
+  "--max-result is smaller here: about 64k tokens is more than a model should read):\n";
+
+/* tidepool mcp's default limits, for the options and --help alike: the limits table's,
+** but --max-result is about 64k tokens, already more than a model should read. */
+static void mcp_limits_init (tp_limits *l) {
+  tp_limits_init(l);
+  l->result = 256u * 1024u;
+}
 
 static void usage (FILE *f) {
+  tp_limits defaults;
+  mcp_limits_init(&defaults);
   fputs(usage_text, f);
-  tp__cli_limits_help(f, 1);
+  tp__cli_limits_help(f, 1, &defaults);
   fputs("\nA limit of 0 means no limit.\n", f);
   tp__mcp_http_help(f);
 }
@@ -713,9 +722,6 @@ static json_t *envelope_schema (void) {
   return s;
 }
 
-/* tidepool mcp's default --max-result: about 64k tokens, already more than a model should
-** read in one result. */
-#define MCP_RESULT_MAX (256u * 1024u)
 
 /* With more tools than this, run_lua's description lists them one line each (--describe
 ** auto): clients cut a description at 2,048 characters (Claude Code), and a model reads
@@ -3964,8 +3970,7 @@ static int apply_config (options *o) {
     tp_engine_destroy(e);
     return -1;
   }
-  tp_limits_init(&o->lim);
-  o->lim.result = MCP_RESULT_MAX;
+  mcp_limits_init(&o->lim);
   tp_engine_config_limits(e, &o->lim);
   for (size_t k = 0; k < o->nlimit_opts; k += 2)
     tp_limits_set(&o->lim, o->limit_opts[k], o->limit_opts[k + 1], NULL, 0);  /* checked */
@@ -4016,8 +4021,7 @@ int tp__mcp_main (int argc, char **argv) {
   static server srv;  /* large (its input buffer); one per process */
   server *s = &srv;
   options *o = &s->o;
-  tp_limits_init(&o->lim);
-  o->lim.result = MCP_RESULT_MAX;
+  mcp_limits_init(&o->lim);
   o->builtin = 1;
   o->name = "run_lua";
   o->session_idle_us = 600u * 1000000u;
