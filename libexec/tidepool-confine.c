@@ -418,6 +418,10 @@ int main (int argc, char **argv) {
   int sc = apply_seccomp(net);
   say("landlock=%d seccomp=%d nproc=%s\n", abi, sc, nproc_how);
   flush_report();
+  /* tidepool ignores SIGXFSZ (a full state store is one write's error, not its end) and
+  ** an ignored signal stays ignored across execve: the command gets the default back, so
+  ** that --fsize ends it as it would end any program. */
+  signal(SIGXFSZ, SIG_DFL);
   execv(argv[i], argv + i + 1);
   int err = errno;
   const char *name = err == ENOENT ? "ENOENT" : err == EACCES ? "EACCES" :

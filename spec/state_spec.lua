@@ -88,6 +88,37 @@ describe("tidepool run --state DIR", function()
   end)
 end)
 
+describe("tidepool run --state DIR past a file-size limit", function()
+  it("refuses the write that met the limit and goes on (SIGXFSZ does not end it)", function()
+    local dir = temp_dir()
+    local path = os.tmpname()
+    write_file(path, [[
+      local v = string.rep("x", 2000)
+      local n = 0
+      for i = 1, 100000 do
+        local ok, err = pcall(tools.kv.set, {key = "k" .. i, value = v})
+        if not ok then return {n = n, code = err.code, message = err.message} end
+        n = n + 1
+      end
+      return {n = n}]])
+    -- dash's ulimit -f counts 512-byte blocks: 400 is 200 KB
+    local p = assert(io.popen("ulimit -f 400; " .. BIN .. " run --json --state "
+      .. shell_quote(dir) .. " " .. shell_quote(path) .. " 2>/dev/null; echo \"#rc=$?\""))
+    local out = p:read("a")
+    p:close()
+    os.remove(path)
+    local rc = tonumber(out:match("#rc=(%d+)\n$"))
+    local env = dkjson.decode((out:gsub("#rc=%d+\n$", "")))
+    assert.are.equal(0, rc)
+    assert.is_true(env.ok)
+    assert.is_true(env.result.n > 0 and env.result.n < 100000)
+    assert.are.equal("tool.failed", env.result.code)
+    assert.is_truthy(env.result.message:find("(the disk is full or a file-size limit was "
+      .. "reached: free space, and the next write is tried again)", 1, true))
+    os.execute("rm -rf " .. shell_quote(dir))
+  end)
+end)
+
 describe("rate buckets with --state DIR", function()
   it("are shared by processes: the second run sees the tokens the first took", function()
     local dir = temp_dir()

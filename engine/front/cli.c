@@ -4,6 +4,7 @@
 ** succeeded, 1 when it failed, 2 for a usage error, 3 when --strict refused a plugin.
 */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,6 +505,10 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
 }
 
 int main (int argc, char **argv) {
+  /* A write past a file-size limit (RLIMIT_FSIZE) fails with EFBIG, the one write's error
+  ** (the state store says so), instead of SIGXFSZ ending the process and every client
+  ** with it. proc.run's children get the default back (tidepool-confine). */
+  signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) { usage(stderr); return EXIT_USAGE; }
   const char *cmd = argv[1];
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {

@@ -27,8 +27,13 @@
 **
 ** Guards: Host and Origin are checked against the allowed lists (default: the localhost
 ** forms of the bound address; 403 otherwise); bodies past max_body are 413, request
-** headers past max_header 431 (MHD's memory limit); a client (an IP address) has at most
-** max_streams requests waiting for their responses (429 past it); a connection idle for
+** headers past max_header 431 (MHD's memory limit); a client has at most max_streams
+** tools/call requests waiting for their responses (429 past it), where a client is a
+** principal with auth and an address without (the address X-Forwarded-For names, when
+** the direct peer is one of server.trusted_proxies); past max_connections open
+** connections, a new one is answered 503 with Retry-After at its first request (MHD
+** accepts OVERFLOW_CONNS more for that, and those that send nothing are shut down
+** after a second) instead of waiting unseen in the listen queue; a connection idle for
 ** idle_timeout is closed by MHD, and one that has not sent a whole request within
 ** request_timeout of opening or of its last response (slowloris) is shut down here. SSE
 ** streams get a comment every keepalive.
@@ -59,6 +64,8 @@
 #define SESSIONS_MAX 4096
 #define SSE_PENDING_MAX (4u << 20)  /* unsent SSE bytes past which notifications are dropped */
 #define SESSION_IDLE_NS (3600ull * 1000000000ull)  /* an HTTP session unused for an hour */
+#define OVERFLOW_CONNS 64           /* connections past the limit, accepted to be refused */
+#define OVERFLOW_IDLE_NS 1000000000ull  /* ... and shut down after this without a request */
 
 /* the limits, in tp__mcp_http_opts' order (bit k of given) */
 enum { O_BODY, O_HEADER, O_STREAMS, O_CONNS, O_IDLE, O_REQUEST, O_KEEPALIVE, O_GRACE, O_N };
@@ -73,9 +80,10 @@ static const struct {
   { "--http-max-header", "max_header", TP_UNIT_BYTES, 16u << 10, 1u << 20,
     "the request line and headers (431 past it)" },
   { "--http-max-streams", "max_streams_per_client", TP_UNIT_COUNT, 32, 100000,
-    "requests of one client address waiting for their response (429 past it)" },
+    "tools/call requests of one client (a principal with auth, else an address) waiting "
+    "for their response (429 past it)" },
   { "--http-max-connections", "max_connections", TP_UNIT_COUNT, 1000, 100000,
-    "open connections, all clients together" },
+    "open connections, all clients together (503 past it)" },
   { "--http-idle-timeout", "idle_timeout", TP_UNIT_DURATION, 60000000u, 86400000000u,
     "close a connection silent this long" },
   { "--http-request-timeout", "request_timeout", TP_UNIT_DURATION, 10000000u, 3600000000u,
@@ -200,6 +208,7 @@ struct conn {                 /* one TCP connection (MHD's socket context) */
   int fd;
   uint64_t since_ns;          /* opened, or its last response finished */
   int busy;                   /* a whole request came; its answer is under way */
+  int over;                   /* opened past max_connections: its request gets 503 */
 };
 
 struct tp__mcp_http {
@@ -217,6 +226,9 @@ struct tp__mcp_http {
   int port, v6;
   char **hosts, **origins;    /* allowed; "*" in either allows all */
   size_t nhosts, norigins;
+  char **proxies;             /* server.trusted_proxies: their X-Forwarded-For is believed */
+  size_t nproxies;
+  size_t nconns;
   tp_auth *auth;               /* the config's "auth" section, or NULL: no one checked */
   hsess *sessions;
   size_t nsessions;
@@ -235,7 +247,8 @@ struct hreq {
   int held, mhd_done, suspended, gone;
   int state;
   int sse, era2026, counted, initialize, failed;
-  char client[INET6_ADDRSTRLEN];
+  char client[INET6_ADDRSTRLEN];   /* the peer's address, or the one a trusted proxy named */
+  char rate_key[300];         /* whose max_streams this request counts against */
   json_t *id;                 /* the JSON-RPC request's id, or NULL */
   char principal[256];        /* who called, with auth; "" without */
   char scopes[1024];
@@ -266,6 +279,8 @@ static enum MHD_Result queue_text (struct MHD_Connection *c, unsigned status, co
   if (hname) MHD_add_response_header(r, hname, hval);
   if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "POST, DELETE");
+  if (status == MHD_HTTP_SERVICE_UNAVAILABLE)  /* the slot goes to someone else */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result rc = MHD_queue_response(c, status, r);
   MHD_destroy_response(r);
   return rc;
@@ -495,11 +510,54 @@ static int accepts (struct MHD_Connection *c, const char *type) {
   return a != NULL && strcasestr(a, type) != NULL;
 }
 
-static unsigned streams_of (tp__mcp_http *h, const char *client) {
+static unsigned streams_of (tp__mcp_http *h, const char *key) {
   unsigned n = 0;
   for (hreq *r = h->open; r; r = r->next)
-    n += r->counted && strcmp(r->client, client) == 0;
+    n += r->counted && strcmp(r->rate_key, key) == 0;
   return n;
+}
+
+/* addr (text) is one of the trusted proxies: the same address, however written. */
+static int trusted_proxy (const tp__mcp_http *h, const char *addr) {
+  unsigned char a[16], b[16];
+  int fa = strchr(addr, ':') ? AF_INET6 : AF_INET;
+  if (inet_pton(fa, addr, a) != 1) return 0;
+  for (size_t k = 0; k < h->nproxies; k++) {
+    int fb = strchr(h->proxies[k], ':') ? AF_INET6 : AF_INET;
+    if (fb == fa && inet_pton(fb, h->proxies[k], b) == 1 &&
+        memcmp(a, b, fa == AF_INET ? 4 : 16) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* The client's address when the peer is a trusted proxy: X-Forwarded-For read from the
+** right (each proxy appends the address it saw), past the trusted proxies, to the first
+** address that is not one. An entry that is not an IP address ends the walk: the last
+** address before it stands. */
+static void forwarded_client (const tp__mcp_http *h, struct MHD_Connection *c, char *client,
+                              size_t len) {
+  if (h->nproxies == 0 || !trusted_proxy(h, client)) return;
+  const char *xff = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Forwarded-For");
+  if (xff == NULL) return;
+  const char *end = xff + strlen(xff);
+  while (end > xff) {
+    const char *p = end;
+    while (p > xff && p[-1] != ',') p--;
+    const char *a = p, *z = end;
+    while (a < z && (*a == ' ' || *a == '\t')) a++;
+    while (z > a && (z[-1] == ' ' || z[-1] == '\t')) z--;
+    char one[INET6_ADDRSTRLEN];
+    unsigned char bin[16];
+    size_t n = (size_t)(z - a);
+    if (n == 0 || n >= sizeof one) return;
+    memcpy(one, a, n);
+    one[n] = '\0';
+    if (inet_pton(strchr(one, ':') ? AF_INET6 : AF_INET, one, bin) != 1) return;
+    snprintf(client, len, "%s", one);
+    if (!trusted_proxy(h, one)) return;
+    end = p > xff ? p - 1 : xff;
+  }
 }
 
 static const char *const known_versions[] = {
@@ -680,10 +738,10 @@ static enum MHD_Result dispatch (tp__mcp_http *h, hreq *r) {
     goto out;
   }
   int call = method && strcmp(method, "tools/call") == 0;
-  if (call && h->lim[O_STREAMS] && streams_of(h, r->client) >= h->lim[O_STREAMS]) {
-    snprintf(why, sizeof why, "Too Many Requests: this client has %llu requests waiting for "
-             "their responses, the most it may have (server.max_streams_per_client): wait "
-             "for one to finish", (unsigned long long)h->lim[O_STREAMS]);
+  if (call && h->lim[O_STREAMS] && streams_of(h, r->rate_key) >= h->lim[O_STREAMS]) {
+    snprintf(why, sizeof why, "Too Many Requests: this client (%.200s) has %llu requests waiting "
+             "for their responses, the most it may have (server.max_streams_per_client): "
+             "wait for one to finish", r->rate_key, (unsigned long long)h->lim[O_STREAMS]);
     rc = queue_error(c, MHD_HTTP_TOO_MANY_REQUESTS, id, -32000, why, "Retry-After", "1");
     goto out;
   }
@@ -715,6 +773,12 @@ out:
 static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const char *method) {
   struct MHD_Connection *c = r->c;
   char why[400];
+  if (r->cn && r->cn->over) {
+    snprintf(why, sizeof why, "Service Unavailable: the server has %llu connections open, "
+             "the most it takes (server.max_connections): retry shortly",
+             (unsigned long long)h->lim[O_CONNS]);
+    return queue_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, -32000, why, "Retry-After", "1");
+  }
   const char *host = header(c, MHD_HTTP_HEADER_HOST), *origin = header(c, "Origin");
   if (host == NULL || !listed(h->hosts, h->nhosts, host, 1)) {
     snprintf(why, sizeof why, "Forbidden: Host '%.100s' is not one this server answers to "
@@ -759,6 +823,8 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
     snprintf(r->principal, sizeof r->principal, "%s", ar.principal);
     snprintf(r->scopes, sizeof r->scopes, "%s", ar.scopes);
   }
+  if (r->principal[0]) snprintf(r->rate_key, sizeof r->rate_key, "principal %s", r->principal);
+  else snprintf(r->rate_key, sizeof r->rate_key, "address %s", r->client);
   if (strcmp(method, "DELETE") == 0) {
     const char *ver = header(c, "MCP-Protocol-Version");
     const char *sid = header(c, "Mcp-Session-Id");
@@ -824,6 +890,7 @@ static enum MHD_Result on_request (void *cls, struct MHD_Connection *c, const ch
       else if (sa->sa_family == AF_INET)
         inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
                   r->client, sizeof r->client);
+      forwarded_client(h, c, r->client, sizeof r->client);
     }
     r->next = h->open;
     if (h->open) h->open->prev = r;
@@ -902,6 +969,8 @@ static void on_connection (void *cls, struct MHD_Connection *c, void **socket_co
     if (cn == NULL || ci == NULL) { free(cn); return; }
     cn->fd = ci->connect_fd;
     cn->since_ns = mono_ns();
+    h->nconns++;
+    cn->over = h->lim[O_CONNS] && h->nconns > h->lim[O_CONNS];
     cn->next = h->conns;
     if (h->conns) h->conns->prev = cn;
     h->conns = cn;
@@ -913,6 +982,7 @@ static void on_connection (void *cls, struct MHD_Connection *c, void **socket_co
   if (cn->prev) cn->prev->next = cn->next;
   else h->conns = cn->next;
   if (cn->next) cn->next->prev = cn->prev;
+  h->nconns--;
   free(cn);
   *socket_context = NULL;
 }
@@ -945,8 +1015,9 @@ static void update_timer (tp__mcp_http *h) {
 static void sweep_cb (uv_timer_t *t) {
   tp__mcp_http *h = t->data;
   uint64_t now = mono_ns(), limit = h->lim[O_REQUEST] * 1000u;
-  for (conn *cn = h->conns; cn && limit; cn = cn->next)
-    if (!cn->busy && now - cn->since_ns > limit) {
+  for (conn *cn = h->conns; cn; cn = cn->next)
+    if (!cn->busy && ((limit && now - cn->since_ns > limit) ||
+                      (cn->over && now - cn->since_ns > OVERFLOW_IDLE_NS))) {
       shutdown(cn->fd, SHUT_RDWR);
       cn->since_ns = now;
     }
@@ -1081,8 +1152,10 @@ static void handle_closed (uv_handle_t *hd) {
 static void free_lists (tp__mcp_http *h) {
   for (size_t i = 0; i < h->nhosts; i++) free(h->hosts[i]);
   for (size_t i = 0; i < h->norigins; i++) free(h->origins[i]);
+  for (size_t i = 0; i < h->nproxies; i++) free(h->proxies[i]);
   free(h->hosts);
   free(h->origins);
+  free(h->proxies);
   while (h->sessions) sess_drop(h, h->sessions);
   tp__auth_free(h->auth);
   h->auth = NULL;
@@ -1124,8 +1197,18 @@ tp__mcp_http *tp__mcp_http_new (struct server *s, uv_loop_t *loop, const tp__mcp
     goto fail;
   }
   if (config_list(sec, "allowed_hosts", &h->hosts, &h->nhosts) != 0 ||
-      config_list(sec, "allowed_origins", &h->origins, &h->norigins) != 0)
+      config_list(sec, "allowed_origins", &h->origins, &h->norigins) != 0 ||
+      config_list(sec, "trusted_proxies", &h->proxies, &h->nproxies) != 0)
     goto fail;
+  for (size_t k = 0; k < h->nproxies; k++) {
+    unsigned char bin[16];
+    const char *a = h->proxies[k];
+    if (inet_pton(strchr(a, ':') ? AF_INET6 : AF_INET, a, bin) != 1) {
+      fprintf(stderr, "tidepool mcp: config: /server/trusted_proxies/%zu: '%s' is not an IP "
+              "address (127.0.0.1, ::1)\n", k, a);
+      goto fail;
+    }
+  }
   json_t *cfg = config ? tp_json_parse(config, config_len, NULL, 0) : NULL;
   json_t *asec = json_object_get(cfg, "auth");
   if (asec) {
@@ -1143,7 +1226,8 @@ tp__mcp_http *tp__mcp_http_new (struct server *s, uv_loop_t *loop, const tp__mcp
   h->d = MHD_start_daemon(flags, (uint16_t)h->port, NULL, NULL, on_request, h,
                           MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                           MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
-                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->lim[O_CONNS],
+                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(h->lim[O_CONNS]
+                                                       ? h->lim[O_CONNS] + OVERFLOW_CONNS : 0),
                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)((h->lim[O_IDLE] + 999999) / 1000000),
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                           MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,

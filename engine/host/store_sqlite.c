@@ -11,6 +11,15 @@
 ** would need: such a crash may lose the last commits, never the database's consistency.
 ** A busy timeout (5 s) lets processes that share the file wait for each other's locks.
 **
+** A full disk (or a file-size limit) fails the one write that met it, and the store comes
+** back as soon as there is room again. The WAL is bounded: it is checkpointed every
+** WAL_PAGES pages and cut back to WAL_KEEP bytes after each checkpoint (SQLite's default
+** lets it grow to 4 MB and never shrinks it, so on a small disk the WAL itself kept every
+** later write out, across restarts). A write that failed for room (SQLITE_FULL, or an
+** I/O error writing) checkpoints with TRUNCATE, which moves what the WAL holds into the
+** database and gives its space back; when even that finds no room, the next write tries
+** again.
+**
 ** One transaction per operation; the ones that read before they write (kv_set with the
 ** byte count, bucket_take, session_claim) take the write lock first (BEGIN IMMEDIATE),
 ** so two processes never both take the last token. The schema's version is PRAGMA
@@ -27,6 +36,8 @@
 
 #define SCHEMA 1
 #define BUSY_MS 5000
+#define WAL_PAGES 128            /* auto-checkpoint: about 512 KB of 4 KB pages */
+#define WAL_KEEP (512 * 1024)    /* bytes the WAL file is cut back to after one */
 
 typedef struct sstore {
   tp__store_head head;
@@ -106,8 +117,10 @@ static sqlite3 *open_db (const char *path, char *err, size_t errlen) {
   }
   sqlite3_busy_timeout(db, BUSY_MS);
   char *msg = NULL;
-  if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
-                   &msg) != SQLITE_OK) {
+  char pragmas[200];
+  snprintf(pragmas, sizeof pragmas, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+           "PRAGMA wal_autocheckpoint=%d; PRAGMA journal_size_limit=%d;", WAL_PAGES, WAL_KEEP);
+  if (sqlite3_exec(db, pragmas, NULL, NULL, &msg) != SQLITE_OK) {
     set_err(err, errlen, "%s: cannot set up the state database: %s", path,
             msg ? msg : sqlite3_errmsg(db));
     sqlite3_free(msg);
@@ -208,11 +221,23 @@ static int exec1 (sconn *c, int i) { return step1(q(c, i)); }
 
 static int begin (sconn *c, int write) { return exec1(c, write ? Q_BEGIN_W : Q_BEGIN); }
 
-/* Answers TP_STORE_ERROR with SQLite's message (after a rollback). */
+/* A failure for want of room: the disk or filesystem is full, or a write went past a
+** file-size limit (EFBIG comes back as an I/O error on write or truncate). */
+static int out_of_room (int xrc) {
+  return (xrc & 0xff) == SQLITE_FULL || xrc == SQLITE_IOERR_WRITE ||
+         xrc == SQLITE_IOERR_TRUNCATE || xrc == SQLITE_IOERR_FSYNC;
+}
+
+/* Answers TP_STORE_ERROR with SQLite's message (after a rollback). A failure for room
+** gives the WAL's space back, so that the store recovers once there is room again. */
 static void fail (sconn *c, tp_store_cb cb, void *ud, const char *what) {
-  snprintf(c->err, sizeof c->err, "the state database failed to %s: %s", what,
-           sqlite3_errmsg(c->db));
+  int xrc = sqlite3_extended_errcode(c->db);
+  snprintf(c->err, sizeof c->err, "the state database failed to %s: %s%s", what,
+           sqlite3_errmsg(c->db), out_of_room(xrc) ? " (the disk is full or a file-size "
+           "limit was reached: free space, and the next write is tried again)" : "");
   if (!sqlite3_get_autocommit(c->db)) exec1(c, Q_ROLLBACK);
+  if (out_of_room(xrc))
+    sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
   tp_store_reply r = { TP_STORE_ERROR, NULL, 0, 0, c->err };
   cb(ud, &r);
 }

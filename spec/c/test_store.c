@@ -7,10 +7,15 @@
 ** memory backend's deferred answers (the test hook that stands for Redis) and
 ** tp_store_open's locations.
 */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -633,6 +638,132 @@ TEST(a_call_held_for_the_store_is_let_go_when_its_run_ends_first) {
   tp_store_destroy(s);
 }
 
+static off_t file_size (const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? sb.st_size : -1;
+}
+
+/* Writes 2 KB values under keys k<from>.. until one fails or n are written; the number
+** written. *last is the failing answer. */
+static int fill_kv (uv_loop_t *loop, tp_store_conn *c, int from, int n, ans *last) {
+  static char v[2048];
+  memset(v, 'v', sizeof v);
+  for (int i = 0; i < n; i++) {
+    char k[32];
+    int kl = snprintf(k, sizeof k, "k%d", from + i);
+    memset(last, 0, sizeof *last);
+    c->ops->kv_set(c, k, (size_t)kl, v, sizeof v, on_ans, last);
+    settle(loop, last);
+    if (last->status != TP_STORE_OK) return i;
+  }
+  return n;
+}
+
+/* A full disk is one write's error: the WAL stays bounded (SQLite's default let it grow
+** to 4 MB and never shrank it, so it kept every later write out, restarts included), a
+** write after space is freed succeeds, and so does a reopen. On a 4 MB tmpfs (root). */
+TEST(sqlite_store_on_a_full_disk_fails_one_write_and_recovers_when_space_is_freed) {
+  if (geteuid() != 0) { printf("#   needs root (mount -t tmpfs): not run\n"); return; }
+  make_tmp();
+  if (mount("tmpfs", tmpdir, "tmpfs", 0, "size=4m") != 0) {
+    TP_FAIL_AT("mount tmpfs on %s: %s", tmpdir, strerror(errno));
+    rm_tmp();
+    return;
+  }
+  char err[512] = "", filler[400], wal[400];
+  snprintf(filler, sizeof filler, "%s/filler", tmpdir);
+  snprintf(wal, sizeof wal, "%s/tidepool.db-wal", tmpdir);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  tp_store *s = tp_store_open(tmpdir, err, sizeof err);
+  tp_store_conn *c = s ? tp__store_connect(s, &loop, err, sizeof err) : NULL;
+  CHECK(c != NULL);
+  if (c) {
+    /* with room: 600 writes of 2 KB (1.2 MB of data, far more through the WAL) keep the
+    ** WAL under a megabyte */
+    ans a;
+    CHECK_INT(fill_kv(&loop, c, 0, 600, &a), 600);
+    off_t w = file_size(wal);
+    CHECK(w >= 0 && w <= 1024 * 1024);
+    /* the rest of the disk taken by another file, but for about 300 KB */
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    static char block[64 * 1024];
+    for (;;) {
+      ssize_t wr = write(fd, block, sizeof block);
+      if (wr <= 0) break;
+    }
+    close(fd);
+    CHECK_INT(truncate(filler, file_size(filler) - 300 * 1024), 0);
+    int n = fill_kv(&loop, c, 1000, 100000, &a);
+    CHECK(n > 0 && n < 100000);
+    CHECK_INT(a.status, TP_STORE_ERROR);
+    CHECK_HAS(a.err, "the state database failed to ");
+    CHECK_HAS(a.err, "(the disk is full or a file-size limit was reached: free space, and "
+              "the next write is tried again)");
+    /* still full: still refused, and reads still answer */
+    CHECK_INT(fill_kv(&loop, c, 200000, 1, &a), 0);
+    OP(&loop, a, c->ops->kv_get(c, "k1000", 5, on_ans, &a));
+    CHECK_INT(a.status, TP_STORE_OK);
+    /* space freed: the next write succeeds, with no reopen */
+    CHECK_INT(unlink(filler), 0);
+    CHECK_INT(fill_kv(&loop, c, 300000, 10, &a), 10);
+    tp__store_close(c);
+    tp_store_destroy(s);
+    /* and after a restart too, with every acknowledged write there */
+    s = tp_store_open(tmpdir, err, sizeof err);
+    c = s ? tp__store_connect(s, &loop, err, sizeof err) : NULL;
+    CHECK(c != NULL);
+    if (c) {
+      CHECK_INT(fill_kv(&loop, c, 400000, 10, &a), 10);
+      char k[32];
+      snprintf(k, sizeof k, "k%d", 1000 + n - 1);
+      OP(&loop, a, c->ops->kv_get(c, k, strlen(k), on_ans, &a));
+      CHECK_INT(a.status, TP_STORE_OK);
+      CHECK_INT(a.len, 2048);
+      tp__store_close(c);
+    }
+  }
+  tp_store_destroy(s);
+  uv_loop_close(&loop);
+  if (umount(tmpdir) != 0) TP_FAIL_AT("umount %s: %s", tmpdir, strerror(errno));
+  rm_tmp();
+}
+
+/* Past a file-size limit (RLIMIT_FSIZE) with SIGXFSZ ignored, as the command does, a
+** write is refused with the same message, and the process lives on. */
+TEST(sqlite_store_past_a_file_size_limit_refuses_the_write_and_lives) {
+  make_tmp();
+  char err[512] = "";
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  tp_store *s = tp_store_open(tmpdir, err, sizeof err);
+  tp_store_conn *c = s ? tp__store_connect(s, &loop, err, sizeof err) : NULL;
+  CHECK(c != NULL);
+  struct rlimit old, lim;
+  getrlimit(RLIMIT_FSIZE, &old);
+  void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+  lim.rlim_cur = 200 * 1024;
+  lim.rlim_max = old.rlim_max;
+  CHECK_INT(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  if (c) {
+    ans a;
+    int n = fill_kv(&loop, c, 0, 100000, &a);
+    CHECK(n > 0 && n < 100000);
+    CHECK_INT(a.status, TP_STORE_ERROR);
+    CHECK_HAS(a.err, "(the disk is full or a file-size limit was reached");
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, was);
+  if (c) {
+    ans a;
+    CHECK_INT(fill_kv(&loop, c, 500000, 5, &a), 5);  /* the limit lifted: writes again */
+    tp__store_close(c);
+  }
+  tp_store_destroy(s);
+  uv_loop_close(&loop);
+  rm_tmp();
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(memory_store_passes_the_conformance_suite);
@@ -646,5 +777,7 @@ int main (int argc, char **argv) {
   RUN(rate_buckets_in_a_store_that_answers_later_hold_the_call_then_decide);
   RUN(rate_buckets_in_an_sqlite_store_are_shared_by_its_engines);
   RUN(a_call_held_for_the_store_is_let_go_when_its_run_ends_first);
+  RUN(sqlite_store_on_a_full_disk_fails_one_write_and_recovers_when_space_is_freed);
+  RUN(sqlite_store_past_a_file_size_limit_refuses_the_write_and_lives);
   return tp_test_end();
 }

@@ -269,7 +269,7 @@ test('a client has at most --http-max-streams calls waiting (429 past it); SSE k
   const a = slow(1), b = slow(2);
   await sleep(200);
   const c = await request(s4, { body: call(3, 'return 1'), headers: h2026 });
-  expectError(c, 429, -32000, 'Too Many Requests: this client has 2 requests waiting', 3);
+  expectError(c, 429, -32000, 'Too Many Requests: this client (address 127.0.0.1) has 2 requests waiting', 3);
   eq(c.headers['retry-after'], '1', 'Retry-After');
   const [ra, rb] = await Promise.all([a, b]);
   for (const r of [ra, rb]) {
@@ -285,6 +285,84 @@ test('a client has at most --http-max-streams calls waiting (429 past it); SSE k
   eq(d.status, 200, 'served again once the streams ended');
   s4.proc.kill('SIGTERM');
   eq(await s4.exited, { code: 0, sig: null }, 'exit');
+});
+
+test('with auth, --http-max-streams counts per principal: one principal at its limit does not hold up another', async () => {
+  const cfg = path.join(tmp, 'fair-auth.json');
+  fs.writeFileSync(cfg, JSON.stringify({
+    auth: { resource: 'http://127.0.0.1/mcp', tokens: [
+      { token: 'alice-token-0123456789', principal: 'alice', scopes: ['mcp'] },
+      { token: 'bob-token-0123456789ab', principal: 'bob', scopes: ['mcp'] }] } }));
+  const s = await start(['--config', cfg, '--http-max-streams', '2']);
+  const as = (who) => ({ ...h2026, authorization: `Bearer ${who}-token-0123456789${who === 'bob' ? 'ab' : ''}` });
+  const slow = (id) => request(s, { body: call(id, 'return tools.test.sleep{ms = 800}'), headers: as('alice') });
+  const a = slow(1), b = slow(2);
+  await sleep(250);
+  const c = await request(s, { body: call(3, 'return 1'), headers: as('alice') });
+  expectError(c, 429, -32000, 'Too Many Requests: this client (principal alice) has 2 requests waiting', 3);
+  const d = await request(s, { body: call(4, 'return 2'), headers: as('bob') });
+  eq(d.status, 200, 'bob is served while alice waits');
+  eq(d.json.result.structuredContent.result, 2, 'bob\'s result');
+  for (const r of await Promise.all([a, b])) eq(r.status, 200, 'alice\'s slow calls');
+  s.proc.kill('SIGTERM');
+  eq(await s.exited, { code: 0, sig: null }, 'exit');
+});
+
+test('without auth, --http-max-streams counts per address: X-Forwarded-For names it only when the peer is a trusted proxy', async () => {
+  const cfg = path.join(tmp, 'fair-proxy.json');
+  fs.writeFileSync(cfg, JSON.stringify({ server: { trusted_proxies: ['127.0.0.1'] } }));
+  const s = await start(['--config', cfg, '--http-max-streams', '1']);
+  const from = (xff, id, code = 'return 1') => request(s, { body: call(id, code), headers: { ...h2026, 'x-forwarded-for': xff } });
+  const slow = from('203.0.113.5', 1, 'return tools.test.sleep{ms = 800}');
+  await sleep(250);
+  const other = await from('203.0.113.6', 2);
+  eq(other.status, 200, 'another address behind the proxy is served');
+  const same = await from('198.51.100.1, 203.0.113.5', 3);  // the proxy appended .5
+  expectError(same, 429, -32000, 'Too Many Requests: this client (address 203.0.113.5) has 1 requests waiting', 3);
+  const chain = await from('203.0.113.5, 127.0.0.1', 4);    // a second trusted hop
+  expectError(chain, 429, -32000, 'Too Many Requests: this client (address 203.0.113.5) has 1 requests waiting', 4);
+  eq((await slow).status, 200, 'the slow call');
+  s.proc.kill('SIGTERM');
+  eq(await s.exited, { code: 0, sig: null }, 'exit');
+  // no trusted proxy: the header is the client's own word, and ignored
+  const s2 = await start(['--http-max-streams', '1']);
+  const slow2 = request(s2, { body: call(1, 'return tools.test.sleep{ms = 800}'), headers: { ...h2026, 'x-forwarded-for': '203.0.113.5' } });
+  await sleep(250);
+  const forged = await request(s2, { body: call(2, 'return 1'), headers: { ...h2026, 'x-forwarded-for': '203.0.113.6' } });
+  expectError(forged, 429, -32000, 'Too Many Requests: this client (address 127.0.0.1) has 1 requests waiting', 2);
+  eq((await slow2).status, 200, 'the slow call');
+  s2.proc.kill('SIGTERM');
+  eq(await s2.exited, { code: 0, sig: null }, 'exit');
+  const bad = path.join(tmp, 'fair-bad.json');
+  fs.writeFileSync(bad, JSON.stringify({ server: { trusted_proxies: ['nginx.local'] } }));
+  let refused = '';
+  try { await start(['--config', bad]); } catch (e) { refused = e.message; }
+  assert(refused.includes("tidepool mcp: config: /server/trusted_proxies/0: 'nginx.local' is not an IP address (127.0.0.1, ::1)"),
+    `a trusted proxy that is not an address is refused: ${refused}`);
+});
+
+test('past --http-max-connections a new connection is answered 503 with Retry-After at once, not left waiting', async () => {
+  const s = await start(['--http-max-connections', '3']);
+  const idle = [];
+  for (let i = 0; i < 3; i++) {
+    const sock = net.connect(s.port, '127.0.0.1');
+    sock.on('error', () => {});
+    await new Promise((r) => sock.on('connect', r));
+    idle.push(sock);
+  }
+  await sleep(200);
+  const t0 = Date.now();
+  const r = await request(s, { body: call(1, 'return 1'), headers: h2026 });
+  const waited = Date.now() - t0;
+  expectError(r, 503, -32000, 'Service Unavailable: the server has 3 connections open, the most it takes (server.max_connections): retry shortly');
+  eq(r.headers['retry-after'], '1', 'Retry-After');
+  assert(waited < 5000, `answered at once, not after the 10 s request timeout (${waited} ms)`);
+  for (const sock of idle) sock.destroy();
+  await sleep(300);
+  const ok = await request(s, { body: call(2, 'return 2'), headers: h2026 });
+  eq(ok.status, 200, 'served once the connections closed');
+  s.proc.kill('SIGTERM');
+  eq(await s.exited, { code: 0, sig: null }, 'exit');
 });
 
 test('SIGTERM: the call in flight finishes, new connections are refused, exit status 0', async () => {
