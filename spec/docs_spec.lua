@@ -13,6 +13,7 @@
 --                    without an error (its asserts are its checks)
 --   ```c run         a C program, compiled against engine/include and this build's
 --                    libtidepool; it must exit 0
+--   ```json config   a config file (or a part of one): `tidepool config check` says ok
 --   ```json file NAME (any language) a file the later runnable blocks of the same
 --                    document find in their directory under NAME
 --
@@ -288,6 +289,20 @@ local function run_module(block, where)
   if not ok then error(err, 0) end
 end
 
+local function run_config(block, where)
+  local dir = sandbox_dir(block.files)
+  local ok, err = pcall(function()
+    write(dir .. "/config.json", block.text)
+    local out, rc = sh("cd " .. shell_quote(dir) .. " && timeout 60 build/tidepool config check "
+      .. "config.json 2>&1")
+    if rc ~= 0 or not out:match("^config%.json: ok") then
+      error(where .. ": tidepool config check: exit " .. tostring(rc) .. ": " .. out, 0)
+    end
+  end)
+  remove_dir(dir)
+  if not ok then error(err, 0) end
+end
+
 local function run_c(block, where)
   local dir = sandbox_dir(block.files)
   local ok, err = pcall(function()
@@ -306,7 +321,8 @@ end
 
 -- ---- the examples ----------------------------------------------------------------
 
-local RUNNABLE = { ["sh run"] = true, ["lua module"] = true, ["c run"] = true }
+local RUNNABLE = { ["sh run"] = true, ["lua module"] = true, ["c run"] = true,
+                   ["json config"] = true }
 
 describe("the docs' matching rules", function()
   it("mask the volatile numbers and nothing else", function()
@@ -367,6 +383,7 @@ for _, file in ipairs(doc_files()) do
         it(where .. " " .. kind, function()
           if kind == "sh run" then run_transcript(b, where)
           elseif kind == "lua module" then run_module(b, where)
+          elseif kind == "json config" then run_config(b, where)
           else run_c(b, where) end
         end)
       elseif kind == "json envelope" then
