@@ -14,6 +14,7 @@
 --   ```c run         a C program, compiled against engine/include and this build's
 --                    libtidepool; it must exit 0
 --   ```json config   a config file (or a part of one): `tidepool config check` says ok
+--                    (with each variable it reads as "env:NAME" set)
 --   ```json file NAME (any language) a file the later runnable blocks of the same
 --                    document find in their directory under NAME
 --
@@ -296,8 +297,10 @@ local function run_config(block, where)
   local dir = sandbox_dir(block.files)
   local ok, err = pcall(function()
     write(dir .. "/config.json", block.text)
-    local out, rc = sh("cd " .. shell_quote(dir) .. " && timeout 60 build/tidepool config check "
-      .. "config.json 2>&1")
+    local vars = {}  -- the variables it reads with "env:NAME", set as a reader would set them
+    for name in block.text:gmatch('"env:([%w_]+)"') do vars[#vars + 1] = name .. "=example" end
+    local out, rc = sh("cd " .. shell_quote(dir) .. " && " .. table.concat(vars, " ")
+      .. " timeout 60 build/tidepool config check config.json 2>&1")
     if rc ~= 0 or not out:match("^config%.json: ok") then
       error(where .. ": tidepool config check: exit " .. tostring(rc) .. ": " .. out, 0)
     end
