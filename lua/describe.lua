@@ -2,7 +2,9 @@
 -- the host hands in the tools as plain tables and gets text or tables back.
 --
 -- A tool here is {name = "fs.read", description = "...", input = <schema>, output =
--- <schema or nil>, order = <table or nil>}, schemas being JSON Schema decoded into Lua
+-- <schema or nil>, order = <table or nil>, kind = <provider or nil>: "upstream" for an
+-- MCP server's tool, whose result without an output schema is its text, unwrapped},
+-- schemas being JSON Schema decoded into Lua
 -- tables (arrays are plain sequences). order maps a schema's properties table to its keys
 -- in the schema's order, when the schema came as JSON text; without it the fields that
 -- are not required are sorted. Every output is deterministic.
@@ -39,7 +41,8 @@ local function is_sequence(t)
 end
 
 -- A value as JSON text, keys sorted; for defaults, enums and consts in the prose.
-local function literal(v)
+local function literal(v, depth)
+  depth = depth or 0
   local tv = type(v)
   if tv == "string" then
     return '"' .. v:gsub('[%c"\\]', function(c)
@@ -56,13 +59,14 @@ local function literal(v)
     return tostring(v)
   elseif tv == "table" then
     if next(v) == nil then return "{}" end
+    if depth >= 32 then return "..." end
     local parts = {}
     if is_sequence(v) then
-      for i = 1, #v do parts[i] = literal(v[i]) end
+      for i = 1, #v do parts[i] = literal(v[i], depth + 1) end
       return "[" .. concat(parts, ",") .. "]"
     end
     for _, k in ipairs(sorted_keys(v)) do
-      parts[#parts + 1] = literal(tostring(k)) .. ":" .. literal(v[k])
+      parts[#parts + 1] = literal(tostring(k)) .. ":" .. literal(v[k], depth + 1)
     end
     return "{" .. concat(parts, ",") .. "}"
   end
@@ -127,27 +131,153 @@ local function field_order(ctx, s)
   return out, required
 end
 
--- Resolves a local "$ref" (#/$defs/X, #/definitions/X) against the tool's root schema.
+-- The first subschema of root (depth first) for which match(subschema) is true, or nil.
+local function find_schema(root, match)
+  local seen = {}
+  local function walk(s, depth)
+    if type(s) ~= "table" or seen[s] or depth > 64 then return nil end
+    seen[s] = true
+    if match(s) then return s end
+    for k, v in pairs(s) do
+      if k ~= "enum" and k ~= "const" then
+        local hit = walk(v, depth + 1)
+        if hit then return hit end
+      end
+    end
+  end
+  return walk(root, 0)
+end
+
+-- Resolves a "$ref" within the tool's own schema: "#", a JSON pointer ("#/$defs/X",
+-- "#/definitions/X", %-escapes and ~0 ~1 decoded), an anchor ("#X"), or a subschema's
+-- "$id" ("node", "http://x/tree#/items"), the pointer then read from that subschema.
+-- Anything else (another document) is nil: the type is then shown as any.
+local resolve_uncached
+
 local function resolve_ref(ctx, ref)
   if type(ref) ~= "string" then return nil end
+  -- remembered per schema: an anchor or an $id is found by a walk of the whole schema
+  local cache = ctx.ref_cache
+  if cache == nil then cache = {}; ctx.ref_cache = cache end
+  local hit = cache[ref]
+  if hit == nil then
+    hit = resolve_uncached(ctx, ref) or false
+    cache[ref] = hit
+  end
+  return hit or nil
+end
+
+function resolve_uncached(ctx, ref)
+  local uri, frag = ref:match("^([^#]*)#?(.*)$")
   local node = ctx.root
-  for part in ref:gsub("^#/?", ""):gmatch("[^/]+") do
+  if uri ~= "" then
+    node = find_schema(ctx.root, function(s)
+      local id = s["$id"] or s.id
+      return type(id) == "string" and (id == uri or id:sub(-#uri - 1) == "/" .. uri or
+                                       id:gsub("#$", "") == uri)
+    end)
+  end
+  if frag ~= "" and frag:sub(1, 1) ~= "/" then  -- an anchor
+    node = find_schema(node, function(s)
+      return s["$anchor"] == frag or s["$dynamicAnchor"] == frag
+    end)
+    return type(node) == "table" and node or nil
+  end
+  frag = frag:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)
+  for part in frag:gmatch("[^/]+") do
     part = part:gsub("~1", "/"):gsub("~0", "~")
     if type(node) ~= "table" then return nil end
-    node = node[part] or node[tonumber(part) and tonumber(part) + 1 or part]
+    local i = math.tointeger(tonumber(part))
+    local v = node[part]
+    if v == nil and i then v = node[i + 1] end
+    node = v
   end
   if type(node) ~= "table" then return nil end
   return node
 end
 
+-- The schema s stands for: its "$ref"'s target, followed through references to
+-- references; {} (any) when a reference does not resolve or the chain loops.
 local function deref(ctx, s)
   local hops = 0
-  while type(s) == "table" and s["$ref"] ~= nil and hops < 16 do
+  while type(s) == "table" and s["$ref"] ~= nil do
+    if hops == 16 then return {} end
     local t = resolve_ref(ctx, s["$ref"])
     if t == nil then return {} end
     s, hops = t, hops + 1
   end
   return s
+end
+
+-- ---- definitions written by name -----------------------------------------------------
+--
+-- A schema that contains itself (a tree of nodes, a JSON value, a filter expression)
+-- cannot be written out: it is written once by name after the tool's call,
+-- "node = {name: string, children?: node[]}", and "node" wherever it occurs. So is an
+-- object definition that the schema references twice or more ("start: time, stop: time").
+
+-- Keys whose values are data, not schemas.
+local DATA_KEYS = { enum = true, const = true, default = true, examples = true,
+                    required = true, dependentRequired = true }
+
+-- Finds the schemas of root that contain themselves: a depth-first walk that follows
+-- "$ref"s; a reference (or a plain table) back to a schema on the walk's path closes a
+-- cycle, and every cycle has one such edge, so naming their targets breaks every cycle.
+-- Returns {[schema] = the name it suggests}.
+local function find_recursive(ctx, root)
+  local rec, state = {}, {}  -- state: 1 on the path, 2 done
+  local function visit(s, depth)
+    state[s] = 1
+    for k, v in pairs(s) do
+      local target, hint = nil, nil
+      if k == "$ref" and type(v) == "string" then
+        target, hint = deref(ctx, s), v
+        if target == s or next(target) == nil then target = nil end
+      elseif type(v) == "table" and not DATA_KEYS[k] then
+        target, hint = v, nil
+      end
+      if target then
+        if state[target] == 1 then
+          if rec[target] == nil then rec[target] = hint or false end
+        elseif state[target] == nil and depth < 200 then
+          visit(target, depth + 1)
+        end
+      end
+    end
+    state[s] = 2
+  end
+  if type(root) == "table" then visit(root, 0) end
+  return rec
+end
+
+local TYPE_WORDS = { string = true, integer = true, number = true, boolean = true,
+  table = true, any = true, never = true, json = true, tools = true, args = true,
+  result = true }
+
+-- The name schema target is written by in ctx's tool (one name per schema, unique in
+-- the tool), registered to be defined after the call. hint is the "$ref" that names it.
+local function def_name(ctx, target, hint)
+  local names = ctx.names
+  local name = names.of[target]
+  if name then return name end
+  if target == ctx.top then
+    name = ctx.kind == "output" and "result" or "args"
+  else
+    local last = type(hint) == "string" and hint:gsub("%%(%x%x)", function(h)
+      return string.char(tonumber(h, 16))
+    end):match("([^/#]+)/*$")
+    last = last and last:gsub("~1", "/"):gsub("~0", "~")
+    if not last and type(target.title) == "string" then last = target.title end
+    name = last and last:gsub("[^%w_]+", "_"):gsub("^_+", ""):gsub("_+$", "") or ""
+    if name == "" then name = "def" end
+    if name:match("^%d") then name = "t" .. name end
+    if TYPE_WORDS[name] ~= nil or not is_identifier(name) then name = name .. "_t" end
+  end
+  local base, n = name, 1
+  while names.used[name] do n = n + 1; name = base .. n end
+  names.of[target], names.used[name] = name, target
+  names.list[#names.list + 1] = { name = name, schema = target, ctx = ctx }
+  return name
 end
 
 local function num(v) return literal(v) end
@@ -200,7 +330,10 @@ local function notes(ctx, s)
     end
     if #pc > 0 then add("keys " .. concat(pc, " ")) end
   end
-  if s.default ~= nil then c.default = "= " .. literal(s.default) end
+  -- an optional boolean that defaults to false reads as false when left out anyway
+  if s.default ~= nil and not (s.default == false and s.type == "boolean") then
+    c.default = "= " .. literal(s.default)
+  end
   return c
 end
 
@@ -285,9 +418,6 @@ end
 -- The rules of object schema s that involve several fields, one phrase each.
 local function object_rules(ctx, s)
   local r = {}
-  if s.additionalProperties == false and type(s.properties) == "table" and next(s.properties) then
-    r[#r + 1] = "no other fields"
-  end
   local n = s["not"]
   if type(n) == "table" then
     local set = required_set(n)
@@ -342,9 +472,9 @@ end
 -- alternative, a tuple member, a map value): "(string #>=1)", or bare when the
 -- caller's punctuation delimits it.
 function with_notes(ctx, s, ind, bare)
-  s = deref(ctx, s)
   local t = type_of(ctx, s, ind)
-  if type(s) ~= "table" or t:find("\n", 1, true) then return t end
+  s = deref(ctx, s)
+  if type(s) ~= "table" or t:find("\n", 1, true) or ctx.names.of[s] == t then return t end
   local n = notes_text(notes(ctx, s))
   if n == "" then return t end
   return bare and t .. " " .. n or "(" .. t .. " " .. n .. ")"
@@ -353,6 +483,8 @@ end
 -- The type of schema s as text; objects with fields become indented blocks (ind is the
 -- indentation of the line the type starts on).
 local type_of_raw
+
+local MAX_DEPTH = 200
 
 -- type_of, remembered per schema and indentation: a schema reached many times (allOf
 -- of allOf of the same $ref...) is written once, so the work stays linear.
@@ -363,28 +495,34 @@ function type_of(ctx, s, ind)
   if m == nil then m = {}; ctx.memo[s] = m end
   local t = m[ind]
   if t == nil then
+    -- the safety net under find_recursive: a schema met again inside itself is named,
+    -- and a nesting past MAX_DEPTH reads any, so no schema runs the stack out
+    ctx.active = ctx.active or {}
+    if ctx.active[s] then return def_name(ctx, s, s.title) end
+    ctx.depth = (ctx.depth or 0) + 1
+    if ctx.depth > MAX_DEPTH then ctx.depth = ctx.depth - 1 return "any" end
+    ctx.active[s] = true
     t = type_of_raw(ctx, s, ind)
+    ctx.active[s] = nil
+    ctx.depth = ctx.depth - 1
     m[ind] = t
   end
   return t
 end
 
-function type_of_raw(ctx, s, ind)
+function type_of_raw(ctx, s, ind, expand)
   local ref = type(s) == "table" and s["$ref"]
-  if ref and ctx.refs and (ctx.refs[ref] or 0) >= 2 then
+  if ref then
     local target = deref(ctx, s)
-    if type(target) == "table" and type(target.properties) == "table" then
-      local name = ref:match("([%w_]+)$")
-      if name and (ctx.def_of[name] == nil or ctx.def_of[name] == target) then
-        if not ctx.def_of[name] then
-          ctx.def_of[name] = target
-          ctx.defs[#ctx.defs + 1] = name
-        end
-        return name
-      end
+    if (ctx.refs[ref] or 0) >= 2 and type(target.properties) == "table" and
+       next(target.properties) ~= nil then
+      return def_name(ctx, target, ref)
     end
+    return type_of(ctx, target, ind)  -- remembered by its target
   end
-  if ref then return type_of(ctx, deref(ctx, s), ind) end  -- remembered by its target
+  if not expand and type(s) == "table" and ctx.rec[s] ~= nil then
+    return def_name(ctx, s, ctx.rec[s])
+  end
   if s == true or type(s) ~= "table" then return "any" end
   if s == false then return "never" end
   if type(s.enum) == "table" and #s.enum > 0 then
@@ -475,19 +613,24 @@ end
 -- description or a nested block and there are at most 4; else one field a line.
 function fields_of(ctx, s, ind)
   local keys, required = field_order(ctx, s)
-  local inner = ind .. "  "
+  local inner = ind .. " "  -- one space a level: o200k reads "\n " + " name" as one token less
   local lines, simple = {}, #keys <= 4
   for _, k in ipairs(keys) do
     local raw = s.properties[k]
     local ps = deref(ctx, raw)
     local ks = tostring(k)
     local name = is_identifier(ks) and ks or literal(ks)
-    local line = name .. (required[k] and "" or "?") .. ": " .. type_of(ctx, raw, inner)
+    local t = type_of(ctx, raw, inner)
+    local line = name .. (required[k] and "" or "?") .. ": " .. t
     if type(ps) == "table" then
-      local n = notes_text(notes(ctx, ps))
+      -- a definition written by name has its notes and description on its own line
+      local named = ctx.names.of[ps] == t
+      local n = named and "" or notes_text(notes(ctx, ps))
       if n ~= "" then line = line .. " " .. n end
-      if type(ps.description) == "string" and ps.description:find("%S") then
-        line = line .. " -- " .. one_line(ps.description)
+      local desc = type(raw) == "table" and raw.description
+      if desc == nil and not named then desc = ps.description end
+      if type(desc) == "string" and desc:find("%S") then
+        line = line .. " -- " .. one_line(desc)
         simple = false
       end
     end
@@ -529,14 +672,39 @@ local function count_refs(s, refs, depth)
   return refs
 end
 
--- The lines "name = {...}" of the definitions ctx named while writing a tool.
-local function def_lines(ctx, out)
+-- The lines "name = ..." of the definitions named while writing a tool, each once (a
+-- definition may name others: they follow). The argument table or the result itself,
+-- when it contains itself, is named args or result, and the call above defines it.
+local function def_lines(names, out)
   local i = 1
-  while ctx.defs[i] do
-    local name = ctx.defs[i]
-    out[#out + 1] = name .. " = " .. fields_of(ctx, ctx.def_of[name], "")
+  while names.list[i] do
+    local d = names.list[i]
+    if d.schema == d.ctx.top then
+      out[#out + 1] = "-- " .. d.name .. ": the " .. (d.name == "args" and
+        "argument table" or "result") .. " itself"
+    else
+      local line = d.name .. " = " .. type_of_raw(d.ctx, d.schema, "", true)
+      local n = notes_text(notes(d.ctx, d.schema))
+      if n ~= "" then line = line .. " " .. n end
+      local desc = d.schema.description
+      if type(desc) == "string" and desc:find("%S") then
+        local first, rest = line:match("^([^\n]*)(.*)$")
+        line = first .. " -- " .. one_line(desc) .. rest
+      end
+      out[#out + 1] = line
+    end
     i = i + 1
   end
+end
+
+-- The context of writing one schema (kind "input" or "output") of a tool.
+local function schema_ctx(tool, kind, names)
+  local root = kind == "output" and tool.output or tool.input
+  local ctx = { root = root, order = tool.order, kind = kind, names = names,
+                refs = count_refs(root, {}, 0) }
+  ctx.rec = find_recursive(ctx, root)
+  ctx.top = deref(ctx, root)
+  return ctx
 end
 
 -- The block of one tool: its description as comments, then its call.
@@ -550,8 +718,8 @@ local function tool_api(tool)
       out[#out + 1] = line == "" and "--" or "-- " .. line
     end
   end
-  local ctx = { root = tool.input, order = tool.order, refs = count_refs(tool.input, {}, 0),
-                defs = {}, def_of = {} }
+  local names = { of = {}, used = {}, list = {} }
+  local ctx = schema_ctx(tool, "input", names)
   local input = deref(ctx, tool.input)
   local args
   if type(input) == "table" and type(input.properties) == "table" and next(input.properties) then
@@ -562,11 +730,12 @@ local function tool_api(tool)
     args = "{}"
   end
   local sig = call_path(name) .. args
-  local octx = { root = tool.output, order = tool.order, refs = count_refs(tool.output, {}, 0),
-                 defs = {}, def_of = {} }
-  if tool.output ~= nil then
+  if tool.output == nil and tool.kind == "upstream" then
+    sig = sig .. " -> text"  -- what an MCP server's tool without outputSchema gives back
+  elseif tool.output ~= nil then
+    local octx = schema_ctx(tool, "output", names)
     local out_s = deref(octx, tool.output)
-    sig = sig .. " -> " .. type_of(octx, out_s, "")
+    sig = sig .. " -> " .. type_of_raw(octx, out_s, "", true)
     local n = type(out_s) == "table" and out_s.properties == nil and
               notes_text(notes(octx, out_s)) or ""
     if n ~= "" then sig = sig .. " " .. n end
@@ -576,8 +745,7 @@ local function tool_api(tool)
     sig = first .. " -- " .. inline_desc .. rest
   end
   out[#out + 1] = sig
-  def_lines(ctx, out)
-  def_lines(octx, out)
+  def_lines(names, out)
   return concat(out, "\n")
 end
 
@@ -588,17 +756,43 @@ local function by_name(tools)
   return list
 end
 
--- The tools' API, sorted by name, one block per tool separated by a blank line.
+-- What "-> text" means: an MCP server's tool without an outputSchema answers with text,
+-- which the host unwraps (lua/upstream.lua) before the script sees it.
+local TEXT_NOTE = "-- -> text: the tool's text, unwrapped: JSON text becomes a table, " ..
+                  "other text a string"
+
+local function text_result(t) return t.output == nil and t.kind == "upstream" end
+
+-- The tools' API, sorted by name, one block per tool separated by a blank line, and what
+-- "-> text" means when a tool has it.
 function M.lua_api(tools)
-  local blocks = {}
-  for _, t in ipairs(by_name(tools)) do blocks[#blocks + 1] = tool_api(t) end
+  local blocks, text = {}, false
+  for _, t in ipairs(by_name(tools)) do
+    blocks[#blocks + 1] = tool_api(t)
+    text = text or text_result(t)
+  end
+  if text then blocks[#blocks + 1] = TEXT_NOTE end
   return concat(blocks, "\n\n") .. (#blocks > 0 and "\n" or "")
 end
 
--- One line per tool: its call with the required fields (and "..." when it takes more),
--- for clients that cut long descriptions; tools.describe(name) gives the rest.
+-- The keys of a tool's result, when its output schema is an object with fields, or nil.
+local function result_keys(t)
+  local ctx = { root = t.output, order = t.order }
+  local out = deref(ctx, t.output)
+  if type(out) ~= "table" or type(out.properties) ~= "table" or next(out.properties) == nil then
+    return nil
+  end
+  local keys = field_order(ctx, out)
+  if #keys > 6 then keys = { keys[1], keys[2], keys[3], keys[4], keys[5], "..." } end
+  for i, k in ipairs(keys) do keys[i] = tostring(k) end
+  return "{" .. concat(keys, ", ") .. "}"
+end
+
+-- One line per tool: its call with the required fields (and "..." when it takes more)
+-- and the keys of its result, for clients that cut long descriptions;
+-- tools.describe(name) gives the rest.
 function M.compact_api(tools)
-  local lines = {}
+  local lines, text = {}, false
   for _, t in ipairs(by_name(tools)) do
     local ctx = { root = t.input, order = t.order }
     local input = deref(ctx, t.input)
@@ -610,7 +804,64 @@ function M.compact_api(tools)
       end
     end
     if more then names[#names + 1] = "..." end
-    lines[#lines + 1] = call_path(tostring(t.name)) .. "{" .. concat(names, ", ") .. "}"
+    local line = call_path(tostring(t.name)) .. "{" .. concat(names, ", ") .. "}"
+    local r = text_result(t) and "text" or result_keys(t)
+    if r then line = line .. " -> " .. r end
+    lines[#lines + 1] = line
+    text = text or text_result(t)
+  end
+  if text then lines[#lines + 1] = TEXT_NOTE end
+  return concat(lines, "\n") .. (#lines > 0 and "\n" or "")
+end
+
+-- A tool's namespace: its name without the last part ("github" of github.create_issue),
+-- "" for a name without a dot.
+local function namespace(name)
+  return name:match("^(.*)%.[^.]*$") or ""
+end
+
+-- The tools by namespace, namespaces sorted: {{ns = "github", names = {...}}...}.
+local function groups(tools)
+  local list, of = {}, {}
+  for _, t in ipairs(by_name(tools)) do
+    local name = tostring(t.name)
+    local ns = namespace(name)
+    local g = of[ns]
+    if not g then
+      g = { ns = ns, names = {} }
+      of[ns] = g
+      list[#list + 1] = g
+    end
+    g.names[#g.names + 1] = ns == "" and name or name:sub(#ns + 2)
+  end
+  return list
+end
+
+local function ns_path(ns) return ns == "" and "tools" or call_path("tools." .. ns) end
+
+-- One line per namespace with the names of its tools: "tools.github: create_issue, ...".
+function M.grouped_api(tools)
+  local lines = {}
+  for _, g in ipairs(groups(tools)) do
+    lines[#lines + 1] = ns_path(g.ns) .. ": " .. concat(g.names, ", ")
+  end
+  return concat(lines, "\n") .. (#lines > 0 and "\n" or "")
+end
+
+-- One line per namespace with its number of tools, at most max bytes in all (the
+-- namespaces that do not fit are counted on a last line).
+function M.counts_api(tools, max)
+  local lines, used, list = {}, 0, groups(tools)
+  for i, g in ipairs(list) do
+    local line = ns_path(g.ns) .. ": " .. #g.names .. (#g.names == 1 and " tool" or " tools")
+    local rest = #list - i
+    local tail = rest > 0 and ("... and " .. rest .. " more namespaces\n") or ""
+    if max and used + #line + 1 + #tail > max then
+      lines[#lines + 1] = "... and " .. (#list - i + 1) .. " more namespaces"
+      break
+    end
+    lines[#lines + 1] = line
+    used = used + #line + 1
   end
   return concat(lines, "\n") .. (#lines > 0 and "\n" or "")
 end
@@ -618,40 +869,86 @@ end
 -- ---- the preamble ------------------------------------------------------------------
 
 -- A checklist for a model that writes JavaScript or Python: what differs in Lua, and
--- how this sandbox answers.
+-- how this sandbox answers. Every mode keeps it whole, and says how to read the rest.
 local PREAMBLE = [[
-Write one Lua 5.4 script; it returns the result, print() logs.
-Lua, not JS/Python: arrays start at 1; #t is an array's length; .. joins strings;
-~= is not-equal; -- comments; local declares; no +=.
-Tools return directly (no await/.then): local r = tools.x.y{a = 1}; failures raise
-{code, message}: pcall(tools.x.y, args) only where failure is expected.
-json.null is JSON null: truthy, not nil (v == json.null); nil omits a field.
-json.array{} sends []; json.encode/decode; parallel(f1, f2) runs calls at once.]]
+Write one Lua 5.4 script; return the result; print() logs.
+Not JS/Python: arrays start at 1; #t is length; .. joins strings; ~= is not-equal;
+-- comments; local declares; no +=.
+Tools return directly (no await): local r = tools.x.y{a = 1}; a failure raises
+{code, message}: pcall(tools.x.y, args) where failure is expected.
+json.null is JSON null: truthy, not nil; nil omits a field. json.array{} sends [];
+json.encode/decode; parallel(f, g) runs calls at once.]]
 
-local PREAMBLE_TOOLS = "Tools, called as tools.name{...} (x?: optional):"
-local PREAMBLE_COMPACT = "Tools, called as tools.name{...}; tools.describe(name) gives " ..
-  "a tool's fields and result, tools.search(words) finds tools:"
+local HEADER = {
+  full = "Tools; more with tools.describe(name), tools.search(words):",
+  compact = "Tools, one line each; in a script tools.describe(name) gives a tool's " ..
+            "fields and result, tools.search(words) finds tools:",
+  grouped = "Tools by namespace, called as tools.ns.name{...}; in a script " ..
+            "tools.describe(\"ns.name\") gives a tool's fields and result, " ..
+            "tools.search(words) finds tools:",
+  counts = "Tools by namespace (too many to list); in a script tools.search(words) " ..
+           "finds tools, tools.list() names them, tools.describe(name) gives a tool's " ..
+           "fields and result:",
+}
+
+-- The most characters of run_lua's description, by default: Claude Code cuts a tool's
+-- description past 2,048, and a model that reads a cut API invents the rest.
+M.DESCRIPTION_MAX = 2048
 
 -- The preamble alone (the sandbox, for the model).
 function M.preamble()
   return PREAMBLE .. "\n"
 end
 
--- The whole description: the preamble, then the tools in full ("full") or one line
--- each ("compact").
-function M.describe(tools, mode)
-  if #tools == 0 then return M.preamble() end
+-- The length of s as a client counts it: UTF-16 code units (bytes if s is not UTF-8).
+local function text_len(s)
+  local n = utf8.len(s)
+  if not n then return #s end
+  for _, c in utf8.codes(s) do if c >= 0x10000 then n = n + 1 end end
+  return n
+end
+M.text_len = text_len
+
+local function in_mode(tools, mode, max)
   if mode == "compact" then
-    return PREAMBLE .. "\n" .. PREAMBLE_COMPACT .. "\n" .. M.compact_api(tools)
+    return PREAMBLE .. "\n" .. HEADER.compact .. "\n" .. M.compact_api(tools)
+  elseif mode == "grouped" then
+    return PREAMBLE .. "\n" .. HEADER.grouped .. "\n" .. M.grouped_api(tools)
+  elseif mode == "counts" then
+    local head = PREAMBLE .. "\n" .. HEADER.counts .. "\n"
+    return head .. M.counts_api(tools, max and max - #head)
   end
-  return PREAMBLE .. "\n" .. PREAMBLE_TOOLS .. "\n\n" .. M.lua_api(tools)
+  return PREAMBLE .. "\n" .. HEADER.full .. "\n\n" .. M.lua_api(tools)
+end
+
+-- The whole description: the preamble, then the tools
+--   "full"     each tool's call, fields, rules and result;
+--   "compact"  one line a tool: required fields and result keys;
+--   "grouped"  one line a namespace: its tools' names;
+--   "counts"   one line a namespace: how many tools;
+--   "auto"     the first of these that fits in max characters (M.DESCRIPTION_MAX);
+--   "fit"      the same from "compact" on (never the full text).
+-- Returns the text and the mode chosen.
+function M.describe(tools, mode, max)
+  if #tools == 0 then return M.preamble(), "full" end
+  if mode ~= "auto" and mode ~= "fit" then
+    mode = HEADER[mode] and mode or "full"
+    return in_mode(tools, mode), mode
+  end
+  max = max or M.DESCRIPTION_MAX
+  local order = mode == "auto" and { "full", "compact", "grouped" } or { "compact", "grouped" }
+  for _, m in ipairs(order) do
+    local text = in_mode(tools, m)
+    if text_len(text) <= max then return text, m end
+  end
+  return in_mode(tools, "counts", max), "counts"
 end
 
 -- ---- the run_lua tool --------------------------------------------------------------
 
 -- The tool definition of run_lua for an MCP, OpenAI or Anthropic tool list: the
--- description (M.describe, opts.mode "full" or "compact") and the code argument.
--- opts.session adds the session argument.
+-- description (M.describe with opts.mode, default "full", and opts.max) and the code
+-- argument. opts.session adds the session argument.
 function M.run_lua_tool(tools, opts)
   opts = opts or {}
   local properties = {
@@ -665,7 +962,7 @@ function M.run_lua_tool(tools, opts)
   end
   return {
     name = "run_lua",
-    description = M.describe(tools, opts.mode),
+    description = (M.describe(tools, opts.mode, opts.max)),
     inputSchema = { type = "object", properties = properties, required = { "code" } },
   }
 end

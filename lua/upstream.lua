@@ -380,6 +380,48 @@ function M.unwrap(res)
 end
 local unwrap = M.unwrap
 
+-- The shape of a result as describe.lua writes types ({id: integer, tags: string[]}),
+-- at most 3 levels deep and 10 fields an object, for tools.describe of a tool with no
+-- outputSchema after it answered (E.seen): the next script reads what comes back.
+local function shape(v, depth)
+  local tv = type(v)
+  if tv == "string" or tv == "boolean" then return tv end
+  if tv == "number" then return math.type(v) == "integer" and "integer" or "number" end
+  if v == json.null then return "json.null" end
+  if tv ~= "table" then return "any" end
+  if next(v) == nil then return "{}" end
+  if depth >= 3 then return "table" end
+  local n = #v
+  local seq = n > 0
+  if seq then
+    for k in pairs(v) do
+      if math.type(k) ~= "integer" or k < 1 or k > n then seq = false break end
+    end
+  end
+  if seq then
+    local parts, seen = {}, {}
+    for i = 1, math.min(n, 3) do
+      local p = shape(v[i], depth + 1)
+      if not seen[p] then seen[p] = true; parts[#parts + 1] = p end
+    end
+    local it = table.concat(parts, "|")
+    if #parts > 1 then it = "(" .. it .. ")" end
+    return it .. "[]"
+  end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  local fields = {}
+  for i = 1, math.min(#keys, 10) do
+    local k = keys[i]
+    local name = k:match("^[%a_][%w_]*$") and k or ("%q"):format(k)
+    fields[i] = name .. ": " .. shape(v[k] == nil and v[tonumber(k)] or v[k], depth + 1)
+  end
+  if #keys > 10 then fields[#fields + 1] = "..." end
+  return "{" .. table.concat(fields, ", ") .. "}"
+end
+M.shape = function(v) return shape(v, 0) end
+
 local start_server, list_tools  -- forward
 
 local function unavailable(fmt, ...)
@@ -498,6 +540,12 @@ local function call_tool(srv, info, args, ctx)
   if failed then
     error({ code = "tool.failed", message = failed }, 0)
   end
+  if info.text_result then  -- no outputSchema: remember what came back, for tools.describe
+    local s = shape(v, 0)
+    if #s > 600 then s = shape(v, 2) end
+    if #s > 600 then s = shape(v, 3) end
+    if #s <= 600 then E.seen(info.name, s) end
+  end
   return v
 end
 
@@ -537,7 +585,8 @@ local function register(srv, list)
       end
     else
       local def = f.def
-      local info = { raw = f.raw, lua = f.lua }
+      local info = { raw = f.raw, lua = f.lua, name = srv.id .. "." .. f.lua,
+                     text_result = type(def.outputSchema) ~= "table" }
       local desc = type(def.description) == "string" and def.description
                    or type(def.title) == "string" and def.title or ""
       local input = type(def.inputSchema) == "table" and def.inputSchema

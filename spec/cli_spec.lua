@@ -144,11 +144,11 @@ return tools.kv.get{key = {}}]], "--for-model")
       { tool = "kv.get", line = 1, code = "tool.invalid_input", message = 'tools.kv.get: '
         .. 'invalid arguments: $: missing required property "key"; $.nokey: unexpected '
         .. 'property "nokey" (allowed: "key") (tools.describe("kv.get") shows what it takes)' },
-      { tool = "kv.get", line = 3, code = "tool.invalid_input", message = 'tools.kv.get: '
-        .. 'invalid arguments: $.key: expected string, got object (tools.describe("kv.get") '
-        .. 'shows what it takes)' },
-    }, v.failed_calls)
+    }, v.failed_calls)  -- the call on line 3 ended the run: it is the error, once
     assert.are.equal("tool.invalid_input", v.error.code)
+    assert.are.equal(3, v.error.line)
+    assert.are.equal('tools.kv.get: invalid arguments: $.key: expected string, got object '
+      .. '(tools.describe("kv.get") shows what it takes)', v.error.message)
     assert.is_nil(v.stats)
     assert.is_nil(v.failed_unlisted)
   end)
@@ -167,6 +167,26 @@ return 1]], "--for-model")
       { tool = "kv.get", line = 2, code = "tool.invalid_input", message = msg },
     }, v.failed_calls)
     assert.are.same({ ["kv.get"] = 51 }, v.calls)
+  end)
+
+  it("--for-model keeps the count of a failure that ended the run, not its message", function()
+    local out, _, rc = run([[
+for i = 1, 3 do pcall(tools.kv.get, {}) end
+local function get(a) return tools.kv.get(a) end
+for i = 1, 3 do pcall(get, {}) end
+return get({})]], "--for-model")
+    assert.are.equal(1, rc)
+    local v = dkjson.decode(out)
+    local msg = 'tools.kv.get: invalid arguments: $: missing required property "key" '
+      .. '(tools.describe("kv.get") shows what it takes)'
+    assert.are.same({ code = "tool.invalid_input", line = 2, message = msg }, {
+      code = v.error.code, line = v.error.line, message = v.error.message })
+    assert.are.same({
+      { tool = "kv.get", line = 1, code = "tool.invalid_input", message = msg, times = 3 },
+      { tool = "kv.get", line = 2, code = "tool.invalid_input", times = 3, same_as_error = true },
+    }, v.failed_calls)
+    local n = select(2, out:gsub('missing required property', ''))
+    assert.are.equal(2, n)  -- once for line 1, once in the error
   end)
 
   it("--for-model counts the calls past the first 100 and the failures among them", function()

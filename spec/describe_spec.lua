@@ -45,13 +45,12 @@ local NOTES_API = [[
 -- Search the notes.
 -- Best first.
 notes.search{
-  query: string #1..200 -- Words to find.
-  filter?: {author: string, "max-age"?: number >0} -- Extra filter.
-  limit?: integer 1..50 = 10
-  since?: string(date)
-  sort?: "date"|"score" -- Order.
-  tags?: (string /^[a-z]+$/)[] #<=5
-  -- no other fields
+ query: string #1..200 -- Words to find.
+ filter?: {author: string, "max-age"?: number >0} -- Extra filter.
+ limit?: integer 1..50 = 10
+ since?: string(date)
+ sort?: "date"|"score" -- Order.
+ tags?: (string /^[a-z]+$/)[] #<=5
 } -> {hits: {id: integer, title?: string|json.null}[]}]]
 
 local TIME_API = [[
@@ -97,11 +96,11 @@ describe("describe.lua_api", function()
     } })
     assert.equal([[
 x.y{
-  any?: any
-  at?: {x?: number}
-  flag?: true
-  labels?: {[string]: string}
-  v?: string|integer
+ any?: any
+ at?: {x?: number}
+ flag?: true
+ labels?: {[string]: string}
+ v?: string|integer
 } -> string #<=10
 ]], api)
   end)
@@ -140,17 +139,17 @@ x.y{
     } })
     assert.equal([[
 r.w{
-  extra?: string
-  head?: integer
-  meta?: {[string]: string} #keys>=1, keys /^[a-z]+$/
-  mode?: "a"|"b"
-  point?: {number -90..90, number}
-  tags?: string[] contains "x"
-  tail?: integer
-  -- not both head and tail
-  -- exactly one of head | tail
-  -- tail needs mode
-  -- if mode = "b": extra required
+ extra?: string
+ head?: integer
+ meta?: {[string]: string} #keys>=1, keys /^[a-z]+$/
+ mode?: "a"|"b"
+ point?: {number -90..90, number}
+ tags?: string[] contains "x"
+ tail?: integer
+ -- not both head and tail
+ -- exactly one of head | tail
+ -- tail needs mode
+ -- if mode = "b": extra required
 }
 ]], api)
   end)
@@ -172,8 +171,8 @@ r.w{
 end)
 
 describe("describe.compact_api", function()
-  it("writes one line per tool: its required fields, and ... when it takes more", function()
-    assert.equal("notes.search{query, ...}\ntime.now{}\n",
+  it("writes one line per tool: its required fields, ... for more, its result's keys", function()
+    assert.equal("notes.search{query, ...} -> {hits}\ntime.now{}\n",
       D.compact_api({ time_now(), notes_search() }))
   end)
 end)
@@ -181,11 +180,11 @@ end)
 describe("describe.preamble", function()
   it("is a checklist of what differs from JavaScript and Python", function()
     local p = D.preamble()
-    for _, needle in ipairs({ "Lua 5.4", "arrays start at 1", "#t is an array's length",
-        ".. joins strings", "~= is not-equal", "-- comments", "no await/.then",
-        "local r = tools.x.y{a = 1}", "{code, message}", "pcall(tools.x.y, args) only where "
+    for _, needle in ipairs({ "Lua 5.4", "arrays start at 1", "#t is length",
+        ".. joins strings", "~= is not-equal", "-- comments", "no await", "no +=",
+        "local r = tools.x.y{a = 1}", "{code, message}", "pcall(tools.x.y, args) where "
         .. "failure is expected", "json.null is JSON null: truthy, not nil",
-        "json.array{} sends []", "parallel(f1, f2)" }) do
+        "nil omits a field", "json.array{} sends []", "parallel(f, g)" }) do
       assert.truthy(p:find(needle, 1, true), needle)
     end
   end)
@@ -195,8 +194,8 @@ describe("describe.run_lua_tool", function()
   it("has a name, a description with the preamble and the API, and a code argument", function()
     local t = D.run_lua_tool({ notes_search() })
     assert.equal("run_lua", t.name)
-    assert.equal(D.preamble() .. "Tools, called as tools.name{...} (x?: optional):\n\n" ..
-      NOTES_API .. "\n", t.description)
+    assert.equal(D.preamble() .. "Tools; more with tools.describe(name), " ..
+      "tools.search(words):\n\n" .. NOTES_API .. "\n", t.description)
     assert.same({ type = "object", required = { "code" }, properties = {
       code = { type = "string",
                description = "The Lua 5.4 script to run; its return value is the result." },
@@ -206,9 +205,9 @@ describe("describe.run_lua_tool", function()
 
   it("lists one line per tool in compact mode", function()
     local t = D.run_lua_tool({ notes_search(), time_now() }, { mode = "compact" })
-    assert.equal(D.preamble() .. "Tools, called as tools.name{...}; tools.describe(name) "
+    assert.equal(D.preamble() .. "Tools, one line each; in a script tools.describe(name) "
       .. "gives a tool's fields and result, tools.search(words) finds tools:\n"
-      .. "notes.search{query, ...}\ntime.now{}\n", t.description)
+      .. "notes.search{query, ...} -> {hits}\ntime.now{}\n", t.description)
   end)
 
   it("adds the session argument only when asked", function()
@@ -262,5 +261,25 @@ describe("describe of a schema that reaches one definition many times", function
     assert.equal("h.x{items?: integer[]}\n", D.lua_api({ { name = "h.x", input = {
       type = "object", ["$defs"] = defs,
       properties = { items = { type = "array", items = { ["$ref"] = "#/$defs/d40" } } } } } }))
+  end)
+end)
+
+describe("an MCP server's tool without an outputSchema", function()
+  local up = { name = "gh.list_issues", description = "List issues.", kind = "upstream",
+               input = { type = "object", properties = { repo = { type = "string" } },
+                         required = { "repo" } } }
+  it("reads -> text, and what text becomes, once", function()
+    assert.equal("gh.list_issues{repo: string} -> text -- List issues.\n\n" ..
+      "-- -> text: the tool's text, unwrapped: JSON text becomes a table, other text a string\n",
+      D.lua_api({ up }))
+    assert.equal("gh.list_issues{repo} -> text\n-- -> text: the tool's text, unwrapped: JSON " ..
+      "text becomes a table, other text a string\n", D.compact_api({ up }))
+  end)
+
+  it("is not said of a plugin's tool, whose handler returns a Lua value", function()
+    local plugin = {}
+    for k, v in pairs(up) do plugin[k] = v end
+    plugin.kind = "lua"
+    assert.equal("gh.list_issues{repo: string} -- List issues.\n", D.lua_api({ plugin }))
   end)
 end)

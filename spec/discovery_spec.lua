@@ -18,7 +18,7 @@ describe("tidepool describe", function()
     assert.are.equal(0, code)
     assert.truthy(a:find("Write one Lua 5.4 script", 1, true))
     assert.truthy(a:find("\nkv.get{ -- Reads the value stored under a key.", 1, true))
-    assert.truthy(a:find("\n  key: string #1..256 -- The key: 1 to 256 characters.", 1, true))
+    assert.truthy(a:find("\n key: string #1..256 -- The key: 1 to 256 characters.", 1, true))
     assert.truthy(a:find("\ntime.now{", 1, true))
     local b = sh(TP .. " describe")
     assert.are.equal(a, b)
@@ -27,10 +27,13 @@ describe("tidepool describe", function()
   it("prints one line per tool with --describe compact", function()
     local out, code = sh(TP .. " describe --describe compact")
     assert.are.equal(0, code)
-    assert.are.equal("kv.delete{key}\nkv.get{key}\nkv.list{...}\nkv.set{key, value}\n"
-      .. "time.now{}\ntime.sleep{ms}\n", out:match("finds tools:\n(.*)$"))
+    assert.are.equal("kv.delete{key} -> {deleted}\nkv.get{key} -> {value, found}\n"
+      .. "kv.list{...} -> {keys, truncated}\nkv.set{key, value} -> {bytes, used}\n"
+      .. "time.now{} -> {unix_ms, iso}\ntime.sleep{ms} -> {slept_ms}\n",
+      out:match("finds tools:\n(.*)$"))
     local json = sh(TP .. " describe --format json --describe compact")
-    assert.truthy(dkjson.decode(json).description:find("\nkv.set{key, value}\n", 1, true))
+    assert.truthy(dkjson.decode(json).description:find("\nkv.set{key, value} -> {bytes, used}\n",
+                                                      1, true))
   end)
 
   it("refuses an unknown --describe mode with exit status 2", function()
@@ -74,8 +77,8 @@ describe("discovery inside a script", function()
     local env = tidepool.run('return tools.describe("time.sleep")', opts)
     assert.is_true(env.ok)
     assert.truthy(env.result:find("^time.sleep{ %-%- Waits the given number of milliseconds"))
-    assert.truthy(env.result:find("\n  ms: integer 0..60000 -- How long to wait", 1, true))
-    assert.truthy(env.result:find("\n} -> {\n  slept_ms: integer >=0", 1, true))
+    assert.truthy(env.result:find("\n ms: integer 0..60000 -- How long to wait", 1, true))
+    assert.truthy(env.result:find("\n} -> {\n slept_ms: integer >=0", 1, true))
     assert.is_nil(env.result:find("kv.", 1, true))
   end)
 

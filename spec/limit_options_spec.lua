@@ -174,7 +174,7 @@ describe("tidepool --help and tidepool mcp --help", function()
         local line_end = out:find("(default", e, true)
         local default = out:sub(line_end, out:find(")", line_end, true))
         -- tidepool mcp's own default: a result a model reads is smaller (mcp.c)
-        local want = (cmd == "mcp --help" and l[1] == "--max-result SIZE") and "256K" or l[2]
+        local want = (cmd == "mcp --help" and l[1] == "--max-result SIZE") and "80K" or l[2]
         assert.are.equal(("(default %s)"):format(want), default, l[1])
         at = e
       end

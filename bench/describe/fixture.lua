@@ -4,7 +4,7 @@
 local M = {}
 
 -- A JSON decoder that records the key order of every object: order[obj] = {keys...}.
-local function decode(text, order)
+local function decode(text, order, null)
   local pos = 1
   local value
   local function ws() pos = text:find("[^ \t\r\n]", pos) or #text + 1 end
@@ -63,7 +63,7 @@ local function decode(text, order)
       ws()
       if text:sub(pos, pos) == "]" then pos = pos + 1 return arr end
       while true do
-        arr[#arr + 1] = value()
+        arr[#arr + 1] = value()  -- a null in an array (without a null value) is dropped
         ws()
         local d = text:sub(pos, pos)
         pos = pos + 1
@@ -74,7 +74,7 @@ local function decode(text, order)
     elseif c == '"' then return str()
     elseif text:sub(pos, pos + 3) == "true" then pos = pos + 4 return true
     elseif text:sub(pos, pos + 4) == "false" then pos = pos + 5 return false
-    elseif text:sub(pos, pos + 3) == "null" then pos = pos + 4 return nil
+    elseif text:sub(pos, pos + 3) == "null" then pos = pos + 4 return null
     end
     local n = text:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
     if not n then err("value expected") end
@@ -82,6 +82,13 @@ local function decode(text, order)
     return math.tointeger(tonumber(n)) or tonumber(n)
   end
   return value()
+end
+
+-- The value of JSON text, and the key order of its objects; null becomes the value
+-- null (nil when not given).
+function M.decode(text, null)
+  local order = {}
+  return decode(text, order, null), order
 end
 
 -- The tools of a fixture file, for describe.lua.

@@ -3,10 +3,14 @@
 # schemas of spec/fixtures/describe/tools13.json. Prints, as "name: value unit" lines:
 #   describe_tokens_tidepool, describe_tokens_cloudflare   word-piece tokens
 #                              (bench/describe/tokens.lua, the same counter for both)
-#   describe_tokens_ratio      tidepool / Cloudflare (target <= 0.8)
+#   describe_tokens_ratio      tidepool / Cloudflare (target <= 0.75)
 #   describe_tokens_o200k_*    the same with the o200k tokenizer itself (gpt-tokenizer),
 #                              when npm could install it
 #   describe_compact_chars     the compact description of the 13 tools, in characters
+#   describe_builtin_chars     run_lua's description as tidepool mcp sends it (--describe
+#                              auto) with the built-in tools, in characters, and its form
+#   describe_56_chars          the same for the 56 tools of four common MCP servers
+#                              (bench/describe/servers.lua); both must be <= 2048
 # Cloudflare's side is @cloudflare/codemode from the npm registry, installed into
 # build/cf the first time, run by node (bench/describe/cloudflare.mjs).
 BUILD=${BUILD:-build}
@@ -19,6 +23,10 @@ mkdir -p "$OUT"
 "$LUA" bench/describe/describe.lua write "$FIXTURE" "$OUT" || exit 1
 set -- $("$LUA" bench/describe/describe.lua count "$OUT/compact.txt")
 echo "describe_compact_chars: $2 chars"
+"$BUILD/tidepool" describe --describe auto | "$LUA" -e '
+  print(("describe_builtin_chars: %d chars"):format(require("lua.describe").text_len(io.read("a"))))'
+set -- $("$LUA" bench/describe/describe.lua servers)
+echo "describe_56_chars: $1 chars ($2)"
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "describe_tokens_ratio: not measured (node and npm are needed for Cloudflare's side)"
   exit 0

@@ -26,10 +26,12 @@ static const char usage_head[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
   "       tidepool check [options] FILE   compile only, report syntax errors\n"
   "       tidepool describe [--config FILE] [--tools DIR]... [--no-builtin-tools]\n"
-  "                [--workspace DIR] [--format lua|json] [--describe full|compact]\n"
+  "                [--workspace DIR] [--format lua|json] [--describe MODE]\n"
   "                                       what the model reads: the sandbox and the tools\n"
-  "                                       as text (lua) or a run_lua tool (json); compact:\n"
-  "                                       one line per tool (tools.describe(name) has more)\n"
+  "                                       as text (lua) or a run_lua tool (json); MODE full\n"
+  "                                       (default), compact (one line a tool), grouped (a\n"
+  "                                       namespace's names a line), counts, or auto (the\n"
+  "                                       first that fits in 2,048 characters, as mcp)\n"
   "       tidepool mcp [options]          MCP server on stdio (tidepool mcp --help)\n"
   "       tidepool config check FILE...   check config files without running anything:\n"
   "                                       FILE: ok and a summary, or every problem\n"
@@ -525,7 +527,7 @@ int main (int argc, char **argv) {
   if (!check && !describe && strcmp(cmd, "run") != 0)
     return tp__cli_usage_error("unknown command '%s'", cmd);
   const char *format = "lua";
-  int compact = 0;  /* --describe compact */
+  const char *describe_mode = NULL;  /* --describe: NULL for full */
 
   tp_limits lim;
   tp_limits_init(&lim);
@@ -642,9 +644,12 @@ int main (int argc, char **argv) {
     }
     if (describe && (strcmp(a, "--describe") == 0 || strncmp(a, "--describe=", 11) == 0)) {
       const char *mode = a[10] == '=' ? a + 11 : i + 1 < argc ? argv[++i] : "";
-      if (strcmp(mode, "full") != 0 && strcmp(mode, "compact") != 0)
-        return tp__cli_usage_error("--describe '%s': use full or compact", mode);
-      compact = strcmp(mode, "compact") == 0;
+      if (strcmp(mode, "full") != 0 && strcmp(mode, "compact") != 0 &&
+          strcmp(mode, "auto") != 0 && strcmp(mode, "grouped") != 0 &&
+          strcmp(mode, "counts") != 0)
+        return tp__cli_usage_error("--describe '%s': use full, auto, compact, grouped or "
+                                   "counts", mode);
+      describe_mode = strcmp(mode, "full") == 0 ? NULL : mode;
       continue;
     }
     if (describe && (strcmp(a, "-") == 0 || a[0] != '-'))
@@ -722,8 +727,11 @@ int main (int argc, char **argv) {
       tp_engine_destroy(e);
       return EXIT_REFUSED;
     }
-    char *text = tp_engine_describe(e, !compact ? format :
-                                    strcmp(format, "json") == 0 ? "json+compact" : "compact");
+    char fmt[32];
+    if (describe_mode == NULL) snprintf(fmt, sizeof fmt, "%s", format);
+    else if (strcmp(format, "json") == 0) snprintf(fmt, sizeof fmt, "json+%s", describe_mode);
+    else snprintf(fmt, sizeof fmt, "%s", describe_mode);
+    char *text = tp_engine_describe(e, fmt);
     if (text == NULL) {
       fprintf(stderr, "tidepool: describe failed: %s\n", tp_engine_error(e));
       tp_engine_destroy(e);

@@ -148,8 +148,11 @@ static const char usage_text[] =
   "                       result counts the calls by tool and lists the failed ones;\n"
   "                       the full record is also in the result's _meta)\n"
   "  --describe MODE      run_lua's description: full (every tool's fields and rules),\n"
-  "                       compact (one line a tool; scripts read the rest with\n"
-  "                       tools.describe(name)) or auto (default: compact past 8 tools)\n"
+  "                       auto (default: the first of full, one line a tool, a line a\n"
+  "                       namespace, namespaces with counts that fits in 2,048\n"
+  "                       characters, where Claude Code cuts), compact (the same from\n"
+  "                       one line a tool on); scripts read the rest with\n"
+  "                       tools.describe(name) and tools.search(words)\n"
   "  --session-idle DURATION  drop a session idle this long (default 10m)\n"
   "  --max-sessions N     sessions kept at once (default 16)\n"
   "  --pause-ttl DURATION how long a run paused for an approval waits for resume_run\n"
@@ -166,13 +169,21 @@ static const char usage_text[] =
   "\n"
   "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
   "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count;\n"
-  "--max-result is smaller here: about 64k tokens is more than a model should read):\n";
+  "--max-result is smaller here: about 25,000 tokens of typical JSON, the most Claude\n"
+  "Code shows of a tool's result by default):\n";
+
+/* tidepool mcp's default --max-result: Claude Code shows at most 25,000 tokens of a tool's
+** result by default, and 80 KiB of typical JSON (API objects: keys, words, ids) is about
+** 24,800 o200k tokens (3.3 bytes a token; JSON of bare numbers or ids takes ~2 bytes a
+** token: such a result may still pass the client's limit). Past it the script gets
+** limit.result with a hint to return less, not a result the client cuts. */
+#define MCP_RESULT_MAX (80u * 1024u)
 
 /* tidepool mcp's default limits, for the options and --help alike: the limits table's,
-** but --max-result is about 64k tokens, already more than a model should read. */
+** but --max-result is MCP_RESULT_MAX. */
 static void mcp_limits_init (tp_limits *l) {
   tp_limits_init(l);
-  l->result = 256u * 1024u;
+  l->result = MCP_RESULT_MAX;
 }
 
 static void usage (FILE *f) {
@@ -192,7 +203,7 @@ typedef struct options {
   const char **dirs;        /* --tools, in order */
   size_t ndirs;
   int builtin, expose, test_tools;
-  int describe;             /* --describe: 0 auto (compact past DESCRIBE_FULL_MAX tools),
+  int describe;             /* --describe: 0 auto (the first that fits in 2,048 characters),
                             ** 1 full, 2 compact */
   const char *workspace, *name;
   const char *audit;        /* --audit FILE, or NULL */
@@ -698,10 +709,12 @@ static json_t *envelope_schema (void) {
     "\"failed_calls\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
       "\"tool\":{\"type\":\"string\"},\"line\":{\"type\":\"integer\"},\"code\":{\"type\":"
       "\"string\"},\"message\":{\"type\":\"string\"},\"times\":{\"type\":\"integer\","
-      "\"description\":\"how many calls failed the same way (when more than one)\"}},"
+      "\"description\":\"how many calls failed the same way (when more than one)\"},"
+      "\"same_as_error\":{\"type\":\"boolean\",\"description\":\"failed as the call in "
+      "error did\"}},"
       "\"required\":[\"tool\"]},"
       "\"description\":\"each tool call that failed or was refused (caught or not), in "
-      "order\"},"
+      "order, but the one in error\"},"
     "\"failed_unlisted\":{\"type\":\"integer\",\"description\":\"more failed calls past "
       "the first 100 calls, counted only\"},"
     "\"session\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},"
@@ -723,53 +736,20 @@ static json_t *envelope_schema (void) {
 }
 
 
-/* With more tools than this, run_lua's description lists them one line each (--describe
-** auto): clients cut a description at 2,048 characters (Claude Code), and a model reads
-** a tool's details with tools.describe(name) in its script. */
-#define DESCRIBE_FULL_MAX 8
-
-/* run_lua's description (worker side): the engine's generated one, or a plain fallback. */
+/* run_lua's description (worker side), made when the tools load: --describe full gives
+** every tool's fields and rules; auto (the default) the first of full, compact, grouped
+** and counts that fits in 2,048 characters (Claude Code cuts a description there, and a
+** model that reads a cut API invents the rest); compact the same from compact on. NULL
+** when describe fails: the load reports it, and no other text stands in for it. */
 static const char *run_lua_description (worker *w) {
   if (w->desc) return w->desc;
   int mode = w->s->o.describe;
-  int compact = mode == 2 || (mode == 0 && tp_engine_tool_count(w->e) > DESCRIBE_FULL_MAX);
-  char *d = tp_engine_describe(w->e, compact ? "json+compact" : "json");
-  if (d != NULL && *d) {
-    json_t *j = json_loads(d, 0, NULL);
-    json_t *text = json_is_object(j) ? json_object_get(j, "description") : NULL;
-    if (json_is_string(text)) w->desc = strdup(json_string_value(text));
-    else if (j == NULL) w->desc = strdup(d);  /* plain text */
-    json_decref(j);
-  }
-  free(d);
-  if (w->desc) return w->desc;
-  size_t cap = 4096, len;
-  char *buf = malloc(cap);
-  if (buf == NULL) return "Run a Lua 5.4 script in a sandbox.";
-  len = (size_t)snprintf(buf, cap,
-    "Run a Lua 5.4 script in a sandbox and get its result as JSON. Write one script "
-    "instead of many tool calls: call tools as functions, e.g. local r = tools.name{arg = 1} "
-    "(the call waits for the result; a failed call raises an error object with .code and "
-    ".message, catch it with pcall). parallel(f1, f2, ...) runs functions at once and "
-    "returns their results. print() goes to logs; json.encode, json.decode and json.null "
-    "are available; tools.list() and tools.describe(name) show the tools. Return the value "
-    "you want back. Pass the same `session` id in later calls to keep global variables.\n"
-    "Tools:");
-  size_t ntools = tp_engine_tool_count(w->e);
-  for (size_t i = 0; i < ntools; i++) {
-    tp_tool_info ti, *t = &ti;
-    tp_engine_tool_info(w->e, i, &ti);
-    size_t need = len + strlen(t->name) + strlen(t->description) + 16;
-    if (need > cap) {
-      char *nb = realloc(buf, need * 2);
-      if (nb == NULL) break;
-      buf = nb;
-      cap = need * 2;
-    }
-    len += (size_t)snprintf(buf + len, cap - len, "\n- tools.%s: %s", t->name, t->description);
-  }
-  if (ntools == 0 && len + 8 < cap) len += (size_t)snprintf(buf + len, cap - len, " (none)");
-  w->desc = buf;
+  char *d = tp_engine_describe(w->e, mode == 1 ? "json" : mode == 2 ? "json+fit" : "json+auto");
+  json_t *j = d ? json_loads(d, 0, NULL) : NULL;
+  json_t *text = json_is_object(j) ? json_object_get(j, "description") : NULL;
+  if (json_is_string(text)) w->desc = strdup(json_string_value(text));
+  json_decref(j);
+  tp_free(d);
   return w->desc;
 }
 
@@ -811,7 +791,15 @@ static char *tools_report (worker *w) {
     "global variables (a session), so a script can build on an earlier one. 1 to 128 "
     "bytes, no control characters.",
     "required", "code", "additionalProperties", 0);
-  json_t *desc = json_string(run_lua_description(w));
+  const char *dtext = run_lua_description(w);
+  char failed[1024];
+  if (dtext == NULL) {  /* said as it is, never an older or hand-made text */
+    snprintf(failed, sizeof failed, "run_lua's description could not be made (%s). In a "
+             "script, tools.list(), tools.describe(name) and tools.search(words) read the "
+             "tools.", *tp_engine_error(w->e) ? tp_engine_error(w->e) : "out of memory");
+    dtext = failed;
+  }
+  json_t *desc = json_string(dtext);
   json_array_append_new(tools, json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", o->name,
     "title", "Run a Lua script", "description", desc ? desc : json_string(""),
     "inputSchema", input, "outputSchema", envelope_schema()));
@@ -1199,7 +1187,8 @@ static json_t *parse_envelope (const char *env, size_t len) {
 /* The result made for the model out of envelope env (the engine's): ok, result or error,
 ** logs, "calls": the number of calls by tool, and "failed_calls": each failed or refused
 ** call in full (tool, line, code, message; "times": n when the same failure came back n
-** times, as in a loop), when any ("failed_unlisted": how many more
+** times, as in a loop), when any, but the one that ended the run, which is the error
+** (its earlier repeats stay, "same_as_error" instead of the message) ("failed_unlisted": how many more
 ** failed past the envelope's listed calls). The calls record (ms, bytes, one record a
 ** call) and stats stay out: a model reads every byte of this, and they go to the result's
 ** _meta and the audit log instead. The session and truncated fields pass through. New
@@ -1258,6 +1247,32 @@ static json_t *model_view (const json_t *env) {
       json_decref(f);
     }
     else if (json_array_append_new(failed, f) != 0) goto oom;
+  }
+  /* the call whose failure ended the run is the error already: listed once, there (a
+  ** repeat of it, as in a loop, keeps its count here without the message again) */
+  json_t *err = json_object_get(env, "error");
+  if (json_is_object(err)) {
+    size_t k;
+    json_t *g;
+    json_array_foreach(failed, k, g) {
+      static const char *const keys[] = { "line", "code", "message" };
+      int eq = 1;
+      for (size_t q = 0; q < 3 && eq; q++) {
+        json_t *a = json_object_get(g, keys[q]), *b = json_object_get(err, keys[q]);
+        eq = a && b && json_equal(a, b);
+      }
+      json_t *etool = json_object_get(err, "tool");
+      if (eq && etool && !json_equal(etool, json_object_get(g, "tool"))) eq = 0;
+      if (!eq) continue;
+      json_int_t times = json_integer_value(json_object_get(g, "times"));
+      if (times <= 1) json_array_remove(failed, k);
+      else {
+        json_object_set_new(g, "times", json_integer(times - 1));
+        json_object_del(g, "message");
+        json_object_set_new(g, "same_as_error", json_true());
+      }
+      break;
+    }
   }
   if (json_object_set_new(v, "calls", by) != 0) { by = NULL; goto oom; }
   by = NULL;
@@ -2678,6 +2693,12 @@ static void worker_load (worker *w) {
   if (m == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return; }
   m->w = w;
   if (w->index == 0) {
+    if (run_lua_description(w) == NULL) {
+      const char *err = tp_engine_error(w->e);
+      wlog(w, L_ERROR, "run_lua's description could not be made: %s",
+           *err ? err : "out of memory");
+      m->fail = 2;
+    }
     m->text = tools_report(w);
     m->len = tp_engine_tool_count(w->e);
   }
@@ -3361,7 +3382,9 @@ static void tools_reported (server *s, mail *m) {
 }
 
 static void ready (server *s, mail *m) {
-  if (m->fail) s->start_failed = 1;
+  /* fail 2: run_lua's description could not be made (logged by the worker): a server
+  ** starting stops; one reloading serves the tools with a description that says so */
+  if (m->fail == 1 || (m->fail == 2 && !s->reloading)) s->start_failed = m->fail;
   else m->w->ready = 1;
   if (m->w->index == 0 && m->text) tools_reported(s, m);
   if (s->reloading) {
@@ -3377,6 +3400,12 @@ static void ready (server *s, mail *m) {
     return;
   }
   if (++s->nready < s->nworkers || s->done) return;
+  if (s->start_failed == 2) {
+    fprintf(stderr, "tidepool mcp: not started: run_lua's description could not be made "
+            "(`tidepool describe` with the same options shows why)\n");
+    s->done = 1;
+    return;
+  }
   if (s->start_failed) {
     fprintf(stderr, "tidepool mcp: a worker could not start (out of memory)\n");
     s->done = 1;

@@ -205,7 +205,18 @@ static char *describe (void *ud, tp_sandbox *sb, const char *tool, int *known) {
   (void)sb;
   const tp_tool *t = tp__tool_find(ud, tool);
   *known = t != NULL;
-  return t != NULL && t->lua_api != NULL ? strdup(t->lua_api) : NULL;
+  if (t == NULL || t->lua_api == NULL) return NULL;
+  if (t->seen == NULL) return strdup(t->lua_api);
+  /* a tool with no result type that has answered: what it gave back last time */
+  static const char said[] = "-- its last result here was ";
+  size_t a = strlen(t->lua_api), b = strlen(t->seen);
+  char *s = malloc(a + sizeof said + b + 2);
+  if (s == NULL) return NULL;
+  memcpy(s, t->lua_api, a);
+  memcpy(s + a, said, sizeof said - 1);
+  memcpy(s + a + sizeof said - 1, t->seen, b);
+  memcpy(s + a + sizeof said - 1 + b, "\n", 2);
+  return s;
 }
 
 static char *search (void *ud, tp_sandbox *sb, const char *query) {

@@ -136,14 +136,22 @@ int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
 
 char *tp_engine_describe (tp_engine *e, const char *format) {
   if (e == NULL || format == NULL) return NULL;
-  /* "lua", "compact" (the text: tools in full, or one line each), "json", "json+compact",
-  ** "json+session", "json+session+compact" (the run_lua tool) */
-  if (strcmp(format, "lua") == 0 || strcmp(format, "compact") == 0 ||
-      strcmp(format, "json") == 0 || strcmp(format, "json+compact") == 0)
+  /* the text: "lua" (tools in full) or a mode ("compact", "auto", "fit", "grouped",
+  ** "counts"); the run_lua tool: "json", "json+MODE", "json+session", "json+session+MODE" */
+  static const char *const modes[] = { "compact", "auto", "fit", "grouped", "counts", NULL };
+  if (strcmp(format, "lua") == 0) return tp__host_describe(e, format, NULL);
+  for (int i = 0; modes[i]; i++) if (strcmp(format, modes[i]) == 0)
     return tp__host_describe(e, format, NULL);
-  if (strcmp(format, "json+session") == 0) return tp__host_describe(e, "json", "session");
-  if (strcmp(format, "json+session+compact") == 0)
-    return tp__host_describe(e, "json+compact", "session");
+  if (strncmp(format, "json", 4) != 0) return NULL;
+  const char *rest = format + 4, *session = NULL;
+  if (strncmp(rest, "+session", 8) == 0) { session = "session"; rest += 8; }
+  if (*rest == '\0') return tp__host_describe(e, "json", session);
+  if (*rest != '+') return NULL;
+  for (int i = 0; modes[i]; i++) if (strcmp(rest + 1, modes[i]) == 0) {
+    char what[32];
+    snprintf(what, sizeof what, "json+%s", modes[i]);
+    return tp__host_describe(e, what, session);
+  }
   return NULL;
 }
 

@@ -795,6 +795,23 @@ static int e_annotate (lua_State *H) {
   return 0;
 }
 
+/* E.seen(name, shape): the shape of the last result of tool name (a tool with no output
+** schema), which tools.describe shows after its call; at most SEEN_MAX bytes. */
+#define SEEN_MAX 600
+static int e_seen (lua_State *H) {
+  const char *name = luaL_checkstring(H, 1);
+  size_t len;
+  const char *shape = luaL_checklstring(H, 2, &len);
+  tp_tool *t = (tp_tool *)tp__tool_find(get_host(H)->e, name);
+  if (t == NULL || t->output != NULL || len > SEEN_MAX) return 0;
+  if (t->seen && strcmp(t->seen, shape) == 0) return 0;
+  char *copy = strdup(shape);
+  if (copy == NULL) return 0;  /* only the hint is lost */
+  free(t->seen);
+  t->seen = copy;
+  return 0;
+}
+
 /* require("tidepool.upstream"): lua/upstream.lua, given E (upvalue 1). */
 static int open_upstream (lua_State *H) {
   const tp_embedded *src = tp__embedded_find("lua/upstream.lua");
@@ -885,7 +902,7 @@ static int open_p (lua_State *H) {
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
-    { "claim", e_claim }, { "annotate", e_annotate },
+    { "claim", e_claim }, { "annotate", e_annotate }, { "seen", e_seen },
     { "field", e_field }, { "body", e_body }, { NULL, NULL } };
   luaL_newlibtable(H, fns);
   luaL_getmetatable(H, CALLBOX);
@@ -1437,6 +1454,8 @@ static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
     lua_pushstring(H, t->description);
     lua_setfield(H, -2, "description");
     if (!schemas) { lua_rawseti(H, -2, ++n); continue; }
+    lua_pushstring(H, t->prov->kind);  /* "upstream": an MCP server's tool */
+    lua_setfield(H, -2, "kind");
     int tool = lua_gettop(H), order = 0;
     if (t->origin == NULL) {
       lua_newtable(H);
@@ -1481,10 +1500,20 @@ static void to_json_text (lua_State *H) {
   if (st != LUA_OK) lua_error(H);
 }
 
-/* describe_p(e, what, arg): what "lua" or "compact" (preamble and the tools in full or
-** one line each), "tool" (one tool's API, arg names it), "json" or "json+compact" (the
-** run_lua tool; arg non-nil adds the session argument), or "search" (arg is the query).
-** Returns a string. */
+/* The mode of describe.lua a format names: its last "+"-separated word when that is one
+** of describe.lua's modes, "full" otherwise ("lua", "json", "json+session"). */
+static const char *format_mode (const char *what) {
+  static const char *const modes[] = { "compact", "auto", "fit", "grouped", "counts", NULL };
+  const char *last = strrchr(what, '+');
+  last = last ? last + 1 : what;
+  for (int i = 0; modes[i]; i++) if (strcmp(last, modes[i]) == 0) return modes[i];
+  return "full";
+}
+
+/* describe_p(e, what, arg): what "lua" (preamble and the tools in full), a mode of
+** describe.lua ("compact", "auto", "fit", "grouped", "counts"), "tool" (one tool's API,
+** arg names it), "json" or "json+MODE" (the run_lua tool; arg non-nil adds the session
+** argument), or "search" (arg is the query). Returns a string. */
 static int describe_p (lua_State *H) {
   const tp_engine *e = lua_touserdata(H, 1);
   const char *what = lua_touserdata(H, 2);  /* C strings: pushing them could raise */
@@ -1499,14 +1528,14 @@ static int describe_p (lua_State *H) {
     to_json_text(H);
     return 1;
   }
-  int compact = strstr(what, "compact") != NULL;
+  const char *mode = format_mode(what);
   if (strncmp(what, "json", 4) == 0) {
     lua_getfield(H, M, "run_lua_tool");
     push_tool_list(H, e, NULL, 1);
     lua_createtable(H, 0, 2);
     lua_pushboolean(H, arg != NULL);
     lua_setfield(H, -2, "session");
-    lua_pushstring(H, compact ? "compact" : "full");
+    lua_pushstring(H, mode);
     lua_setfield(H, -2, "mode");
     lua_call(H, 2, 1);
     to_json_text(H);
@@ -1520,7 +1549,7 @@ static int describe_p (lua_State *H) {
   }
   lua_getfield(H, M, "describe");
   push_tool_list(H, e, NULL, 1);
-  lua_pushstring(H, compact ? "compact" : "full");
+  lua_pushstring(H, mode);
   lua_call(H, 2, 1);
   return 1;
 }

@@ -75,6 +75,7 @@ static void free_tool (tp_tool *t) {
   free(t->name);
   free(t->alias);
   free(t->lua_api);
+  free(t->seen);
   free(t->pol_rules);
   free(t->description);
   free(t->origin);

@@ -30,6 +30,8 @@ typedef struct tp_tool {
   char *lua_api;                      /* its description as Lua annotations, made once
                                       ** (tp__tools_annotate) */
   int api_tried;
+  char *seen;                         /* the shape of its last result, for a tool with no
+                                      ** output schema (an MCP server's: E.seen), or NULL */
   uint64_t pol_gen;                   /* the policy its rule list was made for (policy.c) */
   uint32_t *pol_rules, pol_n, pol_nc; /* the indexes of the policy rules that match it,
                                       ** then of those that count calls (policy.c) */

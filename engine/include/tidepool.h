@@ -588,12 +588,14 @@ TP_EXTERN int tp_engine_set_workspace_max(tp_engine *e, uint64_t bytes);
 TP_EXTERN const char *tp_engine_error(const tp_engine *e);
 
 /* The tools as the model reads them: a checklist of what differs from JavaScript and
-** Python, then every tool as a Lua call with its fields and rules (format "lua"), or one
-** line a tool (format "compact", for clients that cut descriptions; a script reads a
-** tool's details with tools.describe(name)); or a run_lua tool definition as JSON with
-** either text ("json", "json+compact"; "json+session" and "json+session+compact" add
-** the session argument). Caller frees with tp_free. NULL for an unknown format or out
-** of memory. */
+** Python, then every tool as a Lua call with its fields and rules (format "lua"), one
+** line a tool ("compact": required fields and result keys; a script reads a tool's
+** details with tools.describe(name)), one line a namespace with its tools' names
+** ("grouped") or their number ("counts"); "auto" is the first of full, compact, grouped
+** and counts that fits in 2,048 characters (where Claude Code cuts a description), "fit"
+** the same from compact on. Or a run_lua tool definition as JSON with one of these texts
+** ("json" in full, "json+MODE"; "json+session" and "json+session+MODE" add the session
+** argument). Caller frees with tp_free. NULL for an unknown format or out of memory. */
 TP_EXTERN char *tp_engine_describe(tp_engine *e, const char *format);
 
 /* Runs the engine's event loop: once without waiting (block 0) or until something

@@ -37,7 +37,7 @@ TEST(full_text_keeps_the_schema_order_with_required_fields_first) {
 TEST(compact_text_is_one_line_per_tool) {
   tp_engine *e = engine_with_tool();
   char *t = tp_engine_describe(e, "compact");
-  CHECK_HAS(t, "finds tools:\ncrm.add_contact{email, ...}\n");
+  CHECK_HAS(t, "finds tools:\ncrm.add_contact{email, ...} -> {id}\n");
   CHECK(t != NULL && strstr(t, "zeta") == NULL);
   tp_free(t);
   tp_engine_destroy(e);
@@ -53,9 +53,27 @@ TEST(run_lua_tool_in_both_modes) {
   CHECK(compact != NULL && strstr(compact, "zeta") == NULL);
   CHECK_HAS(session, "\"session\"");
   CHECK(tp_engine_describe(e, "short") == NULL);
+  CHECK(tp_engine_describe(e, "json+short") == NULL);
+  CHECK(tp_engine_describe(e, "jsonx") == NULL);
   tp_free(full);
   tp_free(compact);
   tp_free(session);
+  tp_engine_destroy(e);
+}
+
+/* auto: the full text, which fits here; fit: one line a tool; both as run_lua too */
+TEST(auto_and_fit_choose_by_length) {
+  tp_engine *e = engine_with_tool();
+  char *full = tp_engine_describe(e, "lua"), *autot = tp_engine_describe(e, "auto");
+  char *fit = tp_engine_describe(e, "fit"), *json = tp_engine_describe(e, "json+session+auto");
+  CHECK(full != NULL && autot != NULL && strcmp(full, autot) == 0);
+  CHECK_HAS(fit, "crm.add_contact{email, ...} -> {id}\n");
+  CHECK_HAS(json, "zeta?: string, alpha?: integer >=1");
+  CHECK_HAS(json, "\"session\"");
+  tp_free(full);
+  tp_free(autot);
+  tp_free(fit);
+  tp_free(json);
   tp_engine_destroy(e);
 }
 
@@ -64,5 +82,6 @@ int main (int argc, char **argv) {
   RUN(full_text_keeps_the_schema_order_with_required_fields_first);
   RUN(compact_text_is_one_line_per_tool);
   RUN(run_lua_tool_in_both_modes);
+  RUN(auto_and_fit_choose_by_length);
   return tp_test_end();
 }

@@ -75,6 +75,35 @@ TEST(upstream_tools_run_by_name_and_raw_name_and_nothing_is_left_at_destroy) {
   cleanup(dir);
 }
 
+/* A tool with no outputSchema reads "-> text" and what text becomes; once it answered,
+** tools.describe shows the shape of its last result; a tool with one does not. */
+TEST(a_tool_without_output_schema_says_text_then_shows_what_came_back) {
+  char dir[64];
+  tp_engine *e = engine_with_edge(dir, sizeof dir, "");
+  CHECK(e != NULL);
+  if (e == NULL) return;
+  const char *src = "return tools.describe('edge.json_text')";
+  char *env = NULL;
+  int ok = 0;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), NULL, &env, &ok), TP_OK);
+  CHECK_HAS(env, "edge.json_text{} -> text -- Returns JSON as text.\\n\\n-- -> text: the tool's "
+                 "text, unwrapped: JSON text becomes a table, other text a string\\n\"");
+  CHECK(env != NULL && strstr(env, "its last result") == NULL);
+  tp_free(env);
+  const char *call = "tools.edge.json_text{} tools.edge.echo{text = 'hi'} tools.edge.structured{} "
+                     "return {tools.describe('edge.json_text'), tools.describe('edge.echo'), "
+                     "tools.describe('edge.structured')}";
+  env = NULL;
+  CHECK_INT(tp_engine_run(e, call, strlen(call), NULL, &env, &ok), TP_OK);
+  CHECK(ok);
+  CHECK_HAS(env, "-- its last result here was {a: integer, b: integer[], c: json.null}\\n\"");
+  CHECK_HAS(env, "-- its last result here was string\\n\"");
+  CHECK_HAS(env, "\"edge.structured{} -> {n: integer} -- Returns structured content.\\n\"");
+  tp_free(env);
+  tp_engine_destroy(e);
+  cleanup(dir);
+}
+
 TEST(a_plugin_reload_keeps_the_upstream_tools_and_a_plugin_cannot_take_their_names) {
   char dir[64];
   tp_engine *e = engine_with_edge(dir, sizeof dir, "");
@@ -122,6 +151,7 @@ TEST(a_call_cut_by_its_time_limit_is_cancelled_upstream_and_leaves_nothing) {
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(upstream_tools_run_by_name_and_raw_name_and_nothing_is_left_at_destroy);
+  RUN(a_tool_without_output_schema_says_text_then_shows_what_came_back);
   RUN(a_plugin_reload_keeps_the_upstream_tools_and_a_plugin_cannot_take_their_names);
   RUN(a_call_cut_by_its_time_limit_is_cancelled_upstream_and_leaves_nothing);
   return tp_test_end();

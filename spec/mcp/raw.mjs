@@ -131,8 +131,13 @@ test('a batch of 65 messages: -32600, a batch holds at most 64 (protocol 2025-03
 test('a batch of 64 calls with large results stays one line under 10 MiB, each result cut', async () => {
   const call = (i) => ({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'run_lua',
     arguments: { code: 'tools.test.echo{} return string.rep("y", 200000)' } } });
-  s.send(JSON.stringify(Array.from({ length: 64 }, (_, i) => call(i))) + '\n');
-  const line = await s.line(60000);
+  const b = server(['--timeout', '60s', '--max-result', '256K']);  /* results past the default */
+  b.send(JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: {
+    protocolVersion: '2025-03-26', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }) + '\n');
+  await b.msg();
+  b.send(JSON.stringify(Array.from({ length: 64 }, (_, i) => call(i))) + '\n');
+  const line = await b.line(60000);
+  eq(await b.close(), 0, 'exit status');
   assert(line.length < 10 * 1024 * 1024, `line of ${line.length} bytes`);
   const m = JSON.parse(line);
   eq(m.length, 64, 'every call answered');
@@ -400,16 +405,16 @@ test('an oversized failure is cut: the error, the calls record and a note stay',
   eq(await t.close(), 0, 'exit status');
 }, 40000);
 
-test('--max-result defaults to 256K: a larger result is limit.result with a hint to return less', async () => {
+test('--max-result defaults to 80K (about 25,000 tokens, Claude Code\'s limit): a larger result is limit.result with a hint to return less', async () => {
   const t = server();
-  t.send(call('r1', 'return string.rep("y", 262144 - 2)'));
+  t.send(call('r1', 'return string.rep("y", 81920 - 2)'));
   const ok = (await t.msg()).result.structuredContent;
-  eq([ok.ok, ok.result.length], [true, 262142], '256 KiB of JSON is within the limit');
-  t.send(call('r2', 'return string.rep("y", 262144 - 1)'));
+  eq([ok.ok, ok.result.length], [true, 81918], '80 KiB of JSON is within the limit');
+  t.send(call('r2', 'return string.rep("y", 81920 - 1)'));
   const m = (await t.msg()).result;
   eq(m.isError, true, 'isError');
   eq(m.structuredContent.error.code, 'limit.result', 'code');
-  eq(m.structuredContent.error.message, 'the script\'s return value is larger than its result limit of 256 KiB of JSON (at $)', 'message');
+  eq(m.structuredContent.error.message, 'the script\'s return value is larger than its result limit of 80 KiB of JSON (at $)', 'message');
   eq(m.structuredContent.error.hint, 'Return less: a summary, the first items, or only the fields that are needed.', 'hint');
   eq(await t.close(), 0, 'exit status');
 });
@@ -475,13 +480,18 @@ test('--audit FILE with a policy: one line per decision (rule, effect, clause, a
   } finally { fs.rmSync(dir, { recursive: true, force: true }); }
 });
 
-test('--describe: run_lua lists the tools one line each past 8 tools (auto), in full with --describe full', async () => {
+test('--describe: run_lua\'s description fits in 2,048 characters (auto: full when it fits, else one line a tool), in full with --describe full; a recursive schema is named', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-desc-'));
   try {
-    for (let k = 0; k < 9; k++)
-      fs.writeFileSync(path.join(dir, `t${k}.lua`), `return { name = "d.t${k}", description = "Tool ${k}.", ` +
-        'input = {type = "object", required = {"path"}, properties = {path = {type = "string", ' +
-        'description = "Where."}, n = {type = "integer", minimum = 1}}}, handler = function() return {} end }\n');
+    const write = (n) => {
+      for (const f of fs.readdirSync(dir)) fs.rmSync(path.join(dir, f));
+      for (let k = 0; k < n; k++)
+        fs.writeFileSync(path.join(dir, `t${k}.lua`), `return { name = "d.t${k}", description = "Tool ${k}.", ` +
+          'input = {type = "object", required = {"path"}, properties = {path = {type = "string", ' +
+          'description = "Where."}, n = {type = "integer", minimum = 1}, tree = {["$ref"] = "#/$defs/node"}}, ' +
+          '["$defs"] = {node = {type = "object", properties = {name = {type = "string"}, ' +
+          'children = {type = "array", items = {["$ref"] = "#/$defs/node"}}}}}}, handler = function() return {} end }\n');
+    };
     const describe = async (args) => {
       const t = server(['--tools', dir, '--no-builtin-tools', ...args]);
       t.send('{"jsonrpc":"2.0","id":"l","method":"tools/list"}\n');
@@ -489,17 +499,26 @@ test('--describe: run_lua lists the tools one line each past 8 tools (auto), in 
       eq(await t.close(), 0, 'exit status');
       return m.result.tools.find((x) => x.name === 'run_lua').description;
     };
+    write(3);
+    const few = await describe([]);
+    assert(few.includes('\nd.t0{ -- Tool 0.\n path: string -- Where.\n n?: integer >=1\n tree?: node\n}\n' +
+      'node = {children?: node[], name?: string}\n'), few);
+    assert(few.length <= 2048, `${few.length} characters`);
+    eq(await describe(['--describe', 'full']), few, 'auto is the full text when it fits');
+    assert(few.includes('tools.describe(name)') && few.includes('tools.search(words)'), few);
+    write(30);
     const auto = await describe([]);
     assert(auto.includes('\nd.t0{path, ...}\n'), auto);
     assert(!auto.includes('Where.'), 'no field descriptions in compact mode');
     assert(auto.length <= 2048, `${auto.length} characters`);
+    assert(auto.startsWith('Write one Lua 5.4 script'), 'the checklist comes first');
     const full = await describe(['--describe', 'full']);
-    assert(full.includes('Where.') && full.includes('d.t8{'), full);
-    eq(await describe(['--describe', 'compact']), auto, 'compact is what auto gives past 8 tools');
+    assert(full.length > 2048 && full.includes('Where.') && full.includes('d.t29{'), full);
+    eq(await describe(['--describe', 'compact']), auto, 'compact: one line a tool, as auto here');
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
-}, 30000);
+}, 60000);
 test('--expose-tools: names match ^[a-zA-Z0-9_-]{1,64}$, collisions get a suffix and are logged, calls reach the real tool', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-names-'));
   try {
