@@ -10,6 +10,7 @@
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
+#                  spec/mcp/tenants.mjs (two principals' sessions and runs kept apart),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required), spec/mcp/durable.mjs (paused runs that
 #                  survive kill -9 with --state),
@@ -133,9 +134,10 @@ else
     run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
     run_node "mcp approvals (SDK client, elicitation)" spec/mcp/approve_sdk.mjs
     run_node "mcp over Streamable HTTP (SDK client, raw requests)" spec/mcp/http.mjs
+    run_node "mcp tenants (two principals over HTTP, tokens and JWTs)" spec/mcp/tenants.mjs
   else
-    echo "mcp e2e, approvals and HTTP (SDK client): not run, the SDK is not installed: counted as 3 failures"
-    failed=$((failed + 3))
+    echo "mcp e2e, approvals, HTTP and tenants (SDK client): not run, the SDK is not installed: counted as 4 failures"
+    failed=$((failed + 4))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)

@@ -30,10 +30,14 @@
 ** session.full). A session idle longer than --session-idle, or whose run hit
 ** limit.memory, is dropped; the model learns it from the "session" field of the next
 ** result with that id. Session ids are 1 to SESSION_ID_MAX bytes without control
-** characters, and matched byte for byte. With --state, servers that share the store hold
-** each session in one of them: the worker claims it in the store before a call runs
-** (tp_engine_claim_session, ttl --session-idle, extended by every call), and a call for a
-** session another server holds is refused with session.moved naming it (--advertise).
+** characters, and matched byte for byte. A session is its principal's (over HTTP with
+** auth; else the one local principal ""): the same id under two principals is two
+** sessions, and nothing of one reaches the other. With --state, servers that share the
+** store hold each session in one of them: the worker claims it in the store before a call
+** runs (tp_engine_claim_lease, keyed by principal and id, ttl --session-idle, extended by
+** every call), and a call for a session another server holds is refused with
+** session.moved naming it (--advertise), until that server's lease lapses (--lease: worker
+** 0 renews it); then the session is taken over, afresh, and the result says so.
 **
 ** The kv.* tools of every worker share one store (engine/host/kvstore.c), so a key written by
 ** one call is read by the next whichever worker runs it.
@@ -104,6 +108,7 @@ static uint64_t now_ns (void) {
 #define ID_MAX        1024          /* a request id, as JSON text: it is echoed back */
 #define BATCH_MAX     64            /* messages in a batch (versions before 2025-06-18) */
 #define WORKERS_MAX   64
+#define LEASE_DEFAULT_US (15ull * 1000000u)
 /* What one tools/call response of a batch may take, so that BATCH_MAX of them fit a line. */
 #define BATCH_CALL_MAX ((LINE_OUT_MAX - 65536) / BATCH_MAX)
 
@@ -140,6 +145,10 @@ static const char usage_text[] =
   "  --advertise URL      with --state: this server's address, as other servers name it\n"
   "                       when they answer session.moved for a session it holds\n"
   "                       (default: http://ADDR:PORT/mcp of --http)\n"
+  "  --lease DURATION     with --state: this server renews a lease on its name (every\n"
+  "                       third of DURATION, default 15s); once it lapses (the server\n"
+  "                       died, or lost the store) others take over its sessions and\n"
+  "                       paused runs\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
   "  --expose-tools       also list every loaded tool as an MCP tool of its own, named\n"
   "                       for every client (fs.read as fs_read; a taken name gets _2)\n"
@@ -223,6 +232,7 @@ typedef struct options {
   unsigned max_sessions, workers;
   int workers_set;          /* --workers given (else 1 when the config has MCP servers) */
   uint64_t pause_ttl_us;    /* --pause-ttl */
+  uint64_t lease_us;        /* --lease: how long this server's claims outlive its silence */
   const char *secret_file;  /* --secret-file, or NULL (a random secret) */
   int asks;                 /* the config's policy has an "ask" rule: approvals are on */
   char policy_hash[TP__DUR_HASH_LEN];  /* of the config's policy (durable runs) */
@@ -246,6 +256,8 @@ struct session {
   session *prev, *next;
   char *id;                 /* idlen bytes (no NUL inside: refused), NUL-terminated */
   size_t idlen;
+  char *principal;          /* who made it ("" without auth: the one local principal);
+                            ** only calls of that principal find it */
   uint64_t num;
   worker *w;
   int busy;
@@ -328,6 +340,7 @@ struct req {
   struct dent { char *p; size_t n; } *dents;
   size_t dn, dcap, dput, dbase;
   int durable, dsaved, dbad, dsave_done;
+  int dstage, drunning;     /* a restore's step (DUR_READ...), and its record said "running" */
   struct dsave *dsave;      /* a save under way */
   const char *dnote;        /* why the paused run does not survive a restart, or NULL */
   char dwhy[300];
@@ -353,6 +366,8 @@ struct worker {
   sleeper *sleepers;
   char *desc;               /* run_lua's description, cached */
   int stopping;
+  uv_timer_t lease;         /* worker 0 with --state: renews the server's lease */
+  int lease_on, lease_failing;
   uint64_t elicits;         /* elicitation requests sent */
   /* protocol side */
   size_t load, nsess;
@@ -409,7 +424,7 @@ struct server {
   session *sessions;
   size_t nsessions;
   uint64_t session_nums;
-  char *dropped_id[DROPPED_MAX], *dropped_why[DROPPED_MAX];
+  char *dropped_id[DROPPED_MAX], *dropped_why[DROPPED_MAX], *dropped_who[DROPPED_MAX];
   size_t dropped_len[DROPPED_MAX];
   size_t dropped_next;
   uv_timer_t sweep;
@@ -863,28 +878,44 @@ static char *memdup0 (const char *p, size_t n) {
   return d;
 }
 
+/* A session is one principal's: the same id under two principals is two sessions, and
+** nothing of one (its globals, that it exists, why it was dropped, its paused run) reaches
+** another. Without auth every caller is the one local principal, "". */
+static int sess_is (const session *ss, const char *who, const char *id, size_t len) {
+  return id_is(ss->id, ss->idlen, id, len) && strcmp(ss->principal, who) == 0;
+}
+
+static int same_principal (const char *a, const char *b) {
+  return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
 static void remember_drop (server *s, const session *ss, const char *why) {
   size_t k = s->dropped_next++ % DROPPED_MAX;
   free(s->dropped_id[k]);
   free(s->dropped_why[k]);
+  free(s->dropped_who[k]);
   s->dropped_id[k] = memdup0(ss->id, ss->idlen);
   s->dropped_len[k] = ss->idlen;
   s->dropped_why[k] = strdup(why);
+  s->dropped_who[k] = strdup(ss->principal);
 }
 
-static const char *dropped_why (server *s, const char *id, size_t len) {
+static const char *dropped_why (server *s, const char *who, const char *id, size_t len) {
   const char *why = NULL;
   for (size_t k = 0; k < DROPPED_MAX; k++)  /* the latest wins: scan all */
-    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len)) why = s->dropped_why[k];
+    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len) && s->dropped_who[k] &&
+        strcmp(s->dropped_who[k], who) == 0) why = s->dropped_why[k];
   return why;
 }
 
-static void forget_drop (server *s, const char *id, size_t len) {
+static void forget_drop (server *s, const char *who, const char *id, size_t len) {
   for (size_t k = 0; k < DROPPED_MAX; k++)
-    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len)) {
+    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len) && s->dropped_who[k] &&
+        strcmp(s->dropped_who[k], who) == 0) {
       free(s->dropped_id[k]);
       free(s->dropped_why[k]);
-      s->dropped_id[k] = s->dropped_why[k] = NULL;
+      free(s->dropped_who[k]);
+      s->dropped_id[k] = s->dropped_why[k] = s->dropped_who[k] = NULL;
     }
 }
 
@@ -892,7 +923,12 @@ static void forget_drop (server *s, const char *id, size_t len) {
 static void session_drop (server *s, session *ss, const char *why) {
   if (why) {
     remember_drop(s, ss, why);
+    /* over HTTP a log line goes to the request being handled, maybe another principal's:
+    ** the operator's standard error only */
+    void *origin = s->origin;
+    if (s->http) s->origin = NULL;
     log_msg(s, L_INFO, "session %s dropped: %s", ss->id, why);
+    s->origin = origin;
   }
   if (ss->prev) ss->prev->next = ss->next;
   else s->sessions = ss->next;
@@ -901,12 +937,13 @@ static void session_drop (server *s, session *ss, const char *why) {
   ss->w->nsess--;
   if (!s->done) post_worker(ss->w, M_DROP, ss->num);
   free(ss->id);
+  free(ss->principal);
   free(ss);
 }
 
-static session *session_find (server *s, const char *id, size_t len) {
+static session *session_find (server *s, const char *who, const char *id, size_t len) {
   for (session *ss = s->sessions; ss; ss = ss->next)
-    if (id_is(ss->id, ss->idlen, id, len)) return ss;
+    if (sess_is(ss, who, id, len)) return ss;
   return NULL;
 }
 
@@ -962,9 +999,9 @@ static const char *bad_session_id (const json_t *sid, char *buf, size_t len) {
 
 /* The session for a call, made if needed. NULL with *err (code) and msg set when the call
 ** cannot have it. info gets the "session" field of the result. */
-static session *session_for (server *s, const char *id, size_t idlen, json_t **info,
-                             const char **err, char *msg, size_t msglen) {
-  session *ss = session_find(s, id, idlen);
+static session *session_for (server *s, const char *who, const char *id, size_t idlen,
+                             json_t **info, const char **err, char *msg, size_t msglen) {
+  session *ss = session_find(s, who, id, idlen);
   if (ss != NULL) {
     if (ss->busy) {
       *err = "session.busy";
@@ -997,7 +1034,9 @@ static session *session_for (server *s, const char *id, size_t idlen, json_t **i
     session_drop(s, lru, msg);
   }
   ss = calloc(1, sizeof *ss);
-  if (ss == NULL || (ss->id = memdup0(id, idlen)) == NULL) {
+  if (ss == NULL || (ss->id = memdup0(id, idlen)) == NULL ||
+      (ss->principal = strdup(who)) == NULL) {
+    if (ss) free(ss->id);
     free(ss);
     *err = "limit.memory";
     snprintf(msg, msglen, "the server is out of memory: no new session can be made");
@@ -1011,13 +1050,13 @@ static session *session_for (server *s, const char *id, size_t idlen, json_t **i
   if (s->sessions) s->sessions->prev = ss;
   s->sessions = ss;
   s->nsessions++;
-  const char *why = dropped_why(s, id, idlen);
+  const char *why = dropped_why(s, who, id, idlen);
   if (why) {
     char m[500];
     snprintf(m, sizeof m, "session \"%s\" was dropped earlier because %s: this call started "
              "it afresh, and the globals of earlier calls are gone", id, why);
     *info = json_pack("{s:s%, s:s, s:s}", "id", id, idlen, "state", "new", "message", m);
-    forget_drop(s, id, idlen);
+    forget_drop(s, who, id, idlen);
   }
   else *info = json_pack("{s:s%, s:s}", "id", id, idlen, "state", "new");
   return ss;
@@ -1747,7 +1786,6 @@ typedef struct dsave dsave;
 static void dur_note(json_t *view, const req *q);
 static void dur_save(worker *w, req *q);
 static void dur_decide(worker *w, req *q);
-static void dur_running(worker *w, req *q);
 static void dur_forget(worker *w, req *q);
 static void worker_begin(worker *w, req *q, tp_run *run);
 
@@ -1895,7 +1933,7 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
   }
   p->c = c;
   p->seq = tp_call_id(c);
-  tp__apx_binding(a->run_id, p->seq, p->tool, p->args, p->binding);
+  tp__apx_binding(a->run_id, p->seq, p->tool, p->args, q->principal, p->binding);
   pend **tail = &a->pending;
   while (*tail) tail = &(*tail)->next;
   *tail = p;
@@ -1997,44 +2035,197 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
 ** parked. */
 static void decide (worker *w, req *q, json_t *args);
 
-/* With --state, servers that share a store could each resume one paused run: this one from
-** memory, another restored from the store. Whoever resumes a run first claims it in the
-** store, as sessions are claimed (atomically across processes); the others refuse it. The
-** key begins with a control character, which no session id has. Only a server whose name
+/* Exactly once. With --state, servers that share a store could each resume one paused
+** run: this one from memory, another restored from the store. Whoever resumes a run first
+** claims it in the store (atomically across processes); the others refuse it. The key
+** begins with a control character, which no session id has. Only a server whose name
 ** outlives its process claims runs (--http or --advertise): a claim lasts as long as a run
 ** may stay paused, and a stdio server's name (its pid) would keep its own restart from
-** restoring the runs it resumed before it stopped. */
+** restoring the runs it resumed before it stopped.
+**
+** The steps of a resume, each of which the store may fail: claim the run; (restored) read
+** its record and log; mark its record "running" (naming this server); apply the
+** decisions, whose approved calls run. A claim the store did not answer is never taken
+** for won: the resume is refused with state.unavailable, nothing runs, and the same
+** resume_run sent again goes through once the store answers. A run held by a server
+** whose lease lapsed (it died, or lost the store: --lease) is run.interrupted when its
+** record says "running" (its calls may have been made), and is taken over when the record
+** is still the pause this server holds (nothing was decided there). */
 #define RUN_CLAIMS(s) ((s)->owner != NULL && ((s)->o.advertise || (s)->o.http.listen))
 #define RUN_CLAIM_TTL_MS(o) ((int64_t)((o)->pause_ttl_us / 1000) + 3600000)
 static void run_claim_key (const char *run_id, char *out, size_t len) {
   snprintf(out, len, "\x1frun:%s", run_id);
 }
 static void run_claim_msg (const char *run_id, const char *holder, char *msg, size_t len) {
-  snprintf(msg, len, "run %s is not paused here: another tidepool server, %s, resumed it "
-           "and its result answers the call that resumed it there", run_id, holder);
+  snprintf(msg, len, "run %s is not paused here: another tidepool server, %s, holds it: it "
+           "resumed the run, and its result answers the call that resumed it there (if that "
+           "call failed with state.unavailable, send it to %s again)", run_id, holder, holder);
+}
+static void run_interrupted_msg (const char *run_id, const char *holder, char *msg,
+                                 size_t len) {
+  if (holder)
+    snprintf(msg, len, "run %s cannot be resumed: tidepool server %s resumed it and stopped "
+             "(its lease lapsed) while the run went on, so the calls approved then may have "
+             "been made. Check what they did, then run the script again if needed", run_id,
+             holder);
+  else
+    snprintf(msg, len, "run %s cannot be resumed: it was resumed already and was running "
+             "when its server stopped, so the calls approved then may have been made. Check "
+             "what they did, then run the script again if needed", run_id);
+}
+static void store_down_msg (const char *run_id, const char *what, const char *err, char *msg,
+                            size_t len) {
+  snprintf(msg, len, "run %s was not resumed: the state store failed to %s (%.300s). A run "
+           "goes on only once the store has it claimed for one server, so that no approved "
+           "call is made twice; nothing of it ran. Send the same resume_run again (its "
+           "decisions stay valid) once the store answers", run_id, what, err ? err : "closed");
 }
 
-typedef struct rclaim { worker *w; uint64_t serial; json_t *args; } rclaim;
+/* A resume in flight on the worker: the request by serial (it may end meanwhile). */
+typedef struct rclaim { worker *w; uint64_t serial; json_t *args; int64_t log_entries; } rclaim;
 
-static void resume_claimed (void *ud, const char *holder, const char *err) {
-  rclaim *c = ud;
+static req *rclaim_req (rclaim *c) {
   worker *w = c->w;
+  if (w->stopping) return NULL;
   req *q = w->running;
   while (q && q->serial != c->serial) q = q->wnext;
-  if (!w->stopping && q != NULL && q->wparked && q->ax != NULL) {
-    if (err) wlog(w, L_WARNING, "the run's claim in the state store failed (%s): it is "
-                  "resumed here", err);
-    if (holder == NULL) decide(w, q, c->args);
-    else {
-      char msg[600];
-      size_t n;
-      run_claim_msg(q->run_id, holder, msg, sizeof msg);
-      char *line = refusal_response(q->id, "run.not_paused", msg, NULL, q->budget, &n);
-      if (line) park(w, q, line, n);
-    }
-  }
+  return q && q->ax != NULL && q->run != NULL ? q : NULL;
+}
+
+static void rclaim_free (rclaim *c) {
   json_decref(c->args);
   free(c);
+}
+
+static int64_t wall_ms(void);
+static const char holder_or_unknown[] = "(unnamed)";
+
+/* A restored run whose decisions were refused waits here until its expiry (a run paused
+** here has its --pause-ttl timer running already). */
+static void keep_till_expiry (req *q) {
+  if (q->ax && q->wparked && q->dexp_ms && !uv_is_active((uv_handle_t *)&q->ax->t)) {
+    int64_t left = q->dexp_ms - wall_ms();
+    uv_timer_start(&q->ax->t, ttl_cb, left > 0 ? (uint64_t)left : 1, 0);
+  }
+}
+
+/* Refuses the resume of q, whose run stays here waiting for decisions. */
+static void refuse_resume (worker *w, req *q, const char *code, const char *msg) {
+  size_t n;
+  char *line = refusal_response(q->id, code, msg, NULL, q->budget, &n);
+  if (line) park(w, q, line, n);
+  keep_till_expiry(q);
+}
+
+static void marked (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)val; (void)len;
+  rclaim *c = ud;
+  req *q = rclaim_req(c);
+  if (q != NULL) {
+    if (status == TP_STORED_OK) decide(c->w, q, c->args);
+    else {
+      char msg[800];
+      store_down_msg(q->run_id, "mark the run as running", err, msg, sizeof msg);
+      refuse_resume(c->w, q, "state.unavailable", msg);
+    }
+  }
+  rclaim_free(c);
+}
+
+/* The decisions are checked; then, for a run kept in the store, its record says "running"
+** (so that neither a restart nor another server replays it to its approved calls again)
+** before they apply. Takes c. */
+static void mark_then_decide (worker *w, req *q, rclaim *c) {
+  char msg[700];
+  if (check_decisions(q->ax, c->args, msg, sizeof msg) != NULL || !q->dsaved) {
+    decide(w, q, c->args);  /* refuses bad decisions; the run stays paused */
+    keep_till_expiry(q);
+    rclaim_free(c);
+    return;
+  }
+  json_t *rec = json_pack("{s:s, s:s, s:s, s:i}", "run", q->run_id, "state", "running",
+                          "by", w->s->owner ? w->s->owner : "", "v", 1);
+  if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
+  size_t n;
+  char *text = rec ? tp_json_text(rec, &n) : NULL;
+  json_decref(rec);
+  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
+  if (text == NULL || tp_engine_run_put(w->e, q->run_id, text, n, ttl, marked, c) != TP_OK)
+    marked(c, TP_STORED_ERROR, NULL, 0, text ? tp_engine_error(w->e) : "out of memory");
+  free(text);
+}
+
+static void resume_claimed (void *ud, int outcome, const char *holder, const char *err);
+
+/* A run held by a server whose lease lapsed: its record says what happened there. */
+static void resume_probed (void *ud, int status, const char *val, size_t len, const char *err) {
+  rclaim *c = ud;
+  req *q = rclaim_req(c);
+  if (q == NULL) { rclaim_free(c); return; }
+  worker *w = c->w;
+  char msg[800];
+  json_t *rec = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
+  const char *state = json_string_value(json_object_get(rec, "state"));
+  const char *by = json_string_value(json_object_get(rec, "by"));
+  json_t *le = json_object_get(rec, "log_entries");
+  if (status != TP_STORED_OK && status != TP_STORED_NOTFOUND) {
+    store_down_msg(q->run_id, "read the run's record", err, msg, sizeof msg);
+    refuse_resume(w, q, "state.unavailable", msg);
+  }
+  else if (state && strcmp(state, "running") == 0) {
+    run_interrupted_msg(q->run_id, by, msg, sizeof msg);
+    refuse_resume(w, q, "run.interrupted", msg);
+  }
+  else if ((status == TP_STORED_NOTFOUND && !q->dsaved) ||
+           (rec && json_is_integer(le) && json_integer_value(le) == c->log_entries)) {
+    /* still the pause this server holds (or one no other server could restore): the
+    ** holder that lapsed decided nothing of it */
+    char key[TP__APX_RUN_ID_MAX + 8];
+    run_claim_key(q->run_id, key, sizeof key);
+    json_decref(rec);
+    if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                              TP_CLAIM_TAKEOVER, resume_claimed, c) != TP_OK)
+      resume_claimed(c, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
+    return;
+  }
+  else {
+    snprintf(msg, sizeof msg, "run %s is not paused here: tidepool server %s resumed it%s "
+             "and then stopped (its lease lapsed)%s", q->run_id, by ? by : holder_or_unknown,
+             status == TP_STORED_NOTFOUND ? ", the run finished there," : "",
+             status == TP_STORED_NOTFOUND ? "" : "; the run was paused again there and its "
+             "state is in the store: resume it through another server, with the decisions "
+             "of its latest paused result");
+    refuse_resume(w, q, "run.not_paused", msg);
+  }
+  json_decref(rec);
+  rclaim_free(c);
+}
+
+static void resume_claimed (void *ud, int outcome, const char *holder, const char *err) {
+  rclaim *c = ud;
+  req *q = rclaim_req(c);
+  if (q == NULL || !q->wparked) { rclaim_free(c); return; }
+  worker *w = c->w;
+  char msg[800];
+  switch (outcome) {
+  case TP_CLAIM_WON: case TP_CLAIM_TAKEN:
+    if (outcome == TP_CLAIM_TAKEN)
+      wlog(w, L_INFO, "run %s: taken over from %s, whose lease lapsed", q->run_id, holder);
+    mark_then_decide(w, q, c);
+    return;
+  case TP_CLAIM_DEAD:
+    if (tp_engine_run_get(w->e, q->run_id, resume_probed, c) != TP_OK)
+      resume_probed(c, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
+    return;
+  case TP_CLAIM_HELD:
+    run_claim_msg(q->run_id, holder, msg, sizeof msg);
+    refuse_resume(w, q, "run.not_paused", msg);
+    break;
+  default:
+    store_down_msg(q->run_id, "claim the run for this server", err, msg, sizeof msg);
+    refuse_resume(w, q, "state.unavailable", msg);
+  }
+  rclaim_free(c);
 }
 
 static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
@@ -2042,18 +2233,20 @@ static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
   while (q && q->serial != serial) q = q->wnext;
   if (q == NULL || !q->wparked || q->ax == NULL) return;  /* ended: req_done answers */
   json_t *args = tp_json_parse(text, len, NULL, 0);
-  rclaim *c = RUN_CLAIMS(w->s) && args ? malloc(sizeof *c) : NULL;
-  if (c != NULL) {
-    char key[TP__APX_RUN_ID_MAX + 8];
-    run_claim_key(q->run_id, key, sizeof key);
-    *c = (rclaim){ w, serial, args };
-    if (tp_engine_claim_session(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
-                                resume_claimed, c) == TP_OK)
-      return;
-    free(c);
+  rclaim *c = args ? calloc(1, sizeof *c) : NULL;
+  if (c == NULL) {
+    json_decref(args);
+    refuse_resume(w, q, "limit.memory", "the server is out of memory: the run was not "
+                  "resumed; send the same resume_run again");
+    return;
   }
-  decide(w, q, args);
-  json_decref(args);
+  *c = (rclaim){ w, serial, args, (int64_t)(q->dbase + q->dput) };
+  if (!RUN_CLAIMS(w->s)) { mark_then_decide(w, q, c); return; }
+  char key[TP__APX_RUN_ID_MAX + 8];
+  run_claim_key(q->run_id, key, sizeof key);
+  if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                            TP_CLAIM_PROBE, resume_claimed, c) != TP_OK)
+    resume_claimed(c, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
 }
 
 /* Applies decisions (resume_run's arguments) to q's held calls. */
@@ -2088,7 +2281,6 @@ static void decide (worker *w, req *q, json_t *args) {
   if (a->pending) { park(w, q, NULL, 0); return; }  /* undecided calls: paused again */
   q->wparked = 0;
   tp_run_hold_wall(q->run, 0);
-  if (q->dsaved) dur_running(w, q);
 }
 
 static void wdone (worker *w, req *q) {
@@ -2295,18 +2487,6 @@ static void dur_forget (worker *w, req *q) {
   q->dsaved = 0;
 }
 
-/* q's run goes on with its calls decided: what it does now is in this process only, so
-** its record becomes a marker that refuses a resume after a restart (the approved calls
-** may have been made; replaying to them again could make them twice). */
-static void dur_running (worker *w, req *q) {
-  char rec[TP__APX_RUN_ID_MAX + 120];
-  int n = snprintf(rec, sizeof rec, "{\"run\":\"%s\",\"state\":\"running\",\"v\":1}",
-                   q->run_id);
-  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
-  if (tp_engine_run_put(w->e, q->run_id, rec, (size_t)n, ttl, NULL, NULL) != TP_OK)
-    dur_forget(w, q);
-}
-
 /* q's run ended: its stored record and log go (not when the server stops: they are what a
 ** restart resumes). */
 static void dur_end (worker *w, req *q) {
@@ -2321,45 +2501,90 @@ static void dur_refuse (worker *w, req *q, const char *code, const char *msg) {
   wdone(w, q);
 }
 
-/* A restored run replayed to its held call(s): the decisions it was resumed with apply. */
+/* A restored run replayed to its held call(s): the decisions it was resumed with apply
+** (its record marked "running" first). */
 static void dur_decide (worker *w, req *q) {
   json_t *args = q->restore;
   q->restore = NULL;
-  decide(w, q, args);
-  json_decref(args);
-  if (q->wparked && q->ax) {  /* refused decisions: it waits here until its expiry */
-    int64_t left = q->dexp_ms - wall_ms();
-    uv_timer_start(&q->ax->t, ttl_cb, left > 0 ? (uint64_t)left : 1, 0);
+  rclaim *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    json_decref(args);
+    refuse_resume(w, q, "limit.memory", "the server is out of memory: the run was not "
+                  "resumed; send the same resume_run again");
+    return;
   }
+  *c = (rclaim){ w, q->serial, args, 0 };
+  mark_then_decide(w, q, c);
 }
 
 static void dur_got_log (void *ud, int status, const char *val, size_t len, const char *err);
+
+/* The restore of a run (resume_run for a run no request here holds): read its record
+** (for its principal: another principal's run is not found); with run claims, claim it
+** (DUR_PROBE, then DUR_TAKEOVER from a holder whose lease lapsed before the record said
+** "running") and read the record again, now this server's to resume (DUR_CLAIMED). */
+enum { DUR_READ, DUR_PROBE, DUR_TAKEOVER, DUR_CLAIMED };
+
+static void dur_load_claimed(void *ud, int outcome, const char *holder, const char *err);
+
+/* Lets the claim of a restore go when it failed before its record said "running" (nothing
+** of it ran): any server may resume the run then. */
+static void dur_unclaim (worker *w, req *q) {
+  if (q->dstage != DUR_CLAIMED) return;
+  char key[TP__APX_RUN_ID_MAX + 8];
+  run_claim_key(q->run_id, key, sizeof key);
+  tp_engine_release_session(w->e, key, w->s->owner);
+}
 
 static void dur_got_record (void *ud, int status, const char *val, size_t len,
                             const char *err) {
   req *q = ud;
   worker *w = q->w;
-  char msg[600];
+  char msg[800];
   if (w->stopping) return;
+  json_t *rec = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
+  if (rec && !same_principal(json_string_value(json_object_get(rec, "principal")),
+                             q->principal)) {
+    json_decref(rec);  /* another principal's: as if there were none */
+    status = TP_STORED_NOTFOUND;
+    rec = NULL;
+  }
   if (status == TP_STORED_NOTFOUND) {
     snprintf(msg, sizeof msg, "there is no paused run \"%.60s\", here or in the state store: "
              "it finished, it was ended after waiting longer than the server's --pause-ttl, "
              "or the id is wrong (copy run from the paused result)", q->run_id);
+    dur_unclaim(w, q);
     dur_refuse(w, q, "run.unknown", msg);
     return;
   }
-  json_t *rec = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
+  if (status != TP_STORED_OK) {
+    store_down_msg(q->run_id, "read the run's record", err, msg, sizeof msg);
+    dur_unclaim(w, q);
+    dur_refuse(w, q, "state.unavailable", msg);
+    return;
+  }
   if (rec == NULL) {
-    snprintf(msg, sizeof msg, "run %s could not be read from the state store: %.300s",
-             q->run_id, status == TP_STORED_OK ? "its record is not JSON" : err ? err : "closed");
+    snprintf(msg, sizeof msg, "run %s could not be read from the state store: its record "
+             "is not JSON", q->run_id);
+    dur_unclaim(w, q);
     dur_refuse(w, q, "run.store_failed", msg);
     return;
   }
   const char *state = json_string_value(json_object_get(rec, "state"));
-  if (state && strcmp(state, "running") == 0) {
-    snprintf(msg, sizeof msg, "run %s cannot be resumed: it was resumed already and was "
-             "running when its server stopped, so the calls approved then may have been "
-             "made. Check what they did, then run the script again if needed", q->run_id);
+  int running = state && strcmp(state, "running") == 0;
+  if (q->dstage == DUR_READ && RUN_CLAIMS(w->s)) {  /* now claim it: see run_claim_key */
+    char key[TP__APX_RUN_ID_MAX + 8];
+    run_claim_key(q->run_id, key, sizeof key);
+    json_decref(rec);
+    q->drunning = running;
+    q->dstage = DUR_PROBE;
+    if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                              TP_CLAIM_PROBE, dur_load_claimed, q) != TP_OK)
+      dur_load_claimed(q, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
+    return;
+  }
+  if (running) {
+    run_interrupted_msg(q->run_id, NULL, msg, sizeof msg);
     json_decref(rec);
     dur_refuse(w, q, "run.interrupted", msg);
     return;
@@ -2414,13 +2639,11 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
                  "be restored");
       return;
     }
-    if (tp_engine_log_read(w->e, q->run_id, dur_got_log, q) != TP_OK) {
-      snprintf(msg, sizeof msg, "run %s's call log could not be read: %.300s", q->run_id,
-               tp_engine_error(w->e));
-      dur_refuse(w, q, "run.store_failed", msg);
-    }
+    if (tp_engine_log_read(w->e, q->run_id, dur_got_log, q) != TP_OK)
+      dur_got_log(q, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
     return;
   }
+  dur_unclaim(w, q);
   json_decref(rec);
 }
 
@@ -2441,45 +2664,58 @@ static void dur_got_log (void *ud, int status, const char *val, size_t len, cons
   }
   tp_run_destroy(run);
   json_decref(log);
+  dur_unclaim(w, q);
+  if (status != TP_STORED_OK && status != TP_STORED_NOTFOUND) {
+    store_down_msg(q->run_id, "read the run's call log", err, msg, sizeof msg);
+    dur_refuse(w, q, "state.unavailable", msg);
+    return;
+  }
   snprintf(msg, sizeof msg, "run %s's call log could not be read from the state store: "
            "%.300s; run the script again", q->run_id,
-           why[0] ? why : status == TP_STORED_NOTFOUND ? "it is missing"
-                        : status == TP_STORED_OK ? "out of memory" : err ? err : "closed");
+           why[0] ? why : status == TP_STORED_NOTFOUND ? "it is missing" : "out of memory");
   dur_refuse(w, q, "run.store_failed", msg);
 }
 
 /* M_RUN of a restore: the record first. */
-static void dur_load_claimed (void *ud, const char *holder, const char *err);
 static void dur_load (worker *w, req *q) {
-  if (RUN_CLAIMS(w->s) && !q->claimed) {  /* first claim the run: see run_claim_key */
-    char key[TP__APX_RUN_ID_MAX + 8];
-    run_claim_key(q->run_id, key, sizeof key);
-    q->claimed = 1;
-    if (tp_engine_claim_session(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
-                                dur_load_claimed, q) == TP_OK)
-      return;
-  }
-  if (tp_engine_run_get(w->e, q->run_id, dur_got_record, q) != TP_OK) {
-    char msg[500];
-    snprintf(msg, sizeof msg, "the state store cannot be reached: %.300s",
-             tp_engine_error(w->e));
-    dur_refuse(w, q, "run.store_failed", msg);
-  }
+  if (tp_engine_run_get(w->e, q->run_id, dur_got_record, q) != TP_OK)
+    dur_got_record(q, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
 }
 
-static void dur_load_claimed (void *ud, const char *holder, const char *err) {
+static void dur_load_claimed (void *ud, int outcome, const char *holder, const char *err) {
   req *q = ud;
   worker *w = q->w;
+  char msg[800];
   if (w->stopping) return;  /* the protocol thread frees the request after the join */
-  if (err) wlog(w, L_WARNING, "the run's claim in the state store failed (%s): it is "
-                "restored here", err);
-  if (holder != NULL) {
-    char msg[600];
+  switch (outcome) {
+  case TP_CLAIM_WON: case TP_CLAIM_TAKEN:
+    if (outcome == TP_CLAIM_TAKEN)
+      wlog(w, L_INFO, "run %s: taken over from %s, whose lease lapsed", q->run_id, holder);
+    q->dstage = DUR_CLAIMED;
+    dur_load(w, q);
+    return;
+  case TP_CLAIM_HELD:
     run_claim_msg(q->run_id, holder, msg, sizeof msg);
     dur_refuse(w, q, "run.not_paused", msg);
     return;
+  case TP_CLAIM_DEAD:
+    if (q->drunning) {
+      run_interrupted_msg(q->run_id, holder, msg, sizeof msg);
+      dur_refuse(w, q, "run.interrupted", msg);
+      return;
+    }
+    /* the holder stopped before it marked the run "running": nothing was decided there */
+    char key[TP__APX_RUN_ID_MAX + 8];
+    run_claim_key(q->run_id, key, sizeof key);
+    q->dstage = DUR_TAKEOVER;
+    if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                              TP_CLAIM_TAKEOVER, dur_load_claimed, q) != TP_OK)
+      dur_load_claimed(q, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
+    return;
+  default:
+    store_down_msg(q->run_id, "claim the run for this server", err, msg, sizeof msg);
+    dur_refuse(w, q, "state.unavailable", msg);
   }
-  dur_load(w, q);
 }
 
 /* One line of the audit log (--audit): when, the session, the tool called (run_lua or an
@@ -2588,23 +2824,46 @@ static void run_done (tp_run *run, void *ud) {
   wdone(w, q);
 }
 
+/* The key of a session's claim in a shared store: the id itself for the local principal
+** (as before principals), else "\x1esession:" LEN ":" PRINCIPAL ":" ID, which no id (no
+** control characters) and no other principal's key can be. 0 when it does not fit. */
+#define SESSION_KEY_MAX (SESSION_ID_MAX + 300)
+static int session_key (const char *principal, const char *sid, char *out, size_t len) {
+  int n = principal && *principal
+        ? snprintf(out, len, "\x1esession:%zu:%s:%s", strlen(principal), principal, sid)
+        : snprintf(out, len, "%s", sid);
+  return n > 0 && (size_t)n < len;
+}
+
 /* The store's answer to the claim of q's session (--state: servers that share it hold
 ** each session in one of them): ours, run it; another's, session.moved naming it; the
 ** store failing, run it here (the session's globals are this server's meanwhile). */
 static void worker_run (worker *w, req *q);
-static void session_claimed (void *ud, const char *holder, const char *err) {
+static void session_claimed (void *ud, int outcome, const char *holder, const char *err) {
   req *q = ud;
   worker *w = q->w;
   if (w->stopping) return;  /* the protocol thread frees the request after the join */
-  if (err) wlog(w, L_WARNING, "the session's claim in the state store failed (%s): run "
-                "here", err);
-  if (holder == NULL) { worker_run(w, q); return; }
   json_t *sid = json_object_get(q->sess_info, "id");
+  const char *id = json_string_value(sid) ? json_string_value(sid) : "";
   char msg[1400];
+  if (outcome == TP_CLAIM_FAILED)
+    wlog(w, L_WARNING, "the session's claim in the state store failed (%s): run here", err);
+  if (outcome == TP_CLAIM_TAKEN) {  /* its holder died: the session starts afresh here */
+    wsess_drop(w, q->sess_num);
+    snprintf(msg, sizeof msg, "session \"%s\" was held by another tidepool server, %s, "
+             "whose lease lapsed (it stopped, or lost the state store): this server took the "
+             "session over, the globals it held there are gone, and this call started it "
+             "afresh", id, holder);
+    json_t *info = json_pack("{s:O, s:s, s:s}", "id", sid ? sid : json_null(), "state", "new",
+                             "message", msg);
+    if (info) { json_decref(q->sess_info); q->sess_info = info; }
+  }
+  if (outcome != TP_CLAIM_HELD) { worker_run(w, q); return; }
   snprintf(msg, sizeof msg, "session \"%s\" lives on another tidepool server, %s, which "
            "holds its globals: send this call there (a load balancer that routes by session "
            "does), or use another session id here; the claim lapses after --session-idle "
-           "without calls", json_string_value(sid) ? json_string_value(sid) : "", holder);
+           "without calls, or once that server's lease lapses (--lease) if it stops", id,
+           holder);
   q->moved = 1;
   q->drop_session = 1;
   q->line = refusal_response(q->id, "session.moved", msg, q->sess_info, q->budget,
@@ -2619,8 +2878,11 @@ static void worker_run (worker *w, req *q) {
   if (q->sess_num && w->s->owner && !q->claimed) {
     q->claimed = 1;
     const char *sid = json_string_value(json_object_get(q->sess_info, "id"));
+    char key[SESSION_KEY_MAX];
     int64_t ttl = (int64_t)(w->s->o.session_idle_us / 1000);
-    if (sid && tp_engine_claim_session(w->e, sid, w->s->owner, ttl, session_claimed, q) == TP_OK)
+    if (sid && session_key(q->principal, sid, key, sizeof key) &&
+        tp_engine_claim_lease(w->e, key, w->s->owner, ttl, TP_CLAIM_TAKEOVER, session_claimed,
+                              q) == TP_OK)
       return;
   }
   if (q->sess_num) {
@@ -2720,6 +2982,11 @@ static void worker_stop (worker *w) {
   }
   sleepers_stop(w);
   while (w->sessions) wsess_drop(w, w->sessions->num);
+  if (w->lease_on) {  /* others may take over at once */
+    w->lease_on = 0;
+    uv_close((uv_handle_t *)&w->lease, NULL);
+    tp_engine_end_lease(w->e, w->s->owner);
+  }
   uv_close((uv_handle_t *)&w->mb.async, NULL);
 }
 
@@ -2751,6 +3018,37 @@ static void worker_mail (uv_async_t *a) {
   }
 }
 
+/* The server's lease (--state): worker 0 renews it every third of --lease, and again
+** half a second after a renewal the store did not answer. */
+static void lease_cb (uv_timer_t *t);
+static void lease_renewed (void *ud, int outcome, const char *holder, const char *err) {
+  worker *w = ud;
+  if (w->stopping) return;
+  if (outcome == TP_CLAIM_FAILED) {
+    if (!w->lease_failing)
+      wlog(w, L_WARNING, "the server's lease could not be renewed in the state store (%s): "
+           "once it lapses (--lease), other servers take over its sessions", err);
+    w->lease_failing = 1;
+    uv_timer_start(&w->lease, lease_cb, 500, 0);
+    return;
+  }
+  if (outcome == TP_CLAIM_HELD && !w->lease_failing)
+    wlog(w, L_ERROR, "another process holds the lease of this server's name (%s): give each "
+         "server its own --advertise", holder);
+  if (w->lease_failing && outcome == TP_CLAIM_WON)
+    wlog(w, L_INFO, "the server's lease is renewed again");
+  w->lease_failing = outcome != TP_CLAIM_WON;
+  uint64_t every = w->s->o.lease_us / 3000u;
+  uv_timer_start(&w->lease, lease_cb, every ? every : 1, 0);
+}
+
+static void lease_cb (uv_timer_t *t) {
+  worker *w = t->data;
+  int64_t ttl = (int64_t)(w->s->o.lease_us / 1000u);
+  if (tp_engine_renew_lease(w->e, w->s->owner, ttl, lease_renewed, w) != TP_OK)
+    lease_renewed(w, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
+}
+
 /* Makes the worker's engine; on its own thread when threaded. 0, or -1. */
 static int worker_open (worker *w) {
   server *s = w->s;
@@ -2778,6 +3076,11 @@ static int worker_open (worker *w) {
     wlog(w, L_WARNING, "--workspace %s: %s", s->o.workspace, tp_engine_error(w->e));
   if (s->o.test_tools && add_test_tools(w) != 0 && w->index == 0)
     wlog(w, L_WARNING, "test tools: %s", tp_engine_error(w->e));
+  if (w->index == 0 && s->owner && uv_timer_init(w->loop, &w->lease) == 0) {
+    w->lease.data = w;
+    w->lease_on = 1;
+    lease_cb(&w->lease);
+  }
   return 0;
 }
 
@@ -3082,8 +3385,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     if (json_is_string(sid)) {
       const char *err = NULL;
       char text[600];
-      q->sess = session_for(s, json_string_value(sid), json_string_length(sid), &q->sess_info,
-                            &err, text, sizeof text);
+      q->sess = session_for(s, q->principal ? q->principal : "", json_string_value(sid),
+                            json_string_length(sid), &q->sess_info, &err, text, sizeof text);
       if (q->sess == NULL) {
         refuse_call(s, b, id, err, text, NULL);
         req_free(s, q);
@@ -3180,6 +3483,8 @@ static int restore_req (server *s, batch *b, json_t *id, const char *run_id, jso
   q->s = s;
   q->serial = ++s->serial;
   if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);
+  const char *who, *scopes;  /* the caller: the run's record must name the same principal */
+  if (q->origin && tp__mcp_http_principal(q->origin, &who, &scopes)) q->principal = strdup(who);
   q->id = json_deep_copy(id);
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
   if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
@@ -3198,12 +3503,17 @@ static int restore_req (server *s, batch *b, json_t *id, const char *run_id, jso
 ** request now answers id; or refuses the call. */
 static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
                             int era26) {
+  /* The caller, in every era: another principal's run is not found here, and the answer
+  ** says nothing of it (the same as for an id no run has). */
+  const char *who = NULL, *scopes;
+  if (s->origin && !tp__mcp_http_principal(s->origin, &who, &scopes)) who = NULL;
   req *q = s->parked;
-  while (q && strcmp(q->run_id, run_id) != 0) q = q->next;
+  while (q && (strcmp(q->run_id, run_id) != 0 || !same_principal(q->principal, who)))
+    q = q->next;
   if (q == NULL) {
     char msg[500];
     for (req *r = s->reqs; r; r = r->next)
-      if (r->resumed && strcmp(r->run_id, run_id) == 0) {
+      if (r->resumed && strcmp(r->run_id, run_id) == 0 && same_principal(r->principal, who)) {
         snprintf(msg, sizeof msg, "run %s is not paused: it is running with the decisions it "
                  "was given; its result answers the call that resumed it", run_id);
         refuse_call(s, b, id, "run.not_paused", msg, NULL);
@@ -3948,7 +4258,11 @@ static void server_close (server *s) {
   free(s->line);
   free(s->stash);
   free(s->builtin_dir);
-  for (size_t k = 0; k < DROPPED_MAX; k++) { free(s->dropped_id[k]); free(s->dropped_why[k]); }
+  for (size_t k = 0; k < DROPPED_MAX; k++) {
+    free(s->dropped_id[k]);
+    free(s->dropped_why[k]);
+    free(s->dropped_who[k]);
+  }
 }
 
 static unsigned default_workers (void) {
@@ -4057,6 +4371,7 @@ int tp__mcp_main (int argc, char **argv) {
   o->max_sessions = 16;
   o->workers = default_workers();
   o->pause_ttl_us = TP__APX_TTL_DEFAULT_US;
+  o->lease_us = LEASE_DEFAULT_US;
   o->dirs = calloc((size_t)argc + 1, sizeof *o->dirs);
   o->limit_opts = calloc((size_t)argc * 2 + 2, sizeof *o->limit_opts);
   if (o->dirs == NULL || o->limit_opts == NULL) return 1;
@@ -4080,7 +4395,8 @@ int tp__mcp_main (int argc, char **argv) {
     }
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
-      "--audit", "--config", "--pause-ttl", "--secret-file", "--state", "--advertise" };
+      "--audit", "--config", "--pause-ttl", "--secret-file", "--state", "--advertise",
+      "--lease" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -4115,6 +4431,11 @@ int tp__mcp_main (int argc, char **argv) {
         return tp__cli_usage_error("%s", why);
     }
     else if (strcmp(name, "--state") == 0) o->state = val;
+    else if (strcmp(name, "--lease") == 0) {
+      if (tp_parse_value(TP_UNIT_DURATION, val, 3600ull * 1000000u, &o->lease_us, NULL, why,
+                         sizeof why) != TP_OK || o->lease_us < 300000u)
+        return tp__cli_usage_error("--lease: bad duration '%s' (300ms to 1h, e.g. 15s)", val);
+    }
     else if (strcmp(name, "--advertise") == 0) o->advertise = val;
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
@@ -4277,6 +4598,7 @@ tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t 
   o->test_tools = 1;
   o->expose = 1;
   o->pause_ttl_us = TP__APX_TTL_DEFAULT_US;
+  o->lease_us = LEASE_DEFAULT_US;
   s->sink = sink;
   s->sink_ud = ud;
   s->quiet = 1;
