@@ -146,18 +146,25 @@ local function has_position(msg)
   return msg:match("^[^\n]-:%d+: ") ~= nil
 end
 
--- The message and code of an error raised by a handler running in co.
+-- "/srv/x/tools/kv.lua:25: what" -> "kv.lua:25: what": a message a model reads names the
+-- plugin file, never the host's folders (the tool's name comes before it: "tools.kv.get
+-- failed: ...").
+local function without_dirs(msg)
+  return (msg:gsub("^[^\n]*/([^/\n]-:%d+: )", "%1", 1))
+end
+
+-- The message and code of an error raised by a handler running in co. A string raised
+-- without a position (error(msg, 0)) stays as its author wrote it.
 local function describe_error(err, co)
   if type(err) == "table" then
     local code, msg = rawget(err, "code"), rawget(err, "message")
     if type(msg) == "string" then
       if type(code) ~= "string" or not code:match("^tool%.") then code = nil end
-      return msg, code
+      return without_dirs(msg), code
     end
   end
-  local msg = type(err) == "string" and err or ("(error object is a " .. type(err) .. " value)")
-  if not has_position(msg) then msg = where(co, 0) .. msg end
-  return msg
+  if type(err) == "string" then return without_dirs(err) end
+  return without_dirs(where(co, 0) .. "(error object is a " .. type(err) .. " value)")
 end
 
 local function finish(rec, ok, value, code)
@@ -201,7 +208,7 @@ local function step(rec, ...)
   if rec.done or rec.cancelled then return end
   local left = E.deadline_ms(rec.box)
   if left ~= nil and left <= 0 then
-    finish(rec, false, "did not answer within its time limit", "tool.timeout")
+    finish(rec, false, "", "tool.timeout")  -- the engine's message names the limit
     coroutine.close(rec.co)
     return
   end
@@ -481,9 +488,14 @@ function M.load_file(path)
     return msg
   end, { workspace = E.workspace(), workspace_max = E.workspace_max(),  -- see tools/fs.lua
          config = M.config(),
-         -- a problem that does not stop the file from loading (tools/proc.lua: a program
-         -- of the allowlist is missing), reported with the others
-         warn = function(msg) problems[#problems + 1] = path .. ":1: " .. tostring(msg) end })
+         -- a problem that does not stop the file from loading, reported with the others:
+         -- one of the config that the file found (tools/proc.lua: a program of the
+         -- allowlist is missing) names the config's JSON pointer (/commands/0/argv0),
+         -- not a line of the plugin; any other is the file's
+         warn = function(msg)
+           msg = tostring(msg)
+           problems[#problems + 1] = msg:sub(1, 1) == "/" and msg or path .. ":1: " .. msg
+         end })
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }
@@ -495,7 +507,9 @@ function M.load_file(path)
   elseif rawget(ret, 1) ~= nil then
     list = ret
   elseif next(ret) == nil then
-    return 0, {}  -- nothing to offer in this configuration (fs.lua without a workspace)
+    -- nothing to offer in this configuration (fs.lua without a workspace), maybe after a
+    -- warning (http.lua: the http section does not compile)
+    return 0, problems
   else
     list = { ret }
   end

@@ -75,6 +75,19 @@ local function new_timer(ms, fn)
   return t
 end
 
+-- The other names of an upstream tool, with the server's raw name and the tool's
+-- (tools["my-files"]["read-file"]), beside its Lua name (tools.my_files.read_file).
+local function aliases(srv, f)
+  local list, seen = {}, { [srv.id .. "." .. f.lua] = true }
+  for _, s in ipairs({ srv.id, srv.name }) do
+    for _, t in ipairs({ f.lua, f.raw }) do
+      local a = s .. "." .. t
+      if not seen[a] then seen[a] = true; list[#list + 1] = a end
+    end
+  end
+  return list
+end
+
 -- A raw name as a Lua identifier: '-', '.', spaces and any other character that cannot be
 -- in one become '_', a leading digit gets '_' before it, a keyword gets '_' after it.
 function M.identifier(raw)
@@ -228,11 +241,15 @@ local function sse_feed(srv, st, chunk)
 end
 
 -- Copies the string (or number) values of the config map from (headers, env) into to.
+-- A value "env:NAME" is tidepool's own variable NAME, as in the http and commands
+-- sections; one that is not set is left out (tidepool config check and --strict name it).
 local function copy_strings(from, to)
   if type(from) ~= "table" then return end
   for k, v in pairs(from) do
     if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
-      to[k] = tostring(v)
+      v = tostring(v)
+      if v:sub(1, 4) == "env:" then v = os.getenv(v:sub(5)) end
+      to[k] = v
     end
   end
 end
@@ -604,7 +621,7 @@ local function register(srv, list)
           name = srv.id .. "." .. f.lua, description = desc, input = in_text,
           output = out_text, timeout_ms = srv.timeout_ms * HARD_FACTOR + 1000,  -- a backstop
           origin = "mcp server " .. srv.name, upstream = true,
-          alias = f.lua ~= f.raw and (srv.id .. "." .. f.raw) or nil,
+          alias = aliases(srv, f),
           handler = function(args, ctx) return call_tool(srv, info, args, ctx) end,
         })
       end
@@ -849,6 +866,9 @@ local function handshake(srv)
   end)
 end
 
+-- Commands that download the server they start (the first time, or each time).
+local LAUNCHERS = { npx = true, pnpx = true, bunx = true, uvx = true, pipx = true }
+
 function start_server(srv)
   local cfg = srv.cfg
   srv.state = "starting"
@@ -857,6 +877,14 @@ function start_server(srv)
   if srv.url then
     srv.session, srv.version = nil, nil
     return handshake(srv)
+  end
+  -- npx and its kind fetch the server's package on its first start, which can take tens
+  -- of seconds: say so instead of staying silent
+  local launcher = type(cfg.command) == "string" and cfg.command:match("([^/]+)$")
+  if not srv.announced and LAUNCHERS[launcher] then
+    srv.announced = true
+    io.stderr:write(("tidepool: starting upstream server %s (%s may be downloading it)\n")
+      :format(srv.name, launcher))
   end
   local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
   local env = {}

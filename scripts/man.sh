@@ -9,7 +9,7 @@
 #   @RUN_OPTIONS@   the "options:" block of `tidepool --help`
 #   @LIMITS@        its "limits (...):" block
 #   @ERROR_CODES@   its "error codes ...:" block
-#   @EXIT_STATUS@   its "exit status:" block
+#   @EXIT_STATUS@   its "exit status ...:" block
 #   @MCP_OPTIONS@   the "options:" block of `tidepool mcp --help`
 #   @HTTP_OPTIONS@  its "Streamable HTTP ...:" block
 set -eu
@@ -59,7 +59,7 @@ block() {
 block "$tmp/help" '^options:$' >"$tmp/run"
 block "$tmp/help" '^limits \(' >"$tmp/limits"
 block "$tmp/help" '^error codes' >"$tmp/codes"
-block "$tmp/help" '^exit status:$' >"$tmp/exit"
+block "$tmp/help" '^exit status' >"$tmp/exit"
 block "$tmp/mcp" '^options:$' >"$tmp/mcpopts"
 block "$tmp/mcp" '^Streamable HTTP' >"$tmp/http"
 for f in run limits codes exit mcpopts http; do

@@ -11,6 +11,7 @@
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
 #                  spec/mcp/tenants.mjs (two principals' sessions and runs kept apart),
+#                  spec/mcp/exposed.mjs (every --expose-tools failure through the SDK),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required), spec/mcp/durable.mjs (paused runs that
 #                  survive kill -9 with --state),
@@ -135,11 +136,14 @@ else
     run_node "mcp approvals (SDK client, elicitation)" spec/mcp/approve_sdk.mjs
     run_node "mcp over Streamable HTTP (SDK client, raw requests)" spec/mcp/http.mjs
     run_node "mcp tenants (two principals over HTTP, tokens and JWTs)" spec/mcp/tenants.mjs
+    run_node "mcp --expose-tools failures (SDK client)" spec/mcp/exposed.mjs
   else
-    echo "mcp e2e, approvals, HTTP and tenants (SDK client): not run, the SDK is not installed: counted as 4 failures"
-    failed=$((failed + 4))
+    echo "mcp e2e, approvals, HTTP, tenants and exposed tools (SDK client): not run, the SDK is not installed: counted as 5 failures"
+    failed=$((failed + 5))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  # requests piped in: every one is answered after standard input closes
+  run_node "mcp end of input (raw)" spec/mcp/eof.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)
   run_node "mcp approvals (raw)" spec/mcp/approve.mjs
   # durable paused runs (--state): kill -9, restart, resume by replay (raw lines)

@@ -14,7 +14,7 @@
 --   ```c run         a C program, compiled against engine/include and this build's
 --                    libtidepool; it must exit 0
 --   ```json config   a config file (or a part of one): `tidepool config check` says ok
---                    (with each variable it reads as "env:NAME" set)
+--                    (with each variable it reads as "env:NAME" set, tidepool on the PATH)
 --   ```json file NAME (any language) a file the later runnable blocks of the same
 --                    document find in their directory under NAME
 --
@@ -299,6 +299,7 @@ local function run_config(block, where)
     write(dir .. "/config.json", block.text)
     local vars = {}  -- the variables it reads with "env:NAME", set as a reader would set them
     for name in block.text:gmatch('"env:([%w_]+)"') do vars[#vars + 1] = name .. "=example" end
+    vars[#vars + 1] = "PATH=" .. shell_quote(ABS_BUILD) .. ":\"$PATH\""  -- tidepool is installed
     local out, rc = sh("cd " .. shell_quote(dir) .. " && " .. table.concat(vars, " ")
       .. " timeout 60 build/tidepool config check config.json 2>&1")
     if rc ~= 0 or not out:match("^config%.json: ok") then
@@ -459,7 +460,7 @@ describe("the man page and --help", function()
   local help = sh(shell_quote(BIN) .. " --help")
   local mcp_help = sh(shell_quote(BIN) .. " mcp --help")
   local codes = help_block(help, "^error codes")
-  local statuses = help_block(help, "^exit status:$")
+  local statuses = help_block(help, "^exit status")
 
   it("--help lists the error codes and exit statuses of the code's tables", function()
     assert.equal("syntax", codes[1])

@@ -80,8 +80,8 @@ for i, raw in ipairs(entries_cfg) do
       max_output = math.tointeger(nonnull(raw.max_output)) or DEFAULT_MAX_OUTPUT,
     }
     if abs == nil then
-      problems[#problems + 1] = ("commands[%d]: %s (proc.run will answer not_found for it)")
-        :format(i - 1, dir)
+      problems[#problems + 1] = ("/commands/%d/argv0: %s (proc.run will answer not_found "
+        .. "for it)"):format(i - 1, dir)
     end
     entries[#entries + 1] = e
   end

@@ -187,6 +187,15 @@ void tp__call_fail_stopped (tp_call *c, const char *what) {
                 msg);
 }
 
+/* Fails c with tool.timeout, naming the limit that ran out and where it was set. */
+void tp__call_timed_out (tp_call *c) {
+  char after[32];
+  tp_format_value(TP_UNIT_DURATION, c->timeout_us, after, sizeof after);
+  tp__call_failf(c, "tool.timeout", "tools.%s timed out after %s (%s)", c->name, after,
+                 c->timeout_own ? "the tool's own timeout_ms" : "the tool_timeout limit, "
+                 "--tool-timeout");
+}
+
 static int call_deadline_passed (tp_call *c, uint64_t now) {
   return c->deadline_ns && now >= c->deadline_ns;
 }
@@ -202,7 +211,12 @@ static void dispatch (tp_run *r, tp_call *c, int was_queued) {
   r->in_flight++;
   uint64_t now = was_queued ? tp__now_ns() : c->start_ns;
   uint64_t tmo = l->tool_timeout_us;
-  if (t->timeout_us && (tmo == 0 || t->timeout_us < tmo)) tmo = t->timeout_us;
+  c->timeout_own = 0;
+  if (t->timeout_us && (tmo == 0 || t->timeout_us < tmo)) {
+    tmo = t->timeout_us;
+    c->timeout_own = 1;
+  }
+  c->timeout_us = tmo;
   c->deadline_ns = tmo ? now + tmo * 1000u : 0;
   int external = (t->flags & TP__TOOL_EXTERNAL) != 0;
   if (!external) {
@@ -495,7 +509,7 @@ int tp__call_ready (tp_run *r, uint64_t id) {
   if (c->state != CALL_DONE && call_deadline_passed(c, tp__now_ns())) {
     c->cancelled = 1;
     if (c->handler_owns) tp__hook(r, cancel, c);
-    tp__call_failf(c, "tool.timeout", "tools.%s did not answer within its time limit", c->name);
+    tp__call_timed_out(c);
     start_queued(r);
   }
   return c->state == CALL_DONE;
@@ -704,8 +718,11 @@ int tp_call_fail (tp_call *c, const char *code, const char *message) {
   if (code == NULL || strncmp(code, "tool.", 5) != 0) code = "tool.failed";
   int rc = TP_ESTATE;
   if (c->state != CALL_DONE && !c->cancelled && c->run) {
-    tp__call_failf(c, code, "tools.%s failed: %.*s", c->name, TP_MSG_MAX + 1,
-                  message ? message : "no reason given");
+    if (strcmp(code, "tool.timeout") == 0 && (message == NULL || *message == '\0'))
+      tp__call_timed_out(c);  /* the handler saw its deadline pass: say which limit */
+    else
+      tp__call_failf(c, code, "tools.%s failed: %.*s", c->name, TP_MSG_MAX + 1,
+                     message ? message : "no reason given");
     rc = TP_OK;
   }
   tp__call_handler_done(c);

@@ -404,6 +404,8 @@ struct server {
   char *stash;              /* input read but not handled while paused */
   size_t stash_len;
   int paused, reading, eof, done;
+  uv_timer_t drain;         /* after end of input: the bound on what is still running */
+  int drain_on;
   /* requests */
   req *reqs, *waiting, *waiting_tail;
   size_t nrunning, nwaiting;
@@ -439,6 +441,7 @@ struct server {
 
 static void log_msg(server *s, int level, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
+static void stop_if_drained(server *s);
 
 /* ---- mailboxes ----------------------------------------------------------------------- */
 
@@ -1553,9 +1556,10 @@ static char *exposed_response (const json_t *id, const char *env, size_t len, in
   sb_str(&b, "}}");
   free(text);
   json_decref(j);
-  if (b.oom || b.len >= max) {
+  if (b.oom || b.len >= max) {  /* the envelope, cut: an error (isError), since a cut
+                                ** result cannot match the tool's outputSchema */
     free(b.p);
-    return call_response(id, env, len, 1, NULL, max, outlen);  /* the envelope, cut */
+    return call_response(id, env, len, 0, NULL, max, outlen);
   }
   *outlen = b.len;
   return b.p;
@@ -3187,7 +3191,30 @@ static void defer_flush (server *s, req *q) {
 
 static void defer_cb (uv_timer_t *t) {
   req *q = t->data;
-  defer_flush(q->s, q);
+  server *s = q->s;
+  defer_flush(s, q);
+  stop_if_drained(s);
+}
+
+/* An exposed tool's error result (isError) carries no structuredContent: that would have
+** to match the tool's outputSchema, which a failure does not, and MCP clients check it
+** (the TypeScript SDK's callTool throws -32602 and the error never arrives). Its text
+** block holds the same JSON. */
+static void drop_structured_on_error (char **line, size_t *len) {
+  json_t *j = tp_json_parse(*line, *len, NULL, 0);
+  json_t *res = json_object_get(j, "result");
+  if (json_is_true(json_object_get(res, "isError")) &&
+      json_object_get(res, "structuredContent") != NULL) {
+    json_object_del(res, "structuredContent");
+    size_t n;
+    char *t = tp_json_text(j, &n);
+    if (t) {
+      free(*line);
+      *line = t;
+      *len = n;
+    }
+  }
+  json_decref(j);
 }
 
 /* A worker finished request q (M_DONE): the request is the protocol thread's again. */
@@ -3221,6 +3248,7 @@ static void req_done (server *s, req *q) {
   log_msg(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
           q->cancelled ? "cancelled" : "finished");
   if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
+  if (q->line && q->tool) drop_structured_on_error(&q->line, &q->line_len);
   if (q->line && q->modern) tp__mcp_era_stamp(&q->line, &q->line_len);
   if (q->line != NULL && q->progress > 0 && q->b == NULL && !s->sink && !q->origin &&
       uv_timer_init(s->loop, &q->defer) == 0) {
@@ -3242,6 +3270,7 @@ static void req_done (server *s, req *q) {
   start_waiting(s);
   maybe_reload(s);
   resume_input(s);
+  stop_if_drained(s);
 }
 
 static void start_req (server *s, req *q) {
@@ -3722,8 +3751,9 @@ static void ready (server *s, mail *m) {
     return;
   }
   if (!s->quiet && !s->http)
-    fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tools, %u "
-            "workers)\n", tp_version(), s->ntools, s->nworkers);
+    fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tool%s, %u "
+            "worker%s)\n", tp_version(), s->ntools, s->ntools == 1 ? "" : "s", s->nworkers,
+            s->nworkers == 1 ? "" : "s");
   if (s->http) tp__mcp_http_serve(s->http, s->ntools, s->nworkers);
   else if (!s->sink) start_reading(s);
 }
@@ -4075,6 +4105,38 @@ static void feed (server *s, const char *p, size_t n) {
 
 static void shutdown_server(server *s);
 
+/* Standard input closed: what was read is still answered, as the SDKs' stdio servers do.
+** The server stops once every request in flight, waiting or deferred has its response,
+** or when the drain's bound passes (the run's --timeout and 2 s more; 30 s when runs have
+** no time limit): then each request still running is answered "cancelled". */
+#define DRAIN_SLACK_MS 2000
+#define DRAIN_UNBOUNDED_MS 30000
+
+static int drained (const server *s) {
+  return s->reqs == NULL && s->waiting == NULL && s->deferred == NULL;
+}
+
+/* Stops the server when input has ended and nothing is left to answer. */
+static void stop_if_drained (server *s) {
+  if (s->eof && !s->done && !s->http && drained(s)) shutdown_server(s);
+}
+
+static void drain_cb (uv_timer_t *t) {
+  server *s = t->data;
+  char msg[300];
+  snprintf(msg, sizeof msg, "the call was cancelled: standard input closed, and it did not "
+           "finish within the %.0f s that followed", (double)uv_timer_get_repeat(t) / 1000.0);
+  for (req *q = s->reqs; q; q = q->next) {
+    if (q->cancelled) continue;
+    size_t n;
+    char *line = refusal_response(q->id, "cancelled", msg, NULL, q->budget, &n);
+    if (line) respond_text(s, q->b, q->id, line, n);
+    free(line);
+    q->cancelled = 1;
+  }
+  shutdown_server(s);
+}
+
 static void on_eof (server *s) {
   s->eof = 1;
   if (s->skipping) {
@@ -4087,7 +4149,15 @@ static void on_eof (server *s) {
     s->len = 0;
     handle_line(s, s->line, len);
   }
-  shutdown_server(s);
+  if (drained(s) || s->done) { shutdown_server(s); return; }
+  uint64_t bound = s->o.lim.wall_us ? s->o.lim.wall_us / 1000 + DRAIN_SLACK_MS
+                                       : DRAIN_UNBOUNDED_MS;
+  if (!s->drain_on && uv_timer_init(s->loop, &s->drain) == 0) {
+    s->drain_on = 1;
+    s->drain.data = s;
+    uv_timer_start(&s->drain, drain_cb, bound, bound);  /* repeat: the bound, for its text */
+  }
+  else if (!s->drain_on) shutdown_server(s);
 }
 
 static void alloc_cb (uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -4240,6 +4310,7 @@ static void server_close (server *s) {
     uv_close((uv_handle_t *)&s->sweep, NULL);
   }
   if (s->in_open) uv_close((uv_handle_t *)&s->in, NULL);
+  if (s->drain_on) uv_close((uv_handle_t *)&s->drain, NULL);
   if (s->in_file && s->reading) uv_cancel((uv_req_t *)&s->fsreq);
   if (s->mb.inited) uv_close((uv_handle_t *)&s->mb.async, NULL);
   tp__mcp_http_free(s->http);  /* after every request: they hold its connections */
@@ -4313,6 +4384,9 @@ static int apply_config (options *o) {
     tp_engine_destroy(e);
     return -1;
   }
+  if (tp_engine_config_warnings(e))  /* what this machine lacks: tidepool config check */
+    tp__cli_config_problems(stderr, "tidepool: warning: ", o->config_path,
+                            tp_engine_config_warnings(e));
   mcp_limits_init(&o->lim);
   tp_engine_config_limits(e, &o->lim);
   for (size_t k = 0; k < o->nlimit_opts; k += 2)
@@ -4412,11 +4486,12 @@ int tp__mcp_main (int argc, char **argv) {
       o->limit_opts[o->nlimit_opts++] = val;
       continue;
     }
-    if (strcmp(name, "--tools") == 0) {
+    if (strcmp(name, "--tools") == 0) {  /* missing: a warning, as in tidepool run */
       struct stat st;
       if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
-        return tp__cli_usage_error("--tools: '%s' is not a directory", val);
-      o->dirs[o->ndirs++] = val;
+        fprintf(stderr, "tidepool: warning: --tools: '%s' is not a directory: no tools from "
+                "it\n", val);
+      else o->dirs[o->ndirs++] = val;
     }
     else if (strcmp(name, "--workspace") == 0) {
       struct stat st;
@@ -4440,8 +4515,8 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
       free(o->config_dir);
-      if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return 2;
-      if ((o->config_dir = tp__cli_config_dir(val)) == NULL) return 1;
+      if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return TP_EXIT_USAGE;
+      if ((o->config_dir = tp__cli_config_dir(val)) == NULL) return TP_EXIT_FAILED;
       o->config_path = val;
     }
     else if (strcmp(name, "--describe") == 0) {
@@ -4453,7 +4528,7 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--workspace-max") == 0) {
       if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &o->workspace_max, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("%s", why);
+        return tp__cli_usage_error("--workspace-max: %s", why);
       o->workspace_max_set = 1;
     }
     else if (strcmp(name, "--name") == 0) {
@@ -4466,24 +4541,29 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--session-idle") == 0) {
       if (tp_parse_value(TP_UNIT_DURATION, val, UINT64_MAX, &o->session_idle_us, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("%s", why);
+        return tp__cli_usage_error("--session-idle: %s", why);
     }
     else if (strcmp(name, "--max-sessions") == 0) {
       uint64_t n;
       if (tp_parse_value(TP_UNIT_COUNT, val, 100000, &n, NULL, NULL, 0) != TP_OK)
-        return tp__cli_usage_error("bad session count '%s' (0 to 100000)", val);
+        return tp__cli_usage_error("--max-sessions: bad count '%s' (0 to 100000)", val);
       o->max_sessions = (unsigned)n;
     }
     else if (strcmp(name, "--workers") == 0) {
       uint64_t n;
       if (tp_parse_value(TP_UNIT_COUNT, val, WORKERS_MAX, &n, NULL, NULL, 0) != TP_OK || n < 1)
-        return tp__cli_usage_error("bad worker count '%s' (1 to 64)", val);
+        return tp__cli_usage_error("--workers: bad count '%s' (1 to 64)", val);
       o->workers = (unsigned)n;
       o->workers_set = 1;
     }
     else return tp__cli_usage_error("unknown option '%s'", a);
   }
-  if (o->config && apply_config(o) != 0) return 2;
+  if (o->config && apply_config(o) != 0) return TP_EXIT_USAGE;
+  {
+    char why[300];
+    if (tp__mcp_http_check(&o->http, o->config, o->config_len, why, sizeof why) != 0)
+      return tp__cli_usage_error("%s", why);
+  }
   o->asks = tp__apx_config_asks(o->config, o->config_len);
   tp__dur_policy_hash(o->config, o->config_len, o->policy_hash);
   {
@@ -4505,10 +4585,10 @@ int tp__mcp_main (int argc, char **argv) {
   if (o->state) {  /* one store for every worker's engine */
     char why[512];
     if ((s->kv = tp_store_open(o->state, why, sizeof why)) == NULL) {
-      fprintf(stderr, "tidepool mcp: --state: %s\n", why);
+      fprintf(stderr, "tidepool: --state: %s\n", why);
       options_free(o);
       close(s->out);
-      return 1;
+      return TP_EXIT_USAGE;  /* as in tidepool run */
     }
     s->owner = owner_name(o);
   }
@@ -4527,11 +4607,11 @@ int tp__mcp_main (int argc, char **argv) {
   if (o->audit) {
     s->audit_fd = open(o->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (s->audit_fd < 0) {
-      fprintf(stderr, "tidepool mcp: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
+      fprintf(stderr, "tidepool: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
       server_close(s);
       options_free(o);
       close(s->out);
-      return 1;
+      return TP_EXIT_USAGE;
     }
   }
   if (o->builtin) {

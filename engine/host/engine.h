@@ -51,6 +51,7 @@ struct tp_engine {
                            ** need; NULL until then */
   struct tp_store_conn *store_conn; /* e's connection to it, on e's loop (engine.c) */
   struct json_t *config;   /* tp_engine_configure: the config object, or NULL (config.c) */
+  char *config_warnings;   /* what the machine lacks for it (config.c), or NULL */
   struct tp_http *http;    /* http.c's multi handle and requests, made on first use */
   tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */
   void *policy_ud;

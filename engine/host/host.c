@@ -335,7 +335,8 @@ static json_t *schema_arg (lua_State *H, const char *field, const char *tool, in
 /* E.add_tool{name=, description=, input=, output=, handler=, timeout_ms=, origin=,
 ** alias=, upstream=} -> true | nil, message. Fields are checked by host.lua (upstream.lua
 ** for upstream tools: upstream = true, their own provider, kept across plugin reloads;
-** alias, another name that reaches the tool); schemas are JSON text or tables. */
+** alias, another name that reaches the tool, or a list of up to 8 of them); schemas are
+** JSON text or tables. */
 static int e_add_tool (lua_State *H) {
   host *h = get_host(H);
   luaL_checktype(H, 1, LUA_TTABLE);
@@ -348,8 +349,8 @@ static int e_add_tool (lua_State *H) {
   lua_getfield(H, 1, "timeout_ms");
   lua_Number tmo = lua_tonumber(H, -1);
   lua_pop(H, 1);
-  lua_getfield(H, 1, "alias");
-  const char *alias = lua_tostring(H, -1);
+  lua_getfield(H, 1, "alias");  /* a string, or a list of them; kept on the stack */
+  int alias_at = lua_gettop(H);
   lua_getfield(H, 1, "upstream");
   const tp__provider *prov = lua_toboolean(H, -1) ? &tp__upstream_provider : &tp__lua_provider;
   lua_pop(H, 1);
@@ -384,11 +385,18 @@ static int e_add_tool (lua_State *H) {
     lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
     return 2;
   }
-  if (alias != NULL && strcmp(alias, name) != 0 &&
-      (rc = tp__tool_set_alias(h->e, name, alias)) != TP_OK) {
-    luaL_pushfail(H);  /* the tool stays, reachable by its name */
-    lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
-    return 2;
+  int nalias = lua_istable(H, alias_at) ? (int)luaL_len(H, alias_at) : 1;
+  for (int k = 1; k <= nalias && nalias <= 8; k++) {
+    if (lua_istable(H, alias_at)) lua_rawgeti(H, alias_at, k);
+    else lua_pushvalue(H, alias_at);
+    const char *alias = lua_tostring(H, -1);
+    if (alias != NULL && strcmp(alias, name) != 0 &&
+        (rc = tp__tool_set_alias(h->e, name, alias)) != TP_OK) {
+      luaL_pushfail(H);  /* the tool stays, reachable by its name */
+      lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
+      return 2;
+    }
+    lua_pop(H, 1);
   }
   lua_pushboolean(H, 1);
   return 1;

@@ -549,6 +549,15 @@ TP_EXTERN int tp_config_check(const char *json, size_t len, const char *dir, cha
 ** library), NUL-terminated. Static. */
 TP_EXTERN const char *tp_config_schema(void);
 
+/* What e's config asks for that this machine lacks, found when it was configured: a
+** variable "env:NAME" that is not set, a program (mcpServers.*.command, commands[].argv0)
+** not found in PATH, a server's cwd that is no directory. One line each,
+** "config: <JSON pointer>: what", e.g. "config: /mcpServers/github/env/TOKEN: the
+** environment variable GITHUB_TOKEN is not set ..."; NULL when there is none. They do not
+** fail tp_engine_configure (the same file works where they exist); `tidepool config
+** check` and `--strict` refuse them. Owned by e, valid until it is configured again. */
+TP_EXTERN const char *tp_engine_config_warnings(const tp_engine *e);
+
 /* Sets in *l the limits e's config gives; the others stay as they are (so a front end
 ** calls tp_limits_init, then this, then applies its own options). TP_OK, or TP_EINVAL
 ** for NULL. Without a config, *l is left as it is. */
@@ -738,7 +747,9 @@ TP_EXTERN int tp_call_progress(tp_call *c, const char *text);
 TP_EXTERN int tp_call_complete(tp_call *c, const char *result_json, size_t len);
 
 /* Fails the call. code: "tool.failed" when NULL, or another tool.* code; message for
-** the model (what went wrong, what to do). TP_ESTATE if completed already. */
+** the model (what went wrong, what to do). "tool.timeout" with a NULL or empty message:
+** the engine's own, naming the limit ("tools.x timed out after 30s (the tool_timeout
+** limit, --tool-timeout)"). TP_ESTATE if completed already. */
 TP_EXTERN int tp_call_fail(tp_call *c, const char *code, const char *message);
 
 /* ---- policy: every tool call passes it before its arguments are checked ------------
