@@ -1,6 +1,7 @@
 /*
 ** cli.c: the tidepool command. It only translates argv into the C API and the envelope
-** into text. Exit statuses: the table in mcp.h (TP_EXIT_*), the same for every command.
+** into text. Exit statuses: the table in mcp.h (TP_EXIT_*), the same for every command;
+** exit_statuses (below) says them in --help and the man page.
 */
 #include <errno.h>
 #include <signal.h>
@@ -74,20 +75,56 @@ static const char usage_head[] =
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
-static const char usage_tail[] =
-  "\n"
-  "A limit of 0 means no limit. Exit status (every command, mcp too): 0 success,\n"
-  "1 the script failed (syntax, runtime error, limit), 2 usage error (a bad option or\n"
-  "value, a bad --config file: each problem with its JSON path), 3 refused by --strict\n"
-  "or config check: the config asks for what this machine lacks (an unset env:\n"
-  "variable, a program not in PATH), or a plugin or upstream server cannot load.\n";
+/* The exit statuses of the command, for --help and the man page (scripts/man.sh). */
+static const struct { int status; const char *meaning; } exit_statuses[] = {
+  { TP_EXIT_OK, "it did what was asked: the script succeeded, the files are good, the "
+    "server stopped on end of input or a signal" },
+  { TP_EXIT_FAILED, "the script failed (syntax, runtime error, limit); or something failed "
+    "at run time (out of memory, an address already in use)" },
+  { TP_EXIT_USAGE, "a usage error: an unknown option, a bad value (named with its flag), a "
+    "config file that is wrong (each problem with its JSON path), a FILE, --state or "
+    "--audit that cannot be opened" },
+  { TP_EXIT_REFUSED, "--strict or config check: the config asks for what this machine lacks "
+    "(an unset env: variable, a program not in PATH), or a plugin or upstream server "
+    "cannot load" },
+};
+/* Prints "  TERM" and text wrapped at 86 columns, from column 24 on. */
+static void help_entry (FILE *f, const char *term, const char *text) {
+  int col = fprintf(f, "  %s", term);
+  if (col > 22) { fputc('\n', f); col = 0; }
+  fprintf(f, "%*s", 23 - col, "");
+  col = 23;
+  while (*text) {
+    size_t w = strcspn(text, " ");
+    if (col > 23 && col + 1 + (int)w > 86) { fprintf(f, "\n%23s", ""); col = 23; }
+    else if (col > 23) { fputc(' ', f); col++; }
+    fwrite(text, 1, w, f);
+    col += (int)w;
+    text += w;
+    text += strspn(text, " ");
+  }
+  fputc('\n', f);
+}
+
+/* The error codes (tp_code_at) and the exit statuses, as --help's last sections. */
+static void usage_tail (FILE *f) {
+  fputs("\nA limit of 0 means no limit.\n\nerror codes (the envelope's error.code):\n", f);
+  for (size_t i = 0; i < tp_code_count(); i++)
+    help_entry(f, tp_code_at(i)->code, tp_code_at(i)->meaning);
+  fputs("\nexit status (every command, mcp too):\n", f);
+  for (size_t i = 0; i < sizeof exit_statuses / sizeof exit_statuses[0]; i++) {
+    char s[8];
+    snprintf(s, sizeof s, "%d", exit_statuses[i].status);
+    help_entry(f, s, exit_statuses[i].meaning);
+  }
+}
 
 /* The option of `tidepool run` (mcp 0) or `tidepool mcp` (mcp 1) for limit li, or NULL. */
 static const char *limit_flag (const tp_limit_info *li, int mcp) {
   return mcp ? li->mcp : li->flag;
 }
 
-void tp__cli_limits_help (FILE *f, int mcp) {
+void tp__cli_limits_help (FILE *f, int mcp, const tp_limits *defaults) {
   static const char *const args[] = { "SIZE", "N", "DURATION" };
   for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
     const tp_limit_info *li = tp_limit_at(i);
@@ -95,7 +132,8 @@ void tp__cli_limits_help (FILE *f, int mcp) {
     if (flag == NULL) continue;
     char opt[64], def[32];
     snprintf(opt, sizeof opt, "%s %s", flag, args[li->unit]);
-    tp_format_value(li->unit, li->def, def, sizeof def);
+    tp_format_value(li->unit, defaults ? tp_limits_get(defaults, li) : li->def, def,
+                    sizeof def);
     if (strlen(opt) <= 20) fprintf(f, "  %-20s %s (default %s)\n", opt, li->help, def);
     else fprintf(f, "  %s\n  %-20s %s (default %s)\n", opt, "", li->help, def);
   }
@@ -103,8 +141,8 @@ void tp__cli_limits_help (FILE *f, int mcp) {
 
 static void usage (FILE *f) {
   fputs(usage_head, f);
-  tp__cli_limits_help(f, 0);
-  fputs(usage_tail, f);
+  tp__cli_limits_help(f, 0, NULL);
+  usage_tail(f);
 }
 
 const char *tp__cli_option_name (const char *arg, char *name, size_t len) {

@@ -179,12 +179,28 @@ static const char usage_text[] =
   "\n"
   "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
   "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count;\n"
-  "--max-result defaults to 80K here: about 25,000 tokens of typical JSON, the most Claude\n"
+  "--max-result is smaller here: about 25,000 tokens of typical JSON, the most Claude\n"
   "Code shows of a tool's result by default):\n";
 
+/* tidepool mcp's default --max-result: Claude Code shows at most 25,000 tokens of a tool's
+** result by default, and 80 KiB of typical JSON (API objects: keys, words, ids) is about
+** 24,800 o200k tokens (3.3 bytes a token; JSON of bare numbers or ids takes ~2 bytes a
+** token: such a result may still pass the client's limit). Past it the script gets
+** limit.result with a hint to return less, not a result the client cuts. */
+#define MCP_RESULT_MAX (80u * 1024u)
+
+/* tidepool mcp's default limits, for the options and --help alike: the limits table's,
+** but --max-result is MCP_RESULT_MAX. */
+static void mcp_limits_init (tp_limits *l) {
+  tp_limits_init(l);
+  l->result = MCP_RESULT_MAX;
+}
+
 static void usage (FILE *f) {
+  tp_limits defaults;
+  mcp_limits_init(&defaults);
   fputs(usage_text, f);
-  tp__cli_limits_help(f, 1);
+  tp__cli_limits_help(f, 1, &defaults);
   fputs("\nA limit of 0 means no limit.\n", f);
   tp__mcp_http_help(f);
 }
@@ -738,12 +754,6 @@ static json_t *envelope_schema (void) {
   return s;
 }
 
-/* tidepool mcp's default --max-result: Claude Code shows at most 25,000 tokens of a tool's
-** result by default, and 80 KiB of typical JSON (API objects: keys, words, ids) is about
-** 24,800 o200k tokens (3.3 bytes a token; JSON of bare numbers or ids takes ~2 bytes a
-** token: such a result may still pass the client's limit). Past it the script gets
-** limit.result with a hint to return less, not a result the client cuts. */
-#define MCP_RESULT_MAX (80u * 1024u)
 
 /* run_lua's description (worker side), made when the tools load: --describe full gives
 ** every tool's fields and rules; auto (the default) the first of full, compact, grouped
@@ -4383,8 +4393,7 @@ static int apply_config (options *o) {
   if (tp_engine_config_warnings(e))  /* what this machine lacks: tidepool config check */
     tp__cli_config_problems(stderr, "tidepool: warning: ", o->config_path,
                             tp_engine_config_warnings(e));
-  tp_limits_init(&o->lim);
-  o->lim.result = MCP_RESULT_MAX;
+  mcp_limits_init(&o->lim);
   tp_engine_config_limits(e, &o->lim);
   for (size_t k = 0; k < o->nlimit_opts; k += 2)
     tp_limits_set(&o->lim, o->limit_opts[k], o->limit_opts[k + 1], NULL, 0);  /* checked */
@@ -4435,8 +4444,7 @@ int tp__mcp_main (int argc, char **argv) {
   static server srv;  /* large (its input buffer); one per process */
   server *s = &srv;
   options *o = &s->o;
-  tp_limits_init(&o->lim);
-  o->lim.result = MCP_RESULT_MAX;
+  mcp_limits_init(&o->lim);
   o->builtin = 1;
   o->name = "run_lua";
   o->session_idle_us = 600u * 1000000u;

@@ -36,8 +36,9 @@
 int tp__cli_limit_option(const char *name, const char *val, tp_limits *lim, int mcp,
                          char *why, size_t whylen);
 
-/* Prints the --help lines of every limit (of `tidepool mcp` when mcp) to f. */
-void tp__cli_limits_help(FILE *f, int mcp);
+/* Prints the --help lines of every limit (of `tidepool mcp` when mcp) to f, each with its
+** default from defaults (NULL: the limits table's). */
+void tp__cli_limits_help(FILE *f, int mcp, const tp_limits *defaults);
 
 /* The built-in tools' directory: $TIDEPOOL_TOOLS_DIR, else the source tree's tools/ when
 ** the binary runs from a build directory, else TP_DATADIR/tools. May return buf. */

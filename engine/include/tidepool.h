@@ -169,6 +169,18 @@ TP_EXTERN int tp_parse_value(tp_unit unit, const char *text, uint64_t max, uint6
 ** "none" for 0. Writes at most len bytes, NUL included. */
 TP_EXTERN void tp_format_value(tp_unit unit, uint64_t v, char *buf, size_t len);
 
+/* The error codes of the envelope ("error": {"code": ...}), stable strings a script and a
+** program compare against, each with what it means in a few words ("limit.time", "past
+** --timeout"). tp_code_at(i) for i from 0 to tp_code_count() - 1, in the order the docs
+** list them; NULL past the end. Static: valid for the life of the process. */
+typedef struct tp_code_info {
+  const char *code;
+  const char *meaning;
+} tp_code_info;
+
+TP_EXTERN size_t tp_code_count(void);
+TP_EXTERN const tp_code_info *tp_code_at(size_t i);
+
 /* The library's version, "MAJOR.MINOR.PATCH". Static string. */
 TP_EXTERN const char *tp_version(void);
 
