@@ -7,6 +7,9 @@
 **   frame_500_ms       the longest frame when 500 runs of CPU-bound scripts are each
 **                      stepped once per frame with an equal share of a 16 ms frame
 **                      (32 us each); a frame is the wall time of its 500 steps
+**   step_cpu_tax       the thread's CPU time for a fixed amount of work (a loop of 3e7
+**                      additions) done in steps of 50 us, over the same work done in
+**                      one unbounded step; the median of 5 pairs (target <= 1.2)
 **
 ** Runs use the default limits except a wall and CPU limit of 120 s, so that no run ends
 ** during the measurement. On a shared VM the p99 has a floor of its own: a bare C loop
@@ -79,6 +82,40 @@ static double frame_500 (tp_engine *e, int scale) {
   return worst / 1000;
 }
 
+static double thread_cpu_us (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* CPU time of the fixed work, stepped with budget_us (0: unbounded). */
+static double work_cpu (tp_engine *e, uint64_t budget_us) {
+  static const char work[] = "local x = 0 for i = 1, 3e7 do x = x + i end return x";
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = lim.cpu_us = 120u * 1000000u;
+  tp_run *r = tp_run_create(e, work, strlen(work), &lim);
+  if (r == NULL) die("tp_run_create failed");
+  double t0 = thread_cpu_us();
+  int rc;
+  while ((rc = tp_run_step(r, budget_us, 0)) == TP_YIELD) {}
+  double t = thread_cpu_us() - t0;
+  if (rc != TP_DONE) die("the work did not finish");
+  tp_run_destroy(r);
+  return t;
+}
+
+static double step_cpu_tax (tp_engine *e, int scale) {
+  enum { N = 5 };
+  double q[N * 4];
+  int n = N * scale > N * 4 ? N * 4 : N * scale;
+  for (int i = 0; i < n; i++) {
+    double whole = work_cpu(e, 0), stepped = work_cpu(e, 50);
+    q[i] = stepped / whole;
+  }
+  return median(q, n);
+}
+
 int main (int argc, char **argv) {
   int scale = argc > 1 ? atoi(argv[1]) : 1;
   if (scale < 1) scale = 1;
@@ -87,6 +124,8 @@ int main (int argc, char **argv) {
   printf("step_overshoot_us: %.1f us\n", step_overshoot(e, scale));
   fflush(stdout);
   printf("frame_500_ms: %.1f ms\n", frame_500(e, scale));
+  fflush(stdout);
+  printf("step_cpu_tax: %.2f x\n", step_cpu_tax(e, scale));
   tp_engine_destroy(e);
   return 0;
 }

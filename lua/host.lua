@@ -27,6 +27,8 @@
 --
 -- E (host.c): add_tool(spec) -> true | nil, msg; complete(box, ok, value [, code]);
 -- log(box, text); progress(box, text); annotate(); deadline_ms(box) -> ms | nil;
+-- charge(box, n) -> true | nil, msg (bytes the call keeps, held until it ends);
+-- decode(box, text) -> value (json.decode charged to the call's run); peek_id(text);
 -- field(box, k) -> run_id, call_id, tool or deadline_ms of the box's call (nil when it
 -- has none); fs_quota(box) -> left, quota | nothing; fs_charge(box, bytes);
 -- workspace() -> dir | nil; workspace_max() -> bytes;
@@ -146,18 +148,25 @@ local function has_position(msg)
   return msg:match("^[^\n]-:%d+: ") ~= nil
 end
 
--- The message and code of an error raised by a handler running in co.
+-- "/srv/x/tools/kv.lua:25: what" -> "kv.lua:25: what": a message a model reads names the
+-- plugin file, never the host's folders (the tool's name comes before it: "tools.kv.get
+-- failed: ...").
+local function without_dirs(msg)
+  return (msg:gsub("^[^\n]*/([^/\n]-:%d+: )", "%1", 1))
+end
+
+-- The message and code of an error raised by a handler running in co. A string raised
+-- without a position (error(msg, 0)) stays as its author wrote it.
 local function describe_error(err, co)
   if type(err) == "table" then
     local code, msg = rawget(err, "code"), rawget(err, "message")
     if type(msg) == "string" then
       if type(code) ~= "string" or not code:match("^tool%.") then code = nil end
-      return msg, code
+      return without_dirs(msg), code
     end
   end
-  local msg = type(err) == "string" and err or ("(error object is a " .. type(err) .. " value)")
-  if not has_position(msg) then msg = where(co, 0) .. msg end
-  return msg
+  if type(err) == "string" then return without_dirs(err) end
+  return without_dirs(where(co, 0) .. "(error object is a " .. type(err) .. " value)")
 end
 
 local function finish(rec, ok, value, code)
@@ -201,7 +210,7 @@ local function step(rec, ...)
   if rec.done or rec.cancelled then return end
   local left = E.deadline_ms(rec.box)
   if left ~= nil and left <= 0 then
-    finish(rec, false, "did not answer within its time limit", "tool.timeout")
+    finish(rec, false, "", "tool.timeout")  -- the engine's message names the limit
     coroutine.close(rec.co)
     return
   end
@@ -287,14 +296,46 @@ local function make_ctx(rec)
     end
     local o = {}
     for _, k in ipairs(HTTP_OPTS) do o[k] = rawget(opts, k) end
+    -- the body comes in chunks, each charged to the run as it arrives (and once more
+    -- when they are joined), so parallel fetches stop at the run's memory limit
+    local chunks, over = {}, nil
     local req
     local res, err = wait(rec, "ctx.http", function(resume)
+      o.on_data = function(chunk)
+        if over then return end
+        local ok, why = E.charge(rec.box, #chunk)
+        if not ok then
+          over = why
+          req:cancel()
+          resume(nil, { code = "tool.failed", message = "ctx.http: the body of " ..
+            tostring(o.url) .. ": " .. tostring(why) })
+          return
+        end
+        chunks[#chunks + 1] = chunk
+      end
       req = require("tidepool.http").request(o, resume)
       rec.handles[req] = true
     end)
     rec.handles[req] = nil
     if res == nil then error(err, 0) end
+    local size = 0
+    for i = 1, #chunks do size = size + #chunks[i] end
+    local ok, why = E.charge(rec.box, size)
+    if not ok then
+      error({ code = "tool.failed", message = "ctx.http: the body of " .. tostring(o.url)
+        .. ": " .. tostring(why) }, 0)
+    end
+    res.body = table.concat(chunks)
     return res
+  end
+
+  -- json.decode(text) charged to the run's memory: the tree as it is built, and the value
+  -- for as long as the call lasts. For data from outside (an upstream server's answer, an
+  -- HTTP body) that may be large; raises when the run cannot hold it (its verdict is then
+  -- limit.memory) or the text is not JSON.
+  function fns.decode(text)
+    if type(text) ~= "string" then error("ctx.decode: expects a string of JSON text", 2) end
+    return E.decode(rec.box, text)
   end
 
   -- A luv handle to close when the call ends (completed, failed, timed out, cancelled).
@@ -333,7 +374,7 @@ local function make_ctx(rec)
     __index = function(_, k)
       if k == "workspace" then return ws_dir end
       if k == "workspace_max" then return ws_dir and ws_max or nil end
-      return E_field(rec.box, k)  -- run_id, call_id, tool, deadline_ms; else nil
+      return E_field(rec.box, k)  -- run_id, call_id, tool, deadline_ms, tool_bytes, memory
     end,
   })
   rec.mt = { __index = fns }
@@ -384,6 +425,7 @@ function M.upstream_start()
 end
 function M.upstream_pending() return upstream ~= nil and upstream.pending() end
 function M.upstream_problems() return upstream and upstream.problems() or {} end
+function M.upstream_late(ms) if upstream then upstream.late(ms) end end
 function M.upstream_stop() if upstream then upstream.stop() end end
 function M.upstream_stopping() return upstream ~= nil and upstream.stopping() end
 
@@ -481,9 +523,14 @@ function M.load_file(path)
     return msg
   end, { workspace = E.workspace(), workspace_max = E.workspace_max(),  -- see tools/fs.lua
          config = M.config(),
-         -- a problem that does not stop the file from loading (tools/proc.lua: a program
-         -- of the allowlist is missing), reported with the others
-         warn = function(msg) problems[#problems + 1] = path .. ":1: " .. tostring(msg) end })
+         -- a problem that does not stop the file from loading, reported with the others:
+         -- one of the config that the file found (tools/proc.lua: a program of the
+         -- allowlist is missing) names the config's JSON pointer (/commands/0/argv0),
+         -- not a line of the plugin; any other is the file's
+         warn = function(msg)
+           msg = tostring(msg)
+           problems[#problems + 1] = msg:sub(1, 1) == "/" and msg or path .. ":1: " .. msg
+         end })
   if not ok then
     if not ret:find(path, 1, true) then ret = path .. ":1: " .. ret end
     return 0, { ret }
@@ -495,7 +542,9 @@ function M.load_file(path)
   elseif rawget(ret, 1) ~= nil then
     list = ret
   elseif next(ret) == nil then
-    return 0, {}  -- nothing to offer in this configuration (fs.lua without a workspace)
+    -- nothing to offer in this configuration (fs.lua without a workspace), maybe after a
+    -- warning (http.lua: the http section does not compile)
+    return 0, problems
   else
     list = { ret }
   end

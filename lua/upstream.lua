@@ -50,11 +50,32 @@ local TIMEOUT_MS = 60000       -- a call's timer (config timeout_ms), and the ha
 local HARD_FACTOR = 4          -- progress extends a call up to this many timeouts
 local BACKOFF_MS, BACKOFF_MAX_MS, STABLE_MS = 500, 30000, 30000
 local GRACE_MS = 1000
-local LINE_MAX = 64 * 1024 * 1024
+-- What a server may send (see "Size" at the top).
+local LINE_MAX = 64 * 1024 * 1024  -- no message is ever longer, whatever the limits
+local SMALL = 64 * 1024            -- lines up to this are read without asking whose they are
+local MESSAGE_MAX = 4 * 1024 * 1024  -- config max_message: a message of no run's
+local TOOLS_MAX = 10000            -- config max_tools: tools of one server
+local DESCRIPTIONS_MAX = 1024 * 1024  -- config max_descriptions: their descriptions' bytes
+local STDERR_LINE_MAX = 64 * 1024
 
 local KEYWORDS = {}
 for w in ([[and break do else elseif end false for function goto if in local nil not or
   repeat return then true until while]]):gmatch("%a+") do KEYWORDS[w] = true end
+
+local ARRAY_MT = getmetatable(json.array({}))
+
+-- What a JSON value decoded into v was, in words.
+local function kind(v)
+  if v == json.null then return "null" end
+  if type(v) == "table" then return getmetatable(v) == ARRAY_MT and "array" or "object" end
+  if type(v) == "number" then return "number" end
+  return type(v)
+end
+
+local function a_kind(v)
+  local k = kind(v)
+  return (k:match("^[aeiou]") and "an " or "a ") .. k
+end
 
 local servers, by_id, order = {}, {}, {}
 local problems = {}
@@ -73,6 +94,19 @@ local function new_timer(ms, fn)
   local t = uv.new_timer()
   t:start(math.max(0, math.ceil(ms)), 0, function() close(t); fn() end)
   return t
+end
+
+-- The other names of an upstream tool, with the server's raw name and the tool's
+-- (tools["my-files"]["read-file"]), beside its Lua name (tools.my_files.read_file).
+local function aliases(srv, f)
+  local list, seen = {}, { [srv.id .. "." .. f.lua] = true }
+  for _, s in ipairs({ srv.id, srv.name }) do
+    for _, t in ipairs({ f.lua, f.raw }) do
+      local a = s .. "." .. t
+      if not seen[a] then seen[a] = true; list[#list + 1] = a end
+    end
+  end
+  return list
 end
 
 -- A raw name as a Lua identifier: '-', '.', spaces and any other character that cannot be
@@ -119,7 +153,7 @@ end
 local function request(srv, method, params, cb, timeout_ms)
   srv.next_id = srv.next_id + 1
   local id = srv.next_id
-  local p = { cb = cb }
+  local p = { cb = cb, cap = srv.msg_max }
   srv.pending[id] = p
   if timeout_ms then
     p.timer = new_timer(timeout_ms, function()
@@ -158,48 +192,133 @@ local function fail_one(srv, id, err)
   p.cb(nil, err)
 end
 
+-- The cap on a message whose first bytes are head, and the request it answers when head
+-- says (its "id" comes before its result, as every SDK writes it): that request's cap
+-- (p.cap: what its caller may receive), else the largest cap of any request waiting and
+-- of a message of no run's (srv.msg_max), since whose it is cannot be told yet.
+local function message_cap(srv, head)
+  local id = E.peek_id(head)
+  local p = id ~= nil and srv.pending[id] or nil
+  if p then return p.cap or srv.msg_max, id end
+  local cap = srv.msg_max
+  for _, q in pairs(srv.pending) do
+    if q.cap and q.cap > cap then cap = q.cap end
+  end
+  return cap, nil
+end
+
+-- A message longer than its cap (message_cap) came in: it is dropped unread, and the
+-- request it answers fails (tool.invalid_output for a call); when head does not say which
+-- request, every request waiting fails, none of them could receive it.
+local function too_long(srv, head, size, cap)
+  local id = E.peek_id(head)
+  local what = ("the MCP server %s sent a message of more than %d bytes"):format(srv.name, size)
+  io.stderr:write(("[%s] a message of more than %d bytes (the most %d) was dropped\n")
+    :format(srv.name, size, cap))
+  local function fail(rid, p)
+    local why = p.cap_why and ("%s, more than %s: %s"):format(what, p.cap_why, p.cap_fix)
+      or ("%s, more than the %d bytes it may send outside a call (its max_message in the "
+          .. "config)"):format(what, cap)
+    p.invalid = true
+    srv.pending[rid] = nil
+    close(p.timer)
+    if p.http then p.http:cancel() end
+    p.cb(nil, { message = why, invalid = true })
+  end
+  local p = id ~= nil and srv.pending[id] or nil
+  if p then return fail(id, p) end
+  local ids = {}
+  for rid in pairs(srv.pending) do ids[#ids + 1] = rid end
+  for _, rid in ipairs(ids) do
+    local q = srv.pending[rid]
+    if q then fail(rid, q) end
+  end
+end
+
+-- Decodes a message: a long one that answers a call is decoded under that call's run's
+-- memory (p.decode, ctx.decode: charged as it is built); a call whose run cannot hold it
+-- fails (the run's verdict is limit.memory).
 local function on_line(srv, line)
   if line:match("^%s*$") then return end
-  local ok, msg = pcall(json.decode, line)
+  local ok, msg
+  local id = #line > SMALL and E.peek_id(line) or nil
+  local p = id ~= nil and srv.pending[id] or nil
+  if p and p.decode then
+    ok, msg = pcall(p.decode, line)
+    if not ok then
+      return fail_one(srv, id, { message = ("the answer of the MCP server %s (%d bytes) "
+        .. "cannot be taken: %s"):format(srv.name, #line, tostring(msg)), limit = true })
+    end
+  else
+    ok, msg = pcall(json.decode, line)
+  end
   if not ok or type(msg) ~= "table" then
     io.stderr:write(("[%s] (not JSON-RPC on stdout) %s\n"):format(srv.name, line:sub(1, 200)))
     return
   end
-  on_message(srv, msg)
-end
-
--- Calls each(line) for every whole line of buf .. chunk; returns what is left after the
--- last newline.
-local function each_line(buf, chunk, each)
-  buf = buf .. chunk
-  local from = 1
-  while true do
-    local nl = buf:find("\n", from, true)
-    if not nl then break end
-    each(buf:sub(from, nl - 1))
-    from = nl + 1
-  end
-  return buf:sub(from)
-end
-
-local function on_stdout(srv, chunk)
-  srv.buf = each_line(srv.buf, chunk, function(line) on_line(srv, line) end)
-  if #srv.buf > LINE_MAX then
-    srv.buf = ""
-    io.stderr:write(("[%s] a message longer than %d bytes: the server is stopped\n")
-      :format(srv.name, LINE_MAX))
-    if srv.pid then uv.kill(-srv.pid, "sigkill") end
+  srv.msg_size = #line
+  if msg[1] ~= nil then  -- a batch
+    for _, m in ipairs(msg) do if type(m) == "table" then on_message(srv, m) end end
+  else
+    on_message(srv, msg)
   end
 end
 
-local function on_stderr(srv, chunk)
-  srv.errbuf = each_line(srv.errbuf, chunk, function(line)
-    io.stderr:write("[", srv.name, "] ", line, "\n")
-  end)
-  if #srv.errbuf > 65536 then
-    io.stderr:write("[", srv.name, "] ", srv.errbuf, "\n")
-    srv.errbuf = ""
+-- A reader of lines in linear time: feed(chunk) calls each(line) for every whole line of
+-- the chunks fed so far. A line is kept in pieces until its newline; once it is longer
+-- than SMALL, cap_of(head) (head: its first bytes) says the most it may be, and past that
+-- long(head, size, cap) is called and the rest of the line is skipped to its newline.
+-- feed(nil) ends it: a last line without a newline is given to each.
+local function line_reader(each, cap_of, long)
+  local parts, size, cap, skip = {}, 0, nil, false
+  return function(chunk)
+    if chunk == nil then  -- the end: a last line without its newline
+      if #parts > 0 and not skip then each(table.concat(parts)) end
+      parts, size, cap, skip = {}, 0, nil, false
+      return
+    end
+    local from, n = 1, #chunk
+    while from <= n do
+      local nl = chunk:find("\n", from, true)
+      local stop = nl and nl - 1 or n
+      if not skip then
+        parts[#parts + 1] = (from == 1 and stop == n) and chunk or chunk:sub(from, stop)
+        size = size + (stop - from + 1)
+        if size > SMALL then
+          if not cap then
+            local head = table.concat(parts)
+            parts = { head }
+            cap = cap_of(head)
+          end
+          if size > cap then
+            local head, got, most = parts[1], size, cap
+            parts, size, cap, skip = {}, 0, nil, true
+            long(head, got, most)
+          end
+        end
+      end
+      if not nl then return end
+      if skip then skip = false
+      else
+        local line = #parts == 1 and parts[1] or table.concat(parts)
+        parts, size, cap = {}, 0, nil
+        each(line)
+      end
+      from = nl + 1
+    end
   end
+end
+
+local function stdout_reader(srv)
+  return line_reader(function(line) on_line(srv, line) end,
+    function(head) return (message_cap(srv, head)) end,
+    function(head, size, cap) too_long(srv, head, size, cap) end)
+end
+
+local function stderr_reader(srv)
+  return line_reader(function(line) io.stderr:write("[", srv.name, "] ", line, "\n") end,
+    function() return STDERR_LINE_MAX end,
+    function(head) io.stderr:write("[", srv.name, "] ", head, " (cut)\n") end)
 end
 
 -- ---- Streamable HTTP ({url, headers}) --------------------------------------------------
@@ -210,29 +329,47 @@ end
 -- the server is handshaken again at the next call. Messages the server would send on a
 -- GET stream of its own (list_changed outside a request) are not listened for.
 
-local function sse_feed(srv, st, chunk)
-  st.buf = st.buf .. chunk
-  while true do
-    local nl = st.buf:find("\n", 1, true)
-    if not nl then break end
-    local line = st.buf:sub(1, nl - 1):gsub("\r$", "")
-    st.buf = st.buf:sub(nl + 1)
+-- An SSE stream's reader (st: {reader, data, size, drop}): lines in linear time, each
+-- event's data lines joined and taken as one message, under the caps of message_cap.
+local function sse_reader(srv, st)
+  local function data_of(line) return (line:gsub("^data: ?", "", 1)) end
+  st.data, st.size = {}, 0
+  st.reader = line_reader(function(line)
+    if line:sub(-1) == "\r" then line = line:sub(1, -2) end
     if line == "" then
-      if #st.data > 0 then on_line(srv, table.concat(st.data, "\n")) end
-      st.data = {}
-    elseif line:sub(1, 5) == "data:" then
-      st.data[#st.data + 1] = line:sub(6):gsub("^ ", "")
+      if #st.data > 0 and not st.drop then on_line(srv, table.concat(st.data, "\n")) end
+      st.data, st.size, st.drop = {}, 0, false
+    elseif line:sub(1, 5) == "data:" and not st.drop then
+      local d = data_of(line)
+      st.size = st.size + #d
+      st.data[#st.data + 1] = d
+      if st.size > SMALL then
+        local head = table.concat(st.data, "\n"):sub(1, 2 * SMALL)
+        local cap = message_cap(srv, head)
+        if st.size > cap then
+          st.data, st.drop = {}, true
+          too_long(srv, head, st.size, cap)
+        end
+      end
     end
-  end
-  if #st.buf > LINE_MAX then st.buf = "" end
+  end, function(head)
+    return head:sub(1, 5) == "data:" and message_cap(srv, data_of(head)) or SMALL
+  end, function(head, size, cap)
+    st.data, st.drop = {}, true
+    if head:sub(1, 5) == "data:" then too_long(srv, data_of(head), size, cap) end
+  end)
 end
 
 -- Copies the string (or number) values of the config map from (headers, env) into to.
+-- A value "env:NAME" is tidepool's own variable NAME, as in the http and commands
+-- sections; one that is not set is left out (tidepool config check and --strict name it).
 local function copy_strings(from, to)
   if type(from) ~= "table" then return end
   for k, v in pairs(from) do
     if type(k) == "string" and (type(v) == "string" or type(v) == "number") then
-      to[k] = tostring(v)
+      v = tostring(v)
+      if v:sub(1, 4) == "env:" then v = os.getenv(v:sub(5)) end
+      to[k] = v
     end
   end
 end
@@ -246,7 +383,7 @@ function http_post(srv, msg, body)
   if srv.era == "modern" then headers["MCP-Protocol-Version"] = MODERN
   elseif srv.version then headers["MCP-Protocol-Version"] = srv.version end
   local id = msg.method ~= nil and msg.id or nil  -- the request this POST carries
-  local st = { mode = nil, buf = "", data = {}, json = {} }
+  local st = { mode = nil, json = {}, size = 0 }
   -- initialize's answer waits for the end of its POST: its headers carry the session
   local held = msg.method == "initialize" and {} or nil
   local function on_data(chunk)
@@ -255,12 +392,23 @@ function http_post(srv, msg, body)
       local c = chunk:match("^%s*(.)")
       if not c then return end
       st.mode = (c == "{" or c == "[") and "json" or "sse"
+      if st.mode == "sse" then sse_reader(srv, st) end
     end
-    if st.mode == "sse" then sse_feed(srv, st, chunk)
-    else
+    if st.mode == "sse" then st.reader(chunk)
+    elseif not st.drop then  -- one JSON body: held in pieces, under the caps of message_cap
       st.json[#st.json + 1] = chunk
-      st.size = (st.size or 0) + #chunk
-      if st.size > LINE_MAX then st.json = {} end
+      st.size = st.size + #chunk
+      if st.size > SMALL then
+        if not st.cap then
+          st.json = { table.concat(st.json) }
+          st.cap = message_cap(srv, st.json[1])
+        end
+        if st.size > st.cap then
+          local head = st.json[1]
+          st.json, st.drop = {}, true
+          too_long(srv, head, st.size, st.cap)
+        end
+      end
     end
   end
   local req
@@ -281,18 +429,10 @@ function http_post(srv, msg, body)
       held = nil
       for _, c in ipairs(chunks) do on_data(c) end
     end
-    if st.mode == "json" then
-      local text = table.concat(st.json)
-      local dok, v = pcall(json.decode, text)
-      if dok and type(v) == "table" then
-        if v[1] ~= nil then
-          for _, m in ipairs(v) do if type(m) == "table" then on_message(srv, m) end end
-        else
-          on_message(srv, v)
-        end
-      end
+    if st.mode == "json" and not st.drop then
+      on_line(srv, table.concat(st.json))
     elseif st.mode == "sse" then
-      sse_feed(srv, st, "\n\n")
+      st.reader("\n\n")
     end
     if res.status == 404 and srv.session and msg.method ~= "initialize" then
       srv.session = nil  -- expired: a new handshake at the next call
@@ -326,10 +466,11 @@ local function listen(srv)
     end
   end
   if srv.version then headers["MCP-Protocol-Version"] = srv.version end
-  local st = { buf = "", data = {} }
+  local st = {}
+  sse_reader(srv, st)
   local ok, req = pcall(require("tidepool.http").request, {
     method = "GET", url = srv.url, headers = headers, trusted = true, timeout_ms = 0,
-    on_data = function(chunk) sse_feed(srv, st, chunk) end,
+    on_data = function(chunk) st.reader(chunk) end,
   }, function(res)
     srv.listen_req = nil
     if not res or res.status ~= 200 then srv.no_listen = true; return end
@@ -360,7 +501,7 @@ local function text_of(content)
 end
 
 -- A tools/call result as the script gets it (see the top of the file).
-function M.unwrap(res)
+function M.unwrap(res, decode)
   if type(res) ~= "table" then return nil end
   if res.isError == true then
     local t = text_of(res.content)
@@ -372,8 +513,9 @@ function M.unwrap(res)
   if #content == 1 and type(content[1]) == "table" and content[1].type == "text"
      and type(content[1].text) == "string" then
     local text = content[1].text
-    local ok, v = pcall(json.decode, text)
+    local ok, v = pcall(decode or json.decode, text)
     if ok then return v end
+    if decode and tostring(v):find("memory", 1, true) then error(v, 0) end
     return text
   end
   return { content = content }
@@ -422,7 +564,7 @@ local function shape(v, depth)
 end
 M.shape = function(v) return shape(v, 0) end
 
-local start_server, list_tools  -- forward
+local start_server, list_tools, call_cap  -- forward
 
 local function unavailable(fmt, ...)
   error({ code = "tool.unavailable", message = fmt:format(...) }, 0)
@@ -452,6 +594,29 @@ local function await_ready(srv, tool, ctx)
         srv.down_why or "it exited")
     end
   end
+end
+
+-- What the answer to a call may be: the run's --tool-bytes caps the JSON of the result it
+-- receives, and a message may carry that result about three times over (structuredContent,
+-- its copy as text, JSON escapes), so 3 x tool_bytes; and never more than its
+-- memory limit, since the decoded result must fit in it. Returns the cap, the words for it
+-- and the fix.
+function call_cap(ctx)
+  local tb, mem = ctx.tool_bytes, ctx.memory
+  local cap, why, fix = LINE_MAX, ("the %d bytes a message may have"):format(LINE_MAX),
+    "ask for less (a smaller page, fewer fields)"
+  if tb and tb > 0 and 3 * tb + SMALL < cap then
+    cap = 3 * tb + SMALL
+    why = ("what this run may receive (--tool-bytes %d: a result's JSON; the message "
+      .. "%d bytes)"):format(tb, cap)
+    fix = "ask for less (a smaller page, fewer fields), or raise --tool-bytes"
+  end
+  if mem and mem > 0 and mem + SMALL < cap then
+    cap = mem + SMALL
+    why = ("what this run may receive (--memory %d: the message %d bytes)"):format(mem, cap)
+    fix = "ask for less (a smaller page, fewer fields), or raise --memory"
+  end
+  return cap, why, fix
 end
 
 local function call_tool(srv, info, args, ctx)
@@ -492,6 +657,8 @@ local function call_tool(srv, info, args, ctx)
                  function(r, e) settled = true; done(r, e) end)
     p = srv.pending[id]
     if not p then return end  -- failed at once
+    p.cap, p.cap_why, p.cap_fix = call_cap(ctx)
+    p.decode = ctx.decode
     local function arm(ms)
       close(p.timer)
       p.timer = new_timer(ms, function()
@@ -531,12 +698,14 @@ local function call_tool(srv, info, args, ctx)
   if p then close(p.timer) end
   if err then
     if err.timeout then error({ code = "tool.timeout", message = err.message }, 0) end
+    if err.invalid then error({ code = "tool.invalid_output", message = err.message }, 0) end
+    if err.protocol or err.limit then error({ code = "tool.failed", message = err.message }, 0) end
     if err.gone then unavailable("%s", err.message) end
     error({ code = "tool.failed", message = ("the MCP server %s answered with an error: "
       .. "%s%s"):format(srv.name, tostring(err.message),
         err.code and (" (JSON-RPC code " .. tostring(err.code) .. ")") or "") }, 0)
   end
-  local v, failed = unwrap(res)
+  local v, failed = unwrap(res, ctx.decode)
   if failed then
     error({ code = "tool.failed", message = failed }, 0)
   end
@@ -547,6 +716,16 @@ local function call_tool(srv, info, args, ctx)
     if #s <= 600 then E.seen(info.name, s) end
   end
   return v
+end
+
+-- s cut to at most n bytes, not inside a UTF-8 sequence.
+local function utf8_cut(s, n)
+  if #s <= n then return s end
+  local cut = n
+  while cut > 0 and (s:byte(cut + 1) or 0) >= 0x80 and (s:byte(cut + 1) or 0) < 0xC0 do
+    cut = cut - 1
+  end
+  return s:sub(1, cut)
 end
 
 -- Registers the tools of a listing that are new; marks those gone. Names: see the top.
@@ -574,7 +753,7 @@ local function register(srv, list)
       fresh[#fresh + 1] = { raw = t.name, lua = lua, def = t }
     end
   end
-  local added = 0
+  local added, cut_told = 0, false
   for _, f in ipairs(fresh) do
     local other = clash[f.raw]
     if other then
@@ -589,6 +768,17 @@ local function register(srv, list)
                      text_result = type(def.outputSchema) ~= "table" }
       local desc = type(def.description) == "string" and def.description
                    or type(def.title) == "string" and def.title or ""
+      if srv.desc_bytes + #desc > srv.desc_max then
+        local left = math.max(0, srv.desc_max - srv.desc_bytes)
+        desc = utf8_cut(desc, left)
+        if not cut_told then
+          cut_told = true
+          problem("mcpServers.%s: its tools' descriptions hold more than %d bytes together; "
+            .. "they are cut from tool \"%s\" on (its max_descriptions in the config)",
+            srv.name, srv.desc_max, f.raw)
+        end
+      end
+      srv.desc_bytes = srv.desc_bytes + #desc
       local input = type(def.inputSchema) == "table" and def.inputSchema
                     or { type = "object" }
       local ok, in_text = pcall(json.encode, input)
@@ -604,13 +794,14 @@ local function register(srv, list)
           name = srv.id .. "." .. f.lua, description = desc, input = in_text,
           output = out_text, timeout_ms = srv.timeout_ms * HARD_FACTOR + 1000,  -- a backstop
           origin = "mcp server " .. srv.name, upstream = true,
-          alias = f.lua ~= f.raw and (srv.id .. "." .. f.raw) or nil,
+          alias = aliases(srv, f),
           handler = function(args, ctx) return call_tool(srv, info, args, ctx) end,
         })
       end
       if added_ok then
         srv.tools[f.raw] = info
         added = added + 1
+        if info.text_result then E.seen_load(info.name) end  -- what --state kept of it
       elseif why and why:find("alias", 1, true) then
         srv.tools[f.raw] = info  -- registered, reachable by its Lua name only
         problem("mcpServers.%s: tool \"%s\": %s", srv.name, f.raw, why)
@@ -627,7 +818,7 @@ end
 function list_tools(srv, done)
   if srv.listing then srv.list_again = true; return end
   srv.listing = true
-  local all, seen_cursor, pages = {}, {}, 0
+  local all, seen_cursor, pages, bytes, full = {}, {}, 0, 0, false
   local function page(cursor)
     pages = pages + 1
     request(srv, "tools/list", cursor and { cursor = cursor } or {}, function(res, err)
@@ -638,12 +829,26 @@ function list_tools(srv, done)
         if done then done(false) end
         return
       end
+      bytes = bytes + (srv.msg_size or 0)
       for _, t in ipairs(type(res.tools) == "table" and res.tools or {}) do
         if type(t) == "table" and type(t.name) == "string" and t.name ~= "" then
+          if #all >= srv.tools_max then
+            full = true
+            problem("mcpServers.%s: it lists more than %d tools; the first %d are used "
+              .. "(its max_tools in the config)", srv.name, srv.tools_max, srv.tools_max)
+            break
+          end
           all[#all + 1] = t
         end
       end
       local next_cursor = res.nextCursor
+      if not full and bytes > srv.msg_max and type(next_cursor) == "string" then
+        full = true
+        problem("mcpServers.%s: its tools/list pages hold more than %d bytes together; the "
+          .. "tools of the first %d pages are used (its max_message in the config)", srv.name,
+          srv.msg_max, pages)
+      end
+      if full then next_cursor = nil end
       if type(next_cursor) == "string" and next_cursor ~= "" then
         if seen_cursor[next_cursor] then
           problem("mcpServers.%s: tools/list gave the cursor %q twice; listing stopped "
@@ -682,6 +887,13 @@ function on_message(srv, msg)
     if type(msg.error) == "table" then
       p.cb(nil, { code = msg.error.code, message = tostring(msg.error.message),
                   data = msg.error.data })
+    elseif msg.error ~= nil then
+      p.cb(nil, { protocol = true, message = ("the MCP server %s broke the protocol: its "
+        .. "error is %s, not an object {code, message}"):format(srv.name, a_kind(msg.error)) })
+    elseif type(msg.result) ~= "table" or getmetatable(msg.result) == ARRAY_MT then
+      p.cb(nil, { protocol = true, message = ("the MCP server %s broke the protocol: its "
+        .. "answer's result is %s, not an object"):format(srv.name,
+          msg.result == nil and "missing (and there is no error)" or a_kind(msg.result)) })
     else
       p.cb(msg.result, nil)
     end
@@ -849,14 +1061,25 @@ local function handshake(srv)
   end)
 end
 
+-- Commands that download the server they start (the first time, or each time).
+local LAUNCHERS = { npx = true, pnpx = true, bunx = true, uvx = true, pipx = true }
+
 function start_server(srv)
   local cfg = srv.cfg
   srv.state = "starting"
-  srv.buf, srv.errbuf = "", ""
+  srv.read_out, srv.read_err = stdout_reader(srv), stderr_reader(srv)
   srv.era = nil
   if srv.url then
     srv.session, srv.version = nil, nil
     return handshake(srv)
+  end
+  -- npx and its kind fetch the server's package on its first start, which can take tens
+  -- of seconds: say so instead of staying silent
+  local launcher = type(cfg.command) == "string" and cfg.command:match("([^/]+)$")
+  if not srv.announced and LAUNCHERS[launcher] then
+    srv.announced = true
+    io.stderr:write(("tidepool: starting upstream server %s (%s may be downloading it)\n")
+      :format(srv.name, launcher))
   end
   local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
   local env = {}
@@ -888,21 +1111,30 @@ function start_server(srv)
   srv.proc, srv.pid, srv.stdin = proc, pid, stdin
   stdout:read_start(function(err, chunk)
     if err or not chunk then close(stdout); return end
-    on_stdout(srv, chunk)
+    srv.read_out(chunk)
   end)
   stderr:read_start(function(err, chunk)
     if err or not chunk then
-      if srv.errbuf ~= "" then io.stderr:write("[", srv.name, "] ", srv.errbuf, "\n") end
-      srv.errbuf = ""
+      srv.read_err(nil)
       close(stderr)
       return
     end
-    on_stderr(srv, chunk)
+    srv.read_err(chunk)
   end)
   handshake(srv)
 end
 
 -- ---- what host.lua calls -------------------------------------------------------------
+
+-- A size from the config: bytes, or text "512K", "4M", "1G" (K = 1024); nil otherwise.
+local function size_of(v)
+  if math.type(v) == "integer" and v >= 0 then return v end
+  if type(v) ~= "string" then return nil end
+  local n, unit = v:match("^%s*(%d+)%s*([KkMmGg]?)[iI]?[bB]?%s*$")
+  if not n then return nil end
+  local mult = ({ k = 1024, m = 1024 ^ 2, g = 1024 ^ 3 })[unit:lower()] or 1
+  return math.tointeger(tonumber(n) * mult)
+end
 
 -- Reads the mcpServers section and starts every server that is not disabled.
 function M.start(section)
@@ -938,9 +1170,15 @@ function M.start(section)
         problem("mcpServers.%s: %s", name, bad)
       else
         local tmo = tonumber(cfg.timeout_ms)
+        local msg_max = size_of(cfg.max_message) or MESSAGE_MAX
+        local tools_max = cfg.max_tools ~= nil and math.tointeger(tonumber(cfg.max_tools))
+                          or TOOLS_MAX
+        local desc_max = size_of(cfg.max_descriptions) or DESCRIPTIONS_MAX
         local srv = {
           name = name, id = id, cfg = cfg, rename = rename, eager = cfg.eager == true,
           timeout_ms = tmo and tmo > 0 and tmo or TIMEOUT_MS,
+          msg_max = math.max(SMALL, math.min(msg_max, LINE_MAX)),
+          tools_max = math.max(0, tools_max), desc_max = desc_max, desc_bytes = 0,
           state = "idle", next_id = 0, pending = {}, progress = {}, waiters = {},
           tools = {}, gone = {}, fails = 0, restart_at = 0, listed = false,
           url = cfg.command == nil and cfg.url or nil, posts = setmetatable({}, { __mode = "k" }),
@@ -960,6 +1198,18 @@ function M.pending()
     if not srv.first_done then return true end
   end
   return false
+end
+
+-- The start's wait ended after ms milliseconds (the time limit of the run waiting for it)
+-- with servers still starting: each is a problem; they go on starting, and their tools
+-- come once they have listed them.
+function M.late(ms)
+  for _, srv in ipairs(servers) do
+    if not srv.first_done then
+      problem("mcpServers.%s: not ready within %d ms (the time limit of the run waiting for "
+        .. "it): its tools are missing until it has started", srv.name, ms)
+    end
+  end
 end
 
 function M.problems()

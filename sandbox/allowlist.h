@@ -52,7 +52,7 @@ const tp_allow tp__allowlist[] = {
   { "_G", "assert",         TP_KEEP, NULL, NULL },
   { "_G", "error",          TP_KEEP, NULL, NULL },
   { "_G", "getmetatable",   TP_KEEP, NULL, NULL },
-  { "_G", "ipairs",         TP_KEEP, NULL, NULL },
+  { "_G", "ipairs",         TP_WRAP, tp__sb_ipairs, "Lua's, and a warning in the envelope when it walks a table of string keys (engine/core/warnings.c)" },
   { "_G", "next",           TP_KEEP, NULL, NULL },
   { "_G", "pairs",          TP_KEEP, NULL, NULL },
   { "_G", "pcall",          TP_KEEP, NULL, NULL },

@@ -12,12 +12,17 @@
 #                  linking Debian's liblua5.4 with libtidepool four ways (spec/embed), and
 #                  the module inside Debian's lighttpd (mod_magnet, spec/embed/lighttpd.mjs)
 #   MCP            spec/mcp/e2e.mjs (official SDK client), spec/mcp/raw.mjs (raw lines),
+#                  spec/mcp/callers.mjs (tool_settings callers: direct or script),
+#                  spec/mcp/seen.mjs (a result's shape shared by the workers),
+#                  spec/mcp/tenants.mjs (two principals' sessions and runs kept apart),
+#                  spec/mcp/exposed.mjs (every --expose-tools failure through the SDK),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required), spec/mcp/durable.mjs (paused runs that
 #                  survive kill -9 with --state),
 #                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/mcp/era_http.mjs (the same over Streamable HTTP),
-#                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools)
+#                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools),
+#                  spec/upstream/hostile.mjs (hostile MCP and HTTP servers: memory, time)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   cluster        scripts/cluster-test.sh: redis-server and three tidepool mcp --http sharing
 #                  it (spec/mcp/cluster.mjs), when redis-server is installed
@@ -195,15 +200,21 @@ else
   fi
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/sdk ]; then
     run_node "mcp e2e (SDK client)" spec/mcp/e2e.mjs
+    run_node "mcp callers: direct or script (SDK client)" spec/mcp/callers.mjs
+    run_node "mcp shapes last seen, shared by workers (SDK client)" spec/mcp/seen.mjs
     run_node "mcp approvals (SDK client, elicitation)" spec/mcp/approve_sdk.mjs
     run_node "mcp over Streamable HTTP (SDK client, raw requests)" spec/mcp/http.mjs
+    run_node "mcp tenants (two principals over HTTP, tokens and JWTs)" spec/mcp/tenants.mjs
+    run_node "mcp --expose-tools failures (SDK client)" spec/mcp/exposed.mjs
   else
-    echo "mcp e2e, approvals and HTTP (SDK client): not run, the SDK is not installed: counted as 3 failures"
-    failed=$((failed + 3))
+    echo "mcp e2e, callers, seen, approvals, HTTP, tenants and exposed tools (SDK client): not run, the SDK is not installed: counted as 7 failures"
+    failed=$((failed + 7))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # examples/clients/: Claude Desktop, Claude Code, Cursor, VS Code start tidepool mcp
   run_node "client configurations (examples/clients)" spec/mcp/clients.mjs
+  # requests piped in: every one is answered after standard input closes
+  run_node "mcp end of input (raw)" spec/mcp/eof.mjs
   # approvals: paused runs and resume_run, elicitation, input_required (raw lines)
   run_node "mcp approvals (raw)" spec/mcp/approve.mjs
   # durable paused runs (--state): kill -9, restart, resume by replay (raw lines)
@@ -217,6 +228,8 @@ else
   fi
   # Upstream MCP servers as tools.<server>.*: the npm servers and spec/upstream's own
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
+  # hostile upstream data and HTTP bodies: outcomes, time, peak RSS (issue 19)
+  run_node "hostile upstream and HTTP servers (memory, time)" spec/upstream/hostile.mjs
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
   run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
   # Redis and three tidepool mcp --http sharing it (make test-cluster), when redis-server

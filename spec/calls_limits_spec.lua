@@ -46,7 +46,9 @@ describe("every call attempt counts against tool_calls", function()
       for _ = 1, 1e6 do pcall(tools.nope.x) n = n + 1 end
       return n
     ]], "limit.tool_calls", { tool_calls = 20 })
-    assert.equal(LIMIT_20, env.error.message)
+    assert.equal(LIMIT_20 .. "; the last 20 calls were all tools.nope.x with the same "
+      .. "arguments: the loop does not advance (pass on the next page's cursor, or stop when "
+      .. "an answer repeats)", env.error.message)
     assert.same(rep("nope.x=tool.unknown", 20, "nope.x=limit.tool_calls"), outcomes(env))
   end)
 
@@ -95,17 +97,21 @@ describe("every call attempt counts against tool_calls", function()
   it("a parallel fan-out of unknown tools ends with limit.tool_calls", function()
     local env = fails([[
       local fs = {}
-      for i = 1, 1000 do fs[i] = function() return tools.nope.x{} end end
+      local x = "x"  -- built at run time: written out, the pre-run check refuses it first
+      for i = 1, 1000 do fs[i] = function() return tools.nope[x]{} end end
       return parallel(table.unpack(fs))
     ]], "limit.tool_calls", { tool_calls = 20 })
-    assert.equal(LIMIT_20, env.error.message)
+    assert.equal(LIMIT_20 .. "; the last 20 calls were all tools.nope.x with the same "
+      .. "arguments: the loop does not advance (pass on the next page's cursor, or stop when "
+      .. "an answer repeats)", env.error.message)
     assert.same(rep("nope.x=tool.unknown", 20, "nope.x=limit.tool_calls"), outcomes(env))
   end)
 
   it("parallels of unknown tools in a pcall loop end with limit.tool_calls", function()
     local env = fails([[
+      local x, y = "x", "y"  -- built at run time, as above
       for _ = 1, 1e6 do
-        pcall(parallel, function() return tools.nope.x{} end, function() return tools.y{} end)
+        pcall(parallel, function() return tools.nope[x]{} end, function() return tools[y]{} end)
       end
     ]], "limit.tool_calls", { tool_calls = 20 })
     local want = {}

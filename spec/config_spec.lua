@@ -69,8 +69,8 @@ local GOOD = [[
  "policy": {"default": "allow"}}
 ]]
 
-local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, state, " ..
-  "server, auth"
+local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, " ..
+  "tool_settings, state, server, auth"
 
 describe("tidepool config check", function()
   local dir

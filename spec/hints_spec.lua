@@ -244,3 +244,140 @@ describe("a result that cannot be sent as JSON", function()
     assert.is_nil(e[4])
   end)
 end)
+
+describe("the mistakes that remain: each names the fix", function()
+  local function full(src, opts)
+    opts = opts or {}
+    opts.tools = { DIR }
+    return tidepool.run(src, opts)
+  end
+
+  local syntax = {
+    { "try {\n  local r = tools.shapes.echo{}\n} catch (e) {\n  print(e)\n}", 2,
+      "unexpected symbol near 'local'",
+      "Lua has no try/catch: local ok, err = pcall(function() ... end)." },
+    { "local x = 1\nif x == 1 then\n  x = 2\nelse if x == 3 then\n  x = 4\nend\nreturn x", 7,
+      "'end' expected (to close 'if' at line 2) near <eof>", "Line 4 has `else if`: Lua writes "
+      .. "elseif as one word (if a then ... elseif b then ... else ... end); `else if` opens a "
+      .. "second if that needs its own end. Write elseif there rather than adding an end." },
+    { "for i = 1, 3 do\n  if i == 2 then continue end\nend", 2, "syntax error near 'end'",
+      "Lua has no continue: put a label before the loop's end and jump to it (if skip then "
+      .. "goto continue end ... ::continue:: end), or wrap the rest of the body in if not skip "
+      .. "then ... end." },
+    { "local a\nlocal b = a ?? 1", 2, "unexpected symbol near '?'",
+      "Lua has no ??: write a or b (b when a is nil or false)." },
+    { "local a\nlocal b = a?.name", 2, "unexpected symbol near '?'",
+      "Lua has no ?.: write a and a.b (nil when a is nil)." },
+    { "local c = true\nlocal b = c ? 1 : 2", 2, "unexpected symbol near '?'",
+      "Lua has no ? : operator: write cond and a or b (when a is never false or nil), or an "
+      .. "if statement." },
+    { "local t = {}\nif !t then end", 2, "unexpected symbol near '!'",
+      "Lua writes not-equal as ~= and negation as not: if a ~= b then, if not ok then." },
+  }
+  for _, c in ipairs(syntax) do
+    it(c[1]:gsub("\n", " | "), function()
+      assert.same({ "syntax", c[3], c[4], c[2] }, err(c[1]))
+    end)
+  end
+
+  local runtime = {
+    { "local t = {{name = 'a'}}\nreturn t[0].name", 2,
+      "attempt to index a nil value (field 'integer index')", "Lua arrays start at 1: the "
+      .. "first item is t[1], and t[0] is nil; loop with for i = 1, #t do (or for i, v in "
+      .. "ipairs(t) do)." },
+    { "local s = ' a '\nreturn s:trim()", 2, "attempt to call a nil value (method 'trim')",
+      "Lua has no :trim(): trim a string with s:match(\"^%s*(.-)%s*$\")." },
+    { "local arr = {}\narr:append(1)", 2, "attempt to call a nil value (method 'append')",
+      "Lua has no :append(): append to an array with table.insert(t, v) or t[#t + 1] = v." },
+    { "local s = 'a,b'\nreturn s:split(',')", 2, "attempt to call a nil value (method 'split')",
+      "Lua has no :split(): split a string with gmatch: for part in s:gmatch(\"[^,]+\") do "
+      .. "... end." },
+    { "for k, v in {a = 1} do end", 1,
+      "attempt to call a table value (for iterator 'for iterator')", "A for loop walks a "
+      .. "table through an iterator: for k, v in pairs(t) do (every key) or for i, v in "
+      .. "ipairs(t) do (items 1..n), not for k, v in t do." },
+    { "local t = {5, 3, 1, 2, 4, 9, 8, 7, 6, 10, 11, 12}\n"
+      .. "table.sort(t, function(a, b) return a - b end)", 2,
+      "invalid order function for sorting", "A sort comparator returns a boolean, true when "
+      .. "a goes first: table.sort(t, function(a, b) return a < b end); a - b is a number, and "
+      .. "every number is true in Lua." },
+    { "local r = tools.shapes.echo{}\nreturn r.content[1].text", 2,
+      "attempt to index a nil value (field 'content')", "tidepool hands over a tool's result "
+      .. "already unwrapped: JSON text is a table already, other text a string; there is no "
+      .. "r.content[1].text: read the fields directly (print(json.encode(r)) shows them)." },
+  }
+  for _, c in ipairs(runtime) do
+    it(c[1]:gsub("\n", " | "), function()
+      assert.same({ "runtime", c[3], c[4], c[2] }, err(c[1]))
+    end)
+  end
+
+  it("pcall(tools.x.y{...}) shows both forms side by side", function()
+    assert.same({ "tool.invalid_input", "tools.shapes.echo: invalid arguments: $.tags: "
+      .. "expected array, got string \"x\" (tools.describe(\"shapes.echo\") shows what it takes)",
+      "pcall(tools.shapes.echo{...}) calls the tool first, before pcall runs, so its error is "
+      .. "not caught. Give pcall the function and its arguments apart: write local ok, r = "
+      .. "pcall(tools.shapes.echo, {...}), not pcall(tools.shapes.echo{...}).", 1 },
+      err("local ok, r = pcall(tools.shapes.echo{tags = 'x'})"))
+  end)
+
+  it("positional arguments get the tool's own field names", function()
+    local e = err("return tools.shapes.echo('x')")
+    assert.same({ "tool.invalid_input", "tools.shapes.echo: the arguments must be a table "
+      .. "of named fields, not a string: tools.shapes.echo{either = ..., loose = ..., map = "
+      .. "{...}, meta = {...}}" }, { e[1], e[2] })
+  end)
+
+  it("json.null where a value is expected offers json.null first, then nil", function()
+    assert.same({ "tool.invalid_input", "tools.shapes.echo: invalid arguments: $.tags: "
+      .. "expected array, got null (json.null): give a value of that type, or nil to leave "
+      .. "the field out (tools.describe(\"shapes.echo\") shows what it takes)" },
+      { table.unpack(err("return tools.shapes.echo{tags = json.null}"), 1, 2) })
+  end)
+
+  it("a loop that never advances says the last calls were identical", function()
+    local e = err("repeat\n  local r = tools.shapes.echo{meta = {page = 1}}\nuntil false",
+      { tool_calls = 20 })
+    assert.same({ "limit.tool_calls", "the script made more than its limit of 20 tool calls; "
+      .. "the last 20 calls were all tools.shapes.echo with the same arguments: the loop does "
+      .. "not advance (pass on the next page's cursor, or stop when an answer repeats)", 2 },
+      { e[1], e[2], e[4] })
+  end)
+
+  it("warns, and still runs, on legal Lua that most likely answers wrong", function()
+    local env = full([[
+local t = {3, 1, 2}
+table.sort(t, function(a, b) return a < b end)
+local r = tools.shapes.echo{meta = {name = "x"}}
+local n = 0
+for _ in ipairs(r.meta) do n = n + 1 end
+local len = t.length
+local s = string.format("%s", r.meta)
+local function cmp(a, b) return a - b end
+return {n, len == nil, s}]])
+    assert.is_true(env.ok)
+    assert.same({
+      { line = 6, message = "t.length is nil unless the table has a field named length: "
+        .. "Lua's length of an array or a string is #t" },
+      { line = 8, message = "a function(a, b) that returns a - b is a JavaScript sort "
+        .. "comparator: Lua's table.sort wants a boolean (and every number is true): return "
+        .. "a < b" },
+      { line = 5, message = "ipairs over a table with string keys (an object) visits "
+        .. "nothing: ipairs walks items 1..n; use pairs(t) for its keys and values" },
+      { line = 7, message = "string.format's %s of a table shows only \"table: N\", not what "
+        .. "it holds: use json.encode(t) to show its contents" },
+    }, env.warnings)
+  end)
+
+  it("warns that kv.get's missing key is json.null, not nil", function()
+    local env = tidepool.run("local r = tools.kv.get{key = 'precheck-none'}\n"
+      .. "if r.value == nil then return 'missing' end\nreturn 'present'")
+    assert.same({ { line = 2, message = "tools.kv.get answers value = json.null, not nil, for "
+      .. "a key that is not set, so r.value == nil is never true there: test r.found (or "
+      .. "r.value == json.null)" } }, env.warnings)
+  end)
+
+  it("no warnings field when there is nothing to say", function()
+    assert.is_nil(full("local t = {1, 2} for _, v in ipairs(t) do end return #t").warnings)
+  end)
+end)

@@ -103,7 +103,8 @@ describe("the tool-call limits of tidepool run", function()
       local ok, e = pcall(tools.fx.nap, {ms = 5000})
       return {ok, e.code, e.message}
     ]])
-    assert.are.same({ false, "tool.timeout", "tools.fx.nap did not answer within its time limit" },
+    assert.are.same({ false, "tool.timeout",
+      "tools.fx.nap timed out after 500ms (the tool_timeout limit, --tool-timeout)" },
                     env.result)
     assert.is_true(env.calls[1].ms >= 450 and env.calls[1].ms < 4000, env.calls[1].ms)
   end)
@@ -112,38 +113,42 @@ end)
 describe("limit values of tidepool run that are refused", function()
   it("a size that overflows 64 bits is a usage error, not a wrapped limit", function()
     usage_error("--memory 99999999999999999999G",
-      "bad size '99999999999999999999G' (too large: at most 18446744073709551615 bytes)")
+      "--memory: bad size '99999999999999999999G' (too large: at most 18446744073709551615 bytes)")
     usage_error("--max-output 17179869184G",
-      "bad size '17179869184G' (too large: at most 18446744073709551615 bytes)")
+      "--max-output: bad size '17179869184G' (too large: at most 18446744073709551615 bytes)")
   end)
 
   it("a duration that overflows a double is a usage error", function()
-    usage_error("--timeout 1e400s", "bad duration '1e400s' (too large: at most 1000000000 s)")
+    usage_error("--timeout 1e400s",
+      "--timeout: bad duration '1e400s' (too large: at most 1000000000 s)")
     usage_error("--tool-timeout 1000000001s",
-      "bad duration '1000000001s' (too large: at most 1000000000 s)")
+      "--tool-timeout: bad duration '1000000001s' (too large: at most 1000000000 s)")
   end)
 
   it("a count above its 32-bit field is a usage error, not a truncated limit", function()
-    usage_error("--tool-calls 4294967296", "bad count '4294967296' (too large: at most 4294967295)")
+    usage_error("--tool-calls 4294967296",
+      "--tool-calls: bad count '4294967296' (too large: at most 4294967295)")
     usage_error("--tool-in-flight 99999999999999999999",
-      "bad count '99999999999999999999' (too large: at most 4294967295)")
+      "--tool-in-flight: bad count '99999999999999999999' (too large: at most 4294967295)")
   end)
 
   it("a negative value is a usage error that says so", function()
-    usage_error("--cpu -1", "bad duration '-1' (it cannot be negative; 0 means no limit)")
-    usage_error("--tool-bytes -1", "bad size '-1' (it cannot be negative; 0 means no limit)")
+    usage_error("--cpu -1", "--cpu: bad duration '-1' (it cannot be negative; 0 means no limit)")
+    usage_error("--tool-bytes -1",
+      "--tool-bytes: bad size '-1' (it cannot be negative; 0 means no limit)")
     usage_error("--tool-calls-per-tool=-2",
-      "bad count '-2' (it cannot be negative; 0 means no limit)")
+      "--tool-calls-per-tool: bad count '-2' (it cannot be negative; 0 means no limit)")
     usage_error("--instructions -5",
-      "bad instruction count '-5' (it cannot be negative; 0 means no limit)")
+      "--instructions: bad instruction count '-5' (it cannot be negative; 0 means no limit)")
   end)
 
   it("what strtod or strtoull alone would take is malformed", function()
-    usage_error("--timeout inf", "bad duration 'inf' (use 500ms, 2s, 1m)")
-    usage_error("--timeout nan", "bad duration 'nan' (use 500ms, 2s, 1m)")
-    usage_error("--cpu 0x10", "bad duration '0x10' (use 500ms, 2s, 1m)")
-    usage_error("--tool-calls 1e3", "bad count '1e3' (use a whole number)")
-    usage_error("'--memory= 64M'", "bad size ' 64M' (use bytes or a suffix: 512K, 64M, 1G)")
+    usage_error("--timeout inf", "--timeout: bad duration 'inf' (use 500ms, 2s, 1m)")
+    usage_error("--timeout nan", "--timeout: bad duration 'nan' (use 500ms, 2s, 1m)")
+    usage_error("--cpu 0x10", "--cpu: bad duration '0x10' (use 500ms, 2s, 1m)")
+    usage_error("--tool-calls 1e3", "--tool-calls: bad count '1e3' (use a whole number)")
+    usage_error("'--memory= 64M'",
+      "--memory: bad size ' 64M' (use bytes or a suffix: 512K, 64M, 1G)")
   end)
 
   it("a new flag without its value, and an unknown one, are usage errors", function()
@@ -173,7 +178,9 @@ describe("tidepool --help and tidepool mcp --help", function()
         assert.is_nil(out:find("\n  " .. l[1] .. " ", e, true), l[1] .. " twice")
         local line_end = out:find("(default", e, true)
         local default = out:sub(line_end, out:find(")", line_end, true))
-        assert.are.equal(("(default %s)"):format(l[2]), default, l[1])
+        -- tidepool mcp's own default: a result a model reads is smaller (mcp.c)
+        local want = (cmd == "mcp --help" and l[1] == "--max-result SIZE") and "80K" or l[2]
+        assert.are.equal(("(default %s)"):format(want), default, l[1])
         at = e
       end
     end)

@@ -251,16 +251,26 @@ describe("long C calls are stopped within the time limit", function()
     assert.are.equal(0, env.result)
   end)
 
-  it("string.rep with a huge count ends the run with limit.memory at once", function()
-    local env = fails("return #string.rep('x', 1e15)", "limit.memory", { timeout = 0.2 })
-    assert.are.equal("the script used more than its memory limit of 64 MiB", env.error.message)
+  it("string.rep with a count past Lua's own size limit raises Lua's error at once", function()
+    local env = fails("return #string.rep('x', 1e15)", "runtime", { timeout = 0.2 })
+    assert.are.equal("resulting string too large", env.error.message)
   end)
 
-  it("string.rep past the size Lua can make is limit.memory, not a catchable error", function()
-    local env = fails([[
-      local ok = pcall(string.rep, 'x', 2^62)
-      local ok2 = pcall(string.rep, 'ab', 2^40, ',')
-      return { ok, ok2 }]], "limit.memory", { timeout = 0.5 })
+  it("string.rep past the size Lua can make is Lua's catchable error, before the memory "
+    .. "limit is considered", function()
+    local env = tidepool.run([[
+      local ok, e = pcall(string.rep, 'x', 2^62)
+      local ok2, e2 = pcall(string.rep, 'aa', 1 << 30)
+      local ok3 = pcall(string.rep, 'ab', 2^40, ',')
+      return { ok, e, ok2, e2, ok3 }]], { timeout = 0.5, memory = 1024 * 1024 })
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ false, "resulting string too large", false, "resulting string too large",
+      false }, env.result)
+  end)
+
+  it("string.rep under Lua's size limit and over the memory limit is limit.memory", function()
+    local env = fails("local ok = pcall(string.rep, 'x', 2^30) return ok", "limit.memory",
+      { timeout = 0.5 })
     assert.are.equal("the script used more than its memory limit of 64 MiB", env.error.message)
   end)
 

@@ -203,6 +203,15 @@ local CASES = {
     .. 'return coroutine.resume(co)',
   'local outer = coroutine.create(function() local inner = coroutine.create(function() '
     .. 'coroutine.yield("in") end) return coroutine.resume(inner) end) return coroutine.resume(outer)',
+  -- issue 19: a dead coroutine, closing a running or normal one from a nested one
+  'local co = coroutine.create(function() error("x") end) coroutine.resume(co) '
+    .. 'return coroutine.resume(co)',
+  'local f = coroutine.wrap(function() end) f() return pcall(f)',
+  'local co co = coroutine.create(function() return pcall(coroutine.close, co) end) '
+    .. 'return coroutine.resume(co)',
+  'local outer outer = coroutine.create(function() local inner = coroutine.create(function() '
+    .. 'return pcall(coroutine.close, outer) end) return coroutine.resume(inner) end) '
+    .. 'return coroutine.resume(outer)',
   -- os
   'os.date("!%Y-%m-%d %H:%M:%S", 0)', 'os.date("!%c", 86400)', 'os.date("!*t", 3600)',
   'os.date("!%x %X %p %j %a %b %A %B", 1e9)', 'pcall(os.date, "%Ez", 0)',
@@ -215,6 +224,11 @@ local CASES = {
   'type(collectgarbage("step"))', 'collectgarbage("isrunning")', 'collectgarbage("incremental")',
   'collectgarbage("generational")', 'collectgarbage("incremental")',
   'pcall(collectgarbage, "bogus")', 'collectgarbage("setpause", 200)', 'collectgarbage("setstepmul", 100)',
+  'collectgarbage("incremental") return collectgarbage("generational"), '
+    .. 'collectgarbage("generational"), collectgarbage("incremental"), collectgarbage("incremental")',
+  -- Lua's own size limit comes before the memory limit: its catchable error, as in Lua
+  'pcall(string.rep, "aa", 1 << 30)', 'pcall(string.rep, "x", 2^62)',
+  'pcall(string.rep, "ab", 2^40, ",")', 'pcall(string.rep, "x", math.maxinteger)',
   'local a = collectgarbage("stop") local r = collectgarbage("isrunning") '
     .. 'local b = collectgarbage("restart") return a, r, b, collectgarbage("isrunning")',
   -- base functions that write somewhere

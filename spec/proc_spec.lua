@@ -140,6 +140,25 @@ describe("proc.run: the allowlist", function()
       .. "or ask the operator to extend the \"commands\" config.", e.message)
   end)
 
+  it("refuses a denied long flag abbreviated as getopt_long takes it, with or without =value",
+    function()
+    for _, a in ipairs({ "--e", "--ex", "--exe", "--exe=evil", "--e=evil", "--exec" }) do
+      local e = call_error(("{cmd = 'git', args = {'log', %q}}"):format(a), { GIT }, temp_dir())
+      assert.are.equal("tool.denied", e.code)
+      assert.are.equal("tools.proc.run failed: command_not_allowed: git refuses the flag "
+        .. "--exec (args[2] = '" .. a .. "'). Advice: change the arguments to fit the rule, "
+        .. "or ask the operator to extend the \"commands\" config.", e.message)
+    end
+    -- not prefixes of it: other flags, "--", a longer name, a value that looks like one
+    local ws = temp_dir()
+    assert(os.execute("git init -q " .. q(ws)))
+    for _, args in ipairs({ '{"diff", "--stat"}', '{"diff", "--"}', '{"log", "--format=--ex", "-1", "--all"}' }) do
+      local r = ok_result(("return tools.proc.run{cmd = 'git', args = %s}"):format(args),
+        { GIT }, ws)
+      assert.are.equal("number", type(r.exit_code), args)
+    end
+  end)
+
   it("allows a listed subcommand", function()
     local ws = temp_dir()
     assert(os.execute("git init -q " .. q(ws)))
@@ -158,8 +177,11 @@ describe("proc.run: the allowlist", function()
       .. "no-such-prog-x: not found in PATH (" .. HOST_PATH .. "). Advice: the program is "
       .. "not installed on the host; use another command of the allowlist (sh, "
       .. "no-such-prog-x)." }, env.result)
-    assert.matches("tidepool: warning: [^\n]*tools/proc.lua:1: commands%[1%]: no%-such%-prog%-x: "
-      .. "not found in PATH", err)
+    -- the config's problem, named by its JSON pointer after the file, shown once (the
+    -- config's check and tools/proc.lua both find it)
+    assert.matches("^tidepool: warning: [^\n]+: /commands/1/argv0: \"no%-such%-prog%-x\" is "
+      .. "not found in PATH %(proc.run will answer not_found for it%); install it, or remove "
+      .. "the entry\n$", err)
   end)
 end)
 

@@ -68,10 +68,19 @@ describe("reaching the host", function()
                dofile == nil, loadfile == nil, rawget(_G, "module") == nil }]]))
   end)
 
-  it("calling require is a runtime error with a hint", function()
+  it("calling require is an error before anything runs, with the allowlist's reason", function()
     local err = fails('require("os")', "runtime")
-    assert.are.equal("attempt to call a nil value (global 'require')", err.message)
+    assert.are.equal("`require` is not available in the sandbox (loads modules and C "
+      .. "libraries from the host)", err.message)
     assert.are.equal(1, err.line)
+    assert.is_true(err.precheck)
+    assert.is_string(err.hint)
+  end)
+
+  it("calling require where the check cannot see it is Lua's runtime error with a hint", function()
+    local err = fails('local r = _G["req" .. "uire"]\nr("os")', "runtime")
+    assert.are.equal("attempt to call a nil value (local 'r')", err.message)
+    assert.are.equal(2, err.line)
     assert.is_string(err.hint)
   end)
 

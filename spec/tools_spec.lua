@@ -523,7 +523,8 @@ describe("tool limits", function()
       local ok, e = pcall(tools.fx.nap, {ms = 1000})
       return {ok, e.code, e.message}
     ]], { tool_timeout = "50ms" })
-    assert.same({ false, "tool.timeout", "tools.fx.nap did not answer within its time limit" }, r)
+    assert.same({ false, "tool.timeout",
+                  "tools.fx.nap timed out after 50ms (the tool_timeout limit, --tool-timeout)" }, r)
     assert.is_true(env.calls[1].ms < 500, env.calls[1].ms)
   end)
 end)

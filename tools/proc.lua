@@ -80,8 +80,8 @@ for i, raw in ipairs(entries_cfg) do
       max_output = math.tointeger(nonnull(raw.max_output)) or DEFAULT_MAX_OUTPUT,
     }
     if abs == nil then
-      problems[#problems + 1] = ("commands[%d]: %s (proc.run will answer not_found for it)")
-        :format(i - 1, dir)
+      problems[#problems + 1] = ("/commands/%d/argv0: %s (proc.run will answer not_found "
+        .. "for it)"):format(i - 1, dir)
     end
     entries[#entries + 1] = e
   end
@@ -115,11 +115,21 @@ local function refusal(e, args)
     end
   end
   for i, a in ipairs(args) do
+    -- a long option as getopt_long reads it: its name before any "=value"
+    local name = a:match("^(%-%-[^=]+)") or a
     for _, f in ipairs(e.deny_flags) do
       local hit = a == f or a:sub(1, #f + 1) == f .. "="
       -- a short flag with its value attached: -cfoo
       if not hit and #f == 2 and f:sub(1, 1) == "-" and f ~= "--" then
         hit = a:sub(1, 2) == f and a:sub(2, 2) ~= "-"
+      end
+      -- getopt_long takes any unambiguous prefix of a long option for it, down to one
+      -- letter (--e, --ex, --exe for --exec, with or without =value): every prefix of a
+      -- denied long flag is denied (one that the program would find ambiguous is refused
+      -- by it anyway)
+      if not hit and f:sub(1, 2) == "--" and #f > 2 and #name > 2 and #name < #f
+         and name:sub(1, 2) == "--" and f:sub(1, #name) == name then
+        hit = true
       end
       if hit then
         return ("%s refuses the flag %s (args[%d] = '%s')"):format(e.argv0, f, i, a)

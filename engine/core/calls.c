@@ -157,6 +157,28 @@ static void schema_message (char *buf, size_t len, const tp_schema_errors *errs)
   tp__schema_errors_text(errs, 8, buf, len);
 }
 
+/* The same for a script's arguments: messages about null say how Lua writes it, JSON's
+** null (json.null) first and nil to leave a field out. */
+static void args_message (char *buf, size_t len, tp_schema_errors *errs) {
+  static const char got_null[] = ", got null";
+  for (size_t i = 0; i < errs->count; i++) {
+    tp_schema_error *e = &errs->items[i];
+    size_t ml = strlen(e->message), gl = sizeof got_null - 1;
+    const char *add = NULL;
+    if (strcmp(e->keyword, "type") == 0 && ml >= gl && strcmp(e->message + ml - gl, got_null) == 0)
+      add = " (json.null): give a value of that type, or nil to leave the field out";
+    if (add == NULL) continue;
+    size_t al = strlen(add);
+    char *m = malloc(ml + al + 1);
+    if (m == NULL) continue;
+    memcpy(m, e->message, ml);
+    memcpy(m + ml, add, al + 1);
+    free(e->message);
+    e->message = m;
+  }
+  tp__schema_errors_text(errs, 8, buf, len);
+}
+
 /* Validation runs for the script (its arguments, its tools' results), so it polls the
 ** run's verdict as it goes: it stops once the run has a verdict (the step's timer records
 ** limit.time and limit.cpu while a step runs) or its wall deadline has passed (a result
@@ -187,6 +209,15 @@ void tp__call_fail_stopped (tp_call *c, const char *what) {
                 msg);
 }
 
+/* Fails c with tool.timeout, naming the limit that ran out and where it was set. */
+void tp__call_timed_out (tp_call *c) {
+  char after[32];
+  tp_format_value(TP_UNIT_DURATION, c->timeout_us, after, sizeof after);
+  tp__call_failf(c, "tool.timeout", "tools.%s timed out after %s (%s)", c->name, after,
+                 c->timeout_own ? "the tool's own timeout_ms" : "the tool_timeout limit, "
+                 "--tool-timeout");
+}
+
 static int call_deadline_passed (tp_call *c, uint64_t now) {
   return c->deadline_ns && now >= c->deadline_ns;
 }
@@ -202,7 +233,12 @@ static void dispatch (tp_run *r, tp_call *c, int was_queued) {
   r->in_flight++;
   uint64_t now = was_queued ? tp__now_ns() : c->start_ns;
   uint64_t tmo = l->tool_timeout_us;
-  if (t->timeout_us && (tmo == 0 || t->timeout_us < tmo)) tmo = t->timeout_us;
+  c->timeout_own = 0;
+  if (t->timeout_us && (tmo == 0 || t->timeout_us < tmo)) {
+    tmo = t->timeout_us;
+    c->timeout_own = 1;
+  }
+  c->timeout_us = tmo;
   c->deadline_ns = tmo ? now + tmo * 1000u : 0;
   int external = (t->flags & TP__TOOL_EXTERNAL) != 0;
   if (!external) {
@@ -377,10 +413,15 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
   charge(c, block_cost(sizeof *c) + block_cost(take + 1));
   if (r->call_hook) r->call_hook(r, c->name, 0, r->call_hook_ud);
   if (l->tool_calls && r->ncalls > l->tool_calls) {
+    char same[300] = "";
+    if (r->same_calls >= 3)
+      snprintf(same, sizeof same, "; the last %u calls were all tools.%s with the same "
+               "arguments: the loop does not advance (pass on the next page's cursor, or "
+               "stop when an answer repeats)", (unsigned)r->same_calls, r->same_tool);
     tp__sandbox_kill_note(sb, TP_KILL_TOOL_CALLS, "the script made more than its limit of "
-                          "%u tool calls", (unsigned)l->tool_calls);
+                          "%u tool calls%s", (unsigned)l->tool_calls, same);
     tp__call_failf(c, "limit.tool_calls", "the script made more than its limit of %u tool "
-                  "calls", (unsigned)l->tool_calls);
+                  "calls%s", (unsigned)l->tool_calls, same);
   }
   return c;
 }
@@ -389,9 +430,67 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
 ** nlen: the length of the name the script used; exact: it is all in c->name (not cut,
 ** no NUL byte), else the name is not looked up. The host resolves the rest
 ** (tp__host_hooks.call). The call may be complete on return. */
+/* A hash of a JSON value, the same for equal values whatever the order of object keys.
+** Bounded: *budget nodes and string bytes at most (a call's arguments may be megabytes);
+** past it *budget is negative and the hash means nothing. */
+static uint64_t json_hash (const json_t *v, int depth, long *budget) {
+  uint64_t h = 1469598103934665603u ^ (uint64_t)json_typeof(v);
+  const unsigned char *s = NULL;
+  size_t n = 0;
+  if (--*budget < 0) return 0;
+  switch (json_typeof(v)) {
+    case JSON_STRING:
+      s = (const unsigned char *)json_string_value(v);
+      n = json_string_length(v);
+      break;
+    case JSON_INTEGER: h ^= (uint64_t)json_integer_value(v); h *= 1099511628211u; break;
+    case JSON_REAL: { double d = json_real_value(v); uint64_t b; memcpy(&b, &d, 8); h ^= b; break; }
+    case JSON_ARRAY: {
+      size_t i;
+      const json_t *x;
+      if (depth < 16) json_array_foreach(v, i, x) {
+        h = (h ^ json_hash(x, depth + 1, budget)) * 1099511628211u;
+        if (*budget < 0) return 0;
+      }
+      break;
+    }
+    case JSON_OBJECT: {
+      const char *k;
+      const json_t *x;
+      uint64_t sum = 0;
+      if (depth < 16) json_object_foreach((json_t *)v, k, x) {
+        uint64_t kh = 1469598103934665603u;
+        for (const char *p = k; *p; p++) kh = (kh ^ (unsigned char)*p) * 1099511628211u;
+        sum += (kh ^ json_hash(x, depth + 1, budget)) * 0x9e3779b97f4a7c15u;
+        if (*budget < 0) return 0;
+      }
+      h ^= sum;
+      break;
+    }
+    default: break;
+  }
+  *budget -= (long)(n / 8);
+  for (size_t i = 0; i < n && *budget >= 0; i++) h = (h ^ s[i]) * 1099511628211u;
+  return h;
+}
+
+/* Counts the calls in a row that are the same tool with the same arguments. */
+static void count_same (tp_run *r, const char *name, const json_t *args) {
+  long budget = 4096;
+  uint64_t h = json_hash(args ? args : json_null(), 0, &budget);
+  if (budget < 0) { r->same_calls = 0; return; }  /* too large to tell cheaply */
+  size_t nl = strlen(name);
+  for (size_t i = 0; i < nl; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211u;
+  if (r->same_calls > 0 && h == r->same_hash) { r->same_calls++; return; }
+  r->same_hash = h;
+  r->same_calls = 1;
+  snprintf(r->same_tool, sizeof r->same_tool, "%s", name);
+}
+
 void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args) {
   const char *name = c->name;
   c->args = args;
+  count_same(r, name, args);
   if (exact) {
     if (r->rp != NULL && tp__replay_call(r, c)) return;  /* answered from a log */
     tp__hook(r, call, c);
@@ -455,7 +554,7 @@ void tp__call_check_admit (tp_call *c) {
   }
   if (v != 1) {
     char msg[3000];
-    if (v == 0) schema_message(msg, sizeof msg, &errs);
+    if (v == 0) args_message(msg, sizeof msg, &errs);
     else snprintf(msg, sizeof msg, "the arguments could not be checked (out of memory)");
     tp__schema_errors_clear(&errs);
     tp__call_failf(c, "tool.invalid_input", "tools.%s: invalid arguments: %s "
@@ -495,7 +594,7 @@ int tp__call_ready (tp_run *r, uint64_t id) {
   if (c->state != CALL_DONE && call_deadline_passed(c, tp__now_ns())) {
     c->cancelled = 1;
     if (c->handler_owns) tp__hook(r, cancel, c);
-    tp__call_failf(c, "tool.timeout", "tools.%s did not answer within its time limit", c->name);
+    tp__call_timed_out(c);
     start_queued(r);
   }
   return c->state == CALL_DONE;
@@ -704,8 +803,11 @@ int tp_call_fail (tp_call *c, const char *code, const char *message) {
   if (code == NULL || strncmp(code, "tool.", 5) != 0) code = "tool.failed";
   int rc = TP_ESTATE;
   if (c->state != CALL_DONE && !c->cancelled && c->run) {
-    tp__call_failf(c, code, "tools.%s failed: %.*s", c->name, TP_MSG_MAX + 1,
-                  message ? message : "no reason given");
+    if (strcmp(code, "tool.timeout") == 0 && (message == NULL || *message == '\0'))
+      tp__call_timed_out(c);  /* the handler saw its deadline pass: say which limit */
+    else
+      tp__call_failf(c, code, "tools.%s failed: %.*s", c->name, TP_MSG_MAX + 1,
+                     message ? message : "no reason given");
     rc = TP_OK;
   }
   tp__call_handler_done(c);

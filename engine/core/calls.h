@@ -14,6 +14,7 @@
 #include "tidepool.h"
 #include "run.h"
 #include "schema.h"
+#include "json.h"
 
 struct tp_schema;
 
@@ -45,6 +46,9 @@ struct tp_call {
   int state;               /* CALL_* */
   int handler_owns;        /* the handler (or a policy's hold) has not let go of it yet */
   int held;                /* a policy holds it (tp__call_hold) until tp_call_decide */
+  const json_t *kept_objects[TP_JSON_KEPT_MAX]; /* empty objects of its arguments that
+                           ** were JSON objects (decoded from {}): never made [] */
+  int nkept_objects;       /* -1: more than the list holds (then all may become []) */
   int empty_objects;       /* its arguments hold an empty table sent as {} (the host
                            ** looks at the schema only then: host/admit.c) */
   int cancelled, consumed;
@@ -58,6 +62,8 @@ struct tp_call {
                            ** retry_after_ms); 0: not said */
   int line;
   uint64_t start_ns, end_ns, deadline_ns;
+  uint64_t timeout_us;     /* what deadline_ns was set from, for the timeout's message */
+  int timeout_own;         /* 1: the tool's own timeout_ms, 0: the tool_timeout limit */
   size_t bytes_in, bytes_out;
   size_t args_cost, result_cost;  /* parts of `charged` held by the args and result trees */
   int host_ref;            /* the provider's handle of the call (host.c: its record's
@@ -86,6 +92,8 @@ void tp__call_hold(tp_call *c);
 void tp__call_deny(tp_call *c, const char *reason);
 /* Fails c (not yet handed to a handler) with a formatted message, cut to TP_MSG_MAX.
 ** Pass text from elsewhere with "%.*s" and a precision of TP_MSG_MAX + 1. */
+/* Fails c with tool.timeout: "tools.x timed out after 30s (the tool_timeout limit, ...)". */
+void tp__call_timed_out(tp_call *c);
 void tp__call_failf(tp_call *c, const char *code, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 

@@ -69,8 +69,10 @@ static lua_CFunction discovery_of (const char *prefix, size_t len) {
 static int tool_loaded (lua_State *L, const char *name) {
   tp_sandbox *sb = tp__sandbox_of(L);
   const tp_core *k = tp__core(sb->run->e);
-  for (size_t i = 0, n = k->hooks->tool_count(k->ud); i < n; i++)
-    if (strcmp(k->hooks->tool_name(k->ud, i), name) == 0) return 1;
+  for (size_t i = 0, n = k->hooks->tool_count(k->ud); i < n; i++) {
+    const char *one = k->hooks->tool_name(k->ud, i);
+    if (one && strcmp(one, name) == 0) return 1;
+  }
   return 0;
 }
 
@@ -164,9 +166,16 @@ static int ns_call (lua_State *L) {
       return refuse_with_object(L, r, c, msg);
     }
   }
-  else {
-    snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
-             "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
+  else {  /* positional arguments: name the tool's own fields */
+    char ex[300] = "";
+    const tp_core *k = tp__core(r->e);
+    if (k->hooks->args_example) k->hooks->args_example(k->ud, name, ex, sizeof ex);
+    if (ex[0])
+      snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
+               "not a %s: tools.%s%s", name, luaL_typename(L, 2), name, ex);
+    else
+      snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
+               "e.g. tools.%s{key = value}, not a %s", name, name, luaL_typename(L, 2));
     return refuse_with_object(L, r, c, msg);
   }
   uint64_t id = c->id;
@@ -175,6 +184,8 @@ static int ns_call (lua_State *L) {
   c->args_cost = o.cost;
   c->charged += o.cost;
   c->empty_objects = o.empty_objects;
+  c->nkept_objects = o.nkept;
+  if (o.nkept > 0) memcpy(c->kept_objects, o.kept, (size_t)o.nkept * sizeof o.kept[0]);
   tp__call_start(r, c, nlen, exact, args);
   lua_settop(L, 0);
   return await_call(L, id, 1);
@@ -226,9 +237,12 @@ static int tools_list (lua_State *L) {
   const tp_core *k = tp__core(sb->run->e);
   size_t n = k->hooks->tool_count(k->ud);
   lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
+  lua_Integer at = 0;
   for (size_t i = 0; i < n; i++) {
-    lua_pushstring(L, k->hooks->tool_name(k->ud, i));
-    lua_rawseti(L, -2, (lua_Integer)i + 1);
+    const char *one = k->hooks->tool_name(k->ud, i);
+    if (one == NULL) continue;  /* a tool scripts may not call */
+    lua_pushstring(L, one);
+    lua_rawseti(L, -2, ++at);
   }
   tp__json_push_array_mt(L);
   lua_setmetatable(L, -2);

@@ -20,6 +20,7 @@
 #include "calls.h"
 #include "replay.h"
 #include "normalize.h"
+#include "precheck.h"
 #include "json.h"
 #include "limits_table.h"
 
@@ -33,6 +34,9 @@ int tp__core_init (tp_core *k, const tp__host_hooks *hooks, void *ud) {
   k->chunks.chunks = NULL;
   k->chunks.n = 0;
   k->chunks.max = TP_CORE_CHUNKS;
+  k->chunks.idle = NULL;
+  k->chunks.sandboxes = 0;
+  k->chunks.sandboxes_max = TP_CORE_SANDBOXES;
   return tp__watchdog_init(&k->wd);
 }
 
@@ -154,11 +158,57 @@ static const struct { const char *needle, *hint; } runtime_hints[] = {
     "coroutine made with coroutine.create or coroutine.wrap." },
 };
 
+#define HINT_UNWRAPPED "tidepool hands over a tool's result already unwrapped: JSON " \
+  "text is a table already, other text a string; there is no r.content[1].text: read the " \
+  "fields directly (print(json.encode(r)) shows them)."
+
+/* The name quoted in a message's "(method 'x')" or "(field 'x')", into buf. */
+static const char *quoted_name (const char *msg, const char *kind, char *buf, size_t len) {
+  const char *p = strstr(msg, kind);
+  if (p == NULL) return NULL;
+  p += strlen(kind);
+  size_t n = 0;
+  while (p[n] && p[n] != '\'' && n < len - 1) { buf[n] = p[n]; n++; }
+  buf[n] = '\0';
+  return p[n] == '\'' ? buf : NULL;
+}
+
 /* The hint of a runtime error message; line is the text of its line ("" when unknown). */
-static const char *runtime_hint (const char *msg, const char *line) {
+static const char *runtime_hint (const char *msg, const char *line, char *buf, size_t len) {
   /* `x = a // note`: Lua reads // as floor division by the global `note` */
   if (strstr(msg, "arithmetic on a nil value (global") && strstr(line, "//"))
     return "`//` is floor division in Lua, not a comment: comments start with `--`.";
+  /* functions Lua never had: s:trim(), arr:append(x), string.split */
+  char name[64];
+  if (strstr(msg, "attempt to call a nil value")) {
+    const char *way = NULL;
+    int method = 0;
+    if (quoted_name(msg, "(method '", name, sizeof name)) {
+      way = tp__lua_way(NULL, name);
+      method = 1;
+    }
+    else if (quoted_name(msg, "(field '", name, sizeof name)) {
+      static const char *const libs[] = { "string", "table", "math", "os" };
+      for (size_t i = 0; i < 4 && way == NULL; i++) way = tp__lua_way(libs[i], name);
+      if (way == NULL) way = tp__lua_way(NULL, name);
+    }
+    if (way) {
+      snprintf(buf, len, "Lua has no %s%s%s: %s.", method ? ":" : "", name,
+               method ? "()" : "", way);
+      return buf;
+    }
+  }
+  if (strstr(msg, "nil value") && (strstr(line, ".content[") || strstr(msg, "(field 'content')")))
+    return HINT_UNWRAPPED;
+  if (strstr(msg, "nil value") && strstr(line, "[0]"))
+    return "Lua arrays start at 1: the first item is t[1], and t[0] is nil; loop with "
+           "for i = 1, #t do (or for i, v in ipairs(t) do).";
+  if (strstr(msg, "call a table value (for iterator"))
+    return "A for loop walks a table through an iterator: for k, v in pairs(t) do (every "
+           "key) or for i, v in ipairs(t) do (items 1..n), not for k, v in t do.";
+  if (strstr(msg, "invalid order function for sorting"))
+    return "A sort comparator returns a boolean, true when a goes first: table.sort(t, "
+           "function(a, b) return a < b end); a - b is a number, and every number is true in Lua.";
   for (size_t i = 0; i < sizeof runtime_hints / sizeof runtime_hints[0]; i++)
     if (strstr(msg, runtime_hints[i].needle)) return runtime_hints[i].hint;
   return NULL;
@@ -166,7 +216,41 @@ static const char *runtime_hint (const char *msg, const char *line) {
 
 /* The hint of a syntax error, keyed on the token Lua stopped at ("near 'x'") and the
 ** text of the line; the generic one when no class fits. */
-static const char *syntax_hint (const char *msg, const char *line, const char *prev) {
+/* Whether text has word w (not inside a longer name). */
+static int has_word (const char *text, const char *w) {
+  size_t n = strlen(w);
+  for (const char *p = strstr(text, w); p; p = strstr(p + 1, w)) {
+    int before = p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+    int after = isalnum((unsigned char)p[n]) || p[n] == '_';
+    if (!before && !after) return 1;
+  }
+  return 0;
+}
+
+/* The first line of r's source that has `else if` (two words), or 0. */
+static int else_if_line (const tp_run *r) {
+  const char *p = r->src, *end = r->src + r->srclen;
+  for (int n = 1; p < end; n++) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *e = nl ? nl : end;
+    for (const char *q = p; q + 7 <= e; q++) {
+      if (memcmp(q, "else", 4) != 0 || (q > p && (isalnum((unsigned char)q[-1]) || q[-1] == '_')))
+        continue;
+      const char *t = q + 4;
+      if (t < e && *t != ' ' && *t != '\t') continue;
+      while (t < e && (*t == ' ' || *t == '\t')) t++;
+      if (e - t >= 2 && t[0] == 'i' && t[1] == 'f' &&
+          (t + 2 == e || !(isalnum((unsigned char)t[2]) || t[2] == '_')))
+        return n;
+    }
+    if (nl == NULL) break;
+    p = nl + 1;
+  }
+  return 0;
+}
+
+static const char *syntax_hint (const tp_run *r, const char *msg, const char *line,
+                                const char *prev, char *buf, size_t buflen) {
   const char *near = strstr(msg, "near '");
   char tok[16] = "";
   if (near) {
@@ -175,6 +259,25 @@ static const char *syntax_hint (const char *msg, const char *line, const char *p
     while (near[n] && near[n] != '\'' && n < sizeof tok - 1) { tok[n] = near[n]; n++; }
     tok[n] = '\0';
   }
+  /* `else if` opens a second if, whose missing end Lua finds only at the end of the text */
+  int el = strstr(msg, "'end' expected") ? else_if_line(r) : 0;
+  if (el) {
+    snprintf(buf, buflen, "Line %d has `else if`: Lua writes elseif as one word (if a then "
+             "... elseif b then ... else ... end); `else if` opens a second if that needs "
+             "its own end. Write elseif there rather than adding an end.", el);
+    return buf;
+  }
+  if (has_word(line, "continue"))
+    return "Lua has no continue: put a label before the loop's end and jump to it "
+           "(if skip then goto continue end ... ::continue:: end), or wrap the rest of "
+           "the body in if not skip then ... end.";
+  if (strcmp(tok, "?") == 0 && strstr(line, "??"))
+    return "Lua has no ??: write a or b (b when a is nil or false).";
+  if (strcmp(tok, "?") == 0 && (strstr(line, "?.") || strstr(line, "?[")))
+    return "Lua has no ?.: write a and a.b (nil when a is nil).";
+  if (strcmp(tok, "?") == 0)
+    return "Lua has no ? : operator: write cond and a or b (when a is never false or nil), "
+           "or an if statement.";
   if (strcmp(tok, "//") == 0 || starts_with_word(line, "//") || strstr(line, "/*"))
     return "Comments start with `--` in Lua (and --[[ ... ]] for a block); `//` is floor division.";
   if (strstr(line, "=>"))
@@ -243,6 +346,24 @@ static const char *tool_hint (const char *code) {
   for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
     if (strcmp(code, hints[i].code) == 0) return hints[i].hint;
   return NULL;
+}
+
+/* pcall(tools.x.y{...}) on line: the tool runs before pcall does, so its error is not
+** caught. The hint shows both forms side by side, into buf; NULL when line has none. */
+static const char *pcall_call_hint (const char *line, char *buf, size_t len) {
+  const char *p = strstr(line, "pcall(tools.");
+  if (p == NULL) return NULL;
+  p += 12;
+  size_t n = 0;
+  while (isalnum((unsigned char)p[n]) || p[n] == '_' || p[n] == '.') n++;
+  const char *q = p + n;
+  while (*q == ' ') q++;
+  if (n == 0 || n > 128 || (*q != '{' && *q != '(')) return NULL;
+  snprintf(buf, len, "pcall(tools.%.*s{...}) calls the tool first, before pcall runs, so its "
+           "error is not caught. Give pcall the function and its arguments apart: write "
+           "local ok, r = pcall(tools.%.*s, {...}), not pcall(tools.%.*s{...}).",
+           (int)n, p, (int)n, p, (int)n, p);
+  return buf;
 }
 
 /* The hint of a verdict: the limits table's, or the code's own (replay.divergence). */
@@ -357,9 +478,12 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   if (len == 0) len = strlen(msg);
   const char *m = strip_position(msg, &line);
   len -= (size_t)(m - msg);
-  char ltext[SOURCE_LINE_MAX + 1];
-  const char *hint = strcmp(code, "runtime") != 0 ? tool_hint(code)
-                   : runtime_hint(m, line_text(r, line, ltext, sizeof ltext));
+  char ltext[SOURCE_LINE_MAX + 1], hbuf[400];
+  const char *hint = strcmp(code, "runtime") != 0
+                   ? (pcall_call_hint(line_text(r, line, ltext, sizeof ltext), hbuf, sizeof hbuf)
+                      ? hbuf : tool_hint(code))
+                   : runtime_hint(m, line_text(r, line, ltext, sizeof ltext), hbuf,
+                                  sizeof hbuf);
   json_t *err = make_error(r, code, m, len, line, hint);
   if (err && retry_ms > 0 && strcmp(code, "tool.rate_limited") == 0)
     json_object_set_new(err, "retry_after_ms", json_integer(retry_ms));
@@ -373,19 +497,22 @@ static json_t *stats (const tp_run *r) {
   if (sb->instr_limit) json_object_set_new(s, "instructions", json_integer((json_int_t)sb->instr_used));
   /* milliseconds to the microsecond, so they print short */
   json_object_set_new(s, "cpu_ms", json_real((double)(r->cpu_used_ns / 1000) / 1e3));
-  uint64_t wall = r->start_ns ? tp__now_ns() - r->start_ns : 0;
+  uint64_t wall = (r->start_ns ? tp__now_ns() - r->start_ns : 0) + r->wait_ns;
   json_object_set_new(s, "wall_ms", json_real((double)(wall / 1000) / 1e3));
+  if (r->wait_ns)  /* of wall_ms: before the run began (upstream servers starting) */
+    json_object_set_new(s, "wait_ms", json_real((double)(r->wait_ns / 1000) / 1e3));
   json_object_set_new(s, "memory_peak", json_integer((json_int_t)sb->mem_peak));
   return s;
 }
 
 /* The envelope's pieces, in their order: "key":<JSON text>. */
-enum { P_OK, P_VALUE, P_LOGS, P_CALLS, P_STATS, P__COUNT };
+enum { P_OK, P_VALUE, P_WARN, P_LOGS, P_CALLS, P_STATS, P__COUNT };  /* P_WARN: when any */
 typedef struct piece { const char *key; char *text; size_t len; } piece;
 
 static size_t envelope_size (const piece *p) {
   size_t n = 2;  /* {} */
-  for (int i = 0; i < P__COUNT; i++) n += strlen(p[i].key) + p[i].len + 4;  /* ,"k": */
+  for (int i = 0; i < P__COUNT; i++)
+    if (p[i].key) n += strlen(p[i].key) + p[i].len + 4;  /* ,"k": */
   return n;
 }
 
@@ -425,6 +552,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   p[P_CALLS].key = "calls";
   p[P_CALLS].text = tp__run_calls_text(r, &p[P_CALLS].len);
   json_t *st = sb ? stats(r) : json_object();
+  if (json_array_size(r->warnings) > 0) piece_of(&p[P_WARN], "warnings", r->warnings);
   piece_of(&p[P_LOGS], "logs", logs);
   piece_of(&p[P_STATS], "stats", st);
   json_decref(logs);
@@ -456,8 +584,15 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   size_t total = envelope_size(p), len = 0;
   char *buf = malloc(total + 1);
   for (int i = 0; i < P__COUNT && buf != NULL; i++) {
+    if (p[i].key == NULL) continue;  /* a piece left out (no warnings) */
     if (p[i].text == NULL) { free(buf); buf = NULL; break; }
-    len += (size_t)sprintf(buf + len, "%c\"%s\":", i ? ',' : '{', p[i].key);
+    size_t klen = strlen(p[i].key);
+    buf[len++] = i ? ',' : '{';
+    buf[len++] = '"';
+    memcpy(buf + len, p[i].key, klen);
+    len += klen;
+    buf[len++] = '"';
+    buf[len++] = ':';
     memcpy(buf + len, p[i].text, p[i].len);
     len += p[i].len;
   }
@@ -597,6 +732,32 @@ static int return_line (lua_State *T) {
   return line;
 }
 
+/* The error of a script that the pre-run check stopped: its first finding, marked
+** "precheck" (nothing ran), and all of them under "findings" when there are more. */
+static json_t *findings_error (tp_run *r, const tp_findings *fs) {
+  json_t *first = NULL, *all = fs->n > 1 ? json_array() : NULL;
+  for (int i = 0; i < fs->n; i++) {
+    const tp_finding *f = &fs->f[i];
+    char ltext[SOURCE_LINE_MAX + 1], hbuf[400];
+    const char *hint = f->hint ? f->hint : strcmp(f->code, "runtime") == 0
+                       ? runtime_hint(f->msg, line_text(r, f->line, ltext, sizeof ltext), hbuf,
+                                      sizeof hbuf)
+                       : tool_hint(f->code);
+    json_t *e = make_error(r, f->code, f->msg, strlen(f->msg), f->line, hint);
+    if (e == NULL) break;
+    if (all) json_array_append_new(all, json_copy(e));  /* flat: a shallow copy */
+    if (i == 0) first = e;
+    else json_decref(e);
+  }
+  if (first == NULL) { json_decref(all); return NULL; }
+  json_object_set_new(first, "precheck", json_true());
+  if (all) {
+    if (fs->more) json_object_set_new(first, "findings_more", json_integer(fs->more));
+    json_object_set_new(first, "findings", all);
+  }
+  return first;
+}
+
 typedef struct reader_state { const char *parts[2]; size_t lens[2]; int i; } reader_state;
 
 static const char *two_part_reader (lua_State *L, void *ud, size_t *size) {
@@ -614,9 +775,50 @@ static const char *two_part_reader (lua_State *L, void *ud, size_t *size) {
 ** it is. LUA_OK, or the status with the error message on top; the stack below is kept.
 ** Lua's parser is quadratic on some texts (1 MiB of `x or x or ...` took 60 s), so the
 ** text is fed in pieces that poll the verdict and the deadline (tp__sandbox_load). */
+/* Whether the first token of src (after blanks and comments) is a keyword that starts
+** a statement and never an expression: then "return " .. src cannot compile, and is not
+** tried (it was a second parse of most scripts). */
+static int starts_with_statement (const char *p, size_t len) {
+  static const char *const kw[] = { "return", "local", "for", "if", "while", "repeat",
+                                    "do", "goto", "break" };
+  const char *end = p + len;
+  for (;;) {
+    while (p < end && (*p == ' ' || (*p >= '\t' && *p <= '\r'))) p++;
+    if (end - p < 2 || p[0] != '-' || p[1] != '-') break;
+    p += 2;
+    const char *q = p;
+    if (q < end && *q == '[') {  /* a long comment: --[==[ ... ]==] */
+      q++;
+      size_t level = 0;
+      while (q < end && *q == '=') { q++; level++; }
+      if (q < end && *q == '[') {
+        for (q++; q < end; q++) {
+          if (*q != ']' || (size_t)(end - q) < level + 2 || q[level + 1] != ']') continue;
+          size_t k = 1;
+          while (k <= level && q[k] == '=') k++;
+          if (k == level + 1) break;
+        }
+        if (q >= end) return 0;  /* unclosed: let the parser say so */
+        p = q + level + 2;
+        continue;
+      }
+    }
+    while (p < end && *p != '\n') p++;
+  }
+  size_t n = 0;
+  while (p + n < end && (isalnum((unsigned char)p[n]) || p[n] == '_')) n++;
+  for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++)
+    if (strlen(kw[i]) == n && memcmp(p, kw[i], n) == 0) return 1;
+  return 0;
+}
+
 static int load_text (tp_run *r, const char *src, size_t len, uint64_t deadline) {
   lua_State *T = r->sb->T;
   int base = lua_gettop(T);
+  if (starts_with_statement(src, len)) {
+    reader_state whole = { { src, NULL }, { len, 0 }, 0 };
+    return tp__sandbox_load(r->sb, T, two_part_reader, &whole, "=script", deadline);
+  }
   reader_state rs = { { "return ", src }, { 7, len }, 0 };
   int status = tp__sandbox_load(r->sb, T, two_part_reader, &rs, "=script", deadline);
   if (status == LUA_OK || atomic_load(&r->sb->kill) != TP_KILL_NONE) return status;
@@ -662,6 +864,18 @@ static int compile (tp_run *r) {
   r->cpu_used_ns += r->compile_ns;
   if (status == LUA_OK) {
     r->return_line = return_line(T);
+    tp_findings *fs = malloc(sizeof *fs);
+    int found = fs != NULL && tp__precheck(r, fs) > 0;
+    uint64_t checked = tp__now_ns() - t0 - r->compile_ns;  /* charged like the compile */
+    r->compile_ns += checked;
+    r->cpu_used_ns += checked;
+    if (found) {
+      r->pending_error = findings_error(r, fs);
+      free(fs);
+      lua_settop(T, 0);
+      return 0;
+    }
+    free(fs);
     return 1;
   }
   if (atomic_load(&r->sb->kill) != TP_KILL_NONE || status == LUA_ERRMEM) {
@@ -672,10 +886,11 @@ static int compile (tp_run *r) {
   const char *msg = lua_tolstring(T, -1, &len);
   int line = 0;
   const char *m = msg ? strip_position(msg, &line) : "syntax error";
-  char ltext[SOURCE_LINE_MAX + 1], ptext[SOURCE_LINE_MAX + 1];
+  char ltext[SOURCE_LINE_MAX + 1], ptext[SOURCE_LINE_MAX + 1], hbuf[300];
   r->pending_error = make_error(r, "syntax", m, strlen(m), line,
-                                syntax_hint(m, line_text(r, line, ltext, sizeof ltext),
-                                            line_text(r, line - 1, ptext, sizeof ptext)));
+                                syntax_hint(r, m, line_text(r, line, ltext, sizeof ltext),
+                                            line_text(r, line - 1, ptext, sizeof ptext),
+                                            hbuf, sizeof hbuf));
   lua_settop(T, 0);
   return 0;
 }
@@ -782,6 +997,8 @@ tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_li
   if (sb == NULL) return NULL;
   tp_run *r = tp__run_new(e, sb, source, len);
   if (r == NULL) { tp__sandbox_destroy(sb); return NULL; }
+  r->wait_ns = tp__core(e)->wait_ns;
+  tp__core(e)->wait_ns = 0;
   if (cap_too_small) {  /* the run ends at its first step with limit.memory */
     char msg[200], n[48];
     tp__limit_words(TP__UNIT_BYTES, lim.memory, n, sizeof n);
@@ -898,7 +1115,8 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
     r->start_ns = now;
     if (sb->limits.wall_us) {
       uint64_t wall = sb->limits.wall_us * 1000u;
-      r->deadline_ns = now + wall - (r->compile_ns < wall ? r->compile_ns : wall);
+      uint64_t spent = r->compile_ns + r->wait_ns;
+      r->deadline_ns = now + wall - (spent < wall ? spent : wall);
     }
   }
   if (atomic_load(&sb->kill) == TP_KILL_NONE && r->deadline_ns && now >= r->deadline_ns)
@@ -1034,6 +1252,7 @@ void tp_run_destroy (tp_run *r) {
   }
   else tp__sandbox_destroy(r->sb);
   json_decref(r->pending_error);
+  json_decref(r->warnings);
   tp__replay_free(r->rp);
   free(r->src);
   free(r->envelope);

@@ -43,9 +43,21 @@ typedef struct tp__host_hooks {
   ** run's sandbox. NULL when out of memory. The host answers from data it keeps: these
   ** run no Lua of the host's. */
   size_t (*tool_count)(void *ud);
-  const char *(*tool_name)(void *ud, size_t i);
+  const char *(*tool_name)(void *ud, size_t i);  /* NULL: scripts do not see tool i */
   char *(*describe)(void *ud, tp_sandbox *sb, const char *tool, int *known);
   char *(*search)(void *ud, tp_sandbox *sb, const char *query);
+  /* The pre-run check (precheck.c) of a call written out in the script, tools.a.b(...):
+  ** tool is its dotted name; when its one argument is a literal table, literal is 1,
+  ** keys its constant field names (sure[i]: field i surely holds a value that is not
+  ** nil) and closed says the table has no other fields. Writes msg and returns the code
+  ** of a call that would surely fail ("tool.unknown", "tool.invalid_input"), or NULL
+  ** when it would not or cannot be told (tools still to come). May be NULL. */
+  const char *(*precheck_call)(void *ud, const char *tool, const char *const *keys,
+                               const unsigned char *sure, size_t nkeys, int literal,
+                               int closed, char *msg, size_t len);
+  /* The named fields tool takes, as a Lua table for a message ("{path = ..., n = ...}"),
+  ** into buf ("" when unknown). May be NULL. */
+  void (*args_example)(void *ud, const char *tool, char *buf, size_t len);
 } tp__host_hooks;
 
 /* The part of an engine that the core owns. struct tp_engine (host/engine.h) begins
@@ -58,12 +70,15 @@ typedef struct tp_core {
   const tp__host_hooks *hooks;
   void *ud;                /* the hooks' first argument */
   tp_arena_pool chunks;    /* sandbox chunks of the engine's runs (not sessions') */
+  uint64_t wait_ns;        /* what the host waited for on behalf of the next run (upstream
+                           ** servers starting): the next tp_run_create takes it */
 } tp_core;
 
 /* The sandbox chunks (16 KiB) an engine keeps from its closed runs for its next ones: a
 ** run makes a few, so a steady server reuses them, and a burst of runs that ends leaves
 ** at most 16 MiB behind. */
 #define TP_CORE_CHUNKS 1024
+#define TP_CORE_SANDBOXES 4  /* pooled sandboxes per engine (sandbox.h), each with a copy */
 
 #define tp__core(e) ((tp_core *)(void *)(e))
 /* Tells the host through callback fn of run r's engine: tp__hook(r, wake, r). */
@@ -117,6 +132,8 @@ struct tp_run {
   uint64_t hold_since_ns;  /* tp_run_hold_wall: when its clock stopped (0: it runs) */
   uint64_t held_deadline_ns; /* deadline_ns while the clock is stopped */
   uint64_t compile_ns;     /* wall time the compile took, charged to the first step */
+  uint64_t wait_ns;        /* what the caller waited before the run was made (tp_core's
+                           ** wait_ns): counted in wall_ms and against its time limit */
   uint64_t cpu_used_ns, step_cpu0;
   int compiled;            /* 0: pending_error is the syntax error */
   int return_line;         /* the line of the script's one top-level return, or 0 */
@@ -156,6 +173,12 @@ struct tp_run {
   void (*progress_hook)(struct tp_run *r, const char *tool, const char *text, void *ud);
   void *progress_hook_ud;
   struct tp_replay *rp;    /* seed, clock, log, replay (replay.c); NULL: none of them */
+  /* the calls started last that were all the same tool with the same arguments: a loop
+  ** that does not advance, named when limit.tool_calls ends it (calls.c) */
+  json_t *warnings;        /* the envelope's warnings (warnings.c), or NULL */
+  uint64_t same_hash;
+  uint32_t same_calls;
+  char same_tool[64];
 };
 
 struct tp_session {

@@ -6,6 +6,7 @@
 */
 #include <ctype.h>
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "lgc.h"      /* isdead, for setuvalue (close_at_once) */
 
 #include "sandbox.h"
+#include "warnings.h"   /* tp__sb_ipairs, for the allowlist */
 #include "json.h"
 
 _Static_assert(LUA_EXTRASPACE == sizeof(void *), "lua_patch.h assumes one pointer");
@@ -116,16 +118,27 @@ static void *big_alloc (tp_arena *a, size_t n) {
   return h + 1;
 }
 
+/* A large block of a pool's sandbox as it was built (marked so by snap_take) is never
+** freed or moved while the sandbox is in use: snap_restore writes its bytes back. */
+static tp_big snap_mark;
+#define IS_SNAP(h) ((h)->next == &snap_mark)
+
 static void big_free (tp_arena *a, void *p) {
   if (!ARENA_ON) { free(p); return; }
   tp_big *h = (tp_big *)p - 1;
+  if (IS_SNAP(h)) return;
   big_unlink(a, h);
   free(h);
 }
 
-static void *big_realloc (tp_arena *a, void *p, size_t n) {
+static void *big_realloc (tp_arena *a, void *p, size_t osize, size_t n) {
   if (!ARENA_ON) return realloc(p, n);
   tp_big *h = (tp_big *)p - 1;
+  if (IS_SNAP(h)) {
+    void *q = big_alloc(a, n);
+    if (q != NULL) memcpy(q, p, osize < n ? osize : n);
+    return q;
+  }
   big_unlink(a, h);
   tp_big *nh = realloc(h, sizeof *h + n);
   if (nh == NULL) { big_link(a, h); return NULL; }
@@ -141,23 +154,35 @@ static void big_free_all (tp_arena *a) {
   a->big = NULL;
 }
 
+/* Gives chunk c back to pool (NULL: none), or to malloc when the pool is full. */
+static void chunk_put (tp_arena_pool *pool, void *c) {
+  if (pool && pool->n < pool->max) {
+    *(void **)c = pool->chunks;
+    pool->chunks = c;
+    pool->n++;
+  }
+  else free(c);
+}
+
 static void arena_free_all (tp_arena *a) {
   tp_arena_pool *pool = a->pool;
   for (void *c = a->chunks, *next; c != NULL; c = next) {
     next = *(void **)c;
-    if (pool && pool->n < pool->max) {
-      *(void **)c = pool->chunks;
-      pool->chunks = c;
-      pool->n++;
-    }
-    else free(c);
+    chunk_put(pool, c);
   }
   big_free_all(a);  /* none left after lua_close; all of them when it was skipped */
   memset(a, 0, sizeof *a);
   a->pool = pool;
 }
 
+static void sandbox_free (tp_sandbox *sb);
+
 void tp__arena_pool_drain (tp_arena_pool *p) {
+  while (p->idle) {
+    tp_sandbox *sb = p->idle;
+    p->idle = sb->next_idle;
+    sandbox_free(sb);
+  }
   for (void *c = p->chunks, *next; c != NULL; c = next) {
     next = *(void **)c;
     free(c);
@@ -176,7 +201,7 @@ static void block_free (tp_arena *a, void *ptr, size_t osize) {
 }
 
 static void *block_realloc (tp_arena *a, void *ptr, size_t osize, size_t nsize) {
-  if (ptr != NULL && !is_small(osize) && !is_small(nsize)) return big_realloc(a, ptr, nsize);
+  if (ptr != NULL && !is_small(osize) && !is_small(nsize)) return big_realloc(a, ptr, osize, nsize);
   if (ptr != NULL && is_small(osize) && is_small(nsize) &&
       (osize + 15) >> 4 == (nsize + 15) >> 4)
     return ptr;  /* same size class */
@@ -1189,6 +1214,7 @@ static int sb_format (lua_State *L) {
     if (c == 's' && arg <= top) {
       int t = lua_type(L, arg);
       if (t != LUA_TSTRING && t != LUA_TNUMBER) {
+        if (t == LUA_TTABLE) tp__warn_table_text(L, arg);
         show(L, arg, NULL);
         lua_replace(L, arg);
       }
@@ -1204,8 +1230,9 @@ static int sb_format (lua_State *L) {
 
 /* string.rep: string.rep('', 1e18) would loop in C for ever, so an empty result is made
 ** at once. A result larger than the whole memory limit can never be built: it ends the
-** run with limit.memory at once, as an allocation past the cap would, and not with Lua's
-** "resulting string too large" runtime error (which pcall could catch). */
+** run with limit.memory at once, as an allocation past the cap would. Past Lua's own
+** limit (a result of INT_MAX bytes or more) it is Lua's catchable "resulting string too
+** large" first, as in Lua: that error does not depend on the memory limit. */
 
 /*
 ** os.date: each conversion is a strftime, so a long format is one long C call (2 M
@@ -1319,6 +1346,8 @@ static int sb_rep (lua_State *L) {
     lua_pushliteral(L, "");
     return 1;
   }
+  if (l + lsep < l || l + lsep > (size_t)INT_MAX / (uint64_t)n)  /* Lua's own check */
+    return luaL_error(L, "resulting string too large");
   /* l * n + lsep * (n - 1), saturating */
   uint64_t un = (uint64_t)n, total = UINT64_MAX;
   if ((l == 0 || un <= UINT64_MAX / l) && (lsep == 0 || un - 1 <= UINT64_MAX / lsep)) {
@@ -1632,14 +1661,24 @@ static int co_status_ok (lua_State *L, lua_State *co) {  /* suspended? */
   }
 }
 
+/* Why co cannot be resumed, in lua_resume's words: dead when it ended (returned, or
+** raised an error), non-suspended when it is running or has resumed another. */
+static const char *co_refusal (lua_State *co) {
+  int st = lua_status(co);
+  if (st != LUA_OK && st != LUA_YIELD) return "cannot resume dead coroutine";
+  lua_Debug ar;
+  if (st == LUA_OK && !lua_getstack(co, 0, &ar) && lua_gettop(co) == 0)
+    return "cannot resume dead coroutine";
+  return "cannot resume non-suspended coroutine";
+}
+
 static int sb_co_resume (lua_State *L) {
   lua_State *co = lua_tothread(L, 1);
   luaL_argexpected(L, co, 1, "thread");  /* lcorolib's words */
   int narg = lua_gettop(L) - 1;
   if (!co_status_ok(L, co)) {
     lua_pushboolean(L, 0);
-    if (lua_status(co) == LUA_OK && lua_gettop(co) == 0) lua_pushliteral(L, "cannot resume dead coroutine");
-    else lua_pushliteral(L, "cannot resume non-suspended coroutine");
+    lua_pushstring(L, co_refusal(co));
     return 2;
   }
   if (!lua_checkstack(co, narg)) {
@@ -1654,11 +1693,7 @@ static int sb_co_resume (lua_State *L) {
 static int wrap_call (lua_State *L) {
   lua_State *co = co_of(L, MODE_WRAP);
   int narg = lua_gettop(L);
-  if (!co_status_ok(L, co)) {
-    if (lua_status(co) == LUA_OK && lua_gettop(co) == 0)
-      return luaL_error(L, "cannot resume dead coroutine");
-    return luaL_error(L, "cannot resume non-suspended coroutine");
-  }
+  if (!co_status_ok(L, co)) return luaL_error(L, "%s", co_refusal(co));
   if (!lua_checkstack(co, narg)) return luaL_error(L, "too many arguments to resume");
   lua_xmove(L, co, narg);
   return do_resume(L, co, narg, MODE_WRAP);
@@ -1971,6 +2006,11 @@ static int globals_index (lua_State *L) {
   return 0;
 }
 
+/* For the pre-run check (precheck.c): a foreign name's message, and whether a globals
+** table's __index is still the sandbox's own. */
+const char *tp__sandbox_foreign_say (const char *name) { return foreign_say(name); }
+int tp__sandbox_globals_index_is_ours (lua_CFunction f) { return f == globals_index; }
+
 /* __index of the json library's read-only proxy (upvalue 1: the real table): reading
 ** json.null builds its metatable first, so every message about it names it. */
 static int json_index (lua_State *L) {
@@ -2112,6 +2152,7 @@ static int open_sandbox (lua_State *L) {
   tp__sandbox_of(L)->T = lua_newthread(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &thread_key);
   lua_gc(L, LUA_GCRESTART);
+  lua_gc(L, LUA_GCCOLLECT);
   return 0;
 }
 
@@ -2119,9 +2160,24 @@ tp_sandbox *tp__sandbox_create (const tp_limits *limits) {
   return tp__sandbox_create_in(limits, NULL);
 }
 
+static int pool_ready (tp_sandbox *sb, const tp_limits *limits);
+static int snap_take (tp_sandbox *sb);
+
 tp_sandbox *tp__sandbox_create_in (const tp_limits *limits, tp_arena_pool *pool) {
   if (originals_setup() != 0) return NULL;
-  tp_sandbox *sb = calloc(1, sizeof *sb);
+  tp_sandbox *sb;
+  int seeded = tp_lua_seed_next_set;
+  if (pool && pool->idle && !seeded) {  /* a run that asks for a seed: fresh */
+    sb = pool->idle;
+    if (limits->memory && sb->mem_peak > limits->memory)
+      return NULL;  /* where building it anew would have stopped */
+    pool->idle = sb->next_idle;
+    sb->next_idle = NULL;
+    if (pool_ready(sb, limits) == 0) return sb;
+    sandbox_free(sb);
+    return NULL;
+  }
+  sb = calloc(1, sizeof *sb);
   if (sb == NULL) return NULL;
   sb->arena.pool = pool;
   sb->limits = *limits;
@@ -2144,6 +2200,9 @@ tp_sandbox *tp__sandbox_create_in (const tp_limits *limits, tp_arena_pool *pool)
   if (gc_aggressive) lua_gc(L, LUA_GCINC, 0, 1000, 0);  /* no pause, big steps */
   lua_pushcfunction(L, open_sandbox);
   if (lua_pcall(L, 0, 0, 0) != LUA_OK) goto fail;  /* out of memory, or below the cap */
+  if (pool && pool->sandboxes < pool->sandboxes_max && !seeded &&
+      snap_take(sb) == 0)
+    pool->sandboxes++;
   return sb;
 fail:
   lua_close(L);
@@ -2199,13 +2258,167 @@ static int close_at_once (tp_sandbox *sb) {
   return 1;
 }
 
-void tp__sandbox_destroy (tp_sandbox *sb) {
-  if (sb == NULL) return;
+/* ---- the pool ------------------------------------------------------------------------
+** A pool's sandbox goes back, when its run is gone, to exactly what it was when built:
+** the bytes of its chunks and large blocks as they were then, its allocator's lists and
+** counts. Nothing a run did can reach the next one, since all of the state is that copy
+** again (spec/c/test_pool.c changes every library, metatable and upvalue a script can
+** reach, and checks); and the next run sees what a fresh sandbox would show it, down to
+** the memory it reports. Only what lives outside the state is set again: the run's
+** limits, and math.random's seed, taken from the clock and the state's address as Lua's
+** math library does when it opens. While a run uses the sandbox, the large blocks it
+** had when built are never freed nor moved (IS_SNAP): the copy is written back into
+** them. It needs the arena, which knows every block; under AddressSanitizer there is no
+** pool. */
+typedef struct snap_big { tp_big *h; size_t n; } snap_big;
+typedef struct tp_snap {
+  tp_arena arena;          /* the allocator as built; its list of large blocks empty */
+  size_t mem_used, mem_peak;
+  lua_State *T;
+  size_t nbig;
+  snap_big *bigs;          /* the large blocks as built, header included */
+  char *image;             /* the chunks' bytes in list order, then the large blocks' */
+} tp_snap;
+
+/* Keeps sb's state as it is now, for snap_restore; 0, or -1 when out of memory (then sb
+** stays an ordinary sandbox). */
+static int snap_take (tp_sandbox *sb) {
+  tp_arena *a = &sb->arena;
+  if (!ARENA_ON || a->chunks == NULL) return -1;
+  size_t nbig = 0, bytes = 0;
+  for (char *c = a->chunks; c != NULL; c = *(char **)c)
+    bytes += c == a->chunks ? (size_t)(a->cur - c) : ARENA_CHUNK;
+  for (tp_big *h = a->big; h != NULL; h = h->next) {
+    nbig++;
+    bytes += malloc_usable_size(h);
+  }
+  tp_snap *s = malloc(sizeof *s + nbig * sizeof(snap_big) + bytes);
+  if (s == NULL) return -1;
+  s->bigs = (snap_big *)(s + 1);
+  s->image = (char *)(s->bigs + nbig);
+  s->nbig = nbig;
+  char *o = s->image;
+  for (char *c = a->chunks; c != NULL; c = *(char **)c) {
+    size_t n = c == a->chunks ? (size_t)(a->cur - c) : ARENA_CHUNK;
+    memcpy(o, c, n);
+    o += n;
+  }
+  size_t i = 0;
+  for (tp_big *h = a->big, *next; h != NULL; h = next, i++) {
+    next = h->next;
+    h->prev = NULL;
+    h->next = &snap_mark;  /* marked before the copy, so the copy keeps the mark */
+    s->bigs[i] = (snap_big){ h, malloc_usable_size(h) };
+    memcpy(o, h, s->bigs[i].n);
+    o += s->bigs[i].n;
+  }
+  a->big = NULL;
+  s->arena = *a;
+  s->mem_used = sb->mem_used;
+  s->mem_peak = sb->mem_peak;
+  s->T = sb->T;
+  sb->snap = s;
+  return 0;
+}
+
+/* Puts sb's state back as snap_take kept it, after the finalizers of its userdata have
+** let go of what they hold outside the state. -1, having changed nothing, when
+** close_at_once cannot (then the sandbox is closed as usual). */
+static int snap_restore (tp_sandbox *sb) {
+  tp_snap *s = sb->snap;
+  if (!close_at_once(sb)) return -1;
+  tp_arena *a = &sb->arena;
+  for (void *c = a->chunks, *next; c != s->arena.chunks; c = next) {
+    next = *(void **)c;  /* the chunks taken since: the ones built with are the list's tail */
+    chunk_put(a->pool, c);
+  }
+  big_free_all(a);
+  const char *o = s->image;
+  for (char *c = s->arena.chunks; c != NULL; c = *(char **)c) {
+    size_t n = c == s->arena.chunks ? (size_t)(s->arena.cur - c) : ARENA_CHUNK;
+    memcpy(c, o, n);
+    o += n;
+  }
+  for (size_t i = 0; i < s->nbig; i++) {
+    memcpy(s->bigs[i].h, o, s->bigs[i].n);
+    o += s->bigs[i].n;
+  }
+  *a = s->arena;
+  sb->mem_used = s->mem_used;
+  sb->mem_peak = s->mem_peak;
+  sb->T = s->T;
+  return 0;
+}
+
+/* Sets what a restored state needs from outside: math.random's seed, and the limits'
+** traces in the registry (as open_sandbox does). No allocation: the keys exist. */
+static int ready_p (lua_State *L) {
+  tp_sandbox *sb = tp__sandbox_of(L);
+  tp__json_set_decode_cap(L, sb->mem_cap / 16);
+  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, "math");
+  lua_getfield(L, -1, "randomseed");
+  lua_call(L, 0, 0);  /* no argument: the clock and the state's address, as when opened */
+  return 0;
+}
+
+/* Readies a pool's restored sandbox for a run under limits (what tp__sandbox_create_in
+** sets in a new one). 0, or -1. */
+static int pool_ready (tp_sandbox *sb, const tp_limits *limits) {
+  sb->limits = *limits;
+  sb->mem_cap = limits->memory;
+  sb->out_cap = limits->output;
+  sb->host_cap = limits->memory;
+  sb->instr_limit = limits->instructions;
+  atomic_store(&sb->running, sb->L);
+  lua_pushcfunction(sb->L, ready_p);
+  if (lua_pcall(sb->L, 0, 0, 0) != LUA_OK) return -1;
+  return 0;
+}
+
+/* What a sandbox's run leaves outside its state is cleared, as a new one has it. */
+static void sandbox_clear (tp_sandbox *sb) {
+  json_array_clear(sb->logs);
+  atomic_store(&sb->kill, TP_KILL_NONE);
+  atomic_store(&sb->slice_over, 0);
+  atomic_store(&sb->poll_end_ns, 0);
+  sb->hook_yielded = 0;
+  sb->fail_armed = 0;
+  sb->fail_ptr = NULL;
+  sb->fail_osize = sb->fail_nsize = 0;
+  sb->kill_note[0] = '\0';
+  sb->logs_host = sb->out_used = 0;
+  sb->out_truncated = 0;
+  sb->host_used = 0;
+  sb->instr_used = sb->instr_step_end = 0;
+  sb->meter.countdown = METER_STEPS;
+  sb->run = NULL;
+}
+
+static void sandbox_free (tp_sandbox *sb) {
   atomic_store(&sb->running, NULL);
   if (sb->L && !close_at_once(sb)) lua_close(sb->L);
   arena_free_all(&sb->arena);
+  if (sb->snap) {  /* its large blocks as built were kept out of the arena's list */
+    for (size_t i = 0; i < sb->snap->nbig; i++) free(sb->snap->bigs[i].h);
+    free(sb->snap);
+    sb->arena.pool->sandboxes--;
+  }
   json_decref(sb->logs);
   free(sb);
+}
+
+void tp__sandbox_destroy (tp_sandbox *sb) {
+  if (sb == NULL) return;
+  tp_arena_pool *pool = sb->arena.pool;
+  atomic_store(&sb->running, NULL);
+  if (sb->snap && snap_restore(sb) == 0) {
+    sandbox_clear(sb);
+    sb->next_idle = pool->idle;
+    pool->idle = sb;
+    return;
+  }
+  sandbox_free(sb);
 }
 
 /* A new script thread for the next run of a session; the old one is let go. */

@@ -59,8 +59,12 @@ typedef enum tp_kill {
 typedef struct tp_arena_pool {
   void *chunks;
   size_t n, max;
+  /* Sandboxes kept for the next runs, each reset to the moment it was built (see
+  ** tp__sandbox_create_in): at most sandboxes_max of them exist at once, idle or not. */
+  struct tp_sandbox *idle;
+  size_t sandboxes, sandboxes_max;
 } tp_arena_pool;
-void tp__arena_pool_drain(tp_arena_pool *p);  /* frees what it holds */
+void tp__arena_pool_drain(tp_arena_pool *p);  /* frees what it holds, sandboxes first */
 
 typedef struct tp_arena {
   char *cur, *end;                      /* the free tail of the newest chunk */
@@ -112,13 +116,18 @@ typedef struct tp_sandbox {
   char kill_note[TP_KILL_NOTE_MAX]; /* the verdict's own words, when more precise than
                            ** the code's */
   struct tp_run *run;      /* owner, for tool calls */
+
+  struct tp_snap *snap;    /* a pool's sandbox: its state as built, or NULL */
+  struct tp_sandbox *next_idle;
 } tp_sandbox;
 
 /* Creates the sandbox state with the allowlisted library. Returns NULL when out of
 ** memory (host or cap). */
 tp_sandbox *tp__sandbox_create(const tp_limits *limits);
 /* The same with its chunks taken from and given back to pool (NULL: none), which must
-** outlive the sandbox. */
+** outlive the sandbox. A pool also keeps sandboxes: tp__sandbox_destroy puts a pool's
+** sandbox back exactly as it was built (every byte of its state), and this hands it
+** out again, which costs a copy of its memory instead of building it. */
 tp_sandbox *tp__sandbox_create_in(const tp_limits *limits, tp_arena_pool *pool);
 void tp__sandbox_destroy(tp_sandbox *sb);
 /* Readies a session's sandbox for its next run: a new script thread, empty logs,
@@ -236,6 +245,11 @@ tp_host_target *tp__signal_host_target(tp_host_target *t);
 
 extern char tp__request_tag;  /* first value of a yield that is a host request */
 extern char tp__readonly_key; /* in a metatable: rawset refuses the table */
+
+/* The pre-run check (precheck.c) reads what the globals' __index knows: the message
+** of a foreign name (`null`, `await`...) or NULL, and whether f is that __index. */
+const char *tp__sandbox_foreign_say(const char *name);
+int tp__sandbox_globals_index_is_ours(lua_CFunction f);
 
 /* Opens tools, parallel into the sandbox's new globals table on top of L. */
 void tp__tools_open(lua_State *L);

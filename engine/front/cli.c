@@ -1,7 +1,7 @@
 /*
 ** cli.c: the tidepool command. It only translates argv into the C API and the envelope
-** into text: exit status 0 when the script succeeded, 1 when it failed, 2 for a usage
-** error.
+** into text. Exit statuses: the table in mcp.h (TP_EXIT_*), the same for every command;
+** exit_statuses (below) says them in --help and the man page.
 */
 #include <errno.h>
 #include <signal.h>
@@ -17,13 +17,14 @@
 #include "tidepool.h"
 #include "mcp.h"
 
-#define EXIT_SCRIPT_FAILED 1
+#define EXIT_SCRIPT_FAILED TP_EXIT_FAILED
 #define EXIT_USAGE TP_EXIT_USAGE
 #define INPUT_MAX (64u << 20)  /* refuse to read more source than this */
 
 static const char usage_head[] =
   "usage: tidepool run [options] FILE     run a Lua script (FILE - reads standard input)\n"
-  "       tidepool check [options] FILE   compile only, report syntax errors\n"
+  "       tidepool check [options] FILE   compile and check, run nothing: syntax errors and\n"
+  "                                       every line that would surely fail (names, tools)\n"
   "       tidepool describe [--config FILE] [--tools DIR]... [--no-builtin-tools]\n"
   "                [--workspace DIR] [--format lua|json] [--describe MODE]\n"
   "                                       what the model reads: the sandbox and the tools\n"
@@ -32,8 +33,9 @@ static const char usage_head[] =
   "                                       namespace's names a line), counts, or auto (the\n"
   "                                       first that fits in 2,048 characters, as mcp)\n"
   "       tidepool mcp [options]          MCP server on stdio (tidepool mcp --help)\n"
-  "       tidepool config check FILE...   check config files without running anything:\n"
-  "                                       FILE: ok and a summary, or every problem\n"
+  "       tidepool config check FILE...   check config files as run --strict does, but\n"
+  "                                       starting no server: FILE: ok and a summary, or\n"
+  "                                       every problem (exit 2: the file; 3: the machine)\n"
   "       tidepool config schema          print the config file's JSON Schema\n"
   "       tidepool --version | --help\n"
   "\n"
@@ -46,8 +48,9 @@ static const char usage_head[] =
   "  --for-model          print exactly one line: the result as tidepool mcp gives it to\n"
   "                       a model (ok, result or error, logs, calls counted by tool,\n"
   "                       failed_calls in full; no call records, no stats)\n"
-  "  --strict             a plugin that cannot load is an error (exit status 3, before\n"
-  "                       anything runs), not only a warning\n"
+  "  --strict             what config check refuses (a config this machine lacks\n"
+  "                       something for, a plugin or server that cannot load) is an\n"
+  "                       error (exit status 3, before anything runs), not a warning\n"
   "  --tools DIR          also load the plugin tools in DIR (repeatable)\n"
   "  --no-builtin-tools   leave out the built-in tools (time.*, kv.*, fs.*)\n"
   "  --workspace DIR      offer the fs.* tools, confined to DIR\n"
@@ -72,19 +75,56 @@ static const char usage_head[] =
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
-static const char usage_tail[] =
-  "\n"
-  "A limit of 0 means no limit. Exit status: 0 the script succeeded,\n"
-  "1 it failed (syntax, runtime error, limit), 2 usage error, 3 a plugin was refused\n"
-  "(--strict); a bad --config file is a usage error, each problem with its\n"
-  "JSON path.\n";
+/* The exit statuses of the command, for --help and the man page (scripts/man.sh). */
+static const struct { int status; const char *meaning; } exit_statuses[] = {
+  { TP_EXIT_OK, "it did what was asked: the script succeeded, the files are good, the "
+    "server stopped on end of input or a signal" },
+  { TP_EXIT_FAILED, "the script failed (syntax, runtime error, limit); or something failed "
+    "at run time (out of memory, an address already in use)" },
+  { TP_EXIT_USAGE, "a usage error: an unknown option, a bad value (named with its flag), a "
+    "config file that is wrong (each problem with its JSON path), a FILE, --state or "
+    "--audit that cannot be opened" },
+  { TP_EXIT_REFUSED, "--strict or config check: the config asks for what this machine lacks "
+    "(an unset env: variable, a program not in PATH), or a plugin or upstream server "
+    "cannot load" },
+};
+/* Prints "  TERM" and text wrapped at 86 columns, from column 24 on. */
+static void help_entry (FILE *f, const char *term, const char *text) {
+  int col = fprintf(f, "  %s", term);
+  if (col > 22) { fputc('\n', f); col = 0; }
+  fprintf(f, "%*s", 23 - col, "");
+  col = 23;
+  while (*text) {
+    size_t w = strcspn(text, " ");
+    if (col > 23 && col + 1 + (int)w > 86) { fprintf(f, "\n%23s", ""); col = 23; }
+    else if (col > 23) { fputc(' ', f); col++; }
+    fwrite(text, 1, w, f);
+    col += (int)w;
+    text += w;
+    text += strspn(text, " ");
+  }
+  fputc('\n', f);
+}
+
+/* The error codes (tp_code_at) and the exit statuses, as --help's last sections. */
+static void usage_tail (FILE *f) {
+  fputs("\nA limit of 0 means no limit.\n\nerror codes (the envelope's error.code):\n", f);
+  for (size_t i = 0; i < tp_code_count(); i++)
+    help_entry(f, tp_code_at(i)->code, tp_code_at(i)->meaning);
+  fputs("\nexit status (every command, mcp too):\n", f);
+  for (size_t i = 0; i < sizeof exit_statuses / sizeof exit_statuses[0]; i++) {
+    char s[8];
+    snprintf(s, sizeof s, "%d", exit_statuses[i].status);
+    help_entry(f, s, exit_statuses[i].meaning);
+  }
+}
 
 /* The option of `tidepool run` (mcp 0) or `tidepool mcp` (mcp 1) for limit li, or NULL. */
 static const char *limit_flag (const tp_limit_info *li, int mcp) {
   return mcp ? li->mcp : li->flag;
 }
 
-void tp__cli_limits_help (FILE *f, int mcp) {
+void tp__cli_limits_help (FILE *f, int mcp, const tp_limits *defaults) {
   static const char *const args[] = { "SIZE", "N", "DURATION" };
   for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
     const tp_limit_info *li = tp_limit_at(i);
@@ -92,7 +132,8 @@ void tp__cli_limits_help (FILE *f, int mcp) {
     if (flag == NULL) continue;
     char opt[64], def[32];
     snprintf(opt, sizeof opt, "%s %s", flag, args[li->unit]);
-    tp_format_value(li->unit, li->def, def, sizeof def);
+    tp_format_value(li->unit, defaults ? tp_limits_get(defaults, li) : li->def, def,
+                    sizeof def);
     if (strlen(opt) <= 20) fprintf(f, "  %-20s %s (default %s)\n", opt, li->help, def);
     else fprintf(f, "  %s\n  %-20s %s (default %s)\n", opt, "", li->help, def);
   }
@@ -100,8 +141,8 @@ void tp__cli_limits_help (FILE *f, int mcp) {
 
 static void usage (FILE *f) {
   fputs(usage_head, f);
-  tp__cli_limits_help(f, 0);
-  fputs(usage_tail, f);
+  tp__cli_limits_help(f, 0, NULL);
+  usage_tail(f);
 }
 
 const char *tp__cli_option_name (const char *arg, char *name, size_t len) {
@@ -128,7 +169,10 @@ int tp__cli_limit_option (const char *name, const char *val, tp_limits *lim, int
     const tp_limit_info *li = tp_limit_at(i);
     const char *flag = limit_flag(li, mcp);
     if (flag == NULL || strcmp(flag, name) != 0) continue;
-    return tp_limits_set(lim, li->field, val, why, whylen) == TP_OK ? 1 : -1;
+    char bad[200];
+    if (tp_limits_set(lim, li->field, val, bad, sizeof bad) == TP_OK) return 1;
+    snprintf(why, whylen, "%s: %s", flag, bad);  /* "--memory: bad size '12Q' (...)" */
+    return -1;
   }
   return 0;
 }
@@ -223,7 +267,177 @@ static void config_summary (const char *text, size_t len) {
   json_decref(cfg);
 }
 
-/* tidepool config check FILE...: every file checked; exit 0 when all are good, 2 else.
+/* ---- load problems: the config's (what the machine lacks), the plugins', the servers' --
+** `run` shows them as warnings; `run --strict` and `config check` refuse them (exit
+** TP_EXIT_REFUSED), and say which kinds there were. A problem of the config names its
+** JSON pointer after the file ("tidepool: c.json: /commands/0/argv0: ..."); a plugin that
+** finds the same problem again (tools/proc.lua) is not shown twice. */
+typedef struct load_report {
+  const char *config;   /* the config file's path, or NULL */
+  const char *prefix;   /* before each line: "tidepool: warning: ", "tidepool: " or "" */
+  int config_n, plugin_n, server_n;
+  char *seen[64];       /* the JSON pointers shown */
+  int nseen;
+} load_report;
+
+/* The length of the JSON pointer that starts line (up to ": "), or 0: none, or a plugin
+** file's "/path/x.lua:12: what". */
+static size_t pointer_len (const char *line) {
+  if (line[0] != '/') return 0;
+  const char *e = strstr(line, ": ");
+  if (e == NULL) return 0;
+  const char *d = e;
+  while (d > line && d[-1] >= '0' && d[-1] <= '9') d--;
+  if (d < e && d > line && d[-1] == ':') return 0;  /* file:line */
+  return (size_t)(e - line);
+}
+
+static int seen_pointer (load_report *rep, const char *line, size_t n) {
+  for (int i = 0; i < rep->nseen; i++)
+    if (strlen(rep->seen[i]) == n && memcmp(rep->seen[i], line, n) == 0) return 1;
+  if (rep->nseen < 64 && (rep->seen[rep->nseen] = strndup(line, n)) != NULL) rep->nseen++;
+  return 0;
+}
+
+/* One problem (maybe several lines) of a load. */
+static void warn (const char *problem, void *ud) {
+  load_report *rep = ud;
+  int counted = 0;
+  while (*problem) {
+    int n = (int)strcspn(problem, "\n");
+    const char *line = problem;
+    problem += n + (problem[n] == '\n');
+    if (strncmp(line, "config: ", 8) == 0) { line += 8; n -= 8; }
+    size_t pl = pointer_len(line);
+    if (pl && seen_pointer(rep, line, pl)) continue;
+    if (!counted) {
+      counted = 1;
+      if (pl) rep->config_n++;
+      else if (strncmp(line, "mcpServers", 10) == 0) rep->server_n++;
+      else rep->plugin_n++;
+    }
+    fprintf(stderr, "%s%s%s%.*s\n", rep->prefix, pl && rep->config ? rep->config : "",
+            pl && rep->config ? ": " : "", n, line);
+  }
+}
+
+static int load_problems (const load_report *rep) {
+  return rep->config_n + rep->plugin_n + rep->server_n;
+}
+
+static void load_report_free (load_report *rep) {
+  for (int i = 0; i < rep->nseen; i++) free(rep->seen[i]);
+  rep->nseen = 0;
+}
+
+/* The closing line of a refused load, "<who>: refused: what kinds of problem there were". */
+static void refused (const char *who, const load_report *rep) {
+  char parts[300] = "";
+  size_t o = 0;
+  if (rep->config_n)
+    o += (size_t)snprintf(parts + o, sizeof parts - o, "%d problem%s of the config on this "
+                          "machine", rep->config_n, rep->config_n == 1 ? "" : "s");
+  if (rep->plugin_n && o < sizeof parts)
+    o += (size_t)snprintf(parts + o, sizeof parts - o, "%s%d plugin problem%s", o ? ", " : "",
+                          rep->plugin_n, rep->plugin_n == 1 ? "" : "s");
+  if (rep->server_n && o < sizeof parts)
+    snprintf(parts + o, sizeof parts - o, "%s%d upstream server problem%s", o ? ", " : "",
+             rep->server_n, rep->server_n == 1 ? "" : "s");
+  fprintf(stderr, "%s: refused: %s (above)\n", who, parts);
+}
+
+/* Shows what e's config lacks on this machine (tp_engine_config_warnings), one problem a
+** line, through warn and rep; returns how many. */
+static int config_lacks (tp_engine *e, load_report *rep) {
+  int before = rep->config_n;
+  for (const char *l = tp_engine_config_warnings(e); l && *l; ) {
+    size_t n = strcspn(l, "\n");
+    char *line = strndup(l, n);
+    if (line) warn(line, rep);
+    free(line);
+    l += n + (l[n] == '\n');
+  }
+  return rep->config_n - before;
+}
+
+/* Loads the plugin directories (and, with servers, starts the config's mcpServers) after
+** showing what e's config lacks on this machine; every problem goes through warn and rep.
+** Under strict, a config that lacks something stops here: nothing is started for it.
+** Returns how many problems there were. */
+static int load_tools (tp_engine *e, int builtin, const char *const *dirs, int ndirs,
+                       int servers, int strict, load_report *rep) {
+  char buf[4200];
+  if (config_lacks(e, rep) && strict) return load_problems(rep);
+  if (servers) tp_engine_start_servers(e, warn, rep);  /* the config's mcpServers */
+  for (int i = builtin ? -1 : 0; i < ndirs; i++) {
+    const char *dir = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
+    if (tp_engine_load_tools_cb(e, dir, warn, rep) < 0) warn(tp_engine_error(e), rep);
+  }
+  return load_problems(rep);
+}
+
+/* One file of `tidepool config check`: the checks of `run --strict` but for starting the
+** servers (a server's program is looked for, not run). TP_EXIT_OK, TP_EXIT_USAGE (the file
+** is wrong) or TP_EXIT_REFUSED (this machine lacks what it asks for, or a plugin of its
+** tools directories cannot load). */
+static int config_check_file (const char *path) {
+  size_t len = 0;
+  char *text = tp__cli_read_config(path, &len);
+  if (text == NULL) return TP_EXIT_USAGE;
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) {
+    fprintf(stderr, "tidepool: out of memory\n");
+    free(text);
+    return TP_EXIT_FAILED;
+  }
+  char *dir = tp__cli_config_dir(path);
+  if (dir == NULL || tp_engine_configure_dir(e, text, len, dir) != TP_OK) {
+    free(dir);
+    fflush(stdout);
+    tp__cli_config_problems(stderr, "", path, tp_engine_error(e));
+    tp_engine_destroy(e);
+    free(text);
+    return TP_EXIT_USAGE;
+  }
+  char prefix[600];
+  snprintf(prefix, sizeof prefix, "%s: ", path);
+  load_report rep = { NULL, prefix, 0, 0, 0, {0}, 0 };
+  fflush(stdout);
+  config_lacks(e, &rep);
+  /* the plugins load as under --strict, but the servers are not started: the config's
+  ** check above looked for their programs and variables, which is all that runs nothing */
+  json_t *cfg = tp_json_parse(text, len, NULL, 0);
+  char *rest = NULL;
+  if (cfg && json_object_del(cfg, "mcpServers") == 0) rest = json_dumps(cfg, 0);
+  json_decref(cfg);
+  if (rest) tp_engine_configure_dir(e, rest, strlen(rest), dir);  /* checked above */
+  free(rest);
+  free(dir);
+  const char *ws = tp_engine_config_workspace(e, NULL);
+  if (ws) tp_engine_set_workspace(e, ws);
+  const char *dirs[256];
+  int ndirs = 0;
+  for (size_t k = 0; ndirs < 256 && tp_engine_config_tools(e, k); k++)
+    dirs[ndirs++] = tp_engine_config_tools(e, k);
+  for (int i = -1; i < ndirs; i++) {
+    char buf[4200];
+    const char *d = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
+    if (tp_engine_load_tools_cb(e, d, warn, &rep) < 0) warn(tp_engine_error(e), &rep);
+  }
+  int problems = load_problems(&rep);
+  load_report_free(&rep);
+  if (problems == 0) {
+    printf("%s: ok: ", path);
+    config_summary(text, len);
+  }
+  else refused(path, &rep);
+  tp_engine_destroy(e);
+  free(text);
+  return problems ? TP_EXIT_REFUSED : TP_EXIT_OK;
+}
+
+/* tidepool config check FILE...: every file checked; the exit status is the worst one
+** (TP_EXIT_USAGE over TP_EXIT_REFUSED over TP_EXIT_OK).
 ** tidepool config schema: the schema the files are checked against. */
 static int config_main (int argc, char **argv) {
   if (argc == 1 && strcmp(argv[0], "schema") == 0) {
@@ -236,35 +450,66 @@ static int config_main (int argc, char **argv) {
                                : "unknown config command (use: config check FILE... or "
                                "config schema)");
   if (argc < 2) return tp__cli_usage_error("%s", "config check needs a FILE");
-  int bad = 0;
+  int worst = TP_EXIT_OK;
   for (int i = 1; i < argc; i++) {
-    const char *path = argv[i];
-    size_t len = 0;
-    char *text = tp__cli_read_config(path, &len);
-    if (text == NULL) { bad = 1; continue; }
-    char *dir = tp__cli_config_dir(path);
-    size_t cap = 1 << 16;
-    char *err = malloc(cap);
-    if (dir == NULL || err == NULL) {
-      fprintf(stderr, "tidepool: out of memory\n");
-      free(dir); free(err); free(text);
-      return 1;
-    }
-    int rc = tp_config_check(text, len, dir, err, cap);
-    if (rc == TP_OK) {
-      printf("%s: ok: ", path);
-      config_summary(text, len);
-    }
-    else {
-      bad = 1;
-      fflush(stdout);
-      tp__cli_config_problems(stderr, "", path, err);
-    }
-    free(dir);
-    free(err);
-    free(text);
+    int rc = config_check_file(argv[i]);
+    if (rc == TP_EXIT_FAILED) return rc;
+    if (rc == TP_EXIT_USAGE || (rc == TP_EXIT_REFUSED && worst == TP_EXIT_OK)) worst = rc;
   }
-  return bad ? EXIT_USAGE : 0;
+  return worst;
+}
+
+static int cmp_keys (const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* v as jansson's JSON_INDENT(2) | JSON_SORT_KEYS would print it, with every real in the
+** engine's shortest form (tp_number_text), as --json has it. */
+static void put_json (FILE *f, json_t *v, int depth) {
+  switch (json_typeof(v)) {
+    case JSON_OBJECT: case JSON_ARRAY: {
+      int obj = json_is_object(v);
+      size_t n = obj ? json_object_size(v) : json_array_size(v);
+      if (n == 0) { fputs(obj ? "{}" : "[]", f); return; }
+      const char **keys = obj ? malloc(n * sizeof *keys) : NULL;
+      if (obj && keys == NULL) { fputs("{}", f); return; }
+      size_t i = 0;
+      const char *k;
+      json_t *c;
+      if (obj) {
+        json_object_foreach(v, k, c) keys[i++] = k;
+        qsort(keys, n, sizeof *keys, cmp_keys);
+      }
+      fputc(obj ? '{' : '[', f);
+      for (i = 0; i < n; i++) {
+        fprintf(f, "%s\n%*s", i ? "," : "", 2 * (depth + 1), "");
+        if (obj) {
+          json_t *key = json_string(keys[i]);
+          char *t = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
+          fprintf(f, "%s: ", t ? t : "\"\"");
+          free(t);
+          json_decref(key);
+        }
+        put_json(f, obj ? json_object_get(v, keys[i]) : json_array_get(v, i), depth + 1);
+      }
+      fprintf(f, "\n%*s%c", 2 * depth, "", obj ? '}' : ']');
+      free(keys);
+      return;
+    }
+    case JSON_REAL: {
+      char num[32];
+      tp_number_text(json_real_value(v), num, sizeof num);
+      fputs(num, f);
+      if (strpbrk(num, ".eni") == NULL) fputs(".0", f);  /* a real stays one: 3.0 */
+      return;
+    }
+    default: {
+      char *t = json_dumps(v, JSON_ENCODE_ANY);
+      if (t) fputs(t, f);
+      free(t);
+      return;
+    }
+  }
 }
 
 /* Prints the envelope for a person: logs and result on stdout, an error on stderr. */
@@ -279,16 +524,30 @@ static void print_human (const char *envelope) {
     fwrite(json_string_value(v), 1, json_string_length(v), stdout);
     fputc('\n', stdout);
   }
+  json_array_foreach(json_object_get(env, "warnings"), i, v) {
+    json_t *line = json_object_get(v, "line");
+    fprintf(stderr, "warning");
+    if (line) fprintf(stderr, " at line %lld", (long long)json_integer_value(line));
+    fprintf(stderr, ": %s\n", json_string_value(json_object_get(v, "message")));
+  }
   json_t *err = json_object_get(env, "error");
   if (err) {
-    json_t *line = json_object_get(err, "line"), *src = json_object_get(err, "source");
-    json_t *hint = json_object_get(err, "hint");
-    fprintf(stderr, "error [%s]", json_string_value(json_object_get(err, "code")));
-    if (line) fprintf(stderr, " at line %lld", (long long)json_integer_value(line));
-    fprintf(stderr, ": %s\n", json_string_value(json_object_get(err, "message")));
-    if (src) fprintf(stderr, "  %lld | %s\n", (long long)json_integer_value(line),
-                     json_string_value(src));
-    if (hint) fprintf(stderr, "  hint: %s\n", json_string_value(hint));
+    /* the pre-run check's findings, every one; else the one error */
+    json_t *all = json_object_get(err, "findings"), *one;
+    size_t n = json_is_array(all) ? json_array_size(all) : 1;
+    for (size_t k = 0; k < n; k++) {
+      one = json_is_array(all) ? json_array_get(all, k) : err;
+      json_t *line = json_object_get(one, "line"), *src = json_object_get(one, "source");
+      json_t *hint = json_object_get(one, "hint");
+      fprintf(stderr, "error [%s]", json_string_value(json_object_get(one, "code")));
+      if (line) fprintf(stderr, " at line %lld", (long long)json_integer_value(line));
+      fprintf(stderr, ": %s\n", json_string_value(json_object_get(one, "message")));
+      if (src) fprintf(stderr, "  %lld | %s\n", (long long)json_integer_value(line),
+                       json_string_value(src));
+      if (hint) fprintf(stderr, "  hint: %s\n", json_string_value(hint));
+    }
+    json_t *more = json_object_get(err, "findings_more");
+    if (more) fprintf(stderr, "(and %lld more)\n", (long long)json_integer_value(more));
   }
   else {
     json_t *result = json_object_get(env, "result");
@@ -298,8 +557,8 @@ static void print_human (const char *envelope) {
         fputc('\n', stdout);
       }
       else {
-        char *text = json_dumps(result, JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_SORT_KEYS);
-        if (text) { puts(text); free(text); }
+        put_json(stdout, result, 0);
+        fputc('\n', stdout);
       }
     }
   }
@@ -318,10 +577,12 @@ static void print_human (const char *envelope) {
       nfailed += json_is_false(json_object_get(c, "ok"));
     }
   }
+  char fails[48];
+  snprintf(fails, sizeof fails, " (%zu failed)", nfailed);
   if (isatty(2) || ncalls > 0)
     fprintf(stderr, "-- %zu tool call%s%s, %.1f ms wall, %.1f ms cpu, %.1f KiB peak memory\n",
             ncalls, ncalls == 1 ? "" : "s",
-            nfailed ? (nfailed == 1 ? " (1 failed)" : " (some failed)") : "",
+            nfailed ? fails : "",
             json_number_value(json_object_get(st, "wall_ms")),
             json_number_value(json_object_get(st, "cpu_ms")),
             json_number_value(json_object_get(st, "memory_peak")) / 1024);
@@ -350,29 +611,6 @@ const char *tp__cli_builtin_tools_dir (char *buf, size_t len) {
     }
   }
   return TP_DATADIR "/tools";
-}
-
-/* A problem as warnings, one per line of it; ud (if not NULL) counts the problems. */
-static void warn (const char *problem, void *ud) {
-  if (ud) ++*(int *)ud;
-  while (*problem) {
-    int n = (int)strcspn(problem, "\n");
-    fprintf(stderr, "tidepool: warning: %.*s\n", n, problem);
-    problem += n + (problem[n] == '\n');
-  }
-}
-
-/* Loads the plugin directories; their problems are warnings on stderr. Returns how many
-** problems there were (--strict makes them failures). */
-static int load_tools (tp_engine *e, int builtin, const char *const *dirs, int ndirs) {
-  char buf[4200];
-  int problems = 0;
-  tp_engine_start_servers(e, warn, &problems);  /* the config's mcpServers */
-  for (int i = builtin ? -1 : 0; i < ndirs; i++) {
-    const char *dir = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
-    if (tp_engine_load_tools_cb(e, dir, warn, &problems) < 0) warn(tp_engine_error(e), &problems);
-  }
-  return problems;
 }
 
 /* ---- approvals: a call that a policy rule asks a person to approve ---------------------
@@ -469,8 +707,6 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
   snprintf(why, sizeof why, "%s; the person asked at the terminal declined it", reason);
   tp_call_deny(c, why);
 }
-
-#define EXIT_REFUSED 3  /* --strict: a plugin was refused */
 
 int main (int argc, char **argv) {
   /* A write past a file-size limit (RLIMIT_FSIZE) fails with EFBIG, the one write's error
@@ -598,7 +834,7 @@ int main (int argc, char **argv) {
       char why[256];
       if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &workspace_max, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("%s", why);
+        return tp__cli_usage_error("--workspace-max: %s", why);
       workspace_max_set = 1;
       continue;
     }
@@ -687,11 +923,15 @@ int main (int argc, char **argv) {
     fprintf(stderr, "tidepool: out of memory\n");
     return 1;
   }
+  load_report rep = { config_path, strict ? "tidepool: " : "tidepool: warning: ",
+                      0, 0, 0, {0}, 0 };
   if (describe) {
-    if (load_tools(e, builtin_tools, dirs, ndirs) > 0 && strict) {
-      fprintf(stderr, "tidepool: --strict: a plugin was refused (see the warnings above)\n");
+    int bad = load_tools(e, builtin_tools, dirs, ndirs, 1, strict, &rep) > 0 && strict;
+    load_report_free(&rep);
+    if (bad) {
+      refused("tidepool: --strict", &rep);
       tp_engine_destroy(e);
-      return EXIT_REFUSED;
+      return TP_EXIT_REFUSED;
     }
     char fmt[32];
     if (describe_mode == NULL) snprintf(fmt, sizeof fmt, "%s", format);
@@ -736,12 +976,17 @@ int main (int argc, char **argv) {
   /* Loading plugins starts the host Lua state and compiles every plugin file: about 3 ms,
   ** three quarters of a trivial run. A script whose text never says "tools" cannot reach
   ** the tools table (short of building the name from pieces), so it runs without them. */
-  if ((strict || (!check && memmem(src, len, "tools", 5) != NULL)) &&
-      load_tools(e, builtin_tools, dirs, ndirs) > 0 && strict) {
-    fprintf(stderr, "tidepool: --strict: a plugin was refused (see the warnings above)\n");
+  /* The run's time limit covers the servers' start, which comes before it: the engine
+  ** waits for them at most that long and counts the wait in the run (stats.wait_ms). */
+  if (!check) tp_engine_set_start_timeout(e, lim.wall_us);
+  int bad = (strict || memmem(src, len, "tools", 5) != NULL) &&
+            load_tools(e, builtin_tools, dirs, ndirs, 1, strict, &rep) > 0 && strict;
+  load_report_free(&rep);
+  if (bad) {
+    refused("tidepool: --strict", &rep);
     free(src);
     tp_engine_destroy(e);
-    return EXIT_REFUSED;
+    return TP_EXIT_REFUSED;
   }
   char *envelope = NULL;
   int ok = 0;
@@ -758,6 +1003,7 @@ int main (int argc, char **argv) {
   if (for_model && !check) view = tp__mcp_model_view(envelope, strlen(envelope), NULL);
   if (view) puts(view);
   else if (json_out || for_model) puts(envelope);
+  else if (check && ok) printf("%s: ok\n", strcmp(file, "-") == 0 ? "standard input" : file);
   else print_human(envelope);
   free(view);
   tp_free(envelope);

@@ -19,8 +19,9 @@
 ** ("500ms", "2s", "1m"). A value of 0 means no limit. Unknown option names are an error,
 ** so a typo is not a silently ignored limit. JSON null in the envelope is tidepool.null.
 **
-** Tools: `tools` (a list of plugin directories) and `builtin_tools` (true: the built-in
-** tools/ directory; default false) pick an engine: one per distinct set, made on first use
+** Tools: `tools` (a list of plugin directories) and `builtin_tools` (the built-in tools/
+** directory, as `tidepool run` loads it; default true, false leaves it out) pick an
+** engine: one per distinct set, made on first use
 ** and kept as long as the module, so state such as the kv store lasts across runs.
 ** Plugin load problems come back in the envelope table's `warnings` (a list of
 ** "file:line: why" lines) on every run of that engine. `workspace` (a directory: offers
@@ -191,13 +192,12 @@ static void push_builtin_dir (lua_State *L) {
 ** in upvalue 2 by the list of directories and the workspace); pushes its load warnings
 ** (a table) or nil. */
 static tp_engine *pick_engine (lua_State *L, int idx) {
-  int builtin = 0, ndirs = 0, has_max = 0;
+  int builtin = 1, ndirs = 0, has_max = 0;  /* the built-in tools, as `tidepool run` */
   uint64_t ws_max = 0;
   const char *ws = NULL, *cfg = NULL, *state = NULL;
   luaL_Buffer key;
   if (lua_istable(L, idx)) {
-    lua_getfield(L, idx, "builtin_tools");
-    builtin = lua_toboolean(L, -1);
+    if (lua_getfield(L, idx, "builtin_tools") != LUA_TNIL) builtin = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (lua_getfield(L, idx, "workspace_max") != LUA_TNIL) {
       opt_value(L, "workspace_max", TP_UNIT_BYTES, NULL, NULL, &ws_max);
@@ -489,6 +489,7 @@ static int run_determined (tp_engine *e, const char *src, size_t len, const tp_l
 }
 
 static int run_or_check (lua_State *L, int check) {
+  lua_settop(L, 2);  /* no options: a nil at 2, not the warnings pick_engine pushes */
   tp_engine *e = pick_engine(L, 2);
   int warnings = lua_gettop(L);
   size_t len;
@@ -517,13 +518,25 @@ static int run_or_check (lua_State *L, int check) {
     lua_pushlstring(L, json_string_value(box->tree), json_string_length(box->tree));
     json_decref(box->tree);
     box->tree = NULL;
-    lua_pushvalue(L, warnings);
+    if (lua_istable(L, warnings)) lua_pushvalue(L, warnings);
+    else lua_pushnil(L);  /* no warnings: nil, whichever engine ran */
     return 2;
   }
   push_envelope(L, box, envelope);
-  if (lua_istable(L, warnings)) {
-    lua_pushvalue(L, warnings);
-    lua_setfield(L, -2, "warnings");
+  if (lua_istable(L, warnings)) {  /* the tools' load warnings, after the run's own */
+    if (lua_getfield(L, -1, "warnings") == LUA_TTABLE) {
+      lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+      for (lua_Integer i = 1; i <= (lua_Integer)lua_rawlen(L, warnings); i++) {
+        lua_rawgeti(L, warnings, i);
+        lua_rawseti(L, -2, ++n);
+      }
+      lua_pop(L, 1);
+    }
+    else {
+      lua_pop(L, 1);
+      lua_pushvalue(L, warnings);
+      lua_setfield(L, -2, "warnings");
+    }
   }
   return 1;
 }

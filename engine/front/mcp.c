@@ -30,10 +30,14 @@
 ** session.full). A session idle longer than --session-idle, or whose run hit
 ** limit.memory, is dropped; the model learns it from the "session" field of the next
 ** result with that id. Session ids are 1 to SESSION_ID_MAX bytes without control
-** characters, and matched byte for byte. With --state, servers that share the store hold
-** each session in one of them: the worker claims it in the store before a call runs
-** (tp_engine_claim_session, ttl --session-idle, extended by every call), and a call for a
-** session another server holds is refused with session.moved naming it (--advertise).
+** characters, and matched byte for byte. A session is its principal's (over HTTP with
+** auth; else the one local principal ""): the same id under two principals is two
+** sessions, and nothing of one reaches the other. With --state, servers that share the
+** store hold each session in one of them: the worker claims it in the store before a call
+** runs (tp_engine_claim_lease, keyed by principal and id, ttl --session-idle, extended by
+** every call), and a call for a session another server holds is refused with
+** session.moved naming it (--advertise), until that server's lease lapses (--lease: worker
+** 0 renews it); then the session is taken over, afresh, and the result says so.
 **
 ** The kv.* tools of every worker share one store (engine/host/kvstore.c), so a key written by
 ** one call is read by the next whichever worker runs it.
@@ -104,6 +108,7 @@ static uint64_t now_ns (void) {
 #define ID_MAX        1024          /* a request id, as JSON text: it is echoed back */
 #define BATCH_MAX     64            /* messages in a batch (versions before 2025-06-18) */
 #define WORKERS_MAX   64
+#define LEASE_DEFAULT_US (15ull * 1000000u)
 /* What one tools/call response of a batch may take, so that BATCH_MAX of them fit a line. */
 #define BATCH_CALL_MAX ((LINE_OUT_MAX - 65536) / BATCH_MAX)
 
@@ -140,9 +145,14 @@ static const char usage_text[] =
   "  --advertise URL      with --state: this server's address, as other servers name it\n"
   "                       when they answer session.moved for a session it holds\n"
   "                       (default: http://ADDR:PORT/mcp of --http)\n"
+  "  --lease DURATION     with --state: this server renews a lease on its name (every\n"
+  "                       third of DURATION, default 15s); once it lapses (the server\n"
+  "                       died, or lost the store) others take over its sessions and\n"
+  "                       paused runs\n"
   "  --name NAME          the name of the script tool (default run_lua)\n"
   "  --expose-tools       also list every loaded tool as an MCP tool of its own, named\n"
-  "                       for every client (fs.read as fs_read; a taken name gets _2)\n"
+  "                       for every client (fs.read as fs_read; a taken name gets _2),\n"
+  "                       but those whose tool_settings callers leave out \"direct\"\n"
   "  --audit FILE         append one JSON line per run to FILE: time, session, tool, ok,\n"
   "                       error code, and every call record and the stats (the model's\n"
   "                       result counts the calls by tool and lists the failed ones;\n"
@@ -169,12 +179,28 @@ static const char usage_text[] =
   "\n"
   "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
   "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count;\n"
-  "--max-result defaults to 80K here: about 25,000 tokens of typical JSON, the most Claude\n"
+  "--max-result is smaller here: about 25,000 tokens of typical JSON, the most Claude\n"
   "Code shows of a tool's result by default):\n";
 
+/* tidepool mcp's default --max-result: Claude Code shows at most 25,000 tokens of a tool's
+** result by default, and 80 KiB of typical JSON (API objects: keys, words, ids) is about
+** 24,800 o200k tokens (3.3 bytes a token; JSON of bare numbers or ids takes ~2 bytes a
+** token: such a result may still pass the client's limit). Past it the script gets
+** limit.result with a hint to return less, not a result the client cuts. */
+#define MCP_RESULT_MAX (80u * 1024u)
+
+/* tidepool mcp's default limits, for the options and --help alike: the limits table's,
+** but --max-result is MCP_RESULT_MAX. */
+static void mcp_limits_init (tp_limits *l) {
+  tp_limits_init(l);
+  l->result = MCP_RESULT_MAX;
+}
+
 static void usage (FILE *f) {
+  tp_limits defaults;
+  mcp_limits_init(&defaults);
   fputs(usage_text, f);
-  tp__cli_limits_help(f, 1);
+  tp__cli_limits_help(f, 1, &defaults);
   fputs("\nA limit of 0 means no limit.\n", f);
   tp__mcp_http_help(f);
 }
@@ -207,6 +233,7 @@ typedef struct options {
   unsigned max_sessions, workers;
   int workers_set;          /* --workers given (else 1 when the config has MCP servers) */
   uint64_t pause_ttl_us;    /* --pause-ttl */
+  uint64_t lease_us;        /* --lease: how long this server's claims outlive its silence */
   const char *secret_file;  /* --secret-file, or NULL (a random secret) */
   int asks;                 /* the config's policy has an "ask" rule: approvals are on */
   char policy_hash[TP__DUR_HASH_LEN];  /* of the config's policy (durable runs) */
@@ -230,6 +257,8 @@ struct session {
   session *prev, *next;
   char *id;                 /* idlen bytes (no NUL inside: refused), NUL-terminated */
   size_t idlen;
+  char *principal;          /* who made it ("" without auth: the one local principal);
+                            ** only calls of that principal find it */
   uint64_t num;
   worker *w;
   int busy;
@@ -312,6 +341,7 @@ struct req {
   struct dent { char *p; size_t n; } *dents;
   size_t dn, dcap, dput, dbase;
   int durable, dsaved, dbad, dsave_done;
+  int dstage, drunning;     /* a restore's step (DUR_READ...), and its record said "running" */
   struct dsave *dsave;      /* a save under way */
   const char *dnote;        /* why the paused run does not survive a restart, or NULL */
   char dwhy[300];
@@ -337,6 +367,8 @@ struct worker {
   sleeper *sleepers;
   char *desc;               /* run_lua's description, cached */
   int stopping;
+  uv_timer_t lease;         /* worker 0 with --state: renews the server's lease */
+  int lease_on, lease_failing;
   uint64_t elicits;         /* elicitation requests sent */
   /* protocol side */
   size_t load, nsess;
@@ -373,6 +405,8 @@ struct server {
   char *stash;              /* input read but not handled while paused */
   size_t stash_len;
   int paused, reading, eof, done;
+  uv_timer_t drain;         /* after end of input: the bound on what is still running */
+  int drain_on;
   /* requests */
   req *reqs, *waiting, *waiting_tail;
   size_t nrunning, nwaiting;
@@ -393,7 +427,7 @@ struct server {
   session *sessions;
   size_t nsessions;
   uint64_t session_nums;
-  char *dropped_id[DROPPED_MAX], *dropped_why[DROPPED_MAX];
+  char *dropped_id[DROPPED_MAX], *dropped_why[DROPPED_MAX], *dropped_who[DROPPED_MAX];
   size_t dropped_len[DROPPED_MAX];
   size_t dropped_next;
   uv_timer_t sweep;
@@ -408,6 +442,7 @@ struct server {
 
 static void log_msg(server *s, int level, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
+static void stop_if_drained(server *s);
 
 /* ---- mailboxes ----------------------------------------------------------------------- */
 
@@ -719,12 +754,6 @@ static json_t *envelope_schema (void) {
   return s;
 }
 
-/* tidepool mcp's default --max-result: Claude Code shows at most 25,000 tokens of a tool's
-** result by default, and 80 KiB of typical JSON (API objects: keys, words, ids) is about
-** 24,800 o200k tokens (3.3 bytes a token; JSON of bare numbers or ids takes ~2 bytes a
-** token: such a result may still pass the client's limit). Past it the script gets
-** limit.result with a hint to return less, not a result the client cuts. */
-#define MCP_RESULT_MAX (80u * 1024u)
 
 /* run_lua's description (worker side), made when the tools load: --describe full gives
 ** every tool's fields and rules; auto (the default) the first of full, compact, grouped
@@ -808,6 +837,9 @@ static char *tools_report (worker *w) {
       wlog(w, L_WARNING, "--expose-tools: tool %s is listed as %s: %s was taken", t->name,
            mcp_name, plain);
     json_object_set_new(names, mcp_name, json_string(t->name));
+    /* not listed when the config's tool_settings keep it for scripts: its name stays
+    ** known, so a call of it is refused saying so (tool.denied), not "Unknown tool" */
+    if (!(tp_engine_tool_callers(w->e, i) & TP_CALLER_DIRECT)) continue;
     char *schema = NULL;
     tp_engine_tool_schema(w->e, i, 0, &schema);
     json_t *in = schema ? json_loads(schema, JSON_ALLOW_NUL, NULL) : NULL;
@@ -853,28 +885,44 @@ static char *memdup0 (const char *p, size_t n) {
   return d;
 }
 
+/* A session is one principal's: the same id under two principals is two sessions, and
+** nothing of one (its globals, that it exists, why it was dropped, its paused run) reaches
+** another. Without auth every caller is the one local principal, "". */
+static int sess_is (const session *ss, const char *who, const char *id, size_t len) {
+  return id_is(ss->id, ss->idlen, id, len) && strcmp(ss->principal, who) == 0;
+}
+
+static int same_principal (const char *a, const char *b) {
+  return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
 static void remember_drop (server *s, const session *ss, const char *why) {
   size_t k = s->dropped_next++ % DROPPED_MAX;
   free(s->dropped_id[k]);
   free(s->dropped_why[k]);
+  free(s->dropped_who[k]);
   s->dropped_id[k] = memdup0(ss->id, ss->idlen);
   s->dropped_len[k] = ss->idlen;
   s->dropped_why[k] = strdup(why);
+  s->dropped_who[k] = strdup(ss->principal);
 }
 
-static const char *dropped_why (server *s, const char *id, size_t len) {
+static const char *dropped_why (server *s, const char *who, const char *id, size_t len) {
   const char *why = NULL;
   for (size_t k = 0; k < DROPPED_MAX; k++)  /* the latest wins: scan all */
-    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len)) why = s->dropped_why[k];
+    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len) && s->dropped_who[k] &&
+        strcmp(s->dropped_who[k], who) == 0) why = s->dropped_why[k];
   return why;
 }
 
-static void forget_drop (server *s, const char *id, size_t len) {
+static void forget_drop (server *s, const char *who, const char *id, size_t len) {
   for (size_t k = 0; k < DROPPED_MAX; k++)
-    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len)) {
+    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len) && s->dropped_who[k] &&
+        strcmp(s->dropped_who[k], who) == 0) {
       free(s->dropped_id[k]);
       free(s->dropped_why[k]);
-      s->dropped_id[k] = s->dropped_why[k] = NULL;
+      free(s->dropped_who[k]);
+      s->dropped_id[k] = s->dropped_why[k] = s->dropped_who[k] = NULL;
     }
 }
 
@@ -882,7 +930,12 @@ static void forget_drop (server *s, const char *id, size_t len) {
 static void session_drop (server *s, session *ss, const char *why) {
   if (why) {
     remember_drop(s, ss, why);
+    /* over HTTP a log line goes to the request being handled, maybe another principal's:
+    ** the operator's standard error only */
+    void *origin = s->origin;
+    if (s->http) s->origin = NULL;
     log_msg(s, L_INFO, "session %s dropped: %s", ss->id, why);
+    s->origin = origin;
   }
   if (ss->prev) ss->prev->next = ss->next;
   else s->sessions = ss->next;
@@ -891,12 +944,13 @@ static void session_drop (server *s, session *ss, const char *why) {
   ss->w->nsess--;
   if (!s->done) post_worker(ss->w, M_DROP, ss->num);
   free(ss->id);
+  free(ss->principal);
   free(ss);
 }
 
-static session *session_find (server *s, const char *id, size_t len) {
+static session *session_find (server *s, const char *who, const char *id, size_t len) {
   for (session *ss = s->sessions; ss; ss = ss->next)
-    if (id_is(ss->id, ss->idlen, id, len)) return ss;
+    if (sess_is(ss, who, id, len)) return ss;
   return NULL;
 }
 
@@ -952,9 +1006,9 @@ static const char *bad_session_id (const json_t *sid, char *buf, size_t len) {
 
 /* The session for a call, made if needed. NULL with *err (code) and msg set when the call
 ** cannot have it. info gets the "session" field of the result. */
-static session *session_for (server *s, const char *id, size_t idlen, json_t **info,
-                             const char **err, char *msg, size_t msglen) {
-  session *ss = session_find(s, id, idlen);
+static session *session_for (server *s, const char *who, const char *id, size_t idlen,
+                             json_t **info, const char **err, char *msg, size_t msglen) {
+  session *ss = session_find(s, who, id, idlen);
   if (ss != NULL) {
     if (ss->busy) {
       *err = "session.busy";
@@ -987,7 +1041,9 @@ static session *session_for (server *s, const char *id, size_t idlen, json_t **i
     session_drop(s, lru, msg);
   }
   ss = calloc(1, sizeof *ss);
-  if (ss == NULL || (ss->id = memdup0(id, idlen)) == NULL) {
+  if (ss == NULL || (ss->id = memdup0(id, idlen)) == NULL ||
+      (ss->principal = strdup(who)) == NULL) {
+    if (ss) free(ss->id);
     free(ss);
     *err = "limit.memory";
     snprintf(msg, msglen, "the server is out of memory: no new session can be made");
@@ -1001,13 +1057,13 @@ static session *session_for (server *s, const char *id, size_t idlen, json_t **i
   if (s->sessions) s->sessions->prev = ss;
   s->sessions = ss;
   s->nsessions++;
-  const char *why = dropped_why(s, id, idlen);
+  const char *why = dropped_why(s, who, id, idlen);
   if (why) {
     char m[500];
     snprintf(m, sizeof m, "session \"%s\" was dropped earlier because %s: this call started "
              "it afresh, and the globals of earlier calls are gone", id, why);
     *info = json_pack("{s:s%, s:s, s:s}", "id", id, idlen, "state", "new", "message", m);
-    forget_drop(s, id, idlen);
+    forget_drop(s, who, id, idlen);
   }
   else *info = json_pack("{s:s%, s:s}", "id", id, idlen, "state", "new");
   return ss;
@@ -1186,7 +1242,7 @@ static json_t *parse_envelope (const char *env, size_t len) {
 static json_t *model_view (const json_t *env) {
   json_t *v = json_object(), *by = json_object(), *failed = json_array();
   if (v == NULL || by == NULL || failed == NULL) goto oom;
-  static const char *const keep[] = { "ok", "result", "error", "logs" };
+  static const char *const keep[] = { "ok", "result", "error", "warnings", "logs" };
   for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
     json_t *x = json_object_get(env, keep[k]);
     if (x && json_object_set(v, keep[k], x) != 0) goto oom;
@@ -1504,9 +1560,10 @@ static char *exposed_response (const json_t *id, const char *env, size_t len, in
   sb_str(&b, "}}");
   free(text);
   json_decref(j);
-  if (b.oom || b.len >= max) {
+  if (b.oom || b.len >= max) {  /* the envelope, cut: an error (isError), since a cut
+                                ** result cannot match the tool's outputSchema */
     free(b.p);
-    return call_response(id, env, len, 1, NULL, max, outlen);  /* the envelope, cut */
+    return call_response(id, env, len, 0, NULL, max, outlen);
   }
   *outlen = b.len;
   return b.p;
@@ -1737,7 +1794,6 @@ typedef struct dsave dsave;
 static void dur_note(json_t *view, const req *q);
 static void dur_save(worker *w, req *q);
 static void dur_decide(worker *w, req *q);
-static void dur_running(worker *w, req *q);
 static void dur_forget(worker *w, req *q);
 static void worker_begin(worker *w, req *q, tp_run *run);
 
@@ -1885,7 +1941,7 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
   }
   p->c = c;
   p->seq = tp_call_id(c);
-  tp__apx_binding(a->run_id, p->seq, p->tool, p->args, p->binding);
+  tp__apx_binding(a->run_id, p->seq, p->tool, p->args, q->principal, p->binding);
   pend **tail = &a->pending;
   while (*tail) tail = &(*tail)->next;
   *tail = p;
@@ -1987,44 +2043,197 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
 ** parked. */
 static void decide (worker *w, req *q, json_t *args);
 
-/* With --state, servers that share a store could each resume one paused run: this one from
-** memory, another restored from the store. Whoever resumes a run first claims it in the
-** store, as sessions are claimed (atomically across processes); the others refuse it. The
-** key begins with a control character, which no session id has. Only a server whose name
+/* Exactly once. With --state, servers that share a store could each resume one paused
+** run: this one from memory, another restored from the store. Whoever resumes a run first
+** claims it in the store (atomically across processes); the others refuse it. The key
+** begins with a control character, which no session id has. Only a server whose name
 ** outlives its process claims runs (--http or --advertise): a claim lasts as long as a run
 ** may stay paused, and a stdio server's name (its pid) would keep its own restart from
-** restoring the runs it resumed before it stopped. */
+** restoring the runs it resumed before it stopped.
+**
+** The steps of a resume, each of which the store may fail: claim the run; (restored) read
+** its record and log; mark its record "running" (naming this server); apply the
+** decisions, whose approved calls run. A claim the store did not answer is never taken
+** for won: the resume is refused with state.unavailable, nothing runs, and the same
+** resume_run sent again goes through once the store answers. A run held by a server
+** whose lease lapsed (it died, or lost the store: --lease) is run.interrupted when its
+** record says "running" (its calls may have been made), and is taken over when the record
+** is still the pause this server holds (nothing was decided there). */
 #define RUN_CLAIMS(s) ((s)->owner != NULL && ((s)->o.advertise || (s)->o.http.listen))
 #define RUN_CLAIM_TTL_MS(o) ((int64_t)((o)->pause_ttl_us / 1000) + 3600000)
 static void run_claim_key (const char *run_id, char *out, size_t len) {
   snprintf(out, len, "\x1frun:%s", run_id);
 }
 static void run_claim_msg (const char *run_id, const char *holder, char *msg, size_t len) {
-  snprintf(msg, len, "run %s is not paused here: another tidepool server, %s, resumed it "
-           "and its result answers the call that resumed it there", run_id, holder);
+  snprintf(msg, len, "run %s is not paused here: another tidepool server, %s, holds it: it "
+           "resumed the run, and its result answers the call that resumed it there (if that "
+           "call failed with state.unavailable, send it to %s again)", run_id, holder, holder);
+}
+static void run_interrupted_msg (const char *run_id, const char *holder, char *msg,
+                                 size_t len) {
+  if (holder)
+    snprintf(msg, len, "run %s cannot be resumed: tidepool server %s resumed it and stopped "
+             "(its lease lapsed) while the run went on, so the calls approved then may have "
+             "been made. Check what they did, then run the script again if needed", run_id,
+             holder);
+  else
+    snprintf(msg, len, "run %s cannot be resumed: it was resumed already and was running "
+             "when its server stopped, so the calls approved then may have been made. Check "
+             "what they did, then run the script again if needed", run_id);
+}
+static void store_down_msg (const char *run_id, const char *what, const char *err, char *msg,
+                            size_t len) {
+  snprintf(msg, len, "run %s was not resumed: the state store failed to %s (%.300s). A run "
+           "goes on only once the store has it claimed for one server, so that no approved "
+           "call is made twice; nothing of it ran. Send the same resume_run again (its "
+           "decisions stay valid) once the store answers", run_id, what, err ? err : "closed");
 }
 
-typedef struct rclaim { worker *w; uint64_t serial; json_t *args; } rclaim;
+/* A resume in flight on the worker: the request by serial (it may end meanwhile). */
+typedef struct rclaim { worker *w; uint64_t serial; json_t *args; int64_t log_entries; } rclaim;
 
-static void resume_claimed (void *ud, const char *holder, const char *err) {
-  rclaim *c = ud;
+static req *rclaim_req (rclaim *c) {
   worker *w = c->w;
+  if (w->stopping) return NULL;
   req *q = w->running;
   while (q && q->serial != c->serial) q = q->wnext;
-  if (!w->stopping && q != NULL && q->wparked && q->ax != NULL) {
-    if (err) wlog(w, L_WARNING, "the run's claim in the state store failed (%s): it is "
-                  "resumed here", err);
-    if (holder == NULL) decide(w, q, c->args);
-    else {
-      char msg[600];
-      size_t n;
-      run_claim_msg(q->run_id, holder, msg, sizeof msg);
-      char *line = refusal_response(q->id, "run.not_paused", msg, NULL, q->budget, &n);
-      if (line) park(w, q, line, n);
-    }
-  }
+  return q && q->ax != NULL && q->run != NULL ? q : NULL;
+}
+
+static void rclaim_free (rclaim *c) {
   json_decref(c->args);
   free(c);
+}
+
+static int64_t wall_ms(void);
+static const char holder_or_unknown[] = "(unnamed)";
+
+/* A restored run whose decisions were refused waits here until its expiry (a run paused
+** here has its --pause-ttl timer running already). */
+static void keep_till_expiry (req *q) {
+  if (q->ax && q->wparked && q->dexp_ms && !uv_is_active((uv_handle_t *)&q->ax->t)) {
+    int64_t left = q->dexp_ms - wall_ms();
+    uv_timer_start(&q->ax->t, ttl_cb, left > 0 ? (uint64_t)left : 1, 0);
+  }
+}
+
+/* Refuses the resume of q, whose run stays here waiting for decisions. */
+static void refuse_resume (worker *w, req *q, const char *code, const char *msg) {
+  size_t n;
+  char *line = refusal_response(q->id, code, msg, NULL, q->budget, &n);
+  if (line) park(w, q, line, n);
+  keep_till_expiry(q);
+}
+
+static void marked (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)val; (void)len;
+  rclaim *c = ud;
+  req *q = rclaim_req(c);
+  if (q != NULL) {
+    if (status == TP_STORED_OK) decide(c->w, q, c->args);
+    else {
+      char msg[800];
+      store_down_msg(q->run_id, "mark the run as running", err, msg, sizeof msg);
+      refuse_resume(c->w, q, "state.unavailable", msg);
+    }
+  }
+  rclaim_free(c);
+}
+
+/* The decisions are checked; then, for a run kept in the store, its record says "running"
+** (so that neither a restart nor another server replays it to its approved calls again)
+** before they apply. Takes c. */
+static void mark_then_decide (worker *w, req *q, rclaim *c) {
+  char msg[700];
+  if (check_decisions(q->ax, c->args, msg, sizeof msg) != NULL || !q->dsaved) {
+    decide(w, q, c->args);  /* refuses bad decisions; the run stays paused */
+    keep_till_expiry(q);
+    rclaim_free(c);
+    return;
+  }
+  json_t *rec = json_pack("{s:s, s:s, s:s, s:i}", "run", q->run_id, "state", "running",
+                          "by", w->s->owner ? w->s->owner : "", "v", 1);
+  if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
+  size_t n;
+  char *text = rec ? tp_json_text(rec, &n) : NULL;
+  json_decref(rec);
+  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
+  if (text == NULL || tp_engine_run_put(w->e, q->run_id, text, n, ttl, marked, c) != TP_OK)
+    marked(c, TP_STORED_ERROR, NULL, 0, text ? tp_engine_error(w->e) : "out of memory");
+  free(text);
+}
+
+static void resume_claimed (void *ud, int outcome, const char *holder, const char *err);
+
+/* A run held by a server whose lease lapsed: its record says what happened there. */
+static void resume_probed (void *ud, int status, const char *val, size_t len, const char *err) {
+  rclaim *c = ud;
+  req *q = rclaim_req(c);
+  if (q == NULL) { rclaim_free(c); return; }
+  worker *w = c->w;
+  char msg[800];
+  json_t *rec = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
+  const char *state = json_string_value(json_object_get(rec, "state"));
+  const char *by = json_string_value(json_object_get(rec, "by"));
+  json_t *le = json_object_get(rec, "log_entries");
+  if (status != TP_STORED_OK && status != TP_STORED_NOTFOUND) {
+    store_down_msg(q->run_id, "read the run's record", err, msg, sizeof msg);
+    refuse_resume(w, q, "state.unavailable", msg);
+  }
+  else if (state && strcmp(state, "running") == 0) {
+    run_interrupted_msg(q->run_id, by, msg, sizeof msg);
+    refuse_resume(w, q, "run.interrupted", msg);
+  }
+  else if ((status == TP_STORED_NOTFOUND && !q->dsaved) ||
+           (rec && json_is_integer(le) && json_integer_value(le) == c->log_entries)) {
+    /* still the pause this server holds (or one no other server could restore): the
+    ** holder that lapsed decided nothing of it */
+    char key[TP__APX_RUN_ID_MAX + 8];
+    run_claim_key(q->run_id, key, sizeof key);
+    json_decref(rec);
+    if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                              TP_CLAIM_TAKEOVER, resume_claimed, c) != TP_OK)
+      resume_claimed(c, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
+    return;
+  }
+  else {
+    snprintf(msg, sizeof msg, "run %s is not paused here: tidepool server %s resumed it%s "
+             "and then stopped (its lease lapsed)%s", q->run_id, by ? by : holder_or_unknown,
+             status == TP_STORED_NOTFOUND ? ", the run finished there," : "",
+             status == TP_STORED_NOTFOUND ? "" : "; the run was paused again there and its "
+             "state is in the store: resume it through another server, with the decisions "
+             "of its latest paused result");
+    refuse_resume(w, q, "run.not_paused", msg);
+  }
+  json_decref(rec);
+  rclaim_free(c);
+}
+
+static void resume_claimed (void *ud, int outcome, const char *holder, const char *err) {
+  rclaim *c = ud;
+  req *q = rclaim_req(c);
+  if (q == NULL || !q->wparked) { rclaim_free(c); return; }
+  worker *w = c->w;
+  char msg[800];
+  switch (outcome) {
+  case TP_CLAIM_WON: case TP_CLAIM_TAKEN:
+    if (outcome == TP_CLAIM_TAKEN)
+      wlog(w, L_INFO, "run %s: taken over from %s, whose lease lapsed", q->run_id, holder);
+    mark_then_decide(w, q, c);
+    return;
+  case TP_CLAIM_DEAD:
+    if (tp_engine_run_get(w->e, q->run_id, resume_probed, c) != TP_OK)
+      resume_probed(c, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
+    return;
+  case TP_CLAIM_HELD:
+    run_claim_msg(q->run_id, holder, msg, sizeof msg);
+    refuse_resume(w, q, "run.not_paused", msg);
+    break;
+  default:
+    store_down_msg(q->run_id, "claim the run for this server", err, msg, sizeof msg);
+    refuse_resume(w, q, "state.unavailable", msg);
+  }
+  rclaim_free(c);
 }
 
 static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
@@ -2032,18 +2241,20 @@ static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
   while (q && q->serial != serial) q = q->wnext;
   if (q == NULL || !q->wparked || q->ax == NULL) return;  /* ended: req_done answers */
   json_t *args = tp_json_parse(text, len, NULL, 0);
-  rclaim *c = RUN_CLAIMS(w->s) && args ? malloc(sizeof *c) : NULL;
-  if (c != NULL) {
-    char key[TP__APX_RUN_ID_MAX + 8];
-    run_claim_key(q->run_id, key, sizeof key);
-    *c = (rclaim){ w, serial, args };
-    if (tp_engine_claim_session(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
-                                resume_claimed, c) == TP_OK)
-      return;
-    free(c);
+  rclaim *c = args ? calloc(1, sizeof *c) : NULL;
+  if (c == NULL) {
+    json_decref(args);
+    refuse_resume(w, q, "limit.memory", "the server is out of memory: the run was not "
+                  "resumed; send the same resume_run again");
+    return;
   }
-  decide(w, q, args);
-  json_decref(args);
+  *c = (rclaim){ w, serial, args, (int64_t)(q->dbase + q->dput) };
+  if (!RUN_CLAIMS(w->s)) { mark_then_decide(w, q, c); return; }
+  char key[TP__APX_RUN_ID_MAX + 8];
+  run_claim_key(q->run_id, key, sizeof key);
+  if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                            TP_CLAIM_PROBE, resume_claimed, c) != TP_OK)
+    resume_claimed(c, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
 }
 
 /* Applies decisions (resume_run's arguments) to q's held calls. */
@@ -2078,7 +2289,6 @@ static void decide (worker *w, req *q, json_t *args) {
   if (a->pending) { park(w, q, NULL, 0); return; }  /* undecided calls: paused again */
   q->wparked = 0;
   tp_run_hold_wall(q->run, 0);
-  if (q->dsaved) dur_running(w, q);
 }
 
 static void wdone (worker *w, req *q) {
@@ -2285,18 +2495,6 @@ static void dur_forget (worker *w, req *q) {
   q->dsaved = 0;
 }
 
-/* q's run goes on with its calls decided: what it does now is in this process only, so
-** its record becomes a marker that refuses a resume after a restart (the approved calls
-** may have been made; replaying to them again could make them twice). */
-static void dur_running (worker *w, req *q) {
-  char rec[TP__APX_RUN_ID_MAX + 120];
-  int n = snprintf(rec, sizeof rec, "{\"run\":\"%s\",\"state\":\"running\",\"v\":1}",
-                   q->run_id);
-  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
-  if (tp_engine_run_put(w->e, q->run_id, rec, (size_t)n, ttl, NULL, NULL) != TP_OK)
-    dur_forget(w, q);
-}
-
 /* q's run ended: its stored record and log go (not when the server stops: they are what a
 ** restart resumes). */
 static void dur_end (worker *w, req *q) {
@@ -2311,45 +2509,90 @@ static void dur_refuse (worker *w, req *q, const char *code, const char *msg) {
   wdone(w, q);
 }
 
-/* A restored run replayed to its held call(s): the decisions it was resumed with apply. */
+/* A restored run replayed to its held call(s): the decisions it was resumed with apply
+** (its record marked "running" first). */
 static void dur_decide (worker *w, req *q) {
   json_t *args = q->restore;
   q->restore = NULL;
-  decide(w, q, args);
-  json_decref(args);
-  if (q->wparked && q->ax) {  /* refused decisions: it waits here until its expiry */
-    int64_t left = q->dexp_ms - wall_ms();
-    uv_timer_start(&q->ax->t, ttl_cb, left > 0 ? (uint64_t)left : 1, 0);
+  rclaim *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    json_decref(args);
+    refuse_resume(w, q, "limit.memory", "the server is out of memory: the run was not "
+                  "resumed; send the same resume_run again");
+    return;
   }
+  *c = (rclaim){ w, q->serial, args, 0 };
+  mark_then_decide(w, q, c);
 }
 
 static void dur_got_log (void *ud, int status, const char *val, size_t len, const char *err);
+
+/* The restore of a run (resume_run for a run no request here holds): read its record
+** (for its principal: another principal's run is not found); with run claims, claim it
+** (DUR_PROBE, then DUR_TAKEOVER from a holder whose lease lapsed before the record said
+** "running") and read the record again, now this server's to resume (DUR_CLAIMED). */
+enum { DUR_READ, DUR_PROBE, DUR_TAKEOVER, DUR_CLAIMED };
+
+static void dur_load_claimed(void *ud, int outcome, const char *holder, const char *err);
+
+/* Lets the claim of a restore go when it failed before its record said "running" (nothing
+** of it ran): any server may resume the run then. */
+static void dur_unclaim (worker *w, req *q) {
+  if (q->dstage != DUR_CLAIMED) return;
+  char key[TP__APX_RUN_ID_MAX + 8];
+  run_claim_key(q->run_id, key, sizeof key);
+  tp_engine_release_session(w->e, key, w->s->owner);
+}
 
 static void dur_got_record (void *ud, int status, const char *val, size_t len,
                             const char *err) {
   req *q = ud;
   worker *w = q->w;
-  char msg[600];
+  char msg[800];
   if (w->stopping) return;
+  json_t *rec = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
+  if (rec && !same_principal(json_string_value(json_object_get(rec, "principal")),
+                             q->principal)) {
+    json_decref(rec);  /* another principal's: as if there were none */
+    status = TP_STORED_NOTFOUND;
+    rec = NULL;
+  }
   if (status == TP_STORED_NOTFOUND) {
     snprintf(msg, sizeof msg, "there is no paused run \"%.60s\", here or in the state store: "
              "it finished, it was ended after waiting longer than the server's --pause-ttl, "
              "or the id is wrong (copy run from the paused result)", q->run_id);
+    dur_unclaim(w, q);
     dur_refuse(w, q, "run.unknown", msg);
     return;
   }
-  json_t *rec = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
+  if (status != TP_STORED_OK) {
+    store_down_msg(q->run_id, "read the run's record", err, msg, sizeof msg);
+    dur_unclaim(w, q);
+    dur_refuse(w, q, "state.unavailable", msg);
+    return;
+  }
   if (rec == NULL) {
-    snprintf(msg, sizeof msg, "run %s could not be read from the state store: %.300s",
-             q->run_id, status == TP_STORED_OK ? "its record is not JSON" : err ? err : "closed");
+    snprintf(msg, sizeof msg, "run %s could not be read from the state store: its record "
+             "is not JSON", q->run_id);
+    dur_unclaim(w, q);
     dur_refuse(w, q, "run.store_failed", msg);
     return;
   }
   const char *state = json_string_value(json_object_get(rec, "state"));
-  if (state && strcmp(state, "running") == 0) {
-    snprintf(msg, sizeof msg, "run %s cannot be resumed: it was resumed already and was "
-             "running when its server stopped, so the calls approved then may have been "
-             "made. Check what they did, then run the script again if needed", q->run_id);
+  int running = state && strcmp(state, "running") == 0;
+  if (q->dstage == DUR_READ && RUN_CLAIMS(w->s)) {  /* now claim it: see run_claim_key */
+    char key[TP__APX_RUN_ID_MAX + 8];
+    run_claim_key(q->run_id, key, sizeof key);
+    json_decref(rec);
+    q->drunning = running;
+    q->dstage = DUR_PROBE;
+    if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                              TP_CLAIM_PROBE, dur_load_claimed, q) != TP_OK)
+      dur_load_claimed(q, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
+    return;
+  }
+  if (running) {
+    run_interrupted_msg(q->run_id, NULL, msg, sizeof msg);
     json_decref(rec);
     dur_refuse(w, q, "run.interrupted", msg);
     return;
@@ -2404,13 +2647,11 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
                  "be restored");
       return;
     }
-    if (tp_engine_log_read(w->e, q->run_id, dur_got_log, q) != TP_OK) {
-      snprintf(msg, sizeof msg, "run %s's call log could not be read: %.300s", q->run_id,
-               tp_engine_error(w->e));
-      dur_refuse(w, q, "run.store_failed", msg);
-    }
+    if (tp_engine_log_read(w->e, q->run_id, dur_got_log, q) != TP_OK)
+      dur_got_log(q, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
     return;
   }
+  dur_unclaim(w, q);
   json_decref(rec);
 }
 
@@ -2431,45 +2672,58 @@ static void dur_got_log (void *ud, int status, const char *val, size_t len, cons
   }
   tp_run_destroy(run);
   json_decref(log);
+  dur_unclaim(w, q);
+  if (status != TP_STORED_OK && status != TP_STORED_NOTFOUND) {
+    store_down_msg(q->run_id, "read the run's call log", err, msg, sizeof msg);
+    dur_refuse(w, q, "state.unavailable", msg);
+    return;
+  }
   snprintf(msg, sizeof msg, "run %s's call log could not be read from the state store: "
            "%.300s; run the script again", q->run_id,
-           why[0] ? why : status == TP_STORED_NOTFOUND ? "it is missing"
-                        : status == TP_STORED_OK ? "out of memory" : err ? err : "closed");
+           why[0] ? why : status == TP_STORED_NOTFOUND ? "it is missing" : "out of memory");
   dur_refuse(w, q, "run.store_failed", msg);
 }
 
 /* M_RUN of a restore: the record first. */
-static void dur_load_claimed (void *ud, const char *holder, const char *err);
 static void dur_load (worker *w, req *q) {
-  if (RUN_CLAIMS(w->s) && !q->claimed) {  /* first claim the run: see run_claim_key */
-    char key[TP__APX_RUN_ID_MAX + 8];
-    run_claim_key(q->run_id, key, sizeof key);
-    q->claimed = 1;
-    if (tp_engine_claim_session(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
-                                dur_load_claimed, q) == TP_OK)
-      return;
-  }
-  if (tp_engine_run_get(w->e, q->run_id, dur_got_record, q) != TP_OK) {
-    char msg[500];
-    snprintf(msg, sizeof msg, "the state store cannot be reached: %.300s",
-             tp_engine_error(w->e));
-    dur_refuse(w, q, "run.store_failed", msg);
-  }
+  if (tp_engine_run_get(w->e, q->run_id, dur_got_record, q) != TP_OK)
+    dur_got_record(q, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
 }
 
-static void dur_load_claimed (void *ud, const char *holder, const char *err) {
+static void dur_load_claimed (void *ud, int outcome, const char *holder, const char *err) {
   req *q = ud;
   worker *w = q->w;
+  char msg[800];
   if (w->stopping) return;  /* the protocol thread frees the request after the join */
-  if (err) wlog(w, L_WARNING, "the run's claim in the state store failed (%s): it is "
-                "restored here", err);
-  if (holder != NULL) {
-    char msg[600];
+  switch (outcome) {
+  case TP_CLAIM_WON: case TP_CLAIM_TAKEN:
+    if (outcome == TP_CLAIM_TAKEN)
+      wlog(w, L_INFO, "run %s: taken over from %s, whose lease lapsed", q->run_id, holder);
+    q->dstage = DUR_CLAIMED;
+    dur_load(w, q);
+    return;
+  case TP_CLAIM_HELD:
     run_claim_msg(q->run_id, holder, msg, sizeof msg);
     dur_refuse(w, q, "run.not_paused", msg);
     return;
+  case TP_CLAIM_DEAD:
+    if (q->drunning) {
+      run_interrupted_msg(q->run_id, holder, msg, sizeof msg);
+      dur_refuse(w, q, "run.interrupted", msg);
+      return;
+    }
+    /* the holder stopped before it marked the run "running": nothing was decided there */
+    char key[TP__APX_RUN_ID_MAX + 8];
+    run_claim_key(q->run_id, key, sizeof key);
+    q->dstage = DUR_TAKEOVER;
+    if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
+                              TP_CLAIM_TAKEOVER, dur_load_claimed, q) != TP_OK)
+      dur_load_claimed(q, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
+    return;
+  default:
+    store_down_msg(q->run_id, "claim the run for this server", err, msg, sizeof msg);
+    dur_refuse(w, q, "state.unavailable", msg);
   }
-  dur_load(w, q);
 }
 
 /* One line of the audit log (--audit): when, the session, the tool called (run_lua or an
@@ -2578,23 +2832,46 @@ static void run_done (tp_run *run, void *ud) {
   wdone(w, q);
 }
 
+/* The key of a session's claim in a shared store: the id itself for the local principal
+** (as before principals), else "\x1esession:" LEN ":" PRINCIPAL ":" ID, which no id (no
+** control characters) and no other principal's key can be. 0 when it does not fit. */
+#define SESSION_KEY_MAX (SESSION_ID_MAX + 300)
+static int session_key (const char *principal, const char *sid, char *out, size_t len) {
+  int n = principal && *principal
+        ? snprintf(out, len, "\x1esession:%zu:%s:%s", strlen(principal), principal, sid)
+        : snprintf(out, len, "%s", sid);
+  return n > 0 && (size_t)n < len;
+}
+
 /* The store's answer to the claim of q's session (--state: servers that share it hold
 ** each session in one of them): ours, run it; another's, session.moved naming it; the
 ** store failing, run it here (the session's globals are this server's meanwhile). */
 static void worker_run (worker *w, req *q);
-static void session_claimed (void *ud, const char *holder, const char *err) {
+static void session_claimed (void *ud, int outcome, const char *holder, const char *err) {
   req *q = ud;
   worker *w = q->w;
   if (w->stopping) return;  /* the protocol thread frees the request after the join */
-  if (err) wlog(w, L_WARNING, "the session's claim in the state store failed (%s): run "
-                "here", err);
-  if (holder == NULL) { worker_run(w, q); return; }
   json_t *sid = json_object_get(q->sess_info, "id");
+  const char *id = json_string_value(sid) ? json_string_value(sid) : "";
   char msg[1400];
+  if (outcome == TP_CLAIM_FAILED)
+    wlog(w, L_WARNING, "the session's claim in the state store failed (%s): run here", err);
+  if (outcome == TP_CLAIM_TAKEN) {  /* its holder died: the session starts afresh here */
+    wsess_drop(w, q->sess_num);
+    snprintf(msg, sizeof msg, "session \"%s\" was held by another tidepool server, %s, "
+             "whose lease lapsed (it stopped, or lost the state store): this server took the "
+             "session over, the globals it held there are gone, and this call started it "
+             "afresh", id, holder);
+    json_t *info = json_pack("{s:O, s:s, s:s}", "id", sid ? sid : json_null(), "state", "new",
+                             "message", msg);
+    if (info) { json_decref(q->sess_info); q->sess_info = info; }
+  }
+  if (outcome != TP_CLAIM_HELD) { worker_run(w, q); return; }
   snprintf(msg, sizeof msg, "session \"%s\" lives on another tidepool server, %s, which "
            "holds its globals: send this call there (a load balancer that routes by session "
            "does), or use another session id here; the claim lapses after --session-idle "
-           "without calls", json_string_value(sid) ? json_string_value(sid) : "", holder);
+           "without calls, or once that server's lease lapses (--lease) if it stops", id,
+           holder);
   q->moved = 1;
   q->drop_session = 1;
   q->line = refusal_response(q->id, "session.moved", msg, q->sess_info, q->budget,
@@ -2609,8 +2886,11 @@ static void worker_run (worker *w, req *q) {
   if (q->sess_num && w->s->owner && !q->claimed) {
     q->claimed = 1;
     const char *sid = json_string_value(json_object_get(q->sess_info, "id"));
+    char key[SESSION_KEY_MAX];
     int64_t ttl = (int64_t)(w->s->o.session_idle_us / 1000);
-    if (sid && tp_engine_claim_session(w->e, sid, w->s->owner, ttl, session_claimed, q) == TP_OK)
+    if (sid && session_key(q->principal, sid, key, sizeof key) &&
+        tp_engine_claim_lease(w->e, key, w->s->owner, ttl, TP_CLAIM_TAKEOVER, session_claimed,
+                              q) == TP_OK)
       return;
   }
   if (q->sess_num) {
@@ -2636,6 +2916,7 @@ static void worker_run (worker *w, req *q) {
 static void worker_begin (worker *w, req *q, tp_run *run) {
   q->run = run;
   if (q->principal && q->scopes) tp_run_set_principal(run, q->principal, q->scopes);
+  if (q->tool) tp_run_set_caller(run, TP_CALLER_DIRECT);  /* an exposed tool's call */
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
@@ -2710,6 +2991,11 @@ static void worker_stop (worker *w) {
   }
   sleepers_stop(w);
   while (w->sessions) wsess_drop(w, w->sessions->num);
+  if (w->lease_on) {  /* others may take over at once */
+    w->lease_on = 0;
+    uv_close((uv_handle_t *)&w->lease, NULL);
+    tp_engine_end_lease(w->e, w->s->owner);
+  }
   uv_close((uv_handle_t *)&w->mb.async, NULL);
 }
 
@@ -2741,6 +3027,37 @@ static void worker_mail (uv_async_t *a) {
   }
 }
 
+/* The server's lease (--state): worker 0 renews it every third of --lease, and again
+** half a second after a renewal the store did not answer. */
+static void lease_cb (uv_timer_t *t);
+static void lease_renewed (void *ud, int outcome, const char *holder, const char *err) {
+  worker *w = ud;
+  if (w->stopping) return;
+  if (outcome == TP_CLAIM_FAILED) {
+    if (!w->lease_failing)
+      wlog(w, L_WARNING, "the server's lease could not be renewed in the state store (%s): "
+           "once it lapses (--lease), other servers take over its sessions", err);
+    w->lease_failing = 1;
+    uv_timer_start(&w->lease, lease_cb, 500, 0);
+    return;
+  }
+  if (outcome == TP_CLAIM_HELD && !w->lease_failing)
+    wlog(w, L_ERROR, "another process holds the lease of this server's name (%s): give each "
+         "server its own --advertise", holder);
+  if (w->lease_failing && outcome == TP_CLAIM_WON)
+    wlog(w, L_INFO, "the server's lease is renewed again");
+  w->lease_failing = outcome != TP_CLAIM_WON;
+  uint64_t every = w->s->o.lease_us / 3000u;
+  uv_timer_start(&w->lease, lease_cb, every ? every : 1, 0);
+}
+
+static void lease_cb (uv_timer_t *t) {
+  worker *w = t->data;
+  int64_t ttl = (int64_t)(w->s->o.lease_us / 1000u);
+  if (tp_engine_renew_lease(w->e, w->s->owner, ttl, lease_renewed, w) != TP_OK)
+    lease_renewed(w, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
+}
+
 /* Makes the worker's engine; on its own thread when threaded. 0, or -1. */
 static int worker_open (worker *w) {
   server *s = w->s;
@@ -2768,6 +3085,11 @@ static int worker_open (worker *w) {
     wlog(w, L_WARNING, "--workspace %s: %s", s->o.workspace, tp_engine_error(w->e));
   if (s->o.test_tools && add_test_tools(w) != 0 && w->index == 0)
     wlog(w, L_WARNING, "test tools: %s", tp_engine_error(w->e));
+  if (w->index == 0 && s->owner && uv_timer_init(w->loop, &w->lease) == 0) {
+    w->lease.data = w;
+    w->lease_on = 1;
+    lease_cb(&w->lease);
+  }
   return 0;
 }
 
@@ -2874,7 +3196,30 @@ static void defer_flush (server *s, req *q) {
 
 static void defer_cb (uv_timer_t *t) {
   req *q = t->data;
-  defer_flush(q->s, q);
+  server *s = q->s;
+  defer_flush(s, q);
+  stop_if_drained(s);
+}
+
+/* An exposed tool's error result (isError) carries no structuredContent: that would have
+** to match the tool's outputSchema, which a failure does not, and MCP clients check it
+** (the TypeScript SDK's callTool throws -32602 and the error never arrives). Its text
+** block holds the same JSON. */
+static void drop_structured_on_error (char **line, size_t *len) {
+  json_t *j = tp_json_parse(*line, *len, NULL, 0);
+  json_t *res = json_object_get(j, "result");
+  if (json_is_true(json_object_get(res, "isError")) &&
+      json_object_get(res, "structuredContent") != NULL) {
+    json_object_del(res, "structuredContent");
+    size_t n;
+    char *t = tp_json_text(j, &n);
+    if (t) {
+      free(*line);
+      *line = t;
+      *len = n;
+    }
+  }
+  json_decref(j);
 }
 
 /* A worker finished request q (M_DONE): the request is the protocol thread's again. */
@@ -2908,6 +3253,7 @@ static void req_done (server *s, req *q) {
   log_msg(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
           q->cancelled ? "cancelled" : "finished");
   if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
+  if (q->line && q->tool) drop_structured_on_error(&q->line, &q->line_len);
   if (q->line && q->modern) tp__mcp_era_stamp(&q->line, &q->line_len);
   if (q->line != NULL && q->progress > 0 && q->b == NULL && !s->sink && !q->origin &&
       uv_timer_init(s->loop, &q->defer) == 0) {
@@ -2929,6 +3275,7 @@ static void req_done (server *s, req *q) {
   start_waiting(s);
   maybe_reload(s);
   resume_input(s);
+  stop_if_drained(s);
 }
 
 static void start_req (server *s, req *q) {
@@ -3072,8 +3419,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     if (json_is_string(sid)) {
       const char *err = NULL;
       char text[600];
-      q->sess = session_for(s, json_string_value(sid), json_string_length(sid), &q->sess_info,
-                            &err, text, sizeof text);
+      q->sess = session_for(s, q->principal ? q->principal : "", json_string_value(sid),
+                            json_string_length(sid), &q->sess_info, &err, text, sizeof text);
       if (q->sess == NULL) {
         refuse_call(s, b, id, err, text, NULL);
         req_free(s, q);
@@ -3161,6 +3508,7 @@ static void park_req (server *s, mail *m) {
 static int restore_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
                         int era26) {
   if (run_id[0] == '\0' || strlen(run_id) >= TP__APX_RUN_ID_MAX || !s->o.asks) return 0;
+  if (strchr(run_id, ':') != NULL) return 0;  /* the store's other records ("tool-shape:") */
   req *q = calloc(1, sizeof *q);
   if (q == NULL || (q->restore = json_deep_copy(args)) == NULL) {
     free(q);
@@ -3170,6 +3518,8 @@ static int restore_req (server *s, batch *b, json_t *id, const char *run_id, jso
   q->s = s;
   q->serial = ++s->serial;
   if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);
+  const char *who, *scopes;  /* the caller: the run's record must name the same principal */
+  if (q->origin && tp__mcp_http_principal(q->origin, &who, &scopes)) q->principal = strdup(who);
   q->id = json_deep_copy(id);
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
   if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
@@ -3188,12 +3538,17 @@ static int restore_req (server *s, batch *b, json_t *id, const char *run_id, jso
 ** request now answers id; or refuses the call. */
 static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
                             int era26) {
+  /* The caller, in every era: another principal's run is not found here, and the answer
+  ** says nothing of it (the same as for an id no run has). */
+  const char *who = NULL, *scopes;
+  if (s->origin && !tp__mcp_http_principal(s->origin, &who, &scopes)) who = NULL;
   req *q = s->parked;
-  while (q && strcmp(q->run_id, run_id) != 0) q = q->next;
+  while (q && (strcmp(q->run_id, run_id) != 0 || !same_principal(q->principal, who)))
+    q = q->next;
   if (q == NULL) {
     char msg[500];
     for (req *r = s->reqs; r; r = r->next)
-      if (r->resumed && strcmp(r->run_id, run_id) == 0) {
+      if (r->resumed && strcmp(r->run_id, run_id) == 0 && same_principal(r->principal, who)) {
         snprintf(msg, sizeof msg, "run %s is not paused: it is running with the decisions it "
                  "was given; its result answers the call that resumed it", run_id);
         refuse_call(s, b, id, "run.not_paused", msg, NULL);
@@ -3402,8 +3757,9 @@ static void ready (server *s, mail *m) {
     return;
   }
   if (!s->quiet && !s->http)
-    fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tools, %u "
-            "workers)\n", tp_version(), s->ntools, s->nworkers);
+    fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tool%s, %u "
+            "worker%s)\n", tp_version(), s->ntools, s->ntools == 1 ? "" : "s", s->nworkers,
+            s->nworkers == 1 ? "" : "s");
   if (s->http) tp__mcp_http_serve(s->http, s->ntools, s->nworkers);
   else if (!s->sink) start_reading(s);
 }
@@ -3755,6 +4111,38 @@ static void feed (server *s, const char *p, size_t n) {
 
 static void shutdown_server(server *s);
 
+/* Standard input closed: what was read is still answered, as the SDKs' stdio servers do.
+** The server stops once every request in flight, waiting or deferred has its response,
+** or when the drain's bound passes (the run's --timeout and 2 s more; 30 s when runs have
+** no time limit): then each request still running is answered "cancelled". */
+#define DRAIN_SLACK_MS 2000
+#define DRAIN_UNBOUNDED_MS 30000
+
+static int drained (const server *s) {
+  return s->reqs == NULL && s->waiting == NULL && s->deferred == NULL;
+}
+
+/* Stops the server when input has ended and nothing is left to answer. */
+static void stop_if_drained (server *s) {
+  if (s->eof && !s->done && !s->http && drained(s)) shutdown_server(s);
+}
+
+static void drain_cb (uv_timer_t *t) {
+  server *s = t->data;
+  char msg[300];
+  snprintf(msg, sizeof msg, "the call was cancelled: standard input closed, and it did not "
+           "finish within the %.0f s that followed", (double)uv_timer_get_repeat(t) / 1000.0);
+  for (req *q = s->reqs; q; q = q->next) {
+    if (q->cancelled) continue;
+    size_t n;
+    char *line = refusal_response(q->id, "cancelled", msg, NULL, q->budget, &n);
+    if (line) respond_text(s, q->b, q->id, line, n);
+    free(line);
+    q->cancelled = 1;
+  }
+  shutdown_server(s);
+}
+
 static void on_eof (server *s) {
   s->eof = 1;
   if (s->skipping) {
@@ -3767,7 +4155,15 @@ static void on_eof (server *s) {
     s->len = 0;
     handle_line(s, s->line, len);
   }
-  shutdown_server(s);
+  if (drained(s) || s->done) { shutdown_server(s); return; }
+  uint64_t bound = s->o.lim.wall_us ? s->o.lim.wall_us / 1000 + DRAIN_SLACK_MS
+                                       : DRAIN_UNBOUNDED_MS;
+  if (!s->drain_on && uv_timer_init(s->loop, &s->drain) == 0) {
+    s->drain_on = 1;
+    s->drain.data = s;
+    uv_timer_start(&s->drain, drain_cb, bound, bound);  /* repeat: the bound, for its text */
+  }
+  else if (!s->drain_on) shutdown_server(s);
 }
 
 static void alloc_cb (uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -3920,6 +4316,7 @@ static void server_close (server *s) {
     uv_close((uv_handle_t *)&s->sweep, NULL);
   }
   if (s->in_open) uv_close((uv_handle_t *)&s->in, NULL);
+  if (s->drain_on) uv_close((uv_handle_t *)&s->drain, NULL);
   if (s->in_file && s->reading) uv_cancel((uv_req_t *)&s->fsreq);
   if (s->mb.inited) uv_close((uv_handle_t *)&s->mb.async, NULL);
   tp__mcp_http_free(s->http);  /* after every request: they hold its connections */
@@ -3938,7 +4335,11 @@ static void server_close (server *s) {
   free(s->line);
   free(s->stash);
   free(s->builtin_dir);
-  for (size_t k = 0; k < DROPPED_MAX; k++) { free(s->dropped_id[k]); free(s->dropped_why[k]); }
+  for (size_t k = 0; k < DROPPED_MAX; k++) {
+    free(s->dropped_id[k]);
+    free(s->dropped_why[k]);
+    free(s->dropped_who[k]);
+  }
 }
 
 static unsigned default_workers (void) {
@@ -3989,8 +4390,10 @@ static int apply_config (options *o) {
     tp_engine_destroy(e);
     return -1;
   }
-  tp_limits_init(&o->lim);
-  o->lim.result = MCP_RESULT_MAX;
+  if (tp_engine_config_warnings(e))  /* what this machine lacks: tidepool config check */
+    tp__cli_config_problems(stderr, "tidepool: warning: ", o->config_path,
+                            tp_engine_config_warnings(e));
+  mcp_limits_init(&o->lim);
   tp_engine_config_limits(e, &o->lim);
   for (size_t k = 0; k < o->nlimit_opts; k += 2)
     tp_limits_set(&o->lim, o->limit_opts[k], o->limit_opts[k + 1], NULL, 0);  /* checked */
@@ -4041,14 +4444,14 @@ int tp__mcp_main (int argc, char **argv) {
   static server srv;  /* large (its input buffer); one per process */
   server *s = &srv;
   options *o = &s->o;
-  tp_limits_init(&o->lim);
-  o->lim.result = MCP_RESULT_MAX;
+  mcp_limits_init(&o->lim);
   o->builtin = 1;
   o->name = "run_lua";
   o->session_idle_us = 600u * 1000000u;
   o->max_sessions = 16;
   o->workers = default_workers();
   o->pause_ttl_us = TP__APX_TTL_DEFAULT_US;
+  o->lease_us = LEASE_DEFAULT_US;
   o->dirs = calloc((size_t)argc + 1, sizeof *o->dirs);
   o->limit_opts = calloc((size_t)argc * 2 + 2, sizeof *o->limit_opts);
   if (o->dirs == NULL || o->limit_opts == NULL) return 1;
@@ -4072,7 +4475,8 @@ int tp__mcp_main (int argc, char **argv) {
     }
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
-      "--audit", "--config", "--pause-ttl", "--secret-file", "--state", "--advertise" };
+      "--audit", "--config", "--pause-ttl", "--secret-file", "--state", "--advertise",
+      "--lease" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -4088,11 +4492,12 @@ int tp__mcp_main (int argc, char **argv) {
       o->limit_opts[o->nlimit_opts++] = val;
       continue;
     }
-    if (strcmp(name, "--tools") == 0) {
+    if (strcmp(name, "--tools") == 0) {  /* missing: a warning, as in tidepool run */
       struct stat st;
       if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
-        return tp__cli_usage_error("--tools: '%s' is not a directory", val);
-      o->dirs[o->ndirs++] = val;
+        fprintf(stderr, "tidepool: warning: --tools: '%s' is not a directory: no tools from "
+                "it\n", val);
+      else o->dirs[o->ndirs++] = val;
     }
     else if (strcmp(name, "--workspace") == 0) {
       struct stat st;
@@ -4107,12 +4512,17 @@ int tp__mcp_main (int argc, char **argv) {
         return tp__cli_usage_error("%s", why);
     }
     else if (strcmp(name, "--state") == 0) o->state = val;
+    else if (strcmp(name, "--lease") == 0) {
+      if (tp_parse_value(TP_UNIT_DURATION, val, 3600ull * 1000000u, &o->lease_us, NULL, why,
+                         sizeof why) != TP_OK || o->lease_us < 300000u)
+        return tp__cli_usage_error("--lease: bad duration '%s' (300ms to 1h, e.g. 15s)", val);
+    }
     else if (strcmp(name, "--advertise") == 0) o->advertise = val;
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
       free(o->config_dir);
-      if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return 2;
-      if ((o->config_dir = tp__cli_config_dir(val)) == NULL) return 1;
+      if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return TP_EXIT_USAGE;
+      if ((o->config_dir = tp__cli_config_dir(val)) == NULL) return TP_EXIT_FAILED;
       o->config_path = val;
     }
     else if (strcmp(name, "--describe") == 0) {
@@ -4124,7 +4534,7 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--workspace-max") == 0) {
       if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &o->workspace_max, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("%s", why);
+        return tp__cli_usage_error("--workspace-max: %s", why);
       o->workspace_max_set = 1;
     }
     else if (strcmp(name, "--name") == 0) {
@@ -4137,24 +4547,29 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--session-idle") == 0) {
       if (tp_parse_value(TP_UNIT_DURATION, val, UINT64_MAX, &o->session_idle_us, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("%s", why);
+        return tp__cli_usage_error("--session-idle: %s", why);
     }
     else if (strcmp(name, "--max-sessions") == 0) {
       uint64_t n;
       if (tp_parse_value(TP_UNIT_COUNT, val, 100000, &n, NULL, NULL, 0) != TP_OK)
-        return tp__cli_usage_error("bad session count '%s' (0 to 100000)", val);
+        return tp__cli_usage_error("--max-sessions: bad count '%s' (0 to 100000)", val);
       o->max_sessions = (unsigned)n;
     }
     else if (strcmp(name, "--workers") == 0) {
       uint64_t n;
       if (tp_parse_value(TP_UNIT_COUNT, val, WORKERS_MAX, &n, NULL, NULL, 0) != TP_OK || n < 1)
-        return tp__cli_usage_error("bad worker count '%s' (1 to 64)", val);
+        return tp__cli_usage_error("--workers: bad count '%s' (1 to 64)", val);
       o->workers = (unsigned)n;
       o->workers_set = 1;
     }
     else return tp__cli_usage_error("unknown option '%s'", a);
   }
-  if (o->config && apply_config(o) != 0) return 2;
+  if (o->config && apply_config(o) != 0) return TP_EXIT_USAGE;
+  {
+    char why[300];
+    if (tp__mcp_http_check(&o->http, o->config, o->config_len, why, sizeof why) != 0)
+      return tp__cli_usage_error("%s", why);
+  }
   o->asks = tp__apx_config_asks(o->config, o->config_len);
   tp__dur_policy_hash(o->config, o->config_len, o->policy_hash);
   {
@@ -4176,10 +4591,10 @@ int tp__mcp_main (int argc, char **argv) {
   if (o->state) {  /* one store for every worker's engine */
     char why[512];
     if ((s->kv = tp_store_open(o->state, why, sizeof why)) == NULL) {
-      fprintf(stderr, "tidepool mcp: --state: %s\n", why);
+      fprintf(stderr, "tidepool: --state: %s\n", why);
       options_free(o);
       close(s->out);
-      return 1;
+      return TP_EXIT_USAGE;  /* as in tidepool run */
     }
     s->owner = owner_name(o);
   }
@@ -4198,11 +4613,11 @@ int tp__mcp_main (int argc, char **argv) {
   if (o->audit) {
     s->audit_fd = open(o->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (s->audit_fd < 0) {
-      fprintf(stderr, "tidepool mcp: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
+      fprintf(stderr, "tidepool: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
       server_close(s);
       options_free(o);
       close(s->out);
-      return 1;
+      return TP_EXIT_USAGE;
     }
   }
   if (o->builtin) {
@@ -4269,6 +4684,7 @@ tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t 
   o->test_tools = 1;
   o->expose = 1;
   o->pause_ttl_us = TP__APX_TTL_DEFAULT_US;
+  o->lease_us = LEASE_DEFAULT_US;
   s->sink = sink;
   s->sink_ud = ud;
   s->quiet = 1;

@@ -10,7 +10,24 @@
 
 #include "tidepool.h"
 
+/* The exit status of every tidepool command (run, check, describe, config, mcp), one rule:
+**   0  TP_EXIT_OK       it did what was asked: the script succeeded, the files are good,
+**                       the server stopped on end of input or a signal
+**   1  TP_EXIT_FAILED   the script failed (syntax, runtime error, limit); or something
+**                       failed at run time (out of memory, an address already in use)
+**   2  TP_EXIT_USAGE    a usage error: an unknown option, a bad value (named with its
+**                       flag: "--memory: bad size '12Q'"), a config file that is wrong
+**                       (each problem with its JSON pointer), a FILE, --state or --audit
+**                       that cannot be opened
+**   3  TP_EXIT_REFUSED  --strict or `config check`: the config asks for what this machine
+**                       lacks (an unset env: variable, a program not in PATH), or a plugin
+**                       or upstream server cannot load
+** A missing --tools directory is a warning everywhere (client configs carry placeholder
+** paths), never a usage error. */
+#define TP_EXIT_OK 0
+#define TP_EXIT_FAILED 1
 #define TP_EXIT_USAGE 2
+#define TP_EXIT_REFUSED 3
 
 /* The limit option name (without "=value") of `tidepool run` (mcp 0) or of
 ** `tidepool mcp` (mcp 1), as the limits table names them: sets the field of lim it stands
@@ -19,8 +36,9 @@
 int tp__cli_limit_option(const char *name, const char *val, tp_limits *lim, int mcp,
                          char *why, size_t whylen);
 
-/* Prints the --help lines of every limit (of `tidepool mcp` when mcp) to f. */
-void tp__cli_limits_help(FILE *f, int mcp);
+/* Prints the --help lines of every limit (of `tidepool mcp` when mcp) to f, each with its
+** default from defaults (NULL: the limits table's). */
+void tp__cli_limits_help(FILE *f, int mcp, const tp_limits *defaults);
 
 /* The built-in tools' directory: $TIDEPOOL_TOOLS_DIR, else the source tree's tools/ when
 ** the binary runs from a build directory, else TP_DATADIR/tools. May return buf. */

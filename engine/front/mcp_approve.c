@@ -138,15 +138,21 @@ void tp__apx_run_id (unsigned w, char *out) {
 }
 
 void tp__apx_binding (const char *run_id, uint64_t seq, const char *tool, const char *args,
-                      char *out) {
+                      const char *principal, char *out) {
   unsigned char ah[32], mac[32];
   char ahex[65];
   SHA256((const unsigned char *)args, strlen(args), ah);
   hex(ah, sizeof ah, ahex);
-  size_t n = strlen(run_id) + strlen(tool) + 100;
+  if (principal == NULL) principal = "";
+  size_t n = strlen(run_id) + strlen(tool) + strlen(principal) + 100;
   char *msg = malloc(n);
   if (msg == NULL) { out[0] = '\0'; return; }  /* matches nothing: given bindings are 64 */
-  int len = snprintf(msg, n, "%s\n%llu\n%s\n%s", run_id, (unsigned long long)seq, tool, ahex);
+  /* the local principal's message is the one of before principals: its paused runs stay
+  ** resumable across an upgrade */
+  int len = *principal
+    ? snprintf(msg, n, "%s\n%llu\n%s\n%s\n%zu:%s", run_id, (unsigned long long)seq, tool,
+               ahex, strlen(principal), principal)
+    : snprintf(msg, n, "%s\n%llu\n%s\n%s", run_id, (unsigned long long)seq, tool, ahex);
   unsigned int ml = 32;
   HMAC(EVP_sha256(), bind_key, sizeof bind_key, (unsigned char *)msg, (size_t)len, mac, &ml);
   free(msg);

@@ -39,10 +39,12 @@ void tp__apx_format_ttl(uint64_t us, char *buf, size_t len);
 void tp__apx_run_id(unsigned w, char *out);
 
 /* The binding of a decision on call seq of run run_id: HMAC-SHA256 under the secret of
-** run_id, seq, tool and the SHA-256 of args (the call's arguments as the engine writes
-** JSON), as hex into out[TP__APX_BINDING_LEN]. */
+** run_id, seq, tool, the SHA-256 of args (the call's arguments as the engine writes
+** JSON) and the principal whose run it is (NULL or "": the local one, without auth), as
+** hex into out[TP__APX_BINDING_LEN]. A binding holds only for the principal it was issued
+** to, as a requestState does. */
 void tp__apx_binding(const char *run_id, uint64_t seq, const char *tool, const char *args,
-                     char *out);
+                     const char *principal, char *out);
 /* Nonzero when given (any string, compared in constant time) is want. */
 int tp__apx_binding_eq(const char *want, const char *given, size_t given_len);
 

@@ -191,6 +191,26 @@ int tp__mcp_http_wanted (const tp__mcp_http_opts *o, const char *config, size_t 
   return yes;
 }
 
+static int parse_listen(const char *v, struct sockaddr_storage *sa, char *addr, size_t alen,
+                        int *port, int *v6);
+
+int tp__mcp_http_check (const tp__mcp_http_opts *o, const char *config, size_t len, char *why,
+                        size_t whylen) {
+  json_t *sec = o->listen ? NULL : server_section(config, len);
+  const char *listen = o->listen ? o->listen : json_string_value(json_object_get(sec, "http"));
+  struct sockaddr_storage sa;
+  char addr[64];
+  int port, v6, rc = 0;
+  if (listen && parse_listen(listen, &sa, addr, sizeof addr, &port, &v6) != 0) {
+    snprintf(why, whylen, "%s '%s': expected PORT (0 to 65535), ADDR:PORT or [ADDR6]:PORT "
+             "with ADDR an IP address (127.0.0.1:8080)", o->listen ? "--http:" :
+             "config: /server/http:", listen);
+    rc = -1;
+  }
+  json_decref(sec);
+  return rc;
+}
+
 /* ---- state ------------------------------------------------------------------------ */
 
 typedef struct hreq hreq;
@@ -1306,8 +1326,8 @@ void tp__mcp_http_serve (tp__mcp_http *h, size_t ntools, unsigned nworkers) {
   uv_signal_start(&h->sigterm, signal_cb, SIGTERM);
   h->serving = 1;
   fprintf(stderr, "tidepool mcp %s: serving on http://%s%s%s:%d" ENDPOINT " (%zu tools, %u "
-          "workers)\n", tp_version(), h->v6 ? "[" : "", h->addr, h->v6 ? "]" : "", h->port,
-          ntools, nworkers);
+          "worker%s)\n", tp_version(), h->v6 ? "[" : "", h->addr, h->v6 ? "]" : "", h->port,
+          ntools, nworkers, nworkers == 1 ? "" : "s");
   run_mhd(h);
 }
 

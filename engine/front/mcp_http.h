@@ -38,6 +38,10 @@ int tp__mcp_http_option(tp__mcp_http_opts *o, const char *name, const char *val,
 void tp__mcp_http_help(FILE *f);
 /* Whether to serve HTTP: --http given, or the config's server.http set. */
 int tp__mcp_http_wanted(const tp__mcp_http_opts *o, const char *config, size_t len);
+/* 0 when the address to listen on (--http, else the config's server.http, else none) is
+** well formed; -1 with why naming the flag or the config's path: a usage error. */
+int tp__mcp_http_check(const tp__mcp_http_opts *o, const char *config, size_t len, char *why,
+                       size_t whylen);
 
 /* Binds the address (not serving yet: tp__mcp_http_serve) for server s on loop. NULL with
 ** the reason on standard error when the config's section is wrong or the address cannot

@@ -80,11 +80,23 @@ static int wants_array (const json_t *s, const json_t *root, int depth, long *wo
 static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth,
                           long *work);
 
+/* The call whose arguments empty_arrays walks: its empty objects that were JSON objects
+** (a table decoded from {}) stay objects. One walk at a time, on the engine's thread. */
+static __thread const tp_call *walking;
+
+static int kept_object (const json_t *v) {
+  if (walking == NULL) return 0;
+  for (int i = 0; i < walking->nkept_objects; i++)
+    if (walking->kept_objects[i] == v) return 1;
+  return 0;
+}
+
 /* The replacement of child (of schema sub): an empty array, or NULL after walking it. */
 static json_t *empty_child (json_t *child, const json_t *sub, const json_t *root, int depth,
                             long *work) {
   if (sub == NULL) return NULL;
   if (json_is_object(child) && json_object_size(child) == 0) {
+    if (kept_object(child)) return NULL;
     if (wants_array(sub, root, depth, work)) return json_array();
     return NULL;
   }
@@ -160,10 +172,13 @@ static void on_call (void *ud, tp_call *c) {
                    c->name);
     return;
   }
+  if (!tp__callers_admit(e, c, t)) return;  /* tool_settings: a script, or directly */
   if (c->empty_objects && t->input != NULL) {  /* before the policy sees the arguments
                                                ** and their text is made */
     long work = EMPTY_WORK;
+    walking = c;
     empty_arrays(c->args, t->input, t->input, 0, &work);
+    walking = NULL;
   }
   if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
   tp__admit_after_policy(e, c);
@@ -198,14 +213,27 @@ static void on_cancel (void *ud, tp_call *c) {
 
 static size_t tool_count (void *ud) { return ((tp_engine *)ud)->ntools; }
 
-static const char *tool_name (void *ud, size_t i) { return ((tp_engine *)ud)->tools[i]->name; }
+/* NULL for a tool scripts may not call (tool_settings): tools.list leaves it out. */
+static const char *tool_name (void *ud, size_t i) {
+  const tp_engine *e = ud;
+  const tp_tool *t = e->tools[i];
+  return tp__tool_callers(e, t) & TP_CALLER_SCRIPT ? t->name : NULL;
+}
 
 /* Discovery from a script reads what registration made: no Lua runs for it. */
 static char *describe (void *ud, tp_sandbox *sb, const char *tool, int *known) {
   (void)sb;
   const tp_tool *t = tp__tool_find(ud, tool);
   *known = t != NULL;
+  if (t != NULL && !(tp__tool_callers(ud, t) & TP_CALLER_SCRIPT)) {
+    char text[400];
+    snprintf(text, sizeof text, "-- tools.%.128s may only be called directly, not from a "
+             "script (the config's tool_settings)\n", t->name);
+    return strdup(text);
+  }
   if (t == NULL || t->lua_api == NULL) return NULL;
+  if (t->seen == NULL && t->output == NULL && t->prov == &tp__upstream_provider)
+    tp__host_seen_load(ud, t->name);  /* another worker's call, kept in the store */
   if (t->seen == NULL) return strdup(t->lua_api);
   /* a tool with no result type that has answered: what it gave back last time */
   static const char said[] = "-- its last result here was ";
@@ -224,7 +252,141 @@ static char *search (void *ud, tp_sandbox *sb, const char *query) {
   return tp__tool_search(ud, query);
 }
 
+/* ---- the pre-run check --------------------------------------------------------------
+** A call written out in the script (precheck.c) fails surely when its tool is unknown
+** once every tool is registered, or when its literal table of arguments has a field the
+** schema's additionalProperties false forbids (the field surely holds a value), or lacks
+** one of its required fields while nothing else could add it. Only the top level of the
+** input schema (after a local $ref) is read; patternProperties turns the first check off.
+*/
+
+static int cmp_str (const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "$.key", or $["odd key"] as the validator writes it. */
+static void key_path (const char *key, char *buf, size_t len) {
+  int plain = key[0] != '\0' && !(key[0] >= '0' && key[0] <= '9');
+  for (const char *p = key; *p && plain; p++)
+    plain = *p == '_' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+            (*p >= 'A' && *p <= 'Z');
+  if (plain) snprintf(buf, len, "$.%s", key);
+  else snprintf(buf, len, "$[\"%s\"]", key);
+}
+
+static const char *precheck_call (void *ud, const char *tool, const char *const *keys,
+                                  const unsigned char *sure, size_t nkeys, int literal,
+                                  int closed, char *msg, size_t len) {
+  tp_engine *e = ud;
+  const tp_tool *t = tp__tool_find(e, tool);
+  if (t == NULL) {
+    if (!tp__host_tools_settled(e)) return NULL;
+    char near[400];
+    tp__tool_suggest(e, tool, near, sizeof near);
+    if (near[0])
+      snprintf(msg, len, "there is no tool tools.%s; did you mean %s? (tools.list() lists "
+               "them all)", tool, near);
+    else
+      snprintf(msg, len, "there is no tool tools.%s (tools.list() lists the tools there "
+               "are)", tool);
+    return "tool.unknown";
+  }
+  if (!literal || t->input == NULL) return NULL;
+  int hops = 0;
+  const json_t *s = schema_deref(t->input, t->input, &hops);
+  if (!json_is_object(s)) return NULL;
+  const json_t *type = json_object_get(s, "type");
+  if (type != NULL && !(json_is_string(type) && strcmp(json_string_value(type), "object") == 0))
+    return NULL;
+  char errs[1200], path[160];
+  size_t o = 0;
+  errs[0] = '\0';
+  const json_t *req = json_object_get(s, "required");
+  size_t i;
+  const json_t *one;
+  if (closed) json_array_foreach(req, i, one) {
+    const char *name = json_string_value(one);
+    int has = 0;
+    for (size_t k = 0; name && k < nkeys && !has; k++) has = strcmp(keys[k], name) == 0;
+    if (name && !has && o < sizeof errs - 1)
+      o += (size_t)snprintf(errs + o, sizeof errs - o, "%s$: missing required property "
+                            "\"%s\"", o ? "; " : "", name);
+  }
+  const json_t *props = json_object_get(s, "properties");
+  if (json_is_false(json_object_get(s, "additionalProperties")) &&
+      json_object_get(s, "patternProperties") == NULL) {
+    char allowed[300];  /* sorted, as the validator lists them */
+    size_t a = 0, np = 0;
+    const char *pk, *names[64];
+    const json_t *pv;
+    allowed[0] = '\0';
+    json_object_foreach((json_t *)props, pk, pv) if (np < 64) names[np++] = pk;
+    qsort(names, np, sizeof names[0], cmp_str);
+    for (size_t q = 0; q < np; q++) {
+      if (a + 40 >= sizeof allowed) { snprintf(allowed + a, sizeof allowed - a, ", ..."); break; }
+      a += (size_t)snprintf(allowed + a, sizeof allowed - a, "%s\"%s\"", a ? ", " : "",
+                            names[q]);
+    }
+    for (size_t k = 0; k < nkeys; k++) {
+      if (!sure[k] || json_object_get(props, keys[k]) != NULL || o >= sizeof errs - 1) continue;
+      key_path(keys[k], path, sizeof path);
+      if (allowed[0])
+        o += (size_t)snprintf(errs + o, sizeof errs - o, "%s%s: unexpected property \"%s\" "
+                              "(allowed: %s)", o ? "; " : "", path, keys[k], allowed);
+      else
+        o += (size_t)snprintf(errs + o, sizeof errs - o, "%s%s: unexpected property \"%s\"",
+                              o ? "; " : "", path, keys[k]);
+    }
+  }
+  if (o == 0) return NULL;
+  snprintf(msg, len, "tools.%s: invalid arguments: %s (tools.describe(\"%s\") shows what it "
+           "takes)", tool, errs, tool);
+  return "tool.invalid_input";
+}
+
+/* {path = "...", n = 1}: the tool's fields, required first, at most 4. */
+static void args_example (void *ud, const char *tool, char *buf, size_t len) {
+  buf[0] = '\0';
+  const tp_tool *t = tp__tool_find(ud, tool);
+  if (t == NULL || t->input == NULL || len < 8) return;
+  int hops = 0;
+  const json_t *s = schema_deref(t->input, t->input, &hops);
+  const json_t *props = json_object_get(s, "properties");
+  if (!json_is_object(props) || json_object_size(props) == 0) return;
+  const json_t *req = json_object_get(s, "required");
+  size_t o = 0, n = 0;
+  o += (size_t)snprintf(buf, len, "{");
+  const char *names[64], *k;
+  const json_t *sub;
+  size_t nn = 0;
+  json_object_foreach((json_t *)props, k, sub) if (nn < 64) names[nn++] = k;
+  qsort(names, nn, sizeof names[0], cmp_str);  /* the same text every time */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t q = 0; q < nn; q++) {
+      k = names[q];
+      sub = json_object_get(props, k);
+      int is_req = 0;
+      size_t i;
+      const json_t *one;
+      json_array_foreach(req, i, one)
+        if (json_is_string(one) && strcmp(json_string_value(one), k) == 0) is_req = 1;
+      if (is_req != (pass == 0) || n == 4 || o + 48 >= len) continue;
+      int h2 = 0;
+      const json_t *ps = schema_deref(sub, t->input, &h2);
+      const char *ty = json_string_value(json_object_get(ps, "type"));
+      const char *v = ty == NULL ? "..." : strcmp(ty, "string") == 0 ? "\"...\""
+                    : strcmp(ty, "integer") == 0 || strcmp(ty, "number") == 0 ? "1"
+                    : strcmp(ty, "boolean") == 0 ? "true"
+                    : strcmp(ty, "array") == 0 || strcmp(ty, "object") == 0 ? "{...}" : "...";
+      o += (size_t)snprintf(buf + o, len - o, "%s%s = %s", n ? ", " : "", k, v);
+      n++;
+    }
+  }
+  if (n == 0 || o + 2 >= len) { buf[0] = '\0'; return; }
+  snprintf(buf + o, len - o, "}");
+}
+
 const tp__host_hooks tp__engine_hooks = {
   on_call, on_dispatch, on_cancel, tp__driver_wake, tp__driver_run_gone,
-  tool_count, tool_name, describe, search
+  tool_count, tool_name, describe, search, precheck_call, args_example
 };

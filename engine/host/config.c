@@ -43,19 +43,22 @@ typedef struct problems {
 static void add (problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void add (problems *p, const char *fmt, ...) {
   if (p->oom) return;
+  char *line = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vasprintf(&line, fmt, ap);
+  va_end(ap);
+  if (n < 0) { p->oom = 1; return; }
+  for (size_t i = 0; i < p->n; i++)  /* the schema and a value's parser may both see it */
+    if (strcmp(p->lines[i], line) == 0) { free(line); return; }
   if (p->n == p->cap) {
     size_t cap = p->cap ? p->cap * 2 : 16;
     char **nl = realloc(p->lines, cap * sizeof *nl);
-    if (nl == NULL) { p->oom = 1; return; }
+    if (nl == NULL) { free(line); p->oom = 1; return; }
     p->lines = nl;
     p->cap = cap;
   }
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vasprintf(&p->lines[p->n], fmt, ap);
-  va_end(ap);
-  if (n < 0) { p->oom = 1; return; }
-  p->n++;
+  p->lines[p->n++] = line;
 }
 
 /* Orders two lines by their pointers (up to ": "), a parent before its members and array
@@ -390,6 +393,15 @@ static void unknown_key (problems *p, const json_t *node, const char *parent,
 }
 
 /* One error of the validator as a line of p. */
+/* The unit of a schema node that is $defs/size, count or duration, else -1. */
+static int unit_of (const json_t *root, const json_t *node) {
+  const json_t *defs = json_object_get(root, "$defs");
+  if (node == json_object_get(defs, "size")) return TP_UNIT_BYTES;
+  if (node == json_object_get(defs, "count")) return TP_UNIT_COUNT;
+  if (node == json_object_get(defs, "duration")) return TP_UNIT_DURATION;
+  return -1;
+}
+
 static void explain (problems *p, const json_t *root, const json_t *cfg,
                      const tp_schema_error *err) {
   segs g;
@@ -432,6 +444,15 @@ static void explain (problems *p, const json_t *root, const json_t *cfg,
     snprintf(msg, sizeof msg, "missing \"%s\"%s%s%s", name, why ? " (" : "", why ? why : "",
              why ? ")" : "");
     if (!why || !json_object_get(els, "required")) strncat(msg, ex, sizeof msg - strlen(msg) - 1);
+  }
+  else if (strcmp(kw, "pattern") == 0 && node && json_is_string(v) &&
+           unit_of(root, node) >= 0) {  /* a SIZE, COUNT or DURATION: the parser's words */
+    char why[256];
+    uint64_t out;
+    if (tp_parse_value((tp_unit)unit_of(root, node), json_string_value(v), UINT64_MAX, &out,
+                       NULL, why, sizeof why) == TP_OK)
+      snprintf(why, sizeof why, "%s", err->message);
+    snprintf(msg, sizeof msg, "%s", why);
   }
   else if (strcmp(kw, "not") == 0 && node) {
     const char *why = json_string_value(json_object_get(json_object_get(node, "then"), "description"));
@@ -609,13 +630,108 @@ static int fix_paths (json_t *cfg, const char *base, problems *p) {
   return fix_cwds(cfg, base, p);
 }
 
+/* ---- what only this machine can tell ------------------------------------------------
+** A config can be well formed and still ask for what the machine lacks: a variable
+** "env:NAME" that is not set, a program that is not installed. Those are not errors of
+** the file (the same file works where they exist), so they do not stop tp_engine_configure;
+** they are kept as warnings (tp_engine_config_warnings), which `tidepool config check`
+** and `--strict` turn into a refusal. One line each: "<JSON pointer>: what". */
+
+/* The pointer of the keys (NULL-terminated; an index is written as its digits). */
+static void ptr_keys (char *buf, size_t len, const char *const *keys) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (; *keys; keys++) ptr_add(buf, len, &o, *keys);
+}
+
+/* "env:NAME" values of a string map whose NAME is not set. */
+static void env_refs (problems *p, const json_t *map, const char *k0, const char *k1,
+                      const char *k2) {
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)map, key, v) {
+    const char *s = json_string_value(v);
+    if (s == NULL || strncmp(s, "env:", 4) != 0 || getenv(s + 4) != NULL) continue;
+    const char *keys[] = { k0, k1, k2, key, NULL };
+    char where[512];
+    ptr_keys(where, sizeof where, keys);
+    add(p, "%s: the environment variable %s is not set (the value \"%s\" reads it); set "
+        "it, or write the value itself", where, s + 4, s);
+  }
+}
+
+/* 1 when the program name (no slash: looked up in PATH; else the path, relative to cwd
+** when given) can be executed. */
+static int program_found (const char *name, const char *cwd) {
+  char buf[4096];
+  if (strchr(name, '/')) {
+    if (name[0] != '/' && cwd) snprintf(buf, sizeof buf, "%s/%s", cwd, name);
+    else snprintf(buf, sizeof buf, "%s", name);
+    return access(buf, X_OK) == 0;
+  }
+  const char *path = getenv("PATH");
+  if (path == NULL) path = "/usr/local/bin:/usr/bin:/bin";
+  while (*path) {
+    size_t n = strcspn(path, ":");
+    struct stat st;
+    snprintf(buf, sizeof buf, "%.*s/%s", (int)(n ? n : 1), n ? path : ".", name);
+    if (stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0) return 1;
+    path += n + (path[n] == ':');
+  }
+  return 0;
+}
+
+static void machine_problems (const json_t *cfg, problems *p) {
+  const char *name;
+  json_t *srv;
+  json_object_foreach(json_object_get(cfg, "mcpServers"), name, srv) {
+    if (json_is_true(json_object_get(srv, "disabled"))) continue;
+    const char *cmd = json_string_value(json_object_get(srv, "command"));
+    const char *cwd = json_string_value(json_object_get(srv, "cwd"));
+    if (cmd && *cmd && !program_found(cmd, cwd)) {
+      const char *keys[] = { "mcpServers", name, "command", NULL };
+      char where[512];
+      ptr_keys(where, sizeof where, keys);
+      add(p, "%s: \"%s\" is not found%s; install it, or give its absolute path", where, cmd,
+          strchr(cmd, '/') ? "" : " in PATH");
+    }
+    struct stat st;
+    if (cwd && (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode))) {
+      const char *keys[] = { "mcpServers", name, "cwd", NULL };
+      char where[512];
+      ptr_keys(where, sizeof where, keys);
+      add(p, "%s: \"%s\" is not a directory", where, cwd);
+    }
+    env_refs(p, json_object_get(srv, "env"), "mcpServers", name, "env");
+    env_refs(p, json_object_get(srv, "headers"), "mcpServers", name, "headers");
+  }
+  json_object_foreach(json_object_get(json_object_get(cfg, "http"), "inject"), name, srv)
+    env_refs(p, srv, "http", "inject", name);
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(cfg, "commands"), i, c) {
+    char ix[24];
+    snprintf(ix, sizeof ix, "%zu", i);
+    const char *argv0 = json_string_value(json_object_get(c, "argv0"));
+    if (argv0 && *argv0 && !program_found(argv0, NULL)) {
+      const char *keys[] = { "commands", ix, "argv0", NULL };
+      char where[512];
+      ptr_keys(where, sizeof where, keys);
+      add(p, "%s: \"%s\" is not found%s (proc.run will answer not_found for it); install "
+          "it, or remove the entry", where, argv0, strchr(argv0, '/') ? "" : " in PATH");
+    }
+    env_refs(p, json_object_get(c, "env"), "commands", ix, "env");
+  }
+}
+
 /* ---- the whole check -------------------------------------------------------------- */
 
 /* Checks the config text; relative paths resolve against base (NULL: as they are). On
-** success *out (when not NULL) is the checked object with absolute paths. TP_OK, or
-** TP_EINVAL / TP_ENOMEM with the problems in p. */
+** success *out (when not NULL) is the checked object with absolute paths, and warn (when
+** not NULL) has what the machine lacks. TP_OK, or TP_EINVAL / TP_ENOMEM with the
+** problems in p. */
 static int check_text (const char *json, size_t len, const char *base, json_t **out,
-                       problems *p) {
+                       problems *p, problems *warn) {
   char why[256];
   if (out) *out = NULL;
   json_t *cfg = tp_json_parse(json, len, why, sizeof why);
@@ -671,15 +787,18 @@ static int check_text (const char *json, size_t len, const char *base, json_t **
     json_decref(cfg);
     return p->oom ? TP_ENOMEM : TP_EINVAL;
   }
+  if (warn) machine_problems(cfg, warn);
   if (out) *out = cfg;
   else json_decref(cfg);
   return TP_OK;
 }
 
 /* check_text, with the problems joined into p->buf when it fails. */
-static int check (const char *json, size_t len, const char *base, json_t **out, problems *p) {
-  int rc = check_text(json, len, base, out, p);
+static int check (const char *json, size_t len, const char *base, json_t **out, problems *p,
+                  problems *warn) {
+  int rc = check_text(json, len, base, out, p, warn);
   if (rc != TP_OK) finish(p);  /* else there are none */
+  else if (warn && warn->n) finish(warn);
   return rc;
 }
 
@@ -709,18 +828,26 @@ static int set_problems (tp_engine *e, problems *p, int rc) {
 
 int tp_engine_configure_dir (tp_engine *e, const char *json, size_t len, const char *dir) {
   if (e == NULL || json == NULL) return TP_EINVAL;
-  problems p = {0};
+  problems p = {0}, warn = {0};
   json_t *cfg;
-  int rc = check(json, len, dir, &cfg, &p);
+  int rc = check(json, len, dir, &cfg, &p, &warn);
   if (rc != TP_OK) return set_problems(e, &p, rc);
   free(p.buf);
+  if (warn.oom) {
+    free(warn.buf);
+    json_decref(cfg);
+    return set_problems(e, &warn, TP_ENOMEM);
+  }
   rc = tp__policy_load(e, json_object_get(cfg, "policy"));
   if (rc != TP_OK) {  /* the error says which rule, field and column */
+    free(warn.buf);
     json_decref(cfg);
     return rc;
   }
   json_decref(e->config);
   e->config = cfg;
+  free(e->config_warnings);
+  e->config_warnings = warn.buf;
   return TP_OK;
 }
 
@@ -788,7 +915,7 @@ int tp_config_check (const char *json, size_t len, const char *dir, char *err, s
     return TP_EINVAL;
   }
   problems p = {0};
-  int rc = check(json, len, dir, NULL, &p);
+  int rc = check(json, len, dir, NULL, &p, NULL);
   if (err && errlen && rc != TP_OK)
     snprintf(err, errlen, "%s", p.oom ? "config: out of memory" : p.buf ? p.buf : "");
   free(p.buf);
@@ -836,7 +963,13 @@ const json_t *tp__config_section (const tp_engine *e, const char *name) {
   return e->config ? json_object_get(e->config, name) : NULL;
 }
 
+const char *tp_engine_config_warnings (const tp_engine *e) {
+  return e ? e->config_warnings : NULL;
+}
+
 void tp__config_free (tp_engine *e) {
   json_decref(e->config);
   e->config = NULL;
+  free(e->config_warnings);
+  e->config_warnings = NULL;
 }

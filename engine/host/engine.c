@@ -65,8 +65,14 @@ static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limi
   if (envelope) *envelope = NULL;
   if (e == NULL || source == NULL || envelope == NULL) return TP_EINVAL;
   /* the upstream MCP servers' tools, unless a plugin load started them already: only for
-  ** a script that names tools (the servers take a while to start) */
-  if (!check_only && memmem(source, len, "tools", 5) != NULL) tp__host_upstream(e, NULL, NULL);
+  ** a script that names tools (the servers take a while to start), within the run's
+  ** time; a check needs them too, to tell a tool name that is wrong */
+  if (memmem(source, len, "tools", 5) != NULL) {
+    uint64_t within = e->start_within_us;
+    if (within == 0 && limits != NULL) e->start_within_us = limits->wall_us;
+    tp__host_upstream(e, NULL, NULL);
+    e->start_within_us = within;
+  }
   tp_run *r = tp_run_create(e, source, len, limits);
   if (r == NULL) return TP_ENOMEM;
   if (check_only && r->compiled) tp__run_finish_unstarted(r);
@@ -179,6 +185,12 @@ int tp_engine_unload_tools (tp_engine *e) {
 int tp_engine_start_servers (tp_engine *e, tp_problem_cb problem, void *ud) {
   if (e == NULL) return TP_EINVAL;
   return tp__host_upstream(e, problem, ud);
+}
+
+int tp_engine_set_start_timeout (tp_engine *e, uint64_t us) {
+  if (e == NULL) return TP_EINVAL;
+  e->start_within_us = us;
+  return TP_OK;
 }
 
 size_t tp_engine_tool_count (const tp_engine *e) { return e ? e->ntools : 0; }

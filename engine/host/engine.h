@@ -27,16 +27,20 @@ typedef struct tp__drv_run {
   int in_far;
   uint64_t far_ns;         /* the deadline it waits for there */
   void *policy;            /* what the policy keeps for the run (policy.c), or NULL */
+  int direct;              /* tp_run_set_caller(r, TP_CALLER_DIRECT): the run stands for the
+                           ** model's direct call (callers.c) */
 } tp__drv_run;
 
 struct tp_engine {
   tp_core core;            /* first: see tp__core */
   struct tp_tool **tools;  /* sorted by name (registry.c) */
   size_t ntools, captools;
+  int has_aliases;         /* a tool was given an alias (registry.c: names are then walked) */
   char *error;             /* tp_engine_error */
   struct uv_loop_s *loop;
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
   void *host_state;        /* host.c's own data about H, while H is open */
+  uint64_t start_within_us; /* tp_engine_set_start_timeout; 0: no bound */
   struct uv_idle_s *idle;  /* steps the runs started with tp_run_start */
   int idle_on;
   tp__drv_run *ready, *ready_tail; /* started runs that can take a step, oldest first */
@@ -51,6 +55,7 @@ struct tp_engine {
                            ** need; NULL until then */
   struct tp_store_conn *store_conn; /* e's connection to it, on e's loop (engine.c) */
   struct json_t *config;   /* tp_engine_configure: the config object, or NULL (config.c) */
+  char *config_warnings;   /* what the machine lacks for it (config.c), or NULL */
   struct tp_http *http;    /* http.c's multi handle and requests, made on first use */
   tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */
   void *policy_ud;
@@ -64,6 +69,14 @@ void *tp__engine_loop(tp_engine *e);  /* the uv_loop_t */
 /* config.c: the section name of e's config (tp_engine_configure), or NULL (borrowed). */
 const struct json_t *tp__config_section(const tp_engine *e, const char *name);
 void tp__config_free(tp_engine *e);
+
+/* callers.c: who may call tool t (TP_CALLER_SCRIPT | TP_CALLER_DIRECT), from the config's
+** tool_settings; both without them. */
+struct tp_call;
+int tp__tool_callers(const tp_engine *e, const struct tp_tool *t);
+/* Whether call c's caller (its run's: a script, or the model directly) may call tool t: 1,
+** or 0 when c has been failed with tool.denied saying who may. */
+int tp__callers_admit(tp_engine *e, struct tp_call *c, const struct tp_tool *t);
 
 /* driver.c: the libuv driver of started runs, and the synchronous wait. */
 extern const tp__host_hooks tp__engine_hooks;  /* admit.c: what the core tells the host */

@@ -77,6 +77,8 @@ typedef struct callbox {
   lua_State *co;       /* the record's coroutine */
   int ref;             /* the box in the registry, while bound or pooled; else LUA_NOREF */
   int claimed;         /* something of the call may outlive it (E.claim): not reused */
+  size_t held;         /* what the call holds of its run's host budget (E.charge, E.decode):
+                       ** refunded when the box lets go of the call */
 } callbox;
 
 /* Idle records, at most POOL_MAX of them (the most calls seen at once, bounded). */
@@ -335,7 +337,8 @@ static json_t *schema_arg (lua_State *H, const char *field, const char *tool, in
 /* E.add_tool{name=, description=, input=, output=, handler=, timeout_ms=, origin=,
 ** alias=, upstream=} -> true | nil, message. Fields are checked by host.lua (upstream.lua
 ** for upstream tools: upstream = true, their own provider, kept across plugin reloads;
-** alias, another name that reaches the tool); schemas are JSON text or tables. */
+** alias, another name that reaches the tool, or a list of up to 8 of them); schemas are
+** JSON text or tables. */
 static int e_add_tool (lua_State *H) {
   host *h = get_host(H);
   luaL_checktype(H, 1, LUA_TTABLE);
@@ -348,8 +351,8 @@ static int e_add_tool (lua_State *H) {
   lua_getfield(H, 1, "timeout_ms");
   lua_Number tmo = lua_tonumber(H, -1);
   lua_pop(H, 1);
-  lua_getfield(H, 1, "alias");
-  const char *alias = lua_tostring(H, -1);
+  lua_getfield(H, 1, "alias");  /* a string, or a list of them; kept on the stack */
+  int alias_at = lua_gettop(H);
   lua_getfield(H, 1, "upstream");
   const tp__provider *prov = lua_toboolean(H, -1) ? &tp__upstream_provider : &tp__lua_provider;
   lua_pop(H, 1);
@@ -384,11 +387,18 @@ static int e_add_tool (lua_State *H) {
     lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
     return 2;
   }
-  if (alias != NULL && strcmp(alias, name) != 0 &&
-      (rc = tp__tool_set_alias(h->e, name, alias)) != TP_OK) {
-    luaL_pushfail(H);  /* the tool stays, reachable by its name */
-    lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
-    return 2;
+  int nalias = lua_istable(H, alias_at) ? (int)luaL_len(H, alias_at) : 1;
+  for (int k = 1; k <= nalias && nalias <= 8; k++) {
+    if (lua_istable(H, alias_at)) lua_rawgeti(H, alias_at, k);
+    else lua_pushvalue(H, alias_at);
+    const char *alias = lua_tostring(H, -1);
+    if (alias != NULL && strcmp(alias, name) != 0 &&
+        (rc = tp__tool_set_alias(h->e, name, alias)) != TP_OK) {
+      luaL_pushfail(H);  /* the tool stays, reachable by its name */
+      lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
+      return 2;
+    }
+    lua_pop(H, 1);
   }
   lua_pushboolean(H, 1);
   return 1;
@@ -398,6 +408,11 @@ static int e_add_tool (lua_State *H) {
 ** reference stays (the record goes back to the pool); else it is dropped, and the record
 ** lives on only as long as Lua code can reach it. */
 static void unbind (lua_State *H, host *h, callbox *b, int keep) {
+  if (b->held && b->c != NULL && b->c->run != NULL) {
+    const tp_json_budget *bg = tp__sandbox_budget(b->c->run->sb);
+    bg->refund(bg->ud, b->held);
+  }
+  b->held = 0;
   if (b->c != NULL) b->c->host_ref = LUA_NOREF;
   b->c = NULL;
   if (!keep && b->ref != LUA_NOREF) {
@@ -626,6 +641,7 @@ static int e_new_box (lua_State *H) {
   b->co = co;
   b->ref = LUA_NOREF;
   b->claimed = 0;
+  b->held = 0;
   lua_pushvalue(H, 1);
   lua_setiuservalue(H, -2, 1);
   luaL_setmetatable(H, CALLBOX);
@@ -649,6 +665,13 @@ static int e_field (lua_State *H) {
   if (strcmp(k, "run_id") == 0) lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
   else if (strcmp(k, "call_id") == 0) lua_pushinteger(H, (lua_Integer)c->id);
   else if (strcmp(k, "tool") == 0) lua_pushstring(H, c->name);
+  else if (strcmp(k, "tool_bytes") == 0 || strcmp(k, "memory") == 0) {
+    if (c->run == NULL) return 0;
+    const tp_limits *l = &c->run->sb->limits;
+    size_t v = k[0] == 't' ? l->tool_bytes : l->memory;
+    if (v == 0) return 0;
+    lua_pushinteger(H, v > (size_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)v);
+  }
   else if (strcmp(k, "deadline_ms") == 0) {
     if (c->deadline_ns == 0) return 0;
     uint64_t now = tp__now_ns();
@@ -657,6 +680,119 @@ static int e_field (lua_State *H) {
   }
   else return 0;
   return 1;
+}
+
+/* Charges n bytes to the run of b's call, held until the box lets go of the call. 0, or
+** -1 when the run cannot hold them (its verdict is then limit.memory, told by what). */
+static int hold (callbox *b, size_t n, const char *what) {
+  if (b->c == NULL || b->c->run == NULL) return -1;
+  const tp_json_budget *bg = tp__sandbox_budget(b->c->run->sb);
+  if (bg->charge(bg->ud, n) != 0) {
+    if (bg->note) bg->note(bg->ud, what);
+    return -1;
+  }
+  b->held += n;
+  return 0;
+}
+
+/* E.charge(box, n) -> true | nil, message: n more bytes that the handler keeps for its call
+** (an HTTP body as it arrives), charged to the run's host budget until the call ends. */
+static int e_charge (lua_State *H) {
+  callbox *b = check_box(H, 1);
+  lua_Integer n = luaL_checkinteger(H, 2);
+  luaL_argcheck(H, n >= 0, 2, "bytes >= 0 expected");
+  char m[200];
+  snprintf(m, sizeof m, "a tool's data (%s) came to more than the run's memory limit "
+           "allows", b->c ? b->c->name : "its call");
+  if (hold(b, (size_t)n, m) == 0) { lua_pushboolean(H, 1); return 1; }
+  lua_pushnil(H);
+  lua_pushstring(H, b->c ? m : "the call is over");
+  return 2;
+}
+
+/* E.decode(box, text) -> value: json.decode of text under the budget of the run of box's
+** call: the tree as it is built, and the Lua value, held until the call ends (its cost
+** estimated from the text, tp__json_text_cost). Raises when the run cannot hold it (its
+** verdict is then limit.memory) or the text is not JSON. */
+static int e_decode (lua_State *H) {
+  callbox *b = check_box(H, 1);
+  size_t len;
+  const char *s = luaL_checklstring(H, 2, &len);
+  if (b->c == NULL || b->c->run == NULL) return luaL_error(H, "the call is over");
+  size_t cost = tp__json_text_cost(s, len);
+  char m[240];
+  snprintf(m, sizeof m, "the answer to %s (%zu bytes of JSON) would take about %zu bytes "
+           "of memory once decoded, more than the run's memory limit allows", b->c->name,
+           len, cost);
+  if (hold(b, cost, m) != 0) {
+    lua_pushstring(H, m);
+    return lua_error(H);
+  }
+  const tp_json_budget *bg = tp__sandbox_budget(b->c->run->sb);
+  lua_getfield(H, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(H, -1, "json");
+  lua_getfield(H, -1, "decode");
+  lua_pushvalue(H, 2);
+  tp__json_set_budget(H, bg);
+  int st = lua_pcall(H, 1, 1, 0);
+  tp__json_set_budget(H, NULL);
+  if (st != LUA_OK) return lua_error(H);
+  return 1;
+}
+
+/* E.peek_id(text) -> the "id" member of the JSON object that text begins with (an integer,
+** or a string without escapes) when it comes whole within text; else nothing. One pass
+** over the text and no tree: it tells whose a long message is before it is all read or
+** decoded (upstream.lua). */
+static int e_peek_id (lua_State *H) {
+  size_t n;
+  const char *s = luaL_checklstring(H, 1, &n);
+  size_t i = 0;
+  while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
+  if (i >= n || s[i] != '{') return 0;
+  i++;
+  int depth = 1, key = 1;  /* key: a string here at depth 1 is a member's name */
+  while (i < n) {
+    char ch = s[i];
+    if (ch == '"') {
+      size_t from = ++i;
+      while (i < n && s[i] != '"') i += s[i] == '\\' ? 2 : 1;
+      if (i >= n) return 0;
+      size_t to = i++;
+      if (depth != 1 || !key) continue;
+      key = 0;
+      if (to - from != 2 || memcmp(s + from, "id", 2) != 0) continue;
+      while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
+      if (i >= n || s[i] != ':') return 0;
+      i++;
+      while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
+      if (i >= n) return 0;
+      if (s[i] == '"') {
+        size_t a = ++i;
+        while (i < n && s[i] != '"' && s[i] != '\\') i++;
+        if (i >= n || s[i] != '"') return 0;
+        lua_pushlstring(H, s + a, i - a);
+        return 1;
+      }
+      size_t j = i + (s[i] == '-');
+      size_t d0 = j;
+      while (j < n && j - d0 < 19 && s[j] >= '0' && s[j] <= '9') j++;
+      if (j == d0 || j >= n) return 0;
+      if (s[j] != ',' && s[j] != '}' && s[j] != ' ' && s[j] != '\t' && s[j] != '\r' &&
+          s[j] != '\n')
+        return 0;
+      char num[24];
+      memcpy(num, s + i, j - i);
+      num[j - i] = '\0';
+      lua_pushinteger(H, (lua_Integer)strtoll(num, NULL, 10));
+      return 1;
+    }
+    if (ch == '{' || ch == '[') depth++;
+    else if (ch == '}' || ch == ']') { if (--depth == 0) return 0; }
+    else if (ch == ',' && depth == 1) key = 1;
+    i++;
+  }
+  return 0;
 }
 
 /* ---- a record's coroutine ------------------------------------------------------------
@@ -796,19 +932,64 @@ static int e_annotate (lua_State *H) {
 }
 
 /* E.seen(name, shape): the shape of the last result of tool name (a tool with no output
-** schema), which tools.describe shows after its call; at most SEEN_MAX bytes. */
+** schema), which tools.describe shows after its call; at most SEEN_MAX bytes. A new shape
+** is also kept in the engine's state store (as the record of the run id "tool-shape:"
+** name, expiring after SEEN_TTL_MS), so that the other engines of the store (workers,
+** other processes with the same --state, a restart) show it too: E.seen_load reads it. */
 #define SEEN_MAX 600
+#define SEEN_KEY "tool-shape:"
+#define SEEN_TTL_MS (30ull * 24 * 3600 * 1000)
 static int e_seen (lua_State *H) {
   const char *name = luaL_checkstring(H, 1);
   size_t len;
   const char *shape = luaL_checklstring(H, 2, &len);
-  tp_tool *t = (tp_tool *)tp__tool_find(get_host(H)->e, name);
+  tp_engine *e = get_host(H)->e;
+  tp_tool *t = (tp_tool *)tp__tool_find(e, name);
   if (t == NULL || t->output != NULL || len > SEEN_MAX) return 0;
   if (t->seen && strcmp(t->seen, shape) == 0) return 0;
   char *copy = strdup(shape);
   if (copy == NULL) return 0;  /* only the hint is lost */
   free(t->seen);
   t->seen = copy;
+  char key[sizeof SEEN_KEY + 256];
+  if (strlen(t->name) < 256) {  /* best effort: a store that fails loses only the hint */
+    snprintf(key, sizeof key, SEEN_KEY "%s", t->name);
+    tp_engine_run_put(e, key, copy, len, SEEN_TTL_MS, NULL, NULL);
+  }
+  return 0;
+}
+
+typedef struct seen_load { tp_engine *e; char name[]; } seen_load;
+
+/* The store's answer to E.seen_load: the shape, unless the tool has seen one of its own
+** since (or is gone, or got an output schema). Nothing of e is touched unless it answered:
+** a connection closed at tp_engine_destroy answers CLOSED. */
+static void seen_loaded (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)err;
+  seen_load *sl = ud;
+  if (status == TP_STORED_OK && val != NULL && len > 0 && len <= SEEN_MAX &&
+      memchr(val, '\0', len) == NULL) {
+    tp_tool *t = (tp_tool *)tp__tool_find(sl->e, sl->name);
+    if (t != NULL && t->output == NULL && t->seen == NULL) t->seen = strndup(val, len);
+  }
+  free(sl);
+}
+
+void tp__host_seen_load (tp_engine *e, const char *name) {
+  size_t n = strlen(name);
+  if (n >= 256) return;
+  char key[sizeof SEEN_KEY + 256];
+  snprintf(key, sizeof key, SEEN_KEY "%s", name);
+  seen_load *sl = malloc(sizeof *sl + n + 1);
+  if (sl == NULL) return;
+  sl->e = e;
+  memcpy(sl->name, name, n + 1);
+  if (tp_engine_run_get(e, key, seen_loaded, sl) != TP_OK) free(sl);
+}
+
+/* E.seen_load(name): tp__host_seen_load, when upstream.lua registers a tool. */
+static int e_seen_load (lua_State *H) {
+  tp__host_seen_load(get_host(H)->e, luaL_checkstring(H, 1));
   return 0;
 }
 
@@ -903,7 +1084,9 @@ static int open_p (lua_State *H) {
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
     { "claim", e_claim }, { "annotate", e_annotate }, { "seen", e_seen },
-    { "field", e_field }, { "body", e_body }, { NULL, NULL } };
+    { "seen_load", e_seen_load },
+    { "field", e_field }, { "body", e_body }, { "charge", e_charge },
+    { "decode", e_decode }, { "peek_id", e_peek_id }, { NULL, NULL } };
   luaL_newlibtable(H, fns);
   luaL_getmetatable(H, CALLBOX);
   luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
@@ -1003,13 +1186,30 @@ static void close_luv_handles (lua_State *H) {
 ** failed (upstream.lua bounds that with its own timers). Not from inside a callback of
 ** the loop: libuv's loop is not reentrant. */
 
-/* Runs the engine's loop while host.lua's rt[name]() is true. */
-static void loop_while (tp_engine *e, const char *name) {
+static void wake_loop (uv_timer_t *t) { (void)t; }  /* uv_run returns after it */
+static void free_timer (uv_handle_t *t) { free(t); }
+
+/* Runs the engine's loop while host.lua's rt[name]() is true, and until deadline_ns
+** (tp__now_ns; 0: none). 1 when it stopped at the deadline. */
+static int loop_while_until (tp_engine *e, const char *name, uint64_t deadline_ns) {
   lua_State *H = e->H;
+  uv_timer_t *t = NULL;
+  if (deadline_ns) {
+    uint64_t now = tp__now_ns();
+    if ((t = malloc(sizeof *t)) != NULL && uv_timer_init(e->loop, t) == 0) {
+      uv_update_time(e->loop);
+      uint64_t ms = now < deadline_ns ? (deadline_ns - now + 999999) / 1000000 : 0;
+      uv_timer_start(t, wake_loop, ms, 0);
+      uv_unref((uv_handle_t *)t);  /* wakes the loop; keeps nothing alive */
+    }
+    else { free(t); t = NULL; }
+  }
+  int late = 0;
   for (;;) {
     int top = lua_gettop(H);
     int more = rt_call(H, name, 0, 1) == LUA_OK && lua_toboolean(H, -1);
     lua_settop(H, top);
+    if (more && deadline_ns && tp__now_ns() >= deadline_ns) { late = 1; break; }
     if (!more || uv_run(e->loop, UV_RUN_ONCE) == 0) {
       if (more) {  /* nothing active left to wait for: one last look */
         more = rt_call(H, name, 0, 1) == LUA_OK && lua_toboolean(H, -1);
@@ -1018,6 +1218,16 @@ static void loop_while (tp_engine *e, const char *name) {
       if (!more) break;
     }
   }
+  if (t) {
+    uv_close((uv_handle_t *)t, free_timer);
+    uv_run(e->loop, UV_RUN_NOWAIT);  /* its close callback */
+  }
+  return late;
+}
+
+/* Runs the engine's loop while host.lua's rt[name]() is true. */
+static void loop_while (tp_engine *e, const char *name) {
+  loop_while_until(e, name, 0);
 }
 
 int tp__host_upstream (tp_engine *e, void (*problem)(const char *, void *), void *ud) {
@@ -1036,7 +1246,12 @@ int tp__host_upstream (tp_engine *e, void (*problem)(const char *, void *), void
     lua_settop(H, top);
     return TP_EINVAL;
   }
-  loop_while(e, "upstream_pending");
+  uint64_t t0 = tp__now_ns(), within = e->start_within_us;
+  if (loop_while_until(e, "upstream_pending", within ? t0 + within * 1000u : 0)) {
+    lua_pushinteger(H, (lua_Integer)(within / 1000));
+    if (rt_call(H, "upstream_late", 1, 0) != LUA_OK) lua_pop(H, 1);
+  }
+  if (within) tp__core(e)->wait_ns += tp__now_ns() - t0;  /* the next run's (tidepool.h) */
   if (rt_call(H, "upstream_problems", 0, 1) == LUA_OK && lua_type(H, -1) == LUA_TTABLE) {
     lua_Integer n = (lua_Integer)lua_rawlen(H, -1);
     for (lua_Integer k = 1; k <= n; k++) {
@@ -1051,6 +1266,13 @@ int tp__host_upstream (tp_engine *e, void (*problem)(const char *, void *), void
   tp__tools_annotate(e);
   uv_update_time(e->loop);
   return TP_OK;
+}
+
+int tp__host_tools_settled (const tp_engine *e) {
+  const json_t *servers = tp__config_section(e, "mcpServers");
+  if (!json_is_object(servers) || json_object_size(servers) == 0) return 1;
+  const host *h = e->host_state;
+  return h != NULL && h->upstream;
 }
 
 void tp__host_upstream_stop (tp_engine *e) {
@@ -1443,11 +1665,18 @@ static void push_order (lua_State *H, const json_t *v, int idx, int order, int d
 ** for tools whose schemas came as JSON text; a Lua plugin's tables have no order. */
 static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
                             int schemas) {
-  lua_createtable(H, (int)e->ntools, 0);
+  /* one tool: found by name, not by a walk over them all (annotating each of 10,000
+  ** upstream tools would be quadratic) */
+  const tp_tool *one = only ? tp__tool_find(e, only) : NULL;
+  if (one && strcmp(one->name, only) != 0) one = NULL;  /* an alias: not this tool's name */
+  size_t from = 0, to = only ? 0 : e->ntools;
+  const tp_tool *const *list = (const tp_tool *const *)e->tools;
+  if (one) { list = &one; to = 1; }
+  lua_createtable(H, (int)(to - from), 0);
   int n = 0;
-  for (size_t i = 0; i < e->ntools; i++) {
-    const tp_tool *t = e->tools[i];
-    if (only && strcmp(only, t->name) != 0) continue;
+  for (size_t i = from; i < to; i++) {
+    const tp_tool *t = list[i];
+    if (!only && !(tp__tool_callers(e, t) & TP_CALLER_SCRIPT)) continue;  /* direct only */
     lua_createtable(H, 0, 4);
     lua_pushstring(H, t->name);
     lua_setfield(H, -2, "name");

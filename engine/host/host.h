@@ -26,6 +26,9 @@ int  tp__host_load_dir(tp_engine *e, const char *dir, void (*problem)(const char
 ** NULL: stderr) is told each server or tool refused. Runs the engine's loop: never from
 ** one of its callbacks. TP_OK when there is nothing to start. */
 int  tp__host_upstream(tp_engine *e, void (*problem)(const char *, void *), void *ud);
+/* Whether every tool e will have is registered: no mcpServers, or they were started
+** (tp__host_upstream). The pre-run check calls a name unknown only then. */
+int  tp__host_tools_settled(const tp_engine *e);
 /* Stops them: stdin closed, then SIGTERM, then SIGKILL; runs the loop until they are
 ** gone (tp_engine_destroy, before the handles are counted). */
 void tp__host_upstream_stop(tp_engine *e);
@@ -36,6 +39,11 @@ void tp__host_upstream_stop(tp_engine *e);
 char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
 /* Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
 char *tp__host_tool_api(tp_engine *e, const char *tool);
+/* Asks e's state store for the shape of tool name's last result that an engine kept
+** there (E.seen: another worker, another process with the same --state, before a
+** restart), unless the tool has one of its own by then. It arrives at once from a memory
+** or SQLite store, later from Redis; a store that fails loses only the hint. */
+void tp__host_seen_load(tp_engine *e, const char *name);
 
 /* kvstore.c: require("tidepool.kv") in the host state (upvalue 1: the engine, light
 ** userdata): the kv.* tools' way to the engine's state store (store.h). */

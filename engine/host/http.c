@@ -128,6 +128,7 @@ typedef struct req {
   long status;               /* of the last status line seen */
   int has_location, truncated, headers_over;
   int finished;              /* 1: outcome ready for on_done; 2: given or cancelled */
+  int paused;                /* on_body paused the transfer: on_data has not taken enough */
   int dead;                  /* cancelled or delivered: freed when pump() is done */
   const char *code;          /* outcome: NULL for success, else a tool.* code */
   char msg[768];
@@ -362,114 +363,114 @@ static int compile (policy *p, const json_t *sec) {
   p->timeout_ms = DEFAULT_TIMEOUT_MS;
   p->max_bytes = DEFAULT_MAX_BYTES;
   if (sec == NULL) return 0;
-  if (!json_is_object(sec)) return fail_cfg(p, "config http: expected an object");
+  if (!json_is_object(sec)) return fail_cfg(p, "/http: expected an object");
   const char *key;
   json_t *v;
   json_object_foreach((json_t *)sec, key, v) {
     int known = 0;
     for (const char *const *f = fields; *f; f++) known |= strcmp(*f, key) == 0;
     if (!known)
-      return fail_cfg(p, "config http: unknown field '%s' (the fields are allow, "
+      return fail_cfg(p, "/http: unknown field '%s' (the fields are allow, "
                       "allow_private, inject, timeout_ms, max_bytes)", key);
   }
   if ((v = json_object_get(sec, "allow")) != NULL) {
-    if (!json_is_array(v)) return fail_cfg(p, "config http.allow: expected an array");
+    if (!json_is_array(v)) return fail_cfg(p, "/http/allow: expected an array");
     size_t i;
     json_t *a;
     json_array_foreach(v, i, a) {
       const json_t *h = json_is_object(a) ? json_object_get(a, "host") : a;
       if (!json_is_string(h) || json_string_length(h) == 0)
-        return fail_cfg(p, "config http.allow[%zu]: expected a host glob (\"api.x.com\", "
+        return fail_cfg(p, "/http/allow/%zu: expected a host glob (\"api.x.com\", "
                         "\"*.x.com\") or {\"host\": ..., \"methods\": [\"GET\"]}", i);
       const json_t *ms = json_is_object(a) ? json_object_get(a, "methods") : NULL;
       if (ms != NULL) {
         size_t j;
         json_t *m;
-        if (!json_is_array(ms)) return fail_cfg(p, "config http.allow[%zu].methods: "
+        if (!json_is_array(ms)) return fail_cfg(p, "/http/allow/%zu/methods: "
                                                 "expected an array of method names", i);
         json_array_foreach(ms, j, m)
           if (!json_is_string(m) || !is_token(json_string_value(m)))
-            return fail_cfg(p, "config http.allow[%zu].methods[%zu]: expected a method "
+            return fail_cfg(p, "/http/allow/%zu/methods/%zu: expected a method "
                             "name such as \"GET\"", i, j);
       }
     }
     p->allow = v;
   }
   if ((v = json_object_get(sec, "allow_private")) != NULL) {
-    if (!json_is_array(v)) return fail_cfg(p, "config http.allow_private: expected an "
+    if (!json_is_array(v)) return fail_cfg(p, "/http/allow_private: expected an "
                                            "array of CIDRs such as \"10.0.0.0/8\"");
     p->priv = calloc(json_array_size(v) + 1, sizeof *p->priv);
-    if (p->priv == NULL) return fail_cfg(p, "config http: out of memory");
+    if (p->priv == NULL) return fail_cfg(p, "/http: out of memory");
     size_t i;
     json_t *a;
     json_array_foreach(v, i, a) {
       if (!json_is_string(a) || parse_cidr(json_string_value(a), &p->priv[i]) != 0)
-        return fail_cfg(p, "config http.allow_private[%zu]: expected a CIDR such as "
+        return fail_cfg(p, "/http/allow_private/%zu: expected a CIDR such as "
                         "\"10.0.0.0/8\" or \"::1/128\"", i);
       p->npriv++;
     }
   }
   if ((v = json_object_get(sec, "inject")) != NULL) {
-    if (!json_is_object(v)) return fail_cfg(p, "config http.inject: expected an object "
+    if (!json_is_object(v)) return fail_cfg(p, "/http/inject: expected an object "
                                             "{\"host glob\": {\"Header\": \"env:NAME\"}}");
     size_t n = 0;
     const char *host;
     json_t *hs;
     json_object_foreach(v, host, hs) {
-      if (!json_is_object(hs)) return fail_cfg(p, "config http.inject[\"%s\"]: expected an "
+      if (!json_is_object(hs)) return fail_cfg(p, "/http/inject/%s: expected an "
                                                "object of headers", host);
       n += json_object_size(hs);
     }
     p->inj = calloc(n + 1, sizeof *p->inj);
-    if (p->inj == NULL) return fail_cfg(p, "config http: out of memory");
+    if (p->inj == NULL) return fail_cfg(p, "/http: out of memory");
     json_object_foreach(v, host, hs) {
       const char *name;
       json_t *val;
       json_object_foreach(hs, name, val) {
         const char *s = json_string_value(val);
         if (!is_token(name) || s == NULL)
-          return fail_cfg(p, "config http.inject[\"%s\"]: expected header names mapped "
+          return fail_cfg(p, "/http/inject/%s: expected header names mapped "
                           "to strings (\"env:NAME\" reads the environment)", host);
         if (strncmp(s, "env:", 4) == 0) {
           s = getenv(s + 4);
           if (s == NULL)
-            return fail_cfg(p, "config http.inject[\"%s\"][\"%s\"]: the environment "
-                            "variable %s is not set", host, name, json_string_value(val) + 4);
+            return fail_cfg(p, "/http/inject/%s/%s: the environment variable %s is not "
+                            "set", host, name, json_string_value(val) + 4);
         }
         if (strpbrk(s, "\r\n") != NULL)
-          return fail_cfg(p, "config http.inject[\"%s\"][\"%s\"]: the value has a line "
+          return fail_cfg(p, "/http/inject/%s/%s: the value has a line "
                           "break", host, name);
         injected *in = &p->inj[p->ninj];
         in->glob = host;
         in->name = name;
-        if ((in->value = strdup(s)) == NULL) return fail_cfg(p, "config http: out of memory");
+        if ((in->value = strdup(s)) == NULL) return fail_cfg(p, "/http: out of memory");
         p->ninj++;
       }
     }
   }
   if ((v = json_object_get(sec, "timeout_ms")) != NULL) {
     if (!json_is_number(v) || json_number_value(v) < 1)
-      return fail_cfg(p, "config http.timeout_ms: expected a number of milliseconds >= 1");
+      return fail_cfg(p, "/http/timeout_ms: expected a number of milliseconds >= 1");
     p->timeout_ms = (int64_t)json_number_value(v);
   }
   if ((v = json_object_get(sec, "max_bytes")) != NULL) {
     if (!json_is_integer(v) || json_integer_value(v) < 0)
-      return fail_cfg(p, "config http.max_bytes: expected an integer >= 0");
+      return fail_cfg(p, "/http/max_bytes: expected an integer >= 0");
     p->max_bytes = json_integer_value(v);
   }
   if ((v = json_object_get(sec, "ca_file")) != NULL) {
-    if (!json_is_string(v)) return fail_cfg(p, "config http.ca_file: expected a file path");
+    if (!json_is_string(v)) return fail_cfg(p, "/http/ca_file: expected a file path");
     p->ca_file = json_string_value(v);
   }
   if ((v = json_object_get(sec, "resolve")) != NULL) {
     size_t i;
     json_t *a;
-    if (!json_is_array(v)) return fail_cfg(p, "config http.resolve: expected an array of "
+    if (!json_is_array(v)) return fail_cfg(p, "/http/resolve: expected an array of "
                                            "\"host:port:address\"");
     json_array_foreach(v, i, a) {
       struct curl_slist *l = json_is_string(a) ?
         curl_slist_append(p->resolve, json_string_value(a)) : NULL;
-      if (l == NULL) return fail_cfg(p, "config http.resolve[%zu]: expected "
+      if (l == NULL) return fail_cfg(p, "/http/resolve/%zu: expected "
                                      "\"host:port:address\"", i);
       p->resolve = l;
     }
@@ -702,10 +703,20 @@ static int is_redirect (long s) {
   return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
 }
 
+/* A streamed body (on_data) is held here at most this long before on_data takes it: past
+** it the transfer pauses until pump() has handed it over (one socket action may read
+** megabytes from a fast server; 32 of them at once reached 261 MB before on_data, and the
+** run's budget, saw any). */
+#define STREAM_HELD (256u << 10)
+
 static size_t on_body (char *p, size_t size, size_t n, void *ud) {
   req *r = ud;
   size_t len = size * n;
   if (is_redirect(r->status) && r->has_location) return len;  /* followed: body dropped */
+  if (r->ref_data != LUA_NOREF && r->data.len > 0 && r->data.len + len > STREAM_HELD) {
+    r->paused = 1;
+    return CURL_WRITEFUNC_PAUSE;  /* curl keeps this chunk and gives it again */
+  }
   size_t keep = len;
   if (r->max_bytes != NO_CAP && r->received + (int64_t)len > r->max_bytes) {
     keep = (size_t)(r->max_bytes - r->received);
@@ -1092,6 +1103,10 @@ static int pump (tp_http *hs) {
       }
       if (r->ref_data != LUA_NOREF && r->data.len > 0 && (r->finished || r->easy)) {
         deliver(H, r, 1);
+        if (!r->dead && r->paused && r->easy && r->data.len == 0) {
+          r->paused = 0;
+          curl_easy_pause(r->easy, CURLPAUSE_CONT);  /* may call on_body at once */
+        }
         again = 1;
         break;
       }

@@ -379,6 +379,10 @@ static int glob_match (const char *p, const char *s) {
   return glob_match(p + plen + 1, s + slen + 1);
 }
 
+int tp__glob_match (const char *glob, const char *name) {
+  return glob_match(glob, name);
+}
+
 /* ---- compiling the config ---------------------------------------------------------- */
 
 typedef struct loader {

@@ -39,6 +39,10 @@ void tp__admit_after_policy(tp_engine *e, tp_call *c);
 /* What the policy keeps for a run (tp__drv_run.policy), freed when the run goes. */
 void tp__policy_run_free(void *pr);
 
+/* Whether dotted name matches glob: `*` one part (or, inside a part, any run of characters
+** but a dot), `**` any number of parts (tool_settings share the policy's globs). */
+int tp__glob_match(const char *glob, const char *name);
+
 /* Frees e's policy, principal and buckets (tp_engine_destroy). */
 void tp__policy_free(tp_engine *e);
 

@@ -25,15 +25,18 @@ const tp_tool *tp__tool_find (const tp_engine *e, const char *name) {
   if (e->ntools == 0) return NULL;
   tp_tool **t = bsearch(name, e->tools, e->ntools, sizeof *e->tools, cmp_name);
   if (t) return *t;
+  if (!e->has_aliases) return NULL;  /* no walk: adding 10,000 tools stays linear */
   for (size_t i = 0; i < e->ntools; i++)
-    if (e->tools[i]->alias && strcmp(e->tools[i]->alias, name) == 0) return e->tools[i];
+    for (size_t k = 0; k < e->tools[i]->naliases; k++)
+      if (strcmp(e->tools[i]->aliases[k], name) == 0) return e->tools[i];
   return NULL;
 }
 
 int tp__tool_set_alias (tp_engine *e, const char *name, const char *alias) {
   tp_tool **t = e->ntools ? bsearch(name, e->tools, e->ntools, sizeof *e->tools, cmp_name)
                           : NULL;
-  if (t == NULL || alias == NULL || *alias == '\0' || strlen(alias) > 128) {
+  if (t == NULL || alias == NULL || *alias == '\0' || strlen(alias) > 128 ||
+      (*t)->naliases >= 8) {
     tp__engine_set_error(e, "tool %s: no such tool, or a bad alias", name);
     return TP_EINVAL;
   }
@@ -43,10 +46,13 @@ int tp__tool_set_alias (tp_engine *e, const char *name, const char *alias) {
                          other->name);
     return TP_EINVAL;
   }
-  char *a = strdup(alias);
-  if (a == NULL) return TP_ENOMEM;
-  free((*t)->alias);
-  (*t)->alias = a;
+  if (other == *t) return TP_OK;  /* its name, or an alias it has */
+  char **list = realloc((*t)->aliases, ((*t)->naliases + 1) * sizeof *list);
+  if (list == NULL) return TP_ENOMEM;
+  (*t)->aliases = list;
+  if ((list[(*t)->naliases] = strdup(alias)) == NULL) return TP_ENOMEM;
+  (*t)->naliases++;
+  e->has_aliases = 1;
   return TP_OK;
 }
 
@@ -73,7 +79,8 @@ static const char *bad_name (const char *name) {
 static void free_tool (tp_tool *t) {
   if (t == NULL) return;
   free(t->name);
-  free(t->alias);
+  for (size_t k = 0; k < t->naliases; k++) free(t->aliases[k]);
+  free(t->aliases);
   free(t->lua_api);
   free(t->seen);
   free(t->pol_rules);
@@ -362,6 +369,7 @@ char *tp__tool_search (const tp_engine *e, const char *query) {
   for (size_t i = 0; i < e->ntools; i++) {
     const tp_tool *t = e->tools[i];
     uint64_t score = 0;
+    if (!(tp__tool_callers(e, t) & TP_CALLER_SCRIPT)) continue;  /* called directly only */
     if (nwords > 0) {
       char *name = lower_dup(t->name), *desc = lower_dup(t->description);
       if (name == NULL || desc == NULL) { free(name); free(desc); goto done; }

@@ -24,9 +24,11 @@ typedef struct tp_tool {
   void *ud;
   int lua_ref;                        /* the Lua provider's handler in the host state,
                                       ** or LUA_NOREF */
-  char *alias;                        /* another name that reaches it (an upstream MCP
-                                      ** tool's raw name, "memory.create-entities"), or
-                                      ** NULL: found by tp__tool_find, never listed */
+  char **aliases;                     /* other names that reach it (an upstream MCP
+                                      ** tool's raw names: "memory.create-entities",
+                                      ** "my-files.read_file"): found by tp__tool_find,
+                                      ** never listed */
+  size_t naliases;
   char *lua_api;                      /* its description as Lua annotations, made once
                                       ** (tp__tools_annotate) */
   int api_tried;
@@ -40,8 +42,9 @@ typedef struct tp_tool {
 
 /* The tool of that name, or else the one with that alias; NULL when none. */
 const tp_tool *tp__tool_find(const tp_engine *e, const char *name);
-/* Gives tool name the alias (any characters, at most 128 bytes): TP_OK, TP_EINVAL (no
-** such tool, a bad alias, or one that names another tool) or TP_ENOMEM. */
+/* Gives tool name one more alias (any characters, at most 128 bytes; at most 8 of them):
+** TP_OK, TP_EINVAL (no such tool, a bad alias, or one that names another tool) or
+** TP_ENOMEM. */
 int tp__tool_set_alias(tp_engine *e, const char *name, const char *alias);
 /* Adds a tool of provider prov; schemas are given as trees (borrowed). */
 int tp__tool_add(tp_engine *e, const tp_tool_def *def, const json_t *in, const json_t *out,

@@ -6,7 +6,9 @@
 **   kv            the kv.* tools' keys (values: JSON text);
 **   buckets       the policy's rate-limit token buckets, taken atomically;
 **   runs          paused runs (a JSON record: script, limits, policy hash, seed, pending
-**                 calls, ...) with an expiry, and each run's call log;
+**                 calls, ...) with an expiry, and each run's call log; also, under the
+**                 ids "tool-shape:<tool>", the shape of a tool's last result (host.c:
+**                 E.seen), which no paused run's id can be;
 **   sessions      which process owns a session (its globals live there).
 **
 ** A tp_store (public name, tidepool.h) is what was opened: shared by every engine of a
@@ -30,6 +32,8 @@
 #include "tidepool.h"
 
 #define TP_STORE_MAX_VALUE ((size_t)1 << 20)   /* 1 MiB: one value, one log entry */
+#define TP_STORE_LEASE_PREFIX "\x1flive:"      /* a lease: its holder's claim of this + name */
+enum { TP_STORE_TAKEOVER = 1, TP_STORE_PROBE = 2 };   /* session_claim's modes */
 #define TP_STORE_KV_CAP ((size_t)16 << 20)     /* 16 MiB: the kv's keys plus values, all
                                                ** entries together (kv_set: TOO_BIG) */
 
@@ -94,9 +98,13 @@ typedef struct tp_store_ops {
 
   /* Sessions: claim makes owner the holder of session for ttl_ms unless another holds
   ** it (CONFLICT, val: the holder); claiming again extends it. release lets it go (only
-  ** when owner holds it). */
+  ** when owner holds it). A process's lease is its claim of TP_STORE_LEASE_PREFIX + its
+  ** name, renewed while it lives; mode says what a claim does about a holder whose lease
+  ** is gone (it died, or lost the store): 0 nothing (CONFLICT as for any holder),
+  ** TP_STORE_TAKEOVER takes the claim from it (OK, num 1, val: that holder),
+  ** TP_STORE_PROBE leaves it (CONFLICT, num 1). num is 0 otherwise. */
   void (*session_claim)(tp_store_conn *c, const char *session, const char *owner,
-                        int64_t ttl_ms, tp_store_cb cb, void *ud);
+                        int64_t ttl_ms, int mode, tp_store_cb cb, void *ud);
   void (*session_release)(tp_store_conn *c, const char *session, const char *owner,
                           tp_store_cb cb, void *ud);
 } tp_store_ops;

@@ -455,8 +455,22 @@ static void m_log_read (tp_store_conn *sc, const char *run, tp_store_cb cb, void
 
 /* ---- sessions ------------------------------------------------------------------------------ */
 
+/* Whether the lease of the holder name (nl bytes) is there; called with s->mu held. It
+** removes nothing (an index into the table is kept across it). Out of memory: alive. */
+static int lease_alive (mtab *t, const char *name, size_t nl, int64_t now) {
+  size_t pl = strlen(TP_STORE_LEASE_PREFIX);
+  char *k = malloc(pl + nl + 1);
+  if (k == NULL) return 1;
+  memcpy(k, TP_STORE_LEASE_PREFIX, pl);
+  memcpy(k + pl, name, nl);
+  int found;
+  size_t i = find(t, k, pl + nl, &found);
+  free(k);
+  return found && (t->v[i]->a == 0 || t->v[i]->a > now);
+}
+
 static void m_session_claim (tp_store_conn *sc, const char *session, const char *owner,
-                             int64_t ttl_ms, tp_store_cb cb, void *ud) {
+                             int64_t ttl_ms, int mode, tp_store_cb cb, void *ud) {
   mconn *c = (mconn *)sc;
   mstore *s = M(sc);
   size_t kl = strlen(session), ol = strlen(owner), at;
@@ -469,21 +483,24 @@ static void m_session_claim (tp_store_conn *sc, const char *session, const char 
   m->a = expiry(ttl_ms, now);
   char *holder = NULL;
   size_t hl = 0;
-  int found, status = TP_STORE_OK;
+  int found, status = TP_STORE_OK, dead = 0;
   pthread_mutex_lock(&s->mu);
   ment *cur = live(&s->sessions, session, kl, now, &at, &found, &gone);
   if (cur && (cur->vl != ol || memcmp(cur->v, owner, ol) != 0)) {
-    status = TP_STORE_CONFLICT;
+    dead = mode != 0 && !lease_alive(&s->sessions, cur->v, cur->vl, now);
+    if (!dead || mode == TP_STORE_PROBE) status = TP_STORE_CONFLICT;
     if ((holder = dup_bytes(cur->v, hl = cur->vl)) == NULL) status = TP_STORE_ERROR;
   }
-  else if (put_at(&s->sessions, at, found, m, &old) != 0) status = TP_STORE_ERROR;
-  else m = NULL;
+  if (status == TP_STORE_OK) {
+    if (put_at(&s->sessions, at, found, m, &old) != 0) status = TP_STORE_ERROR;
+    else m = NULL;
+  }
   pthread_mutex_unlock(&s->mu);
   ment_free(m);
   ment_free(old);
   ment_free(gone);
   if (status == TP_STORE_ERROR) oom(c, cb, ud);
-  else if (status == TP_STORE_CONFLICT) answer(c, cb, ud, status, holder, hl, 0, NULL);
+  else if (status == TP_STORE_CONFLICT || dead) answer(c, cb, ud, status, holder, hl, dead, NULL);
   else answer(c, cb, ud, status, owner, ol, 0, NULL);
   free(holder);
 }

@@ -12,7 +12,8 @@
 **   P kvbytes        bytes of keys + values the kv holds (kept by the kv scripts)
 **   P bucket:<key>   a rate bucket (hash t = tokens, ts = ms), expiring once full again
 **   P run:<id>       a paused run's record  P log:<id>  its call log (hash "seq:phase")
-**   P session:<id>   the owner of a session, expiring after the claim's ttl
+**   P session:<id>   the owner of a session (or of a run, or a server's lease: store.h),
+**                    expiring after the claim's ttl
 ** Every operation that reads then writes is one Lua script (EVALSHA), so it is atomic
 ** across processes: a rate limit is exact however many servers take from it.
 **
@@ -119,19 +120,24 @@ static const char *const scripts[S_N] = {
     "local ttl = redis.call('PTTL', KEYS[2])\n"
     "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end\n"
     "return 1\n",
-  /* KEYS session; ARGV owner, ttl_ms (0: never) -> {1, owner} | {0, holder}:
-  ** SET NX PX, else compare-and-extend. */
+  /* KEYS session; ARGV owner, ttl_ms (0: never), mode, the key prefix of leases ->
+  ** {1, owner, 0} | {1, holder, 1} taken from a holder whose lease lapsed (mode 1) |
+  ** {0, holder, 0} | {0, holder, 1} held by one whose lease lapsed (mode 2). A holder's
+  ** lease is the key prefix .. its name (a lease is a claim of that key by the holder,
+  ** store.h); standalone Redis lets a script read a key it was not given. */
   [S_CLAIM] =
-    "local ttl = tonumber(ARGV[2])\n"
-    "local set\n"
-    "if ttl > 0 then set = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
-    "else set = redis.call('SET', KEYS[1], ARGV[1], 'NX') end\n"
-    "if set then return {1, ARGV[1]} end\n"
+    "local ttl, mode = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local cur = redis.call('GET', KEYS[1])\n"
-    "if cur ~= ARGV[1] then return {0, cur} end\n"
-    "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "else redis.call('PERSIST', KEYS[1]) end\n"
-    "return {1, cur}\n",
+    "local took = 0\n"
+    "if cur and cur ~= ARGV[1] then\n"
+    "  if mode == 0 or redis.call('EXISTS', ARGV[4] .. cur) == 1 then return {0, cur, 0} end\n"
+    "  if mode == 2 then return {0, cur, 1} end\n"
+    "  took = 1\n"
+    "end\n"
+    "if ttl > 0 then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "else redis.call('SET', KEYS[1], ARGV[1]) end\n"
+    "if took == 1 then return {1, cur, 1} end\n"
+    "return {1, ARGV[1], 0}\n",
   /* KEYS session; ARGV owner -> 1 released | 0 owner does not hold it: compare-and-delete */
   [S_RELEASE] =
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
@@ -535,8 +541,12 @@ static void on_reply (redisAsyncContext *ac, void *reply, void *ud) {
       reply_log(op, r);
       break;
     case K_CLAIM:
-      if (!pair(r, &flag, &v) || v->type != REDIS_REPLY_STRING) goto odd;
-      answer(op->cb, op->ud, flag ? TP_STORE_OK : TP_STORE_CONFLICT, v->str, v->len, 0, NULL);
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+          r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING ||
+          r->element[2]->type != REDIS_REPLY_INTEGER) goto odd;
+      v = r->element[1];
+      answer(op->cb, op->ud, r->element[0]->integer ? TP_STORE_OK : TP_STORE_CONFLICT, v->str,
+             v->len, r->element[2]->integer, NULL);
       break;
     case K_RELEASE:
       if (r->type != REDIS_REPLY_INTEGER) goto odd;
@@ -863,21 +873,25 @@ static void r_log_read (tp_store_conn *base, const char *run, tp_store_cb cb, vo
 }
 
 static void r_session_claim (tp_store_conn *base, const char *session, const char *owner,
-                             int64_t ttl_ms, tp_store_cb cb, void *ud) {
+                             int64_t ttl_ms, int mode, tp_store_cb cb, void *ud) {
   rconn *c = (rconn *)base;
   rop *op = new_op(c, K_CLAIM, cb, ud);
   if (op == NULL) return;
-  size_t l;
+  size_t l, ll;
   char *k = key_of(c->s, "session:", session, strlen(session), &l);
+  char *lp = key_of(c->s, "session:", TP_STORE_LEASE_PREFIX, strlen(TP_STORE_LEASE_PREFIX), &ll);
+  if (lp == NULL) { free(k); k = NULL; }
   if (keys_ok(&k, 1, op)) {
-    char ttl[24];
+    char ttl[24], m[4];
     snprintf(ttl, sizeof ttl, "%lld", (long long)(ttl_ms <= 0 ? 0 : ttl_ms < TTL_MAX ? ttl_ms
                                                   : TTL_MAX));
-    const char *a[] = { owner, ttl };
-    size_t al[] = { strlen(owner), strlen(ttl) };
-    eval(c, op, S_CLAIM, 1, &k, &l, 2, a, al);
+    snprintf(m, sizeof m, "%d", mode);
+    const char *a[] = { owner, ttl, m, lp };
+    size_t al[] = { strlen(owner), strlen(ttl), strlen(m), ll };
+    eval(c, op, S_CLAIM, 1, &k, &l, 4, a, al);
   }
   free(k);
+  free(lp);
 }
 
 static void r_session_release (tp_store_conn *base, const char *session, const char *owner,

@@ -513,10 +513,33 @@ static void s_log_read (tp_store_conn *sc, const char *run, tp_store_cb cb, void
 
 /* ---- sessions ---------------------------------------------------------------------------- */
 
+/* Whether the lease of holder is there (inside the claim's transaction): 1, 0, or -1
+** when it could not be read. */
+static int lease_alive (sconn *c, const char *holder, int64_t now) {
+  size_t pl = strlen(TP_STORE_LEASE_PREFIX), hl = strlen(holder);
+  char *k = malloc(pl + hl + 1);
+  if (k == NULL) return -1;
+  memcpy(k, TP_STORE_LEASE_PREFIX, pl);
+  memcpy(k + pl, holder, hl + 1);
+  sqlite3_stmt *st = q(c, Q_S_GET);
+  bind_text(st, 1, k);
+  int rc = sqlite3_step(st), alive = 0;
+  if (rc == SQLITE_ROW) {
+    int64_t exp = sqlite3_column_int64(st, 1);
+    alive = exp == 0 || exp > now;
+  }
+  else if (rc != SQLITE_DONE) alive = -1;
+  sqlite3_reset(st);
+  free(k);
+  return alive;
+}
+
 static void s_session_claim (tp_store_conn *sc, const char *session, const char *owner,
-                             int64_t ttl_ms, tp_store_cb cb, void *ud) {
+                             int64_t ttl_ms, int mode, tp_store_cb cb, void *ud) {
   sconn *c = (sconn *)sc;
   int64_t now = tp__store_now_ms();
+  char *took = NULL;  /* the holder whose lease lapsed, taken over */
+  size_t tl = 0;
   if (begin(c, 1) != 0) { fail(c, cb, ud, "begin a write"); return; }
   sqlite3_stmt *st = q(c, Q_S_GET);
   bind_text(st, 1, session);
@@ -529,25 +552,41 @@ static void s_session_claim (tp_store_conn *sc, const char *session, const char 
       char *copy = malloc(hl + 1);
       if (copy) memcpy(copy, holder, hl + 1);
       sqlite3_reset(st);
-      exec1(c, Q_ROLLBACK);
-      if (copy == NULL) {
-        tp_store_reply r = { TP_STORE_ERROR, NULL, 0, 0, "out of memory" };
-        cb(ud, &r);
+      int alive = copy == NULL || mode == 0 ? 1 : lease_alive(c, copy, now);
+      if (alive < 0) { free(copy); fail(c, cb, ud, "read a lease"); return; }
+      if (copy == NULL || alive || mode == TP_STORE_PROBE) {
+        exec1(c, Q_ROLLBACK);
+        if (copy == NULL) {
+          tp_store_reply r = { TP_STORE_ERROR, NULL, 0, 0, "out of memory" };
+          cb(ud, &r);
+          return;
+        }
+        reply(cb, ud, TP_STORE_CONFLICT, copy, hl, !alive);
+        free(copy);
         return;
       }
-      reply(cb, ud, TP_STORE_CONFLICT, copy, hl, 0);
-      free(copy);
-      return;
+      took = copy;
+      tl = hl;
     }
   }
   sqlite3_reset(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) { fail(c, cb, ud, "read a session"); return; }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    free(took);
+    fail(c, cb, ud, "read a session");
+    return;
+  }
   st = q(c, Q_S_SET);
   bind_text(st, 1, session);
   bind_text(st, 2, owner);
   sqlite3_bind_int64(st, 3, ttl_ms > 0 ? now + ttl_ms : 0);
-  if (step1(st) != 0 || commit(c) != 0) { fail(c, cb, ud, "claim a session"); return; }
-  reply(cb, ud, TP_STORE_OK, owner, strlen(owner), 0);
+  if (step1(st) != 0 || commit(c) != 0) {
+    free(took);
+    fail(c, cb, ud, "claim a session");
+    return;
+  }
+  if (took) reply(cb, ud, TP_STORE_OK, took, tl, 1);
+  else reply(cb, ud, TP_STORE_OK, owner, strlen(owner), 0);
+  free(took);
 }
 
 static void s_session_release (tp_store_conn *sc, const char *session, const char *owner,

@@ -169,6 +169,18 @@ TP_EXTERN int tp_parse_value(tp_unit unit, const char *text, uint64_t max, uint6
 ** "none" for 0. Writes at most len bytes, NUL included. */
 TP_EXTERN void tp_format_value(tp_unit unit, uint64_t v, char *buf, size_t len);
 
+/* The error codes of the envelope ("error": {"code": ...}), stable strings a script and a
+** program compare against, each with what it means in a few words ("limit.time", "past
+** --timeout"). tp_code_at(i) for i from 0 to tp_code_count() - 1, in the order the docs
+** list them; NULL past the end. Static: valid for the life of the process. */
+typedef struct tp_code_info {
+  const char *code;
+  const char *meaning;
+} tp_code_info;
+
+TP_EXTERN size_t tp_code_count(void);
+TP_EXTERN const tp_code_info *tp_code_at(size_t i);
+
 /* The library's version, "MAJOR.MINOR.PATCH". Static string. */
 TP_EXTERN const char *tp_version(void);
 
@@ -185,6 +197,10 @@ struct json_t;
 /* v as JSON text (NUL-terminated; *len, if not NULL, its length; NULL v is "null"), or
 ** NULL when out of memory. Free with tp_free. */
 TP_EXTERN char *tp_json_text(const struct json_t *v, size_t *len);
+/* d in that shortest form, as a person reads it: "%.Pg" for the least precision P that
+** reads back to d ("4.828032", "0.1", "1e+21", "3"), locale-independent. Writes at most
+** len bytes with the NUL (32 always suffice); returns the text's full length. */
+TP_EXTERN size_t tp_number_text(double d, char *buf, size_t len);
 /* text as a jansson tree, read as the engine reads JSON: any value at the top, NUL allowed
 ** in strings, duplicate keys refused, UTF-8 checked, at most 16 MiB. NULL on failure with
 ** why (if not NULL) set to "<what> at line L column C", with a hint for a client. The
@@ -537,6 +553,15 @@ TP_EXTERN int tp_config_check(const char *json, size_t len, const char *dir, cha
 ** library), NUL-terminated. Static. */
 TP_EXTERN const char *tp_config_schema(void);
 
+/* What e's config asks for that this machine lacks, found when it was configured: a
+** variable "env:NAME" that is not set, a program (mcpServers.*.command, commands[].argv0)
+** not found in PATH, a server's cwd that is no directory. One line each,
+** "config: <JSON pointer>: what", e.g. "config: /mcpServers/github/env/TOKEN: the
+** environment variable GITHUB_TOKEN is not set ..."; NULL when there is none. They do not
+** fail tp_engine_configure (the same file works where they exist); `tidepool config
+** check` and `--strict` refuse them. Owned by e, valid until it is configured again. */
+TP_EXTERN const char *tp_engine_config_warnings(const tp_engine *e);
+
 /* Sets in *l the limits e's config gives; the others stay as they are (so a front end
 ** calls tp_limits_init, then this, then applies its own options). TP_OK, or TP_EINVAL
 ** for NULL. Without a config, *l is left as it is. */
@@ -563,6 +588,18 @@ TP_EXTERN const char *tp_engine_config_state(const tp_engine *e);
 ** before tp_run_create/tp_run_start when none of those came first. It runs e's loop, so
 ** never from inside one of its callbacks. TP_OK (also when there is nothing to start). */
 TP_EXTERN int tp_engine_start_servers(tp_engine *e, tp_problem_cb problem, void *ud);
+
+/* Bounds that wait for a caller that starts the servers for its next run (tidepool run):
+** the start (tp_engine_start_servers, or the plugin load or tp_engine_run that starts
+** them) waits at most us microseconds (0, the default: until each server's own handshake
+** timer, up to a minute). A server not ready by then is a problem ("not ready within
+** ..."), goes on starting, and its tools come when it has listed them. The time waited
+** belongs to the next run made on e (tp_engine_run, tp_run_create): its wall-clock limit
+** counts it, its envelope's stats.wall_ms includes it and stats.wait_ms says how much of
+** it went before the run began. Without a bound set, a start's wait belongs to no run
+** (a server starting its workers), except within tp_engine_run, which bounds the start it
+** makes itself by its run's time limit and counts it there. */
+TP_EXTERN int tp_engine_set_start_timeout(tp_engine *e, uint64_t us);
 
 /* Confines the fs.* built-in tools to this directory (and offers them). */
 TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);
@@ -651,6 +688,25 @@ TP_EXTERN int tp_engine_claim_session(tp_engine *e, const char *session, const c
 /* Lets owner's claim of session go (nothing when owner does not hold it); no answer. */
 TP_EXTERN int tp_engine_release_session(tp_engine *e, const char *session, const char *owner);
 
+/* Leases: a process that holds claims keeps a lease on its own name, renewed well within
+** its ttl (tp_engine_renew_lease: a claim, fn as below; TP_EINVAL for ttl_ms <= 0); a
+** holder whose lease lapsed died, or lost the store. tp_engine_end_lease lets it go at
+** once (a process that stops). tp_engine_claim_lease claims key as
+** tp_engine_claim_session does, and flags say what to do about a holder whose lease
+** lapsed: TP_CLAIM_TAKEOVER takes the key from it (outcome TP_CLAIM_TAKEN, holder: its
+** name), TP_CLAIM_PROBE leaves it and says so (TP_CLAIM_DEAD, holder: its name). fn's
+** outcome otherwise: TP_CLAIM_WON (owner holds it; holder NULL), TP_CLAIM_HELD (holder, a
+** live one, holds it), TP_CLAIM_FAILED (err: how the store failed; nothing is known of the
+** claim). Same returns as tp_engine_claim_session. */
+enum { TP_CLAIM_TAKEOVER = 1, TP_CLAIM_PROBE = 2 };
+enum { TP_CLAIM_WON, TP_CLAIM_TAKEN, TP_CLAIM_HELD, TP_CLAIM_DEAD, TP_CLAIM_FAILED };
+typedef void (*tp_lease_fn)(void *ud, int outcome, const char *holder, const char *err);
+TP_EXTERN int tp_engine_claim_lease(tp_engine *e, const char *key, const char *owner,
+                                    int64_t ttl_ms, int flags, tp_lease_fn fn, void *ud);
+TP_EXTERN int tp_engine_renew_lease(tp_engine *e, const char *owner, int64_t ttl_ms,
+                                    tp_lease_fn fn, void *ud);
+TP_EXTERN int tp_engine_end_lease(tp_engine *e, const char *owner);
+
 /* ---- paused runs in the state store -------------------------------------------------
 ** What a front end keeps of a paused run so that it survives a restart of the process
 ** (tidepool mcp --state): a record (the front end's own text) that expires ttl_ms after it
@@ -707,7 +763,9 @@ TP_EXTERN int tp_call_progress(tp_call *c, const char *text);
 TP_EXTERN int tp_call_complete(tp_call *c, const char *result_json, size_t len);
 
 /* Fails the call. code: "tool.failed" when NULL, or another tool.* code; message for
-** the model (what went wrong, what to do). TP_ESTATE if completed already. */
+** the model (what went wrong, what to do). "tool.timeout" with a NULL or empty message:
+** the engine's own, naming the limit ("tools.x timed out after 30s (the tool_timeout
+** limit, --tool-timeout)"). TP_ESTATE if completed already. */
 TP_EXTERN int tp_call_fail(tp_call *c, const char *code, const char *message);
 
 /* ---- policy: every tool call passes it before its arguments are checked ------------
@@ -740,6 +798,23 @@ TP_EXTERN int tp_engine_set_principal(tp_engine *e, const char *principal,
                                       const char *scopes);
 /* The same for run r alone (call it before its first step). */
 TP_EXTERN int tp_run_set_principal(tp_run *r, const char *principal, const char *scopes);
+
+/* ---- who calls: a script, or the model directly --------------------------------------
+** The config's "tool_settings" may give a tool "callers" (docs/config.md): "script" (a
+** script calls it, tools.x.y{...}), "direct" (the model calls it as a tool of its own:
+** tidepool mcp --expose-tools), or both (the default). A run is a script's unless a front
+** end that offers tools directly says otherwise with tp_run_set_caller(r,
+** TP_CALLER_DIRECT) before its first step (its script then stands for the model's direct
+** call). A call the tool's callers exclude fails with tool.denied, saying who may call
+** it; tools.list, tools.describe, tools.search and tp_engine_describe leave out the
+** tools a script may not call. */
+#define TP_CALLER_SCRIPT 1
+#define TP_CALLER_DIRECT 2
+/* TP_OK, TP_EINVAL (NULL r, or caller not one of the two), TP_ENOMEM. */
+TP_EXTERN int tp_run_set_caller(tp_run *r, int caller);
+/* Who may call tool i (tp_engine_tool_info's order): TP_CALLER_SCRIPT, TP_CALLER_DIRECT
+** or both, ORed; 0 when i is past the end. */
+TP_EXTERN int tp_engine_tool_callers(const tp_engine *e, size_t i);
 
 /* One decision of the config's policy, for an audit log. Its strings are valid during
 ** the callback only. */

@@ -1,15 +1,51 @@
 /*
-** digest.c: SHA-256 as hex (digest.h).
+** digest.c: SHA-256 as hex (digest.h). Each thread keeps one digest context and the
+** process one fetched SHA-256: a fresh context per hash, with its implicit fetch of the
+** algorithm, cost more than hashing a call's arguments.
 */
+#include <pthread.h>
+
 #include <openssl/evp.h>
 
 #include "digest.h"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_key_t ctx_key;
+static int key_ok;
+static EVP_MD *sha256;  /* fetched once, kept for the process */
+
+static void ctx_free (void *p) { EVP_MD_CTX_free(p); }
+
+static void setup (void) {
+  key_ok = pthread_key_create(&ctx_key, ctx_free) == 0;
+  sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+/* This thread's context, made at its first hash; NULL when out of memory. */
+static EVP_MD_CTX *thread_ctx (void) {
+  pthread_once(&once, setup);
+  if (!key_ok || sha256 == NULL) return NULL;
+  EVP_MD_CTX *c = pthread_getspecific(ctx_key);
+  if (c == NULL && (c = EVP_MD_CTX_new()) != NULL && pthread_setspecific(ctx_key, c) != 0) {
+    EVP_MD_CTX_free(c);
+    c = NULL;
+  }
+  return c;
+}
 
 void tp__sha256_hex (const char *s, size_t len, char out[65]) {
   static const char hex[] = "0123456789abcdef";
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  if (!EVP_Digest(s, len, md, &n, EVP_sha256(), NULL) || n != 32) n = 0;
+  EVP_MD_CTX *c = thread_ctx();
+  if (c != NULL) {
+    if (!EVP_DigestInit_ex(c, sha256, NULL) || !EVP_DigestUpdate(c, s, len) ||
+        !EVP_DigestFinal_ex(c, md, &n))
+      n = 0;
+  }
+  else if (!EVP_Digest(s, len, md, &n, EVP_sha256(), NULL))
+    n = 0;
+  if (n != 32) n = 0;
   for (unsigned i = 0; i < 32; i++) {
     out[2 * i] = n ? hex[md[i] >> 4] : '0';
     out[2 * i + 1] = n ? hex[md[i] & 15] : '0';

@@ -19,11 +19,13 @@
 
 #include "tidepool.h"
 #include "json.h"
+#include "numfmt.h"
 
 static void push_null(lua_State *L);
 
 /* Registry keys: addresses of private statics. */
 static const char array_mt_key = 0;
+static const char object_mt_key = 0;
 static const char box_mt_key = 0;
 static const char decode_cap_key = 0;  /* registry: json.decode's input cap in this state */
 static const char budget_key = 0;      /* registry: the tp_json_budget of this state */
@@ -116,7 +118,10 @@ typedef struct walker {
   unsigned nodes;                 /* values converted, for polling budget->stopped */
   int over_bytes, over_budget, stopped;
   int empty_objects;              /* an untagged empty table became {} */
+  const json_t *kept[TP_JSON_KEPT_MAX]; /* tagged empty objects */
+  int nkept;
   const void *array_mt;           /* NULL when the state has no array metatable yet */
+  const void *object_mt;          /* the same for empty objects decoded from JSON */
   int array_mt_read;              /* array_mt was read (at the first table with a
                                   ** metatable) */
   const void *tables[TP_JSON_HARD_MAX_DEPTH + 1];  /* ancestors, for cycles */
@@ -292,7 +297,11 @@ static void describe_key (lua_State *L, int k, char *out, size_t cap) {
   switch (lua_type(L, k)) {
     case LUA_TNUMBER:
       if (lua_isinteger(L, k)) snprintf(out, cap, "the integer key %lld", (long long)lua_tointeger(L, k));
-      else snprintf(out, cap, "the float key %.17g", (double)lua_tonumber(L, k));
+      else {
+        char num[TP_NUMFMT_MAX];
+        tp__fmt_double((double)lua_tonumber(L, k), num);
+        snprintf(out, cap, "the float key %s", num);
+      }
       break;
     case LUA_TBOOLEAN:
       snprintf(out, cap, "the boolean key %s", lua_toboolean(L, k) ? "true" : "false");
@@ -351,10 +360,13 @@ static json_t *walk_table (walker *w, int t) {
     if (!w->array_mt_read) {
       lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
       w->array_mt = lua_topointer(L, -1);  /* NULL unless a table */
+      lua_rawgetp(L, LUA_REGISTRYINDEX, &object_mt_key);
+      w->object_mt = lua_topointer(L, -1);
       w->array_mt_read = 1;
-      lua_pop(L, 1);
+      lua_pop(L, 2);
     }
     tagged = w->array_mt != NULL && lua_topointer(L, -1) == w->array_mt;
+    if (w->object_mt != NULL && lua_topointer(L, -1) == w->object_mt) tagged = -1;
     lua_pop(L, 1);
   }
   lua_Unsigned n = lua_rawlen(L, t);
@@ -457,11 +469,14 @@ static json_t *walk_table (walker *w, int t) {
 
   /* An array: keys were integers in 1..n, all distinct, so count == n means no holes. */
   if (count != n) return sparse_error(w, t, (lua_Integer)n);
-  if (n == 0 && !tagged) {
-    w->empty_objects = 1;
+  if (n == 0 && tagged <= 0) {  /* untagged: ambiguous; tagged json.object: an object */
     if (!charge(w, 2) || !spend(w, TP_JSON_COST_OBJECT)) return NULL;
     obj = json_object();
-    return obj ? obj : oom(w);
+    if (obj == NULL) return oom(w);
+    if (tagged == 0) w->empty_objects = 1;
+    else if (w->nkept >= 0 && w->nkept < TP_JSON_KEPT_MAX) w->kept[w->nkept++] = obj;
+    else w->nkept = -1;
+    return obj;
   }
   json_t *arr = json_array();
   if (arr == NULL) return oom(w);
@@ -586,6 +601,8 @@ json_t *tp__json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_er
   w.pending = w.charged = 0;
   w.nodes = TP_JSON_POLL_NODES;  /* counts down to the next poll */
   w.over_bytes = w.over_budget = w.stopped = w.empty_objects = 0;
+  w.nkept = 0;
+  w.object_mt = NULL;
   w.array_mt = NULL;  /* read at the first table with a metatable */
   w.array_mt_read = 0;
   json_t *v = walk(&w, idx);
@@ -604,6 +621,8 @@ json_t *tp__json_from_lua_ex (lua_State *L, int idx, tp_json_opts *o, tp_json_er
   o->over_budget = w.over_budget;
   o->stopped = w.stopped;
   o->empty_objects = w.empty_objects;
+  o->nkept = w.nkept;
+  if (w.nkept > 0) memcpy(o->kept, w.kept, (size_t)w.nkept * sizeof w.kept[0]);
   return v;
 }
 
@@ -684,6 +703,16 @@ size_t tp__json_tree_cost (const json_t *v) {
 
 /* ---- JSON -> Lua --------------------------------------------------------------------- */
 
+static void push_object_mt (lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &object_mt_key) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, TP_JSON_OBJECT_TAG);
+  lua_setfield(L, -2, "__metatable");
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &object_mt_key);
+}
+
 void tp__json_push_array_mt (lua_State *L) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key) == LUA_TTABLE) return;
   lua_pop(L, 1);
@@ -761,6 +790,10 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
       lua_pushlstring(L, key, klen);
       push_value(L, p, child, depth + 1);
       lua_rawset(L, -3);
+    }
+    if (n == 0) {  /* {}: tagged, so it stays an object when sent back */
+      push_object_mt(L);
+      lua_setmetatable(L, -2);
     }
   }
 }
@@ -876,27 +909,10 @@ static void dump_string (dbuf *b, const char *s, size_t len) {
   db_putc(b, '"');
 }
 
-/* Shortest "%.Ng" that reads back to d, made locale-proof and always a JSON real. */
+/* The shortest text that reads back to d, always a JSON real (numfmt.c). */
 static void dump_real (dbuf *b, double d) {
-  char tmp[40];
-  int n = 0;
-  if (d == floor(d) && fabs(d) < 9007199254740992.0) {  /* integral: no float formatting */
-    n = snprintf(tmp, sizeof tmp, "%s%lld.0", signbit(d) && d == 0 ? "-" : "", (long long)d);
-    db_put(b, tmp, (size_t)n);
-    return;
-  }
-  for (int prec = 15; prec <= 17; prec++) {
-    n = snprintf(tmp, sizeof tmp, "%.*g", prec, d);
-    if (prec == 17 || strtod(tmp, NULL) == d) break;
-  }
-  char dp = localeconv()->decimal_point[0];
-  int has_dot = 0;
-  for (int i = 0; i < n; i++) {
-    if (tmp[i] == dp && dp != '.') tmp[i] = '.';
-    if (tmp[i] == '.' || tmp[i] == 'e' || tmp[i] == 'E') has_dot = 1;
-  }
-  db_put(b, tmp, (size_t)n);
-  if (!has_dot) db_put(b, ".0", 2);
+  char tmp[TP_NUMFMT_MAX];
+  db_put(b, tmp, tp__fmt_json_real(d, tmp));
 }
 
 typedef struct kv { const char *k; size_t len; json_t *v; } kv;
@@ -1016,6 +1032,17 @@ char *tp__json_dumps_charged (const json_t *v, const tp_json_budget *budget, siz
   if (len) *len = b.len;
   *charged = b.charged;
   return b.p;
+}
+
+size_t tp_number_text (double d, char *buf, size_t len) {
+  char tmp[TP_NUMFMT_MAX];
+  size_t n = tp__fmt_double(d, tmp);
+  if (len > 0) {
+    size_t k = n < len - 1 ? n : len - 1;
+    memcpy(buf, tmp, k);
+    buf[k] = '\0';
+  }
+  return n;
 }
 
 char *tp_json_text (const json_t *v, size_t *len) {

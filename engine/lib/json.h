@@ -77,6 +77,12 @@ typedef struct tp_json_budget {
 #define TP_JSON_CHARGE_BATCH (64u << 10)
 #define TP_JSON_POLL_NODES   4096
 
+/* An empty object decoded from JSON ({}) gets this metatable tag, as arrays get
+** TP_JSON_ARRAY_TAG: sent back, it stays an object, where an untagged empty Lua table is
+** ambiguous (sent as [] where the schema wants an array). */
+#define TP_JSON_OBJECT_TAG "json.object"
+#define TP_JSON_KEPT_MAX 8
+
 /* Options and outcome of tp__json_from_lua_ex. Zero it, then set what is needed. */
 typedef struct tp_json_opts {
   int max_depth;                 /* as tp__json_from_lua */
@@ -91,6 +97,9 @@ typedef struct tp_json_opts {
   int stopped;                   /* out: failed because budget->stopped said so */
   int empty_objects;             /* out: an empty table without the array tag became {}
                                  ** (where a schema wants an array, [] was meant) */
+  const json_t *kept[TP_JSON_KEPT_MAX]; /* out: empty objects that were JSON objects (a
+                                 ** table decoded from {}): they stay {} */
+  int nkept;                     /* how many; -1: more than TP_JSON_KEPT_MAX */
 } tp_json_opts;
 
 /* tp__json_from_lua with a budget, and a text cap shared by several calls. On failure

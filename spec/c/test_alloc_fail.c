@@ -506,7 +506,7 @@ static void sc_store (outcome *o) {
   ops->run_put(c, "r", "{}", 2, 0, on_sanswer, &a[4]);
   ops->log_put(c, "r", 1, 0, "{\"s\":1}", 7, on_sanswer, &a[5]);
   ops->log_read(c, "r", on_sanswer, &a[6]);
-  ops->session_claim(c, "s", "me", 0, on_sanswer, &a[7]);
+  ops->session_claim(c, "s", "me", 0, 0, on_sanswer, &a[7]);
   ops->run_del(c, "r", on_sanswer, &a[8]);
   ops->kv_del(c, "k", 1, on_sanswer, &a[9]);
   int ok = 1;

@@ -453,6 +453,62 @@ TEST(limit_table_lists_every_field_in_struct_order) {
   CHECK(f->code == NULL && f->message == NULL && f->hint == NULL);
 }
 
+/* ---- the error code table ------------------------------------------------------------ */
+
+static int code_listed (const char *code) {
+  for (size_t i = 0; i < tp_code_count(); i++)
+    if (strcmp(tp_code_at(i)->code, code) == 0) return 1;
+  return 0;
+}
+
+TEST(code_table_holds_every_limit_code_once_each_with_a_meaning) {
+  CHECK(tp_code_count() >= 21);
+  CHECK(tp_code_at(tp_code_count()) == NULL);
+  CHECK(tp_code_at(SIZE_MAX) == NULL);
+  CHECK_STR(tp_code_at(0)->code, "syntax");
+  for (size_t i = 0; i < tp_code_count(); i++) {
+    const tp_code_info *c = tp_code_at(i);
+    CHECK(c->meaning != NULL && c->meaning[0] != '\0');
+    for (size_t j = i + 1; j < tp_code_count(); j++) CHECK(strcmp(c->code, tp_code_at(j)->code) != 0);
+  }
+  for (size_t i = 0; i < tp_limit_count(); i++) {
+    const tp_limit_info *li = tp_limit_at(i);
+    if (li->code && !code_listed(li->code)) {
+      fprintf(stderr, "  the limit %s's code %s is not in the code table\n", li->field, li->code);
+      CHECK(0);
+    }
+  }
+}
+
+TEST(code_table_holds_the_codes_runs_end_with) {
+  tp_engine *e = tp_engine_create();
+  static const char *const srcs[] = {
+    "return (", "error('boom')", "while true do end", "local t = {} for i = 1, 1e7 do t[i] = i end",
+    "for i = 1, 1e5 do print(('x'):rep(100)) end", "return ('x'):rep(1e6)", "return tools.nope{}",
+    "local s = 0 for i = 1, 1e9 do s = s + i end",
+  };
+  tp_limits l;
+  tp_limits_init(&l);
+  l.memory = 1 << 20;
+  l.wall_us = 300000;
+  l.output = 4096;
+  l.result = 1024;
+  l.instructions = 100000;
+  for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++) {
+    char *env = NULL;
+    CHECK_INT(tp_engine_run(e, srcs[k], strlen(srcs[k]), &l, &env, NULL), TP_OK);
+    char *code = field(env, "error.code");
+    CHECK(code != NULL);
+    if (code && !code_listed(code)) {
+      fprintf(stderr, "  '%s' ended with %s, which the code table lacks\n", srcs[k], code);
+      CHECK(0);
+    }
+    free(code);
+    tp_free(env);
+  }
+  tp_engine_destroy(e);
+}
+
 TEST(limit_defaults_match_limits_init) {
   tp_limits l;
   tp_limits_init(&l);
@@ -924,6 +980,8 @@ int main (int argc, char **argv) {
   RUN(a_session_runs_again_after_a_run_killed_at_the_memory_cap);
   RUN(limit_table_lists_every_field_in_struct_order);
   RUN(limit_defaults_match_limits_init);
+  RUN(code_table_holds_every_limit_code_once_each_with_a_meaning);
+  RUN(code_table_holds_the_codes_runs_end_with);
   RUN(limit_find_takes_field_flag_and_lua_option);
   RUN(every_name_of_every_limit_finds_that_limit_alone);
   RUN(limits_set_parses_each_unit);

@@ -257,6 +257,7 @@ TEST(a_new_run_takes_the_chunks_a_destroyed_one_left) {
   char *env = NULL;
   int ok = 0;
   CHECK_INT(e->core.chunks.n, 0);
+  e->core.chunks.sandboxes_max = 0;  /* no pooled sandbox: each run makes its own */
   CHECK_INT(tp_engine_run(e, src, sizeof src - 1, NULL, &env, &ok), TP_OK);
   CHECK(ok);
   tp_free(env);

@@ -257,30 +257,84 @@ static void session_ops (tp_store *s, uv_loop_t *loop) {
   ans a;
   tp__store_set_clock(fake_clock);
   int64_t t0 = fake_now;
-  OP(loop, a, o->session_claim(c, "s1", "proc-a", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-a", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_OK);
   CHECK_STR(a.val, "proc-a");
-  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_CONFLICT);
   CHECK_STR(a.val, "proc-a");
   fake_now = t0 + 900;
-  OP(loop, a, o->session_claim(c, "s1", "proc-a", 1000, on_ans, &a));  /* extends */
+  OP(loop, a, o->session_claim(c, "s1", "proc-a", 1000, 0, on_ans, &a));  /* extends */
   CHECK_INT(a.status, TP_STORE_OK);
   fake_now = t0 + 1500;
-  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_CONFLICT);  /* held until t0 + 1900 */
   OP(loop, a, o->session_release(c, "s1", "proc-b", on_ans, &a));
   CHECK_INT(a.status, TP_STORE_NOTFOUND);  /* not b's to let go */
   OP(loop, a, o->session_release(c, "s1", "proc-a", on_ans, &a));
   CHECK_INT(a.status, TP_STORE_OK);
-  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_OK);
   fake_now = t0 + 2500;
-  OP(loop, a, o->session_claim(c, "s1", "proc-a", 0, on_ans, &a));  /* b's expired */
+  OP(loop, a, o->session_claim(c, "s1", "proc-a", 0, 0, on_ans, &a));  /* b's expired */
   CHECK_INT(a.status, TP_STORE_OK);
   fake_now = t0 + 100000000;
-  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, on_ans, &a));
+  OP(loop, a, o->session_claim(c, "s1", "proc-b", 1000, 0, on_ans, &a));
   CHECK_INT(a.status, TP_STORE_CONFLICT);  /* ttl 0: held until released */
+  fake_now = t0;
+  tp__store_set_clock(NULL);
+  tp__store_close(c);
+}
+
+/* Leases (store.h): a process's lease is its claim of TP_STORE_LEASE_PREFIX + its name. A
+** claim held by a process whose lease lapsed (or never was) is taken over (TAKEOVER: OK,
+** num 1, val: that holder) or reported (PROBE: CONFLICT, num 1); a live holder keeps it
+** (num 0), and mode 0 never looks at leases. */
+static void lease_ops (tp_store *s, uv_loop_t *loop) {
+  tp_store_conn *c = tp__store_connect(s, loop, NULL, 0);
+  CHECK(c != NULL);
+  if (c == NULL) return;
+  const tp_store_ops *o = c->ops;
+  ans a;
+  tp__store_set_clock(fake_clock);
+  int64_t t0 = fake_now;
+  OP(loop, a, o->session_claim(c, TP_STORE_LEASE_PREFIX "proc-a", "proc-a", 1000, 0, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_OK);
+  OP(loop, a, o->session_claim(c, TP_STORE_LEASE_PREFIX "proc-b", "proc-b", 5000, 0, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_OK);
+  OP(loop, a, o->session_claim(c, "s2", "proc-a", 60000, 0, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_OK);
+  OP(loop, a, o->session_claim(c, "s2", "proc-b", 60000, TP_STORE_PROBE, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_CONFLICT);
+  CHECK_INT(a.num, 0);                     /* a's lease holds */
+  CHECK_STR(a.val, "proc-a");
+  OP(loop, a, o->session_claim(c, "s2", "proc-b", 60000, TP_STORE_TAKEOVER, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_CONFLICT);
+  CHECK_INT(a.num, 0);
+  fake_now = t0 + 1500;                    /* a's lease lapsed, its claim of s2 did not */
+  OP(loop, a, o->session_claim(c, "s2", "proc-b", 60000, 0, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_CONFLICT);
+  CHECK_INT(a.num, 0);                     /* mode 0: as before leases */
+  OP(loop, a, o->session_claim(c, "s2", "proc-b", 60000, TP_STORE_PROBE, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_CONFLICT);
+  CHECK_INT(a.num, 1);
+  CHECK_STR(a.val, "proc-a");
+  OP(loop, a, o->session_claim(c, "s2", "proc-b", 60000, TP_STORE_TAKEOVER, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_OK);
+  CHECK_INT(a.num, 1);
+  CHECK_STR(a.val, "proc-a");              /* taken from a */
+  OP(loop, a, o->session_claim(c, "s2", "proc-b", 60000, TP_STORE_TAKEOVER, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_OK);
+  CHECK_INT(a.num, 0);                     /* b's own now: extended */
+  OP(loop, a, o->session_claim(c, "s2", "proc-a", 60000, TP_STORE_TAKEOVER, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_CONFLICT);  /* b's lease holds */
+  CHECK_STR(a.val, "proc-b");
+  OP(loop, a, o->session_claim(c, "s3", "proc-c", 60000, 0, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_OK);
+  OP(loop, a, o->session_claim(c, "s3", "proc-a", 60000, TP_STORE_TAKEOVER, on_ans, &a));
+  CHECK_INT(a.status, TP_STORE_OK);        /* c never had a lease */
+  CHECK_INT(a.num, 1);
+  CHECK_STR(a.val, "proc-c");
   fake_now = t0;
   tp__store_set_clock(NULL);
   tp__store_close(c);
@@ -346,6 +400,7 @@ static void conformance (tp_store *s) {
   bucket_ops(s, &loop);
   run_ops(s, &loop);
   session_ops(s, &loop);
+  lease_ops(s, &loop);
   two_threads(s);
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK_INT(uv_loop_close(&loop), 0);

@@ -524,31 +524,70 @@ TEST(sessions_are_claimed_by_one_owner_extended_and_released) {
   fixture f;
   answer a = { 0 };
   if (setup(&f, "t8:", NULL) == 0) {
-    OP(f, a, session_claim(f.c, "s1", "srv-a", 60000, on_answer, &a));
+    OP(f, a, session_claim(f.c, "s1", "srv-a", 60000, 0, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_OK);
     CHECK_STR(a.val, "srv-a");
-    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, on_answer, &a));
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, 0, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_CONFLICT);
     CHECK_STR(a.val, "srv-a");
-    OP(f, a, session_claim(f.c, "s1", "srv-a", 500, on_answer, &a));  /* extends (shorter) */
+    OP(f, a, session_claim(f.c, "s1", "srv-a", 500, 0, on_answer, &a));  /* extends (shorter) */
     CHECK_INT(a.status, TP_STORE_OK);
     OP(f, a, session_release(f.c, "s1", "srv-b", on_answer, &a));   /* not b's to let go */
     CHECK_INT(a.status, TP_STORE_NOTFOUND);
-    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, on_answer, &a));
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, 0, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_CONFLICT);
     sleep_ms(800);                                                    /* expired */
-    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, on_answer, &a));
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, 0, on_answer, &a));
     CHECK_INT(a.status, TP_STORE_OK);
     CHECK_STR(a.val, "srv-b");
     OP(f, a, session_release(f.c, "s1", "srv-b", on_answer, &a));
     CHECK_INT(a.status, TP_STORE_OK);
     OP(f, a, session_release(f.c, "s1", "srv-b", on_answer, &a));
     CHECK_INT(a.status, TP_STORE_NOTFOUND);
-    OP(f, a, session_claim(f.c, "s1", "srv-a", 0, on_answer, &a));     /* no expiry */
+    OP(f, a, session_claim(f.c, "s1", "srv-a", 0, 0, on_answer, &a));     /* no expiry */
     CHECK_INT(a.status, TP_STORE_OK);
     redisReply *r = direct("PTTL t8:session:s1");
     CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER);
     if (r) CHECK_INT(r->integer, -1);
+    freeReplyObject(r);
+  }
+  reset(&a);
+  teardown(&f);
+}
+
+/* Leases in Redis: the claim script reads the holder's lease (P session:\x1flive:NAME). */
+TEST(a_claim_whose_holder_lease_lapsed_is_taken_over_or_reported) {
+  fixture f;
+  answer a = { 0 };
+  if (setup(&f, "t12:", NULL) == 0) {
+    OP(f, a, session_claim(f.c, TP_STORE_LEASE_PREFIX "srv-a", "srv-a", 300, 0, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_OK);
+    OP(f, a, session_claim(f.c, TP_STORE_LEASE_PREFIX "srv-b", "srv-b", 60000, 0, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_OK);
+    OP(f, a, session_claim(f.c, "s1", "srv-a", 60000, 0, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_OK);
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, TP_STORE_TAKEOVER, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_CONFLICT);  /* a's lease holds */
+    CHECK_INT(a.num, 0);
+    CHECK_STR(a.val, "srv-a");
+    sleep_ms(800);                            /* a's lease lapsed; its claim of s1 did not */
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, 0, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_CONFLICT);
+    CHECK_INT(a.num, 0);
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, TP_STORE_PROBE, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_CONFLICT);
+    CHECK_INT(a.num, 1);
+    CHECK_STR(a.val, "srv-a");
+    OP(f, a, session_claim(f.c, "s1", "srv-b", 60000, TP_STORE_TAKEOVER, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_OK);
+    CHECK_INT(a.num, 1);
+    CHECK_STR(a.val, "srv-a");
+    OP(f, a, session_claim(f.c, "s1", "srv-a", 60000, TP_STORE_TAKEOVER, on_answer, &a));
+    CHECK_INT(a.status, TP_STORE_CONFLICT);  /* b's, and b's lease holds */
+    CHECK_STR(a.val, "srv-b");
+    redisReply *r = direct("GET t12:session:s1");
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
+    if (r && r->type == REDIS_REPLY_STRING) CHECK_STR(r->str, "srv-b");
     freeReplyObject(r);
   }
   reset(&a);
@@ -816,6 +855,7 @@ int main (int argc, char **argv) {
   RUN(runs_and_their_call_log_in_seq_order);
   RUN(a_run_and_its_log_expire_after_the_ttl);
   RUN(sessions_are_claimed_by_one_owner_extended_and_released);
+  RUN(a_claim_whose_holder_lease_lapsed_is_taken_over_or_reported);
   RUN(open_names_the_url_when_redis_is_down_or_the_url_is_wrong);
   RUN(a_password_and_a_unix_socket);
   RUN(close_answers_what_is_outstanding_closed);

@@ -148,11 +148,81 @@ TEST(a_call_cut_by_its_time_limit_is_cancelled_upstream_and_leaves_nothing) {
   cleanup(dir);
 }
 
+/* A config with one server that never answers its handshake (hostile-server.mjs). */
+static tp_engine *engine_with_silent (void) {
+  const char *cfg = "{\"mcpServers\": {\"h\": {\"command\": \"node\", \"args\": "
+                    "[\"spec/upstream/hostile-server.mjs\", \"--silent\"]}}}";
+  tp_engine *e = tp_engine_create();
+  if (e && tp_engine_configure(e, cfg, strlen(cfg)) != TP_OK) {
+    tp_engine_destroy(e);
+    return NULL;
+  }
+  return e;
+}
+
+/* The number after "key": in env, or -1. */
+static double number_after (const char *env, const char *key) {
+  const char *p = strstr(env, key);
+  return p ? strtod(p + strlen(key), NULL) : -1;
+}
+
+TEST(tp_engine_run_waits_for_a_silent_server_within_its_time_limit_and_counts_it) {
+  tp_engine *e = engine_with_silent();
+  CHECK(e != NULL);
+  if (e == NULL) return;
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = 700000;
+  const char *src = "return tools.h.ok{}";
+  char *env = NULL;
+  int ok = 1;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), &lim, &env, &ok), TP_OK);
+  CHECK(!ok);
+  if (env) {
+    CHECK_HAS(env, "\"code\":\"limit.time\"");
+    double wait = number_after(env, "\"wait_ms\":"), wall = number_after(env, "\"wall_ms\":");
+    CHECK(wait >= 690 && wait < 5000);  /* the start's wait, not the handshake's 60 s */
+    CHECK(wall >= wait);
+  }
+  tp_free(env);
+  /* a later run waits for nothing: the server goes on starting in the background */
+  src = "return tools ~= nil";
+  CHECK_INT(tp_engine_run(e, src, strlen(src), &lim, &env, &ok), TP_OK);
+  CHECK(ok);
+  if (env) CHECK(strstr(env, "wait_ms") == NULL);
+  tp_free(env);
+  tp_engine_destroy(e);
+}
+
+TEST(tp_engine_set_start_timeout_bounds_tp_engine_start_servers_and_the_next_run_counts_it) {
+  tp_engine *e = engine_with_silent();
+  CHECK(e != NULL);
+  if (e == NULL) return;
+  CHECK_INT(tp_engine_set_start_timeout(e, 300000), TP_OK);
+  CHECK_INT(tp_engine_start_servers(e, NULL, NULL), TP_OK);
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = 5000000;
+  const char *src = "return 1";
+  char *env = NULL;
+  int ok = 0;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), &lim, &env, &ok), TP_OK);
+  CHECK(ok);
+  if (env) {
+    double wait = number_after(env, "\"wait_ms\":");
+    CHECK(wait >= 290 && wait < 4000);
+  }
+  tp_free(env);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(upstream_tools_run_by_name_and_raw_name_and_nothing_is_left_at_destroy);
   RUN(a_tool_without_output_schema_says_text_then_shows_what_came_back);
   RUN(a_plugin_reload_keeps_the_upstream_tools_and_a_plugin_cannot_take_their_names);
   RUN(a_call_cut_by_its_time_limit_is_cancelled_upstream_and_leaves_nothing);
+  RUN(tp_engine_run_waits_for_a_silent_server_within_its_time_limit_and_counts_it);
+  RUN(tp_engine_set_start_timeout_bounds_tp_engine_start_servers_and_the_next_run_counts_it);
   return tp_test_end();
 }

@@ -329,8 +329,11 @@ test('inject: a variable missing from the environment is a load problem naming i
   const sec = { ...local, inject: { '127.0.0.1': { Authorization: 'env:TP_TEST_NOT_SET' } } };
   const r = await tp('return 1', sec, { args: ['--strict'] });
   eq(r.code, 3);
-  assert(r.err.includes('config http.inject["127.0.0.1"]["Authorization"]: the environment ' +
-    'variable TP_TEST_NOT_SET is not set'), r.err);
+  assert(r.err.includes(': /http/inject/127.0.0.1/Authorization: the environment variable ' +
+    'TP_TEST_NOT_SET is not set (the value "env:TP_TEST_NOT_SET" reads it); set it, or write ' +
+    'the value itself\n'), r.err);
+  assert(r.err.endsWith('tidepool: --strict: refused: 1 problem of the config on this machine ' +
+    '(above)\n'), r.err);
 });
 
 test('a malformed http section is refused by the config check, or at load naming the field', async () => {
@@ -340,7 +343,7 @@ test('a malformed http section is refused by the config check, or at load naming
     'for example "api.github.com"'), r.err);
   const c = await tp('return 1', { allow_private: ['10.0.0.0/33'] }, { args: ['--strict'] });
   eq(c.code, 3);
-  assert(c.err.includes('config http.allow_private[0]: expected a CIDR'), c.err);
+  assert(c.err.includes('.json: /http/allow_private/0: expected a CIDR'), c.err);
 });
 
 // ---- caps, compression, TLS --------------------------------------------------------------

@@ -238,7 +238,8 @@ test('an exposed tool that needs approval pauses too; resume_run returns the too
   const v2 = view(m2);
   const r2 = await resume(t, v2.run, [{ seq: 1, approve: false, note: 'no', binding: v2.pending[0].binding }]);
   eq(r2.result.isError, true, 'declined: an error');
-  eq(r2.result.structuredContent.error, { code: 'tool.denied',
+  eq(r2.result.structuredContent, undefined, 'an error result of an exposed tool: text only');
+  eq(JSON.parse(r2.result.content[0].text).error, { code: 'tool.denied',
     hint: 'The policy refuses this call: retrying will not help; use another tool or return what you have.',
     message: "fx_echo was denied by the host's policy: the person declined: no" }, 'the error');
   eq(await t.close(), 0, 'exit status');

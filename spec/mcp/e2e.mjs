@@ -214,8 +214,10 @@ test('--expose-tools lists each tool under a name every client accepts and calls
   eq(g.structuredContent, { found: false, value: null }, 'a result checked against its outputSchema by the SDK');
   const bad = await m.callTool({ name: 'test_sleep', arguments: { ms: 'x' } });
   eq(bad.isError, true, 'invalid input is a tool error');
-  eq(bad.structuredContent.error.message, 'test_sleep: invalid arguments: $.ms: expected integer, got string "x"', 'named as listed');
-  eq(bad.structuredContent.arguments, { ms: 'x' }, 'with the arguments given');
+  eq(bad.structuredContent, undefined, 'an error result has no structuredContent (spec/mcp/exposed.mjs)');
+  const badv = JSON.parse(bad.content[0].text);
+  eq(badv.error.message, 'test_sleep: invalid arguments: $.ms: expected integer, got string "x"', 'named as listed');
+  eq(badv.arguments, { ms: 'x' }, 'with the arguments given');
   const l = await m.callTool({ name: 'lua', arguments: { code: 'return 7' } });
   eq(l.structuredContent.result, 7, 'run_lua under its --name');
 });
@@ -248,14 +250,17 @@ test('a result over the 10 MiB message limit is truncated with a marker', async 
   assert(r.content[0].text.length < 10 * 1024 * 1024, 'the text fits');
 }, 30000);
 
-test('the server exits cleanly when the client closes', async () => {
-  const m = await connect();
+test('the server exits when the client closes', async () => {
+  // At end of input the server answers what is in flight, within the run's --timeout
+  // (spec/mcp/eof.mjs); the SDK's close() stops waiting after 2 s and signals it.
+  const m = await connect(['--timeout', '1s']);
   const p = runLua(m, 'tools.test.sleep{ms = 20000}').catch(() => 'closed');
   await sleep(100);
   const t0 = Date.now();
   await m.close();
-  eq(await p, 'closed', 'the pending call ends');
-  assert(Date.now() - t0 < 2000, 'closed quickly');
+  const v = await p;  // answered (limit.time) before the client stopped reading, or not
+  assert(v === 'closed' || v.structuredContent.error.code === 'limit.time', JSON.stringify(v));
+  assert(Date.now() - t0 < 5000, 'closed within the bound');
 });
 
 await run().finally(() => Promise.all(clients.map((x) => x.close().catch(() => {}))));

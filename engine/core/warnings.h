@@ -1,0 +1,24 @@
+/*
+** warnings.h: the envelope's "warnings", advice about legal Lua that most likely gives a
+** wrong answer (warnings.c).
+*/
+#ifndef tidepool_warnings_h
+#define tidepool_warnings_h
+
+#include "lua.h"
+#include "run.h"
+
+#define TP_WARNINGS_MAX 10
+
+/* Adds {line, message} to r's warnings (once each; at most TP_WARNINGS_MAX). */
+void tp__run_warn(tp_run *r, int line, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+/* string.format's %s of the table at idx (without __tostring): warns that it shows no
+** contents (json.encode does). */
+void tp__warn_table_text(lua_State *L, int idx);
+
+/* The sandbox's ipairs (sandbox/allowlist.h). */
+int tp__sb_ipairs(lua_State *L);
+
+#endif
