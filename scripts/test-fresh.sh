@@ -88,6 +88,12 @@ unshare --mount --pid --fork --kill-child --propagation private sh -eu -c '
   fi
   git clone -q --no-hardlinks "$src" "$root/root/tidepool"
   git -C "$root/root/tidepool" checkout -q "$head"
+  # As CI lays it: the JSON Schema Test Suite of shared/ beside the clone (the schema
+  # tests read ../shared/json-schema-test-suite), when this checkout has it.
+  if [ -d "$src/../shared/json-schema-test-suite" ]; then
+    mkdir -p "$root/root/shared"
+    cp -r "$src/../shared/json-schema-test-suite" "$root/root/shared/"
+  fi
   mount -t proc proc "$root/proc"
   mount -t sysfs sysfs "$root/sys"
   mount --rbind /dev "$root/dev"
