@@ -1200,6 +1200,16 @@ function M.pending()
   return false
 end
 
+-- Every server has listed its tools once (they stay registered while it is down): a tool
+-- name that none of them has is then surely wrong. A server still starting, or one that
+-- never started, may bring more names.
+function M.all_listed()
+  for _, srv in ipairs(servers) do
+    if not srv.listed then return false end
+  end
+  return true
+end
+
 -- The start's wait ended after ms milliseconds (the time limit of the run waiting for it)
 -- with servers still starting: each is a problem; they go on starting, and their tools
 -- come once they have listed them.

@@ -1272,7 +1272,13 @@ int tp__host_tools_settled (const tp_engine *e) {
   const json_t *servers = tp__config_section(e, "mcpServers");
   if (!json_is_object(servers) || json_object_size(servers) == 0) return 1;
   const host *h = e->host_state;
-  return h != NULL && h->upstream;
+  if (h == NULL || !h->upstream || e->H == NULL) return 0;
+  /* started is not enough: a server still starting (or not ready within the run's time,
+  ** or failed) may bring tools yet, so its names are not known */
+  int top = lua_gettop(e->H);
+  int all = rt_call(e->H, "upstream_all_listed", 0, 1) == LUA_OK && lua_toboolean(e->H, -1);
+  lua_settop(e->H, top);
+  return all;
 }
 
 void tp__host_upstream_stop (tp_engine *e) {
