@@ -94,7 +94,8 @@ describe("tidepool run", function()
     assert.are.equal('{\n  "a": 4.828032,\n  "b": [\n    0.30000000000000004,\n    3.0,\n'
       .. '    1e+21,\n    -0.0,\n    5e-324\n  ],\n  "c": 7\n}\n', out)
     local jout = run(script, "--json")
-    assert.truthy(jout:find('"result":{"a":4.828032,"b":[0.30000000000000004,3.0,1e+21,-0.0,5e-324],"c":7}', 1, true))
+    assert.truthy(jout:find('"result":{"a":4.828032,"b":[0.30000000000000004,3.0,1e+21,'
+      .. '-0.0,5e-324],"c":7}', 1, true))
   end)
 
   it("without --json prints a string result as is", function()

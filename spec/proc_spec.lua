@@ -152,7 +152,8 @@ describe("proc.run: the allowlist", function()
     -- not prefixes of it: other flags, "--", a longer name, a value that looks like one
     local ws = temp_dir()
     assert(os.execute("git init -q " .. q(ws)))
-    for _, args in ipairs({ '{"diff", "--stat"}', '{"diff", "--"}', '{"log", "--format=--ex", "-1", "--all"}' }) do
+    for _, args in ipairs({ '{"diff", "--stat"}', '{"diff", "--"}',
+                            '{"log", "--format=--ex", "-1", "--all"}' }) do
       local r = ok_result(("return tools.proc.run{cmd = 'git', args = %s}"):format(args),
         { GIT }, ws)
       assert.are.equal("number", type(r.exit_code), args)
