@@ -75,8 +75,14 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size) {
   if (!ok) {
     const char *code = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
     const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    /* a compile error, or a finding of the pre-run check (marked "precheck": a line that
+    ** would surely fail, found before anything ran) */
+    int precheck = json_is_true(json_object_get(json_object_get(j, "error"), "precheck"));
     FUZZ_CHECK(code && (!strcmp(code, "syntax") || !strcmp(code, "limit.source") ||
-                        !strcmp(code, "limit.memory")), "unexpected code: %s", env);
+                        !strcmp(code, "limit.memory") ||
+                        (precheck && (!strcmp(code, "runtime") || !strcmp(code, "tool.unknown") ||
+                                      !strcmp(code, "tool.invalid_input")))),
+               "unexpected code: %s", env);
     FUZZ_CHECK(msg && msg[0], "error without a message: %s", env);
   }
   json_decref(j);
