@@ -577,8 +577,7 @@ class Tidepool {
     if (session !== undefined && session !== null) args.session = String(session);
     const params = { name: 'run_lua', arguments: args };
     if (decls.length) {
-      params._meta = { progressToken: id,
-        [CALLER_CAP]: { version: 1, mode: 'live', tools: decls } };
+      params._meta = { [CALLER_CAP]: { version: 1, mode: 'live', tools: decls } };
     }
     s.runs.set(id, run);
     let onAbort;

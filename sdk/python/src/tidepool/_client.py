@@ -426,7 +426,7 @@ class Tidepool:
             args["session"] = str(session)
         params: dict = {"name": "run_lua", "arguments": args}
         if tools:
-            params["_meta"] = {"progressToken": rid, CALLER_CAP: {
+            params["_meta"] = {CALLER_CAP: {
                 "version": 1, "mode": "live", "tools": [t.declaration() for t in tools.values()]}}
         return params
 

@@ -1,0 +1,295 @@
+"""The Python SDK against the real `tidepool mcp` of this build (TIDEPOOL_BIN, else
+build/tidepool): caller tools answered live (an async one, one that throws, one called
+in a loop and in parallel()), arun and its cancellation, crashes kept out of this
+process, a missing binary, schemas from type hints, dataclasses, TypedDicts and a
+recursive one. Run: sh spec/sdk/python.sh (a venv with the package pip-installed)."""
+
+import asyncio
+import dataclasses
+import os
+import signal
+import threading
+import time
+from typing import Literal, Optional, TypedDict
+
+import pytest
+
+from tidepool import Tidepool, TidepoolError, model_view, tool
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.environ.get("TIDEPOOL_BIN") or os.path.join(ROOT, os.environ.get("BUILD", "build"),
+                                                     "tidepool")
+with open(os.path.join(ROOT, "spec", "sdk", "three_tools.lua"), encoding="utf-8") as f:
+    SCRIPT = f.read()
+
+WANT = {"code": "tool.failed", "message": "exploded: boom", "ok": False, "par": [101, 202],
+        "sum": 36, "temp": 21}
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def tp():
+    t = Tidepool(binary=BIN, builtin_tools=False)
+    yield t
+    pid = t._servers and next(iter(t._servers.values())).pid
+    t.close()
+    if pid:
+        assert not alive(pid), "close() ended the process"
+
+
+def user_tools(seen):
+    async def weather(city: str) -> dict:
+        """Current weather for a city."""
+        seen["weather"].append(city)
+        await asyncio.sleep(0.02)
+        return {"temp_c": 21}
+
+    def explode(why: str) -> None:
+        """Always fails."""
+        seen["explode"].append(why)
+        raise RuntimeError(f"exploded: {why}")
+
+    lock = threading.Lock()
+
+    def add(a: int, b: int) -> dict:
+        """Adds two integers."""
+        with lock:
+            seen["add"].append((a, b))
+        return {"sum": a + b}
+
+    return [tool(weather), explode, add]
+
+
+def check_seen(seen):
+    assert seen["weather"] == ["Paris"]
+    assert seen["explode"] == ["boom"]
+    assert seen["add"][:3] == [(1, 10), (2, 10), (3, 10)]
+    assert sorted(seen["add"][3:]) == [(100, 1), (200, 2)]
+
+
+def test_three_tools_sync(tp):
+    seen = {"weather": [], "explode": [], "add": []}
+    env = tp.run(SCRIPT, tools=user_tools(seen))
+    assert env["ok"], env.get("error")
+    assert env["result"] == WANT
+    check_seen(seen)
+    assert [c["tool"] for c in env["calls"]] == ["weather", "explode", "add", "add", "add",
+                                                 "add", "add"]
+    assert env["calls"][1]["ok"] is False
+    assert isinstance(env["stats"]["wall_ms"], (int, float))
+    view = tp.model_view(env)
+    assert view["calls"] == {"add": 5, "explode": 1, "weather": 1}
+    assert view["result"] == WANT
+    assert model_view(env) is view
+
+
+def test_three_tools_async(tp):
+    seen = {"weather": [], "explode": [], "add": []}
+    weather, explode, add = user_tools(seen)
+    env = asyncio.run(tp.arun(SCRIPT, tools={"weather": weather, "explode": explode, "add": add}))
+    assert env["ok"], env.get("error")
+    assert env["result"] == WANT
+    check_seen(seen)
+
+
+def test_one_process_many_runs_and_a_session(tp):
+    pid = tp.pid
+    for i in range(20):
+        assert tp.run(f"return {i} * 2")["result"] == i * 2
+    assert tp.pid == pid
+    tp.run("counter = 41", session="s1")
+    assert tp.run("counter = counter + 1 return counter", session="s1")["result"] == 42
+
+
+def test_script_error_is_an_envelope(tp):
+    env = tp.run("local x = nil; return x.y")
+    assert env["ok"] is False
+    assert env["error"]["code"] == "runtime"
+    assert "attempt to index" in env["error"]["message"]
+
+
+def test_cancelling_arun_cancels_the_run_and_the_call(tp):
+    state = {"started": None, "cancelled": False}
+
+    async def slow() -> None:
+        """Waits forever."""
+        state["started"].set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            state["cancelled"] = True
+            raise
+
+    async def main():
+        state["started"] = asyncio.Event()
+        task = asyncio.create_task(tp.arun("tools.slow{} return 1", tools=[slow]))
+        await asyncio.wait_for(state["started"].wait(), 10)
+        t0 = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.monotonic() - t0 < 2
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert state["cancelled"], "the tool's task was cancelled"
+    assert tp.run("return 7")["result"] == 7, "the process goes on serving"
+
+
+def test_a_crash_stays_in_its_process():
+    own = Tidepool(binary=BIN, builtin_tools=False)
+    try:
+        pid = own.pid
+        started = threading.Event()
+
+        def hang() -> None:
+            started.set()
+            time.sleep(1.0)
+
+        def killer():
+            started.wait(10)
+            os.kill(pid, signal.SIGKILL)
+
+        threading.Thread(target=killer, daemon=True).start()
+        with pytest.raises(TidepoolError) as ei:
+            own.run("tools.hang{} return 1", tools=[hang])
+        assert ei.value.code == "process.exited"
+        assert "signal 9" in str(ei.value)
+        assert own.run("return 1 + 1")["result"] == 2
+        assert own.pid != pid
+    finally:
+        own.close()
+
+
+@pytest.mark.parametrize("how", ["arg", "env", "path"])
+def test_missing_binary_says_how_to_install(how, monkeypatch):
+    if how == "arg":
+        where = "/nonexistent/tidepool (the binary argument)"
+        make = lambda: Tidepool(binary="/nonexistent/tidepool")  # noqa: E731
+    elif how == "env":
+        monkeypatch.setenv("TIDEPOOL_BIN", "/nonexistent/tp")
+        where = "TIDEPOOL_BIN=/nonexistent/tp"
+        make = Tidepool
+    else:
+        monkeypatch.delenv("TIDEPOOL_BIN", raising=False)
+        monkeypatch.setenv("PATH", "/nonexistent")
+        where = "no `tidepool` on PATH (/nonexistent)"
+        make = Tidepool
+    with pytest.raises(TidepoolError) as ei:
+        make()
+    assert ei.value.code == "binary.missing"
+    assert where in str(ei.value)
+    assert "make && sudo make install" in str(ei.value) and "TIDEPOOL_BIN" in str(ei.value)
+
+
+def test_schema_from_hints_checked_by_tidepool(tp):
+    got = []
+
+    @tool(name="book")
+    def book_room(room: str, nights: int, kind: Literal["single", "double"] = "single",
+                  note: Optional[str] = None, tags: list[str] = ()) -> dict:
+        """Books a room.
+
+        Args:
+            room: the room's name.
+            nights: how many nights.
+        """
+        got.append((room, nights, kind, note, tags))
+        return {"ok": True}
+
+    decl = book_room.declaration()
+    assert decl["name"] == "book" and decl["description"] == "Books a room."
+    s = decl["inputSchema"]
+    assert s["required"] == ["room", "nights"]
+    assert s["properties"]["room"] == {"type": "string", "description": "the room's name."}
+    assert s["properties"]["kind"] == {"enum": ["single", "double"], "type": "string",
+                                       "default": "single"}
+    assert s["properties"]["note"] == {"type": ["string", "null"], "default": None}
+    assert s["properties"]["tags"] == {"type": "array", "items": {"type": "string"},
+                                       "default": []}
+    env = tp.run("""
+        local ok, err = pcall(tools.book, { room = "A", nights = "two" })
+        local ok2, err2 = pcall(tools.book, { room = "A", nights = 1, kind = "triple" })
+        local r = tools.book{ room = "Blue", nights = 2, kind = "double" }
+        return { err.code, err2.code, r.ok }""", tools=[book_room])
+    assert env["ok"], env.get("error")
+    assert env["result"] == ["tool.invalid_input", "tool.invalid_input", True]
+    assert got == [("Blue", 2, "double", None, ())], "only the good call reached Python"
+
+
+@dataclasses.dataclass
+class Node:
+    """A tree node."""
+    name: str
+    children: list["Node"] = dataclasses.field(default_factory=list)
+
+
+def test_recursive_dataclass_argument(tp):
+    seen = []
+
+    def count(n: Node) -> int:
+        return 1 + sum(count(c) for c in n.children)
+
+    def size(tree: Node) -> int:
+        """Counts the nodes of a tree."""
+        seen.append(tree)
+        return count(tree)
+    env = tp.run("""
+        local ok, err = pcall(tools.size, { name = "x", children = { { name = 5 } } })
+        local n = tools.size{ name = "a", children = { { name = "b", children = { { name = "c" } } },
+                                                      { name = "d" } } }
+        return { n = n, bad = err.code, where = err.message }""", tools=[size])
+    assert env["ok"], env.get("error")
+    assert env["result"]["n"] == 4
+    assert env["result"]["bad"] == "tool.invalid_input"
+    assert "children" in env["result"]["where"]
+    assert len(seen) == 1 and isinstance(seen[0], Node)
+    assert isinstance(seen[0].children[0].children[0], Node)
+
+
+class Order(TypedDict):
+    sku: str
+    qty: int
+
+
+def test_typeddict_argument_and_explicit_schema(tp):
+    def place(order: Order) -> dict:
+        return {"total": order["qty"] * 3, "sku": order["sku"]}
+
+    def echo(**kw):
+        return kw
+
+    env = tp.run("""return { tools.place{ sku = "x", qty = 4 }, tools.echo{ z = 1 },
+                            select(2, pcall(tools.place, { sku = "x" })).code }""",
+                 tools={"place": place,
+                        "echo": {"fn": echo, "description": "Echoes.",
+                                 "input_schema": {"type": "object",
+                                                  "properties": {"z": {"type": "integer"}}}}})
+    assert env["ok"], env.get("error")
+    assert env["result"] == [{"sku": "x", "total": 12}, {"z": 1}, "tool.invalid_input"]
+
+
+def test_exception_code_and_message(tp):
+    class Denied(Exception):
+        code = "tool.denied"
+
+    def guarded() -> None:
+        raise Denied("not for you")
+
+    def plain() -> None:
+        raise KeyError
+
+    env = tp.run("""local _, a = pcall(tools.guarded, {}) local _, b = pcall(tools.plain, {})
+                    return { a.code, a.message, b.code, b.message }""", tools=[guarded, plain])
+    assert env["result"] == ["tool.denied", "not for you", "tool.failed", "KeyError"]

@@ -1,0 +1,224 @@
+// The Node SDK (sdk/node) against the real `tidepool mcp` of this build: caller tools
+// answered live (an async one, one that throws, one called in a loop and in parallel()),
+// abort mid-run, crashes kept out of this process, a missing binary, zod and recursive
+// schemas, one process for many runs. zod comes from build/sdk-node/ai6
+// (spec/sdk/install.sh). Run: BUILD=build node spec/sdk/node_sdk.mjs
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+import { test, run, assert, eq, sleep, tidepool as bin, root } from '../mcp/harness.mjs';
+import { Tidepool, TidepoolError, modelView, createCodeTool } from '../../sdk/node/index.js';
+
+const modules = path.resolve(root, process.env.BUILD || 'build', 'sdk-node', 'ai6');
+const need = createRequire(path.join(modules, 'package.json'));
+const { z } = await import(pathToFileURL(need.resolve('zod')).href);
+
+const tp = new Tidepool({ binary: bin, builtinTools: false });
+
+const SCRIPT = fs.readFileSync(path.join(root, 'spec/sdk/three_tools.lua'), 'utf8');
+
+function userTools(seen) {
+  return {
+    weather: {
+      description: 'Current weather for a city.',
+      inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+      execute: async ({ city }) => { seen.weather.push(city); await sleep(20); return { temp_c: 21 }; },
+    },
+    explode: {
+      description: 'Always fails.',
+      inputSchema: { type: 'object', properties: { why: { type: 'string' } } },
+      execute: (args) => { seen.explode.push(args); throw new Error(`exploded: ${args.why}`); },
+    },
+    add: {
+      description: 'Adds two integers.',
+      inputSchema: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } },
+        required: ['a', 'b'] },
+      execute: async ({ a, b }) => { seen.add.push([a, b]); return { sum: a + b }; },
+    },
+  };
+}
+
+test('three caller tools: async, throwing, in a loop and in parallel(); exact arguments and results', async () => {
+  const seen = { weather: [], explode: [], add: [] };
+  const env = await tp.run(SCRIPT, { tools: userTools(seen) });
+  eq(env.ok, true, `the run succeeded (${JSON.stringify(env.error)})`);
+  eq(env.result, { code: 'tool.failed', message: 'exploded: boom', ok: false, par: [101, 202],
+    sum: 36, temp: 21 }, 'the result');
+  eq(seen.weather, ['Paris'], 'weather args');
+  eq(seen.explode, [{ why: 'boom' }], 'explode args');
+  eq(seen.add.slice(0, 3), [[1, 10], [2, 10], [3, 10]], 'add in the loop, in order');
+  eq(seen.add.slice(3).sort((x, y) => x[0] - y[0]), [[100, 1], [200, 2]], 'add in parallel()');
+  eq(env.calls.map((c) => c.tool), ['weather', 'explode', 'add', 'add', 'add', 'add', 'add'],
+    'the calls, in the envelope');
+  eq(env.calls[1].ok, false, 'the throw is a failed call');
+  assert(typeof env.stats.wall_ms === 'number', 'stats');
+  const view = modelView(env);
+  eq(view.calls, { add: 5, explode: 1, weather: 1 }, 'the model view counts calls by tool');
+});
+
+test('one process serves many runs; a session keeps globals', async () => {
+  const pid = await tp.pid();
+  for (let i = 0; i < 20; i++) {
+    const env = await tp.run(`return ${i} * 2`);
+    eq(env.result, i * 2);
+  }
+  eq(await tp.pid(), pid, 'the same process');
+  await tp.run('counter = 41', { session: 's1' });
+  eq((await tp.run('counter = counter + 1 return counter', { session: 's1' })).result, 42);
+});
+
+test('a script error is an envelope, not an exception', async () => {
+  const env = await tp.run('local x = nil; return x.y');
+  eq(env.ok, false);
+  eq(env.error.code, 'runtime');
+  assert(/attempt to index/.test(env.error.message), env.error.message);
+});
+
+test('AbortSignal: aborting mid-run rejects the run and aborts the execute in flight', async () => {
+  const ac = new AbortController();
+  let started, sawAbort = false;
+  const began = new Promise((r) => { started = r; });
+  const tools = {
+    slow: {
+      description: 'Waits until aborted.',
+      inputSchema: { type: 'object' },
+      execute: (_args, { signal }) => new Promise((resolve) => {
+        started();
+        signal.addEventListener('abort', () => { sawAbort = true; resolve(null); });
+      }),
+    },
+  };
+  const p = tp.run('tools.slow{} return "never"', { tools, signal: ac.signal });
+  await began;
+  const t0 = Date.now();
+  ac.abort();
+  let err;
+  try { await p; } catch (e) { err = e; }
+  assert(err, 'the run rejected');
+  eq(err.name, 'AbortError');
+  assert(sawAbort, "the execute's signal was aborted");
+  assert(Date.now() - t0 < 2000, 'at once');
+  eq((await tp.run('return 7')).result, 7, 'the process goes on serving');
+});
+
+test('a signal already aborted runs nothing', async () => {
+  let called = false;
+  const ac = new AbortController();
+  ac.abort();
+  let err;
+  try {
+    await tp.run('tools.t{}', { signal: ac.signal, tools: { t: { execute: () => { called = true; } } } });
+  } catch (e) { err = e; }
+  eq(err && err.name, 'AbortError');
+  eq(called, false);
+});
+
+test('a crash of the engine stays in its process: the run rejects, the next run starts a new one', async () => {
+  const own = new Tidepool({ binary: bin, builtinTools: false });
+  try {
+    const pid = await own.pid();
+    let started;
+    const began = new Promise((r) => { started = r; });
+    const tools = { hang: { execute: () => new Promise(() => { started(); }) } };
+    const p = own.run('tools.hang{}', { tools });
+    await began;
+    process.kill(pid, 'SIGKILL');
+    let err;
+    try { await p; } catch (e) { err = e; }
+    assert(err instanceof TidepoolError, `a TidepoolError (${err})`);
+    eq(err.code, 'process.exited');
+    assert(/signal SIGKILL/.test(err.message), err.message);
+    eq((await own.run('return 1 + 1')).result, 2, 'a new process serves the next run');
+    assert((await own.pid()) !== pid, 'another pid');
+  } finally { await own.close(); }
+});
+
+test('a missing binary is an error that says how to install tidepool', async () => {
+  const cases = [
+    () => new Tidepool({ binary: '/nonexistent/tidepool' }),
+    () => { const saved = process.env.TIDEPOOL_BIN; process.env.TIDEPOOL_BIN = '/nonexistent/tp';
+      try { return new Tidepool(); } finally { if (saved === undefined) delete process.env.TIDEPOOL_BIN; else process.env.TIDEPOOL_BIN = saved; } },
+    () => { const saved = [process.env.PATH, process.env.TIDEPOOL_BIN];
+      process.env.PATH = '/nonexistent'; delete process.env.TIDEPOOL_BIN;
+      try { return new Tidepool(); } finally { process.env.PATH = saved[0]; if (saved[1] !== undefined) process.env.TIDEPOOL_BIN = saved[1]; } },
+    () => createCodeTool({ binary: '/nonexistent/tidepool', tools: {} }),
+  ];
+  const where = ['/nonexistent/tidepool (the binary option)', 'TIDEPOOL_BIN=/nonexistent/tp',
+    'no `tidepool` on PATH (/nonexistent)', '/nonexistent/tidepool (the binary option)'];
+  for (const [i, make] of cases.entries()) {
+    let err;
+    try { make(); } catch (e) { err = e; }
+    assert(err instanceof TidepoolError, `case ${i}: a TidepoolError`);
+    eq(err.code, 'binary.missing', `case ${i}`);
+    assert(err.message.includes(where[i]), `case ${i}: ${err.message}`);
+    assert(err.message.includes('make && sudo make install') && err.message.includes('TIDEPOOL_BIN'),
+      `case ${i}: how to install: ${err.message}`);
+  }
+});
+
+test('a zod schema: tidepool checks the JSON Schema, zod parses (defaults applied)', async () => {
+  const got = [];
+  const tools = {
+    book: {
+      description: 'Books a room.',
+      inputSchema: z.object({ room: z.string().min(2), nights: z.number().int().min(1),
+        breakfast: z.boolean().default(false) }),
+      execute: async (args) => { got.push(args); return { ok: true }; },
+    },
+  };
+  const env = await tp.run(`
+    local ok, err = pcall(tools.book, { room = "A", nights = 0 })
+    local r = tools.book{ room = "Blue", nights = 2 }
+    return { ok = ok, code = err.code, message = err.message, booked = r.ok }`, { tools });
+  eq(env.ok, true, JSON.stringify(env.error));
+  eq(env.result.ok, false);
+  eq(env.result.code, 'tool.invalid_input', 'bad arguments stop before the caller');
+  assert(/room/.test(env.result.message) && /nights/.test(env.result.message) || /room|nights/.test(env.result.message),
+    env.result.message);
+  eq(got, [{ room: 'Blue', nights: 2, breakfast: false }], 'execute got the parsed value, once');
+});
+
+test('a recursive schema: a tree through $ref, checked at every depth', async () => {
+  const Node = z.object({ name: z.string(), get children() { return z.array(Node).optional(); } });
+  const seen = [];
+  const count = (n) => 1 + (n.children || []).reduce((s, c) => s + count(c), 0);
+  const tools = {
+    size: { description: 'Counts the nodes of a tree.', inputSchema: Node,
+      execute: (tree) => { seen.push(tree); return { nodes: count(tree) }; } },
+    size_json: {
+      description: 'The same with a JSON Schema.',
+      inputSchema: { $defs: { node: { type: 'object', required: ['name'],
+        properties: { name: { type: 'string' }, children: { type: 'array', items: { $ref: '#/$defs/node' } } } } },
+      $ref: '#/$defs/node' },
+      execute: (tree) => ({ nodes: count(tree) }),
+    },
+  };
+  const env = await tp.run(`
+    local tree = { name = "a", children = { { name = "b", children = { { name = "c" } } }, { name = "d" } } }
+    local ok, err = pcall(tools.size, { name = "x", children = { { name = "y", children = { { name = 5 } } } } })
+    local ok2, err2 = pcall(tools.size_json, { name = "x", children = { { children = {} } } })
+    return { n = tools.size(tree).nodes, n2 = tools.size_json(tree).nodes,
+             bad = err.code, bad2 = err2.code, where = err.message }`, { tools });
+  eq(env.ok, true, JSON.stringify(env.error));
+  eq([env.result.n, env.result.n2, env.result.bad, env.result.bad2], [4, 4, 'tool.invalid_input', 'tool.invalid_input']);
+  assert(/children/.test(env.result.where), `the message names the path: ${env.result.where}`);
+  eq(seen.length, 1, 'the bad tree never reached the caller');
+});
+
+test('a tool name the script cannot write is adapted: lookup-user is tools.lookup_user', async () => {
+  const tools = { 'lookup-user': { inputSchema: { type: 'object' }, execute: () => ({ id: 7 }) } };
+  eq((await tp.run('return tools.lookup_user{}.id', { tools })).result, 7);
+});
+
+test('close() ends the process; the pid is gone', async () => {
+  const own = new Tidepool({ binary: bin });
+  const pid = await own.pid();
+  await own.close();
+  let alive = true;
+  try { process.kill(pid, 0); } catch { alive = false; }
+  eq(alive, false, 'the child exited');
+});
+
+test('close() of the shared object', async () => { await tp.close(); });
+await run();
