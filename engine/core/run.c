@@ -981,6 +981,16 @@ int tp__run_reseed (tp_run *r, unsigned int seed) {
   return 0;
 }
 
+void tp__run_recheck (tp_run *r) {
+  if (r->state != ST_READY || r->compiled || r->pending_error == NULL ||
+      !json_is_true(json_object_get(r->pending_error, "precheck")))
+    return;
+  json_decref(r->pending_error);
+  r->pending_error = NULL;
+  r->cpu_used_ns -= r->compile_ns < r->cpu_used_ns ? r->compile_ns : r->cpu_used_ns;
+  r->compiled = compile(r);
+}
+
 tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_limits *limits) {
   if (e == NULL || source == NULL) return NULL;
   tp_limits lim;
