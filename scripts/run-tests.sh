@@ -23,6 +23,9 @@
 #                  spec/mcp/era_http.mjs (the same over Streamable HTTP),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools),
 #                  spec/upstream/hostile.mjs (hostile MCP and HTTP servers: memory, time)
+#   SDKs           spec/sdk/node_sdk.mjs (sdk/node), spec/sdk/ai_sdk.mjs (the AI SDK 6 and 7
+#                  with ai/test's mock model; npm packages and Node 22 from npm),
+#                  spec/sdk/python.sh (sdk/python: pip install offline, pytest)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   cluster        scripts/cluster-test.sh: redis-server and three tidepool mcp --http sharing
 #                  it (spec/mcp/cluster.mjs), when redis-server is installed
@@ -230,6 +233,26 @@ else
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
   # hostile upstream data and HTTP bodies: outcomes, time, peak RSS (issue 19)
   run_node "hostile upstream and HTTP servers (memory, time)" spec/upstream/hostile.mjs
+  # The Node SDK (sdk/node): its own tests, then generateText with the AI SDK's mock
+  # model, ai 6 on this Node and ai 7 on Node 22 (from npm when this Node is older);
+  # packages installed into $BUILD/sdk-node on first use (spec/sdk/install.sh)
+  if BUILD="$BUILD" sh spec/sdk/install.sh >"$log" 2>&1; then
+    run_node "sdk/node (caller tools, zod, abort, crash, missing binary)" spec/sdk/node_sdk.mjs
+    export AI_DIR=ai6
+    run_node "sdk/node with ai 6 (createCodeTool, generateText, mock model)" spec/sdk/ai_sdk.mjs
+    node22=node
+    if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 22 ]; then
+      node22=$(ls "$BUILD"/sdk-node/ai7/node_modules/node-linux-*/bin/node 2>/dev/null | head -n 1)
+    fi
+    AI_DIR=ai7 BUILD="$BUILD" suite "sdk/node with ai 7" timeout 300 "$node22" spec/sdk/ai_sdk.mjs >"$log" 2>&1
+    grep -A3 -E '^not ok' "$log" | head -n 40
+    add_counts "sdk/node with ai 7 (codeModeTool, experimental_toolCallers; Node 22)"
+    unset AI_DIR
+  else
+    tail -n 5 "$log"
+    echo "sdk/node: npm install of ai, zod or Node 22 failed (no network?): 3 suites not run, counted as failures"
+    failed=$((failed + 3))
+  fi
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
   run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
   # Redis and three tidepool mcp --http sharing it (make test-cluster), when redis-server
@@ -242,6 +265,11 @@ else
     echo "cluster (redis, three servers): not run, redis-server is not installed"
   fi
 fi
+
+# The Python SDK (sdk/python): pip-installed offline into a venv, pytest (python3-pytest)
+BUILD="$BUILD" suite "sdk/python" timeout 300 sh spec/sdk/python.sh >"$log" 2>&1
+grep -A3 -E '^not ok' "$log" | head -n 40
+add_counts "sdk/python (pytest: caller tools, arun, schemas from hints, crash)"
 
 if command -v luacheck >/dev/null 2>&1; then
   if luacheck --no-color -q sandbox lua tools spec scripts examples >"$log" 2>&1; then

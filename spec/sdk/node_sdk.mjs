@@ -90,7 +90,8 @@ test('AbortSignal: aborting mid-run rejects the run and aborts the execute in fl
     },
   };
   const p = tp.run('tools.slow{} return "never"', { tools, signal: ac.signal });
-  await began;
+  p.catch(() => {});
+  await Promise.race([began, p]);
   const t0 = Date.now();
   ac.abort();
   let err;
@@ -122,7 +123,8 @@ test('a crash of the engine stays in its process: the run rejects, the next run 
     const began = new Promise((r) => { started = r; });
     const tools = { hang: { execute: () => new Promise(() => { started(); }) } };
     const p = own.run('tools.hang{}', { tools });
-    await began;
+    p.catch(() => {});
+    await Promise.race([began, p]);
     process.kill(pid, 'SIGKILL');
     let err;
     try { await p; } catch (e) { err = e; }

@@ -19,7 +19,7 @@ if ! "$py" -m venv --system-site-packages "$venv" >/dev/null 2>&1 ||
 fi
 # the installed package, not the source tree, is what the tests import
 out=$(cd "$root/$BUILD" && TIDEPOOL_BIN="$root/$BUILD/tidepool" BUILD="$BUILD" \
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider -rA "$root/sdk/python/tests" 2>&1)
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider --tb=native -rA "$root/sdk/python/tests" 2>&1)
 rc=$?
 echo "$out" | grep -E '^(PASSED|FAILED|ERROR) ' | awk '{ s = ($1 == "PASSED") ? "ok" : "not ok"; $1 = ""; print s " -" $0 }'
 echo "$out" | grep -vE '^(PASSED|FAILED|ERROR) ' | grep -E 'Error|error|assert' | head -n 40 | sed 's/^/#   /'
