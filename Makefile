@@ -236,10 +236,10 @@ $(LIB_SO): $(LIB_OBJ)
 $(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_approve.o \
+$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/caller_pipe.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_approve.o \
         $(BUILD)/obj/mcp_durable.o $(BUILD)/obj/mcp_http.o $(BUILD)/obj/mcp_era.o $(BUILD)/obj/auth.o $(LIB_INT) \
         $(BUILD)/obj/front-api.ok
-	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o \
+	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/caller_pipe.o $(BUILD)/obj/mcp.o \
 	  $(BUILD)/obj/mcp_approve.o $(BUILD)/obj/mcp_durable.o $(BUILD)/obj/mcp_http.o \
 	  $(BUILD)/obj/mcp_era.o $(BUILD)/obj/auth.o $(LIB_INT) \
 	  $(LUV_LIBS) $(LIBS_ALL)

@@ -316,6 +316,10 @@ struct req {
   size_t budget;            /* the response line's size cap */
   int elicit;               /* ask with elicitation/create (2: with "mode") */
   int era26;                /* a 2026-07-28 request: ask with an input_required result */
+  char *callers;            /* caller tools: the run's declarations (JSON text), or NULL */
+  int callers_live;         /* their calls go to the client as tidepool/callTool requests
+                            ** (else the run pauses for resume_run's results) */
+  int callers_session;      /* the declarations are kept by the run's session */
   /* approvals, protocol side: parked (answered "paused", in s->parked; M_PARK), resumed
   ** (by resume_run or a requestState: id, b and budget are the resuming request's) and
   ** run_id (written by the worker before its first M_PARK, read after it) */
@@ -415,6 +419,7 @@ struct server {
   int initialized, level;
   const char *version;      /* negotiated by initialize, or NULL */
   int client_elicit;        /* the client declared elicitation (2: with form "mode") */
+  int client_callers;       /* the client declared tidepool/callerTools (its version) */
   req *parked;              /* requests answered "paused" whose runs wait (approvals) */
   int modern_req;           /* handling a 2026-07-28 request (mcp_era.h) */
   tp__mcp_listen *listen;   /* its subscriptions/listen streams */
@@ -1733,7 +1738,9 @@ typedef struct pend {
   uint64_t seq;
   char *tool, *args, *reason;
   char binding[TP__APX_BINDING_LEN];
-  char eid[64];             /* its elicitation request's id, or "" */
+  char eid[64];             /* its elicitation (or tidepool/callTool) request's id, or "" */
+  int call;                 /* a caller tool's call, held for the client's answer (its
+                            ** result), not for a person's approval */
 } pend;
 
 typedef struct apx {
@@ -1780,8 +1787,10 @@ static void apx_end (worker *w, req *q, int quiet, const char *why) {
     a->pending = p->next;
     if (p->eid[0] && !quiet)
       wsend(q, notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
-            p->eid, "reason", "the run that asked ended before a person answered")));
-    tp_call_deny(p->c, why);
+            p->eid, "reason", p->call ? "the run ended before the call was answered"
+                                      : "the run that asked ended before a person answered")));
+    if (p->call) tp_call_fail(p->c, NULL, why);
+    else tp_call_deny(p->c, why);
     pend_free(p);
   }
   a->q = NULL;
@@ -1805,7 +1814,17 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
   apx *a = q->ax;
   const options *o = &w->s->o;
   json_t *pending = json_array(), *inputs = json_object(), *calls = json_array();
+  int calls_held = 0;
   for (pend *p = a->pending; p; p = p->next) {
+    if (p->call) {  /* a caller tool's call: the client runs it (docs/caller-tools.md) */
+      const char *at = brief ? "\"(too large to show)\"" : p->args;
+      json_t *args = tp_json_parse(at, strlen(at), NULL, 0);
+      json_array_append_new(pending, json_pack("{s:s, s:I, s:s, s:o, s:s}", "kind", "call",
+                            "id", (json_int_t)p->seq, "tool", p->tool, "args",
+                            args ? args : json_string(at), "binding", p->binding));
+      calls_held++;
+      continue;
+    }
     json_t *e = tp__apx_pending_entry(p->seq, p->tool, brief ? "\"(too large to show)\"" :
                                       p->args, p->reason, p->binding);
     json_array_append_new(pending, e);
@@ -1836,6 +1855,12 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
                                        q->seen ? json_deep_copy(q->seen) : json_object(),
                                        "resume_run", o->pause_ttl_us);
     if (view && q->sess_info) json_object_set(view, "session", q->sess_info);
+    if (view && calls_held)
+      json_object_set_new(view, "message", json_string("The run is paused: it waits on the "
+        "caller tools' calls in pending (and on any approvals listed there). Run each call, "
+        "then call resume_run with {run, results: [{id, binding, result} or {id, binding, "
+        "error: {message, code}}]}, one entry a call, id and binding copied from pending "
+        "(and decisions for approvals). The run goes on from where it stopped."));
     if (view && (q->dnote || q->dbad)) dur_note(view, q);
     size_t n;
     char *text = view ? tp_json_text(view, &n) : NULL;
@@ -1949,6 +1974,83 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
   else if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);  /* once the step is over */
 }
 
+/* ---- caller tools (worker side; docs/caller-tools.md) ------------------------------------
+** A call of a run's caller tool is held as an approval is: a pend of the run's apx, with
+** its binding. Live, the question is a tidepool/callTool request to the client (ids
+** TP__MCP_CALL_PREFIX "<worker>-<n>", routed back here as M_ANSWER, as an elicitation's
+** answer); paused, the run parks and resume_run's results answer it. The call's timeout
+** and the run's end let go of it (caller_cancel, apx_end). */
+#define TP__MCP_CALL_PREFIX "tidepool-call-"
+
+static req *req_of_call (worker *w, tp_call *c) {
+  tp_run *r = tp_call_run(c);
+  req *q = w->running;
+  while (q && q->run != r) q = q->wnext;
+  return q;
+}
+
+/* tp_run_declare_caller_tools's handler: the call passed the policy and its schema. */
+static void caller_call (tp_call *c, void *ud) {
+  worker *w = ud;
+  req *q = req_of_call(w, c);
+  apx *a = q && !q->wcancelled ? apx_get(w, q) : NULL;
+  pend *p = a ? calloc(1, sizeof *p) : NULL;
+  if (p) {
+    p->tool = strdup(tp_call_tool(c));
+    p->args = strdup(tp_call_args(c));
+    p->reason = strdup("");
+  }
+  if (p == NULL || p->tool == NULL || p->args == NULL || p->reason == NULL) {
+    if (p) pend_free(p);
+    tp_call_fail(c, "tool.unavailable", q == NULL || q->wcancelled
+                 ? "the request that ran the script was cancelled"
+                 : "the server could not hand the call to the client (out of memory)");
+    return;
+  }
+  p->c = c;
+  p->call = 1;
+  p->seq = tp_call_id(c);
+  tp__apx_binding(a->run_id, p->seq, p->tool, p->args, q->principal, p->binding);
+  pend **tail = &a->pending;
+  while (*tail) tail = &(*tail)->next;
+  *tail = p;
+  if (!q->callers_live) {  /* paused: the run parks once its step is over */
+    if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);
+    return;
+  }
+  snprintf(p->eid, sizeof p->eid, TP__MCP_CALL_PREFIX "%u-%llu", w->index,
+           (unsigned long long)++w->elicits);
+  json_t *args = tp_json_parse(p->args, strlen(p->args), NULL, 0);
+  json_t *m = args ? json_pack("{s:s, s:s, s:s, s:{s:s, s:O, s:I, s:s, s:o}}", "jsonrpc",
+                               "2.0", "id", p->eid, "method", "tidepool/callTool", "params",
+                               "run", a->run_id, "request", q->id, "id", (json_int_t)p->seq,
+                               "tool", p->tool, "args", args) : NULL;
+  if (m == NULL) {
+    pend_unlink(a, p);
+    pend_free(p);
+    tp_call_fail(c, "tool.unavailable", "the server could not hand the call to the client "
+                 "(out of memory)");
+    return;
+  }
+  wsend(q, m);
+}
+
+/* A call cut short (its timeout, the run's end) while the client has it: withdrawn. */
+static void caller_cancel (tp_call *c, void *ud) {
+  worker *w = ud;
+  req *q = req_of_call(w, c);
+  for (pend *p = q && q->ax ? q->ax->pending : NULL; p; p = p->next) {
+    if (p->c != c) continue;
+    if (p->eid[0])
+      wsend(q, notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
+            p->eid, "reason", "the call timed out or its run ended")));
+    pend_unlink(q->ax, p);
+    pend_free(p);
+    tp_call_fail(c, NULL, "cancelled");  /* lets go of it: the run has its outcome */
+    return;
+  }
+}
+
 /* M_ANSWER: the client's response to an elicitation (the whole message as text). */
 static void elicit_answer (worker *w, const char *text, size_t len) {
   json_t *m = tp_json_parse(text, len, NULL, 0);
@@ -1956,6 +2058,23 @@ static void elicit_answer (worker *w, const char *text, size_t len) {
   for (req *q = w->running; q && id; q = q->wnext) {
     for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
       if (strcmp(p->eid, id) != 0) continue;
+      if (p->call) {  /* tidepool/callTool's answer: {result} or {error}, or an error */
+        json_t *res = json_object_get(m, "result");
+        const char *em = json_string_value(json_object_get(json_object_get(m, "error"),
+                                                          "message"));
+        tp_call *c = p->c;
+        pend_unlink(q->ax, p);
+        pend_free(p);
+        if (res) tp_call_answer_tree(c, res);
+        else {
+          json_t *e = json_pack("{s:{s:s}}", "error", "message", em ? em : "the client "
+                                "answered tidepool/callTool with an error");
+          if (e == NULL || tp_call_answer_tree(c, e) == TP_EINVAL) tp_call_fail(c, NULL, "?");
+          json_decref(e);
+        }
+        json_decref(m);
+        return;
+      }
       json_t *res = json_object_get(m, "result");
       const char *em = json_string_value(json_object_get(json_object_get(m, "error"), "message"));
       int ok;
@@ -1976,8 +2095,14 @@ static void elicit_answer (worker *w, const char *text, size_t len) {
 
 /* Why decisions (resume_run's arguments) cannot be applied to a's held calls: NULL, or
 ** the error's code with msg set. */
+static const char *check_results (apx *a, json_t *args, char *msg, size_t len);
 static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len) {
   json_t *ds = json_object_get(args, "decisions");
+  json_t *rs = json_object_get(args, "results");
+  if (rs != NULL) {  /* caller tools' results, maybe with decisions */
+    const char *bad = check_results(a, args, msg, len);
+    if (bad || ds == NULL) return bad;
+  }
   if (!json_is_array(ds) || json_array_size(ds) == 0) {
     snprintf(msg, len, "arguments.decisions must be a non-empty array of {seq, approve, "
              "binding, note}: one decision a pending call of the paused result");
@@ -2003,7 +2128,7 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
       }
     }
     pend *p = a->pending;
-    while (p && (json_int_t)p->seq != json_integer_value(seq)) p = p->next;
+    while (p && ((json_int_t)p->seq != json_integer_value(seq) || p->call)) p = p->next;
     if (p == NULL) {
       char list[200] = "";
       size_t n = 0;
@@ -2033,6 +2158,61 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
                "for; copy it from that run's paused result", i, (unsigned long long)p->seq,
                a->run_id);
       return "approval.binding";
+    }
+  }
+  return NULL;
+}
+
+/* Why results (resume_run's arguments.results: the caller tools' answers) cannot be
+** applied to a's held calls: NULL, or the error's code with msg set. */
+static const char *check_results (apx *a, json_t *args, char *msg, size_t len) {
+  json_t *rs = json_object_get(args, "results");
+  if (!json_is_array(rs) || json_array_size(rs) == 0) {
+    snprintf(msg, len, "arguments.results must be a non-empty array of {id, binding, result} "
+             "or {id, binding, error = {message, code}}: one entry a call of the paused "
+             "result's pending list");
+    return "tool.invalid_input";
+  }
+  size_t i, k;
+  json_t *r, *e;
+  json_array_foreach(rs, i, r) {
+    json_t *id = json_object_get(r, "id"), *bind = json_object_get(r, "binding");
+    json_t *res = json_object_get(r, "result"), *err = json_object_get(r, "error");
+    if (!json_is_object(r) || !json_is_integer(id) || !json_is_string(bind) ||
+        (res == NULL) == (err == NULL) ||
+        (err && !json_is_string(json_object_get(err, "message")))) {
+      snprintf(msg, len, "arguments.results[%zu] must be {id = <integer>, binding = <string>, "
+               "result = <any>} or {id, binding, error = {message = <string>, code = "
+               "<string>}}, id and binding as the paused result's pending list gives them", i);
+      return "tool.invalid_input";
+    }
+    json_array_foreach(rs, k, e) {
+      if (k < i && json_equal(json_object_get(e, "id"), id)) {
+        snprintf(msg, len, "arguments.results[%zu] answers id %lld again (results[%zu] did): "
+                 "one answer a call", i, (long long)json_integer_value(id), k);
+        return "tool.invalid_input";
+      }
+    }
+    pend *p = a->pending;
+    while (p && ((json_int_t)p->seq != json_integer_value(id) || !p->call)) p = p->next;
+    if (p == NULL) {
+      char list[200] = "";
+      size_t n = 0;
+      for (pend *x = a->pending; x && n + 24 < sizeof list; x = x->next)
+        if (x->call)
+          n += (size_t)snprintf(list + n, sizeof list - n, "%s%llu", n ? ", " : "",
+                                (unsigned long long)x->seq);
+      snprintf(msg, len, "arguments.results[%zu].id %lld is not a call run %s waits on; it "
+               "waits on id %s (the paused result's pending list)", i,
+               (long long)json_integer_value(id), a->run_id, n ? list : "(none)");
+      return "caller.not_pending";
+    }
+    if (!tp__apx_binding_eq(p->binding, json_string_value(bind), json_string_length(bind))) {
+      snprintf(msg, len, "arguments.results[%zu].binding does not match call %llu of run %s: "
+               "a binding holds only for the run, id, tool and arguments it was issued for; "
+               "copy it from that run's paused result", i, (unsigned long long)p->seq,
+               a->run_id);
+      return "caller.binding";
     }
   }
   return NULL;
@@ -2270,10 +2450,20 @@ static void decide (worker *w, req *q, json_t *args) {
   }
   size_t i;
   json_t *d;
+  json_array_foreach(json_object_get(args, "results"), i, d) {  /* caller tools' answers */
+    json_int_t seq = json_integer_value(json_object_get(d, "id"));
+    pend *p = a->pending;
+    while (p && ((json_int_t)p->seq != seq || !p->call)) p = p->next;
+    if (p == NULL) continue;
+    tp_call *c = p->c;
+    pend_unlink(a, p);
+    pend_free(p);
+    tp_call_answer_tree(c, d);
+  }
   json_array_foreach(json_object_get(args, "decisions"), i, d) {
     json_int_t seq = json_integer_value(json_object_get(d, "seq"));
     pend *p = a->pending;
-    while (p && (json_int_t)p->seq != seq) p = p->next;
+    while (p && ((json_int_t)p->seq != seq || p->call)) p = p->next;
     if (p == NULL) continue;
     tp_call *c = p->c;
     pend_unlink(a, p);
@@ -2879,6 +3069,15 @@ static void session_claimed (void *ud, int outcome, const char *holder, const ch
   wdone(w, q);
 }
 
+/* Caller tools the engine refused (a bad declaration, a name it has a tool of). */
+static void callers_refused (worker *w, req *q) {
+  char msg[900];
+  snprintf(msg, sizeof msg, "_meta[\"tidepool/callerTools\"]: %s", tp_engine_error(w->e));
+  q->line = refusal_response(q->id, "tool.invalid_input", msg, q->sess_info, q->budget,
+                             &q->line_len);
+  wdone(w, q);
+}
+
 static void worker_run (worker *w, req *q) {
   tp_run *run = NULL;
   if (q->restore) { dur_load(w, q); return; }  /* a paused run of an earlier process */
@@ -2899,16 +3098,30 @@ static void worker_run (worker *w, req *q) {
       (*p)->num = q->sess_num;
       if (((*p)->ts = tp_session_create(w->e, lim)) == NULL) { free(*p); *p = NULL; }
     }
+    if (*p && q->callers && q->callers_session) {  /* kept for the session's later runs */
+      tp_session_clear_caller_tools((*p)->ts);
+      if (tp_session_declare_caller_tools((*p)->ts, q->callers, 0, caller_call, caller_cancel,
+                                          w) != TP_OK) {
+        callers_refused(w, q);
+        return;
+      }
+    }
     if (*p) run = tp_session_run((*p)->ts, q->code, q->codelen);
   }
   else run = tp_run_create(w->e, q->code, q->codelen, lim);
+  if (run && q->callers && !(q->callers_session && q->sess_num) &&
+      tp_run_declare_caller_tools(run, q->callers, 0, caller_call, caller_cancel, w) != TP_OK) {
+    tp_run_destroy(run);
+    callers_refused(w, q);
+    return;
+  }
   if (run == NULL) {
     q->line = refusal_response(q->id, "limit.memory", "the server is out of memory: the "
                                "script could not start", q->sess_info, q->budget, &q->line_len);
     wdone(w, q);
     return;
   }
-  if (w->s->o.state && w->s->o.asks) dur_begin(w, q, run);
+  if (w->s->o.state && w->s->o.asks && !q->callers) dur_begin(w, q, run);
   worker_begin(w, q, run);
 }
 
@@ -3145,6 +3358,7 @@ static void req_free (server *s, req *q) {
   free(q->scopes);
   free(q->tool);
   free(q->mcp_name);
+  free(q->callers);
   json_decref(q->args);
   json_decref(q->seen);
   free(q->line);
@@ -3348,6 +3562,49 @@ static char *exposed_script (const char *name, const json_t *args, size_t *len) 
   return b.p;
 }
 
+/* _meta["tidepool/callerTools"] of a run_lua call (docs/caller-tools.md): {version, mode,
+** session, tools: [...]} or the bare array. The declarations are checked by the worker's
+** engine; here their shape and the mode. 0 with why set when refused. */
+static int caller_tools_meta (server *s, req *q, json_t *ct, char *why, size_t len) {
+  json_t *tools = json_is_array(ct) ? ct : json_object_get(ct, "tools");
+  json_t *v = json_is_object(ct) ? json_object_get(ct, "version") : NULL;
+  json_t *mode = json_is_object(ct) ? json_object_get(ct, "mode") : NULL;
+  json_t *sess = json_is_object(ct) ? json_object_get(ct, "session") : NULL;
+  if (!json_is_array(tools)) {
+    snprintf(why, len, "must be {version = 1, mode = \"live\" or \"paused\", tools = "
+             "[{name, description, inputSchema, outputSchema, timeoutMs}]}");
+    return 0;
+  }
+  if (v != NULL && !(json_is_integer(v) && json_integer_value(v) == 1)) {
+    snprintf(why, len, "version must be 1 (the versions this server knows: [1])");
+    return 0;
+  }
+  const char *m = json_string_value(mode);
+  if (mode != NULL && (m == NULL || (strcmp(m, "live") != 0 && strcmp(m, "paused") != 0))) {
+    snprintf(why, len, "mode must be \"live\" or \"paused\"");
+    return 0;
+  }
+  if (sess != NULL && !json_is_boolean(sess)) {
+    snprintf(why, len, "session must be true or false");
+    return 0;
+  }
+  /* live needs a way to send the client requests: stdio, or this request's SSE stream */
+  int can_live = !q->era26 && (q->origin == NULL || tp__mcp_http_streams(q->origin));
+  if (m && strcmp(m, "live") == 0 && !can_live) {
+    snprintf(why, len, "mode \"live\" needs requests from the server to reach the client: "
+             "%s; use mode \"paused\" (resume_run)", q->era26 ? "a 2026-07-28 request has "
+             "none" : "this HTTP request does not accept text/event-stream");
+    return 0;
+  }
+  q->callers_live = m ? strcmp(m, "live") == 0 : can_live && s->client_callers;
+  q->callers_session = json_is_true(sess);
+  q->era26 = 0;  /* held calls come out as a paused result, resumed with resume_run */
+  size_t n;
+  q->callers = tp_json_text(tools, &n);
+  if (q->callers == NULL) { snprintf(why, len, "out of memory"); return 0; }
+  return 1;
+}
+
 static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   json_t *jname = json_object_get(params, "name");
   json_t *args = json_object_get(params, "arguments");
@@ -3369,7 +3626,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   const char *real = NULL;  /* the exposed tool's own name */
   if (!is_run && s->o.expose && strlen(name) == namelen && s->tool_names)
     real = json_string_value(json_object_get(s->tool_names, name));
-  if (!is_run && real == NULL && s->o.asks && strcmp(name, "resume_run") == 0) {
+  if (!is_run && real == NULL && strcmp(name, "resume_run") == 0) {  /* approvals, and
+                                                     ** caller tools' results */
     resume_call(s, b, id, args);
     return;
   }
@@ -3410,6 +3668,15 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     else if (sid != NULL && !json_is_null(sid)) bad = bad_session_id(sid, why, sizeof why);
     if (bad) {
       refuse_call(s, b, id, "tool.invalid_input", bad, NULL);
+      req_free(s, q);
+      return;
+    }
+    json_t *ct = json_is_object(meta) ? json_object_get(meta, "tidepool/callerTools") : NULL;
+    /* a session's caller tools, declared by an earlier run, reach the client as it can */
+    q->callers_live = s->client_callers && !q->era26 &&
+                      (q->origin == NULL || tp__mcp_http_streams(q->origin));
+    if (ct != NULL && !caller_tools_meta(s, q, ct, why, sizeof why)) {
+      send_error(s, b, id, -32602, "Invalid params: _meta[\"tidepool/callerTools\"]: %s", why);
       req_free(s, q);
       return;
     }
@@ -3667,7 +3934,9 @@ static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
 static void client_response (server *s, json_t *msg, json_t *id) {
   const char *sid = json_string_value(id);
   size_t pl = strlen(TP__APX_ELICIT_PREFIX);
-  if (sid == NULL || strncmp(sid, TP__APX_ELICIT_PREFIX, pl) != 0) return;
+  if (sid && strncmp(sid, TP__MCP_CALL_PREFIX, strlen(TP__MCP_CALL_PREFIX)) == 0)
+    pl = strlen(TP__MCP_CALL_PREFIX);  /* a caller tool's answer: the same way */
+  else if (sid == NULL || strncmp(sid, TP__APX_ELICIT_PREFIX, pl) != 0) return;
   char *end;
   unsigned long k = strtoul(sid + pl, &end, 10);
   if (end == sid + pl || *end != '-' || k >= s->nworkers || !s->workers[k].ready) return;
@@ -3856,12 +4125,20 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
     s->version = use;
     json_t *elicit = json_object_get(json_object_get(params, "capabilities"), "elicitation");
     s->client_elicit = !json_is_object(elicit) ? 0 : strcmp(use, "2025-11-25") >= 0 ? 2 : 1;
-    send_result(s, b, id, json_pack(
+    json_t *ct = json_object_get(json_object_get(json_object_get(params, "capabilities"),
+                                                 "experimental"), "tidepool/callerTools");
+    s->client_callers = json_is_object(ct) ? 1 : 0;  /* caller tools (docs/caller-tools.md) */
+    json_t *res = json_pack(
       "{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", use,
       "capabilities", "tools", "listChanged", 1, "logging",
       "serverInfo", "name", "tidepool", "title", "tidepool (code mode: sandboxed Lua)",
       "version", tp_version(),
-      "instructions", instructions));
+      "instructions", instructions);
+    if (res && s->client_callers)  /* said to a client that declared it, to no other */
+      json_object_set_new(json_object_get(res, "capabilities"), "experimental",
+        json_pack("{s:{s:i, s:[i], s:[s, s]}}", "tidepool/callerTools", "version", 1,
+                  "versions", 1, "modes", "live", "paused"));
+    send_result(s, b, id, res);
     size_t i;
     json_t *w;
     json_array_foreach(s->early, i, w) {

@@ -328,6 +328,17 @@ char *tp__caller_search (const tp_engine *e, const tp_run *r, const char *query)
   return text;
 }
 
+int tp__caller_set_json (tp_engine *e, tp__tool_set **set, const char *json, size_t len) {
+  return add_json(e, set, json, len, NULL, NULL, NULL);
+}
+
+size_t tp__caller_set_tools (const tp__tool_set *set, const tp_tool *const **tools) {
+  *tools = set ? (const tp_tool *const *)set->tools : NULL;
+  return set ? set->n : 0;
+}
+
+void tp__caller_set_free (tp__tool_set *set) { set_free(set); }
+
 void tp__caller_run_gone (tp_run *r) {
   set_free(r->own_tools);
   r->own_tools = NULL;
@@ -337,4 +348,55 @@ void tp__caller_session_gone (void *ud, tp_session *s) {
   (void)ud;
   set_free(s->own_tools);
   s->own_tools = NULL;
+}
+
+/* ---- answers as the protocol writes them ------------------------------------------------ */
+
+/* The codes a caller may give; another is read as tool.failed. */
+static const char *const caller_codes[] = { "tool.failed", "tool.denied", "tool.timeout",
+  "tool.unavailable", "tool.rate_limited", "tool.invalid_input" };
+
+#define CALLER_MESSAGE_MAX 4000
+
+int tp_call_answer (tp_call *c, const char *answer, size_t len) {
+  if (c == NULL || answer == NULL) return TP_EINVAL;
+  if (len == 0) len = strlen(answer);
+  char why[300];
+  json_t *a = tp_json_parse(answer, len, why, sizeof why);
+  int rc = tp_call_answer_tree(c, a);
+  if (a == NULL) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "the caller's answer is not JSON: %s", why);
+    tp_call_fail(c, NULL, msg);
+    return TP_EINVAL;
+  }
+  json_decref(a);
+  return rc;
+}
+
+int tp_call_answer_tree (tp_call *c, struct json_t *a) {
+  if (c == NULL || a == NULL) return TP_EINVAL;
+  json_t *res = json_object_get(a, "result"), *err = json_object_get(a, "error");
+  if (json_is_object(a) && res != NULL && err == NULL)
+    return tp__call_complete_tree(c, json_incref(res));
+  const char *msg = json_string_value(json_object_get(err, "message"));
+  if (!json_is_object(a) || !json_is_object(err) || msg == NULL) {
+    tp_call_fail(c, NULL, "the caller's answer is neither {\"result\": ...} nor {\"error\": "
+                 "{\"message\": \"...\"}} (a fault of the caller, not the script)");
+    return TP_EINVAL;
+  }
+  const char *code = json_string_value(json_object_get(err, "code")), *use = "tool.failed";
+  for (size_t i = 0; code && i < sizeof caller_codes / sizeof caller_codes[0]; i++)
+    if (strcmp(code, caller_codes[i]) == 0) use = caller_codes[i];
+  size_t n = strlen(msg);
+  char cut[CALLER_MESSAGE_MAX + 8];
+  if (n > CALLER_MESSAGE_MAX) {
+    n = CALLER_MESSAGE_MAX;
+    while (n > 0 && ((unsigned char)msg[n] & 0xC0) == 0x80) n--;
+    memcpy(cut, msg, n);
+    memcpy(cut + n, "...", 4);
+    msg = cut;
+  }
+  return tp_call_fail(c, use, *msg ? msg : "the caller gave no reason") == TP_OK
+         ? TP_OK : TP_ESTATE;
 }

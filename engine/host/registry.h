@@ -75,6 +75,12 @@ const tp_tool *tp__caller_at(const tp_run *r, size_t i);
 /* tools.search over the engine's tools and r's caller tools. */
 char *tp__caller_search(const tp_engine *e, const tp_run *r, const char *query);
 void tp__caller_run_gone(tp_run *r);
+/* A set of caller tools made from declarations (paused: no handler), for describing them;
+** TP_OK or the error of tp_run_declare_caller_tools. */
+struct tp__tool_set;
+int tp__caller_set_json(tp_engine *e, struct tp__tool_set **set, const char *json, size_t len);
+size_t tp__caller_set_tools(const struct tp__tool_set *set, const tp_tool *const **tools);
+void tp__caller_set_free(struct tp__tool_set *set);
 void tp__caller_session_gone(void *ud, tp_session *s);
 /* tp_engine_add_tool: a C tool, or one the embedding program completes (no handler). */
 int tp__tool_add_def(tp_engine *e, const tp_tool_def *def);

@@ -492,6 +492,22 @@ TP_EXTERN int tp_run_declare_caller_tools(tp_run *r, const char *json, size_t le
 TP_EXTERN int tp_session_declare_caller_tools(tp_session *s, const char *json, size_t len,
                                               tp_tool_fn call, tp_call_cancel_fn cancel,
                                               void *ud);
+/* Completes call c with a caller's answer as the protocol writes it: {"result": <any>}, or
+** {"error": {"message": "...", "code": "tool.denied"}} (code: tool.failed, the default,
+** tool.denied, tool.timeout, tool.unavailable, tool.rate_limited or tool.invalid_input;
+** another is read as tool.failed; the message is cut at 4,000 bytes). An answer of
+** another shape, or text that is not JSON, fails the call with tool.failed saying so and
+** returns TP_EINVAL. TP_ESTATE when c was completed already or its run let go of it (the
+** answer is dropped; c is let go). Like tp_call_complete, once per call. The _tree form
+** takes a parsed answer (borrowed). */
+TP_EXTERN int tp_call_answer(tp_call *c, const char *answer, size_t len);
+TP_EXTERN int tp_call_answer_tree(tp_call *c, struct json_t *answer);
+/* tp_engine_describe over e's tools and the caller tools of decls (declarations as for
+** tp_run_declare_caller_tools; NULL: none), as a run that declares them sees them: what a
+** client shows the model for a run with its own tools. NULL for a bad format or bad
+** declarations (tp_engine_error says why). */
+TP_EXTERN char *tp_engine_describe_caller(tp_engine *e, const char *format,
+                                          const char *decls, size_t len);
 /* Forgets a session's caller tools. TP_ESTATE while a run of the session is alive. */
 TP_EXTERN int tp_session_clear_caller_tools(tp_session *s);
 
