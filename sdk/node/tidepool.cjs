@@ -623,6 +623,7 @@ function describeTools(bin, decls, options = {}) {
   const args = ['describe', '--format', 'json', '--describe', options.describe || 'auto',
     '--caller-tools', '-'];
   if (options.config) args.push('--config', options.config);
+  if (options.builtinTools === false) args.push('--no-builtin-tools');
   try {
     const out = execFileSync(bin, args, { input: JSON.stringify({ tools: decls }),
       stdio: ['pipe', 'pipe', 'pipe'], timeout: 10000, encoding: 'utf8' });
@@ -683,7 +684,8 @@ function createCodeTool(options = {}) {
   const tp = sharedTidepool(options);
   const { decls } = prepareTools(options.tools);
   const description = options.description ||
-    describeTools(tp.bin, decls, { config: options.config, describe: options.describe });
+    describeTools(tp.bin, decls, { config: tp.options.config, builtinTools: tp.options.builtinTools,
+      describe: options.describe });
   const tools = options.tools || {};
   return {
     type: 'function',

@@ -74,7 +74,7 @@ function userTools(seen) {
   };
 }
 
-const WANT = { code: 'tool.failed', message: 'exploded: boom', ok: false, par: [101, 202], sum: 36, temp: 21 };
+const WANT = { code: 'tool.failed', message: 'tools.explode failed: exploded: boom', ok: false, par: [101, 202], sum: 36, temp: 21 };
 
 function checkSteps(result, model, seen, codeToolName) {
   eq(seen.weather, ['Paris'], 'weather got its arguments');
@@ -111,7 +111,7 @@ if (major >= 7) {
     const desc = model.doGenerateCalls[0].tools[0].description;
     assert(desc.length <= 2048, `the description fits 2,048 characters (${desc.length})`);
     for (const name of ['weather', 'explode', 'add']) {
-      assert(desc.includes(`tools.${name}`), `the description names tools.${name}: ${desc}`);
+      assert(desc.includes(`${name}{`), `the description shows ${name}{...}: ${desc}`);
     }
     eq(model.doGenerateCalls[0].tools[0].inputSchema.required, ['code'], 'input {code}');
     checkSteps(result, model, seen, 'code');
@@ -128,7 +128,7 @@ test(`ai ${major}: createCodeTool({ tools }) with generateText`, async () => {
     prompt: 'What is the weather in Paris?',
   });
   const d = model.doGenerateCalls[0].tools[0].description;
-  assert(d.length <= 2048 && d.includes('tools.weather'), `description: ${d}`);
+  assert(d.length <= 2048 && d.includes('weather{city: string} -> {temp_c: number} -- Current weather for a city.'), `description: ${d}`);
   checkSteps(result, model, seen, 'run_lua');
 });
 

@@ -43,7 +43,7 @@ test('three caller tools: async, throwing, in a loop and in parallel(); exact ar
   const seen = { weather: [], explode: [], add: [] };
   const env = await tp.run(SCRIPT, { tools: userTools(seen) });
   eq(env.ok, true, `the run succeeded (${JSON.stringify(env.error)})`);
-  eq(env.result, { code: 'tool.failed', message: 'exploded: boom', ok: false, par: [101, 202],
+  eq(env.result, { code: 'tool.failed', message: 'tools.explode failed: exploded: boom', ok: false, par: [101, 202],
     sum: 36, temp: 21 }, 'the result');
   eq(seen.weather, ['Paris'], 'weather args');
   eq(seen.explode, [{ why: 'boom' }], 'explode args');

@@ -22,7 +22,7 @@ BIN = os.environ.get("TIDEPOOL_BIN") or os.path.join(ROOT, os.environ.get("BUILD
 with open(os.path.join(ROOT, "spec", "sdk", "three_tools.lua"), encoding="utf-8") as f:
     SCRIPT = f.read()
 
-WANT = {"code": "tool.failed", "message": "exploded: boom", "ok": False, "par": [101, 202],
+WANT = {"code": "tool.failed", "message": "tools.explode failed: exploded: boom", "ok": False, "par": [101, 202],
         "sum": 36, "temp": 21}
 
 
@@ -292,4 +292,5 @@ def test_exception_code_and_message(tp):
 
     env = tp.run("""local _, a = pcall(tools.guarded, {}) local _, b = pcall(tools.plain, {})
                     return { a.code, a.message, b.code, b.message }""", tools=[guarded, plain])
-    assert env["result"] == ["tool.denied", "not for you", "tool.failed", "KeyError"]
+    assert env["result"] == ["tool.denied", "tools.guarded failed: not for you", "tool.failed",
+                             "tools.plain failed: KeyError"]
