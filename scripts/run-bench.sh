@@ -7,6 +7,11 @@
 #                              over stdio, from a client in another process (node)
 #   bench/mcp_ping_while_stuck.mjs  mcp_ping_while_stuck_ms: a ping round trip while
 #                              another session's script is stuck in long C work
+#   bench/sdk_node.mjs         caller_tool_call_us, sdk_run_ms_node: a caller tool call's round
+#                              trip from a script through the Node SDK (sdk/node), and a
+#                              trivial run, the process already started
+#   bench/sdk_python.py        caller_tool_call_us_python, sdk_run_ms_python: the same through
+#                              the Python SDK (sdk/python)
 #   build/bench/bench_mcp_http http_call_ms, http_calls_per_s: tools/call of `return 1` to
 #                              `tidepool mcp --http` from a libcurl client in another
 #                              process, keep-alive; one at a time, and 16 in flight
@@ -33,7 +38,8 @@
 # policy_call_us <= 0.5,
 # mcp_ping_while_stuck_ms <= 50, http_call_ms <= 0.5, step_overshoot_us <= 30, frame_500_ms <= 17,
 # describe_tokens_ratio <= 0.75, describe_tokens_o200k_ratio <= 0.75, describe_builtin_chars
-# <= 2048, describe_56_chars <= 2048, concurrent_10k_ms <= 150. BENCH_SCALE=N
+# <= 2048, describe_56_chars <= 2048, concurrent_10k_ms <= 150, caller_tool_call_us <= 100,
+# caller_tool_call_us_python <= 150. BENCH_SCALE=N
 # repeats N times as much.
 # Exit status is non-zero only when a benchmark could not run, not when a target is missed.
 BUILD=${BUILD:-build}
@@ -47,9 +53,16 @@ status=0
 if command -v node >/dev/null 2>&1; then
   node bench/mcp_call.mjs "$BUILD/tidepool" $((200 * SCALE)) | tee -a "$out" || status=1
   node bench/mcp_ping_while_stuck.mjs "$BUILD/tidepool" $((200 * SCALE)) | tee -a "$out" || status=1
+  node bench/sdk_node.mjs "$BUILD/tidepool" $((200 * SCALE)) | tee -a "$out" || status=1
 else
   echo "mcp_call_ms: not measured (node is not installed)"; status=1
   echo "mcp_ping_while_stuck_ms: not measured (node is not installed)"
+fi
+if command -v python3 >/dev/null 2>&1; then
+  PYTHONPATH=sdk/python/src python3 bench/sdk_python.py "$BUILD/tidepool" $((200 * SCALE)) |
+    tee -a "$out" || status=1
+else
+  echo "caller_tool_call_us_python: not measured (python3 is not installed)"; status=1
 fi
 "$BUILD/bench/bench_mcp_http" "$BUILD/tidepool" "$SCALE" | tee -a "$out" || status=1
 if command -v redis-server >/dev/null 2>&1; then
@@ -97,4 +110,6 @@ target describe_tokens_o200k_ratio 0.75
 target describe_builtin_chars 2048
 target describe_56_chars 2048
 target concurrent_10k_ms 150
+target caller_tool_call_us 100
+target caller_tool_call_us_python 150
 exit $status

@@ -421,7 +421,10 @@ class Server {
     if (!this.exited && !this.closed) this.child.stdin.write(line + '\n');
   }
 
-  async onCallTool(msg) {
+  // A call of the script to one of the run's tools. The common case (no zod parse, no
+  // approval, a plain result) is answered in the same tick, without a promise; the
+  // AbortController is made only when the tool reads its signal.
+  onCallTool(msg) {
     const p = msg.params || {};
     const run = this.runOf(p);
     const entry = run && run.byName.get(p.tool);
@@ -431,43 +434,87 @@ class Server {
       return;
     }
     if (p.run !== undefined) run.serverRun = p.run;
-    const ac = new AbortController();
-    run.inflight.set(msg.id, ac);
-    const options = {
-      signal: ac.signal, abortSignal: ac.signal,
+    let ac = null;
+    const controller = () => ac || (ac = new AbortController());
+    const call = {
+      get signal() { return controller().signal; },
+      get abortSignal() { return controller().signal; },
       toolCallId: `${p.run || 'run'}:${p.id}`, messages: run.messages || [],
       context: run.context, tidepool: { run: p.run, id: p.id, tool: p.tool },
     };
+    run.inflight.set(msg.id, { abort: (reason) => controller().abort(reason) });
+    if (entry.validate || entry.tool.needsApproval) {
+      this.callChecked(msg.id, run, entry, p.args, call);
+      return;
+    }
+    let out;
     try {
-      let args = p.args;
+      out = entry.tool.execute(p.args, call);
+    } catch (e) {
+      run.inflight.delete(msg.id);
+      this.fail(msg.id, e);
+      return;
+    }
+    if (out && (typeof out.then === 'function' || typeof out[Symbol.asyncIterator] === 'function')) {
+      this.finish(msg.id, run, out);
+      return;
+    }
+    run.inflight.delete(msg.id);
+    this.answer(msg.id, { result: out === undefined ? null : out });
+  }
+
+  fail(id, e) {
+    const message = e && e.message !== undefined ? String(e.message) : String(e);
+    const code = e && ERROR_CODES.has(e.code) ? e.code : 'tool.failed';
+    this.answer(id, { error: { message: message || 'the tool failed', code } });
+  }
+
+  // A promise or an async iterable (the AI SDK's preliminary results: the last one counts).
+  async finish(id, run, out) {
+    try {
+      if (typeof out.then === 'function') out = await out;
+      if (out && typeof out[Symbol.asyncIterator] === 'function') {
+        let last;
+        for await (const part of out) last = part;
+        out = last;
+      }
+      this.answer(id, { result: out === undefined ? null : out });
+    } catch (e) {
+      this.fail(id, e);
+    } finally {
+      run.inflight.delete(id);
+    }
+  }
+
+  // The schema's own parse (zod), then needsApproval, then the call.
+  async callChecked(id, run, entry, args, call) {
+    try {
       if (entry.validate) args = await entry.validate(args);
-      if (entry.tool.needsApproval && await needsApproval(entry, args, options)) {
+      if (entry.tool.needsApproval && await needsApproval(entry, args, call)) {
         const ok = run.onApproval ? await run.onApproval({ tool: entry.name, args,
-          reason: 'the tool needs approval (needsApproval)', toolCallId: options.toolCallId }) : false;
+          reason: 'the tool needs approval (needsApproval)', toolCallId: call.toolCallId }) : false;
         if (!ok) {
-          this.answer(msg.id, { error: { code: 'tool.denied', message: run.onApproval
+          run.inflight.delete(id);
+          this.answer(id, { error: { code: 'tool.denied', message: run.onApproval
             ? `${entry.name} needs approval and it was not given`
             : `${entry.name} needs approval (needsApproval) and this code tool has no ` +
               'onApproval to ask anyone: the call is denied' } });
           return;
         }
       }
-      let out = entry.tool.execute(args, options);
-      if (out && typeof out.then === 'function') out = await out;
-      if (out && typeof out[Symbol.asyncIterator] === 'function') {
-        let last;
-        for await (const part of out) last = part;
-        out = last;
-      }
-      if (out === undefined) out = null;
-      this.answer(msg.id, { result: out });
     } catch (e) {
-      const message = e && e.message !== undefined ? String(e.message) : String(e);
-      const code = e && ERROR_CODES.has(e.code) ? e.code : 'tool.failed';
-      this.answer(msg.id, { error: { message: message || 'the tool failed', code } });
-    } finally {
-      run.inflight.delete(msg.id);
+      run.inflight.delete(id);
+      this.fail(id, e);
+      return;
     }
+    let out;
+    try { out = entry.tool.execute(args, call); } catch (e) {
+      run.inflight.delete(id);
+      this.fail(id, e);
+      return;
+    }
+    await this.finish(id, run, out && (typeof out.then === 'function' ||
+      typeof out[Symbol.asyncIterator] === 'function') ? out : Promise.resolve(out));
   }
 
   async onElicit(msg) {

@@ -173,7 +173,7 @@ class _Server:
         self.exited: int | None = None
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, bufsize=0,
+                                         stderr=subprocess.PIPE,
                                          env=dict(env) if env is not None else None)
         except OSError as e:
             raise TidepoolError(f"could not start {argv[0]}: {e}", "process.spawn") from e
@@ -214,6 +214,7 @@ class _Server:
                 return
             try:
                 self.out.write(line)
+                self.out.flush()
             except (BrokenPipeError, ValueError, OSError):
                 pass
 
