@@ -666,18 +666,29 @@ const DESCRIBE_MAX = 2048;
 // run_lua's description with the bound tools, from `tidepool describe --caller-tools -`
 // (synchronous: the AI SDK reads a tool's description without awaiting). Where that
 // binary cannot, a description made here from the same declarations, fitted to 2,048.
+// ai 7 binds the tool callers anew for every generateText: the same tools give the same
+// description, so it is kept (the last 64 tool sets) instead of starting a process each time.
+const described = new Map();
 function describeTools(bin, decls, options = {}) {
   const args = ['describe', '--format', 'json', '--describe', options.describe || 'auto',
     '--caller-tools', '-'];
   if (options.config) args.push('--config', options.config);
   if (options.builtinTools === false) args.push('--no-builtin-tools');
+  const input = JSON.stringify({ tools: decls });
+  const key = JSON.stringify([bin, args]) + input;
+  const known = described.get(key);
+  if (known !== undefined) return known;
+  let text;
   try {
-    const out = execFileSync(bin, args, { input: JSON.stringify({ tools: decls }),
-      stdio: ['pipe', 'pipe', 'pipe'], timeout: 10000, encoding: 'utf8' });
+    const out = execFileSync(bin, args, { input, stdio: ['pipe', 'pipe', 'pipe'],
+      timeout: 10000, encoding: 'utf8' });
     const d = JSON.parse(out);
-    if (d && typeof d.description === 'string') return d.description;
+    if (d && typeof d.description === 'string') text = d.description;
   } catch { /* an older binary: the description below */ }
-  return localDescription(decls);
+  if (text === undefined) text = localDescription(decls);
+  if (described.size >= 64) described.delete(described.keys().next().value);
+  described.set(key, text);
+  return text;
 }
 
 function sig(decl) {
