@@ -130,6 +130,8 @@ export class Tidepool {
   readonly bin: string;
   run(code: string, options?: RunOptions): Promise<Envelope>;
   pid(): Promise<number>;
+  /** The script tool a model is given, these tools in its description ('auto' fits 2,048 characters). */
+  describe(tools?: ToolSet, mode?: 'auto' | 'full' | 'compact'): { name: 'run_lua'; description: string; inputSchema: JSONSchema };
   close(): Promise<void>;
 }
 

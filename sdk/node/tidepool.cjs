@@ -650,6 +650,15 @@ class Tidepool {
     }
   }
 
+  // The script tool a model is given, with these tools in its description:
+  // { name: 'run_lua', description, inputSchema: {code} } (mode 'auto' fits 2,048 chars).
+  describe(tools, mode = 'auto') {
+    const { decls } = prepareTools(tools);
+    return { name: 'run_lua', description: describeTools(this.bin, decls, {
+      config: this.options.config, builtinTools: this.options.builtinTools, describe: mode }),
+    inputSchema: CODE_INPUT };
+  }
+
   // Ends every process this object started; runs in flight reject with process.exited.
   async close() {
     this.closed = true;

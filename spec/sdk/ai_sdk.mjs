@@ -182,5 +182,20 @@ test(`ai ${major}: the abort signal of generateText stops the script and the too
   assert(aborted, "the tool's abortSignal fired");
 });
 
+test(`ai ${major}: examples/sdk/agent_loop.mjs runs (the mock model, no API key)`, async () => {
+  // copied beside its packages, as a user's own file would be
+  const copy = path.join(dir, 'agent_loop.example.mjs');
+  fs.copyFileSync(path.join(root, 'examples/sdk/agent_loop.mjs'), copy);
+  try {
+    const env = { ...process.env, PATH: `${path.dirname(bin)}:${process.env.PATH}` };
+    delete env.ANTHROPIC_API_KEY;
+    const { spawnSync } = await import('node:child_process');
+    const r = spawnSync(process.execPath, [copy], { env, encoding: 'utf8', timeout: 60000 });
+    eq(r.status, 0, `exit status (${r.stderr})`);
+    eq(r.stdout, 'Paris is warmest, at 21 C.\n');
+    eq(r.stderr, '[script] ok=true calls={"cities":1,"weather":3}\n');
+  } finally { fs.rmSync(copy, { force: true }); }
+});
+
 test('close', async () => { await tp.close(); });
 await run();

@@ -294,3 +294,27 @@ def test_exception_code_and_message(tp):
                     return { a.code, a.message, b.code, b.message }""", tools=[guarded, plain])
     assert env["result"] == ["tool.denied", "tools.guarded failed: not for you", "tool.failed",
                              "tools.plain failed: KeyError"]
+
+
+def test_describe_fits_and_lists_the_tools(tp):
+    def lookup(user_id: int) -> dict:
+        """Finds a user."""
+        return {}
+
+    d = tp.describe([lookup])
+    assert d["name"] == "run_lua"
+    assert d["inputSchema"]["required"] == ["code"]
+    assert len(d["description"]) <= 2048
+    assert "lookup{user_id: integer} -- Finds a user." in d["description"]
+
+
+def test_example_agent_loop_runs_offline():
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    env["PATH"] = os.path.dirname(BIN) + os.pathsep + env.get("PATH", "")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "sdk", "agent_loop.py")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "Paris is warmest, at 21 C.\n"
+    assert r.stderr == "[script] ok=True calls=5\n"

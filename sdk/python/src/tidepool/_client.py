@@ -594,6 +594,26 @@ class Tidepool:
         finally:
             run.calls.pop(msg["id"], None)
 
+    def describe(self, tools: Any = None, mode: str = "auto") -> dict:
+        """The script tool a model is given, with these tools in its description:
+        {"name": "run_lua", "description": ..., "inputSchema": {code}}, from `tidepool
+        describe --caller-tools` (mode auto: fitted to 2,048 characters, as for MCP
+        clients; full; compact)."""
+        decls = [t.declaration() for t in self._tools(tools).values()]
+        argv = [self.binary, "describe", "--format", "json", "--describe", mode,
+                "--caller-tools", "-"]
+        if self.config:
+            argv += ["--config", str(self.config)]
+        if not self.builtin_tools:
+            argv.append("--no-builtin-tools")
+        p = subprocess.run(argv, input=json.dumps({"tools": decls}).encode(),
+                           capture_output=True, timeout=30,
+                           env=dict(self.env) if self.env is not None else None)
+        if p.returncode != 0:
+            raise TidepoolError(f"tidepool describe failed: "
+                                f"{p.stderr.decode('utf-8', 'replace').strip()}", "describe")
+        return json.loads(p.stdout)
+
     @staticmethod
     def model_view(envelope: Mapping) -> dict:
         """What a model reads of a run (see model_view())."""
