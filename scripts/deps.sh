@@ -17,8 +17,8 @@
 # make test counts the fuzz targets as failures.
 # lighttpd and lighttpd-modules-lua (its mod_magnet, on Debian's liblua5.4) and curl run
 # the module inside a real Lua 5.4 server (spec/embed/lighttpd_test.sh).
-# python3, python3-venv and python3-pytest: the Python SDK's tests (spec/sdk/python.sh
-# installs sdk/python into a venv, offline, and runs pytest there). Their install
+# python3, python3-pip and python3-pytest: the Python SDK's tests (spec/sdk/python.sh
+# pip-installs sdk/python into a venv, offline, and runs pytest there). Their install
 # does not start a server where no init system runs (a container); on a machine with one,
 # Debian enables and starts lighttpd on port 80, as for any install of it.
 #   sh scripts/deps.sh deb   only what `make deb` needs besides the build: lintian, heavy
@@ -30,7 +30,7 @@ libjansson-dev libpcre2-dev libuv1-dev lua-luv-dev lua-lpeg-dev lua-busted lua-c
 libcurl4-openssl-dev libseccomp-dev libsqlite3-dev libhiredis-dev libmicrohttpd-dev libssl-dev
 redis-server openssl
 liblua5.4-dev lua5.4 valgrind nodejs npm lighttpd lighttpd-modules-lua curl
-python3 python3-venv python3-pytest"
+python3 python3-pip python3-pytest"
 FUZZ_PKGS="clang libclang-rt-dev"
 case ${1:-} in
   deb) PKGS="lintian"; FUZZ_PKGS= ;;

@@ -6,6 +6,7 @@
 #         binary package that `npm install node@22` installs from its preinstall script
 #         (npm runs no install scripts by default), used only when this machine's Node
 #         is older than 22
+#   node18/ Node 18 (node-linux-<arch>@18), where this machine's Node is not 18
 # Like spec/mcp's packages, through the machine's npm configuration (its proxy and
 # NODE_EXTRA_CA_CERTS for a proxy that inspects TLS). Prints the folder of each that is
 # ready; exit 1 when one could not be installed.
@@ -33,4 +34,7 @@ install() {  # $1 folder, $2... packages
 }
 install ai6 ai@6 zod@4 "$root/sdk/node"
 install ai7 ai@7 zod@4 "$root/sdk/node" "node-linux-$arch@22"
+# Node 18 (bookworm's), the oldest the SDK supports: spec/sdk/node_sdk.mjs runs on it too
+# when this machine's Node is another
+[ "$(node -p 'process.versions.node.split(".")[0]')" = 18 ] || install node18 "node-linux-$arch@18"
 exit $status

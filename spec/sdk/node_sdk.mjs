@@ -213,6 +213,30 @@ test('a tool name the script cannot write is adapted: lookup-user is tools.looku
   eq((await tp.run('return tools.lookup_user{}.id', { tools })).result, 7);
 });
 
+test('runs at once on one process, with tools of the same name, each get their own', async () => {
+  const mk = (tag) => ({ who: { inputSchema: { type: 'object' },
+    execute: async () => { await sleep(5); return tag; } } });
+  const code = 'local t = {} for i = 1, 20 do t[i] = tools.who{} end return table.concat(t)';
+  const envs = await Promise.all(['a', 'b', 'c', 'd'].map((tag) => tp.run(code, { tools: mk(tag) })));
+  eq(envs.map((e) => e.result), ['a'.repeat(20), 'b'.repeat(20), 'c'.repeat(20), 'd'.repeat(20)]);
+});
+
+test("a run's own limits hold (a process started with them), the instance's stay", async () => {
+  const env = await tp.run('local n = 0 while true do n = n + 1 end', { limits: { instructions: 100000 } });
+  eq(env.ok, false);
+  eq(env.error.code, 'limit.instructions');
+  const t0 = Date.now();
+  const env2 = await tp.run('local t = os.clock() while os.clock() - t < 0.7 do end return 1',
+    { limits: { cpu: '200ms' } });
+  eq(env2.error && env2.error.code, 'limit.cpu');
+  assert(Date.now() - t0 < 5000);
+  eq((await tp.run('local n = 0 for i = 1, 200000 do n = n + 1 end return n')).result, 200000,
+    'without limits of its own, a run has the instance\'s');
+  let err;
+  try { await tp.run('return 1', { limits: { bogus: 1 } }); } catch (e) { err = e; }
+  eq(err && err.code, 'limits.unknown');
+});
+
 test('close() ends the process; the pid is gone', async () => {
   const own = new Tidepool({ binary: bin });
   const pid = await own.pid();

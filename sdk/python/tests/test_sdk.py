@@ -42,10 +42,9 @@ def alive(pid):
 def tp():
     t = Tidepool(binary=BIN, builtin_tools=False)
     yield t
-    pid = t._servers and next(iter(t._servers.values())).pid
+    pids = [s.pid for s in t._servers.values()]
     t.close()
-    if pid:
-        assert not alive(pid), "close() ended the process"
+    assert pids and not [p for p in pids if alive(p)], "close() ended every process"
 
 
 def user_tools(seen):
@@ -318,3 +317,37 @@ def test_example_agent_loop_runs_offline():
     assert r.returncode == 0, r.stderr
     assert r.stdout == "Paris is warmest, at 21 C.\n"
     assert r.stderr == "[script] ok=True calls=5\n"
+
+
+def test_runs_at_once_from_threads_and_tasks_each_get_their_own_tools(tp):
+    import concurrent.futures
+    code = "local t = {} for i = 1, 20 do t[i] = tools.who{} end return table.concat(t)"
+
+    def run_with(tag):
+        def who() -> str:
+            time.sleep(0.002)
+            return tag
+        return tp.run(code, tools=[who])["result"]
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        assert list(ex.map(run_with, "abcd")) == [c * 20 for c in "abcd"]
+
+    async def arun_with(tag):
+        async def who() -> str:
+            await asyncio.sleep(0.002)
+            return tag
+        return (await tp.arun(code, tools=[who]))["result"]
+
+    async def main():
+        return await asyncio.gather(*(arun_with(c) for c in "wxyz"))
+
+    assert asyncio.run(main()) == [c * 20 for c in "wxyz"]
+
+
+def test_a_runs_own_limits(tp):
+    env = tp.run("local n = 0 while true do n = n + 1 end", limits={"instructions": 100000})
+    assert env["ok"] is False and env["error"]["code"] == "limit.instructions"
+    assert tp.run("local n = 0 for i = 1, 200000 do n = n + 1 end return n")["result"] == 200000
+    with pytest.raises(TidepoolError) as ei:
+        tp.run("return 1", limits={"bogus": 1})
+    assert ei.value.code == "limits.unknown"
