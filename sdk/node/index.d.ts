@@ -28,22 +28,27 @@ export interface ToolCallOptions {
   /** The same signal, under the AI SDK's name. */
   abortSignal: AbortSignal;
   toolCallId: string;
-  messages: unknown[];
-  context?: unknown;
+  /** The messages of the code tool's own call, when it is an AI SDK tool (else []). */
+  messages: any[];
+  /** The code tool's own context (ai 7's tool context), passed on; undefined without one. */
+  context: any;
+  experimental_context?: any;
   tidepool: { run: string; id: number; tool: string };
 }
 
 /** A caller tool: an AI SDK `tool(...)` fits as it is. */
 export interface CallerTool<ARGS = any, RESULT = any> {
-  description?: string;
+  /** A string, or (ai 7) a function of the context, called once with { context: undefined }. */
+  description?: string | ((options: any) => string);
   /** JSON Schema, a zod schema (3 with zod-to-json-schema, or 4), or the AI SDK's jsonSchema(). */
   inputSchema?: unknown;
   outputSchema?: unknown;
   /** The call's own timeout, in milliseconds. */
   timeoutMs?: number;
   /** true, or a function of the arguments: the call is asked of onApproval (denied without one). */
-  needsApproval?: boolean | ((args: ARGS, options: ToolCallOptions) => boolean | Promise<boolean>);
-  execute: (args: ARGS, options: ToolCallOptions) => RESULT | Promise<RESULT> | AsyncIterable<RESULT>;
+  needsApproval?: boolean | ((args: ARGS, options: any) => boolean | PromiseLike<boolean>);
+  /** Required at run time (optional here only because the AI SDK's Tool type has it so). */
+  execute?: (args: ARGS, options: ToolCallOptions) => RESULT | PromiseLike<RESULT> | AsyncIterable<RESULT>;
 }
 
 export type ToolSet = Record<string, CallerTool> | Map<string, CallerTool>;
@@ -156,8 +161,9 @@ export interface CodeToolOptions extends Omit<TidepoolOptions, 'limits'> {
 export interface CodeTool {
   type: 'function';
   description: string;
-  inputSchema: unknown;
-  execute(input: { code: string }, options?: { abortSignal?: AbortSignal; messages?: unknown[]; context?: unknown }): Promise<Record<string, unknown>>;
+  /** The AI SDK's jsonSchema() of {code: string}. */
+  inputSchema: any;
+  execute(input: { code: string }, options?: any): Promise<Record<string, any>>;
 }
 
 export function createCodeTool(options: CodeToolOptions & { tools: ToolSet }): CodeTool;

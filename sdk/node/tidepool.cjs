@@ -187,7 +187,11 @@ function prepareTools(tools) {
         `tools.${sname} in a script: rename one`, 'tool.invalid');
     }
     const decl = { name: sname };
-    if (typeof t.description === 'string') decl.description = t.description;
+    let description = t.description;
+    if (typeof description === 'function') { // ai 7: a description made from the context
+      try { description = description({ context: undefined }); } catch { description = undefined; }
+    }
+    if (typeof description === 'string') decl.description = description;
     const input = toJsonSchema(t.inputSchema || t.parameters, `tool "${name}" inputSchema`);
     if (input) decl.inputSchema = plainSchema(input);
     const output = toJsonSchema(t.outputSchema, `tool "${name}" outputSchema`);

@@ -197,5 +197,18 @@ test(`ai ${major}: examples/sdk/agent_loop.mjs runs (the mock model, no API key)
   } finally { fs.rmSync(copy, { force: true }); }
 });
 
+test(`ai ${major}: the SDK's TypeScript types take AI SDK tools and fit generateText (tsc --strict)`, async () => {
+  const copy = path.join(dir, 'types_check.ts');
+  fs.copyFileSync(path.join(root, 'spec/sdk/types_check.ts'), copy);
+  try {
+    const { spawnSync } = await import('node:child_process');
+    const tsc = need.resolve('typescript/bin/tsc');
+    const r = spawnSync(process.execPath, [tsc, '--noEmit', '--strict', '--module', 'nodenext',
+      '--moduleResolution', 'nodenext', '--target', 'es2022', '--skipLibCheck', copy],
+    { encoding: 'utf8', timeout: 120000, cwd: dir });
+    eq(r.status, 0, `tsc: ${r.stdout}${r.stderr}`);
+  } finally { fs.rmSync(copy, { force: true }); }
+}, 120000);
+
 test('close', async () => { await tp.close(); });
 await run();

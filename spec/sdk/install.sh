@@ -1,7 +1,7 @@
 #!/bin/sh
 # The npm packages of the SDK tests, installed on first use into build/sdk-node/:
 #   ai6/  ai@6, zod@4 and the SDK itself (file: link), for spec/sdk/ai_sdk.mjs on this
-#         machine's Node
+#         machine's Node; typescript and @types/node to check the SDK's types (both)
 #   ai7/  ai@7, zod@4, the SDK, and Node 22 (ai 7 requires it): node-linux-<arch>@22, the
 #         binary package that `npm install node@22` installs from its preinstall script
 #         (npm runs no install scripts by default), used only when this machine's Node
@@ -32,8 +32,8 @@ install() {  # $1 folder, $2... packages
     status=1
   fi
 }
-install ai6 ai@6 zod@4 "$root/sdk/node"
-install ai7 ai@7 zod@4 "$root/sdk/node" "node-linux-$arch@22"
+install ai6 ai@6 zod@4 "$root/sdk/node" typescript@5 @types/node@20
+install ai7 ai@7 zod@4 "$root/sdk/node" "node-linux-$arch@22" typescript@5 @types/node@22
 # Node 18 (bookworm's), the oldest the SDK supports: spec/sdk/node_sdk.mjs runs on it too
 # when this machine's Node is another
 [ "$(node -p 'process.versions.node.split(".")[0]')" = 18 ] || install node18 "node-linux-$arch@18"
