@@ -305,8 +305,9 @@ class Server {
       }
     });
     this.idle();
-    const caps = { experimental: { [CALLER_CAP]: { version: 1 } } };
-    if (this.opts.onApproval) caps.elicitation = {};
+    // elicitation always: a call the server's policy holds for a person is asked of
+    // onApproval, or declined at once, never left as a paused run nobody resumes
+    const caps = { experimental: { [CALLER_CAP]: { version: 1 } }, elicitation: {} };
     return this.request('initialize', {
       protocolVersion: PROTOCOL, capabilities: caps,
       clientInfo: { name: 'tidepool-node', version: '0.1.0' },
@@ -533,7 +534,8 @@ class Server {
     } catch { approve = false; }
     this.send({ jsonrpc: '2.0', id: msg.id, result: approve
       ? { action: 'accept', content: { approve: true } }
-      : { action: 'accept', content: { approve: false, note: 'declined by the application' } } });
+      : { action: 'accept', content: { approve: false, note: this.opts.onApproval
+        ? 'declined by the application' : 'no one to ask: the application set no onApproval' } } });
   }
 
   exitError() {

@@ -237,6 +237,31 @@ test("a run's own limits hold (a process started with them), the instance's stay
   eq(err && err.code, 'limits.unknown');
 });
 
+test("the config's policy asks onApproval for a caller tool; without one the call is denied", async () => {
+  const cfg = path.join(fs.mkdtempSync('/tmp/tp-sdk-'), 'ask.json');
+  fs.writeFileSync(cfg, JSON.stringify({ policy: { default: 'allow',
+    rules: [{ tools: 'pay', effect: 'ask', reason: 'money' }] } }));
+  const code = 'local ok, e = pcall(tools.pay, { cents = 5 }) return { ok, ok and e or e.code, not ok and e.message or nil }';
+  const asked = [];
+  const cases = [
+    [undefined, [false, 'tool.denied', "tools.pay was denied by the host's policy: the person declined: no one to ask: the application set no onApproval"]],
+    [async (r) => { asked.push(r.message); return true; }, [true, 'paid']],
+    [async () => false, [false, 'tool.denied', "tools.pay was denied by the host's policy: the person declined: declined by the application"]],
+  ];
+  let paid = 0;
+  const tools = { pay: { inputSchema: { type: 'object' }, execute: async () => { paid++; return 'paid'; } } };
+  for (const [onApproval, want] of cases) {
+    const own = new Tidepool({ binary: bin, config: cfg, onApproval });
+    try {
+      const env = await own.run(code, { tools });
+      eq(env.result, want);
+    } finally { await own.close(); }
+  }
+  eq(paid, 1, 'only the approved call ran');
+  eq(asked, ['A script wants to call tools.pay with {"cents":5}. Approve this call? (money (policy rule 0))']);
+  fs.rmSync(path.dirname(cfg), { recursive: true });
+});
+
 test('close() ends the process; the pid is gone', async () => {
   const own = new Tidepool({ binary: bin });
   const pid = await own.pid();

@@ -351,3 +351,28 @@ def test_a_runs_own_limits(tp):
     with pytest.raises(TidepoolError) as ei:
         tp.run("return 1", limits={"bogus": 1})
     assert ei.value.code == "limits.unknown"
+
+
+def test_policy_ask_goes_to_on_approval_or_is_denied(tmp_path):
+    cfg = tmp_path / "ask.json"
+    cfg.write_text('{"policy": {"default": "allow", "rules": '
+                   '[{"tools": "pay", "effect": "ask", "reason": "money"}]}}')
+    code = ("local ok, e = pcall(tools.pay, { cents = 5 }) "
+            "return { ok, ok and e or e.code, not ok and e.message or nil }")
+    paid, asked = [], []
+
+    def pay(cents: int) -> str:
+        paid.append(cents)
+        return "paid"
+
+    denied = "tools.pay was denied by the host's policy: the person declined: "
+    cases = [(None, [False, "tool.denied", denied + "no one to ask: the application set "
+                                                     "no on_approval"]),
+             (lambda r: asked.append(r["message"]) or True, [True, "paid"]),
+             (lambda r: False, [False, "tool.denied", denied + "declined by the application"])]
+    for on_approval, want in cases:
+        with Tidepool(binary=BIN, config=str(cfg), on_approval=on_approval) as own:
+            assert own.run(code, tools=[pay])["result"] == want
+    assert paid == [5]
+    assert asked == ['A script wants to call tools.pay with {"cents":5}. Approve this call? '
+                     '(money (policy rule 0))']

@@ -181,9 +181,9 @@ class _Server:
         self.out = self.proc.stdin
         threading.Thread(target=self._read, name=f"tidepool-{self.pid}", daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
-        caps: dict = {"experimental": {CALLER_CAP: {"version": 1}}}
-        if on_approval:
-            caps["elicitation"] = {}
+        # elicitation always: a call the server's policy holds for a person is asked of
+        # on_approval, or declined at once, never left as a paused run nobody resumes
+        caps: dict = {"experimental": {CALLER_CAP: {"version": 1}}, "elicitation": {}}
         q: queue.SimpleQueue = queue.SimpleQueue()
         waiter = _Run(0, {}, q.put)
         init = self._call_sync("initialize", {"protocolVersion": PROTOCOL,
@@ -299,8 +299,9 @@ class _Server:
                 ok = bool(self.on_approval({"message": p.get("message"), "request": p}))
         except Exception:  # noqa: BLE001 - a failing approver declines
             ok = False
-        content = {"approve": True} if ok else {"approve": False,
-                                               "note": "declined by the application"}
+        content = {"approve": True} if ok else {
+            "approve": False, "note": "declined by the application" if self.on_approval
+            else "no one to ask: the application set no on_approval"}
         self.send({"jsonrpc": "2.0", "id": msg["id"],
                    "result": {"action": "accept", "content": content}})
 
