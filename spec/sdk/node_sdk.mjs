@@ -208,6 +208,19 @@ test('a recursive schema: a tree through $ref, checked at every depth', async ()
   eq(seen.length, 1, 'the bad tree never reached the caller');
 });
 
+test("a tool's error code is kept when tidepool knows it; a result JSON cannot hold fails the call", async () => {
+  const tools = {
+    guarded: { execute: () => { throw Object.assign(new Error('not for you'), { code: 'tool.denied' }); } },
+    odd: { execute: () => ({ n: 10n }) },
+    other: { execute: () => { throw Object.assign(new Error('x'), { code: 'ENOENT' }); } },
+  };
+  const env = await tp.run(`local r = {} for _, n in ipairs{"guarded", "odd", "other"} do
+    local _, e = pcall(tools[n], {}) r[#r + 1] = e.code r[#r + 1] = e.message end return r`, { tools });
+  eq(env.result, ['tool.denied', 'tools.guarded failed: not for you', 'tool.failed',
+    "tools.odd failed: the tool's result is not JSON: Do not know how to serialize a BigInt",
+    'tool.failed', 'tools.other failed: x']);
+});
+
 test('a tool name the script cannot write is adapted: lookup-user is tools.lookup_user', async () => {
   const tools = { 'lookup-user': { inputSchema: { type: 'object' }, execute: () => ({ id: 7 }) } };
   eq((await tp.run('return tools.lookup_user{}.id', { tools })).result, 7);

@@ -289,10 +289,16 @@ def test_exception_code_and_message(tp):
     def plain() -> None:
         raise KeyError
 
+    def odd() -> object:
+        return object()
+
     env = tp.run("""local _, a = pcall(tools.guarded, {}) local _, b = pcall(tools.plain, {})
-                    return { a.code, a.message, b.code, b.message }""", tools=[guarded, plain])
+                    local _, c = pcall(tools.odd, {})
+                    return { a.code, a.message, b.code, b.message, c.code, c.message }""",
+                 tools=[guarded, plain, odd])
     assert env["result"] == ["tool.denied", "tools.guarded failed: not for you", "tool.failed",
-                             "tools.plain failed: KeyError"]
+                             "tools.plain failed: KeyError", "tool.failed",
+                             "tools.odd failed: the tool's result is not JSON: object is not JSON"]
 
 
 def test_describe_fits_and_lists_the_tools(tp):

@@ -238,7 +238,10 @@ class _Server:
             if method is None:
                 run = self.pending.pop(msg.get("id"), None)
                 if run is not None:
-                    run.put(("response", msg))
+                    try:
+                        run.put(("response", msg))
+                    except RuntimeError:  # an arun whose event loop is closed
+                        pass
             elif "id" in msg:
                 self._on_request(msg)
             elif method == "notifications/cancelled":
@@ -252,7 +255,10 @@ class _Server:
         with self.lock:
             self.exited = self.proc.returncode
         for run in list(self.pending.values()) + list(self.runs.values()):
-            run.put(("exit", None))
+            try:
+                run.put(("exit", None))
+            except RuntimeError:  # an arun whose event loop is closed
+                pass
         self.pending.clear()
 
     def _read_stderr(self) -> None:
@@ -268,7 +274,11 @@ class _Server:
                 self.answer(msg["id"], {"error": {"message": f"no caller tool {p.get('tool')} "
                                                   f"in this run", "code": "tool.unavailable"}})
                 return
-            run.put(("call", msg))
+            try:
+                run.put(("call", msg))
+            except RuntimeError:  # an arun whose event loop is closed
+                self.answer(msg["id"], {"error": {"message": "the run's event loop is closed",
+                                                  "code": "tool.unavailable"}})
         elif method == "elicitation/create":
             threading.Thread(target=self._elicit, args=(msg,), daemon=True).start()
         elif method == "ping":
