@@ -1690,7 +1690,7 @@ static void wsess_drop (worker *w, uint64_t num) {
 static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   (void)r;
   req *q = ud;
-  if (!done && tool && q->w->s->o.asks) {  /* for a paused result's "calls" */
+  if (!done && tool && (q->w->s->o.asks || q->callers)) {  /* a paused result's "calls" */
     if (q->seen == NULL) q->seen = json_object();
     json_int_t had = json_integer_value(json_object_get(q->seen, tool));
     json_object_set_new(q->seen, tool, json_integer(had + 1));
@@ -2588,9 +2588,11 @@ static void dsave_cb (void *ud, int status, const char *val, size_t len, const c
 static char *dur_record (worker *w, req *q, size_t *len) {
   const options *o = &w->s->o;
   json_t *pending = json_array();
-  for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next)
-    json_array_append_new(pending, tp__apx_pending_entry(p->seq, p->tool, p->args,
-                                                          p->reason, p->binding));
+  for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
+    json_t *e = tp__apx_pending_entry(p->seq, p->tool, p->args, p->reason, p->binding);
+    if (e && p->call) json_object_set_new(e, "kind", json_string("call"));
+    json_array_append_new(pending, e);
+  }
   json_int_t seed = 0;
   json_t *first = q->dbase == 0 && q->dn ? tp_json_parse(q->dents[0].p, q->dents[0].n,
                                                          NULL, 0) : NULL;
@@ -2607,6 +2609,8 @@ static char *dur_record (worker *w, req *q, size_t *len) {
   if (rec && q->dbase == 0) json_object_set_new(rec, "seed", json_integer(seed));
   if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
   if (rec && q->scopes) json_object_set_new(rec, "scopes", json_string(q->scopes));
+  if (rec && q->callers)  /* its caller tools, declared again when it is restored */
+    json_object_set_new(rec, "caller_tools", json_string(q->callers));
   if (rec && q->tool) {
     json_object_set_new(rec, "tool", json_string(q->tool));
     json_object_set_new(rec, "mcp_name", json_string(q->mcp_name));
@@ -2831,8 +2835,13 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
       q->args = json_is_object(a) ? json_incref(a) : json_object();
     }
     q->dexp_ms = json_integer_value(exp);
+    const char *callers = json_string_value(json_object_get(rec, "caller_tools"));
+    free(q->callers);
+    q->callers = callers ? strdup(callers) : NULL;  /* answered by resume_run's results */
+    q->callers_live = 0;
     json_decref(rec);
-    if (q->code == NULL || (tool && mcp && (q->tool == NULL || q->mcp_name == NULL))) {
+    if (q->code == NULL || (tool && mcp && (q->tool == NULL || q->mcp_name == NULL)) ||
+        (callers && q->callers == NULL)) {
       dur_refuse(w, q, "limit.memory", "the server is out of memory: the run could not "
                  "be restored");
       return;
@@ -2852,7 +2861,11 @@ static void dur_got_log (void *ud, int status, const char *val, size_t len, cons
   if (w->stopping) return;
   json_t *log = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
   tp_run *run = log ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
-  if (run && tp_run_replay(run, val, len, why, sizeof why) == TP_OK &&
+  if (run && q->callers &&
+      tp_run_declare_caller_tools(run, q->callers, 0, caller_call, caller_cancel, w) != TP_OK)
+    snprintf(why, sizeof why, "its caller tools cannot be declared again: %.300s",
+             tp_engine_error(w->e));
+  else if (run && tp_run_replay(run, val, len, why, sizeof why) == TP_OK &&
       tp_run_on_log(run, dlog_cb, q) == TP_OK) {
     q->dbase = json_array_size(log);
     q->durable = q->dsaved = 1;
@@ -3121,7 +3134,10 @@ static void worker_run (worker *w, req *q) {
     wdone(w, q);
     return;
   }
-  if (w->s->o.state && w->s->o.asks && !q->callers) dur_begin(w, q, run);
+  /* a run that may pause (approvals, or caller tools answered by resume_run) is kept in
+  ** the store while paused */
+  if (w->s->o.state && (w->s->o.asks || (q->callers && !q->callers_live)))
+    dur_begin(w, q, run);
   worker_begin(w, q, run);
 }
 
@@ -3133,7 +3149,7 @@ static void worker_begin (worker *w, req *q, tp_run *run) {
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
-  if (w->s->o.asks) tp_run_on_call(run, progress_hook, q);  /* counts the calls */
+  if (w->s->o.asks || q->callers) tp_run_on_call(run, progress_hook, q);  /* counts calls */
   if (q->token) {
     tp_run_on_call(run, progress_hook, q);
     tp_run_on_progress(run, progress_text_hook, q);
@@ -3774,7 +3790,8 @@ static void park_req (server *s, mail *m) {
 ** one (the caller refuses it), 1 when handled. */
 static int restore_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
                         int era26) {
-  if (run_id[0] == '\0' || strlen(run_id) >= TP__APX_RUN_ID_MAX || !s->o.asks) return 0;
+  /* approvals' paused runs, and caller tools' (which need no policy) */
+  if (run_id[0] == '\0' || strlen(run_id) >= TP__APX_RUN_ID_MAX) return 0;
   if (strchr(run_id, ':') != NULL) return 0;  /* the store's other records ("tool-shape:") */
   req *q = calloc(1, sizeof *q);
   if (q == NULL || (q->restore = json_deep_copy(args)) == NULL) {
