@@ -202,6 +202,22 @@ test('a session keeps its declarations for its later runs', async () => {
   eq(view(await s.response(id3)).result, 'tool.unknown', 'no other run sees it');
 });
 
+test('a 2026-07-28 request: paused (no server requests in that era); live is refused', async () => {
+  const M26 = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+    'io.modelcontextprotocol/clientCapabilities': {}, 'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '1' } };
+  const ct = { version: 1, tools: [WEATHER] };
+  const r = view(await s.request('tools/call', { _meta: { ...M26, 'tidepool/callerTools': ct }, name: 'run_lua',
+    arguments: { code: 'return tools.weather{city = "Lima"}.temp_c' } }));
+  eq([r.status, r.pending[0].kind, r.pending[0].args], ['paused', 'call', { city: 'Lima' }], 'paused in 2026-07-28');
+  const done = await s.request('tools/call', { _meta: M26, name: 'resume_run', arguments: { run: r.run,
+    results: [{ id: 1, binding: r.pending[0].binding, result: { temp_c: 19 } }] } });
+  eq([done.result.resultType, done.result.structuredContent.result], ['complete', 19], 'resumed in 2026-07-28');
+  const live = await s.request('tools/call', { _meta: { ...M26, 'tidepool/callerTools': { ...ct, mode: 'live' } },
+    name: 'run_lua', arguments: { code: 'return 1' } });
+  eq(live.error.code, -32602, 'live in 2026-07-28');
+  assert(/a 2026-07-28 request has none/.test(live.error.message), live.error.message);
+});
+
 test('bad declarations are refused with -32602 or a tool error naming the problem', async () => {
   const m = await s.response(s.runLua('return 1', { _meta: { 'tidepool/callerTools': { version: 2, tools: [] } } }));
   eq(m.error.code, -32602, 'a version the server does not know');
