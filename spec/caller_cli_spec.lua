@@ -32,7 +32,8 @@ end
 
 local TOOLS = write_temp(dkjson.encode({
   { name = "add", description = "Adds two numbers.",
-    inputSchema = { type = "object", properties = { a = { type = "number" }, b = { type = "number" } },
+    inputSchema = { type = "object",
+                    properties = { a = { type = "number" }, b = { type = "number" } },
                     required = { "a", "b" } },
     outputSchema = { type = "number" } },
   { name = "crm.find", description = "Finds a customer.", timeoutMs = 500 },
@@ -63,7 +64,8 @@ end
 local function run(script, cmd, more)
   local s = write_temp(script)
   local out, err, rc = sh(BIN .. " run --json --no-builtin-tools --caller-tools " .. TOOLS ..
-                          (cmd and (" --caller-cmd " .. q(cmd)) or "") .. " " .. (more or "") .. " " .. s)
+                          (cmd and (" --caller-cmd " .. q(cmd)) or "") .. " " ..
+                          (more or "") .. " " .. s)
   return dkjson.decode(out), err, rc, out
 end
 
@@ -79,7 +81,8 @@ describe("tidepool run --caller-tools --caller-cmd", function()
     ]], answerer(log))
     assert.are.equal("", err)
     assert.are.equal(0, rc)
-    assert.are.same({ 5, 2, 11, "tool.denied", "tools.crm.find failed: no customer ann" }, env.result)
+    assert.are.same({ 5, 2, 11, "tool.denied", "tools.crm.find failed: no customer ann" },
+                    env.result)
     local seen = {}
     for line in io.lines(log) do seen[#seen + 1] = dkjson.decode(line) end
     assert.are.equal(4, #seen)
@@ -120,7 +123,8 @@ describe("tidepool run --caller-tools --caller-cmd", function()
     assert.are.equal(2, rc)
     assert.truthy(err:find("--caller-cmd needs --caller-tools", 1, true))
     local bad = write_temp('[{"name": "time.now"}]')
-    _, err, rc = sh(BIN .. " run --caller-tools " .. bad .. " --caller-cmd cat " .. write_temp("return 1"))
+    _, err, rc = sh(BIN .. " run --caller-tools " .. bad .. " --caller-cmd cat " ..
+                    write_temp("return 1"))
     assert.are.equal(2, rc)
     assert.truthy(err:find("caller tool time.now: the server has a tool of that name", 1, true))
   end)

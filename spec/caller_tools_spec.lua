@@ -67,7 +67,8 @@ describe("caller tools in the Lua module", function()
   end)
 
   it("describes and lists them, and no other run sees them", function()
-    local env = tidepool.run([[return {tools.describe("weather"), tools.search("weather")[1].name}]],
+    local env = tidepool.run(
+      [[return {tools.describe("weather"), tools.search("weather")[1].name}]],
       { caller_tools = with(function() return { temp_c = 1 } end), builtin_tools = false })
     assert.truthy(env.result[1]:find("Current weather for a city.", 1, true))
     assert.equal("weather", env.result[2])

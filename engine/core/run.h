@@ -185,6 +185,8 @@ struct tp_run {
   uint64_t same_hash;
   uint32_t same_calls;
   char same_tool[64];
+  int prechecked_out;      /* the pre-run check stopped it (pending_error is its finding,
+                           ** or NULL out of memory): tp__run_recheck may look again */
   struct tp__tool_set *own_tools; /* the run's caller tools (host/provider_caller.c), or
                            ** NULL; the host frees them when the run is gone */
 };

@@ -5,6 +5,9 @@
 // handlers), and the answer resumes the run. Paused: the run returns status "paused" with
 // the pending calls, and resume_run's results resume it, bound to run, id and arguments.
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { z } from 'zod';
@@ -20,8 +23,8 @@ const meta = (tools, extra = {}) => ({ _meta: { 'tidepool/callerTools': { versio
 
 // A stdio server with a reader that sorts its messages: responses by id, requests and
 // notifications in order of arrival.
-function server({ callers = true } = {}) {
-  const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--workers', '1'], { stdio: ['pipe', 'pipe', 'pipe'] });
+function server({ callers = true, args = [] } = {}) {
+  const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--workers', '1', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
   const byId = new Map(), others = [], waiters = [];
   let buf = '', err = '';
   const wake = () => { for (const w of waiters.splice(0)) w(); };
@@ -69,6 +72,7 @@ function server({ callers = true } = {}) {
     async request(method, params, ms) { return s.response(s.start(method, params), ms); },
     runLua(code, extra = {}) { return s.start('tools/call', { name: 'run_lua', arguments: { code }, ...extra }); },
     close() { p.stdin.end(); return exited; },
+    kill() { p.kill('SIGKILL'); return exited; },
   };
   s.ready = s.request('initialize', { protocolVersion: '2025-11-25',
     capabilities: callers ? { experimental: { 'tidepool/callerTools': { version: 1 } } } : {},
@@ -198,6 +202,22 @@ test('a session keeps its declarations for its later runs', async () => {
   eq(view(await s.response(id3)).result, 'tool.unknown', 'no other run sees it');
 });
 
+test('a 2026-07-28 request: paused (no server requests in that era); live is refused', async () => {
+  const M26 = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+    'io.modelcontextprotocol/clientCapabilities': {}, 'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '1' } };
+  const ct = { version: 1, tools: [WEATHER] };
+  const r = view(await s.request('tools/call', { _meta: { ...M26, 'tidepool/callerTools': ct }, name: 'run_lua',
+    arguments: { code: 'return tools.weather{city = "Lima"}.temp_c' } }));
+  eq([r.status, r.pending[0].kind, r.pending[0].args], ['paused', 'call', { city: 'Lima' }], 'paused in 2026-07-28');
+  const done = await s.request('tools/call', { _meta: M26, name: 'resume_run', arguments: { run: r.run,
+    results: [{ id: 1, binding: r.pending[0].binding, result: { temp_c: 19 } }] } });
+  eq([done.result.resultType, done.result.structuredContent.result], ['complete', 19], 'resumed in 2026-07-28');
+  const live = await s.request('tools/call', { _meta: { ...M26, 'tidepool/callerTools': { ...ct, mode: 'live' } },
+    name: 'run_lua', arguments: { code: 'return 1' } });
+  eq(live.error.code, -32602, 'live in 2026-07-28');
+  assert(/a 2026-07-28 request has none/.test(live.error.message), live.error.message);
+});
+
 test('bad declarations are refused with -32602 or a tool error naming the problem', async () => {
   const m = await s.response(s.runLua('return 1', { _meta: { 'tidepool/callerTools': { version: 2, tools: [] } } }));
   eq(m.error.code, -32602, 'a version the server does not know');
@@ -207,6 +227,34 @@ test('bad declarations are refused with -32602 or a tool error naming the proble
   eq(v2.error.code, 'tool.invalid_input', 'a bad name');
   assert(/bad name/.test(v2.error.message), v2.error.message);
   await s.close();
+});
+
+test('paused with --state: the run survives kill -9 and a new server resumes it by replay', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const secret = path.join(tmp, 'secret');
+  fs.writeFileSync(secret, 'k'.repeat(48));
+  const args = ['--state', tmp, '--secret-file', secret];
+  try {
+    const a = server({ args });
+    await a.ready;
+    const id = a.runLua(`local x = tools.weather{city = "A"}
+      local y = tools.weather{city = "B"}
+      return {x.temp_c, y.temp_c, math.random(1000)}`, meta([WEATHER], { mode: 'paused' }));
+    const v1 = view(await a.response(id));
+    eq(v1.pending.map((p) => p.args.city), ['A'], 'the first call');
+    const v2 = view(await a.request('tools/call', { name: 'resume_run', arguments: { run: v1.run,
+      results: [{ id: 1, binding: v1.pending[0].binding, result: { temp_c: 1 } }] } }));
+    eq([v2.status, v2.pending.map((p) => [p.id, p.args.city])], ['paused', [[2, 'B']]], 'paused at the second');
+    await a.kill();
+    const b = server({ args });
+    await b.ready;
+    const done = view(await b.request('tools/call', { name: 'resume_run', arguments: { run: v1.run,
+      results: [{ id: 2, binding: v2.pending[0].binding, result: { temp_c: 2 } }] } }));
+    eq([done.ok, done.result?.[0], done.result?.[1]], [true, 1, 2], `the first answer from the log, the second from the resume: ${JSON.stringify(done)}`);
+    await b.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
 });
 
 // ---- HTTP: the official SDK client, the call on the run request's SSE stream ----------
