@@ -115,6 +115,16 @@ describe("tidepool run --caller-tools --caller-cmd", function()
     assert.truthy(env.error.message:find("--caller-cmd", 1, true))
   end)
 
+  it("a command that closes its input early does not take tidepool with it (SIGPIPE)", function()
+    local env, err, rc = run([[
+      local a = tools.add{a = 1, b = 2}
+      local ok, e = pcall(tools.add, {a = 1, b = 1})
+      return {a, e.code}
+    ]], [[read -r l; exec 0<&-; echo '{"id": 1, "result": 3}'; sleep 0.3]])
+    assert.are.equal(0, rc, err)
+    assert.are.same({ 3, "tool.unavailable" }, env.result)
+  end)
+
   it("refuses bad use with a usage error", function()
     local _, err, rc = sh(BIN .. " run --caller-tools " .. TOOLS .. " /dev/null")
     assert.are.equal(2, rc)
