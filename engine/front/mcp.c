@@ -1757,6 +1757,14 @@ static void pend_free (pend *p) {
   free(p);
 }
 
+/* Whether a holds a call that only resume_run can answer: an approval not being asked
+** by elicitation, or a caller tool's call in paused mode (a live one is asked already). */
+static int waits_on_resume (const apx *a) {
+  for (const pend *p = a->pending; p; p = p->next)
+    if (p->eid[0] == '\0') return 1;
+  return 0;
+}
+
 static void pend_unlink (apx *a, pend *p) {
   for (pend **pp = &a->pending; *pp; pp = &(*pp)->next)
     if (*pp == p) { *pp = p->next; return; }
@@ -1924,7 +1932,8 @@ static void park (worker *w, req *q, char *line, size_t len) {
 static void park_cb (uv_timer_t *t) {
   apx *a = t->data;
   req *q = a->q;
-  if (q == NULL || q->wparked || a->pending == NULL || q->run == NULL || q->wcancelled) return;
+  if (q == NULL || q->wparked || !waits_on_resume(a) || q->run == NULL || q->wcancelled)
+    return;
   if (q->restore) { dur_decide(q->w, q); return; }  /* replayed to its held call */
   park(q->w, q, NULL, 0);
 }
@@ -2476,7 +2485,7 @@ static void decide (worker *w, req *q, json_t *args) {
     tp_call_deny(c, why);
   }
   uv_timer_stop(&a->t);
-  if (a->pending) { park(w, q, NULL, 0); return; }  /* undecided calls: paused again */
+  if (waits_on_resume(a)) { park(w, q, NULL, 0); return; }  /* undecided: paused again */
   q->wparked = 0;
   tp_run_hold_wall(q->run, 0);
 }
@@ -3864,6 +3873,9 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
   if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
   q->era26 = era26;
   if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);  /* answers it */
+  /* caller tools' calls from here on go live only where requests can reach the client */
+  if (q->callers_live && (era26 || (q->origin && !tp__mcp_http_streams(q->origin))))
+    q->callers_live = 0;
   list_push(&s->reqs, q);
   s->nrunning++;
   q->w->load++;

@@ -229,6 +229,34 @@ test('bad declarations are refused with -32602 or a tool error naming the proble
   await s.close();
 });
 
+test('the policy holds a caller tool for approval before the client sees the call', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const cfg = path.join(tmp, 'policy.json');
+  fs.writeFileSync(cfg, JSON.stringify({ policy: { default: 'allow', rules: [
+    { tools: 'weather', effect: 'deny', where: 'city == "Moscow"', reason: 'not there' },
+    { tools: 'weather', effect: 'ask', reason: 'weather costs money' }] } }));
+  const a = server({ args: ['--config', cfg] });
+  try {
+    await a.ready;
+    const id = a.runLua(`local ok, e = pcall(tools.weather, {city = "Moscow"})
+      return {e.code, tools.weather{city = "Oslo"}.temp_c}`, meta([WEATHER]));
+    const v = view(await a.response(id));
+    eq([v.status, v.pending.length, v.pending[0].seq, v.pending[0].tool, v.pending[0].kind],
+      ['paused', 1, 2, 'weather', undefined], 'held for a person: an approval, not yet a call');
+    assert(!a.has((m) => m.method === 'tidepool/callTool'), 'the client saw no call yet');
+    const rid = a.start('tools/call', { name: 'resume_run', arguments: { run: v.run,
+      decisions: [{ seq: 2, approve: true, binding: v.pending[0].binding }] } });
+    const req = await a.callRequest();
+    eq([req.params.id, req.params.args, req.params.request], [2, { city: 'Oslo' }, rid], 'approved: now the call');
+    a.answer(req, { result: { result: { temp_c: -4 } } });
+    const fin = view(await a.response(rid));
+    eq(fin.result, ['tool.denied', -4], `denied by a rule; approved and answered: ${JSON.stringify(fin)}`);
+    await a.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
 test('paused with --state: the run survives kill -9 and a new server resumes it by replay', async () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
   const secret = path.join(tmp, 'secret');
