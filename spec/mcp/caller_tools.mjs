@@ -218,6 +218,25 @@ test('a 2026-07-28 request: paused (no server requests in that era); live is ref
   assert(/a 2026-07-28 request has none/.test(live.error.message), live.error.message);
 });
 
+test('_meta["tidepool/limits"] lowers the limits of one run, never raises them', async () => {
+  const lim = (l) => ({ _meta: { 'tidepool/limits': l } });
+  const a = view(await s.response(s.runLua('while true do end', lim({ timeout: '300ms', cpu: 0.3 }))));
+  eq(a.error.code, 'limit.time', 'a lower time limit');
+  const bid = s.runLua('for i = 1, 3 do tools.weather{city = "x"} end',
+    { _meta: { ...meta([WEATHER])._meta, 'tidepool/limits': { tool_calls: 2 } } });
+  for (let i = 0; i < 2; i++) s.answer(await s.callRequest(), { result: { result: { temp_c: 1 } } });
+  eq(view(await s.response(bid)).error.code, 'limit.tool_calls', 'caller tools count against a lower tool_calls');
+  const up = await s.response(s.runLua('return 1', lim({ timeout: '60m' })));
+  eq(up.error.code, -32602, 'a higher limit');
+  assert(/timeout: 60m is above the server's 10s/.test(up.error.message), up.error.message);
+  const bad = await s.response(s.runLua('return 1', lim({ speed: 3 })));
+  assert(/unknown limit 'speed'/.test(bad.error.message), bad.error.message);
+  const sess = await s.response(s.runLua('return 1', { ...lim({ memory: '8M' }), arguments: { code: 'return 1', session: 'x' } }));
+  assert(/a run in a session has the session's limits/.test(sess.error.message), sess.error.message);
+  const ok = view(await s.response(s.runLua('return 6 * 7', lim({ memory: '8M', instructions: 100000 }))));
+  eq(ok.result, 42, 'a run within its lower limits');
+});
+
 test('bad declarations are refused with -32602 or a tool error naming the problem', async () => {
   const m = await s.response(s.runLua('return 1', { _meta: { 'tidepool/callerTools': { version: 2, tools: [] } } }));
   eq(m.error.code, -32602, 'a version the server does not know');
