@@ -115,6 +115,16 @@ describe("tidepool run --caller-tools --caller-cmd", function()
     assert.truthy(env.error.message:find("--caller-cmd", 1, true))
   end)
 
+  it("a command that closes its input early does not take tidepool with it (SIGPIPE)", function()
+    local env, err, rc = run([[
+      local a = tools.add{a = 1, b = 2}
+      local ok, e = pcall(tools.add, {a = 1, b = 1})
+      return {a, e.code}
+    ]], [[read -r l; exec 0<&-; echo '{"id": 1, "result": 3}'; sleep 0.3]])
+    assert.are.equal(0, rc, err)
+    assert.are.same({ 3, "tool.unavailable" }, env.result)
+  end)
+
   it("refuses bad use with a usage error", function()
     local _, err, rc = sh(BIN .. " run --caller-tools " .. TOOLS .. " /dev/null")
     assert.are.equal(2, rc)
@@ -139,5 +149,13 @@ describe("tidepool describe --caller-tools", function()
     assert.truthy(tool.description:find("add", 1, true))
     assert.truthy(tool.description:find("crm.find", 1, true))
     assert.truthy(#tool.description <= 2048)
+  end)
+end)
+
+describe("examples/caller_tools/client.py", function()
+  it("a client of the protocol in standard-library Python answers the script's calls", function()
+    local out, err, rc = sh("python3 examples/caller_tools/client.py " .. BIN)
+    assert.are.equal(0, rc, err)
+    assert.are.equal('{"kiwi": "tools.price failed: no price for kiwi", "total": 5.0}\n', out)
   end)
 end)

@@ -232,6 +232,10 @@ int tp__caller_pipe_run (tp_engine *e, const char *src, size_t len,
     return TP_EINVAL;
   }
   if (cmd) {
+    /* a command that exits early must not take tidepool with it: a write to its closed
+    ** input fails with EPIPE, and its calls with tool.unavailable (uv_spawn gives the
+    ** child the default action back) */
+    signal(SIGPIPE, SIG_IGN);
     uv_pipe_init(p->loop, &p->in, 0);
     uv_pipe_init(p->loop, &p->out, 0);
     p->in.data = p->out.data = p->proc.data = p;

@@ -364,6 +364,42 @@ TEST(caller_tools_count_against_the_tool_call_limit) {
   tp_engine_destroy(e);
 }
 
+TEST(tp_call_answer_takes_the_protocols_answers_and_refuses_other_shapes) {
+  tp_engine *e = tp_engine_create();
+  const char *src = "local out = {} "
+    "for i = 1, 6 do local ok, r = pcall(tools.weather, {city = 'c' .. i}) "
+    "out[i] = ok and r.temp_c or (r.code .. ': ' .. r.message) end return out";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  CHECK_INT(tp_run_declare_caller_tools(r, WEATHER, 0, NULL, NULL, NULL), TP_OK);
+  static const char *const answers[] = {
+    "{\"result\": {\"temp_c\": 7}}",
+    "{\"error\": {\"message\": \"closed\", \"code\": \"tool.unavailable\"}}",
+    "{\"error\": {\"message\": \"odd\", \"code\": \"runtime\"}}",
+    "{\"temp_c\": 7}",
+    "[1, 2",
+    "{\"result\": 1, \"error\": {\"message\": \"both\"}}",
+  };
+  static const int rcs[] = { TP_OK, TP_OK, TP_OK, TP_EINVAL, TP_EINVAL, TP_EINVAL };
+  int rc;
+  for (int i = 0; i < 6; i++) {
+    while ((rc = tp_run_step(r, 0, 0)) == TP_YIELD) {}
+    CHECK_INT(rc, TP_WAIT);
+    tp_call *p[2];
+    CHECK_INT(tp_run_pending(r, p, 2), 1);
+    CHECK_INT(tp_call_answer(p[0], answers[i], 0), rcs[i]);
+  }
+  while ((rc = tp_run_step(r, 0, 0)) == TP_YIELD) {}
+  CHECK_INT(rc, TP_DONE);
+  const char *env = tp_run_envelope(r);
+  CHECK_HAS(env, "\"result\":[7,\"tool.unavailable: tools.weather failed: closed\","
+                 "\"tool.failed: tools.weather failed: odd\",\"tool.failed: tools.weather "
+                 "failed: the caller's answer is neither {\\\"result\\\": ...}");
+  CHECK_HAS(env, "\"tool.failed: tools.weather failed: the caller's answer is not JSON: ");
+  CHECK_INT(tp_call_answer(NULL, "{}", 0), TP_EINVAL);
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(a_live_caller_tool_answers_the_script_through_the_callback);
@@ -378,5 +414,6 @@ int main (int argc, char **argv) {
   RUN(a_session_declares_tools_for_each_of_its_runs);
   RUN(the_policy_and_its_approvals_hold_a_caller_tool_before_the_caller_sees_it);
   RUN(caller_tools_count_against_the_tool_call_limit);
+  RUN(tp_call_answer_takes_the_protocols_answers_and_refuses_other_shapes);
   return tp_test_end();
 }

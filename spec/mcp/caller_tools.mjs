@@ -218,6 +218,25 @@ test('a 2026-07-28 request: paused (no server requests in that era); live is ref
   assert(/a 2026-07-28 request has none/.test(live.error.message), live.error.message);
 });
 
+test('_meta["tidepool/limits"] lowers the limits of one run, never raises them', async () => {
+  const lim = (l) => ({ _meta: { 'tidepool/limits': l } });
+  const a = view(await s.response(s.runLua('while true do end', lim({ timeout: '300ms', cpu: 0.3 }))));
+  eq(a.error.code, 'limit.time', 'a lower time limit');
+  const bid = s.runLua('for i = 1, 3 do tools.weather{city = "x"} end',
+    { _meta: { ...meta([WEATHER])._meta, 'tidepool/limits': { tool_calls: 2 } } });
+  for (let i = 0; i < 2; i++) s.answer(await s.callRequest(), { result: { result: { temp_c: 1 } } });
+  eq(view(await s.response(bid)).error.code, 'limit.tool_calls', 'caller tools count against a lower tool_calls');
+  const up = await s.response(s.runLua('return 1', lim({ timeout: '60m' })));
+  eq(up.error.code, -32602, 'a higher limit');
+  assert(/timeout: 60m is above the server's 10s/.test(up.error.message), up.error.message);
+  const bad = await s.response(s.runLua('return 1', lim({ speed: 3 })));
+  assert(/unknown limit 'speed'/.test(bad.error.message), bad.error.message);
+  const sess = await s.response(s.runLua('return 1', { ...lim({ memory: '8M' }), arguments: { code: 'return 1', session: 'x' } }));
+  assert(/a run in a session has the session's limits/.test(sess.error.message), sess.error.message);
+  const ok = view(await s.response(s.runLua('return 6 * 7', lim({ memory: '8M', instructions: 100000 }))));
+  eq(ok.result, 42, 'a run within its lower limits');
+});
+
 test('bad declarations are refused with -32602 or a tool error naming the problem', async () => {
   const m = await s.response(s.runLua('return 1', { _meta: { 'tidepool/callerTools': { version: 2, tools: [] } } }));
   eq(m.error.code, -32602, 'a version the server does not know');
@@ -227,6 +246,34 @@ test('bad declarations are refused with -32602 or a tool error naming the proble
   eq(v2.error.code, 'tool.invalid_input', 'a bad name');
   assert(/bad name/.test(v2.error.message), v2.error.message);
   await s.close();
+});
+
+test('the policy holds a caller tool for approval before the client sees the call', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const cfg = path.join(tmp, 'policy.json');
+  fs.writeFileSync(cfg, JSON.stringify({ policy: { default: 'allow', rules: [
+    { tools: 'weather', effect: 'deny', where: 'city == "Moscow"', reason: 'not there' },
+    { tools: 'weather', effect: 'ask', reason: 'weather costs money' }] } }));
+  const a = server({ args: ['--config', cfg] });
+  try {
+    await a.ready;
+    const id = a.runLua(`local ok, e = pcall(tools.weather, {city = "Moscow"})
+      return {e.code, tools.weather{city = "Oslo"}.temp_c}`, meta([WEATHER]));
+    const v = view(await a.response(id));
+    eq([v.status, v.pending.length, v.pending[0].seq, v.pending[0].tool, v.pending[0].kind],
+      ['paused', 1, 2, 'weather', undefined], 'held for a person: an approval, not yet a call');
+    assert(!a.has((m) => m.method === 'tidepool/callTool'), 'the client saw no call yet');
+    const rid = a.start('tools/call', { name: 'resume_run', arguments: { run: v.run,
+      decisions: [{ seq: 2, approve: true, binding: v.pending[0].binding }] } });
+    const req = await a.callRequest();
+    eq([req.params.id, req.params.args, req.params.request], [2, { city: 'Oslo' }, rid], 'approved: now the call');
+    a.answer(req, { result: { result: { temp_c: -4 } } });
+    const fin = view(await a.response(rid));
+    eq(fin.result, ['tool.denied', -4], `denied by a rule; approved and answered: ${JSON.stringify(fin)}`);
+    await a.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
 });
 
 test('paused with --state: the run survives kill -9 and a new server resumes it by replay', async () => {

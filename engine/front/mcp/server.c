@@ -317,6 +317,8 @@ struct req {
   int callers_live;         /* their calls go to the client as tidepool/callTool requests
                             ** (else the run pauses for resume_run's results) */
   int callers_session;      /* the declarations are kept by the run's session */
+  int has_lim;              /* _meta["tidepool/limits"]: lim is this run's (lower) limits */
+  tp_limits lim;
   /* approvals, protocol side: parked (answered "paused", in s->parked; M_PARK), resumed
   ** (by resume_run or a requestState: id, b and budget are the resuming request's) and
   ** run_id (written by the worker before its first M_PARK, read after it) */
@@ -1254,6 +1256,14 @@ static void pend_free (pend *p) {
   free(p);
 }
 
+/* Whether a holds a call that only resume_run can answer: an approval not being asked
+** by elicitation, or a caller tool's call in paused mode (a live one is asked already). */
+static int waits_on_resume (const apx *a) {
+  for (const pend *p = a->pending; p; p = p->next)
+    if (p->eid[0] == '\0') return 1;
+  return 0;
+}
+
 static void pend_unlink (apx *a, pend *p) {
   for (pend **pp = &a->pending; *pp; pp = &(*pp)->next)
     if (*pp == p) { *pp = p->next; return; }
@@ -1421,7 +1431,8 @@ static void park (worker *w, req *q, char *line, size_t len) {
 static void park_cb (uv_timer_t *t) {
   apx *a = t->data;
   req *q = a->q;
-  if (q == NULL || q->wparked || a->pending == NULL || q->run == NULL || q->wcancelled) return;
+  if (q == NULL || q->wparked || !waits_on_resume(a) || q->run == NULL || q->wcancelled)
+    return;
   if (q->restore) { dur_decide(q->w, q); return; }  /* replayed to its held call */
   park(q->w, q, NULL, 0);
 }
@@ -1973,7 +1984,7 @@ static void decide (worker *w, req *q, json_t *args) {
     tp_call_deny(c, why);
   }
   uv_timer_stop(&a->t);
-  if (a->pending) { park(w, q, NULL, 0); return; }  /* undecided calls: paused again */
+  if (waits_on_resume(a)) { park(w, q, NULL, 0); return; }  /* undecided: paused again */
   q->wparked = 0;
   tp_run_hold_wall(q->run, 0);
 }
@@ -2045,7 +2056,7 @@ static void dur_begin (worker *w, req *q, tp_run *run) {
                "session's globals live in this process).";
     return;
   }
-  q->dlim = w->s->o.lim;
+  q->dlim = q->has_lim ? q->lim : w->s->o.lim;
   if (tp_run_on_log(run, dlog_cb, q) == TP_OK) q->durable = 1;
 }
 
@@ -2592,7 +2603,7 @@ static void callers_refused (worker *w, req *q) {
 static void worker_run (worker *w, req *q) {
   tp_run *run = NULL;
   if (q->restore) { dur_load(w, q); return; }  /* a paused run of an earlier process */
-  const tp_limits *lim = &w->s->o.lim;
+  const tp_limits *lim = q->has_lim ? &q->lim : &w->s->o.lim;
   if (q->sess_num && w->s->owner && !q->claimed) {
     q->claimed = 1;
     const char *sid = json_string_value(json_object_get(q->sess_info, "id"));
@@ -3119,6 +3130,47 @@ static int caller_tools_meta (server *s, req *q, json_t *ct, char *why, size_t l
   return 1;
 }
 
+/* _meta["tidepool/limits"] of a run_lua call: limits of this run alone, by the Lua
+** module's names ({"timeout": "2s", "memory": "16M", "tool_calls": 50}; numbers are
+** bytes, counts, or seconds for durations), each at most the server's: a client may
+** lower the limits, never raise them. Not for a run in a session (its sandbox has the
+** session's). 0 with why set when refused. */
+static int run_limits_meta (server *s, req *q, json_t *lm, char *why, size_t len) {
+  if (!json_is_object(lm)) {
+    snprintf(why, len, "must be an object of limits by name, e.g. {\"timeout\": \"2s\", "
+             "\"memory\": \"16M\"}");
+    return 0;
+  }
+  tp_limits l = s->o.lim;
+  const char *key;
+  json_t *v;
+  json_object_foreach(lm, key, v) {
+    const tp_limit_info *li = tp_limit_find(key);
+    char err[256];
+    int rc = li == NULL ? TP_EINVAL
+           : json_is_string(v) ? tp_limits_set(&l, key, json_string_value(v), err, sizeof err)
+           : json_is_number(v) ? tp_limits_set_number(&l, key, json_number_value(v), err,
+                                                      sizeof err)
+           : TP_EINVAL;
+    if (li == NULL) snprintf(err, sizeof err, "unknown limit '%.64s'", key);
+    else if (rc != TP_OK && !json_is_string(v) && !json_is_number(v))
+      snprintf(err, sizeof err, "%s must be a number or a string", key);
+    if (rc != TP_OK) { snprintf(why, len, "%s", err); return 0; }
+    uint64_t base = tp_limits_get(&s->o.lim, li), want = tp_limits_get(&l, li);
+    if (want == 0 ? base != 0 : base != 0 && want > base) {
+      char b[48], w[48];
+      tp_format_value(li->unit, base, b, sizeof b);
+      tp_format_value(li->unit, want, w, sizeof w);
+      snprintf(why, len, "%s: %s is above the server's %s: a run may lower the server's "
+               "limits, never raise them", key, w, b);
+      return 0;
+    }
+  }
+  q->lim = l;
+  q->has_lim = 1;
+  return 1;
+}
+
 static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   json_t *jname = json_object_get(params, "name");
   json_t *args = json_object_get(params, "arguments");
@@ -3191,6 +3243,15 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
                       (q->origin == NULL || tp__mcp_http_streams(q->origin));
     if (ct != NULL && !caller_tools_meta(s, q, ct, why, sizeof why)) {
       send_error(s, b, id, -32602, "Invalid params: _meta[\"tidepool/callerTools\"]: %s", why);
+      req_free(s, q);
+      return;
+    }
+    json_t *lm = json_is_object(meta) ? json_object_get(meta, "tidepool/limits") : NULL;
+    if (lm != NULL && ((sid != NULL && !json_is_null(sid))
+                       ? (snprintf(why, sizeof why, "a run in a session has the session's "
+                                   "limits: leave them out, or the session"), 1)
+                       : !run_limits_meta(s, q, lm, why, sizeof why))) {
+      send_error(s, b, id, -32602, "Invalid params: _meta[\"tidepool/limits\"]: %s", why);
       req_free(s, q);
       return;
     }
@@ -3362,6 +3423,9 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
   if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
   q->era26 = era26;
   if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);  /* answers it */
+  /* caller tools' calls from here on go live only where requests can reach the client */
+  if (q->callers_live && (era26 || (q->origin && !tp__mcp_http_streams(q->origin))))
+    q->callers_live = 0;
   list_push(&s->reqs, q);
   s->nrunning++;
   q->w->load++;
