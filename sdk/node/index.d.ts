@@ -86,7 +86,7 @@ export interface RunOptions {
   tools?: ToolSet;
   /** A session id: runs with the same id share the sandbox's globals. */
   session?: string;
-  /** This run's limits (a process of its own is started per distinct set). */
+  /** This run's limits: lower than the server's they travel with the run; higher, or in a session, a process is started with them. */
   limits?: Limits;
   signal?: AbortSignal;
   onApproval?: OnApproval;

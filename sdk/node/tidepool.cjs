@@ -610,12 +610,35 @@ class Tidepool {
   // The pid of the default process (started if needed), for tests and supervision.
   async pid() { const s = this.server(); await s.ready; return s.pid; }
 
+  // A run's own limits go in its _meta["tidepool/limits"] (the server lowers its own for
+  // that run); what the server refuses there (a raise above its limits, a run in a
+  // session, a limit it cannot take per run) goes to a process started with those limits.
   async run(code, options = {}) {
-    const { tools, session, limits, signal } = options;
+    const { limits, session } = options;
+    const flags = limitFlags(limits);
+    if (!flags.length || (session !== undefined && session !== null)) {
+      return this.runOn(this.server(flags.length ? limits : undefined), code, options, null);
+    }
+    const meta = {};
+    for (const [k, v] of Object.entries(limits)) {
+      if (v !== undefined && v !== null) {
+        meta[k.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase()).replace(/-/g, '_')] = v;
+      }
+    }
+    try {
+      return await this.runOn(this.server(), code, options, meta);
+    } catch (e) {
+      if (!(e instanceof TidepoolError && e.code === -32602 &&
+            e.message.includes('"tidepool/limits"'))) throw e;
+      return this.runOn(this.server(limits), code, options, null);
+    }
+  }
+
+  async runOn(s, code, options, metaLimits) {
+    const { tools, session, signal } = options;
     if (typeof code !== 'string') throw new TypeError('run(code): code must be a string');
     if (signal && signal.aborted) throw abortError(signal);
     const { decls, byName } = prepareTools(tools);
-    const s = this.server(limits);
     await s.ready;
     if (signal && signal.aborted) throw abortError(signal);
     if (decls.length && !s.callerTools) {
@@ -629,9 +652,9 @@ class Tidepool {
     const args = { code };
     if (session !== undefined && session !== null) args.session = String(session);
     const params = { name: 'run_lua', arguments: args };
-    if (decls.length) {
-      params._meta = { [CALLER_CAP]: { version: 1, mode: 'live', tools: decls } };
-    }
+    if (decls.length || metaLimits) params._meta = {};
+    if (decls.length) params._meta[CALLER_CAP] = { version: 1, mode: 'live', tools: decls };
+    if (metaLimits) params._meta['tidepool/limits'] = metaLimits;
     s.runs.set(id, run);
     let onAbort;
     try {

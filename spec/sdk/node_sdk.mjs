@@ -234,8 +234,10 @@ test('runs at once on one process, with tools of the same name, each get their o
   eq(envs.map((e) => e.result), ['a'.repeat(20), 'b'.repeat(20), 'c'.repeat(20), 'd'.repeat(20)]);
 });
 
-test("a run's own limits hold (a process started with them), the instance's stay", async () => {
+test("a run's own limits hold (lowered in the same process, raised in one of their own), the instance's stay", async () => {
+  const procs = tp.servers.size;
   const env = await tp.run('local n = 0 while true do n = n + 1 end', { limits: { instructions: 100000 } });
+  eq(tp.servers.size, procs, 'a lower limit needs no other process');
   eq(env.ok, false);
   eq(env.error.code, 'limit.instructions');
   const t0 = Date.now();
@@ -243,6 +245,11 @@ test("a run's own limits hold (a process started with them), the instance's stay
     { limits: { cpu: '200ms' } });
   eq(env2.error && env2.error.code, 'limit.cpu');
   assert(Date.now() - t0 < 5000);
+  eq(tp.servers.size, procs, 'nor does a lower cpu limit');
+  const long = await tp.run('local t = os.clock() while os.clock() - t < 0.2 do end return 5',
+    { limits: { timeout: '60s', cpu: '30s' } });
+  eq(long.result, 5);
+  eq(tp.servers.size, procs + 1, 'limits above the server\'s: a process of their own');
   eq((await tp.run('local n = 0 for i = 1, 200000 do n = n + 1 end return n')).result, 200000,
     'without limits of its own, a run has the instance\'s');
   let err;

@@ -351,8 +351,18 @@ def test_runs_at_once_from_threads_and_tasks_each_get_their_own_tools(tp):
 
 
 def test_a_runs_own_limits(tp):
+    tp.run("return 1")
+    procs = len(tp._servers)
     env = tp.run("local n = 0 while true do n = n + 1 end", limits={"instructions": 100000})
     assert env["ok"] is False and env["error"]["code"] == "limit.instructions"
+    assert len(tp._servers) == procs, "a lower limit needs no other process"
+    env = asyncio.run(tp.arun("local t = os.clock() while os.clock() - t < 0.7 do end",
+                              limits={"cpu": "200ms"}))
+    assert env["error"]["code"] == "limit.cpu"
+    assert len(tp._servers) == procs
+    env = tp.run("return 5", limits={"timeout": "60s", "cpu": "30s"})
+    assert env["result"] == 5
+    assert len(tp._servers) == procs + 1, "limits above the server's: a process of their own"
     assert tp.run("local n = 0 for i = 1, 200000 do n = n + 1 end return n")["result"] == 200000
     with pytest.raises(TidepoolError) as ei:
         tp.run("return 1", limits={"bogus": 1})

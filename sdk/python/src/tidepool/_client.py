@@ -426,7 +426,7 @@ class Tidepool:
         return out
 
     def _params(self, server: _Server, rid: int, code: str, tools: dict,
-                session: str | None) -> dict:
+                session: str | None, meta_limits: dict | None = None) -> dict:
         if not isinstance(code, str):
             raise TypeError("run(code): code must be a str")
         if tools and not server.caller_tools:
@@ -437,10 +437,29 @@ class Tidepool:
         if session is not None:
             args["session"] = str(session)
         params: dict = {"name": "run_lua", "arguments": args}
+        if tools or meta_limits:
+            params["_meta"] = {}
         if tools:
-            params["_meta"] = {CALLER_CAP: {
-                "version": 1, "mode": "live", "tools": [t.declaration() for t in tools.values()]}}
+            params["_meta"][CALLER_CAP] = {
+                "version": 1, "mode": "live", "tools": [t.declaration() for t in tools.values()]}
+        if meta_limits:
+            params["_meta"]["tidepool/limits"] = meta_limits
         return params
+
+    @staticmethod
+    def _meta_limits(limits: Mapping[str, Any] | None, session: str | None) -> dict | None:
+        """A run's own limits for its _meta["tidepool/limits"] (the server lowers its
+        own for that run), or None when they go to a process of their own (a session)."""
+        if not _limit_flags(limits) or session is not None:
+            return None
+        return {"".join("_" + c.lower() if c.isupper() else c for c in k).replace("-", "_"): v
+                for k, v in limits.items() if v is not None}
+
+    @staticmethod
+    def _refused(e: TidepoolError) -> bool:
+        """The server refused a run's own limits (a raise, a limit it cannot lower per
+        run): they go to a process started with them instead."""
+        return e.code == -32602 and '"tidepool/limits"' in str(e)
 
     @staticmethod
     def _result(server: _Server, msg: dict) -> Envelope:
@@ -455,9 +474,20 @@ class Tidepool:
         dict name -> function. Plain functions run on this thread (calls made together
         with parallel() on a thread pool), async ones on a loop of this object's."""
         tools = self._tools(tools)
-        server = self._server(limits)
+        meta = self._meta_limits(limits, session)
+        if meta is None:
+            return self._run_on(self._server(limits), code, tools, session, None)
+        try:
+            return self._run_on(self._server(), code, tools, session, meta)
+        except TidepoolError as e:
+            if not self._refused(e):
+                raise
+            return self._run_on(self._server(limits), code, tools, session, None)
+
+    def _run_on(self, server: _Server, code: str, tools: dict, session: str | None,
+                meta: dict | None) -> Envelope:
         rid = next(server.ids)
-        params = self._params(server, rid, code, tools, session)
+        params = self._params(server, rid, code, tools, session, meta)
         q: queue.SimpleQueue = queue.SimpleQueue()
         run = _Run(rid, tools, q.put)
         server.runs[rid] = run
@@ -553,10 +583,23 @@ class Tidepool:
         default executor. Cancelling the task cancels the run and its calls in flight."""
         loop = asyncio.get_running_loop()
         tools = self._tools(tools)
-        server = await loop.run_in_executor(None, self._server, limits) \
-            if not self._servers else self._server(limits)
+        meta = self._meta_limits(limits, session)
+        if meta is None:
+            server = await loop.run_in_executor(None, self._server, limits)
+            return await self._arun_on(loop, server, code, tools, session, None)
+        try:
+            server = await loop.run_in_executor(None, self._server, None)
+            return await self._arun_on(loop, server, code, tools, session, meta)
+        except TidepoolError as e:
+            if not self._refused(e):
+                raise
+            server = await loop.run_in_executor(None, self._server, limits)
+            return await self._arun_on(loop, server, code, tools, session, None)
+
+    async def _arun_on(self, loop, server: _Server, code: str, tools: dict,
+                       session: str | None, meta: dict | None) -> Envelope:
         rid = next(server.ids)
-        params = self._params(server, rid, code, tools, session)
+        params = self._params(server, rid, code, tools, session, meta)
         q: asyncio.Queue = asyncio.Queue()
         run = _Run(rid, tools, lambda item: loop.call_soon_threadsafe(q.put_nowait, item))
         server.runs[rid] = run
