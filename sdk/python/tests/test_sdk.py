@@ -392,3 +392,9 @@ def test_policy_ask_goes_to_on_approval_or_is_denied(tmp_path):
     assert paid == [5]
     assert asked == ['A script wants to call tools.pay with {"cents":5}. Approve this call? '
                      '(money (policy rule 0))']
+
+
+def test_a_name_the_script_cannot_write_is_adapted(tp):
+    env = tp.run("return tools.lookup_user{ id = 7 }.id + tools.crm.find{}.n",
+                 tools={"lookup-user": lambda id: {"id": id}, "crm.find": lambda: {"n": 1}})
+    assert env["result"] == 8, env.get("error")

@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import threading
@@ -73,6 +74,15 @@ def find_binary(binary: str | None = None, env: Mapping[str, str] | None = None)
         return found
     raise TidepoolError(f"tidepool binary not found: no `tidepool` on PATH "
                         f"({env.get('PATH') or 'empty'}). {INSTALL_HINT}", "binary.missing")
+
+
+def _script_name(name: str) -> str:
+    """A name the script can write: letters, digits, _ and dots between parts
+    ("lookup-user" is tools.lookup_user)."""
+    n = re.sub(r"[^A-Za-z0-9_.]", "_", str(name))
+    n = re.sub(r"\.{2,}", ".", n).strip(".")
+    n = ".".join("_" + p if p[:1].isdigit() else p for p in n.split("."))
+    return n or "_"
 
 
 def _limit_flags(limits: Mapping[str, Any] | None) -> list[str]:
@@ -420,8 +430,12 @@ class Tidepool:
         items = tools.items() if isinstance(tools, Mapping) else ((None, t) for t in tools)
         for name, value in items:
             t = as_tool(name, value)
+            sname = _script_name(t.name)
+            if sname != t.name:
+                t = as_tool(sname, t)
             if t.name in out:
-                raise TidepoolError(f"two tools are named {t.name}", "tool.invalid")
+                raise TidepoolError(f"two tools are tools.{t.name} in a script: rename one",
+                                    "tool.invalid")
             out[t.name] = t
         return out
 
