@@ -393,6 +393,13 @@ class Tidepool:
                 self._servers[key] = s
             return s
 
+    async def _aserver(self, limits: Mapping[str, Any] | None) -> _Server:
+        """The process for these limits; one still to start starts off the event loop."""
+        s = self._servers.get(tuple(_limit_flags(limits)))
+        if s is not None and s.exited is None and not self._closed:
+            return s
+        return await asyncio.get_running_loop().run_in_executor(None, self._server, limits)
+
     @property
     def pid(self) -> int:
         """The pid of the default process (started if needed)."""
@@ -599,15 +606,15 @@ class Tidepool:
         tools = self._tools(tools)
         meta = self._meta_limits(limits, session)
         if meta is None:
-            server = await loop.run_in_executor(None, self._server, limits)
+            server = await self._aserver(limits)
             return await self._arun_on(loop, server, code, tools, session, None)
         try:
-            server = await loop.run_in_executor(None, self._server, None)
+            server = await self._aserver(None)
             return await self._arun_on(loop, server, code, tools, session, meta)
         except TidepoolError as e:
             if not self._refused(e):
                 raise
-            server = await loop.run_in_executor(None, self._server, limits)
+            server = await self._aserver(limits)
             return await self._arun_on(loop, server, code, tools, session, None)
 
     async def _arun_on(self, loop, server: _Server, code: str, tools: dict,
