@@ -35,7 +35,9 @@ struct tp_engine {
   tp_core core;            /* first: see tp__core */
   struct tp_tool **tools;  /* sorted by name (registry.c) */
   size_t ntools, captools;
-  int has_aliases;         /* a tool was given an alias (registry.c: names are then walked) */
+  uint64_t tool_serial;    /* the last tool's serial (registry.h) */
+  int has_aliases;         /* a tool was given an alias (provider_upstream.c): a name not
+                           ** found is then looked for among them (registry.c) */
   char *error;             /* tp_engine_error */
   struct uv_loop_s *loop;
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
