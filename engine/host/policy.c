@@ -44,6 +44,7 @@
 #include <jansson.h>
 #include <pcre2.h>
 
+#include "util.h"
 #include "lua.h"
 #include "lauxlib.h"
 #include "lualib.h"
@@ -102,15 +103,16 @@ typedef struct prule {
   int regex;
   uint32_t root;           /* nodes[root], when nnodes > 0 */
   pnode *nodes;
-  uint32_t nnodes, capnodes;
+  uint32_t nnodes;
   uint32_t *kids;
-  uint32_t nkids, capkids;
+  uint32_t nkids;
   pstep *steps;
-  uint32_t nsteps, capsteps;
+  uint32_t nsteps;
   plit *lits;
-  uint32_t nlits, caplits;
+  uint32_t nlits;
   char *pool;
-  uint32_t npool, cappool;
+  uint32_t npool;
+  size_t capnodes, capkids, capsteps, caplits, cappool;
   int64_t max_calls;       /* calls allowed per run; -1: no count */
   int rate;                /* has a bucket */
   double capacity, per_second;
@@ -197,20 +199,7 @@ typedef struct pol_run {
 ** where CLOCK_MONOTONIC costs tens in a VM (kvm-clock: 43 ns here), on every call. */
 static uint64_t mono_ns (void *ud) {
   (void)ud;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int grow (void **p, uint32_t *cap, uint32_t need, size_t size) {
-  if (need <= *cap) return 0;
-  uint32_t ncap = *cap ? *cap : 8;
-  while (ncap < need) ncap *= 2;
-  void *np = realloc(*p, (size_t)ncap * size);
-  if (np == NULL) return -1;
-  *p = np;
-  *cap = ncap;
-  return 0;
+  return tp__now_coarse_ns();
 }
 
 static void caller_free (caller *w) {
@@ -430,8 +419,8 @@ static int lerr (loader *ld, const char *fmt, ...) {
 }
 
 static int pool_add (prule *ru, const char *s, size_t len, uint32_t *off) {
-  if (len > UINT32_MAX / 2 || grow((void **)&ru->pool, &ru->cappool,
-                                   ru->npool + (uint32_t)len + 1, 1) != 0)
+  if (len > UINT32_MAX / 2 || tp__grow(&ru->pool, &ru->cappool,
+                                       (size_t)ru->npool + len + 1, 1, 8) != 0)
     return TP_ENOMEM;
   memcpy(ru->pool + ru->npool, s, len);
   ru->pool[ru->npool + len] = '\0';
@@ -442,7 +431,7 @@ static int pool_add (prule *ru, const char *s, size_t len, uint32_t *off) {
 
 /* The literal {t=, v=} at the top of L into ru->lits; its index in *out. */
 static int build_lit (prule *ru, lua_State *L, uint32_t *out) {
-  if (grow((void **)&ru->lits, &ru->caplits, ru->nlits + 1, sizeof(plit)) != 0)
+  if (tp__grow(&ru->lits, &ru->caplits, (size_t)ru->nlits + 1, sizeof(plit), 8) != 0)
     return TP_ENOMEM;
   plit l = { 0 };
   lua_getfield(L, -1, "t");
@@ -503,8 +492,8 @@ static int build_node (loader *ld, prule *ru, int depth, uint32_t *out) {
       rc = build_node(ld, ru, depth + 1, &tmp[i]);
       lua_pop(L, 1);
     }
-    if (rc == TP_OK && grow((void **)&ru->kids, &ru->capkids, ru->nkids + cnt,
-                            sizeof(uint32_t)) != 0)
+    if (rc == TP_OK && tp__grow(&ru->kids, &ru->capkids, (size_t)ru->nkids + cnt,
+                                sizeof(uint32_t), 8) != 0)
       rc = TP_ENOMEM;
     if (rc == TP_OK) {
       memcpy(ru->kids + ru->nkids, tmp, cnt * sizeof *tmp);
@@ -518,7 +507,7 @@ static int build_node (loader *ld, prule *ru, int depth, uint32_t *out) {
   else {
     lua_getfield(L, -1, "path");
     uint32_t np = (uint32_t)lua_rawlen(L, -1);
-    if (grow((void **)&ru->steps, &ru->capsteps, ru->nsteps + np, sizeof(pstep)) != 0) {
+    if (tp__grow(&ru->steps, &ru->capsteps, (size_t)ru->nsteps + np, sizeof(pstep), 8) != 0) {
       lua_pop(L, 1);
       return TP_ENOMEM;
     }
@@ -577,7 +566,7 @@ static int build_node (loader *ld, prule *ru, int depth, uint32_t *out) {
       }
     }
   }
-  if (grow((void **)&ru->nodes, &ru->capnodes, ru->nnodes + 1, sizeof(pnode)) != 0) {
+  if (tp__grow(&ru->nodes, &ru->capnodes, (size_t)ru->nnodes + 1, sizeof(pnode), 8) != 0) {
     pcre2_code_free(n.re);
     return TP_ENOMEM;
   }
@@ -1401,8 +1390,8 @@ static int tools_room (tp_engine *e, struct tp__policy *P) {
     tools_clear(P);
     if ((P->tools_used + 1) * 2 <= P->ntools) return 0;
   }
-  size_t n = P->ntools ? P->ntools * 2 : 16;
-  tcache *tab = n <= SIZE_MAX / sizeof *tab ? calloc(n, sizeof *tab) : NULL;
+  size_t n = tp__grow_cap(P->ntools, P->ntools + 1, sizeof(tcache), 16);
+  tcache *tab = n ? calloc(n, sizeof *tab) : NULL;
   if (tab == NULL) return -1;
   for (size_t i = 0; i < P->ntools; i++)
     if (P->tools[i].serial != 0) *tools_slot(tab, n, P->tools[i].serial) = P->tools[i];

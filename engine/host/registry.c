@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "lauxlib.h"
 
 #include "registry.h"
@@ -126,12 +127,9 @@ int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const 
   t->face.in_schema = t->in_schema;
   t->face.out_schema = t->out_schema;
   t->face.flags = prov->flags;
-  if (e->ntools == e->captools) {
-    size_t ncap = e->captools ? e->captools * 2 : 16;
-    tp_tool **nt = realloc(e->tools, ncap * sizeof *nt);
-    if (nt == NULL) { free_tool(e, t); return TP_ENOMEM; }
-    e->tools = nt;
-    e->captools = ncap;
+  if (tp__grow(&e->tools, &e->captools, e->ntools + 1, sizeof *e->tools, 16) != 0) {
+    free_tool(e, t);
+    return TP_ENOMEM;
   }
   size_t i = e->ntools;
   while (i > 0 && strcmp(e->tools[i - 1]->name, t->name) > 0) {
