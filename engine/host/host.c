@@ -45,6 +45,7 @@
 
 #include <uv.h>
 
+#include "util.h"
 #include "lauxlib.h"
 #include "lualib.h"
 
@@ -155,8 +156,9 @@ static int cb_pcall (lua_State *L, int nargs, int nresults, int flags) {
     lua_pop(L, 1);
   }
   if (!routed)
-    fprintf(stderr, "tidepool: error in a luv callback of the host state: %s\n",
-            tp__host_error_text(L, fn + 2));
+    tp__engine_log(h ? h->e : NULL, TP_LOG_ERROR, "host",
+                   "tidepool: error in a luv callback of the host state: %s",
+                   tp__host_error_text(L, fn + 2));
   lua_settop(L, fn - 1);
   return -st;
 }
@@ -360,6 +362,18 @@ static int e_log (lua_State *H) {
   size_t len;
   const char *s = luaL_checklstring(H, 2, &len);
   if (b->c && b->c->run && b->c->run->sb) tp__sandbox_log_host(b->c->run->sb, s, len);
+  return 0;
+}
+
+/* E.emit(level, source, text): a message for the engine's logger (tp_engine_on_log);
+** level "error", "warn", "info" or "debug". */
+static int e_emit (lua_State *H) {
+  static const char *const names[] = { "error", "warn", "info", "debug", NULL };
+  static const tp_log_level levels[] = { TP_LOG_ERROR, TP_LOG_WARN, TP_LOG_INFO, TP_LOG_DEBUG };
+  tp_log_level level = levels[luaL_checkoption(H, 1, NULL, names)];
+  const char *source = luaL_checkstring(H, 2);
+  const char *text = luaL_checkstring(H, 3);
+  tp__engine_log(tp__host_get(H)->e, level, source, "%s", text);
   return 0;
 }
 
@@ -941,6 +955,7 @@ static int open_p (lua_State *H) {
     return lua_error(H);
   static const luaL_Reg fns[] = {
     { "add_tool", tp__lua_add_tool }, { "complete", e_complete }, { "log", e_log },
+    { "emit", e_emit },
     { "progress", e_progress },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
@@ -1126,13 +1141,7 @@ int tp__host_load_dir (tp_engine *e, const char *dir,
   while ((de = readdir(d)) != NULL) {
     size_t len = strlen(de->d_name);
     if (de->d_name[0] == '.' || len < 5 || strcmp(de->d_name + len - 4, ".lua") != 0) continue;
-    if (n == cap) {
-      size_t ncap = cap ? cap * 2 : 16;
-      char **nn = realloc(names, ncap * sizeof *nn);
-      if (nn == NULL) { rc = TP_ENOMEM; break; }
-      names = nn;
-      cap = ncap;
-    }
+    if (tp__grow(&names, &cap, n + 1, sizeof *names, 16) != 0) { rc = TP_ENOMEM; break; }
     if ((names[n] = strdup(de->d_name)) == NULL) { rc = TP_ENOMEM; break; }
     n++;
   }

@@ -296,10 +296,12 @@ static void host_cancel (tp_engine *e, tp_call *c) {
   tp__host_unbind(H, h, b, 0);           /* the box is empty before any Lua runs */
   lua_getiuservalue(H, top + 1, 1);
   if (tp__host_rt_call(H, "cancel", 1, 0) != LUA_OK)  /* closes the call's luv handles */
-    fprintf(stderr, "tidepool: cancelling tools.%s: %s\n", c->name, tp__host_error_text(H, -1));
+    tp__engine_log(e, TP_LOG_ERROR, "host", "tidepool: cancelling tools.%s: %s", c->name,
+                   tp__host_error_text(H, -1));
   if (lua_status(co) == LUA_YIELD) {
     if (lua_closethread(co, H) != LUA_OK)  /* its pending to-be-closed variables ran */
-      fprintf(stderr, "tidepool: closing tools.%s: %s\n", c->name, tp__host_error_text(co, -1));
+      tp__engine_log(e, TP_LOG_ERROR, "host", "tidepool: closing tools.%s: %s", c->name,
+                     tp__host_error_text(co, -1));
   }
   lua_settop(H, top);
   if (c->handler_owns && c->cancelled)

@@ -158,7 +158,7 @@ int tp__host_upstream (tp_engine *e, void (*problem)(const char *, void *), void
       lua_rawgeti(H, -1, k);
       const char *p = lua_tostring(H, -1);
       if (p && problem) problem(p, ud);
-      else if (p) fprintf(stderr, "tidepool: warning: %s\n", p);
+      else if (p) tp__engine_log(e, TP_LOG_WARN, "upstream", "tidepool: warning: %s", p);
       lua_pop(H, 1);
     }
   }
