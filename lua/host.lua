@@ -108,12 +108,14 @@ for k, mt in pairs(debug.getregistry()) do
   end
 end
 
--- print in the host state goes to stderr: stdout belongs to the program (--json).
+-- print in the host state goes to the engine's logger (tp_engine_on_log: the command
+-- line shows it on stderr): stdout belongs to the program (--json).
+local E_emit = E.emit
 function print(...)  -- luacheck: ignore 121
   local n = select("#", ...)
   local parts = {}
   for i = 1, n do parts[i] = tostring((select(i, ...))) end
-  io.stderr:write(table.concat(parts, "\t"), "\n")
+  E_emit("info", "plugin", table.concat(parts, "\t"))
 end
 
 local function close_handle(h)

@@ -35,6 +35,9 @@
 -- block as JSON when it parses, else as a string, else {content = {...}}; isError fails
 -- the call with tool.failed and the server's text.
 local E = ...
+
+-- Every message goes to the engine's logger (tp_engine_on_log), never to stderr itself.
+local function log(level, text) E.emit(level, "upstream", text) end
 local uv = require("luv")
 local json = require("json")
 
@@ -213,7 +216,7 @@ end
 local function too_long(srv, head, size, cap)
   local id = E.peek_id(head)
   local what = ("the MCP server %s sent a message of more than %d bytes"):format(srv.name, size)
-  io.stderr:write(("[%s] a message of more than %d bytes (the most %d) was dropped\n")
+  log("warn", ("[%s] a message of more than %d bytes (the most %d) was dropped")
     :format(srv.name, size, cap))
   local function fail(rid, p)
     local why = p.cap_why and ("%s, more than %s: %s"):format(what, p.cap_why, p.cap_fix)
@@ -253,7 +256,7 @@ local function on_line(srv, line)
     ok, msg = pcall(json.decode, line)
   end
   if not ok or type(msg) ~= "table" then
-    io.stderr:write(("[%s] (not JSON-RPC on stdout) %s\n"):format(srv.name, line:sub(1, 200)))
+    log("warn", ("[%s] (not JSON-RPC on stdout) %s"):format(srv.name, line:sub(1, 200)))
     return
   end
   srv.msg_size = #line
@@ -316,9 +319,9 @@ local function stdout_reader(srv)
 end
 
 local function stderr_reader(srv)
-  return line_reader(function(line) io.stderr:write("[", srv.name, "] ", line, "\n") end,
+  return line_reader(function(line) log("info", "[" .. srv.name .. "] " .. line) end,
     function() return STDERR_LINE_MAX end,
-    function(head) io.stderr:write("[", srv.name, "] ", head, " (cut)\n") end)
+    function(head) log("info", "[" .. srv.name .. "] " .. head .. " (cut)") end)
 end
 
 -- ---- Streamable HTTP ({url, headers}) --------------------------------------------------
@@ -923,7 +926,7 @@ function on_message(srv, msg)
       local ok, text = pcall(json.encode, data)
       data = ok and text or tostring(data)
     end
-    io.stderr:write(("[%s] %s: %s\n"):format(srv.name, tostring(params.level or "log"), data))
+    log("info", ("[%s] %s: %s"):format(srv.name, tostring(params.level or "log"), data))
   end
 end
 
@@ -973,7 +976,7 @@ local function on_exit(srv, code, signal)
   local backoff = math.min(BACKOFF_MAX_MS, BACKOFF_MS * 2 ^ (srv.fails - 1))
   srv.state = "down"
   srv.restart_at = now() + backoff
-  io.stderr:write(("[%s] the server stopped (%s); it restarts in %d ms\n")
+  log("warn", ("[%s] the server stopped (%s); it restarts in %d ms")
     :format(srv.name, why, backoff))
   set_ready(srv, false, why)
   if srv.eager then
@@ -1078,7 +1081,7 @@ function start_server(srv)
   local launcher = type(cfg.command) == "string" and cfg.command:match("([^/]+)$")
   if not srv.announced and LAUNCHERS[launcher] then
     srv.announced = true
-    io.stderr:write(("tidepool: starting upstream server %s (%s may be downloading it)\n")
+    log("info", ("tidepool: starting upstream server %s (%s may be downloading it)")
       :format(srv.name, launcher))
   end
   local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "lauxlib.h"
 
 #include "calls.h"
@@ -383,10 +384,10 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
   size_t take = tp__cut_utf8(name, nlen, TP_TOOL_NAME_MAX);
   char *copy = c ? malloc(take + 1) : NULL;
   if (copy != NULL && r->ncallv == r->capcallv) {
-    size_t ncap = r->capcallv ? r->capcallv * 2 : 16;
+    size_t ncap = tp__grow_cap(r->capcallv, r->ncallv + 1, sizeof(tp_call *) + sizeof(uint64_t), 16);
     tp_call **nv = NULL;
     uint64_t *ni = NULL;
-    if (tp__host_charge(sb, (ncap - r->capcallv) * SLOT_COST) == 0) {
+    if (ncap != 0 && tp__host_charge(sb, (ncap - r->capcallv) * SLOT_COST) == 0) {
       nv = realloc(r->callv, ncap * sizeof *nv);
       if (nv != NULL) r->callv = nv;
       ni = nv ? realloc(r->callid, ncap * sizeof *ni) : NULL;
@@ -832,7 +833,6 @@ static void put_name (char *out, size_t *o, const char *s) {
 /* Appends s (valid UTF-8, at most TP_MSG_MAX bytes: a call's message) as a JSON string.
 ** Writes at most MSG_ROOM bytes. */
 static void put_text (char *out, size_t *o, const char *s) {
-  static const char hex[] = "0123456789abcdef";
   out[(*o)++] = '"';
   for (size_t i = 0; s[i] != '\0' && i < TP_MSG_MAX; i++) {
     unsigned char ch = (unsigned char)s[i];
@@ -840,7 +840,7 @@ static void put_text (char *out, size_t *o, const char *s) {
     else if (ch == '\n') { out[(*o)++] = '\\'; out[(*o)++] = 'n'; }
     else if (ch < 0x20 || ch == 0x7f) {
       out[(*o)++] = '\\'; out[(*o)++] = 'u'; out[(*o)++] = '0'; out[(*o)++] = '0';
-      out[(*o)++] = hex[ch >> 4]; out[(*o)++] = hex[ch & 15];
+      out[(*o)++] = tp__hex_digit(ch >> 4); out[(*o)++] = tp__hex_digit(ch);
     }
     else out[(*o)++] = (char)ch;
   }

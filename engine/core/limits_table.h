@@ -4,7 +4,7 @@
 ** `tidepool run` and `tidepool mcp`, the option of the Lua module), its help line, and
 ** the code, message and hint of the error when it stops a run. tp_limits_init, the
 ** run's verdict messages and the public view of the table (tp_limit_at, tp_limit_find,
-** tp_limits_set in tidepool.h, public.c), from which the three front ends parse and
+** tp_limits_set in tidepool.h, limits.c), from which the three front ends parse and
 ** document every limit, all read it, so a limit added to tp_limits is added here and
 ** nowhere else.
 **

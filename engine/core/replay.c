@@ -11,6 +11,7 @@
 #include <time.h>
 
 
+#include "util.h"
 #include "lauxlib.h"
 
 #include "calls.h"
@@ -458,9 +459,7 @@ int tp__replay_begin (tp_run *r) {
   if (!rp->has_seed) {  /* drawn, and logged when there is a log */
     uint64_t s = 0;
     if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      s = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)(uintptr_t)r;
+      s = tp__clock_ns(CLOCK_REALTIME) ^ tp__now_ns() << 20 ^ (uint64_t)(uintptr_t)r;
     }
     rp->seed = s;
     rp->has_seed = 1;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "lauxlib.h"
 #include "lobject.h"   /* return_line reads the compiled chunk */
 #include "lopcodes.h"
@@ -910,9 +911,7 @@ static uint64_t run_fire (tp_watch *w, uint64_t now) {
   }
   uint64_t next = r->deadline_ns;
   if (l->cpu_us) {
-    struct timespec ts;
-    clock_gettime(r->cpu_clock, &ts);
-    uint64_t cpu = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t cpu = tp__clock_ns(r->cpu_clock);
     uint64_t used = r->cpu_used_ns + (cpu > r->step_cpu0 ? cpu - r->step_cpu0 : 0);
     uint64_t limit = l->cpu_us * 1000u;
     if (used >= limit) {

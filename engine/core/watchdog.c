@@ -12,18 +12,6 @@
 
 #include "watchdog.h"
 
-uint64_t tp__now_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t tp__thread_cpu_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void *watch_loop (void *arg) {
   tp_watchdog *wd = arg;
   pthread_mutex_lock(&wd->mu);

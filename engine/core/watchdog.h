@@ -5,6 +5,8 @@
 #ifndef tidepool_watchdog_h
 #define tidepool_watchdog_h
 
+#include "util.h"
+
 #include <pthread.h>
 #include <stdint.h>
 
@@ -30,7 +32,6 @@ int  tp__watchdog_init(tp_watchdog *wd);
 void tp__watchdog_close(tp_watchdog *wd);
 int  tp__watch_arm(tp_watchdog *wd, tp_watch *w, uint64_t wake_ns);
 void tp__watch_disarm(tp_watchdog *wd, tp_watch *w);
-uint64_t tp__now_ns(void);       /* CLOCK_MONOTONIC */
-uint64_t tp__thread_cpu_ns(void);/* CLOCK_THREAD_CPUTIME_ID of the calling thread */
+/* the clocks (tp__now_ns, tp__thread_cpu_ns) are util.h's */
 
 #endif

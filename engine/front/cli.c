@@ -289,6 +289,7 @@ static int config_check_file (const char *path) {
     free(text);
     return TP_EXIT_FAILED;
   }
+  tp_engine_on_log(e, tp_log_stderr, NULL);
   char *dir = tp__options_config_dir(path);
   if (dir == NULL || tp_engine_configure_dir(e, text, len, dir) != TP_OK) {
     free(dir);
@@ -765,6 +766,7 @@ int main (int argc, char **argv) {
   /* The config file first; then the options, which win over it. */
   tp_engine *e = tp_engine_create();
   if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
+  tp_engine_on_log(e, tp_log_stderr, NULL);  /* the command line shows what engines say */
   if (configure(e, config_path) != 0) { tp_engine_destroy(e); return EXIT_USAGE; }
   if (config_path) {
     tp_limits_init(&lim);

@@ -58,6 +58,40 @@
 #define ENGINE_KEY "tidepool.engine"
 #define TREE_KEY "tidepool.envelope"  /* a box whose __gc frees a parsed envelope */
 #define ENVELOPE_MAX_DEPTH 128        /* as the engine's own pushes of JSON into Lua */
+#define LOG_KEY "tidepool.on_log"     /* the function tidepool.on_log set, in the registry */
+
+/* The Lua state inside tidepool.run or .check on this thread, where the logger calls the
+** function tidepool.on_log set; NULL outside them (messages then go to stderr). */
+static _Thread_local lua_State *log_L;
+
+/* Every engine's logger (tp_engine_on_log): fn(level, source, message) when
+** tidepool.on_log set one, else stderr. An error in fn is dropped: a logger cannot fail
+** the run. */
+static void lua_logger (void *ud, tp_log_level level, const char *source, const char *msg) {
+  (void)ud;
+  lua_State *L = log_L;
+  if (L == NULL || !lua_checkstack(L, 5)) { tp_log_stderr(NULL, level, source, msg); return; }
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LOG_KEY) != LUA_TFUNCTION) {
+    lua_pop(L, 1);
+    tp_log_stderr(NULL, level, source, msg);
+    return;
+  }
+  lua_pushstring(L, level == TP_LOG_ERROR ? "error" : level == TP_LOG_WARN ? "warn"
+                    : level == TP_LOG_INFO ? "info" : "debug");
+  lua_pushstring(L, source);
+  lua_pushstring(L, msg);
+  if (lua_pcall(L, 3, 0, 0) != LUA_OK) lua_pop(L, 1);
+}
+
+/* tidepool.on_log(fn | nil): fn(level, source, message) receives what the engines say
+** outside a run's result (a plugin's print, an upstream server's stderr: tidepool.h's
+** logger) during tidepool.run and .check; nil: they go to stderr again. */
+static int l_on_log (lua_State *L) {
+  if (!lua_isnil(L, 1)) luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LOG_KEY);
+  return 0;
+}
 #define ARRAY_MT_KEY "tidepool.json.array"  /* registry: the metatable of arrays, whose */
 #define JSON_ARRAY_TAG "json.array"         /* __metatable is json.decode's tag */
 
@@ -284,6 +318,7 @@ static tp_engine *pick_engine (lua_State *L, int idx) {
   lua_rawseti(L, -2, 1);
   b->e = tp_engine_create();
   if (b->e == NULL) luaL_error(L, "tidepool: cannot create an engine (out of memory)");
+  tp_engine_on_log(b->e, lua_logger, NULL);
   if (cfg) {  /* a path, or the text itself */
     const char *c = cfg + strspn(cfg, " \t\r\n");
     int rc = *c == '{' ? tp_engine_configure(b->e, cfg, strlen(cfg))
@@ -797,8 +832,26 @@ static int run_or_check (lua_State *L, int check) {
   return 1;
 }
 
-static int l_run (lua_State *L) { return run_or_check(L, 0); }
-static int l_check (lua_State *L) { return run_or_check(L, 1); }
+static int run_p (lua_State *L) { return run_or_check(L, 0); }
+static int check_p (lua_State *L) { return run_or_check(L, 1); }
+
+/* Calls f protected with the logger's Lua state set to L, and unset again on every path
+** (an error is raised again after). */
+static int with_logger (lua_State *L, lua_CFunction f) {
+  lua_State *prev = log_L;
+  log_L = L;
+  lua_pushvalue(L, lua_upvalueindex(1));  /* f's upvalues: run_or_check's */
+  lua_pushvalue(L, lua_upvalueindex(2));
+  lua_pushcclosure(L, f, 2);
+  lua_insert(L, 1);
+  int st = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  log_L = prev;
+  if (st != LUA_OK) return lua_error(L);
+  return lua_gettop(L);
+}
+
+static int l_run (lua_State *L) { return with_logger(L, run_p); }
+static int l_check (lua_State *L) { return with_logger(L, check_p); }
 
 int luaopen_tidepool (lua_State *L) {
   lua_newtable(L);
@@ -824,6 +877,7 @@ int luaopen_tidepool (lua_State *L) {
   lua_pop(L, 2);
   b->e = tp_engine_create();
   if (b->e == NULL) return luaL_error(L, "tidepool: cannot create an engine (out of memory)");
+  tp_engine_on_log(b->e, lua_logger, NULL);
   lua_newtable(L);  /* engines by tool directories */
   lua_pushvalue(L, -2);
   lua_pushvalue(L, -2);
@@ -831,6 +885,8 @@ int luaopen_tidepool (lua_State *L) {
   lua_setfield(L, -4, "run");
   lua_pushcclosure(L, l_check, 2);
   lua_setfield(L, -2, "check");
+  lua_pushcfunction(L, l_on_log);
+  lua_setfield(L, -2, "on_log");
   lua_pushstring(L, tp_version());
   lua_setfield(L, -2, "version");
   lua_pushlightuserdata(L, NULL);

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "util.h"
 #include "embedded.h"
 #include "engine.h"
 #include "policy.h"
@@ -51,12 +52,10 @@ static void add (problems *p, const char *fmt, ...) {
   if (n < 0) { p->oom = 1; return; }
   for (size_t i = 0; i < p->n; i++)  /* the schema and a value's parser may both see it */
     if (strcmp(p->lines[i], line) == 0) { free(line); return; }
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 16;
-    char **nl = realloc(p->lines, cap * sizeof *nl);
-    if (nl == NULL) { free(line); p->oom = 1; return; }
-    p->lines = nl;
-    p->cap = cap;
+  if (tp__grow(&p->lines, &p->cap, p->n + 1, sizeof *p->lines, 16) != 0) {
+    free(line);
+    p->oom = 1;
+    return;
   }
   p->lines[p->n++] = line;
 }
@@ -865,7 +864,8 @@ static char *read_file (const char *path, size_t *len) {
   while (buf) {
     if (n == cap) {
       if (cap > CONFIG_MAX) { err = EFBIG; break; }  /* a byte past the cap was read */
-      size_t nc = cap * 2 > CONFIG_MAX ? CONFIG_MAX + 1 : cap * 2;
+      size_t nc = tp__grow_cap(cap, cap + 1, 1, 0);
+      if (nc > CONFIG_MAX) nc = CONFIG_MAX + 1;
       char *nb = realloc(buf, nc);
       if (nb == NULL) { err = ENOMEM; break; }
       buf = nb;

@@ -4,7 +4,7 @@
 #include <stddef.h>
 
 typedef struct tp_embedded {
-  const char *name;  /* path in the source tree, e.g. "sandbox/prelude.lua" */
+  const char *name;  /* path in the source tree, e.g. "lua/host.lua" */
   const char *data;  /* NUL-terminated */
   size_t len;
 } tp_embedded;

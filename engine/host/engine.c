@@ -112,6 +112,28 @@ void tp__engine_set_error (tp_engine *e, const char *fmt, ...) {
   e->error = strdup(buf);
 }
 
+void tp_log_stderr (void *ud, tp_log_level level, const char *source, const char *message) {
+  (void)ud; (void)level; (void)source;
+  fprintf(stderr, "%s\n", message);
+}
+
+void tp_engine_on_log (tp_engine *e, tp_engine_log_cb cb, void *ud) {
+  if (e == NULL) return;
+  e->log = cb;
+  e->log_ud = cb ? ud : NULL;
+}
+
+void tp__engine_log (const tp_engine *e, tp_log_level level, const char *source,
+                     const char *fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (e != NULL && e->log != NULL) e->log(e->log_ud, level, source, buf);
+  else tp_log_stderr(NULL, level, source, buf);
+}
+
 const char *tp_engine_error (const tp_engine *e) {
   return e != NULL && e->error != NULL ? e->error : "";
 }

@@ -35,8 +35,12 @@ struct tp_engine {
   tp_core core;            /* first: see tp__core */
   struct tp_tool **tools;  /* sorted by name (registry.c) */
   size_t ntools, captools;
-  int has_aliases;         /* a tool was given an alias (registry.c: names are then walked) */
+  uint64_t tool_serial;    /* the last tool's serial (registry.h) */
+  int has_aliases;         /* a tool was given an alias (provider_upstream.c): a name not
+                           ** found is then looked for among them (registry.c) */
   char *error;             /* tp_engine_error */
+  tp_engine_log_cb log;           /* tp_engine_on_log; NULL: tp_log_stderr */
+  void *log_ud;
   struct uv_loop_s *loop;
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
   void *host_state;        /* host.c's own data about H, while H is open */
@@ -62,6 +66,10 @@ struct tp_engine {
   struct tp__policy *pol;  /* the config's policy, principal, buckets (policy.c), or NULL */
 };
 
+/* Hands a message to e's logger (tp_engine_on_log); e may be NULL (then the default). */
+void tp__engine_log(const tp_engine *e, tp_log_level level, const char *source,
+                    const char *fmt, ...)
+  __attribute__((format(printf, 4, 5)));
 void tp__engine_set_error(tp_engine *e, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
 void *tp__engine_loop(tp_engine *e);  /* the uv_loop_t */

@@ -64,6 +64,7 @@
 
 #include <linux/openat2.h>
 
+#include "util.h"
 #include "lauxlib.h"
 #include "host.h"
 
@@ -269,12 +270,6 @@ static int fail_growth (lua_State *L, workspace *w, uint64_t need, uint64_t room
   return 3;
 }
 
-static uint64_t mono_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Adds the bytes on disk under dirfd to *total, counting entries in *count; returns 1
 ** when it stopped at SCAN_MAX_ENTRIES, SCAN_MAX_DEPTH or the end time. Links are not
 ** followed. */
@@ -288,7 +283,7 @@ static int scan_dir (int dirfd, int depth, uint64_t *total, size_t *count, uint6
   struct dirent *de;
   while (!partial && (de = readdir(d)) != NULL) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-    if (++*count > SCAN_MAX_ENTRIES || (*count % 64 == 0 && mono_ns() > end)) {
+    if (++*count > SCAN_MAX_ENTRIES || (*count % 64 == 0 && tp__now_ns() > end)) {
       partial = 1;
       break;
     }
@@ -321,7 +316,7 @@ static growth *growth_join (int fd) {
   uint64_t total = 0;
   size_t count = 0;
   /* outside the lock: it takes a while */
-  int partial = scan_dir(fd, 0, &total, &count, mono_ns() + SCAN_MAX_NS);
+  int partial = scan_dir(fd, 0, &total, &count, tp__now_ns() + SCAN_MAX_NS);
   pthread_mutex_lock(&growth_mu);
   g = growths;  /* another thread may have made it meanwhile */
   while (g && (g->dev != st.st_dev || g->ino != st.st_ino)) g = g->next;
@@ -647,10 +642,8 @@ static int ws_write (lua_State *L) {
   int fd = -1;
   int e = 0;
   for (int i = 0; i < 16 && fd < 0; i++) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     snprintf(tmp, sizeof tmp, ".tidepool-%ld-%u-%lx.tmp", (long)getpid(),
-             atomic_fetch_add(&counter, 1), (unsigned long)ts.tv_nsec);
+             atomic_fetch_add(&counter, 1), (unsigned long)(tp__now_ns() % TP_NS_PER_S));
     fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) { e = errno; break; }
   }

@@ -8,7 +8,7 @@
 ** coroutine, and a registry reference to the box held while the record is bound to a
 ** call or idle in the pool.
 **
-** The life of a Lua tool call:
+** The life of a Lua tool call (provider_lua.c):
 **   host_dispatch       takes an idle record from the pool (host.lua makes a new one when
 **                       there is none), binds it (the box gets the call, c->host_ref the
 **                       box's reference) and resumes its coroutine with the handler and
@@ -30,8 +30,9 @@
 **                       (lua_closethread), and the handler's ownership of the call ends.
 **
 ** Registry references of boxes and of the runtime are counted; a debug build asserts
-** none is left when H closes. A tool's handler reference belongs to the tool
-** (t->lua_ref) and goes with it.
+** none is left when H closes. A tool's handler reference belongs to its provider's data
+** (provider_lua.c) and goes with it. The upstream MCP servers (lua/upstream.lua) run in H
+** too: provider_upstream.c starts and stops them.
 */
 #include <assert.h>
 #include <dirent.h>
@@ -44,11 +45,13 @@
 
 #include <uv.h>
 
+#include "util.h"
 #include "lauxlib.h"
 #include "lualib.h"
 
 #include "registry.h"
 #include "host.h"
+#include "host_int.h"
 #include "json.h"
 #include "embedded.h"
 
@@ -68,61 +71,27 @@ int luaopen_lpeg(lua_State *L);
 extern FILE *tp__luv_stderr;
 FILE *tp__luv_stderr;
 
-#define CALLBOX "tidepool.callbox"
-#define TP_WORKSPACE_MAX_DEFAULT ((uint64_t)1 << 30)
-
-/* A call's record as C sees it (see the header); its user value 1 is the record. */
-typedef struct callbox {
-  tp_call *c;          /* the call, while bound; NULL once completed or cancelled */
-  lua_State *co;       /* the record's coroutine */
-  int ref;             /* the box in the registry, while bound or pooled; else LUA_NOREF */
-  int claimed;         /* something of the call may outlive it (E.claim): not reused */
-  size_t held;         /* what the call holds of its run's host budget (E.charge, E.decode):
-                       ** refunded when the box lets go of the call */
-} callbox;
-
-/* Idle records, at most POOL_MAX of them (the most calls seen at once, bounded). */
-#define POOL_MAX 64
-
-/* What host.c keeps about H, in a userdata under &host_key in H's registry (and at
-** e->host_state). H's extra space must stay NULL: the patched pattern matcher reads it
-** (lua_patch.h). */
-typedef struct host {
-  tp_engine *e;
-  int rt;      /* host.lua's table */
-  int resumed; /* host.lua's M.resumed */
-  int nrefs;   /* registry references taken by host.c and not yet released */
-  char *ws;    /* the workspace host.lua was last told (rt.set_workspace), or NULL */
-  uint64_t ws_max;
-  int ws_told; /* host.lua was told at least once */
-  int npool;
-  callbox *pool[POOL_MAX];
-  int upstream;  /* lua/upstream.lua was started (tp__host_upstream) */
-} host;
-
 static const char host_key = 0;
 
-/* The key a record's coroutine must be resumed with by host.c, and what it yields when
-** its handler returned (E.DONE): light userdata no Lua code can make. */
-static const char run_key = 0, done_key = 0;
+const char tp__host_run_key = 0, tp__host_done_key = 0;
 
-static host *get_host (lua_State *H) {
+tp__host *tp__host_get (lua_State *H) {
   lua_rawgetp(H, LUA_REGISTRYINDEX, &host_key);
-  host *h = lua_touserdata(H, -1);
+  tp__host *h = lua_touserdata(H, -1);
   lua_pop(H, 1);
   return h;
 }
 
-static int take_ref (lua_State *H) {
+int tp__host_take_ref (lua_State *H) {
   int ref = luaL_ref(H, LUA_REGISTRYINDEX);
-  if (ref != LUA_REFNIL && ref != LUA_NOREF) get_host(H)->nrefs++;
+  if (ref != LUA_REFNIL && ref != LUA_NOREF) tp__host_get(H)->nrefs++;
   return ref;
 }
 
 static void drop_ref (lua_State *H, int *ref) {
   if (*ref == LUA_NOREF || *ref == LUA_REFNIL) { *ref = LUA_NOREF; return; }
   luaL_unref(H, LUA_REGISTRYINDEX, *ref);
-  get_host(H)->nrefs--;
+  tp__host_get(H)->nrefs--;
   *ref = LUA_NOREF;
 }
 
@@ -136,7 +105,7 @@ static int msgh (lua_State *L) {
 }
 
 /* lua_pcall with msgh; the error (if any) is left on top, as a string when possible. */
-static int pcall_h (lua_State *H, int nargs, int nres) {
+int tp__host_pcall (lua_State *H, int nargs, int nres) {
   int base = lua_gettop(H) - nargs;
   lua_pushcfunction(H, msgh);
   lua_insert(H, base);
@@ -145,7 +114,7 @@ static int pcall_h (lua_State *H, int nargs, int nres) {
   return st;
 }
 
-static const char *error_text (lua_State *H, int idx) {
+const char *tp__host_error_text (lua_State *H, int idx) {
   if (lua_type(H, idx) == LUA_TTABLE) {
     lua_getfield(H, idx, "message");
     const char *m = lua_tostring(H, -1);
@@ -175,20 +144,21 @@ static int cb_pcall (lua_State *L, int nargs, int nresults, int flags) {
     return nresults == LUA_MULTRET ? lua_gettop(L) - fn + 1 : nresults;
   }
   /* stack: copy, msgh, error */
-  host *h = get_host(L);
+  tp__host *h = tp__host_get(L);
   int routed = 0;
   if (h != NULL && h->rt != LUA_NOREF && lua_checkstack(L, 6)) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->rt);
     lua_getfield(L, -1, "callback_error");
     lua_remove(L, -2);
     lua_pushvalue(L, fn);
-    lua_pushstring(L, error_text(L, fn + 2));
+    lua_pushstring(L, tp__host_error_text(L, fn + 2));
     if (lua_pcall(L, 2, 1, 0) == LUA_OK) routed = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
   if (!routed)
-    fprintf(stderr, "tidepool: error in a luv callback of the host state: %s\n",
-            error_text(L, fn + 2));
+    tp__engine_log(h ? h->e : NULL, TP_LOG_ERROR, "host",
+                   "tidepool: error in a luv callback of the host state: %s",
+                   tp__host_error_text(L, fn + 2));
   lua_settop(L, fn - 1);
   return -st;
 }
@@ -208,7 +178,7 @@ static int in_list (const char *k, const char *const *list) {
 /* An empty Lua table converts to {}; where a schema keyword takes an array (required,
 ** enum, type, allOf, ...) it is [] instead. Walks subschemas only, never into data
 ** (const, default, examples' items). */
-static void fix_schema (json_t *s, int depth) {
+void tp__host_fix_schema (json_t *s, int depth) {
   static const char *const arrays[] = { "required", "enum", "type", "allOf", "anyOf",
     "oneOf", "prefixItems", "examples", NULL };
   static const char *const one[] = { "items", "additionalProperties", "not", "if", "then",
@@ -226,16 +196,16 @@ static void fix_schema (json_t *s, int depth) {
       json_object_set_new(s, k, json_array());
       continue;
     }
-    if (in_list(k, one)) fix_schema(v, depth + 1);
+    if (in_list(k, one)) tp__host_fix_schema(v, depth + 1);
     if (in_list(k, maps) && json_is_object(v)) {
       const char *k2;
       json_t *v2;
-      json_object_foreach(v, k2, v2) fix_schema(v2, depth + 1);
+      json_object_foreach(v, k2, v2) tp__host_fix_schema(v2, depth + 1);
     }
     if (in_list(k, lists) && json_is_array(v)) {
       size_t i;
       json_t *v2;
-      json_array_foreach(v, i, v2) fix_schema(v2, depth + 1);
+      json_array_foreach(v, i, v2) tp__host_fix_schema(v2, depth + 1);
     }
     if (strcmp(k, "dependentRequired") == 0 && json_is_object(v)) {
       const char *k2;
@@ -296,118 +266,19 @@ static json_t *shape (json_t *v, const json_t *schema, int depth) {
 
 /* The call box at idx. E's functions have CALLBOX's metatable as their upvalue 1: one
 ** pointer comparison per call instead of luaL_checkudata's registry lookup by name. */
-static callbox *check_box (lua_State *L, int idx) {
-  callbox *b = lua_touserdata(L, idx);
+static tp__callbox *check_box (lua_State *L, int idx) {
+  tp__callbox *b = lua_touserdata(L, idx);
   if (b == NULL || !lua_getmetatable(L, idx) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
     luaL_typeerror(L, idx, CALLBOX);
   lua_pop(L, 1);
   return b;
 }
 
-static json_t *schema_arg (lua_State *H, const char *field, const char *tool, int *bad,
-                           char *err, size_t errlen) {
-  json_t *doc = NULL;
-  *bad = 0;
-  lua_getfield(H, 1, field);
-  if (lua_type(H, -1) == LUA_TSTRING) {
-    size_t len;
-    const char *text = lua_tolstring(H, -1, &len);
-    json_error_t jerr;
-    doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (doc == NULL) {
-      snprintf(err, errlen, "tool %s: the %s schema is not JSON: %s at line %d column %d",
-               tool, field, jerr.text, jerr.line, jerr.column);
-      *bad = 1;
-    }
-  }
-  else if (lua_type(H, -1) == LUA_TTABLE) {
-    tp_json_err jerr;
-    doc = tp__json_from_lua(H, -1, 0, 0, &jerr);
-    if (doc == NULL) {
-      snprintf(err, errlen, "tool %s: the %s schema cannot be read as JSON: %s", tool, field,
-               jerr.message);
-      *bad = 1;
-    }
-    else fix_schema(doc, 0);
-  }
-  lua_pop(H, 1);
-  return doc;
-}
-
-/* E.add_tool{name=, description=, input=, output=, handler=, timeout_ms=, origin=,
-** alias=, upstream=} -> true | nil, message. Fields are checked by host.lua (upstream.lua
-** for upstream tools: upstream = true, their own provider, kept across plugin reloads;
-** alias, another name that reaches the tool, or a list of up to 8 of them); schemas are
-** JSON text or tables. */
-static int e_add_tool (lua_State *H) {
-  host *h = get_host(H);
-  luaL_checktype(H, 1, LUA_TTABLE);
-  lua_getfield(H, 1, "name");
-  const char *name = luaL_checkstring(H, -1);
-  lua_getfield(H, 1, "description");
-  const char *desc = lua_tostring(H, -1);
-  lua_getfield(H, 1, "origin");
-  const char *origin = lua_tostring(H, -1);
-  lua_getfield(H, 1, "timeout_ms");
-  lua_Number tmo = lua_tonumber(H, -1);
-  lua_pop(H, 1);
-  lua_getfield(H, 1, "alias");  /* a string, or a list of them; kept on the stack */
-  int alias_at = lua_gettop(H);
-  lua_getfield(H, 1, "upstream");
-  const tp__provider *prov = lua_toboolean(H, -1) ? &tp__upstream_provider : &tp__lua_provider;
-  lua_pop(H, 1);
-  char err[1024];
-  const tp_tool *old = tp__tool_find(h->e, name);
-  if (old != NULL) {
-    luaL_pushfail(H);
-    if (old->origin)  /* a plugin's: the provider says where */
-      lua_pushfstring(H, "tool %s is defined already (at %s)", name, old->prov->describe(old));
-    else
-      lua_pushfstring(H, "tool %s is registered already", name);
-    return 2;
-  }
-  int bad;
-  json_t *in = schema_arg(H, "input", name, &bad, err, sizeof err);
-  if (bad) { luaL_pushfail(H); lua_pushstring(H, err); return 2; }
-  json_t *out = schema_arg(H, "output", name, &bad, err, sizeof err);
-  if (bad) { json_decref(in); luaL_pushfail(H); lua_pushstring(H, err); return 2; }
-  lua_getfield(H, 1, "handler");
-  luaL_checktype(H, -1, LUA_TFUNCTION);
-  int ref = luaL_ref(H, LUA_REGISTRYINDEX);
-  tp_tool_def def = { 0 };
-  def.name = name;
-  def.description = desc;
-  def.timeout_us = tmo > 0 ? (uint64_t)(tmo * 1000.0) : 0;
-  int rc = tp__tool_add(h->e, &def, in, out, prov, ref, origin);
-  json_decref(in);
-  json_decref(out);
-  if (rc != TP_OK) {
-    luaL_unref(H, LUA_REGISTRYINDEX, ref);
-    luaL_pushfail(H);
-    lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
-    return 2;
-  }
-  int nalias = lua_istable(H, alias_at) ? (int)luaL_len(H, alias_at) : 1;
-  for (int k = 1; k <= nalias && nalias <= 8; k++) {
-    if (lua_istable(H, alias_at)) lua_rawgeti(H, alias_at, k);
-    else lua_pushvalue(H, alias_at);
-    const char *alias = lua_tostring(H, -1);
-    if (alias != NULL && strcmp(alias, name) != 0 &&
-        (rc = tp__tool_set_alias(h->e, name, alias)) != TP_OK) {
-      luaL_pushfail(H);  /* the tool stays, reachable by its name */
-      lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
-      return 2;
-    }
-    lua_pop(H, 1);
-  }
-  lua_pushboolean(H, 1);
-  return 1;
-}
 
 /* Lets go of b's call: the box is emptied and c->host_ref cleared. keep: the box's
 ** reference stays (the record goes back to the pool); else it is dropped, and the record
 ** lives on only as long as Lua code can reach it. */
-static void unbind (lua_State *H, host *h, callbox *b, int keep) {
+void tp__host_unbind (lua_State *H, tp__host *h, tp__callbox *b, int keep) {
   if (b->held && b->c != NULL && b->c->run != NULL) {
     const tp_json_budget *bg = tp__sandbox_budget(b->c->run->sb);
     bg->refund(bg->ud, b->held);
@@ -422,18 +293,11 @@ static void unbind (lua_State *H, host *h, callbox *b, int keep) {
   }
 }
 
-/* The tree of call c's result from the handler's value at idx of L: converted under the
-** run's host budget and its tool_bytes, shaped by the tool's output schema. NULL when it
-** cannot be sent as JSON; then msg says why. Raises nothing. */
-static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen,
-                            size_t *cost);
-#define NOT_CHARGED SIZE_MAX
-
-/* Completes c with the handler's value at idx of L (see result_tree). */
+/* Completes c with the handler's value at idx of L (see tp__host_result_tree). */
 static void complete_with (tp_call *c, lua_State *L, int idx) {
   char msg[800];
   size_t cost;
-  json_t *v = result_tree(c, L, idx, msg, sizeof msg, &cost);
+  json_t *v = tp__host_result_tree(c, L, idx, msg, sizeof msg, &cost);
   if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
   else if (cost == NOT_CHARGED) tp__call_complete_tree(c, v);
   else tp__call_complete_charged(c, v, cost);
@@ -441,7 +305,7 @@ static void complete_with (tp_call *c, lua_State *L, int idx) {
 
 /* *cost: what the tree is charged to the run's host budget (the conversion's charge, kept
 ** when there is no output schema to shape it), or NOT_CHARGED (complete() charges it). */
-static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen,
+json_t *tp__host_result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen,
                             size_t *cost) {
   tp_json_opts o;
   memset(&o, 0, sizeof o);
@@ -470,11 +334,11 @@ static json_t *result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t
 /* E.complete(box, ok, value [, code]) -> true when the call took the outcome. ok: value
 ** is the result; not ok: value is the message, code a tool.* code (tool.failed). */
 static int e_complete (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   tp_call *c = b->c;
   if (c == NULL) { lua_pushboolean(H, 0); return 1; }
   int ok = lua_toboolean(H, 2);
-  unbind(H, get_host(H), b, 0);  /* the record lets go of the call */
+  tp__host_unbind(H, tp__host_get(H), b, 0);  /* the record lets go of the call */
   if (ok) complete_with(c, H, 3);
   else {
     const char *code = luaL_optstring(H, 4, "tool.failed");
@@ -486,7 +350,7 @@ static int e_complete (lua_State *H) {
 
 /* E.progress(box, text): a progress report of the box's call (tp_call_progress). */
 static int e_progress (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   const char *s = luaL_checkstring(H, 2);
   if (b->c) tp_call_progress(b->c, s);
   return 0;
@@ -494,10 +358,22 @@ static int e_progress (lua_State *H) {
 
 /* E.log(box, text): a line in the run's logs. */
 static int e_log (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   size_t len;
   const char *s = luaL_checklstring(H, 2, &len);
   if (b->c && b->c->run && b->c->run->sb) tp__sandbox_log_host(b->c->run->sb, s, len);
+  return 0;
+}
+
+/* E.emit(level, source, text): a message for the engine's logger (tp_engine_on_log);
+** level "error", "warn", "info" or "debug". */
+static int e_emit (lua_State *H) {
+  static const char *const names[] = { "error", "warn", "info", "debug", NULL };
+  static const tp_log_level levels[] = { TP_LOG_ERROR, TP_LOG_WARN, TP_LOG_INFO, TP_LOG_DEBUG };
+  tp_log_level level = levels[luaL_checkoption(H, 1, NULL, names)];
+  const char *source = luaL_checkstring(H, 2);
+  const char *text = luaL_checkstring(H, 3);
+  tp__engine_log(tp__host_get(H)->e, level, source, "%s", text);
   return 0;
 }
 
@@ -545,7 +421,7 @@ static void note_block (tp_run *r, const char *tool, uint64_t held) {
 /* lua_resume of call c's handler coroutine co (nargs values pushed on it), timed and
 ** stopped at c's deadline (see above). *held: the nanoseconds it held the thread; *late:
 ** c's deadline had passed when it stopped. c may be NULL (a call that is over). */
-static int resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State *co, int nargs,
+int tp__host_resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State *co, int nargs,
                          int *nres, uint64_t *held, int *late) {
   tp_run *r = c ? c->run : NULL;
   uint64_t deadline = c ? c->deadline_ns : 0;
@@ -582,16 +458,16 @@ static int resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State *c
 /* After a resume that ran out of memory: host.lua may not manage to report it, out of
 ** memory too, so the call fails here, or it would wait for its deadline (and a run
 ** without one, for ever). */
-static void fail_errmem (lua_State *H, host *h, callbox *b) {
+void tp__host_fail_errmem (lua_State *H, tp__host *h, tp__callbox *b) {
   tp_call *c = b->c;
   if (c == NULL) return;
-  unbind(H, h, b, 0);
+  tp__host_unbind(H, h, b, 0);
   tp_call_fail(c, "tool.failed", "the host ran out of memory while the handler ran");
 }
 
 /* Moves the first two of the nres values a resume left on co (or its error object, st
 ** an error) to L as ok, value, result, and pops the rest. L has room for 3 values. */
-static void move_outcome (lua_State *co, lua_State *L, int st, int nres) {
+void tp__host_move_outcome (lua_State *co, lua_State *L, int st, int nres) {
   if (st == LUA_OK || st == LUA_YIELD) {
     lua_pushboolean(L, 1);
     if (nres > 2) lua_pop(co, nres - 2);
@@ -611,20 +487,20 @@ static void move_outcome (lua_State *co, lua_State *L, int st, int nres) {
 ** error), the milliseconds it held the thread, and whether the call's deadline had
 ** passed when it stopped. */
 static int e_resume (lua_State *L) {
-  callbox *b = check_box(L, 1);
+  tp__callbox *b = check_box(L, 1);
   lua_State *co = lua_tothread(L, 2);
   luaL_argcheck(L, co != NULL && co != L, 2, "a handler coroutine expected");
   int nargs = lua_gettop(L) - 2;
   if (!lua_checkstack(co, nargs + 1) || !lua_checkstack(L, 6))
     return luaL_error(L, "too many arguments to resume");
-  host *h = get_host(L);
+  tp__host *h = tp__host_get(L);
   lua_xmove(L, co, nargs);
   int nres = 0, late;
   uint64_t held;
-  int st = resume_timed(L, h->e, b->c, co, nargs, &nres, &held, &late);
+  int st = tp__host_resume_timed(L, h->e, b->c, co, nargs, &nres, &held, &late);
   lua_settop(L, 2);
-  if (st == LUA_ERRMEM) fail_errmem(L, h, b);
-  move_outcome(co, L, st, nres);
+  if (st == LUA_ERRMEM) tp__host_fail_errmem(L, h, b);
+  tp__host_move_outcome(co, L, st, nres);
   lua_pushnumber(L, (lua_Number)held / 1e6);
   lua_pushboolean(L, late);
   return 5;
@@ -636,7 +512,7 @@ static int e_new_box (lua_State *H) {
   luaL_checktype(H, 1, LUA_TTABLE);
   lua_State *co = lua_tothread(H, 2);
   luaL_argcheck(H, co != NULL && co != H, 2, "a coroutine expected");
-  callbox *b = lua_newuserdatauv(H, sizeof *b, 1);
+  tp__callbox *b = lua_newuserdatauv(H, sizeof *b, 1);
   b->c = NULL;
   b->co = co;
   b->ref = LUA_NOREF;
@@ -658,7 +534,7 @@ static int e_claim (lua_State *H) {
 /* E.field(box, k) -> ctx's per-call field k (run_id, call_id, tool, deadline_ms) of the
 ** box's call; nil for another k, or when the box is empty. */
 static int e_field (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   const char *k = lua_tostring(H, 2);
   tp_call *c = b->c;
   if (c == NULL || k == NULL) return 0;
@@ -684,7 +560,7 @@ static int e_field (lua_State *H) {
 
 /* Charges n bytes to the run of b's call, held until the box lets go of the call. 0, or
 ** -1 when the run cannot hold them (its verdict is then limit.memory, told by what). */
-static int hold (callbox *b, size_t n, const char *what) {
+static int hold (tp__callbox *b, size_t n, const char *what) {
   if (b->c == NULL || b->c->run == NULL) return -1;
   const tp_json_budget *bg = tp__sandbox_budget(b->c->run->sb);
   if (bg->charge(bg->ud, n) != 0) {
@@ -698,7 +574,7 @@ static int hold (callbox *b, size_t n, const char *what) {
 /* E.charge(box, n) -> true | nil, message: n more bytes that the handler keeps for its call
 ** (an HTTP body as it arrives), charged to the run's host budget until the call ends. */
 static int e_charge (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   lua_Integer n = luaL_checkinteger(H, 2);
   luaL_argcheck(H, n >= 0, 2, "bytes >= 0 expected");
   char m[200];
@@ -715,7 +591,7 @@ static int e_charge (lua_State *H) {
 ** estimated from the text, tp__json_text_cost). Raises when the run cannot hold it (its
 ** verdict is then limit.memory) or the text is not JSON. */
 static int e_decode (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   size_t len;
   const char *s = luaL_checklstring(H, 2, &len);
   if (b->c == NULL || b->c->run == NULL) return luaL_error(H, "the call is over");
@@ -796,7 +672,7 @@ static int e_peek_id (lua_State *H) {
 }
 
 /* ---- a record's coroutine ------------------------------------------------------------
-** body(RUN, handler, args) runs one handler per resume: resumed by host.c with run_key,
+** body(RUN, handler, args) runs one handler per resume: resumed by host.c with tp__host_run_key,
 ** the handler and the argument tree (light userdata, valid during that resume), it makes
 ** the arguments' table, calls handler(args, ctx), wipes what the handler left in ctx
 ** (fields, even rawset ones; a metatable it changed) and yields DONE, result. Its frame
@@ -807,11 +683,11 @@ static int body_k (lua_State *L, int status, lua_KContext k);
 
 static int body_start (lua_State *L) {
   if (lua_gettop(L) != 3 || lua_type(L, 1) != LUA_TLIGHTUSERDATA ||
-      lua_touserdata(L, 1) != &run_key)
+      lua_touserdata(L, 1) != &tp__host_run_key)
     return luaL_error(L, "a tool handler's coroutine was resumed from outside the engine");
   const json_t *args = lua_touserdata(L, 3);
   lua_settop(L, 2);
-  lua_pushlightuserdata(L, (void *)&done_key);
+  lua_pushlightuserdata(L, (void *)&tp__host_done_key);
   lua_replace(L, 1);                        /* DONE, handler */
   tp__json_push(L, args, 0);                 /* the tree as a table: no JSON text */
   lua_pushvalue(L, lua_upvalueindex(1));    /* ctx */
@@ -855,7 +731,7 @@ static int e_body (lua_State *H) {
 
 /* E.deadline_ms(box) -> milliseconds left before the call times out, or nil. */
 static int e_deadline_ms (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   if (b->c == NULL || b->c->deadline_ns == 0) return 0;
   uint64_t now = tp__now_ns();
   uint64_t left = b->c->deadline_ns > now ? b->c->deadline_ns - now : 0;
@@ -867,7 +743,7 @@ static int e_deadline_ms (lua_State *H) {
 ** fs tools, and its whole quota; nothing when the run has no quota. A call that is over
 ** (box emptied) has 0 left. */
 static int e_fs_quota (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   if (b->c == NULL || b->c->run == NULL) {
     lua_pushinteger(H, 0);
     lua_pushinteger(H, 0);
@@ -884,7 +760,7 @@ static int e_fs_quota (lua_State *H) {
 
 /* E.fs_charge(box, bytes): counts bytes written by the call against its run's quota. */
 static int e_fs_charge (lua_State *H) {
-  callbox *b = check_box(H, 1);
+  tp__callbox *b = check_box(H, 1);
   lua_Integer n = luaL_checkinteger(H, 2);
   if (n > 0 && b->c != NULL && b->c->run != NULL) {
     tp_run *r = b->c->run;
@@ -895,7 +771,7 @@ static int e_fs_charge (lua_State *H) {
 
 /* E.workspace_max() -> the engine's cap on the workspace's growth in bytes (0: none). */
 static int e_workspace_max (lua_State *H) {
-  const tp_engine *e = get_host(H)->e;
+  const tp_engine *e = tp__host_get(H)->e;
   uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
   lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
   return 1;
@@ -904,7 +780,7 @@ static int e_workspace_max (lua_State *H) {
 /* E.workspace() -> the engine's workspace directory, or nil (plugins ask at load time:
 ** tools/fs.lua offers nothing without one). */
 static int e_workspace (lua_State *H) {
-  const tp_engine *e = get_host(H)->e;
+  const tp_engine *e = tp__host_get(H)->e;
   if (e->workspace == NULL) return 0;
   lua_pushstring(H, e->workspace);
   return 1;
@@ -913,7 +789,7 @@ static int e_workspace (lua_State *H) {
 /* E.config(name) -> the JSON text of section name of the engine's config, or nil
 ** (host.lua decodes it for the plugin loader's load_opts.config). */
 static int e_config (lua_State *H) {
-  const tp_engine *e = get_host(H)->e;
+  const tp_engine *e = tp__host_get(H)->e;
   const json_t *v = tp__config_section(e, luaL_checkstring(H, 1));
   if (v == NULL) return 0;
   size_t len;
@@ -927,7 +803,7 @@ static int e_config (lua_State *H) {
 /* E.annotate(): makes the annotations of tools added since the last time (upstream.lua,
 ** after adding a server's tools outside a plugin load). */
 static int e_annotate (lua_State *H) {
-  tp__tools_annotate(get_host(H)->e);
+  tp__tools_annotate(tp__host_get(H)->e);
   return 0;
 }
 
@@ -943,7 +819,7 @@ static int e_seen (lua_State *H) {
   const char *name = luaL_checkstring(H, 1);
   size_t len;
   const char *shape = luaL_checklstring(H, 2, &len);
-  tp_engine *e = get_host(H)->e;
+  tp_engine *e = tp__host_get(H)->e;
   tp_tool *t = (tp_tool *)tp__tool_find(e, name);
   if (t == NULL || t->output != NULL || len > SEEN_MAX) return 0;
   if (t->seen && strcmp(t->seen, shape) == 0) return 0;
@@ -989,7 +865,7 @@ void tp__host_seen_load (tp_engine *e, const char *name) {
 
 /* E.seen_load(name): tp__host_seen_load, when upstream.lua registers a tool. */
 static int e_seen_load (lua_State *H) {
-  tp__host_seen_load(get_host(H)->e, luaL_checkstring(H, 1));
+  tp__host_seen_load(tp__host_get(H)->e, luaL_checkstring(H, 1));
   return 0;
 }
 
@@ -1025,7 +901,7 @@ static int no_c_searcher (lua_State *H) {
 
 static int open_p (lua_State *H) {
   tp_engine *e = lua_touserdata(H, 1);
-  host *h = lua_newuserdatauv(H, sizeof *h, 0);
+  tp__host *h = lua_newuserdatauv(H, sizeof *h, 0);
   h->e = e;
   h->rt = LUA_NOREF;
   h->resumed = LUA_NOREF;
@@ -1078,7 +954,8 @@ static int open_p (lua_State *H) {
   if (luaL_loadbufferx(H, src->data, src->len, "=lua/host.lua", "t") != LUA_OK)
     return lua_error(H);
   static const luaL_Reg fns[] = {
-    { "add_tool", e_add_tool }, { "complete", e_complete }, { "log", e_log },
+    { "add_tool", tp__lua_add_tool }, { "complete", e_complete }, { "log", e_log },
+    { "emit", e_emit },
     { "progress", e_progress },
     { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
@@ -1090,7 +967,7 @@ static int open_p (lua_State *H) {
   luaL_newlibtable(H, fns);
   luaL_getmetatable(H, CALLBOX);
   luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
-  lua_pushlightuserdata(H, (void *)&done_key);
+  lua_pushlightuserdata(H, (void *)&tp__host_done_key);
   lua_setfield(H, -2, "DONE");
   luaL_getsubtable(H, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushvalue(H, -2);
@@ -1101,8 +978,8 @@ static int open_p (lua_State *H) {
   luaL_checktype(H, -1, LUA_TTABLE);
   lua_getfield(H, -1, "resumed");
   luaL_checktype(H, -1, LUA_TFUNCTION);
-  h->resumed = take_ref(H);
-  h->rt = take_ref(H);
+  h->resumed = tp__host_take_ref(H);
+  h->rt = tp__host_take_ref(H);
   return 0;
 }
 
@@ -1113,25 +990,25 @@ int tp__host_open (tp_engine *e) {
   *(void **)lua_getextraspace(H) = NULL;  /* no pattern meter here (lua_patch.h) */
   lua_pushcfunction(H, open_p);
   lua_pushlightuserdata(H, e);
-  if (pcall_h(H, 1, 0) != LUA_OK) {
-    tp__engine_set_error(e, "the host Lua state cannot start: %s", error_text(H, -1));
+  if (tp__host_pcall(H, 1, 0) != LUA_OK) {
+    tp__engine_set_error(e, "the host Lua state cannot start: %s", tp__host_error_text(H, -1));
     lua_close(H);
     /* luv may have started nothing yet; anything it did start is closed by the engine */
     return TP_ENOMEM;
   }
   e->H = H;
-  e->host_state = get_host(H);
+  e->host_state = tp__host_get(H);
   return TP_OK;
 }
 
 /* Calls host.lua's rt[name] with the nargs values on top; leaves nres results. */
-static int rt_call (lua_State *H, const char *name, int nargs, int nres) {
-  host *h = get_host(H);
+int tp__host_rt_call (lua_State *H, const char *name, int nargs, int nres) {
+  tp__host *h = tp__host_get(H);
   lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
   lua_getfield(H, -1, name);
   lua_remove(H, -2);
   lua_insert(H, -1 - nargs);
-  return pcall_h(H, nargs, nres);
+  return tp__host_pcall(H, nargs, nres);
 }
 
 /* luv's data of a handle (luv/lhandle.h and luv/luv.h of lua-luv-dev 1.44; luv.h itself
@@ -1179,129 +1056,18 @@ static void close_luv_handles (lua_State *H) {
   lua_pop(H, 1);
 }
 
-/* ---- upstream MCP servers (lua/upstream.lua through host.lua) ----------------------
-** Their tools must be in the registry before a script or a description needs them, so
-** the servers start at the first plugin load or description of an engine whose config
-** has mcpServers: this runs the engine's loop until every server has listed its tools or
-** failed (upstream.lua bounds that with its own timers). Not from inside a callback of
-** the loop: libuv's loop is not reentrant. */
-
-static void wake_loop (uv_timer_t *t) { (void)t; }  /* uv_run returns after it */
-static void free_timer (uv_handle_t *t) { free(t); }
-
-/* Runs the engine's loop while host.lua's rt[name]() is true, and until deadline_ns
-** (tp__now_ns; 0: none). 1 when it stopped at the deadline. */
-static int loop_while_until (tp_engine *e, const char *name, uint64_t deadline_ns) {
-  lua_State *H = e->H;
-  uv_timer_t *t = NULL;
-  if (deadline_ns) {
-    uint64_t now = tp__now_ns();
-    if ((t = malloc(sizeof *t)) != NULL && uv_timer_init(e->loop, t) == 0) {
-      uv_update_time(e->loop);
-      uint64_t ms = now < deadline_ns ? (deadline_ns - now + 999999) / 1000000 : 0;
-      uv_timer_start(t, wake_loop, ms, 0);
-      uv_unref((uv_handle_t *)t);  /* wakes the loop; keeps nothing alive */
-    }
-    else { free(t); t = NULL; }
-  }
-  int late = 0;
-  for (;;) {
-    int top = lua_gettop(H);
-    int more = rt_call(H, name, 0, 1) == LUA_OK && lua_toboolean(H, -1);
-    lua_settop(H, top);
-    if (more && deadline_ns && tp__now_ns() >= deadline_ns) { late = 1; break; }
-    if (!more || uv_run(e->loop, UV_RUN_ONCE) == 0) {
-      if (more) {  /* nothing active left to wait for: one last look */
-        more = rt_call(H, name, 0, 1) == LUA_OK && lua_toboolean(H, -1);
-        lua_settop(H, top);
-      }
-      if (!more) break;
-    }
-  }
-  if (t) {
-    uv_close((uv_handle_t *)t, free_timer);
-    uv_run(e->loop, UV_RUN_NOWAIT);  /* its close callback */
-  }
-  return late;
-}
-
-/* Runs the engine's loop while host.lua's rt[name]() is true. */
-static void loop_while (tp_engine *e, const char *name) {
-  loop_while_until(e, name, 0);
-}
-
-int tp__host_upstream (tp_engine *e, void (*problem)(const char *, void *), void *ud) {
-  const json_t *servers = tp__config_section(e, "mcpServers");
-  if (!json_is_object(servers) || json_object_size(servers) == 0) return TP_OK;
-  int rc = tp__host_open(e);
-  if (rc != TP_OK) return rc;
-  host *h = e->host_state;
-  if (h->upstream) return TP_OK;
-  h->upstream = 1;
-  lua_State *H = e->H;
-  int top = lua_gettop(H);
-  if (rt_call(H, "upstream_start", 0, 0) != LUA_OK) {
-    tp__engine_set_error(e, "mcpServers: %s", error_text(H, -1));
-    if (problem) problem(tp_engine_error(e), ud);
-    lua_settop(H, top);
-    return TP_EINVAL;
-  }
-  uint64_t t0 = tp__now_ns(), within = e->start_within_us;
-  if (loop_while_until(e, "upstream_pending", within ? t0 + within * 1000u : 0)) {
-    lua_pushinteger(H, (lua_Integer)(within / 1000));
-    if (rt_call(H, "upstream_late", 1, 0) != LUA_OK) lua_pop(H, 1);
-  }
-  if (within) tp__core(e)->wait_ns += tp__now_ns() - t0;  /* the next run's (tidepool.h) */
-  if (rt_call(H, "upstream_problems", 0, 1) == LUA_OK && lua_type(H, -1) == LUA_TTABLE) {
-    lua_Integer n = (lua_Integer)lua_rawlen(H, -1);
-    for (lua_Integer k = 1; k <= n; k++) {
-      lua_rawgeti(H, -1, k);
-      const char *p = lua_tostring(H, -1);
-      if (p && problem) problem(p, ud);
-      else if (p) fprintf(stderr, "tidepool: warning: %s\n", p);
-      lua_pop(H, 1);
-    }
-  }
-  lua_settop(H, top);
-  tp__tools_annotate(e);
-  uv_update_time(e->loop);
-  return TP_OK;
-}
-
-int tp__host_tools_settled (const tp_engine *e) {
-  const json_t *servers = tp__config_section(e, "mcpServers");
-  if (!json_is_object(servers) || json_object_size(servers) == 0) return 1;
-  const host *h = e->host_state;
-  if (h == NULL || !h->upstream || e->H == NULL) return 0;
-  /* started is not enough: a server still starting (or not ready within the run's time,
-  ** or failed) may bring tools yet, so its names are not known */
-  int top = lua_gettop(e->H);
-  int all = rt_call(e->H, "upstream_all_listed", 0, 1) == LUA_OK && lua_toboolean(e->H, -1);
-  lua_settop(e->H, top);
-  return all;
-}
-
-void tp__host_upstream_stop (tp_engine *e) {
-  if (e->H == NULL) return;
-  host *h = e->host_state;
-  if (!h->upstream) return;
-  h->upstream = 0;
-  int top = lua_gettop(e->H);
-  if (rt_call(e->H, "upstream_stop", 0, 0) == LUA_OK) loop_while(e, "upstream_stopping");
-  lua_settop(e->H, top);
-}
 
 void tp__host_close (tp_engine *e) {
   lua_State *H = e->H;
   if (H == NULL) return;
   tp__host_upstream_stop(e);
-  if (rt_call(H, "shutdown", 0, 0) != LUA_OK) lua_pop(H, 1);  /* closes luv handles */
+  if (tp__host_rt_call(H, "shutdown", 0, 0) != LUA_OK) lua_pop(H, 1);  /* closes luv handles */
   close_luv_handles(H);  /* those shutdown could not close */
   uv_run(e->loop, UV_RUN_NOWAIT);  /* their close callbacks, while H still exists */
   for (size_t i = 0; i < e->ntools; i++)  /* the tools outlive H, without handlers */
     if (e->tools[i]->prov->release) e->tools[i]->prov->release(e, e->tools[i]);
-  host *h = get_host(H);
-  while (h->npool > 0) unbind(H, h, h->pool[--h->npool], 0);
+  tp__host *h = tp__host_get(H);
+  while (h->npool > 0) tp__host_unbind(H, h, h->pool[--h->npool], 0);
   drop_ref(H, &h->resumed);
   drop_ref(H, &h->rt);
   free(h->ws);
@@ -1310,179 +1076,6 @@ void tp__host_close (tp_engine *e) {
   lua_close(H);
   e->H = NULL;
   e->host_state = NULL;
-}
-
-/* ---- calls ------------------------------------------------------------------------ */
-
-/* Tells host.lua the engine's workspace when it differs from what it was told last
-** (tp_engine_set_workspace may be called at any time); ctx.workspace shows it. */
-static void tell_workspace (lua_State *H, host *h, const tp_engine *e) {
-  uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
-  int same = h->ws_told && h->ws_max == m &&
-             (e->workspace == NULL ? h->ws == NULL
-                                   : h->ws != NULL && strcmp(h->ws, e->workspace) == 0);
-  if (same) return;
-  char *copy = NULL;
-  if (e->workspace != NULL && (copy = strdup(e->workspace)) == NULL)
-    luaL_error(H, "not enough memory");
-  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, -1, "set_workspace");
-  lua_remove(H, -2);
-  if (e->workspace) lua_pushstring(H, e->workspace);
-  else lua_pushnil(H);
-  lua_pushinteger(H, (lua_Integer)(m > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : m));
-  lua_call(H, 2, 0);  /* cannot raise after the copy is taken: a plain assignment */
-  free(h->ws);
-  h->ws = copy;
-  h->ws_max = m;
-  h->ws_told = 1;
-}
-
-/* The workspace host.lua was told (tell_workspace) is still the engine's. */
-static int workspace_told (const host *h, const tp_engine *e) {
-  uint64_t m = e->workspace_max_set ? e->workspace_max : TP_WORKSPACE_MAX_DEFAULT;
-  return h->ws_told && h->ws_max == m &&
-         (e->workspace == NULL ? h->ws == NULL
-                               : h->ws != NULL && strcmp(h->ws, e->workspace) == 0);
-}
-
-/* prepare_p(h, new): the part of a dispatch that runs Lua, protected: tells host.lua the
-** workspace when it changed, and with new makes a record (host.lua's new_record) and
-** references its box, which it returns as light userdata. */
-static int prepare_p (lua_State *H) {
-  host *h = lua_touserdata(H, 1);
-  int fresh = lua_toboolean(H, 2);
-  lua_settop(H, 0);
-  if (!workspace_told(h, h->e)) tell_workspace(H, h, h->e);
-  if (!fresh) return 0;
-  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, -1, "new_record");
-  lua_call(H, 0, 1);
-  callbox *b = luaL_testudata(H, -1, CALLBOX);
-  if (b == NULL) return luaL_error(H, "host.lua's new_record returned no call box");
-  b->ref = take_ref(H);
-  lua_pushlightuserdata(H, b);
-  return 1;
-}
-
-/* An idle record for a call: from the pool when it has one whose coroutine is still
-** waiting for its next call with no debug hook left on it (the others are let go), else
-** a new one. NULL when host.lua failed; msg says why. */
-static callbox *take_record (lua_State *H, host *h, char *msg, size_t msglen) {
-  callbox *b = NULL;
-  while (h->npool > 0 && b == NULL) {
-    b = h->pool[--h->npool];
-    if (lua_status(b->co) != LUA_YIELD || lua_gettop(b->co) != 0 || lua_gethook(b->co) != NULL) {
-      unbind(H, h, b, 0);
-      b = NULL;
-    }
-  }
-  if (b != NULL && workspace_told(h, h->e)) return b;
-  int top = lua_gettop(H);
-  lua_pushcfunction(H, prepare_p);
-  lua_pushlightuserdata(H, h);
-  lua_pushboolean(H, b == NULL);
-  if (pcall_h(H, 2, 1) != LUA_OK) {
-    snprintf(msg, msglen, "the host could not start the handler: %s", error_text(H, -1));
-    if (b != NULL) h->pool[h->npool++] = b;  /* it came from there: there is room */
-    b = NULL;
-  }
-  else if (b == NULL) b = lua_touserdata(H, -1);
-  lua_settop(H, top);
-  return b;
-}
-
-/* Hands a resume of box b's coroutine that did not end in a plain return (an error, a
-** wait, a timeout, a claimed record) to host.lua's M.resumed, which ends the call or
-** leaves it waiting. The box is at index bi of H. */
-static void hand_over (lua_State *H, host *h, callbox *b, int bi, int st, int nres,
-                       uint64_t held, int late) {
-  lua_State *co = b->co;
-  int top = lua_gettop(H);
-  if (st == LUA_ERRMEM) fail_errmem(H, h, b);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, h->resumed);
-  lua_getiuservalue(H, bi, 1);                   /* the record */
-  move_outcome(co, H, st, nres);
-  lua_pushnumber(H, (lua_Number)held / 1e6);
-  lua_pushboolean(H, late);
-  if (pcall_h(H, 6, 0) != LUA_OK && b->c != NULL) {
-    tp_call *c = b->c;
-    char msg[600];
-    snprintf(msg, sizeof msg, "the host could not end the handler's call: %s",
-             error_text(H, -1));
-    unbind(H, h, b, 0);
-    tp_call_fail(c, "tool.failed", msg);
-  }
-  lua_settop(H, top);
-}
-
-static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args) {
-  if (e->H == NULL && tp__host_open(e) != TP_OK) {
-    tp_call_fail(c, "tool.failed", "the host Lua state cannot start");
-    return;
-  }
-  lua_State *H = e->H;
-  host *h = e->host_state;
-  char msg[800];
-  callbox *b = take_record(H, h, msg, sizeof msg);
-  if (b == NULL) {
-    tp_call_fail(c, "tool.failed", msg);
-    return;
-  }
-  lua_State *co = b->co;
-  int top = lua_gettop(H);
-  if (!lua_checkstack(H, 12) || !lua_checkstack(co, 3)) {
-    unbind(H, h, b, 0);
-    tp_call_fail(c, "tool.failed", "the host could not start the handler: out of memory");
-    return;
-  }
-  lua_rawgeti(H, LUA_REGISTRYINDEX, b->ref);  /* anchors the record while it runs */
-  b->c = c;
-  b->claimed = 0;
-  c->host_ref = b->ref;
-  lua_pushlightuserdata(co, (void *)&run_key);
-  lua_rawgeti(co, LUA_REGISTRYINDEX, t->lua_ref);
-  lua_pushlightuserdata(co, (void *)args);
-  int nres = 0, late;
-  uint64_t held;
-  int st = resume_timed(H, e, c, co, 3, &nres, &held, &late);
-  if (st == LUA_YIELD && nres == 2 && lua_touserdata(co, -2) == &done_key && !late &&
-      b->c == c && !b->claimed) {
-    /* returned at once: the result is taken from the coroutine's stack, the record goes
-    ** back to the pool, then the call completes (which may start another call) */
-    size_t cost;
-    json_t *v = result_tree(c, co, -1, msg, sizeof msg, &cost);
-    lua_pop(co, 2);
-    int keep = h->npool < POOL_MAX;
-    unbind(H, h, b, keep);
-    if (keep) h->pool[h->npool++] = b;
-    if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
-    else if (cost == NOT_CHARGED) tp__call_complete_tree(c, v);
-    else tp__call_complete_charged(c, v, cost);
-  }
-  else hand_over(H, h, b, top + 1, st, nres, held, late);
-  lua_settop(H, top);
-}
-
-static void host_cancel (tp_engine *e, tp_call *c) {
-  lua_State *H = e->H;
-  if (H == NULL || c->host_ref == LUA_NOREF || !lua_checkstack(H, 4)) return;
-  host *h = e->host_state;
-  int top = lua_gettop(H);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, c->host_ref);  /* the box, kept on the stack */
-  callbox *b = lua_touserdata(H, -1);
-  lua_State *co = b->co;
-  unbind(H, h, b, 0);           /* the box is empty before any Lua runs */
-  lua_getiuservalue(H, top + 1, 1);
-  if (rt_call(H, "cancel", 1, 0) != LUA_OK)  /* closes the call's luv handles */
-    fprintf(stderr, "tidepool: cancelling tools.%s: %s\n", c->name, error_text(H, -1));
-  if (lua_status(co) == LUA_YIELD) {
-    if (lua_closethread(co, H) != LUA_OK)  /* its pending to-be-closed variables ran */
-      fprintf(stderr, "tidepool: closing tools.%s: %s\n", c->name, error_text(co, -1));
-  }
-  lua_settop(H, top);
-  if (c->handler_owns && c->cancelled)
-    tp_call_fail(c, "tool.timeout", "cancelled");  /* ends the handler's ownership only */
 }
 
 /* ---- plugins ------------------------------------------------------------------------ */
@@ -1525,7 +1118,7 @@ static int load_file_p (lua_State *H) {
   const char *dir = lua_touserdata(H, 1), *name = lua_touserdata(H, 3);
   size_t dlen = (size_t)lua_tointeger(H, 2);
   lua_settop(H, 0);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, get_host(H)->rt);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, tp__host_get(H)->rt);
   lua_getfield(H, -1, "load_file");
   lua_pushfstring(H, "%s/%s", lua_pushlstring(H, dir, dlen), name);
   lua_remove(H, -2);
@@ -1548,13 +1141,7 @@ int tp__host_load_dir (tp_engine *e, const char *dir,
   while ((de = readdir(d)) != NULL) {
     size_t len = strlen(de->d_name);
     if (de->d_name[0] == '.' || len < 5 || strcmp(de->d_name + len - 4, ".lua") != 0) continue;
-    if (n == cap) {
-      size_t ncap = cap ? cap * 2 : 16;
-      char **nn = realloc(names, ncap * sizeof *nn);
-      if (nn == NULL) { rc = TP_ENOMEM; break; }
-      names = nn;
-      cap = ncap;
-    }
+    if (tp__grow(&names, &cap, n + 1, sizeof *names, 16) != 0) { rc = TP_ENOMEM; break; }
     if ((names[n] = strdup(de->d_name)) == NULL) { rc = TP_ENOMEM; break; }
     n++;
   }
@@ -1578,9 +1165,9 @@ int tp__host_load_dir (tp_engine *e, const char *dir,
     lua_pushlightuserdata(H, (void *)dir);
     lua_pushinteger(H, (lua_Integer)dlen);
     lua_pushlightuserdata(H, names[i]);
-    if (pcall_h(H, 3, 2) != LUA_OK) {
-      if (add_problem(&problems, &plen, error_text(H, -1)) != 0) rc = TP_ENOMEM;
-      else if (problem) problem(error_text(H, -1), ud);
+    if (tp__host_pcall(H, 3, 2) != LUA_OK) {
+      if (add_problem(&problems, &plen, tp__host_error_text(H, -1)) != 0) rc = TP_ENOMEM;
+      else if (problem) problem(tp__host_error_text(H, -1), ud);
     }
     else {
       added += (int)lua_tointeger(H, -2);
@@ -1830,15 +1417,15 @@ static char *describe_call (tp_engine *e, const char *what, const char *arg, int
   }
   lua_pushcfunction(H, describe_p);
   lua_pushlightuserdata(H, e);
-  lua_pushlightuserdata(H, (void *)what);  /* nothing that allocates outside pcall_h */
+  lua_pushlightuserdata(H, (void *)what);  /* nothing that allocates outside tp__host_pcall */
   lua_pushlightuserdata(H, (void *)arg);
   char *out = NULL;
-  if (pcall_h(H, 3, 1) == LUA_OK) {
+  if (tp__host_pcall(H, 3, 1) == LUA_OK) {
     size_t len;
     const char *s = lua_tolstring(H, -1, &len);
     if (s && (out = malloc(len + 1)) != NULL) memcpy(out, s, len + 1);
   }
-  else if (report) tp__engine_set_error(e, "describe: %s", error_text(H, -1));
+  else if (report) tp__engine_set_error(e, "describe: %s", tp__host_error_text(H, -1));
   if (!report) lua_sethook(H, old_hook, old_mask, old_count);
   lua_settop(H, top);
   return out;
@@ -1874,33 +1461,3 @@ char *tp__host_tool_api (tp_engine *e, const char *tool) {
   return text;
 }
 
-/* ---- the provider of Lua plugin tools ---------------------------------------------- */
-
-static void lua_dispatch (tp_engine *e, const tp_tool *t, tp_call *c) {
-  host_dispatch(e, c, t, c->args);
-}
-
-static void lua_cancel (tp_engine *e, const tp_tool *t, tp_call *c) {
-  (void)t;
-  host_cancel(e, c);
-}
-
-/* The handler's reference goes (H may be gone already: then it went with it). */
-static void lua_release (tp_engine *e, tp_tool *t) {
-  if (e->H != NULL && t->lua_ref != LUA_NOREF) luaL_unref(e->H, LUA_REGISTRYINDEX, t->lua_ref);
-  t->lua_ref = LUA_NOREF;
-}
-
-static const char *lua_describe (const tp_tool *t) {
-  return t->origin ? t->origin : "a Lua plugin";
-}
-
-const tp__provider tp__lua_provider = {
-  "lua", TP__TOOL_TREE_ARGS, 1, lua_dispatch, lua_cancel, lua_release, lua_describe
-};
-
-/* Upstream MCP servers' tools (lua/upstream.lua): Lua handlers like a plugin's, but they
-** belong to the config, not to a plugin directory, so a reload of the plugins keeps them. */
-const tp__provider tp__upstream_provider = {
-  "upstream", TP__TOOL_TREE_ARGS, 0, lua_dispatch, lua_cancel, lua_release, lua_describe
-};

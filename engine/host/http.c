@@ -68,6 +68,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "util.h"
 #include "lauxlib.h"
 
 #include "engine.h"
@@ -165,14 +166,7 @@ static uint64_t now_ms (void) { return uv_hrtime() / 1000000u; }
 
 static int buf_add (buf *b, const char *p, size_t n) {
   if (n == 0) return 0;
-  if (b->len + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + n) cap *= 2;
-    char *q = realloc(b->p, cap);
-    if (q == NULL) return -1;
-    b->p = q;
-    b->cap = cap;
-  }
+  if (n > SIZE_MAX - b->len || tp__grow(&b->p, &b->cap, b->len + n, 1, 1024) != 0) return -1;
   memcpy(b->p + b->len, p, n);
   b->len += n;
   return 0;
@@ -1069,8 +1063,8 @@ static void deliver (lua_State *H, req *r, int data) {
   lua_pushlightuserdata(H, r);
   lua_pushinteger(H, data);
   if (lua_pcall(H, 2, 0, 0) != LUA_OK)
-    fprintf(stderr, "tidepool: http: cannot deliver a response: %s\n",
-            lua_tostring(H, -1) ? lua_tostring(H, -1) : "?");
+    tp__engine_log(r->hs ? r->hs->e : NULL, TP_LOG_ERROR, "http", "tidepool: http: cannot deliver a response: %s",
+                   lua_tostring(H, -1) ? lua_tostring(H, -1) : "?");
   lua_settop(H, top);
 }
 

@@ -44,6 +44,7 @@
 #include <jansson.h>
 #include <pcre2.h>
 
+#include "util.h"
 #include "lua.h"
 #include "lauxlib.h"
 #include "lualib.h"
@@ -102,15 +103,16 @@ typedef struct prule {
   int regex;
   uint32_t root;           /* nodes[root], when nnodes > 0 */
   pnode *nodes;
-  uint32_t nnodes, capnodes;
+  uint32_t nnodes;
   uint32_t *kids;
-  uint32_t nkids, capkids;
+  uint32_t nkids;
   pstep *steps;
-  uint32_t nsteps, capsteps;
+  uint32_t nsteps;
   plit *lits;
-  uint32_t nlits, caplits;
+  uint32_t nlits;
   char *pool;
-  uint32_t npool, cappool;
+  uint32_t npool;
+  size_t capnodes, capkids, capsteps, caplits, cappool;
   int64_t max_calls;       /* calls allowed per run; -1: no count */
   int rate;                /* has a bucket */
   double capacity, per_second;
@@ -140,6 +142,17 @@ typedef struct caller {
   size_t nscopes;
 } caller;
 
+/* What the policy keeps about a tool (tool_rules), in its table by the tool's serial: the
+** rules whose glob matches it, rules[0..n) in the policy's order, then the allow rules
+** among them that count calls or keep a bucket, rules[n..n + nc); made again when the
+** policy changes. */
+typedef struct tcache {
+  uint64_t serial;         /* the tool's (registry.h); 0: a free slot */
+  uint64_t gen;            /* the policy they were made for */
+  uint32_t *rules, n, nc;
+  uint64_t keys;           /* the argument keys their conditions read */
+} tcache;
+
 struct tp__policy {
   int active;              /* the config has a policy section */
   int default_deny;
@@ -156,6 +169,8 @@ struct tp__policy {
   uint64_t stamp;          /* counts decisions */
   bentry *tab;             /* open addressing; ntab a power of 2 */
   size_t ntab, used;
+  tcache *tools;           /* per tool: open addressing by serial; ntools a power of 2 */
+  size_t ntools, tools_used;
   caller who;              /* tp_engine_set_principal */
   tp_decision_cb on_decision;
   void *decision_ud;
@@ -165,6 +180,8 @@ struct tp__policy {
   uint64_t (*now)(void *);
   void *now_ud;
 };
+
+static void tools_clear(struct tp__policy *P);
 
 /* What the policy keeps for a run. */
 typedef struct pol_run {
@@ -182,20 +199,7 @@ typedef struct pol_run {
 ** where CLOCK_MONOTONIC costs tens in a VM (kvm-clock: 43 ns here), on every call. */
 static uint64_t mono_ns (void *ud) {
   (void)ud;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int grow (void **p, uint32_t *cap, uint32_t need, size_t size) {
-  if (need <= *cap) return 0;
-  uint32_t ncap = *cap ? *cap : 8;
-  while (ncap < need) ncap *= 2;
-  void *np = realloc(*p, (size_t)ncap * size);
-  if (np == NULL) return -1;
-  *p = np;
-  *cap = ncap;
-  return 0;
+  return tp__now_coarse_ns();
 }
 
 static void caller_free (caller *w) {
@@ -270,6 +274,8 @@ void tp__policy_free (tp_engine *e) {
   if (P == NULL) return;
   rules_free(P->rules, P->nrules);
   table_free(P);
+  tools_clear(P);
+  free(P->tools);
   keys_free(P->keys, P->nkeys);
   free(P->keylen);
   free(P->memo);
@@ -413,8 +419,8 @@ static int lerr (loader *ld, const char *fmt, ...) {
 }
 
 static int pool_add (prule *ru, const char *s, size_t len, uint32_t *off) {
-  if (len > UINT32_MAX / 2 || grow((void **)&ru->pool, &ru->cappool,
-                                   ru->npool + (uint32_t)len + 1, 1) != 0)
+  if (len > UINT32_MAX / 2 || tp__grow(&ru->pool, &ru->cappool,
+                                       (size_t)ru->npool + len + 1, 1, 8) != 0)
     return TP_ENOMEM;
   memcpy(ru->pool + ru->npool, s, len);
   ru->pool[ru->npool + len] = '\0';
@@ -425,7 +431,7 @@ static int pool_add (prule *ru, const char *s, size_t len, uint32_t *off) {
 
 /* The literal {t=, v=} at the top of L into ru->lits; its index in *out. */
 static int build_lit (prule *ru, lua_State *L, uint32_t *out) {
-  if (grow((void **)&ru->lits, &ru->caplits, ru->nlits + 1, sizeof(plit)) != 0)
+  if (tp__grow(&ru->lits, &ru->caplits, (size_t)ru->nlits + 1, sizeof(plit), 8) != 0)
     return TP_ENOMEM;
   plit l = { 0 };
   lua_getfield(L, -1, "t");
@@ -486,8 +492,8 @@ static int build_node (loader *ld, prule *ru, int depth, uint32_t *out) {
       rc = build_node(ld, ru, depth + 1, &tmp[i]);
       lua_pop(L, 1);
     }
-    if (rc == TP_OK && grow((void **)&ru->kids, &ru->capkids, ru->nkids + cnt,
-                            sizeof(uint32_t)) != 0)
+    if (rc == TP_OK && tp__grow(&ru->kids, &ru->capkids, (size_t)ru->nkids + cnt,
+                                sizeof(uint32_t), 8) != 0)
       rc = TP_ENOMEM;
     if (rc == TP_OK) {
       memcpy(ru->kids + ru->nkids, tmp, cnt * sizeof *tmp);
@@ -501,7 +507,7 @@ static int build_node (loader *ld, prule *ru, int depth, uint32_t *out) {
   else {
     lua_getfield(L, -1, "path");
     uint32_t np = (uint32_t)lua_rawlen(L, -1);
-    if (grow((void **)&ru->steps, &ru->capsteps, ru->nsteps + np, sizeof(pstep)) != 0) {
+    if (tp__grow(&ru->steps, &ru->capsteps, (size_t)ru->nsteps + np, sizeof(pstep), 8) != 0) {
       lua_pop(L, 1);
       return TP_ENOMEM;
     }
@@ -560,7 +566,7 @@ static int build_node (loader *ld, prule *ru, int depth, uint32_t *out) {
       }
     }
   }
-  if (grow((void **)&ru->nodes, &ru->capnodes, ru->nnodes + 1, sizeof(pnode)) != 0) {
+  if (tp__grow(&ru->nodes, &ru->capnodes, (size_t)ru->nnodes + 1, sizeof(pnode), 8) != 0) {
     pcre2_code_free(n.re);
     return TP_ENOMEM;
   }
@@ -854,6 +860,7 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
   }
   rules_free(P->rules, P->nrules);
   table_free(P);
+  tools_clear(P);  /* made again for the new rules, as tools are called */
   keys_free(P->keys, P->nkeys);
   free(P->keylen);
   free(P->memo);
@@ -1330,10 +1337,8 @@ static int counts (const prule *ru) {
   return ru->effect == EF_ALLOW && (ru->max_calls >= 0 || ru->rate);
 }
 
-/* The rules whose glob matches t, kept on t until the policy changes: pol_rules[0..pol_n)
-** in the policy's order, then the allow rules among them that count calls or keep a
-** bucket, pol_rules[pol_n..pol_n + pol_nc). */
-static int cache_rules (struct tp__policy *P, tp_tool *t) {
+/* Makes tc's rules for t (see tcache) under the current policy. */
+static int cache_rules (struct tp__policy *P, const tp_tool *t, tcache *tc) {
   uint32_t *list = NULL;
   uint32_t n = 0, nc = 0;
   for (size_t k = 0; k < P->nrules; k++)
@@ -1356,20 +1361,64 @@ static int cache_rules (struct tp__policy *P, tp_tool *t) {
       mask |= 1ull << (k0 - 1);
     }
   }
-  free(t->pol_rules);
-  t->pol_rules = list;
-  t->pol_n = n;
-  t->pol_nc = nc;
-  t->pol_keys = mask == UINT64_MAX ? 0 : mask;
-  t->pol_gen = P->gen;
+  free(tc->rules);
+  tc->rules = list;
+  tc->n = n;
+  tc->nc = nc;
+  tc->keys = mask == UINT64_MAX ? 0 : mask;
+  tc->gen = P->gen;
   return 0;
+}
+
+static void tools_clear (struct tp__policy *P) {
+  for (size_t i = 0; i < P->ntools; i++) free(P->tools[i].rules);
+  if (P->tools) memset(P->tools, 0, P->ntools * sizeof *P->tools);
+  P->tools_used = 0;
+}
+
+static tcache *tools_slot (tcache *tab, size_t ntab, uint64_t serial) {
+  size_t i = (size_t)serial & (ntab - 1);
+  while (tab[i].serial != 0 && tab[i].serial != serial) i = (i + 1) & (ntab - 1);
+  return &tab[i];
+}
+
+/* Room in the table for one more tool. Entries of tools gone from the registry (plugin
+** reloads) are never looked up again: when they may be most of it, it starts empty. */
+static int tools_room (tp_engine *e, struct tp__policy *P) {
+  if ((P->tools_used + 1) * 2 <= P->ntools) return 0;
+  if (P->tools_used > 2 * e->ntools + 8) {
+    tools_clear(P);
+    if ((P->tools_used + 1) * 2 <= P->ntools) return 0;
+  }
+  size_t n = tp__grow_cap(P->ntools, P->ntools + 1, sizeof(tcache), 16);
+  tcache *tab = n ? calloc(n, sizeof *tab) : NULL;
+  if (tab == NULL) return -1;
+  for (size_t i = 0; i < P->ntools; i++)
+    if (P->tools[i].serial != 0) *tools_slot(tab, n, P->tools[i].serial) = P->tools[i];
+  free(P->tools);
+  P->tools = tab;
+  P->ntools = n;
+  return 0;
+}
+
+/* What the policy keeps about t, made for the current policy; NULL when out of memory. */
+static const tcache *tool_rules (tp_engine *e, struct tp__policy *P, const tp_tool *t) {
+  tcache *tc = P->ntools ? tools_slot(P->tools, P->ntools, t->serial) : NULL;
+  if (tc == NULL || tc->serial == 0) {
+    if (tools_room(e, P) != 0) return NULL;
+    tc = tools_slot(P->tools, P->ntools, t->serial);
+    tc->serial = t->serial;
+    tc->gen = P->gen - 1;
+    P->tools_used++;
+  }
+  return tc->gen == P->gen || cache_rules(P, t, tc) == 0 ? tc : NULL;
 }
 
 /* Looks up at once the keys of a small argument object that t's conditions read: one
 ** walk over the object instead of a hash lookup per key (resolve finds them in the
 ** memo). Larger objects, and policies of many keys, are looked up key by key. */
-static void prefetch_keys (struct tp__policy *P, const tp_tool *t, const json_t *args) {
-  uint64_t mask = t->pol_keys;
+static void prefetch_keys (struct tp__policy *P, const tcache *t, const json_t *args) {
+  uint64_t mask = t->keys;
   if (mask == 0 || !json_is_object(args) || json_object_size(args) > 8) return;
   for (uint64_t m = mask; m; m &= m - 1) {
     int k = __builtin_ctzll(m);
@@ -1485,10 +1534,10 @@ static void on_take (void *ud, const tp_store_reply *r) {
 
 /* Takes a token of each of t's rate rules whose bucket is in the store (c has passed
 ** everything else). 1: allowed now; 0: failed, or held until the store answers. */
-static int store_take (tp_engine *e, struct tp__policy *P, tp_call *c, const tp_tool *t,
+static int store_take (tp_engine *e, struct tp__policy *P, tp_call *c, const tcache *t,
                        const caller *who, int allowed) {
   tp_store_conn *conn = tp__engine_store_conn(e);
-  spend *sp = conn ? calloc(1, sizeof *sp + t->pol_nc * sizeof(stake)) : NULL;
+  spend *sp = conn ? calloc(1, sizeof *sp + t->nc * sizeof(stake)) : NULL;
   if (sp == NULL) {
     deny_with(P, c, who, allowed, "deny", "rate", "the policy's rate limit could not be "
               "kept: %s", conn ? "out of memory" : tp_engine_error(e));
@@ -1503,9 +1552,9 @@ static int store_take (tp_engine *e, struct tp__policy *P, tp_call *c, const tp_
   int64_t now_ms = P->now == mono_ns ? tp__store_now_ms()
                                      : (int64_t)(P->now(P->now_ud) / 1000000u);
   const char *principal = who->principal ? who->principal : "";
-  const uint32_t *cl = t->pol_rules + t->pol_n;
+  const uint32_t *cl = t->rules + t->n;
   uint32_t n = 0;
-  for (uint32_t i = 0; i < t->pol_nc; i++) {
+  for (uint32_t i = 0; i < t->nc; i++) {
     const prule *ru = &P->rules[cl[i]];
     if (!ru->rate || !in_store(ru)) continue;
     char key[600];
@@ -1529,22 +1578,23 @@ static int store_take (tp_engine *e, struct tp__policy *P, tp_call *c, const tp_
   return ok;
 }
 
-int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
+int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *tool) {
   struct tp__policy *P = e->pol;
   if (P == NULL || !P->active) return 1;
   pol_run *pr = run_state(c->run);
   const caller *who = pr && pr->who_set ? &pr->who : &P->who;
-  if (pr == NULL || (t->pol_gen != P->gen && cache_rules(P, t) != 0)) {
+  const tcache *tc = pr ? tool_rules(e, P, tool) : NULL;
+  if (tc == NULL) {
     deny_with(P, c, who, -1, "deny", "", "the policy could not be applied: out of memory");
     return 0;
   }
   const json_t *args = c->args;
   int ask = -1, allowed = -1;  /* the first allow rule that holds */
   P->stamp++;  /* the memo of argument lookups starts empty */
-  prefetch_keys(P, t, args);
+  prefetch_keys(P, tc, args);
   char ctext[300], vtext[600];
-  for (uint32_t i = 0; i < t->pol_n; i++) {
-    uint32_t k = t->pol_rules[i];
+  for (uint32_t i = 0; i < tc->n; i++) {
+    uint32_t k = tc->rules[i];
     const prule *ru = &P->rules[k];
     const char *missing;
     if (ru->nrequires && !holds_scopes(ru, who, &missing)) {
@@ -1615,7 +1665,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
     return 1;
   }
   /* every allow rule agrees: their counts and buckets must have room */
-  if (t->pol_nc == 0) {
+  if (tc->nc == 0) {
     if (P->on_decision) tell(P, c, who, allowed, "allow", P->rules[allowed].where ?
                              P->rules[allowed].where : "");
     return 1;
@@ -1638,8 +1688,8 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   bucket *take[8];         /* the buckets to take a token from, when they are few */
   uint32_t ntake = 0;
   size_t ntab = P->ntab;   /* a table that grows meanwhile moves its buckets */
-  const uint32_t *cl = t->pol_rules + t->pol_n;
-  for (uint32_t i = 0; i < t->pol_nc; i++) {
+  const uint32_t *cl = tc->rules + tc->n;
+  for (uint32_t i = 0; i < tc->nc; i++) {
     uint32_t k = cl[i];
     const prule *ru = &P->rules[k];
     if (ru->max_calls >= 0) {
@@ -1683,14 +1733,14 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   }
   int kept = ntake <= 8 && ntab == P->ntab;
   ntake = 0;
-  for (uint32_t i = 0; i < t->pol_nc; i++) {
+  for (uint32_t i = 0; i < tc->nc; i++) {
     uint32_t k = cl[i];
     const prule *ru = &P->rules[k];
     if (ru->max_calls >= 0) pr->counts[k]++;
     if (ru->rate && !(shared > 0 && in_store(ru)))
       (kept ? take[ntake++] : bucket_for(P, pr, c, k, who, now))->tokens -= 1;
   }
-  if (nstore) return store_take(e, P, c, t, who, allowed);
+  if (nstore) return store_take(e, P, c, tc, who, allowed);
   if (P->on_decision) tell(P, c, who, allowed, "allow", P->rules[allowed].where ?
                            P->rules[allowed].where : "");
   return 1;

@@ -2,10 +2,11 @@
 ** provider.h: a source of tools is a method table. The registry holds each tool with its
 ** provider; a call reaches its handler only through the table, so a new source of tools
 ** (upstream MCP servers, HTTP, a process backend) is a new file that fills one in.
+** Each tool holds one pdata, its provider's, which only the provider reads.
 ** Providers here: C handlers (provider_c.c: tp_engine_add_tool), calls the embedding
-** program completes (provider_c.c: a tool without a handler), Lua plugins (host.c), the
-** tools of upstream MCP servers (host.c with lua/upstream.lua), caller tools declared on
-** a run or a session (provider_caller.c).
+** program completes (provider_c.c: a tool without a handler), Lua plugins
+** (provider_lua.c), the tools of upstream MCP servers (provider_upstream.c with
+** lua/upstream.lua), caller tools declared on a run or a session (provider_caller.c).
 */
 #ifndef tidepool_provider_h
 #define tidepool_provider_h
@@ -26,10 +27,18 @@ typedef struct tp__provider {
   ** the handler's ownership ends with its completion, now or later. NULL: the handler
   ** polls tp_call_cancelled. */
   void (*cancel)(tp_engine *e, const struct tp_tool *t, tp_call *c);
-  /* t leaves the registry: let go of what the provider keeps for it. NULL: nothing. */
+  /* Let go of what the provider keeps for t in other states (a handler's reference in
+  ** the host state): when the host state closes (the tools outlive it, without
+  ** handlers), and when t leaves the registry. Called again must do nothing. NULL:
+  ** nothing. */
   void (*release)(tp_engine *e, struct tp_tool *t);
   /* Where t comes from, for messages: "tools/x.lua:12", "a C handler". */
   const char *(*describe)(const struct tp_tool *t);
+  /* Whether t is also reached by name, another than its own (an alias, never listed).
+  ** NULL: by its name only. */
+  int (*answers)(const struct tp_tool *t, const char *name);
+  /* Frees t's pdata, after release, when t leaves the registry. NULL: nothing to free. */
+  void (*destroy)(void *pdata);
 } tp__provider;
 
 extern const tp__provider tp__c_provider, tp__external_provider, tp__lua_provider,

@@ -17,6 +17,7 @@
 #include "lauxlib.h"
 #include "registry.h"
 #include "host.h"
+#include "util.h"
 
 #define CALLER_TOOLS_MAX 256             /* declarations of one run or session */
 #define CALLER_JSON_MAX ((size_t)1 << 20)  /* their JSON text */
@@ -27,8 +28,7 @@ typedef struct tp__tool_set {
   size_t n, cap;
 } tp__tool_set;
 
-/* What a caller tool keeps beside its tp_tool: the cancel function (t->ud points here;
-** the handler gets cu->ud). */
+/* A caller tool's pdata: its handler and cancel function (the handler gets cu->ud). */
 typedef struct caller_ud {
   tp_tool_fn call;
   void (*cancel)(tp_call *c, void *ud);
@@ -37,21 +37,16 @@ typedef struct caller_ud {
 
 static void caller_dispatch (tp_engine *e, const tp_tool *t, tp_call *c) {
   (void)e;
-  const caller_ud *cu = t->ud;
+  const caller_ud *cu = t->pdata;
   cu->call(c, cu->ud);
 }
 
 static void caller_cancel (tp_engine *e, const tp_tool *t, tp_call *c) {
   (void)e;
-  const caller_ud *cu = t->ud;
+  const caller_ud *cu = t->pdata;
   if (cu->cancel) cu->cancel(c, cu->ud);
 }
 
-static void caller_release (tp_engine *e, tp_tool *t) {
-  (void)e;
-  free(t->ud);
-  t->ud = NULL;
-}
 
 static const char *caller_describe (const tp_tool *t) {
   (void)t;
@@ -59,20 +54,17 @@ static const char *caller_describe (const tp_tool *t) {
 }
 
 const tp__provider tp__caller_provider = {
-  "caller", 0, 0, caller_dispatch, caller_cancel, caller_release, caller_describe
+  "caller", 0, 0, caller_dispatch, caller_cancel, NULL, caller_describe, NULL, free
 };
 
 /* Without a handler: completed by the embedding program, like tp__external_provider. */
 const tp__provider tp__caller_paused_provider = {
-  "caller", TP__TOOL_EXTERNAL, 0, NULL, NULL, caller_release, caller_describe
+  "caller", TP__TOOL_EXTERNAL, 0, NULL, NULL, NULL, caller_describe, NULL, free
 };
 
 static void set_free (tp__tool_set *s) {
   if (s == NULL) return;
-  for (size_t i = 0; i < s->n; i++) {
-    if (s->tools[i]->prov->release) s->tools[i]->prov->release(NULL, s->tools[i]);
-    tp__tool_free(s->tools[i]);
-  }
+  for (size_t i = 0; i < s->n; i++) tp__tool_free(NULL, s->tools[i]);
   free(s->tools);
   free(s);
 }
@@ -115,23 +107,18 @@ static int set_add (tp_engine *e, tp__tool_set **sp, const tp_tool_def *def, con
   cu->call = def->handler;
   cu->cancel = cancel;
   cu->ud = def->ud;
-  tp_tool_def d = *def;
-  d.ud = cu;
   int rc;
-  tp_tool *t = tp__tool_make(e, &d, in, out, def->handler ? &tp__caller_provider
-                             : &tp__caller_paused_provider, LUA_NOREF, NULL, &rc);
+  tp_tool *t = tp__tool_make(e, def, in, out, def->handler ? &tp__caller_provider
+                             : &tp__caller_paused_provider, NULL, &rc);
   if (t == NULL) { free(cu); return rc; }
+  t->pdata = cu;
   if (s == NULL && (s = *sp = calloc(1, sizeof *s)) == NULL) {
-    t->prov->release(e, t);
-    tp__tool_free(t);
+    tp__tool_free(e, t);
     return TP_ENOMEM;
   }
-  if (s->n == s->cap) {
-    size_t ncap = s->cap ? s->cap * 2 : 8;
-    tp_tool **nt = realloc(s->tools, ncap * sizeof *nt);
-    if (nt == NULL) { t->prov->release(e, t); tp__tool_free(t); return TP_ENOMEM; }
-    s->tools = nt;
-    s->cap = ncap;
+  if (tp__grow(&s->tools, &s->cap, s->n + 1, sizeof *s->tools, 8) != 0) {
+    tp__tool_free(e, t);
+    return TP_ENOMEM;
   }
   size_t i = s->n;
   while (i > 0 && strcmp(s->tools[i - 1]->name, t->name) > 0) {
@@ -217,11 +204,9 @@ static int add_json (tp_engine *e, tp__tool_set **sp, const char *json, size_t l
   }
   if (rc == TP_OK && fresh) {  /* move them over, in order */
     tp__tool_set *s = *sp;
-    if (s->cap < s->n + fresh->n) {
-      tp_tool **nt = realloc(s->tools, (s->n + fresh->n) * sizeof *nt);
-      if (nt == NULL) { set_free(fresh); return TP_ENOMEM; }
-      s->tools = nt;
-      s->cap = s->n + fresh->n;
+    if (tp__grow(&s->tools, &s->cap, s->n + fresh->n, sizeof *s->tools, 8) != 0) {
+      set_free(fresh);
+      return TP_ENOMEM;
     }
     for (size_t k = 0; k < fresh->n; k++) {
       tp_tool *t = fresh->tools[k];

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "lauxlib.h"
 
 #include "registry.h"
@@ -26,34 +27,11 @@ const tp_tool *tp__tool_find (const tp_engine *e, const char *name) {
   tp_tool **t = bsearch(name, e->tools, e->ntools, sizeof *e->tools, cmp_name);
   if (t) return *t;
   if (!e->has_aliases) return NULL;  /* no walk: adding 10,000 tools stays linear */
-  for (size_t i = 0; i < e->ntools; i++)
-    for (size_t k = 0; k < e->tools[i]->naliases; k++)
-      if (strcmp(e->tools[i]->aliases[k], name) == 0) return e->tools[i];
+  for (size_t i = 0; i < e->ntools; i++) {
+    const tp_tool *x = e->tools[i];
+    if (x->prov->answers && x->prov->answers(x, name)) return x;
+  }
   return NULL;
-}
-
-int tp__tool_set_alias (tp_engine *e, const char *name, const char *alias) {
-  tp_tool **t = e->ntools ? bsearch(name, e->tools, e->ntools, sizeof *e->tools, cmp_name)
-                          : NULL;
-  if (t == NULL || alias == NULL || *alias == '\0' || strlen(alias) > 128 ||
-      (*t)->naliases >= 8) {
-    tp__engine_set_error(e, "tool %s: no such tool, or a bad alias", name);
-    return TP_EINVAL;
-  }
-  const tp_tool *other = tp__tool_find(e, alias);
-  if (other != NULL && other != *t) {
-    tp__engine_set_error(e, "tool %s: its alias %s is the name of tool %s", name, alias,
-                         other->name);
-    return TP_EINVAL;
-  }
-  if (other == *t) return TP_OK;  /* its name, or an alias it has */
-  char **list = realloc((*t)->aliases, ((*t)->naliases + 1) * sizeof *list);
-  if (list == NULL) return TP_ENOMEM;
-  (*t)->aliases = list;
-  if ((list[(*t)->naliases] = strdup(alias)) == NULL) return TP_ENOMEM;
-  (*t)->naliases++;
-  e->has_aliases = 1;
-  return TP_OK;
 }
 
 /* A tool name: segments of [A-Za-z_][A-Za-z0-9_]* joined by dots. list, describe and
@@ -76,14 +54,15 @@ static const char *bad_name (const char *name) {
   return NULL;
 }
 
-void tp__tool_free (tp_tool *t) {
+void tp__tool_free (tp_engine *e, tp_tool *t) {
   if (t == NULL) return;
+  if (t->pdata != NULL) {  /* NULL: not added (tp__tool_add failed), or none */
+    if (t->prov->release) t->prov->release(e, t);
+    if (t->prov->destroy) t->prov->destroy(t->pdata);
+  }
   free(t->name);
-  for (size_t k = 0; k < t->naliases; k++) free(t->aliases[k]);
-  free(t->aliases);
   free(t->lua_api);
   free(t->seen);
-  free(t->pol_rules);
   free(t->description);
   free(t->origin);
   json_decref(t->input);
@@ -94,7 +73,7 @@ void tp__tool_free (tp_tool *t) {
 }
 
 void tp__engine_free_tools (tp_engine *e) {
-  for (size_t i = 0; i < e->ntools; i++) tp__tool_free(e->tools[i]);
+  for (size_t i = 0; i < e->ntools; i++) tp__tool_free(e, e->tools[i]);
   free(e->tools);
   e->tools = NULL;
   e->ntools = e->captools = 0;
@@ -110,8 +89,8 @@ static tp_schema *compile_schema (tp_engine *e, const json_t *doc, const char *t
 }
 
 tp_tool *tp__tool_make (tp_engine *e, const tp_tool_def *def, const json_t *in,
-                        const json_t *out, const tp__provider *prov, int lua_ref,
-                        const char *origin, int *rc) {
+                        const json_t *out, const tp__provider *prov, const char *origin,
+                        int *rc) {
   const char *why = bad_name(def->name);
   *rc = TP_EINVAL;
   if (why) {
@@ -128,48 +107,43 @@ tp_tool *tp__tool_make (tp_engine *e, const tp_tool_def *def, const json_t *in,
   t->name = strdup(def->name);
   t->description = strdup(def->description ? def->description : "");
   t->origin = origin ? strdup(origin) : NULL;
-  t->fn = def->handler;
-  t->ud = def->ud;
-  t->lua_ref = lua_ref;
   t->prov = prov;
   t->face.timeout_us = def->timeout_us;
   t->input = in ? json_deep_copy(in) : json_pack("{s:s}", "type", "object");
   t->output = out ? json_deep_copy(out) : NULL;
   if (t->name == NULL || t->description == NULL || t->input == NULL || (out && !t->output)) {
-    tp__tool_free(t);
+    tp__tool_free(e, t);
     return NULL;
   }
   *rc = TP_EINVAL;
   t->in_schema = compile_schema(e, t->input, t->name, "input", 1);
-  if (t->in_schema == NULL) { tp__tool_free(t); return NULL; }
+  if (t->in_schema == NULL) { tp__tool_free(e, t); return NULL; }
   if (t->output) {
     t->out_schema = compile_schema(e, t->output, t->name, "output", 0);
-    if (t->out_schema == NULL) { tp__tool_free(t); return NULL; }
+    if (t->out_schema == NULL) { tp__tool_free(e, t); return NULL; }
   }
   t->face.name = t->name;
   t->face.in_schema = t->in_schema;
   t->face.out_schema = t->out_schema;
   t->face.flags = prov->flags;
+  t->serial = ++e->tool_serial;
   *rc = TP_OK;
   return t;
 }
 
 /* Adds a tool; schemas are given as trees (borrowed). */
 int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const json_t *out,
-                  const tp__provider *prov, int lua_ref, const char *origin) {
+                  const tp__provider *prov, void *pdata, const char *origin) {
   if (def->name && tp__tool_find(e, def->name)) {
     tp__engine_set_error(e, "tool %s: a tool of that name is registered already", def->name);
     return TP_EINVAL;
   }
   int rc;
-  tp_tool *t = tp__tool_make(e, def, in, out, prov, lua_ref, origin, &rc);
+  tp_tool *t = tp__tool_make(e, def, in, out, prov, origin, &rc);
   if (t == NULL) return rc;
-  if (e->ntools == e->captools) {
-    size_t ncap = e->captools ? e->captools * 2 : 16;
-    tp_tool **nt = realloc(e->tools, ncap * sizeof *nt);
-    if (nt == NULL) { tp__tool_free(t); return TP_ENOMEM; }
-    e->tools = nt;
-    e->captools = ncap;
+  if (tp__grow(&e->tools, &e->captools, e->ntools + 1, sizeof *e->tools, 16) != 0) {
+    tp__tool_free(e, t);
+    return TP_ENOMEM;
   }
   size_t i = e->ntools;
   while (i > 0 && strcmp(e->tools[i - 1]->name, t->name) > 0) {
@@ -178,11 +152,12 @@ int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const 
   }
   e->tools[i] = t;
   e->ntools++;
+  t->pdata = pdata;
   return TP_OK;
 }
 
-json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool, const char *which,
-                             int *bad) {
+json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool,
+                              const char *which, int *bad) {
   *bad = 0;
   if (text == NULL) return NULL;
   json_error_t jerr;
@@ -203,7 +178,10 @@ int tp__tool_add_def (tp_engine *e, const tp_tool_def *def) {
   json_t *out = tp__tool_parse_schema(e, def->output_schema, name, "output", &bad);
   if (bad) { json_decref(in); return TP_EINVAL; }
   const tp__provider *prov = def->handler ? &tp__c_provider : &tp__external_provider;
-  int rc = tp__tool_add(e, def, in, out, prov, LUA_NOREF, NULL);
+  void *pdata = def->handler ? tp__c_tool_new(def->handler, def->ud) : NULL;
+  int rc = def->handler && pdata == NULL ? TP_ENOMEM
+                                         : tp__tool_add(e, def, in, out, prov, pdata, NULL);
+  if (rc != TP_OK) free(pdata);
   if (rc == TP_OK) tp__tools_annotate(e);
   json_decref(in);
   json_decref(out);
@@ -216,8 +194,7 @@ size_t tp__engine_drop_plugin_tools (tp_engine *e) {
   for (size_t i = 0; i < e->ntools; i++) {
     tp_tool *t = e->tools[i];
     if (!t->prov->reloadable) { e->tools[kept++] = t; continue; }
-    if (t->prov->release) t->prov->release(e, t);
-    tp__tool_free(t);
+    tp__tool_free(e, t);
     dropped++;
   }
   e->ntools = kept;  /* the order stays sorted */

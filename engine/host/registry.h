@@ -20,42 +20,33 @@ typedef struct tp_tool {
   json_t *input, *output;             /* the schema documents, for describe */
   tp_schema *in_schema, *out_schema;
   const tp__provider *prov;
-  tp_tool_fn fn;                      /* the C provider's handler */
-  void *ud;
-  int lua_ref;                        /* the Lua provider's handler in the host state,
-                                      ** or LUA_NOREF */
-  char **aliases;                     /* other names that reach it (an upstream MCP
-                                      ** tool's raw names: "memory.create-entities",
-                                      ** "my-files.read_file"): found by tp__tool_find,
-                                      ** never listed */
-  size_t naliases;
+  void *pdata;                        /* the provider's own data about it (provider.h):
+                                      ** only the provider reads it; its destroy frees it */
+  uint64_t serial;                    /* unique in the engine, never reused: the key of
+                                      ** what others keep about it (policy.c) */
   char *lua_api;                      /* its description as Lua annotations, made once
                                       ** (tp__tools_annotate) */
   int api_tried;
   char *seen;                         /* the shape of its last result, for a tool with no
                                       ** output schema (an MCP server's: E.seen), or NULL */
-  uint64_t pol_gen;                   /* the policy its rule list was made for (policy.c) */
-  uint32_t *pol_rules, pol_n, pol_nc; /* the indexes of the policy rules that match it,
-                                      ** then of those that count calls (policy.c) */
-  uint64_t pol_keys;                  /* the argument keys their conditions read */
 } tp_tool;
 
-/* The tool of that name, or else the one with that alias; NULL when none. */
+/* The tool of that name, or else the one that answers to it (an alias, provider.h);
+** NULL when none. */
 const tp_tool *tp__tool_find(const tp_engine *e, const char *name);
-/* Gives tool name one more alias (any characters, at most 128 bytes; at most 8 of them):
-** TP_OK, TP_EINVAL (no such tool, a bad alias, or one that names another tool) or
-** TP_ENOMEM. */
-int tp__tool_set_alias(tp_engine *e, const char *name, const char *alias);
-/* Adds a tool of provider prov; schemas are given as trees (borrowed). */
+/* Adds a tool of provider prov; schemas are given as trees (borrowed). pdata: the
+** provider's, the tool's once this returns TP_OK; the caller's still on failure. */
 int tp__tool_add(tp_engine *e, const tp_tool_def *def, const json_t *in, const json_t *out,
-                 const tp__provider *prov, int lua_ref, const char *origin);
+                 const tp__provider *prov, void *pdata, const char *origin);
 /* A tool of provider prov, not yet in any registry (tp__tool_add puts it in the engine's;
 ** provider_caller.c keeps a run's own). NULL with *rc TP_EINVAL (tp_engine_error says
-** why) or TP_ENOMEM. */
+** why) or TP_ENOMEM. Its pdata is NULL: the provider sets it. */
 tp_tool *tp__tool_make(tp_engine *e, const tp_tool_def *def, const json_t *in,
-                       const json_t *out, const tp__provider *prov, int lua_ref,
-                       const char *origin, int *rc);
-void tp__tool_free(tp_tool *t);
+                       const json_t *out, const tp__provider *prov, const char *origin,
+                       int *rc);
+/* Frees t: its provider's release and destroy first when it has pdata. e may be NULL for
+** a provider whose release is NULL. */
+void tp__tool_free(tp_engine *e, tp_tool *t);
 /* A schema's JSON text as a tree (NULL for NULL text); *bad when it is not JSON (the
 ** engine's error then says why). */
 json_t *tp__tool_parse_schema(tp_engine *e, const char *text, const char *tool,
@@ -82,6 +73,8 @@ int tp__caller_set_json(tp_engine *e, struct tp__tool_set **set, const char *jso
 size_t tp__caller_set_tools(const struct tp__tool_set *set, const tp_tool *const **tools);
 void tp__caller_set_free(struct tp__tool_set *set);
 void tp__caller_session_gone(void *ud, tp_session *s);
+/* provider_c.c: a C tool's pdata (malloc'd; NULL when out of memory). */
+void *tp__c_tool_new(tp_tool_fn fn, void *ud);
 /* tp_engine_add_tool: a C tool, or one the embedding program completes (no handler). */
 int tp__tool_add_def(tp_engine *e, const tp_tool_def *def);
 void tp__engine_free_tools(tp_engine *e);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "util.h"
 #include "store_int.h"
 
 #define HEAD(s) ((tp__store_head *)(void *)(s))
@@ -86,18 +87,12 @@ tp_store *tp_store_open (const char *where, char *err, size_t errlen) {
 
 /* ---- shared by the backends --------------------------------------------------------- */
 
-static int64_t real_now_ms (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t (*store_clock)(void) = real_now_ms;
+static int64_t (*store_clock)(void) = tp__wall_ms;
 
 int64_t tp__store_now_ms (void) { return store_clock(); }
 
 void tp__store_set_clock (int64_t (*now_ms)(void)) {
-  store_clock = now_ms ? now_ms : real_now_ms;
+  store_clock = now_ms ? now_ms : tp__wall_ms;
 }
 
 int64_t tp__bucket_step (double *tokens, int64_t *t_ms, int fresh, double capacity,
@@ -116,14 +111,7 @@ int64_t tp__bucket_step (double *tokens, int64_t *t_ms, int fresh, double capaci
 }
 
 int tp__store_append (char **buf, size_t *n, size_t *cap, const char *s, size_t len) {
-  if (*n + len + 1 > *cap) {
-    size_t nc = *cap ? *cap : 64;
-    while (nc < *n + len + 1) nc *= 2;
-    char *nb = realloc(*buf, nc);
-    if (nb == NULL) return -1;
-    *buf = nb;
-    *cap = nc;
-  }
+  if (len > SIZE_MAX - 1 - *n || tp__grow(buf, cap, *n + len + 1, 1, 64) != 0) return -1;
   memcpy(*buf + *n, s, len);
   *n += len;
   (*buf)[*n] = '\0';

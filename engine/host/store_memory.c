@@ -21,6 +21,7 @@
 
 #include <uv.h>
 
+#include "util.h"
 #include "store_int.h"
 
 typedef struct ment {
@@ -102,13 +103,7 @@ static ment *ment_new (const char *key, size_t kl) {
 static int put_at (mtab *t, size_t i, int found, ment *m, ment **old) {
   *old = NULL;
   if (found) { *old = t->v[i]; t->v[i] = m; return 0; }
-  if (t->n == t->cap) {
-    size_t ncap = t->cap ? t->cap * 2 : 16;
-    ment **nv = realloc(t->v, ncap * sizeof *nv);
-    if (nv == NULL) return -1;
-    t->v = nv;
-    t->cap = ncap;
-  }
+  if (tp__grow(&t->v, &t->cap, t->n + 1, sizeof *t->v, 16) != 0) return -1;
   memmove(t->v + i + 1, t->v + i, (t->n - i) * sizeof *t->v);
   t->v[i] = m;
   t->n++;

@@ -660,6 +660,30 @@ TP_EXTERN int tp_engine_set_workspace_max(tp_engine *e, uint64_t bytes);
 /* The message of the last failed call on e, or "" (owned by e). */
 TP_EXTERN const char *tp_engine_error(const tp_engine *e);
 
+/* ---- the logger --------------------------------------------------------------------
+** What the engine has to say outside any call's result: a plugin's print, an upstream MCP
+** server's stderr lines and log notifications, a server that stopped, a callback that
+** failed with no call to fail. The library hands each message to the engine's logger and
+** never writes anywhere itself; the embedding program decides where it shows. Levels are
+** syslog's. source names who speaks: "host" (the host Lua state), "plugin" (a plugin's
+** print), "http" (tidepool.http), "upstream" (an upstream MCP server or its supervision).
+** message is one line without its newline, valid only during the call. The logger runs
+** on the engine's thread, inside the engine: it must not call back into e. */
+typedef enum tp_log_level {
+  TP_LOG_ERROR = 3,
+  TP_LOG_WARN = 4,
+  TP_LOG_INFO = 6,
+  TP_LOG_DEBUG = 7
+} tp_log_level;
+typedef void (*tp_engine_log_cb)(void *ud, tp_log_level level, const char *source,
+                                 const char *message);
+/* Sets e's logger; cb NULL restores the default, tp_log_stderr. */
+TP_EXTERN void tp_engine_on_log(tp_engine *e, tp_engine_log_cb cb, void *ud);
+/* A logger that writes each message and a newline to stderr (ud unused): the default
+** until front ends set their own, and what the command line uses. */
+TP_EXTERN void tp_log_stderr(void *ud, tp_log_level level, const char *source,
+                             const char *message);
+
 /* The tools as the model reads them: a checklist of what differs from JavaScript and
 ** Python, then every tool as a Lua call with its fields and rules (format "lua"), one
 ** line a tool ("compact": required fields and result keys; a script reads a tool's

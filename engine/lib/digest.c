@@ -4,10 +4,12 @@
 ** algorithm, cost more than hashing a call's arguments.
 */
 #include <pthread.h>
+#include <string.h>
 
 #include <openssl/evp.h>
 
 #include "digest.h"
+#include "util.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t ctx_key;
@@ -34,7 +36,6 @@ static EVP_MD_CTX *thread_ctx (void) {
 }
 
 void tp__sha256_hex (const char *s, size_t len, char out[65]) {
-  static const char hex[] = "0123456789abcdef";
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_MD_CTX *c = thread_ctx();
@@ -45,10 +46,6 @@ void tp__sha256_hex (const char *s, size_t len, char out[65]) {
   }
   else if (!EVP_Digest(s, len, md, &n, EVP_sha256(), NULL))
     n = 0;
-  if (n != 32) n = 0;
-  for (unsigned i = 0; i < 32; i++) {
-    out[2 * i] = n ? hex[md[i] >> 4] : '0';
-    out[2 * i + 1] = n ? hex[md[i] & 15] : '0';
-  }
-  out[64] = '\0';
+  if (n != 32) memset(md, 0, 32);
+  tp__hex(md, 32, out);
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "lua.h"
 #include "lauxlib.h"
 
@@ -844,11 +845,8 @@ static int db_grow (dbuf *b, size_t need) {
     b->counted += need;  /* too long for the scratch: counted, not written */
     return 0;
   }
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap - b->len < need) {
-    if (cap > SIZE_MAX / 2) { b->oom = 1; return 0; }
-    cap *= 2;
-  }
+  size_t cap = need <= SIZE_MAX - b->len ? tp__grow_cap(b->cap, b->len + need, 1, 256) : 0;
+  if (cap == 0) { b->oom = 1; return 0; }
   if (b->budget != NULL) {
     if (b->budget->charge(b->budget->ud, cap - b->cap) != 0) {
       b->oom = b->refused = 1;
@@ -881,7 +879,6 @@ static void db_putc (dbuf *b, char c) {
 }
 
 static void dump_string (dbuf *b, const char *s, size_t len) {
-  static const char hex[] = "0123456789abcdef";
   size_t run = 0;
   db_putc(b, '"');
   for (size_t i = 0; i < len; i++) {
@@ -900,7 +897,7 @@ static void dump_string (dbuf *b, const char *s, size_t len) {
       case '\b': esc[1] = 'b'; break;
       case '\f': esc[1] = 'f'; break;
       default:
-        esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = hex[c >> 4]; esc[5] = hex[c & 15];
+        esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = tp__hex_digit(c >> 4); esc[5] = tp__hex_digit(c);
         n = 6;
     }
     db_put(b, esc, n);

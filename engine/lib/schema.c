@@ -22,6 +22,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "util.h"
 #include "schema.h"
 
 /* Validation recursion cap: several schema levels may apply at one instance level. */
@@ -115,16 +116,6 @@ static char *xstrndup (const char *s, size_t n) {
 
 static char *xstrdup (const char *s) { return xstrndup(s, strlen(s)); }
 
-static int grow (void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t nc = *cap ? *cap * 2 : 8;
-  while (nc < need) nc *= 2;
-  void *np = realloc(*p, nc * elem);
-  if (!np) return -1;
-  *p = np;
-  *cap = nc;
-  return 0;
-}
 
 /* string-keyed open-addressing map (compile time only) */
 typedef struct { char *key; void *val; } slot;
@@ -147,8 +138,8 @@ static void *map_get (const map *m, const char *k) {
 /* keeps the first value put under a key; -1 out of memory */
 static int map_put (map *m, const char *k, void *val) {
   if ((m->n + 1) * 2 > m->cap) {
-    size_t nc = m->cap ? m->cap * 2 : 64;
-    slot *nv = calloc(nc, sizeof *nv);
+    size_t nc = tp__grow_cap(m->cap, m->cap + 1, sizeof(slot), 64);
+    slot *nv = nc ? calloc(nc, sizeof *nv) : NULL;
     if (!nv) return -1;
     for (size_t i = 0; i < m->cap; i++) {
       if (!m->v[i].key) continue;
@@ -498,7 +489,7 @@ static node **sub_array (cc *c, json_t *js, const char *key, resource *res, int 
 }
 
 static int add_ref (cc *c, node *n, resource *res, const char *ref, int dynamic) {
-  if (grow((void **)&c->refs, &c->crefs, c->nrefs + 1, sizeof *c->refs) < 0) { oom(c); return -1; }
+  if (tp__grow(&c->refs, &c->crefs, c->nrefs + 1, sizeof *c->refs, 8) < 0) { oom(c); return -1; }
   pending *p = &c->refs[c->nrefs];
   p->n = n;
   p->dynamic = dynamic;
@@ -1296,8 +1287,8 @@ static int mark_prop (const vctx *x, ev *e, const char *k) {
   uint64_t sd = x->seed;
   if (!e || e->allp) return 0;
   if ((e->np + 1) * 2 > e->cp) {
-    size_t nc = e->cp ? e->cp * 2 : 16;
-    const char **nv = calloc(nc, sizeof *nv);
+    size_t nc = tp__grow_cap(e->cp, e->cp + 1, sizeof(char *), 16);
+    const char **nv = nc ? calloc(nc, sizeof *nv) : NULL;
     if (!nv) return -1;
     for (size_t i = 0; i < e->cp; i++) {
       if (!e->props[i]) continue;
@@ -1549,8 +1540,8 @@ static int emit (vctx *x, const char *kw, const char *fmt, ...) {
           strcmp(e->items[i].keyword, kw) == 0;
   if (!dup && e == x->top && e->count >= x->keep_until) {
     if ((x->nseen + 1) * 2 > x->cseen) {
-      size_t nc = x->cseen ? x->cseen * 2 : 1024;
-      uint64_t *nv = calloc(nc, sizeof *nv);
+      size_t nc = tp__grow_cap(x->cseen, x->cseen + 1, sizeof(uint64_t), 1024);
+      uint64_t *nv = nc ? calloc(nc, sizeof *nv) : NULL;
       if (!nv) { free(path); free(msg); return -1; }
       for (size_t i = 0; i < x->cseen; i++) {
         if (!x->seen[i]) continue;
@@ -1570,7 +1561,7 @@ static int emit (vctx *x, const char *kw, const char *fmt, ...) {
     free(msg);
     return 0;
   }
-  if (dup || grow((void **)&e->items, &e->cap, e->count + 1, sizeof *e->items) < 0) {
+  if (dup || tp__grow(&e->items, &e->cap, e->count + 1, sizeof *e->items, 8) < 0) {
     free(path);
     free(msg);
     return dup ? 0 : -1;

@@ -2,6 +2,7 @@
 ** test_host.c: the host Lua state and plugin tools through the C API (engine/host/host.c).
 ** Run from the repository's root (the fixtures are spec/fixtures/plugins/...).
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -238,6 +239,48 @@ TEST(lua_plugin_results_give_back_their_host_budget) {
   tp_engine_destroy(e);
 }
 
+typedef struct log_seen {
+  int n;
+  char lines[4][200];
+  tp_log_level levels[4];
+  char sources[4][16];
+} log_seen;
+
+static void keep_log (void *ud, tp_log_level level, const char *source, const char *msg) {
+  log_seen *l = ud;
+  if (l->n < 4) {
+    snprintf(l->lines[l->n], sizeof l->lines[0], "%s", msg);
+    snprintf(l->sources[l->n], sizeof l->sources[0], "%s", source);
+    l->levels[l->n] = level;
+  }
+  l->n++;
+}
+
+TEST(a_plugins_print_goes_to_the_engines_logger_at_load_and_in_a_call) {
+  tp_engine *e = tp_engine_create();
+  log_seen l;
+  memset(&l, 0, sizeof l);
+  tp_engine_on_log(e, keep_log, &l);
+  CHECK_INT(tp_engine_load_tools(e, "spec/fixtures/plugins/printer"), 1);
+  CHECK_INT(l.n, 1);
+  CHECK_STR(l.lines[0], "printer loaded\t1");
+  CHECK_STR(l.sources[0], "plugin");
+  CHECK_INT(l.levels[0], TP_LOG_INFO);
+  const char *src = "return tools.printer.say{text = 'hi'}.said";
+  char *env = NULL;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"result\":\"hi\"");
+  free(env);
+  CHECK_INT(l.n, 2);
+  CHECK_STR(l.lines[1], "say:\thi");
+  tp_engine_on_log(e, NULL, NULL);  /* the default again: stderr, nothing kept here */
+  env = NULL;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), NULL, &env, NULL), TP_OK);
+  free(env);
+  CHECK_INT(l.n, 2);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(load_tools_counts_the_tools_added_and_lists_each_problem);
@@ -250,5 +293,6 @@ int main (int argc, char **argv) {
   RUN(a_handle_the_program_leaves_on_the_engines_loop_is_counted);
   RUN(a_plugin_that_tracks_its_handles_leaves_none_open);
   RUN(lua_plugin_results_give_back_their_host_budget);
+  RUN(a_plugins_print_goes_to_the_engines_logger_at_load_and_in_a_call);
   return tp_test_end();
 }
