@@ -202,7 +202,8 @@ TEST(tp_engine_set_start_timeout_bounds_tp_engine_start_servers_and_the_next_run
   CHECK_INT(tp_engine_start_servers(e, NULL, NULL), TP_OK);
   tp_limits lim;
   tp_limits_init(&lim);
-  lim.wall_us = 5000000;
+  lim.wall_us = 30000000;  /* generous: a loaded machine (load 10) failed at 5 s; were the
+                          ** 300 ms bound not kept, the wait would run to this limit */
   const char *src = "return 1";
   char *env = NULL;
   int ok = 0;
@@ -210,7 +211,7 @@ TEST(tp_engine_set_start_timeout_bounds_tp_engine_start_servers_and_the_next_run
   CHECK(ok);
   if (env) {
     double wait = number_after(env, "\"wait_ms\":");
-    CHECK(wait >= 290 && wait < 4000);
+    CHECK(wait >= 290 && wait < 15000);
   }
   tp_free(env);
   tp_engine_destroy(e);
