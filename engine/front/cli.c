@@ -496,7 +496,6 @@ static void print_human (const char *envelope) {
 enum { APPROVE_ASK, APPROVE_ALL, APPROVE_NONE };
 #define PROMPT_ARGS_MAX 400  /* bytes of the arguments shown at the prompt */
 
-/* s with its control characters shown as '?' (a config's reason is not the terminal's). */
 /* --deterministic, --seed, --clock, --clock-step */
 typedef struct det_opts {
   int has_seed, has_clock;
@@ -505,6 +504,7 @@ typedef struct det_opts {
   uint64_t step_us;
 } det_opts;
 
+/* s with its control characters shown as '?' (a config's reason is not the terminal's). */
 static void put_plain (FILE *f, const char *s, size_t n) {
   for (size_t i = 0; i < n && s[i]; i++)
     fputc((unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i], f);
