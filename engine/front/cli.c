@@ -496,7 +496,6 @@ static void print_human (const char *envelope) {
 enum { APPROVE_ASK, APPROVE_ALL, APPROVE_NONE };
 #define PROMPT_ARGS_MAX 400  /* bytes of the arguments shown at the prompt */
 
-/* s with its control characters shown as '?' (a config's reason is not the terminal's). */
 /* --deterministic, --seed, --clock, --clock-step */
 typedef struct det_opts {
   int has_seed, has_clock;
@@ -505,34 +504,7 @@ typedef struct det_opts {
   uint64_t step_us;
 } det_opts;
 
-static void run_done (tp_run *r, void *ud) {
-  (void)r;
-  *(int *)ud = 1;
-}
-
-/* tp_engine_run with a seed and a clock: the run driven by e's loop. */
-static int run_determined (tp_engine *e, const char *src, size_t len, const tp_limits *lim,
-                           const det_opts *d, char **envelope, int *ok) {
-  *envelope = NULL;
-  tp_engine_start_servers(e, NULL, NULL);
-  tp_run *r = tp_run_create(e, src, len, lim);
-  if (r == NULL) return TP_ENOMEM;
-  int rc = TP_OK, done = 0;
-  if (d->has_seed) rc = tp_run_set_seed(r, d->seed);
-  if (rc == TP_OK && d->has_clock) rc = tp_run_set_fixed_clock(r, d->epoch, d->step_us);
-  if (rc == TP_OK) rc = tp_run_start(r, run_done, &done);
-  while (rc == TP_OK && !done) tp_engine_poll(e, 1);
-  const char *env = rc == TP_OK ? tp_run_envelope(r) : NULL;
-  if (env != NULL) {
-    *envelope = strdup(env);
-    if (*envelope == NULL) rc = TP_ENOMEM;
-  }
-  else if (rc == TP_OK) rc = TP_ESTATE;
-  *ok = tp_run_ok(r);
-  tp_run_destroy(r);
-  return rc;
-}
-
+/* s with its control characters shown as '?' (a config's reason is not the terminal's). */
 static void put_plain (FILE *f, const char *s, size_t n) {
   for (size_t i = 0; i < n && s[i]; i++)
     fputc((unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i], f);
@@ -914,11 +886,17 @@ int main (int argc, char **argv) {
   }
   char *envelope = NULL;
   int ok = 0;
-  int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, &ok)
-         : decls ? tp__caller_pipe_run(e, src, len, &lim, decls, dlen, caller_cmd,
-                                           &envelope, &ok)
-         : det.has_seed || det.has_clock ? run_determined(e, src, len, &lim, &det, &envelope, &ok)
-         : tp_engine_run(e, src, len, &lim, &envelope, &ok);
+  tp_run_opts ro = TP_RUN_OPTS_INIT;
+  ro.limits = &lim;
+  ro.check_only = check;
+  ro.has_seed = det.has_seed && !check;
+  ro.seed = det.seed;
+  ro.has_clock = det.has_clock && !check;
+  ro.clock_epoch = det.epoch;
+  ro.clock_step_us = det.step_us;
+  int rc = decls && !check ? tp__caller_pipe_run(e, src, len, &lim, decls, dlen, caller_cmd,
+                                                 &envelope, &ok)
+         : tp_engine_run_with(e, src, len, &ro, &envelope, &ok);
   free(src);
   free(decls);
   if (rc == TP_EINVAL && caller_tools) {  /* the declarations, said already */

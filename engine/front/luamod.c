@@ -501,28 +501,6 @@ static void run_done (tp_run *r, void *ud) {
   *(int *)ud = 1;
 }
 
-/* tp_engine_run with a seed and a clock: the run driven by e's loop. */
-static int run_determined (tp_engine *e, const char *src, size_t len, const tp_limits *lim,
-                           const det_opts *d, char **envelope) {
-  *envelope = NULL;
-  tp_engine_start_servers(e, NULL, NULL);
-  tp_run *r = tp_run_create(e, src, len, lim);
-  if (r == NULL) return TP_ENOMEM;
-  int rc = TP_OK, done = 0;
-  if (d->has_seed) rc = tp_run_set_seed(r, d->seed);
-  if (rc == TP_OK && d->has_clock) rc = tp_run_set_fixed_clock(r, d->epoch, d->step_us);
-  if (rc == TP_OK) rc = tp_run_start(r, run_done, &done);
-  while (rc == TP_OK && !done) tp_engine_poll(e, 1);
-  const char *env = rc == TP_OK ? tp_run_envelope(r) : NULL;
-  if (env != NULL) {
-    *envelope = strdup(env);
-    if (*envelope == NULL) rc = TP_ENOMEM;
-  }
-  else if (rc == TP_OK) rc = TP_ESTATE;
-  tp_run_destroy(r);
-  return rc;
-}
-
 /* ---- caller tools: Lua functions of the host as tools of one run ----------------------
 ** caller_tools = { weather = { description = "...", input = {schema}, output = {schema},
 ** timeout = 5, handler = function(args) return {temp_c = 21} end }, ... } (or a list of
@@ -791,10 +769,16 @@ static int run_or_check (lua_State *L, int check) {
   lcaller lc = { L, lua_gettop(L) };
   tree_box *box = push_tree_box(L);
   char *envelope = NULL;
-  int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, NULL)
-         : decls ? run_with_callers(L, e, src, len, &lim, &det, decls, &lc, &envelope)
-         : determined ? run_determined(e, src, len, &lim, &det, &envelope)
-         : tp_engine_run(e, src, len, &lim, &envelope, NULL);
+  tp_run_opts ro = TP_RUN_OPTS_INIT;
+  ro.limits = &lim;
+  ro.check_only = check;
+  ro.has_seed = determined && det.has_seed;
+  ro.seed = det.seed;
+  ro.has_clock = determined && det.has_clock;
+  ro.clock_epoch = det.epoch;
+  ro.clock_step_us = det.step_us;
+  int rc = decls ? run_with_callers(L, e, src, len, &lim, &det, decls, &lc, &envelope)
+         : tp_engine_run_with(e, src, len, &ro, &envelope, NULL);
   if (rc != TP_OK) return luaL_error(L, "tidepool: the engine failed (%d)", rc);
   int as_text = 0;
   if (lua_istable(L, 2)) {

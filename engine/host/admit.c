@@ -11,137 +11,18 @@
 #include "registry.h"
 #include "host.h"
 #include "policy.h"
+#include "schema.h"
 
 /* The policy's reason, as much of it as a message keeps. */
 #define REASON_MAX 512
 
-/* ---- empty tables where the schema wants an array ----------------------------------
-** An empty Lua table has no keys to tell an array from an object, and is sent as {}. In
-** tool arguments the tool's input schema says which it is: where it expects an array
-** (and not an object), an empty object becomes []. Only the schema's plain structure is
-** followed (properties, additionalProperties, items, prefixItems, allOf, local $ref), to
-** a bounded depth and a bounded number of schema visits per call (EMPTY_WORK: a schema
-** of nested allOf can double the work at each level), after which the rest is left as
-** it is and validation says what is wrong.
-*/
-#define EMPTY_DEPTH 64
-#define EMPTY_WORK 20000
-
-static const json_t *schema_deref (const json_t *s, const json_t *root, int *hops) {
-  while (json_is_object(s) && (*hops)++ < EMPTY_DEPTH) {
-    const char *ref = json_string_value(json_object_get(s, "$ref"));
-    if (ref == NULL || ref[0] != '#') return s;
-    const json_t *node = root;
-    const char *p = ref + 1;
-    while (*p == '/' && node != NULL) {
-      char part[128];
-      size_t n = 0;
-      for (p++; *p && *p != '/' && n < sizeof part - 1; p++) {
-        if (p[0] == '~' && p[1] == '1') { part[n++] = '/'; p++; }
-        else if (p[0] == '~' && p[1] == '0') { part[n++] = '~'; p++; }
-        else part[n++] = *p;
-      }
-      part[n] = '\0';
-      node = json_is_array(node) ? json_array_get(node, strtoul(part, NULL, 10))
-                                 : json_object_get(node, part);
-    }
-    if (node == NULL || node == s) return s;
-    s = node;
-  }
-  return s;
-}
-
-static int wants_array (const json_t *s, const json_t *root, int depth, long *work) {
-  int hops = 0;
-  if (--*work <= 0) return 0;
-  s = schema_deref(s, root, &hops);
-  if (!json_is_object(s) || depth > EMPTY_DEPTH) return 0;
-  const json_t *t = json_object_get(s, "type");
-  if (json_is_string(t)) return strcmp(json_string_value(t), "array") == 0;
-  if (json_is_array(t)) {
-    int arr = 0, obj = 0;
-    size_t i;
-    const json_t *one;
-    json_array_foreach(t, i, one) {
-      const char *n = json_string_value(one);
-      if (n && strcmp(n, "array") == 0) arr = 1;
-      if (n && strcmp(n, "object") == 0) obj = 1;
-    }
-    return arr && !obj;
-  }
-  const json_t *all = json_object_get(s, "allOf");
-  size_t i;
-  const json_t *one;
-  json_array_foreach(all, i, one)
-    if (wants_array(one, root, depth + 1, work)) return 1;
+/* The call whose arguments are shaped (tp__schema_empty_arrays): its empty objects that
+** were JSON objects (a table decoded from {}) stay objects. */
+static int kept_object (const json_t *v, void *ud) {
+  const tp_call *c = ud;
+  for (int i = 0; i < c->nkept_objects; i++)
+    if (c->kept_objects[i] == v) return 1;
   return 0;
-}
-
-static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth,
-                          long *work);
-
-/* The call whose arguments empty_arrays walks: its empty objects that were JSON objects
-** (a table decoded from {}) stay objects. One walk at a time, on the engine's thread. */
-static __thread const tp_call *walking;
-
-static int kept_object (const json_t *v) {
-  if (walking == NULL) return 0;
-  for (int i = 0; i < walking->nkept_objects; i++)
-    if (walking->kept_objects[i] == v) return 1;
-  return 0;
-}
-
-/* The replacement of child (of schema sub): an empty array, or NULL after walking it. */
-static json_t *empty_child (json_t *child, const json_t *sub, const json_t *root, int depth,
-                            long *work) {
-  if (sub == NULL) return NULL;
-  if (json_is_object(child) && json_object_size(child) == 0) {
-    if (kept_object(child)) return NULL;
-    if (wants_array(sub, root, depth, work)) return json_array();
-    return NULL;
-  }
-  if (json_is_object(child) || json_is_array(child))
-    empty_arrays(child, sub, root, depth + 1, work);
-  return NULL;
-}
-
-static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int depth,
-                          long *work) {
-  int hops = 0;
-  if (--*work <= 0) return;
-  s = schema_deref(s, root, &hops);
-  if (!json_is_object(s) || depth > EMPTY_DEPTH) return;
-  size_t i;
-  const json_t *one;
-  json_array_foreach(json_object_get(s, "allOf"), i, one)
-    empty_arrays(v, one, root, depth + 1, work);
-  if (json_is_object(v)) {
-    const json_t *props = json_object_get(s, "properties");
-    const json_t *extra = json_object_get(s, "additionalProperties");
-    const char *key;
-    json_t *child;
-    void *iter = json_object_iter(v);
-    while (iter) {
-      key = json_object_iter_key(iter);
-      child = json_object_iter_value(iter);
-      const json_t *sub = json_object_get(props, key);
-      json_t *rep = empty_child(child, sub ? sub : json_is_object(extra) ? extra : NULL,
-                                root, depth, work);
-      if (rep) json_object_iter_set_new(v, iter, rep);
-      iter = json_object_iter_next(v, iter);
-    }
-  }
-  else if (json_is_array(v)) {
-    const json_t *prefix = json_object_get(s, "prefixItems");
-    const json_t *items = json_object_get(s, "items");
-    json_t *child;
-    json_array_foreach(v, i, child) {
-      const json_t *sub = i < json_array_size(prefix) ? json_array_get(prefix, i)
-                        : json_is_object(items) ? items : NULL;
-      json_t *rep = empty_child(child, sub, root, depth, work);
-      if (rep) json_array_set_new(v, i, rep);
-    }
-  }
 }
 
 /*
@@ -175,10 +56,8 @@ static void on_call (void *ud, tp_call *c) {
   if (!tp__callers_admit(e, c, t)) return;  /* tool_settings: a script, or directly */
   if (c->empty_objects && t->input != NULL) {  /* before the policy sees the arguments
                                                ** and their text is made */
-    long work = EMPTY_WORK;
-    walking = c;
-    empty_arrays(c->args, t->input, t->input, 0, &work);
-    walking = NULL;
+    json_t *rep = tp__schema_empty_arrays(c->args, t->input, kept_object, c);
+    if (rep != NULL) json_decref(rep);  /* the arguments are an object: stay one */
   }
   if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
   tp__admit_after_policy(e, c);
@@ -300,7 +179,7 @@ static const char *precheck_call (void *ud, const tp_run *r, const char *tool,
   }
   if (!literal || t->input == NULL) return NULL;
   int hops = 0;
-  const json_t *s = schema_deref(t->input, t->input, &hops);
+  const json_t *s = tp__schema_deref(t->input, t->input, &hops);
   if (!json_is_object(s)) return NULL;
   const json_t *type = json_object_get(s, "type");
   if (type != NULL && !(json_is_string(type) && strcmp(json_string_value(type), "object") == 0))
@@ -358,7 +237,7 @@ static void args_example (void *ud, const tp_run *r, const char *tool, char *buf
   const tp_tool *t = tp__tool_find_for(ud, r, tool);
   if (t == NULL || t->input == NULL || len < 8) return;
   int hops = 0;
-  const json_t *s = schema_deref(t->input, t->input, &hops);
+  const json_t *s = tp__schema_deref(t->input, t->input, &hops);
   const json_t *props = json_object_get(s, "properties");
   if (!json_is_object(props) || json_object_size(props) == 0) return;
   const json_t *req = json_object_get(s, "required");
@@ -380,7 +259,7 @@ static void args_example (void *ud, const tp_run *r, const char *tool, char *buf
         if (json_is_string(one) && strcmp(json_string_value(one), k) == 0) is_req = 1;
       if (is_req != (pass == 0) || n == 4 || o + 48 >= len) continue;
       int h2 = 0;
-      const json_t *ps = schema_deref(sub, t->input, &h2);
+      const json_t *ps = tp__schema_deref(sub, t->input, &h2);
       const char *ty = json_string_value(json_object_get(ps, "type"));
       const char *v = ty == NULL ? "..." : strcmp(ty, "string") == 0 ? "\"...\""
                     : strcmp(ty, "integer") == 0 || strcmp(ty, "number") == 0 ? "1"

@@ -4,6 +4,7 @@
 ** the synchronous runs (tp_engine_run, tp_engine_check).
 */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,9 +61,16 @@ int tp_engine_poll (tp_engine *e, int block) {
   return uv_run(e->loop, block ? UV_RUN_ONCE : UV_RUN_NOWAIT);
 }
 
-static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
-                     int check_only, char **envelope, int *script_ok) {
+int tp_engine_run_with (tp_engine *e, const char *source, size_t len, const tp_run_opts *opts,
+                        char **envelope, int *script_ok) {
   if (envelope) *envelope = NULL;
+  tp_run_opts o;
+  memset(&o, 0, sizeof o);
+  if (opts != NULL) {  /* a caller's older, smaller struct: the rest stays unset */
+    if (opts->size < offsetof(tp_run_opts, check_only)) return TP_EINVAL;
+    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+  }
+  const tp_limits *limits = o.limits;
   if (e == NULL || source == NULL || envelope == NULL) return TP_EINVAL;
   /* the upstream MCP servers' tools, unless a plugin load started them already: only for
   ** a script that names tools (the servers take a while to start), within the run's
@@ -75,8 +83,11 @@ static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limi
   }
   tp_run *r = tp_run_create(e, source, len, limits);
   if (r == NULL) return TP_ENOMEM;
-  if (check_only && r->compiled) tp__run_finish_unstarted(r);
-  int rc;
+  int rc = TP_OK;
+  if (o.has_seed) rc = tp_run_set_seed(r, o.seed);
+  if (rc == TP_OK && o.has_clock) rc = tp_run_set_fixed_clock(r, o.clock_epoch, o.clock_step_us);
+  if (rc != TP_OK) { tp_run_destroy(r); return rc; }
+  if (o.check_only && r->compiled) tp__run_finish_unstarted(r);
   for (;;) {
     rc = tp_run_step(r, 0, 0);
     if (rc == TP_YIELD) continue;
@@ -94,12 +105,17 @@ static int run_sync (tp_engine *e, const char *source, size_t len, const tp_limi
 
 int tp_engine_run (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
                    char **envelope, int *script_ok) {
-  return run_sync(e, source, len, limits, 0, envelope, script_ok);
+  tp_run_opts o = TP_RUN_OPTS_INIT;
+  o.limits = limits;
+  return tp_engine_run_with(e, source, len, &o, envelope, script_ok);
 }
 
 int tp_engine_check (tp_engine *e, const char *source, size_t len, const tp_limits *limits,
                      char **envelope, int *script_ok) {
-  return run_sync(e, source, len, limits, 1, envelope, script_ok);
+  tp_run_opts o = TP_RUN_OPTS_INIT;
+  o.limits = limits;
+  o.check_only = 1;
+  return tp_engine_run_with(e, source, len, &o, envelope, script_ok);
 }
 
 void tp__engine_set_error (tp_engine *e, const char *fmt, ...) {

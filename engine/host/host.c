@@ -53,6 +53,7 @@
 #include "host.h"
 #include "host_int.h"
 #include "json.h"
+#include "schema.h"
 #include "embedded.h"
 
 /* luv and lpeg come from Debian (shared in the CLI and tests, the static liblua5.4-luv.a
@@ -217,51 +218,6 @@ void tp__host_fix_schema (json_t *s, int depth) {
   }
 }
 
-static int wants_array (const json_t *schema) {
-  const json_t *t = json_object_get(schema, "type");
-  if (json_is_string(t)) return strcmp(json_string_value(t), "array") == 0;
-  if (!json_is_array(t)) return 0;
-  int arr = 0, obj = 0;
-  size_t i;
-  json_t *v;
-  json_array_foreach(t, i, v) {
-    if (json_is_string(v) && strcmp(json_string_value(v), "array") == 0) arr = 1;
-    if (json_is_string(v) && strcmp(json_string_value(v), "object") == 0) obj = 1;
-  }
-  return arr && !obj;
-}
-
-/* A handler's result, shaped by the output schema: an empty table where the schema
-** asks for an array becomes []. Returns a new value to put in place of v, or NULL. */
-static json_t *shape (json_t *v, const json_t *schema, int depth) {
-  if (!json_is_object(schema) || depth > TP_JSON_MAX_DEPTH) return NULL;
-  if (json_is_object(v) && json_object_size(v) == 0 && wants_array(schema))
-    return json_array();
-  if (json_is_object(v)) {
-    const json_t *props = json_object_get(schema, "properties");
-    const json_t *extra = json_object_get(schema, "additionalProperties");
-    const char *k;
-    json_t *child;
-    json_object_foreach(v, k, child) {
-      const json_t *sub = json_object_get(props, k);
-      json_t *n = shape(child, sub ? sub : extra, depth + 1);
-      if (n) json_object_set_new(v, k, n);
-    }
-  }
-  else if (json_is_array(v)) {
-    const json_t *items = json_object_get(schema, "items");
-    const json_t *prefix = json_object_get(schema, "prefixItems");
-    size_t i;
-    json_t *child;
-    json_array_foreach(v, i, child) {
-      const json_t *sub = json_array_get(prefix, i);
-      json_t *n = shape(child, sub ? sub : items, depth + 1);
-      if (n) json_array_set_new(v, i, n);
-    }
-  }
-  return NULL;
-}
-
 /* ---- E: what host.lua may call ---------------------------------------------------- */
 
 /* The call box at idx. E's functions have CALLBOX's metatable as their upvalue 1: one
@@ -326,7 +282,7 @@ json_t *tp__host_result_tree (tp_call *c, lua_State *L, int idx, char *msg, size
     return v;
   }
   if (o.cost) o.budget->refund(o.budget->ud, o.cost);
-  json_t *n = shape(v, out, 0);
+  json_t *n = tp__schema_empty_arrays(v, out, NULL, NULL);
   if (n) { json_decref(v); v = n; }
   return v;
 }

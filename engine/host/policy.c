@@ -1196,8 +1196,8 @@ static void refill (const prule *ru, bucket *b, uint64_t now) {
 /* Rebuilds the table twice as large, leaving out buckets that are full again (a full
 ** bucket is what a new one would be). -1 when out of memory. */
 static int table_grow (struct tp__policy *P, uint64_t now) {
-  size_t n = P->ntab ? P->ntab * 2 : 64;
-  bentry *t = calloc(n, sizeof *t);
+  size_t n = tp__grow_cap(P->ntab, P->ntab + 1, sizeof(bentry), 64);
+  bentry *t = n ? calloc(n, sizeof *t) : NULL;
   if (t == NULL) return -1;
   size_t used = 0;
   for (size_t i = 0; i < P->ntab; i++) {

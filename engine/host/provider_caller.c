@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "lauxlib.h"
+#include "util.h"
 #include "registry.h"
 #include "host.h"
-#include "util.h"
 
 #define CALLER_TOOLS_MAX 256             /* declarations of one run or session */
 #define CALLER_JSON_MAX ((size_t)1 << 20)  /* their JSON text */
@@ -28,7 +28,8 @@ typedef struct tp__tool_set {
   size_t n, cap;
 } tp__tool_set;
 
-/* A caller tool's pdata: its handler and cancel function (the handler gets cu->ud). */
+/* A caller tool's pdata (provider.h): its handler, its cancel function and what they
+** get. */
 typedef struct caller_ud {
   tp_tool_fn call;
   void (*cancel)(tp_call *c, void *ud);
@@ -47,6 +48,9 @@ static void caller_cancel (tp_engine *e, const tp_tool *t, tp_call *c) {
   if (cu->cancel) cu->cancel(c, cu->ud);
 }
 
+static void caller_destroy (void *pdata) {
+  free(pdata);
+}
 
 static const char *caller_describe (const tp_tool *t) {
   (void)t;
@@ -54,12 +58,12 @@ static const char *caller_describe (const tp_tool *t) {
 }
 
 const tp__provider tp__caller_provider = {
-  "caller", 0, 0, caller_dispatch, caller_cancel, NULL, caller_describe, NULL, free
+  "caller", 0, 0, caller_dispatch, caller_cancel, NULL, caller_describe, NULL, caller_destroy
 };
 
 /* Without a handler: completed by the embedding program, like tp__external_provider. */
 const tp__provider tp__caller_paused_provider = {
-  "caller", TP__TOOL_EXTERNAL, 0, NULL, NULL, NULL, caller_describe, NULL, free
+  "caller", TP__TOOL_EXTERNAL, 0, NULL, NULL, NULL, caller_describe, NULL, caller_destroy
 };
 
 static void set_free (tp__tool_set *s) {
@@ -109,9 +113,8 @@ static int set_add (tp_engine *e, tp__tool_set **sp, const tp_tool_def *def, con
   cu->ud = def->ud;
   int rc;
   tp_tool *t = tp__tool_make(e, def, in, out, def->handler ? &tp__caller_provider
-                             : &tp__caller_paused_provider, NULL, &rc);
+                             : &tp__caller_paused_provider, cu, NULL, &rc);
   if (t == NULL) { free(cu); return rc; }
-  t->pdata = cu;
   if (s == NULL && (s = *sp = calloc(1, sizeof *s)) == NULL) {
     tp__tool_free(e, t);
     return TP_ENOMEM;
@@ -204,9 +207,11 @@ static int add_json (tp_engine *e, tp__tool_set **sp, const char *json, size_t l
   }
   if (rc == TP_OK && fresh) {  /* move them over, in order */
     tp__tool_set *s = *sp;
-    if (tp__grow(&s->tools, &s->cap, s->n + fresh->n, sizeof *s->tools, 8) != 0) {
-      set_free(fresh);
-      return TP_ENOMEM;
+    if (s->cap < s->n + fresh->n) {
+      tp_tool **nt = realloc(s->tools, (s->n + fresh->n) * sizeof *nt);
+      if (nt == NULL) { set_free(fresh); return TP_ENOMEM; }
+      s->tools = nt;
+      s->cap = s->n + fresh->n;
     }
     for (size_t k = 0; k < fresh->n; k++) {
       tp_tool *t = fresh->tools[k];
@@ -365,7 +370,7 @@ int tp_call_answer_tree (tp_call *c, struct json_t *a) {
   if (json_is_object(a) && res != NULL && err == NULL)
     return tp__call_complete_tree(c, json_incref(res));
   const char *msg = json_string_value(json_object_get(err, "message"));
-  if (!json_is_object(a) || !json_is_object(err) || msg == NULL || res != NULL) {
+  if (!json_is_object(a) || !json_is_object(err) || msg == NULL) {
     tp_call_fail(c, NULL, "the caller's answer is neither {\"result\": ...} nor {\"error\": "
                  "{\"message\": \"...\"}} (a fault of the caller, not the script)");
     return TP_EINVAL;

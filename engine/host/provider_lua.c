@@ -324,7 +324,8 @@ void tp__lua_cancel (tp_engine *e, const tp_tool *t, tp_call *c) {
 ** again when the tool leaves the registry after H closed: nothing left then. */
 void tp__lua_release (tp_engine *e, tp_tool *t) {
   tp__lua_tool *lt = t->pdata;
-  if (e->H != NULL && lt->ref != LUA_NOREF) luaL_unref(e->H, LUA_REGISTRYINDEX, lt->ref);
+  if (e != NULL && e->H != NULL && lt->ref != LUA_NOREF)
+    luaL_unref(e->H, LUA_REGISTRYINDEX, lt->ref);
   lt->ref = LUA_NOREF;
 }
 

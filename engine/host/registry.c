@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
 #include "lauxlib.h"
 
+#include "util.h"
 #include "registry.h"
 #include "json.h"
 #include "schema.h"
@@ -56,7 +56,7 @@ static const char *bad_name (const char *name) {
 
 void tp__tool_free (tp_engine *e, tp_tool *t) {
   if (t == NULL) return;
-  if (t->pdata != NULL) {  /* NULL: not added (tp__tool_add failed), or none */
+  if (t->pdata != NULL) {  /* NULL: none, or still its maker's (a failed tp__tool_add) */
     if (t->prov->release) t->prov->release(e, t);
     if (t->prov->destroy) t->prov->destroy(t->pdata);
   }
@@ -89,8 +89,8 @@ static tp_schema *compile_schema (tp_engine *e, const json_t *doc, const char *t
 }
 
 tp_tool *tp__tool_make (tp_engine *e, const tp_tool_def *def, const json_t *in,
-                        const json_t *out, const tp__provider *prov, const char *origin,
-                        int *rc) {
+                        const json_t *out, const tp__provider *prov, void *pdata,
+                        const char *origin, int *rc) {
   const char *why = bad_name(def->name);
   *rc = TP_EINVAL;
   if (why) {
@@ -126,6 +126,7 @@ tp_tool *tp__tool_make (tp_engine *e, const tp_tool_def *def, const json_t *in,
   t->face.in_schema = t->in_schema;
   t->face.out_schema = t->out_schema;
   t->face.flags = prov->flags;
+  t->pdata = pdata;
   t->serial = ++e->tool_serial;
   *rc = TP_OK;
   return t;
@@ -139,9 +140,10 @@ int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const 
     return TP_EINVAL;
   }
   int rc;
-  tp_tool *t = tp__tool_make(e, def, in, out, prov, origin, &rc);
+  tp_tool *t = tp__tool_make(e, def, in, out, prov, pdata, origin, &rc);
   if (t == NULL) return rc;
   if (tp__grow(&e->tools, &e->captools, e->ntools + 1, sizeof *e->tools, 16) != 0) {
+    t->pdata = NULL;  /* still the caller's */
     tp__tool_free(e, t);
     return TP_ENOMEM;
   }
@@ -152,12 +154,11 @@ int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const 
   }
   e->tools[i] = t;
   e->ntools++;
-  t->pdata = pdata;
   return TP_OK;
 }
 
-json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool,
-                              const char *which, int *bad) {
+json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool, const char *which,
+                             int *bad) {
   *bad = 0;
   if (text == NULL) return NULL;
   json_error_t jerr;

@@ -38,14 +38,16 @@ const tp_tool *tp__tool_find(const tp_engine *e, const char *name);
 ** provider's, the tool's once this returns TP_OK; the caller's still on failure. */
 int tp__tool_add(tp_engine *e, const tp_tool_def *def, const json_t *in, const json_t *out,
                  const tp__provider *prov, void *pdata, const char *origin);
+/* provider_c.c: a C tool's pdata (malloc'd; NULL when out of memory). */
+void *tp__c_tool_new(tp_tool_fn fn, void *ud);
 /* A tool of provider prov, not yet in any registry (tp__tool_add puts it in the engine's;
-** provider_caller.c keeps a run's own). NULL with *rc TP_EINVAL (tp_engine_error says
-** why) or TP_ENOMEM. Its pdata is NULL: the provider sets it. */
+** provider_caller.c keeps a run's own), holding pdata once made. NULL with *rc
+** TP_EINVAL (tp_engine_error says why) or TP_ENOMEM; pdata is then still the caller's. */
 tp_tool *tp__tool_make(tp_engine *e, const tp_tool_def *def, const json_t *in,
-                       const json_t *out, const tp__provider *prov, const char *origin,
-                       int *rc);
-/* Frees t: its provider's release and destroy first when it has pdata. e may be NULL for
-** a provider whose release is NULL. */
+                       const json_t *out, const tp__provider *prov, void *pdata,
+                       const char *origin, int *rc);
+/* Frees t and, through its provider (release, destroy), its pdata. e may be NULL for a
+** tool of a provider whose release does not need it. */
 void tp__tool_free(tp_engine *e, tp_tool *t);
 /* A schema's JSON text as a tree (NULL for NULL text); *bad when it is not JSON (the
 ** engine's error then says why). */
@@ -73,8 +75,6 @@ int tp__caller_set_json(tp_engine *e, struct tp__tool_set **set, const char *jso
 size_t tp__caller_set_tools(const struct tp__tool_set *set, const tp_tool *const **tools);
 void tp__caller_set_free(struct tp__tool_set *set);
 void tp__caller_session_gone(void *ud, tp_session *s);
-/* provider_c.c: a C tool's pdata (malloc'd; NULL when out of memory). */
-void *tp__c_tool_new(tp_tool_fn fn, void *ud);
 /* tp_engine_add_tool: a C tool, or one the embedding program completes (no handler). */
 int tp__tool_add_def(tp_engine *e, const tp_tool_def *def);
 void tp__engine_free_tools(tp_engine *e);

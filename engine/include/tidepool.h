@@ -232,6 +232,27 @@ TP_EXTERN int tp_engine_run(tp_engine *e, const char *source, size_t len,
 TP_EXTERN int tp_engine_check(tp_engine *e, const char *source, size_t len,
                               const tp_limits *limits, char **envelope, int *script_ok);
 
+/* What tp_engine_run_with takes. size is sizeof(tp_run_opts) as the caller was compiled
+** (TP_RUN_OPTS_INIT sets it): fields added later lie past it and are taken as unset, so
+** a program built against this header keeps working with a newer library. */
+typedef struct tp_run_opts {
+  size_t size;
+  const tp_limits *limits;  /* NULL: the defaults */
+  int check_only;           /* compile only, as tp_engine_check */
+  int has_seed;             /* math.random seeded with seed (tp_run_set_seed) */
+  uint64_t seed;
+  int has_clock;            /* a fixed clock (tp_run_set_fixed_clock) */
+  int64_t clock_epoch;
+  uint64_t clock_step_us;
+} tp_run_opts;
+#define TP_RUN_OPTS_INIT { sizeof(tp_run_opts), NULL, 0, 0, 0, 0, 0, 0 }
+
+/* tp_engine_run with options (opts NULL: as tp_engine_run with the defaults): the one
+** synchronous run, which tp_engine_run and tp_engine_check are. TP_EINVAL when opts->size
+** is too small to hold its first two fields. */
+TP_EXTERN int tp_engine_run_with(tp_engine *e, const char *source, size_t len,
+                                 const tp_run_opts *opts, char **envelope, int *script_ok);
+
 /* ---- runs: a script as a resumable object ------------------------------------------
 **
 ** tp_run_create normalizes and compiles the source in a fresh sandbox; nothing runs

@@ -2291,3 +2291,118 @@ void tp__schema_errors_clear (tp_schema_errors *errs) {
   errs->items = NULL;
   errs->count = errs->cap = errs->more = 0;
 }
+
+/* ---- empty tables where the schema wants an array (schema.h) ----------------------- */
+
+#define EMPTY_DEPTH 64
+#define EMPTY_WORK 20000
+
+typedef struct empty_walk {
+  const json_t *root;
+  long work;
+  int (*keep)(const json_t *o, void *ud);
+  void *ud;
+} empty_walk;
+
+const json_t *tp__schema_deref (const json_t *s, const json_t *root, int *hops) {
+  while (json_is_object(s) && (*hops)++ < EMPTY_DEPTH) {
+    const char *ref = json_string_value(json_object_get(s, "$ref"));
+    if (ref == NULL || ref[0] != '#') return s;
+    const json_t *at = root;
+    const char *p = ref + 1;
+    while (*p == '/' && at != NULL) {
+      char part[128];
+      size_t n = 0;
+      for (p++; *p && *p != '/' && n < sizeof part - 1; p++) {
+        if (p[0] == '~' && p[1] == '1') { part[n++] = '/'; p++; }
+        else if (p[0] == '~' && p[1] == '0') { part[n++] = '~'; p++; }
+        else part[n++] = *p;
+      }
+      part[n] = '\0';
+      at = json_is_array(at) ? json_array_get(at, strtoul(part, NULL, 10))
+                             : json_object_get(at, part);
+    }
+    if (at == NULL || at == s) return s;
+    s = at;
+  }
+  return s;
+}
+
+static int empty_wants_array (const json_t *s, empty_walk *w, int depth) {
+  int hops = 0;
+  if (--w->work <= 0) return 0;
+  s = tp__schema_deref(s, w->root, &hops);
+  if (!json_is_object(s) || depth > EMPTY_DEPTH) return 0;
+  const json_t *t = json_object_get(s, "type");
+  if (json_is_string(t)) return strcmp(json_string_value(t), "array") == 0;
+  if (json_is_array(t)) {
+    int arr = 0, obj = 0;
+    size_t i;
+    const json_t *one;
+    json_array_foreach(t, i, one) {
+      const char *n = json_string_value(one);
+      if (n && strcmp(n, "array") == 0) arr = 1;
+      if (n && strcmp(n, "object") == 0) obj = 1;
+    }
+    return arr && !obj;
+  }
+  size_t i;
+  const json_t *one;
+  json_array_foreach(json_object_get(s, "allOf"), i, one)
+    if (empty_wants_array(one, w, depth + 1)) return 1;
+  return 0;
+}
+
+static void empty_walk_value (json_t *v, const json_t *s, empty_walk *w, int depth);
+
+/* The replacement of v (of schema sub): an empty array, or NULL after walking it. */
+static json_t *empty_replace (json_t *v, const json_t *sub, empty_walk *w, int depth) {
+  if (sub == NULL) return NULL;
+  if (json_is_object(v) && json_object_size(v) == 0) {
+    if (w->keep != NULL && w->keep(v, w->ud)) return NULL;
+    return empty_wants_array(sub, w, depth) ? json_array() : NULL;
+  }
+  if (json_is_object(v) || json_is_array(v)) empty_walk_value(v, sub, w, depth + 1);
+  return NULL;
+}
+
+static void empty_walk_value (json_t *v, const json_t *s, empty_walk *w, int depth) {
+  int hops = 0;
+  if (--w->work <= 0) return;
+  s = tp__schema_deref(s, w->root, &hops);
+  if (!json_is_object(s) || depth > EMPTY_DEPTH) return;
+  size_t i;
+  const json_t *one;
+  json_array_foreach(json_object_get(s, "allOf"), i, one)
+    empty_walk_value(v, one, w, depth + 1);
+  if (json_is_object(v)) {
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *extra = json_object_get(s, "additionalProperties");
+    void *iter = json_object_iter(v);
+    while (iter) {
+      json_t *child = json_object_iter_value(iter);
+      const json_t *sub = json_object_get(props, json_object_iter_key(iter));
+      json_t *rep = empty_replace(child, sub ? sub : json_is_object(extra) ? extra : NULL,
+                                  w, depth);
+      if (rep) json_object_iter_set_new(v, iter, rep);
+      iter = json_object_iter_next(v, iter);
+    }
+  }
+  else if (json_is_array(v)) {
+    const json_t *prefix = json_object_get(s, "prefixItems");
+    const json_t *items = json_object_get(s, "items");
+    json_t *child;
+    json_array_foreach(v, i, child) {
+      const json_t *sub = i < json_array_size(prefix) ? json_array_get(prefix, i)
+                        : json_is_object(items) ? items : NULL;
+      json_t *rep = empty_replace(child, sub, w, depth);
+      if (rep) json_array_set_new(v, i, rep);
+    }
+  }
+}
+
+json_t *tp__schema_empty_arrays (json_t *v, const json_t *schema,
+                                 int (*keep)(const json_t *o, void *ud), void *ud) {
+  empty_walk w = { schema, EMPTY_WORK, keep, ud };
+  return empty_replace(v, schema, &w, 0);
+}

@@ -91,6 +91,21 @@ void tp__schema_errors_clear(tp_schema_errors *errs);
 /* NULL-safe. */
 void tp__schema_free(tp_schema *s);
 
+/* An empty Lua table has no keys to tell an array from an object, and is sent as {}.
+** Where schema expects an array (and not an object) at a place in v, an empty object
+** there becomes []: the one rule for a tool's arguments (admit.c) and a Lua handler's
+** result (host.c). Only the schema's plain structure is followed (properties,
+** additionalProperties, items, prefixItems, allOf, $refs local to schema), to a bounded
+** depth and a bounded number of schema visits (a schema of nested allOf can double the
+** work at each level), after which the rest is left as it is and validation says what is
+** wrong. keep(o, ud), when not NULL, keeps an empty object o as one (it was written {}).
+** Returns what to put in place of v itself (a new []) or NULL. */
+/* s with its local $ref ("#/...") followed in root, as long as it is one (*hops counts
+** them, at most 64 in all); s itself when its $ref resolves to nothing. */
+const json_t *tp__schema_deref(const json_t *s, const json_t *root, int *hops);
+json_t *tp__schema_empty_arrays(json_t *v, const json_t *schema,
+                                int (*keep)(const json_t *o, void *ud), void *ud);
+
 /*
 ** Format checkers (used when formats_assert is on). Return 1 when s (of n bytes) is a
 ** valid value of the named format, 0 when not, -1 when the format is unknown (which the

@@ -5,6 +5,7 @@
 ** between steps; the wall limit counted from the first step; an engine destroyed with
 ** live runs; and many runs in a loop (for valgrind).
 */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -950,10 +951,54 @@ TEST(json_text_writes_the_engines_form_and_parse_reads_as_the_engine_does) {
   CHECK(tp_json_parse("[1,", 3, NULL, 0) == NULL);
 }
 
+TEST(run_with_options_seeds_fixes_the_clock_checks_and_refuses_a_struct_too_small) {
+  tp_engine *e = tp_engine_create();
+  const char *src = "return {math.random(1000000), os.time()}";
+  tp_run_opts o = TP_RUN_OPTS_INIT;
+  o.has_seed = 1;
+  o.seed = 42;
+  o.has_clock = 1;
+  o.clock_epoch = 1700000000;
+  o.clock_step_us = 1000;
+  char *a = NULL, *b = NULL;
+  int ok = 0;
+  CHECK_INT(tp_engine_run_with(e, src, strlen(src), &o, &a, &ok), TP_OK);
+  CHECK_INT(ok, 1);
+  CHECK_INT(tp_engine_run_with(e, src, strlen(src), &o, &b, NULL), TP_OK);
+  json_t *ja = json_loads(a, 0, NULL), *jb = json_loads(b, 0, NULL);
+  CHECK(ja != NULL && jb != NULL);
+  CHECK(json_equal(json_object_get(ja, "result"), json_object_get(jb, "result")));
+  CHECK_INT(json_integer_value(json_array_get(json_object_get(ja, "result"), 1)), 1700000000);
+  json_decref(ja);
+  json_decref(jb);
+  tp_free(a);
+  tp_free(b);
+  tp_run_opts check = TP_RUN_OPTS_INIT;
+  check.check_only = 1;
+  CHECK_INT(tp_engine_run_with(e, "error('never runs')", 19, &check, &a, &ok), TP_OK);
+  CHECK_HAS(a, "\"result\":null");
+  tp_free(a);
+  /* a caller built with only the first two fields: the rest is unset */
+  tp_run_opts old = TP_RUN_OPTS_INIT;
+  old.size = offsetof(tp_run_opts, check_only);
+  old.check_only = 1;  /* past its size: not read */
+  CHECK_INT(tp_engine_run_with(e, "return 7", 8, &old, &a, &ok), TP_OK);
+  CHECK_HAS(a, "\"result\":7");
+  tp_free(a);
+  old.size = sizeof(size_t);
+  CHECK_INT(tp_engine_run_with(e, "return 7", 8, &old, &a, &ok), TP_EINVAL);
+  CHECK(a == NULL);
+  CHECK_INT(tp_engine_run_with(e, "return 8", 8, NULL, &a, &ok), TP_OK);
+  CHECK_HAS(a, "\"result\":8");
+  tp_free(a);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(json_text_writes_the_engines_form_and_parse_reads_as_the_engine_does);
   RUN(every_public_function_accepts_null_without_crashing);
+  RUN(run_with_options_seeds_fixes_the_clock_checks_and_refuses_a_struct_too_small);
   RUN(null_source_or_envelope_pointer_is_refused);
   RUN(limits_init_fills_the_documented_defaults);
   RUN(version_is_major_minor_patch);

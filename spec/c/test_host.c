@@ -261,7 +261,7 @@ TEST(a_plugins_print_goes_to_the_engines_logger_at_load_and_in_a_call) {
   log_seen l;
   memset(&l, 0, sizeof l);
   tp_engine_on_log(e, keep_log, &l);
-  CHECK_INT(tp_engine_load_tools(e, "spec/fixtures/plugins/printer"), 1);
+  CHECK_INT(tp_engine_load_tools(e, "spec/fixtures/plugins/printer"), 2);
   CHECK_INT(l.n, 1);
   CHECK_STR(l.lines[0], "printer loaded\t1");
   CHECK_STR(l.sources[0], "plugin");
@@ -281,6 +281,18 @@ TEST(a_plugins_print_goes_to_the_engines_logger_at_load_and_in_a_call) {
   tp_engine_destroy(e);
 }
 
+TEST(a_handlers_empty_table_is_an_array_where_its_output_schema_wants_one_through_ref) {
+  tp_engine *e = tp_engine_create();
+  tp_engine_on_log(e, keep_log, &(log_seen){ 0 });
+  CHECK_INT(tp_engine_load_tools(e, "spec/fixtures/plugins/printer"), 2);
+  const char *src = "return tools.printer.empty{}";
+  char *env = NULL;
+  CHECK_INT(tp_engine_run(e, src, strlen(src), NULL, &env, NULL), TP_OK);
+  CHECK_HAS(env, "\"result\":{\"list\":[],\"more\":[]}");
+  free(env);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(load_tools_counts_the_tools_added_and_lists_each_problem);
@@ -294,5 +306,6 @@ int main (int argc, char **argv) {
   RUN(a_plugin_that_tracks_its_handles_leaves_none_open);
   RUN(lua_plugin_results_give_back_their_host_budget);
   RUN(a_plugins_print_goes_to_the_engines_logger_at_load_and_in_a_call);
+  RUN(a_handlers_empty_table_is_an_array_where_its_output_schema_wants_one_through_ref);
   return tp_test_end();
 }
