@@ -370,7 +370,7 @@ int tp_call_answer_tree (tp_call *c, struct json_t *a) {
   if (json_is_object(a) && res != NULL && err == NULL)
     return tp__call_complete_tree(c, json_incref(res));
   const char *msg = json_string_value(json_object_get(err, "message"));
-  if (!json_is_object(a) || !json_is_object(err) || msg == NULL) {
+  if (!json_is_object(a) || !json_is_object(err) || msg == NULL || res != NULL) {
     tp_call_fail(c, NULL, "the caller's answer is neither {\"result\": ...} nor {\"error\": "
                  "{\"message\": \"...\"}} (a fault of the caller, not the script)");
     return TP_EINVAL;
