@@ -58,7 +58,7 @@
 ** Standard input closing ends the server: every run is cancelled (without responses:
 ** nobody is left to read them), the workers stop and are joined, exit status 0.
 **
-** With --http (mcp_http.c) the protocol thread serves Streamable HTTP instead of standard
+** With --http (http.c) the protocol thread serves Streamable HTTP instead of standard
 ** input: each POST is one message, and what is written for it (its response, its run's
 ** progress) goes back to that HTTP request, its origin (s->origin while it is handled,
 ** q->origin after); nothing goes to standard output.
@@ -84,7 +84,7 @@
 #include "options.h"
 #include "mcp.h"
 #include "approve.h"
-#include "http.h"
+#include "server.h"
 #include "era.h"
 #include "view.h"
 
@@ -100,7 +100,7 @@ static uint64_t now_ns (void) {
 ** small values) takes about a second of CPU, and only the client that sent it waits. What
 ** a script causes never runs here: responses are built and cut on the workers, and the
 ** protocol thread only writes them (and parses a batch member's, at most BATCH_CALL_MAX). */
-#define LINE_IN_MAX   (16u << 20)
+#define LINE_IN_MAX   TP__MCP_SERVER_LINE_IN_MAX
 #define LINE_OUT_MAX  (10u << 20)   /* a response line (the reference client's limit) */
 #define RUNS_MAX      64            /* scripts running at once, all workers together */
 #define WAITING_MAX   256           /* waiting scripts before reading pauses */
@@ -108,8 +108,6 @@ static uint64_t now_ns (void) {
 #define SESSION_ID_MAX 128          /* bytes */
 #define ID_MAX        TP__MCP_VIEW_ID_MAX  /* a request id, as JSON text: it is echoed back */
 #define BATCH_MAX     64            /* messages in a batch (versions before 2025-06-18) */
-#define WORKERS_MAX   64
-#define LEASE_DEFAULT_US (15ull * 1000000u)
 /* What one tools/call response of a batch may take, so that BATCH_MAX of them fit a line. */
 #define BATCH_CALL_MAX ((LINE_OUT_MAX - 65536) / BATCH_MAX)
 
@@ -119,124 +117,11 @@ static const char *const levels[] = {
 };
 enum { L_DEBUG, L_INFO, L_NOTICE, L_WARNING, L_ERROR };
 
-static const char usage_text[] =
-  "usage: tidepool mcp [options]\n"
-  "\n"
-  "Serves the Model Context Protocol on standard input and output: one tool, run_lua,\n"
-  "runs a Lua script that calls the loaded tools. Exits when standard input closes.\n"
-  "\n"
-  "options:\n"
-  "  --config FILE        read limits, tools, workspace, mcpServers, http, commands and\n"
-  "                       policy from a JSON config file (tidepool config check FILE\n"
-  "                       checks it); options given here win over it\n"
-  "  --tools DIR          load the plugin tools of DIR (repeatable); DIR is watched and\n"
-  "                       reloaded when it changes (notifications/tools/list_changed)\n"
-  "  --no-builtin-tools   do not load the built-in tools\n"
-  "  --workspace DIR      the directory the fs.* tools may use\n"
-  "  --workspace-max SIZE how much the fs.* tools may grow it (default 1G)\n"
-  "  --state DIR          keep kv keys, rate buckets and paused runs in DIR/tidepool.db\n"
-  "                       (SQLite, made when missing) for every worker, across restarts\n"
-  "                       (a paused run outside a session is resumed after a restart by\n"
-  "                       replay; give the same --secret-file); also sqlite:PATH or\n"
-  "                       redis://HOST:PORT/DB\n"
-  "  --advertise URL      with --state: this server's address, as other servers name it\n"
-  "                       when they answer session.moved for a session it holds\n"
-  "                       (default: http://ADDR:PORT/mcp of --http)\n"
-  "  --lease DURATION     with --state: this server renews a lease on its name (every\n"
-  "                       third of DURATION, default 15s); once it lapses (the server\n"
-  "                       died, or lost the store) others take over its sessions and\n"
-  "                       paused runs\n"
-  "  --name NAME          the name of the script tool (default run_lua)\n"
-  "  --expose-tools       also list every loaded tool as an MCP tool of its own, named\n"
-  "                       for every client (fs.read as fs_read; a taken name gets _2),\n"
-  "                       but those whose tool_settings callers leave out \"direct\"\n"
-  "  --audit FILE         append one JSON line per run to FILE: time, session, tool, ok,\n"
-  "                       error code, and every call record and the stats (the model's\n"
-  "                       result counts the calls by tool and lists the failed ones;\n"
-  "                       the full record is also in the result's _meta)\n"
-  "  --describe MODE      run_lua's description: full (every tool's fields and rules),\n"
-  "                       auto (default: the first of full, one line a tool, a line a\n"
-  "                       namespace, namespaces with counts that fits in 2,048\n"
-  "                       characters, where Claude Code cuts), compact (the same from\n"
-  "                       one line a tool on); scripts read the rest with\n"
-  "                       tools.describe(name) and tools.search(words)\n"
-  "  --session-idle DURATION  drop a session idle this long (default 10m)\n"
-  "  --max-sessions N     sessions kept at once (default 16)\n"
-  "  --pause-ttl DURATION how long a run paused for an approval waits for resume_run\n"
-  "                       (default 24h; 500ms, 30s, 10m, 24h); then it ends, its held\n"
-  "                       calls denied. The time paused does not count against --timeout\n"
-  "  --secret-file FILE   the server secret (at least 32 bytes) that binds approvals and\n"
-  "                       seals requestState; servers sharing it accept each other's\n"
-  "                       (default: random at start)\n"
-  "  --workers N          threads that run scripts, each with its own engine (default:\n"
-  "                       one per core, at most 64; 1 when the config has MCP servers,\n"
-  "                       since each worker runs its own copy of them); the protocol is\n"
-  "                       answered on a thread of its own, so a busy script never\n"
-  "                       delays it\n"
-  "\n"
-  "limits of each script, as for tidepool run (a session's memory limit holds for the\n"
-  "whole session; SIZE: bytes or 512K, 64M, 1G; DURATION: 500ms, 2s, 1m; N: a count;\n"
-  "--max-result is smaller here: about 25,000 tokens of typical JSON, the most Claude\n"
-  "Code shows of a tool's result by default):\n";
-
-/* tidepool mcp's default --max-result: Claude Code shows at most 25,000 tokens of a tool's
-** result by default, and 80 KiB of typical JSON (API objects: keys, words, ids) is about
-** 24,800 o200k tokens (3.3 bytes a token; JSON of bare numbers or ids takes ~2 bytes a
-** token: such a result may still pass the client's limit). Past it the script gets
-** limit.result with a hint to return less, not a result the client cuts. */
-#define MCP_RESULT_MAX (80u * 1024u)
-
-/* tidepool mcp's default limits, for the options and --help alike: the limits table's,
-** but --max-result is MCP_RESULT_MAX. */
-static void mcp_limits_init (tp_limits *l) {
-  tp_limits_init(l);
-  l->result = MCP_RESULT_MAX;
-}
-
-static void usage (FILE *f) {
-  tp_limits defaults;
-  mcp_limits_init(&defaults);
-  fputs(usage_text, f);
-  tp__options_limits_help(f, 1, &defaults);
-  fputs("\nA limit of 0 means no limit.\n", f);
-  tp__mcp_http_help(f);
-}
-
 /* ---- state ------------------------------------------------------------------------- */
 
-typedef struct options {
-  tp_limits lim;
-  tp__mcp_http_opts http;   /* --http and its limits (mcp_http.c) */
-  const char **dirs;        /* --tools, in order */
-  size_t ndirs;
-  int builtin, expose, test_tools;
-  int describe;             /* --describe: 0 auto (the first that fits in 2,048 characters),
-                            ** 1 full, 2 compact */
-  const char *workspace, *name;
-  const char *audit;        /* --audit FILE, or NULL */
-  const char *state;        /* --state (or the config's "state"), or NULL: memory */
-  const char *advertise;    /* --advertise URL: the owner's name of the sessions it holds */
-  const char *config_path;  /* --config FILE, or NULL */
-  char *config;             /* its text */
-  size_t config_len;
-  char *config_dir;         /* its folder, absolute: relative paths in it start there */
-  char **config_owned;      /* the file's tools and workspace, copied (NULL-terminated) */
-  const char **limit_opts;  /* the limit options given, field and value pairs, applied
-                            ** over the file's limits */
-  size_t nlimit_opts;
-  uint64_t workspace_max;   /* --workspace-max, when workspace_max_set */
-  int workspace_max_set;
-  uint64_t session_idle_us;
-  unsigned max_sessions, workers;
-  int workers_set;          /* --workers given (else 1 when the config has MCP servers) */
-  uint64_t pause_ttl_us;    /* --pause-ttl */
-  uint64_t lease_us;        /* --lease: how long this server's claims outlive its silence */
-  const char *secret_file;  /* --secret-file, or NULL (a random secret) */
-  int asks;                 /* the config's policy has an "ask" rule: approvals are on */
-  char policy_hash[TP__MCP_APPROVE_HASH_LEN];  /* of the config's policy (durable runs) */
-} options;
+typedef tp__mcp_options options;
 
-typedef struct server server;
+typedef struct tp__mcp_server server;
 typedef struct session session;
 typedef struct worker worker;
 typedef struct req req;
@@ -372,16 +257,13 @@ struct worker {
   int ready;                /* its first M_READY came: its mailbox is open */
 };
 
-struct server {
+struct tp__mcp_server {
   uv_loop_t loop_storage, *loop;  /* the protocol thread's */
   options o;
-  int out;                  /* the protocol's fd (a duplicate of the original fd 1) */
   int audit_fd;             /* --audit's file (O_APPEND), or -1 */
-  int out_broken;
-  void (*sink)(void *ud, const char *line, size_t len);  /* instead of out (fuzzing) */
-  void *sink_ud;
   int quiet;                /* no logs on standard error (fuzzing) */
-  tp__mcp_http *http;       /* serving HTTP (mcp_http.c) instead of standard input */
+  tp__mcp_transport t;      /* where messages come from and lines go (transport.h) */
+  int has_t;
   char *owner;              /* with --state: its name as the holder of sessions, or NULL */
   void *origin;             /* where what is written now goes: an HTTP request, or NULL */
   int noting;               /* what is written now is a notification, not a response */
@@ -391,17 +273,7 @@ struct server {
   int start_failed;
   tp_store *kv;             /* shared by the workers' engines */
   /* input */
-  int in_file;              /* read with uv_fs_read (a file, /dev/null...) */
-  union { uv_pipe_t pipe; uv_tty_t tty; } in;
-  int in_open;
-  uv_fs_t fsreq;
-  char fsbuf[1 << 16];
-  char *line;
-  size_t len, cap;
-  int skipping;             /* the line is over LINE_IN_MAX: drop it up to its '\n' */
-  char *stash;              /* input read but not handled while paused */
-  size_t stash_len;
-  int paused, reading, eof, done;
+  int eof, done;
   uv_timer_t drain;         /* after end of input: the bound on what is still running */
   int drain_on;
   /* requests */
@@ -495,20 +367,6 @@ static void msg_free (mail *m) {
 
 /* ---- output (protocol thread) ---------------------------------------------------------- */
 
-static void write_all (server *s, const char *p, size_t n) {
-  while (n > 0 && !s->out_broken) {
-    ssize_t w = write(s->out, p, n);
-    if (w > 0) { p += w; n -= (size_t)w; continue; }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      struct pollfd pfd = { s->out, POLLOUT, 0 };
-      poll(&pfd, 1, 1000);
-      continue;
-    }
-    s->out_broken = 1;  /* the client is gone; standard input will close too */
-    fprintf(stderr, "tidepool mcp: cannot write to standard output: %s\n", strerror(errno));
-  }
-}
 
 /* Every line the server writes goes through here. Lines are built under LINE_OUT_MAX
 ** upstream; one that is not is a bug, never sent (the client would drop the stream). */
@@ -518,17 +376,8 @@ static void write_line (server *s, const char *text, size_t len) {
             "the %u MiB line limit)\n", len, LINE_OUT_MAX >> 20);
     return;
   }
-  if (s->http) {  /* over HTTP, to the request a message belongs to (none: dropped) */
-    if (s->origin) tp__mcp_http_emit(s->origin, text, len, !s->noting);
-    return;
-  }
-  if (s->sink) { s->sink(s->sink_ud, text, len); return; }
-  char *buf = malloc(len + 1);
-  if (buf == NULL) { write_all(s, text, len); write_all(s, "\n", 1); return; }
-  memcpy(buf, text, len);
-  buf[len] = '\n';
-  write_all(s, buf, len + 1);
-  free(buf);
+  /* over HTTP, to the request a message belongs to (none: dropped) */
+  s->t.emit(s->t.ud, s->origin, text, len, !s->noting);
 }
 
 static json_t *error_msg (json_t *id, int code, const char *text) {
@@ -930,7 +779,7 @@ static void session_drop (server *s, session *ss, const char *why) {
     /* over HTTP a log line goes to the request being handled, maybe another principal's:
     ** the operator's standard error only */
     void *origin = s->origin;
-    if (s->http) s->origin = NULL;
+    s->origin = NULL;
     log_msg(s, L_INFO, "session %s dropped: %s", ss->id, why);
     s->origin = origin;
   }
@@ -1556,7 +1405,7 @@ static void decide (worker *w, req *q, json_t *args);
 ** whose lease lapsed (it died, or lost the store: --lease) is run.interrupted when its
 ** record says "running" (its calls may have been made), and is taken over when the record
 ** is still the pause this server holds (nothing was decided there). */
-#define RUN_CLAIMS(s) ((s)->owner != NULL && ((s)->o.advertise || (s)->o.http.listen))
+#define RUN_CLAIMS(s) ((s)->owner != NULL && ((s)->o.advertise || (s)->o.http_listen))
 #define RUN_CLAIM_TTL_MS(o) ((int64_t)((o)->pause_ttl_us / 1000) + 3600000)
 static void run_claim_key (const char *run_id, char *out, size_t len) {
   snprintf(out, len, "\x1frun:%s", run_id);
@@ -2634,7 +2483,7 @@ static void post_worker (worker *w, int kind, uint64_t n) {
 }
 
 static void req_free (server *s, req *q) {
-  if (q->origin) tp__mcp_http_release(q->origin);
+  if (q->origin) s->t.release(q->origin);
   json_decref(q->id);
   json_decref(q->token);
   json_decref(q->sess_info);
@@ -2753,7 +2602,7 @@ static void req_done (server *s, req *q) {
   if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
   if (q->line && q->tool) drop_structured_on_error(&q->line, &q->line_len);
   if (q->line && q->modern) tp__mcp_era_stamp(&q->line, &q->line_len);
-  if (q->line != NULL && q->progress > 0 && q->b == NULL && !s->sink && !q->origin &&
+  if (q->line != NULL && q->progress > 0 && q->b == NULL && s->t.defer_after_progress && !q->origin &&
       uv_timer_init(s->loop, &q->defer) == 0) {
     /* The reference client handles notifications a tick after the response that arrives
     ** in the same read, and drops progress for a request already answered: send the
@@ -2879,9 +2728,9 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   if (q == NULL) { send_error(s, b, id, -32603, "out of memory"); return; }
   q->s = s;
   q->serial = ++s->serial;
-  if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);
+  if ((q->origin = s->origin) != NULL) s->t.hold(q->origin);
   const char *who, *scopes;
-  if (q->origin && tp__mcp_http_principal(q->origin, &who, &scopes)) {
+  if (q->origin && s->t.principal(q->origin, &who, &scopes)) {
     q->principal = strdup(who);
     q->scopes = strdup(scopes);
   }
@@ -2896,7 +2745,7 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   q->elicit = q->era26 ? 0 : s->client_elicit;
   /* over HTTP an elicitation/create can only ride on an SSE stream: a request answered with
   ** JSON is paused instead (resume_run) */
-  if (q->origin && !tp__mcp_http_streams(q->origin)) q->elicit = 0;
+  if (q->origin && !s->t.streams(q->origin)) q->elicit = 0;
   if (is_run) {
     json_t *code = json_object_get(args, "code");
     json_t *sid = json_object_get(args, "session");
@@ -2981,7 +2830,7 @@ static void park_req (server *s, mail *m) {
   respond_text(s, q->b, q->id, m->text, m->len);
   s->origin = NULL;
   if (q->origin) {  /* the resuming request brings its own */
-    tp__mcp_http_release(q->origin);
+    s->t.release(q->origin);
     q->origin = NULL;
   }
   if (q->b) {
@@ -3015,9 +2864,9 @@ static int restore_req (server *s, batch *b, json_t *id, const char *run_id, jso
   }
   q->s = s;
   q->serial = ++s->serial;
-  if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);
+  if ((q->origin = s->origin) != NULL) s->t.hold(q->origin);
   const char *who, *scopes;  /* the caller: the run's record must name the same principal */
-  if (q->origin && tp__mcp_http_principal(q->origin, &who, &scopes)) q->principal = strdup(who);
+  if (q->origin && s->t.principal(q->origin, &who, &scopes)) q->principal = strdup(who);
   q->id = json_deep_copy(id);
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
   if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
@@ -3039,7 +2888,7 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
   /* The caller, in every era: another principal's run is not found here, and the answer
   ** says nothing of it (the same as for an id no run has). */
   const char *who = NULL, *scopes;
-  if (s->origin && !tp__mcp_http_principal(s->origin, &who, &scopes)) who = NULL;
+  if (s->origin && !s->t.principal(s->origin, &who, &scopes)) who = NULL;
   req *q = s->parked;
   while (q && (strcmp(q->run_id, run_id) != 0 || !same_principal(q->principal, who)))
     q = q->next;
@@ -3077,7 +2926,7 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
   if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
   q->era26 = era26;
-  if ((q->origin = s->origin) != NULL) tp__mcp_http_hold(q->origin);  /* answers it */
+  if ((q->origin = s->origin) != NULL) s->t.hold(q->origin);  /* answers it */
   list_push(&s->reqs, q);
   s->nrunning++;
   q->w->load++;
@@ -3115,7 +2964,7 @@ static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
   int code;
   char why[500];
   const char *who = "", *scopes = NULL;  /* the caller over HTTP with auth, else no one */
-  if (s->origin && !tp__mcp_http_principal(s->origin, &who, &scopes)) who = "";
+  if (s->origin && !s->t.principal(s->origin, &who, &scopes)) who = "";
   json_t *st = tp__mcp_approve_open(json_string_value(rs), json_string_length(rs), who, &code, why,
                             sizeof why);
   if (st == NULL) {
@@ -3205,7 +3054,6 @@ static void fs_event_cb (uv_fs_event_t *h, const char *file, int events, int sta
 
 /* ---- messages from the workers ------------------------------------------------------- */
 
-static void start_reading(server *s);
 
 static void tools_reported (server *s, mail *m) {
   /* the worker's own JSON, as large as the plugins' schemas and descriptions make it */
@@ -3254,12 +3102,7 @@ static void ready (server *s, mail *m) {
     s->done = 1;
     return;
   }
-  if (!s->quiet && !s->http)
-    fprintf(stderr, "tidepool mcp %s: serving on standard input/output (%zu tool%s, %u "
-            "worker%s)\n", tp_version(), s->ntools, s->ntools == 1 ? "" : "s", s->nworkers,
-            s->nworkers == 1 ? "" : "s");
-  if (s->http) tp__mcp_http_serve(s->http, s->ntools, s->nworkers);
-  else if (!s->sink) start_reading(s);
+  s->t.serve(s->t.ud, s->ntools, s->nworkers);
 }
 
 static void server_mail (uv_async_t *a) {
@@ -3486,7 +3329,7 @@ static void handle_batch (server *s, json_t *msg) {
   batch_unref(s, b);
 }
 
-static void handle_line (server *s, char *line, size_t len) {
+static void handle_line (server *s, const char *line, size_t len) {
   while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
     len--;
   size_t i = 0;
@@ -3505,9 +3348,10 @@ static void handle_line (server *s, char *line, size_t len) {
 
 static void shutdown_server(server *s);
 
-/* ---- the HTTP transport's entry points (mcp_http.c) ------------------------------------ */
+/* ---- the server's entries, handed to its transport (transport.h) ------------------------ */
 
-void tp__mcp_handle (server *s, void *origin, json_t *msg) {
+static void entry_handle (void *ud, void *origin, json_t *msg) {
+  server *s = ud;
   s->origin = origin;
   handle_message(s, NULL, msg);
   s->origin = NULL;
@@ -3515,7 +3359,8 @@ void tp__mcp_handle (server *s, void *origin, json_t *msg) {
 
 /* Cancels the request that came in origin, as notifications/cancelled does, without a
 ** response; one still waiting is dropped. */
-void tp__mcp_cancel_origin (server *s, void *origin) {
+static void entry_cancel (void *ud, void *origin) {
+  server *s = ud;
   for (req *q = s->reqs; q; q = q->next)
     if (q->origin == origin && !q->cancelled) {
       q->cancelled = 1;
@@ -3533,77 +3378,30 @@ void tp__mcp_cancel_origin (server *s, void *origin) {
     }
 }
 
-void tp__mcp_stop (server *s) {
-  shutdown_server(s);
+static void entry_stop (void *ud) {
+  shutdown_server(ud);
+}
+
+/* A line of standard input (NULL: one over LINE_IN_MAX, skipped); past WAITING_MAX
+** waiting requests the transport stops reading until some finish (resume_input). */
+static void entry_line (void *ud, const char *text, size_t len) {
+  server *s = ud;
+  if (text == NULL)
+    send_error(s, NULL, NULL, -32600, "Invalid Request: the line is longer than the %u MiB "
+               "a message may have; it was skipped", LINE_IN_MAX >> 20);
+  else handle_line(s, text, len);
+  if (s->nwaiting > WAITING_MAX && s->t.pause) s->t.pause(s->t.ud);
+}
+
+static void resume_input (server *s) {
+  if (s->nwaiting > WAITING_MAX / 2 || s->done || !s->has_t || !s->t.resume) return;
+  s->t.resume(s->t.ud);
 }
 
 /* ---- input ----------------------------------------------------------------------------- */
 
-static void stop_reading (server *s) {
-  if (!s->reading || s->in_file) return;  /* a file read in flight ends in fs_read_cb */
-  s->reading = 0;
-  if (!s->in_file) uv_read_stop((uv_stream_t *)&s->in);
-}
 
-static void start_reading(server *s);
 
-/* Splits input into lines and handles them; keeps the rest when reading pauses. */
-static void feed (server *s, const char *p, size_t n) {
-  while (n > 0) {
-    if (s->paused || s->done) {
-      char *st = realloc(s->stash, s->stash_len + n);
-      if (st == NULL) return;  /* out of memory: the input is lost */
-      memcpy(st + s->stash_len, p, n);
-      s->stash = st;
-      s->stash_len += n;
-      return;
-    }
-    const char *nl = memchr(p, '\n', n);
-    size_t seg = nl ? (size_t)(nl - p) : n;
-    if (!s->skipping) {
-      if (s->len + seg > LINE_IN_MAX) {
-        s->skipping = 1;
-        free(s->line);
-        s->line = NULL;
-        s->len = s->cap = 0;
-      }
-      else if (seg > 0) {
-        if (s->len + seg + 1 > s->cap) {
-          size_t ncap = s->cap ? s->cap : 4096;
-          while (ncap < s->len + seg + 1) ncap *= 2;
-          char *nb = realloc(s->line, ncap);
-          if (nb == NULL) { s->skipping = 1; s->len = 0; }
-          else { s->line = nb; s->cap = ncap; }
-        }
-        if (!s->skipping) { memcpy(s->line + s->len, p, seg); s->len += seg; }
-      }
-    }
-    p += seg;
-    n -= seg;
-    if (nl == NULL) break;
-    p++;
-    n--;
-    if (s->skipping) {
-      s->skipping = 0;
-      send_error(s, NULL, NULL, -32600, "Invalid Request: the line is longer than the %u MiB "
-                 "a message may have; it was skipped", LINE_IN_MAX >> 20);
-    }
-    else {
-      size_t len = s->len;
-      s->len = 0;
-      handle_line(s, s->line, len);
-    }
-    if (s->len == 0 && s->cap > (1u << 20)) {  /* give a huge line's buffer back */
-      free(s->line);
-      s->line = NULL;
-      s->cap = 0;
-    }
-    if (!s->paused && s->nwaiting > WAITING_MAX) {
-      s->paused = 1;
-      stop_reading(s);
-    }
-  }
-}
 
 static void shutdown_server(server *s);
 
@@ -3620,7 +3418,7 @@ static int drained (const server *s) {
 
 /* Stops the server when input has ended and nothing is left to answer. */
 static void stop_if_drained (server *s) {
-  if (s->eof && !s->done && !s->http && drained(s)) shutdown_server(s);
+  if (s->eof && !s->done && drained(s)) shutdown_server(s);
 }
 
 static void drain_cb (uv_timer_t *t) {
@@ -3639,18 +3437,9 @@ static void drain_cb (uv_timer_t *t) {
   shutdown_server(s);
 }
 
-static void on_eof (server *s) {
+static void entry_eof (void *ud) {
+  server *s = ud;
   s->eof = 1;
-  if (s->skipping) {
-    s->skipping = 0;
-    send_error(s, NULL, NULL, -32600, "Invalid Request: the line is longer than the %u MiB "
-               "a message may have; it was skipped", LINE_IN_MAX >> 20);
-  }
-  else if (s->len > 0) {  /* a last line without '\n' */
-    size_t len = s->len;
-    s->len = 0;
-    handle_line(s, s->line, len);
-  }
   if (drained(s) || s->done) { shutdown_server(s); return; }
   uint64_t bound = s->o.lim.wall_us ? s->o.lim.wall_us / 1000 + DRAIN_SLACK_MS
                                        : DRAIN_UNBOUNDED_MS;
@@ -3662,85 +3451,12 @@ static void on_eof (server *s) {
   else if (!s->drain_on) shutdown_server(s);
 }
 
-static void alloc_cb (uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)suggested;
-  server *s = h->data;
-  buf->base = s->fsbuf;
-  buf->len = sizeof s->fsbuf;
-}
 
-static void read_cb (uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
-  server *s = st->data;
-  if (n > 0) feed(s, buf->base, (size_t)n);
-  else if (n < 0) {
-    if (n != UV_EOF) fprintf(stderr, "tidepool mcp: reading standard input: %s\n", uv_strerror((int)n));
-    stop_reading(s);
-    on_eof(s);
-  }
-}
 
-static void fs_read_cb (uv_fs_t *r) {
-  server *s = r->data;
-  ssize_t n = r->result;
-  uv_fs_req_cleanup(r);
-  s->reading = 0;
-  if (n > 0) {
-    feed(s, s->fsbuf, (size_t)n);
-    if (!s->paused && !s->done) start_reading(s);
-  }
-  else {
-    if (n < 0) fprintf(stderr, "tidepool mcp: reading standard input: %s\n", uv_strerror((int)n));
-    on_eof(s);
-  }
-}
 
-static void start_reading (server *s) {
-  if (s->reading || s->done || s->eof) return;
-  s->reading = 1;
-  if (s->in_file) {
-    uv_buf_t buf = uv_buf_init(s->fsbuf, sizeof s->fsbuf);
-    s->fsreq.data = s;
-    if (uv_fs_read(s->loop, &s->fsreq, 0, &buf, 1, -1, fs_read_cb) != 0) {
-      s->reading = 0;
-      on_eof(s);
-    }
-  }
-  else if (uv_read_start((uv_stream_t *)&s->in, alloc_cb, read_cb) != 0) {
-    s->reading = 0;
-    on_eof(s);
-  }
-}
 
-static void resume_input (server *s) {
-  if (!s->paused || s->nwaiting > WAITING_MAX / 2 || s->done) return;
-  s->paused = 0;
-  char *st = s->stash;
-  size_t n = s->stash_len;
-  s->stash = NULL;
-  s->stash_len = 0;
-  if (st) feed(s, st, n);
-  free(st);
-  if (!s->paused) start_reading(s);
-}
 
-static int open_input (server *s) {
-  uv_handle_type t = uv_guess_handle(0);
-  int rc = -1;
-  if (t == UV_NAMED_PIPE || t == UV_TCP) {
-    rc = uv_pipe_init(s->loop, &s->in.pipe, 0);
-    if (rc == 0) {
-      s->in_open = 1;
-      rc = uv_pipe_open(&s->in.pipe, 0);
-    }
-  }
-  else if (t == UV_TTY) {
-    rc = uv_tty_init(s->loop, &s->in.tty, 0, 1);
-    if (rc == 0) s->in_open = 1;
-  }
-  if (rc != 0) s->in_file = 1;  /* a file, /dev/null, or something libuv cannot poll */
-  s->in.pipe.data = s;
-  return 0;
-}
+
 
 /* ---- life ------------------------------------------------------------------------------ */
 
@@ -3749,7 +3465,7 @@ static int open_input (server *s) {
 static void shutdown_server (server *s) {
   if (s->done) return;
   s->done = 1;
-  stop_reading(s);
+  if (s->has_t) s->t.stop(s->t.ud);
   while (s->waiting) {
     req *q = s->waiting;
     list_remove(&s->waiting, q);
@@ -3811,12 +3527,10 @@ static void server_close (server *s) {
     uv_close((uv_handle_t *)&s->reload_timer, NULL);
     uv_close((uv_handle_t *)&s->sweep, NULL);
   }
-  if (s->in_open) uv_close((uv_handle_t *)&s->in, NULL);
   if (s->drain_on) uv_close((uv_handle_t *)&s->drain, NULL);
-  if (s->in_file && s->reading) uv_cancel((uv_req_t *)&s->fsreq);
   if (s->mb.inited) uv_close((uv_handle_t *)&s->mb.async, NULL);
-  tp__mcp_http_free(s->http);  /* after every request: they hold its connections */
-  s->http = NULL;
+  if (s->has_t) s->t.free(s->t.ud);  /* after every request: they hold its origins */
+  s->has_t = 0;
   uv_run(s->loop, UV_RUN_DEFAULT);
   uv_loop_close(s->loop);
   if (s->mb.inited) pthread_mutex_destroy(&s->mb.mu);
@@ -3828,8 +3542,6 @@ static void server_close (server *s) {
   tp__mcp_era_listen_free(s->listen);
   free(s->workers);
   free(s->watch);
-  free(s->line);
-  free(s->stash);
   free(s->builtin_dir);
   for (size_t k = 0; k < DROPPED_MAX; k++) {
     free(s->dropped_id[k]);
@@ -3838,284 +3550,32 @@ static void server_close (server *s) {
   }
 }
 
-static unsigned default_workers (void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  if (n < 1) n = 1;
-  if (n > WORKERS_MAX) n = WORKERS_MAX;
-  return (unsigned)n;
+
+
+
+
+
+/* ---- for main.c (server.h) ------------------------------------------------------------ */
+
+static void entries_of (server *s, tp__mcp_entries *e) {
+  memset(e, 0, sizeof *e);
+  e->s = s;
+  e->handle = entry_handle;
+  e->line = entry_line;
+  e->cancel = entry_cancel;
+  e->eof = entry_eof;
+  e->stop = entry_stop;
 }
 
-/* This server's name as the holder of sessions in a shared store: --advertise, else the
-** URL of --http (a wildcard address as this host's name), else "pid N on HOST". */
-static char *owner_name (const options *o) {
-  char host[256] = "localhost", buf[600];
-  gethostname(host, sizeof host - 1);
-  host[sizeof host - 1] = '\0';
-  const char *l = o->http.listen;
-  if (o->advertise) snprintf(buf, sizeof buf, "%s", o->advertise);
-  else if (l && strchr(l, ':') == NULL) snprintf(buf, sizeof buf, "http://127.0.0.1:%s/mcp", l);
-  else if (l) {
-    const char *colon = strrchr(l, ':');
-    int n = (int)(colon - l);
-    int any = (n == 7 && strncmp(l, "0.0.0.0", 7) == 0) || (n == 4 && strncmp(l, "[::]", 4) == 0);
-    snprintf(buf, sizeof buf, "http://%.*s%s/mcp", any ? (int)strlen(host) : n, any ? host : l,
-             colon);
-  }
-  else snprintf(buf, sizeof buf, "pid %ld on %s", (long)getpid(), host);
-  return strdup(buf);
-}
-
-static void options_free (options *o) {
-  for (size_t i = 0; o->config_owned && o->config_owned[i]; i++) free(o->config_owned[i]);
-  free(o->config_owned);
-  free(o->dirs);
-  free(o->limit_opts);
-  free(o->config);
-  free(o->config_dir);
-}
-
-/* Checks the --config file and takes its limits, tools and workspace under the options
-** (which win: a limit option over the file's, --tools directories after the file's, and
-** --workspace and --workspace-max over its workspace). 0, or -1 with every problem on
-** stderr. */
-static int apply_config (options *o) {
-  tp_engine *e = tp_engine_create();
-  if (e == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return -1; }
-  if (tp_engine_configure_dir(e, o->config, o->config_len, o->config_dir) != TP_OK) {
-    tp__options_config_problems(stderr, "tidepool: ", o->config_path, tp_engine_error(e));
-    tp_engine_destroy(e);
-    return -1;
-  }
-  if (tp_engine_config_warnings(e))  /* what this machine lacks: tidepool config check */
-    tp__options_config_problems(stderr, "tidepool: warning: ", o->config_path,
-                            tp_engine_config_warnings(e));
-  mcp_limits_init(&o->lim);
-  tp_engine_config_limits(e, &o->lim);
-  for (size_t k = 0; k < o->nlimit_opts; k += 2)
-    tp_limits_set(&o->lim, o->limit_opts[k], o->limit_opts[k + 1], NULL, 0);  /* checked */
-  size_t nfile = 0;
-  while (tp_engine_config_tools(e, nfile)) nfile++;
-  uint64_t max;
-  const char *ws = tp_engine_config_workspace(e, &max);
-  const char **dirs = calloc(nfile + o->ndirs + 1, sizeof *dirs);
-  o->config_owned = calloc(nfile + 3, sizeof *o->config_owned);
-  int oom = dirs == NULL || o->config_owned == NULL;
-  for (size_t k = 0; !oom && k < nfile; k++)
-    oom = (dirs[k] = o->config_owned[k] = strdup(tp_engine_config_tools(e, k))) == NULL;
-  if (!oom && ws && o->workspace == NULL) {
-    oom = (o->workspace = o->config_owned[nfile] = strdup(ws)) == NULL;
-    if (!o->workspace_max_set && max != UINT64_MAX) {
-      o->workspace_max = max;
-      o->workspace_max_set = 1;
-    }
-  }
-  const char *st = tp_engine_config_state(e);
-  for (size_t k = nfile; !oom && st && o->state == NULL; k++)
-    if (o->config_owned[k] == NULL) oom = (o->state = o->config_owned[k] = strdup(st)) == NULL;
-  tp_engine_destroy(e);
-  if (oom) {
-    free(dirs);
-    fprintf(stderr, "tidepool mcp: out of memory\n");
-    return -1;
-  }
-  /* Each worker's engine runs its own copy of every upstream server: a server that keeps
-  ** state in memory (server-memory) would show each worker a different one. So a config
-  ** with servers runs one worker unless --workers says otherwise. */
-  json_t *cfg = tp_json_parse(o->config, o->config_len, NULL, 0);
-  const char *name;
-  json_t *srv;
-  int servers = 0;
-  json_object_foreach(json_object_get(cfg, "mcpServers"), name, srv)
-    servers += !json_is_true(json_object_get(srv, "disabled"));
-  json_decref(cfg);
-  if (servers && !o->workers_set) o->workers = 1;
-  for (size_t k = 0; k < o->ndirs; k++) dirs[nfile + k] = o->dirs[k];
-  free(o->dirs);
-  o->dirs = dirs;
-  o->ndirs += nfile;
-  return 0;
-}
-
-int tp__mcp_main (int argc, char **argv) {
-  static server srv;  /* large (its input buffer); one per process */
-  server *s = &srv;
-  options *o = &s->o;
-  mcp_limits_init(&o->lim);
-  o->builtin = 1;
-  o->name = "run_lua";
-  o->session_idle_us = 600u * 1000000u;
-  o->max_sessions = 16;
-  o->workers = default_workers();
-  o->pause_ttl_us = TP__MCP_APPROVE_TTL_DEFAULT_US;
-  o->lease_us = LEASE_DEFAULT_US;
-  o->dirs = calloc((size_t)argc + 1, sizeof *o->dirs);
-  o->limit_opts = calloc((size_t)argc * 2 + 2, sizeof *o->limit_opts);
-  if (o->dirs == NULL || o->limit_opts == NULL) return 1;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 0; }
-    if (strcmp(a, "--no-builtin-tools") == 0) { o->builtin = 0; continue; }
-    if (strcmp(a, "--expose-tools") == 0) { o->expose = 1; continue; }
-    if (strcmp(a, "--test-tools") == 0) { o->test_tools = 1; continue; }
-    if (a[0] != '-') return tp__options_usage_error("tidepool mcp takes no file ('%s')", a);
-    char name[64];
-    const char *name_end = tp__options_option_name(a, name, sizeof name);
-    if (name_end == NULL) return tp__options_usage_error("unknown option '%s'", a);
-    if (tp__mcp_http_is_option(name)) {  /* --http and its limits (mcp_http.c) */
-      const char *hv = *name_end == '=' ? name_end + 1 : i + 1 < argc ? argv[++i] : NULL;
-      char hwhy[256];
-      if (hv == NULL) return tp__options_usage_error("option '%s' needs a value", a);
-      if (tp__mcp_http_option(&o->http, name, hv, hwhy, sizeof hwhy) != 0)
-        return tp__options_usage_error("%s", hwhy);
-      continue;
-    }
-    static const char *const with_value[] = { "--tools", "--workspace", "--name",
-      "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
-      "--audit", "--config", "--pause-ttl", "--secret-file", "--state", "--advertise",
-      "--lease" };
-    const tp_limit_info *li = tp_limit_find(name);
-    int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
-    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-      known |= strcmp(name, with_value[k]) == 0;
-    if (!known) return tp__options_usage_error("unknown option '%s'", a);
-    const char *val = *name_end == '=' ? name_end + 1 : i + 1 < argc ? argv[++i] : NULL;
-    if (val == NULL) return tp__options_usage_error("option '%s' needs a value", a);
-    char why[256];
-    int lo = tp__options_limit_option(name, val, &o->lim, 1, why, sizeof why);
-    if (lo < 0) return tp__options_usage_error("%s", why);
-    if (lo > 0) {
-      o->limit_opts[o->nlimit_opts++] = li->field;
-      o->limit_opts[o->nlimit_opts++] = val;
-      continue;
-    }
-    if (strcmp(name, "--tools") == 0) {  /* missing: a warning, as in tidepool run */
-      struct stat st;
-      if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
-        fprintf(stderr, "tidepool: warning: --tools: '%s' is not a directory: no tools from "
-                "it\n", val);
-      else o->dirs[o->ndirs++] = val;
-    }
-    else if (strcmp(name, "--workspace") == 0) {
-      struct stat st;
-      if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
-        return tp__options_usage_error("--workspace: '%s' is not a directory", val);
-      o->workspace = val;
-    }
-    else if (strcmp(name, "--audit") == 0) o->audit = val;
-    else if (strcmp(name, "--secret-file") == 0) o->secret_file = val;
-    else if (strcmp(name, "--pause-ttl") == 0) {
-      if (tp__mcp_approve_parse_ttl(val, &o->pause_ttl_us, why, sizeof why) != 0)
-        return tp__options_usage_error("%s", why);
-    }
-    else if (strcmp(name, "--state") == 0) o->state = val;
-    else if (strcmp(name, "--lease") == 0) {
-      if (tp_parse_value(TP_UNIT_DURATION, val, 3600ull * 1000000u, &o->lease_us, NULL, why,
-                         sizeof why) != TP_OK || o->lease_us < 300000u)
-        return tp__options_usage_error("--lease: bad duration '%s' (300ms to 1h, e.g. 15s)", val);
-    }
-    else if (strcmp(name, "--advertise") == 0) o->advertise = val;
-    else if (strcmp(name, "--config") == 0) {
-      free(o->config);
-      free(o->config_dir);
-      if ((o->config = tp__options_read_config(val, &o->config_len)) == NULL) return TP_EXIT_USAGE;
-      if ((o->config_dir = tp__options_config_dir(val)) == NULL) return TP_EXIT_FAILED;
-      o->config_path = val;
-    }
-    else if (strcmp(name, "--describe") == 0) {
-      if (strcmp(val, "auto") == 0) o->describe = 0;
-      else if (strcmp(val, "full") == 0) o->describe = 1;
-      else if (strcmp(val, "compact") == 0) o->describe = 2;
-      else return tp__options_usage_error("--describe '%s': use auto, full or compact", val);
-    }
-    else if (strcmp(name, "--workspace-max") == 0) {
-      if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &o->workspace_max, NULL, why,
-                         sizeof why) != TP_OK)
-        return tp__options_usage_error("--workspace-max: %s", why);
-      o->workspace_max_set = 1;
-    }
-    else if (strcmp(name, "--name") == 0) {
-      size_t n = strlen(val);
-      if (n == 0 || n > 64 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                     "0123456789_-.") != n)
-        return tp__options_usage_error("--name: '%s' is not a tool name (letters, digits, _ - .)", val);
-      o->name = val;
-    }
-    else if (strcmp(name, "--session-idle") == 0) {
-      if (tp_parse_value(TP_UNIT_DURATION, val, UINT64_MAX, &o->session_idle_us, NULL, why,
-                         sizeof why) != TP_OK)
-        return tp__options_usage_error("--session-idle: %s", why);
-    }
-    else if (strcmp(name, "--max-sessions") == 0) {
-      uint64_t n;
-      if (tp_parse_value(TP_UNIT_COUNT, val, 100000, &n, NULL, NULL, 0) != TP_OK)
-        return tp__options_usage_error("--max-sessions: bad count '%s' (0 to 100000)", val);
-      o->max_sessions = (unsigned)n;
-    }
-    else if (strcmp(name, "--workers") == 0) {
-      uint64_t n;
-      if (tp_parse_value(TP_UNIT_COUNT, val, WORKERS_MAX, &n, NULL, NULL, 0) != TP_OK || n < 1)
-        return tp__options_usage_error("--workers: bad count '%s' (1 to 64)", val);
-      o->workers = (unsigned)n;
-      o->workers_set = 1;
-    }
-    else return tp__options_usage_error("unknown option '%s'", a);
-  }
-  if (o->config && apply_config(o) != 0) return TP_EXIT_USAGE;
-  {
-    char why[300];
-    if (tp__mcp_http_check(&o->http, o->config, o->config_len, why, sizeof why) != 0)
-      return tp__options_usage_error("%s", why);
-  }
-  o->asks = tp__mcp_approve_config_asks(o->config, o->config_len);
-  tp__mcp_approve_policy_hash(o->config, o->config_len, o->policy_hash);
-  {
-    char why[300];
-    if (tp__mcp_approve_secret_init(o->secret_file, why, sizeof why) != 0)
-      return tp__options_usage_error("%s", why);
-  }
-  if (o->lim.memory && o->lim.memory < 16 * 1024)
-    return tp__options_usage_error("--memory is too small (at least 16K)%s", "");
-
-  /* The protocol keeps the real standard output; fd 1 becomes standard error. */
-  signal(SIGPIPE, SIG_IGN);
-  fflush(stdout);
-  s->out = fcntl(1, F_DUPFD_CLOEXEC, 3);
-  if (s->out < 0 || dup2(2, 1) < 0) {
-    fprintf(stderr, "tidepool mcp: cannot set up standard output: %s\n", strerror(errno));
-    return 1;
-  }
-  if (o->state) {  /* one store for every worker's engine */
-    char why[512];
-    if ((s->kv = tp_store_open(o->state, why, sizeof why)) == NULL) {
-      fprintf(stderr, "tidepool: --state: %s\n", why);
-      options_free(o);
-      close(s->out);
-      return TP_EXIT_USAGE;  /* as in tidepool run */
-    }
-    s->owner = owner_name(o);
-  }
-  if (server_init(s) != 0) {
-    fprintf(stderr, "tidepool mcp: out of memory\n");
-    return 1;
-  }
-  if (tp__mcp_http_wanted(&o->http, o->config, o->config_len) &&
-      (s->http = tp__mcp_http_new(s, s->loop, &o->http, o->config, o->config_len,
-                                  o->config_dir)) == NULL) {
-    server_close(s);
-    options_free(o);
-    close(s->out);
-    return 1;
-  }
-  if (o->audit) {
-    s->audit_fd = open(o->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (s->audit_fd < 0) {
-      fprintf(stderr, "tidepool: --audit: cannot open %s: %s\n", o->audit, strerror(errno));
-      server_close(s);
-      options_free(o);
-      close(s->out);
-      return TP_EXIT_USAGE;
-    }
-  }
+tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, tp_store *kv, char *owner,
+                                    int audit_fd, tp__mcp_entries *entries) {
+  server *s = calloc(1, sizeof *s);
+  if (s == NULL) { tp_store_destroy(kv); free(owner); return NULL; }
+  s->o = *o;
+  s->kv = kv;
+  s->owner = owner;
+  if (server_init(s) != 0) return NULL;  /* the process ends: nothing to give back */
+  s->audit_fd = audit_fd;
   if (o->builtin) {
     char buf[4200];
     s->builtin_dir = strdup(tp__options_builtin_tools_dir(buf, sizeof buf));
@@ -4136,7 +3596,18 @@ int tp__mcp_main (int argc, char **argv) {
   if (every < 10) every = 10;
   if (every > 1000) every = 1000;
   if (s->o.session_idle_us) uv_timer_start(&s->sweep, sweep_cb, every, every);
-  if (!s->http) open_input(s);
+  entries_of(s, entries);
+  return s;
+}
+
+uv_loop_t *tp__mcp_server_loop (tp__mcp_server *s) { return s->loop; }
+
+void tp__mcp_server_attach (tp__mcp_server *s, const tp__mcp_transport *t) {
+  s->t = *t;
+  s->has_t = 1;
+}
+
+int tp__mcp_server_run (tp__mcp_server *s) {
   /* the workers load the plugin directories; reading starts once all have (ready) */
   for (unsigned k = 0; k < s->nworkers; k++) {
     worker *w = &s->workers[k];
@@ -4152,39 +3623,27 @@ int tp__mcp_main (int argc, char **argv) {
   while (!s->done) {
     if (uv_run(s->loop, UV_RUN_ONCE) == 0 && !s->done) shutdown_server(s);
   }
-  int status = s->start_failed ? 1 : 0;
+  return s->start_failed ? 1 : 0;
+}
+
+void tp__mcp_server_free (tp__mcp_server *s) {
+  if (s == NULL) return;
   server_close(s);
-  if (s->audit_fd >= 0) close(s->audit_fd);
-  options_free(o);
-  close(s->out);
-  return status;
+  free(s);
 }
 
 /* ---- fuzzing ------------------------------------------------------------------------------
 ** A server in the calling thread: one worker without a thread of its own (its engine's
-** loop is run here), the test tools, no plugin directories, small limits; output goes to
-** a sink. Each line is handled with everything it starts, until nothing is left. */
+** loop is run here), no plugin directories; output goes to the transport t. Each line is
+** handled with everything it starts, until nothing is left. */
 
-tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t len), void *ud) {
+tp__mcp_server *tp__mcp_server_fuzz_new (const tp__mcp_options *o, const tp__mcp_transport *t) {
   server *s = calloc(1, sizeof *s);
   if (s == NULL) return NULL;
-  options *o = &s->o;
-  tp_limits_init(&o->lim);
-  o->lim.memory = 4u << 20;
-  o->lim.instructions = 200000;
-  o->lim.wall_us = 200000;
-  o->lim.cpu_us = 200000;
-  o->name = "run_lua";
-  o->max_sessions = 4;
-  o->workers = 1;
-  o->test_tools = 1;
-  o->expose = 1;
-  o->pause_ttl_us = TP__MCP_APPROVE_TTL_DEFAULT_US;
-  o->lease_us = LEASE_DEFAULT_US;
-  s->sink = sink;
-  s->sink_ud = ud;
+  s->o = *o;
   s->quiet = 1;
-  s->out = -1;
+  s->t = *t;
+  s->has_t = 1;
   if (server_init(s) != 0 || worker_open(&s->workers[0]) != 0) {
     s->nworkers = 0;
     server_close(s);
@@ -4193,28 +3652,15 @@ tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t 
   }
   worker_load(&s->workers[0]);
   uv_run(s->loop, UV_RUN_NOWAIT);
-  return (tp__mcp_fuzz *)s;
+  return s;
 }
 
-void tp__mcp_fuzz_line (tp__mcp_fuzz *f, const char *line, size_t len) {
-  server *s = (server *)f;
-  char *copy = malloc(len + 1);
-  if (copy == NULL) return;
-  memcpy(copy, line, len);
-  copy[len] = '\0';
-  handle_line(s, copy, len);
-  free(copy);
+void tp__mcp_server_fuzz_line (tp__mcp_server *s, const char *line, size_t len) {
+  handle_line(s, line, len);
   worker *w = &s->workers[0];
   while (s->nrunning > 0 || s->nwaiting > 0 || !mailbox_empty(&w->mb) ||
          !mailbox_empty(&s->mb)) {
     uv_run(w->loop, s->nrunning > 0 ? UV_RUN_ONCE : UV_RUN_NOWAIT);
     uv_run(s->loop, UV_RUN_NOWAIT);
   }
-}
-
-void tp__mcp_fuzz_free (tp__mcp_fuzz *f) {
-  server *s = (server *)f;
-  if (s == NULL) return;
-  server_close(s);
-  free(s);
 }
