@@ -58,8 +58,8 @@ if [ "${1:-}" = "--self-test" ]; then
   for want in 'engine/core/normalize.c includes "engine.h" of layer host' \
               'normalize.o (core) uses tp__host_open, defined in host.o (host)' \
               'normalize.o (core) uses uv_now (libuv' \
-              'front: mcp/view.o (floor 0) calls mcp/server.o (floor 3): tp__mcp_server_run' \
-              'front: engine/front/mcp/era.c (floor 0) includes "server.h" (floor 3)'; do
+              'front: mcp/view.o (floor 0) calls mcp/server.o (floor 4): tp__mcp_server_run' \
+              'front: engine/front/mcp/era.c (floor 0) includes "server.h" (floor 4)'; do
     if printf '%s\n' "$out" | grep -qF "$want"; then ok "self-test: reports: $want"
     else not_ok "self-test: reports: $want"; printf '%s\n' "$out" | sed 's/^/#   /'; fi
   done
@@ -148,11 +148,12 @@ else not_ok "calls: $bad upward or forbidden references"; fi
 # ---- (c) engine/front's floors -------------------------------------------------------------
 front_floor() {  # the floor of front file $1 (its name without .c/.o), or "" when it has none
   case "$1" in
-    cli|luamod) echo 7 ;;                  # the commands; the Lua module
-    mcp/main) echo 6 ;;                    # options -> config -> server + one transport
-    mcp/stdio|mcp/http) echo 5 ;;          # the transports (fill transport.h)
-    mcp/auth) echo 4 ;;                    # the HTTP transport's authenticator
-    mcp/server) echo 3 ;;                  # the protocol thread
+    cli|luamod) echo 8 ;;                  # the commands; the Lua module
+    mcp/main) echo 7 ;;                    # options -> config -> server + one transport
+    mcp/stdio|mcp/http) echo 6 ;;          # the transports (fill transport.h)
+    mcp/auth) echo 5 ;;                    # the HTTP transport's authenticator
+    mcp/server) echo 4 ;;                  # the protocol thread
+    mcp/reply) echo 3 ;;                   # what the protocol thread writes
     mcp/worker) echo 2 ;;                  # a worker thread
     mcp/pause) echo 1 ;;                   # a paused run
     mcp/mail|mcp/view|mcp/approve|mcp/era|options) echo 0 ;;   # leaves
@@ -203,7 +204,7 @@ for f in "$src"/front/*.c "$src"/front/*.h "$src"/front/mcp/*.c "$src"/front/mcp
   [ -n "$me" ] || continue
   dir=$(dirname "$rel"); [ "$dir" = . ] && dir="" || dir="$dir/"
   for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
-    case "$h" in */*) hf=${h%.h} ;; *) hf=$dir${h%.h}; [ -f "$src/front/$hf.c" ] || hf=${h%.h} ;; esac
+    case "$h" in */*) hf=${h%.h} ;; *) hf=$dir${h%.h}; [ -f "$src/front/$dir$h" ] || hf=${h%.h} ;; esac
     [ "$hf" = mcp/mcp ] && hf=mcp/main     # mcp.h is main.c's
     [ "$hf" = "${rel%.[ch]}" ] && continue
     hl=$(front_floor "$hf")

@@ -20,6 +20,12 @@
 #include "transport.h"
 #include "http.h"
 #include "server.h"
+#include "worker.h"
+
+/* A worker's life, for the server (which never calls worker.c by name). */
+static const tp__mcp_worker_ops worker_ops = {
+  tp__mcp_worker_open, tp__mcp_worker_load, tp__mcp_worker_close, tp__mcp_worker_main
+};
 
 #define WORKERS_MAX   64
 #define LEASE_DEFAULT_US (15ull * 1000000u)
@@ -382,7 +388,7 @@ int tp__mcp_main (int argc, char **argv) {
     }
   }
   tp__mcp_entries ent;
-  tp__mcp_server *s = tp__mcp_server_new(o, kv, owner, audit_fd, &ent);
+  tp__mcp_server *s = tp__mcp_server_new(o, &worker_ops, kv, owner, audit_fd, &ent);
   if (s == NULL) {
     fprintf(stderr, "tidepool mcp: out of memory\n");
     return 1;
@@ -458,7 +464,7 @@ tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t 
   t.serve = sink_serve;
   t.stop = sink_nothing;
   t.free = sink_nothing;
-  if ((f->s = tp__mcp_server_fuzz_new(&o, &t)) == NULL) { free(f); return NULL; }
+  if ((f->s = tp__mcp_server_fuzz_new(&o, &worker_ops, &t)) == NULL) { free(f); return NULL; }
   return f;
 }
 
