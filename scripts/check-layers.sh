@@ -156,7 +156,7 @@ front_floor() {  # the floor of front file $1 (its name without .c/.o), or "" wh
     mcp/reply) echo 3 ;;                   # what the protocol thread writes
     mcp/worker) echo 2 ;;                  # a worker thread
     mcp/pause) echo 1 ;;                   # a paused run
-    mcp/mail|mcp/view|mcp/approve|mcp/era|options) echo 0 ;;   # leaves
+    mcp/mail|mcp/view|mcp/approve|mcp/era|options|caller_pipe) echo 0 ;;   # leaves
     *) echo "" ;;
   esac
 }
@@ -164,7 +164,9 @@ fsyms=$(mktemp)
 trap 'rm -f "$syms" "$fsyms"' EXIT
 nfront=0
 nofloor=0
-for o in "$obj"/cli.o "$obj"/luamod.o "$obj"/options.o "$obj"/mcp/*.o; do
+for c in "$src"/front/*.c "$src"/front/mcp/*.c; do
+  [ -f "$c" ] || continue
+  case "$c" in */mcp/*) o="$obj/mcp/$(basename "$c" .c).o" ;; *) o="$obj/$(basename "$c" .c).o" ;; esac
   [ -f "$o" ] || continue
   case "$o" in */mcp/*) f=mcp/$(basename "$o" .o) ;; *) f=$(basename "$o" .o) ;; esac
   fl=$(front_floor "$f")

@@ -18,6 +18,7 @@
 #include "options.h"
 #include "mcp/mcp.h"
 #include "mcp/view.h"
+#include "caller_pipe.h"
 
 #define EXIT_SCRIPT_FAILED TP_EXIT_FAILED
 #define EXIT_USAGE TP_EXIT_USAGE
@@ -68,6 +69,12 @@ static const char usage_head[] =
   "  --state DIR          keep kv keys and rate buckets in DIR/tidepool.db (SQLite, made\n"
   "                       when missing), across runs and processes; also sqlite:PATH or\n"
   "                       redis://HOST:PORT/DB\n"
+  "  --caller-tools FILE  tools of this run that a command answers (--caller-cmd): FILE\n"
+  "                       holds their declarations, [{name, description, inputSchema,\n"
+  "                       outputSchema, timeoutMs}] (docs/caller-tools.md)\n"
+  "  --caller-cmd CMD     start sh -c CMD; each call of a caller tool goes to its input as\n"
+  "                       a JSON line {id, tool, args}, each answer comes back from its\n"
+  "                       output as a line {id, result} or {id, error: {message, code}}\n"
   "  --deterministic      the same envelope at every run (but for timings): math.random\n"
   "                       seeded (--seed, default 0), the clock starts at --clock and\n"
   "                       moves --clock-step at each read of os.time/os.clock/os.date\n"
@@ -614,6 +621,7 @@ int main (int argc, char **argv) {
   int workspace_max_set = 0;
   det_opts det = { 0, 0, 0, 0, 1000 };  /* --deterministic, --seed, --clock, --clock-step */
   const char *file = NULL;
+  const char *caller_tools = NULL, *caller_cmd = NULL;  /* --caller-tools, --caller-cmd */
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--json") == 0) { json_out = 1; continue; }
@@ -667,6 +675,16 @@ int main (int argc, char **argv) {
       else if (strcmp(val, "all") == 0) approve = APPROVE_ALL;
       else if (strcmp(val, "none") == 0) approve = APPROVE_NONE;
       else return tp__options_usage_error("--approve '%s': use ask, all or none", val);
+      continue;
+    }
+    if (strcmp(a, "--caller-tools") == 0 || strncmp(a, "--caller-tools=", 15) == 0 ||
+        strcmp(a, "--caller-cmd") == 0 || strncmp(a, "--caller-cmd=", 13) == 0) {
+      int is_tools = a[9] == 't';
+      size_t n = is_tools ? 14 : 12;
+      const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
+      if (val == NULL || *val == '\0') return tp__options_usage_error("option '%s' needs a value", a);
+      if (is_tools) caller_tools = val;
+      else caller_cmd = val;
       continue;
     }
     if (strcmp(a, "--deterministic") == 0) { det.has_seed = det.has_clock = 1; continue; }
@@ -791,6 +809,29 @@ int main (int argc, char **argv) {
     fprintf(stderr, "tidepool: out of memory\n");
     return 1;
   }
+  if (caller_cmd && caller_tools == NULL) {
+    tp_engine_destroy(e);
+    return tp__options_usage_error("%s", "--caller-cmd needs --caller-tools FILE, the tools it "
+                               "answers");
+  }
+  char *decls = NULL;  /* --caller-tools: the file's text */
+  size_t dlen = 0;
+  if (caller_tools) {
+    if (strcmp(caller_tools, "-") == 0 && file && strcmp(file, "-") == 0) {
+      tp_engine_destroy(e);
+      return tp__options_usage_error("%s", "--caller-tools - and FILE - cannot both read "
+                                 "standard input");
+    }
+    FILE *df = strcmp(caller_tools, "-") == 0 ? stdin : fopen(caller_tools, "rb");
+    decls = df ? tp__options_read_all(df, &dlen) : NULL;
+    if (df && df != stdin) fclose(df);
+    if (decls == NULL) {
+      fprintf(stderr, "tidepool: cannot read --caller-tools '%s': %s\n", caller_tools,
+              strerror(errno));
+      tp_engine_destroy(e);
+      return EXIT_USAGE;
+    }
+  }
   load_report rep = { config_path, strict ? "tidepool: " : "tidepool: warning: ",
                       0, 0, 0, {0}, 0 };
   if (describe) {
@@ -805,7 +846,8 @@ int main (int argc, char **argv) {
     if (describe_mode == NULL) snprintf(fmt, sizeof fmt, "%s", format);
     else if (strcmp(format, "json") == 0) snprintf(fmt, sizeof fmt, "json+%s", describe_mode);
     else snprintf(fmt, sizeof fmt, "%s", describe_mode);
-    char *text = tp_engine_describe(e, fmt);
+    char *text = tp_engine_describe_caller(e, fmt, decls, dlen);
+    free(decls);
     if (text == NULL) {
       fprintf(stderr, "tidepool: describe failed: %s\n", tp_engine_error(e));
       tp_engine_destroy(e);
@@ -818,16 +860,26 @@ int main (int argc, char **argv) {
     return 0;
   }
   if (file == NULL) {
+    free(decls);
     tp_engine_destroy(e);
     return tp__options_usage_error("%s", "no FILE given (use - for standard input)");
   }
+  if (caller_tools && (check || caller_cmd == NULL)) {
+    free(decls);
+    tp_engine_destroy(e);
+    return tp__options_usage_error("%s", check ? "check does not take --caller-tools (run and "
+                               "describe do)" : "--caller-tools needs --caller-cmd CMD, the "
+                               "command that answers the calls");
+  }
   if (lim.memory && lim.memory < 16 * 1024) {
     tp_engine_destroy(e);
+    free(decls);
     return tp__options_usage_error("--memory is too small (at least 16K)%s", "");
   }
 
   FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "rb");
   if (f == NULL) {
+    free(decls);
     fprintf(stderr, "tidepool: cannot open '%s': %s\n", file, strerror(errno));
     tp_engine_destroy(e);
     return EXIT_USAGE;
@@ -837,6 +889,7 @@ int main (int argc, char **argv) {
   int read_errno = errno;
   if (f != stdin) fclose(f);
   if (src == NULL) {
+    free(decls);
     fprintf(stderr, "tidepool: cannot read '%s': %s\n", file, strerror(read_errno));
     tp_engine_destroy(e);
     return EXIT_USAGE;
@@ -847,21 +900,29 @@ int main (int argc, char **argv) {
   /* The run's time limit covers the servers' start, which comes before it: the engine
   ** waits for them at most that long and counts the wait in the run (stats.wait_ms). */
   if (!check) tp_engine_set_start_timeout(e, lim.wall_us);
-  int bad = (strict || memmem(src, len, "tools", 5) != NULL) &&
+  int bad = (strict || caller_tools || memmem(src, len, "tools", 5) != NULL) &&
             load_tools(e, builtin_tools, dirs, ndirs, 1, strict, &rep) > 0 && strict;
   load_report_free(&rep);
   if (bad) {
     refused("tidepool: --strict", &rep);
     free(src);
+    free(decls);
     tp_engine_destroy(e);
     return TP_EXIT_REFUSED;
   }
   char *envelope = NULL;
   int ok = 0;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, &ok)
+         : decls ? tp__caller_pipe_run(e, src, len, &lim, decls, dlen, caller_cmd,
+                                           &envelope, &ok)
          : det.has_seed || det.has_clock ? run_determined(e, src, len, &lim, &det, &envelope, &ok)
          : tp_engine_run(e, src, len, &lim, &envelope, &ok);
   free(src);
+  free(decls);
+  if (rc == TP_EINVAL && caller_tools) {  /* the declarations, said already */
+    tp_engine_destroy(e);
+    return EXIT_USAGE;
+  }
   if (rc != TP_OK) {
     fprintf(stderr, "tidepool: the engine failed (%d)\n", rc);
     tp_engine_destroy(e);

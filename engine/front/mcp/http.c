@@ -769,7 +769,11 @@ static enum MHD_Result dispatch (tp__mcp_http *h, hreq *r) {
   r->id = json_incref(id);
   r->initialize = method && strcmp(method, "initialize") == 0;
   json_t *meta = json_object_get(params, "_meta");
-  r->sse = call && accepts(c, "text/event-stream") && json_object_get(meta, "progressToken");
+  /* a stream carries progress, and the run's requests to the client: its caller tools'
+  ** calls (docs/caller-tools.md) */
+  r->sse = call && accepts(c, "text/event-stream") &&
+           (json_object_get(meta, "progressToken") ||
+            json_object_get(meta, "tidepool/callerTools"));
   r->state = R_WAITING;
   h->ent.handle(h->ent.s, r, msg);
   if (r->sse) rc = queue_stream(r);           /* what came so far, then the rest */

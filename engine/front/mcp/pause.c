@@ -46,7 +46,9 @@ typedef struct pend {
   uint64_t seq;
   char *tool, *args, *reason;
   char binding[TP__MCP_APPROVE_BINDING_LEN];
-  char eid[64];             /* its elicitation request's id, or "" */
+  char eid[64];             /* its elicitation (or tidepool/callTool) request's id, or "" */
+  int call;                 /* a caller tool's call, held for the client's answer (its
+                            ** result), not for a person's approval */
 } pend;
 
 typedef struct apx {
@@ -93,8 +95,10 @@ void tp__mcp_pause_apx_end (worker *w, req *q, int quiet, const char *why) {
     a->pending = p->next;
     if (p->eid[0] && !quiet)
       tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
-            p->eid, "reason", "the run that asked ended before a person answered")));
-    tp_call_deny(p->c, why);
+            p->eid, "reason", p->call ? "the run ended before the call was answered"
+                                      : "the run that asked ended before a person answered")));
+    if (p->call) tp_call_fail(p->c, NULL, why);
+    else tp_call_deny(p->c, why);
     pend_free(p);
   }
   a->q = NULL;
@@ -117,7 +121,17 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
   apx *a = q->ax;
   const options *o = &w->s->o;
   json_t *pending = json_array(), *inputs = json_object(), *calls = json_array();
+  int calls_held = 0;
   for (pend *p = a->pending; p; p = p->next) {
+    if (p->call) {  /* a caller tool's call: the client runs it (docs/caller-tools.md) */
+      const char *at = brief ? "\"(too large to show)\"" : p->args;
+      json_t *args = tp_json_parse(at, strlen(at), NULL, 0);
+      json_array_append_new(pending, json_pack("{s:s, s:I, s:s, s:o, s:s}", "kind", "call",
+                            "id", (json_int_t)p->seq, "tool", p->tool, "args",
+                            args ? args : json_string(at), "binding", p->binding));
+      calls_held++;
+      continue;
+    }
     json_t *e = tp__mcp_approve_pending_entry(p->seq, p->tool, brief ? "\"(too large to show)\"" :
                                       p->args, p->reason, p->binding);
     json_array_append_new(pending, e);
@@ -148,6 +162,12 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
                                        q->seen ? json_deep_copy(q->seen) : json_object(),
                                        "resume_run", o->pause_ttl_us);
     if (view && q->sess_info) json_object_set(view, "session", q->sess_info);
+    if (view && calls_held)
+      json_object_set_new(view, "message", json_string("The run is paused: it waits on the "
+        "caller tools' calls in pending (and on any approvals listed there). Run each call, "
+        "then call resume_run with {run, results: [{id, binding, result} or {id, binding, "
+        "error: {message, code}}]}, one entry a call, id and binding copied from pending "
+        "(and decisions for approvals). The run goes on from where it stopped."));
     if (view && (q->dnote || q->dbad)) dur_note(view, q);
     size_t n;
     char *text = view ? tp_json_text(view, &n) : NULL;
@@ -261,6 +281,82 @@ void tp__mcp_pause_on_approval (tp_call *c, const char *reason, void *ud) {
   else if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);  /* once the step is over */
 }
 
+/* ---- caller tools (worker side; docs/caller-tools.md) ------------------------------------
+** A call of a run's caller tool is held as an approval is: a pend of the run's apx, with
+** its binding. Live, the question is a tidepool/callTool request to the client (ids
+** TP__MCP_CALL_PREFIX "<worker>-<n>", routed back here as M_ANSWER, as an elicitation's
+** answer); paused, the run parks and resume_run's results answer it. The call's timeout
+** and the run's end let go of it (tp__mcp_pause_caller_cancel, apx_end). */
+
+static req *req_of_call (worker *w, tp_call *c) {
+  tp_run *r = tp_call_run(c);
+  req *q = w->running;
+  while (q && q->run != r) q = q->wnext;
+  return q;
+}
+
+/* tp_run_declare_caller_tools's handler: the call passed the policy and its schema. */
+void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
+  worker *w = ud;
+  req *q = req_of_call(w, c);
+  apx *a = q && !q->wcancelled ? apx_get(w, q) : NULL;
+  pend *p = a ? calloc(1, sizeof *p) : NULL;
+  if (p) {
+    p->tool = strdup(tp_call_tool(c));
+    p->args = strdup(tp_call_args(c));
+    p->reason = strdup("");
+  }
+  if (p == NULL || p->tool == NULL || p->args == NULL || p->reason == NULL) {
+    if (p) pend_free(p);
+    tp_call_fail(c, "tool.unavailable", q == NULL || q->wcancelled
+                 ? "the request that ran the script was cancelled"
+                 : "the server could not hand the call to the client (out of memory)");
+    return;
+  }
+  p->c = c;
+  p->call = 1;
+  p->seq = tp_call_id(c);
+  tp__mcp_approve_binding(a->run_id, p->seq, p->tool, p->args, q->principal, p->binding);
+  pend **tail = &a->pending;
+  while (*tail) tail = &(*tail)->next;
+  *tail = p;
+  if (!q->callers_live) {  /* paused: the run parks once its step is over */
+    if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);
+    return;
+  }
+  snprintf(p->eid, sizeof p->eid, TP__MCP_CALL_PREFIX "%u-%llu", w->index,
+           (unsigned long long)++w->elicits);
+  json_t *args = tp_json_parse(p->args, strlen(p->args), NULL, 0);
+  json_t *m = args ? json_pack("{s:s, s:s, s:s, s:{s:s, s:O, s:I, s:s, s:o}}", "jsonrpc",
+                               "2.0", "id", p->eid, "method", "tidepool/callTool", "params",
+                               "run", a->run_id, "request", q->id, "id", (json_int_t)p->seq,
+                               "tool", p->tool, "args", args) : NULL;
+  if (m == NULL) {
+    pend_unlink(a, p);
+    pend_free(p);
+    tp_call_fail(c, "tool.unavailable", "the server could not hand the call to the client "
+                 "(out of memory)");
+    return;
+  }
+  tp__mcp_mail_line(q, m);
+}
+
+/* A call cut short (its timeout, the run's end) while the client has it: withdrawn. */
+void tp__mcp_pause_caller_cancel (tp_call *c, void *ud) {
+  worker *w = ud;
+  req *q = req_of_call(w, c);
+  for (pend *p = q && q->ax ? q->ax->pending : NULL; p; p = p->next) {
+    if (p->c != c) continue;
+    if (p->eid[0])
+      tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
+            p->eid, "reason", "the call timed out or its run ended")));
+    pend_unlink(q->ax, p);
+    pend_free(p);
+    tp_call_fail(c, NULL, "cancelled");  /* lets go of it: the run has its outcome */
+    return;
+  }
+}
+
 /* M_ANSWER: the client's response to an elicitation (the whole message as text). */
 void tp__mcp_pause_elicit_answer (worker *w, const char *text, size_t len) {
   json_t *m = tp_json_parse(text, len, NULL, 0);
@@ -268,6 +364,23 @@ void tp__mcp_pause_elicit_answer (worker *w, const char *text, size_t len) {
   for (req *q = w->running; q && id; q = q->wnext) {
     for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
       if (strcmp(p->eid, id) != 0) continue;
+      if (p->call) {  /* tidepool/callTool's answer: {result} or {error}, or an error */
+        json_t *res = json_object_get(m, "result");
+        const char *em = json_string_value(json_object_get(json_object_get(m, "error"),
+                                                          "message"));
+        tp_call *c = p->c;
+        pend_unlink(q->ax, p);
+        pend_free(p);
+        if (res) tp_call_answer_tree(c, res);
+        else {
+          json_t *e = json_pack("{s:{s:s}}", "error", "message", em ? em : "the client "
+                                "answered tidepool/callTool with an error");
+          if (e == NULL || tp_call_answer_tree(c, e) == TP_EINVAL) tp_call_fail(c, NULL, "?");
+          json_decref(e);
+        }
+        json_decref(m);
+        return;
+      }
       json_t *res = json_object_get(m, "result");
       const char *em = json_string_value(json_object_get(json_object_get(m, "error"), "message"));
       int ok;
@@ -288,8 +401,14 @@ void tp__mcp_pause_elicit_answer (worker *w, const char *text, size_t len) {
 
 /* Why decisions (resume_run's arguments) cannot be applied to a's held calls: NULL, or
 ** the error's code with msg set. */
+static const char *check_results (apx *a, json_t *args, char *msg, size_t len);
 static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len) {
   json_t *ds = json_object_get(args, "decisions");
+  json_t *rs = json_object_get(args, "results");
+  if (rs != NULL) {  /* caller tools' results, maybe with decisions */
+    const char *bad = check_results(a, args, msg, len);
+    if (bad || ds == NULL) return bad;
+  }
   if (!json_is_array(ds) || json_array_size(ds) == 0) {
     snprintf(msg, len, "arguments.decisions must be a non-empty array of {seq, approve, "
              "binding, note}: one decision a pending call of the paused result");
@@ -315,7 +434,7 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
       }
     }
     pend *p = a->pending;
-    while (p && (json_int_t)p->seq != json_integer_value(seq)) p = p->next;
+    while (p && ((json_int_t)p->seq != json_integer_value(seq) || p->call)) p = p->next;
     if (p == NULL) {
       char list[200] = "";
       size_t n = 0;
@@ -345,6 +464,61 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
                "for; copy it from that run's paused result", i, (unsigned long long)p->seq,
                a->run_id);
       return "approval.binding";
+    }
+  }
+  return NULL;
+}
+
+/* Why results (resume_run's arguments.results: the caller tools' answers) cannot be
+** applied to a's held calls: NULL, or the error's code with msg set. */
+static const char *check_results (apx *a, json_t *args, char *msg, size_t len) {
+  json_t *rs = json_object_get(args, "results");
+  if (!json_is_array(rs) || json_array_size(rs) == 0) {
+    snprintf(msg, len, "arguments.results must be a non-empty array of {id, binding, result} "
+             "or {id, binding, error = {message, code}}: one entry a call of the paused "
+             "result's pending list");
+    return "tool.invalid_input";
+  }
+  size_t i, k;
+  json_t *r, *e;
+  json_array_foreach(rs, i, r) {
+    json_t *id = json_object_get(r, "id"), *bind = json_object_get(r, "binding");
+    json_t *res = json_object_get(r, "result"), *err = json_object_get(r, "error");
+    if (!json_is_object(r) || !json_is_integer(id) || !json_is_string(bind) ||
+        (res == NULL) == (err == NULL) ||
+        (err && !json_is_string(json_object_get(err, "message")))) {
+      snprintf(msg, len, "arguments.results[%zu] must be {id = <integer>, binding = <string>, "
+               "result = <any>} or {id, binding, error = {message = <string>, code = "
+               "<string>}}, id and binding as the paused result's pending list gives them", i);
+      return "tool.invalid_input";
+    }
+    json_array_foreach(rs, k, e) {
+      if (k < i && json_equal(json_object_get(e, "id"), id)) {
+        snprintf(msg, len, "arguments.results[%zu] answers id %lld again (results[%zu] did): "
+                 "one answer a call", i, (long long)json_integer_value(id), k);
+        return "tool.invalid_input";
+      }
+    }
+    pend *p = a->pending;
+    while (p && ((json_int_t)p->seq != json_integer_value(id) || !p->call)) p = p->next;
+    if (p == NULL) {
+      char list[200] = "";
+      size_t n = 0;
+      for (pend *x = a->pending; x && n + 24 < sizeof list; x = x->next)
+        if (x->call)
+          n += (size_t)snprintf(list + n, sizeof list - n, "%s%llu", n ? ", " : "",
+                                (unsigned long long)x->seq);
+      snprintf(msg, len, "arguments.results[%zu].id %lld is not a call run %s waits on; it "
+               "waits on id %s (the paused result's pending list)", i,
+               (long long)json_integer_value(id), a->run_id, n ? list : "(none)");
+      return "caller.not_pending";
+    }
+    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind), json_string_length(bind))) {
+      snprintf(msg, len, "arguments.results[%zu].binding does not match call %llu of run %s: "
+               "a binding holds only for the run, id, tool and arguments it was issued for; "
+               "copy it from that run's paused result", i, (unsigned long long)p->seq,
+               a->run_id);
+      return "caller.binding";
     }
   }
   return NULL;
@@ -582,10 +756,20 @@ static void decide (worker *w, req *q, json_t *args) {
   }
   size_t i;
   json_t *d;
+  json_array_foreach(json_object_get(args, "results"), i, d) {  /* caller tools' answers */
+    json_int_t seq = json_integer_value(json_object_get(d, "id"));
+    pend *p = a->pending;
+    while (p && ((json_int_t)p->seq != seq || !p->call)) p = p->next;
+    if (p == NULL) continue;
+    tp_call *c = p->c;
+    pend_unlink(a, p);
+    pend_free(p);
+    tp_call_answer_tree(c, d);
+  }
   json_array_foreach(json_object_get(args, "decisions"), i, d) {
     json_int_t seq = json_integer_value(json_object_get(d, "seq"));
     pend *p = a->pending;
-    while (p && (json_int_t)p->seq != seq) p = p->next;
+    while (p && ((json_int_t)p->seq != seq || p->call)) p = p->next;
     if (p == NULL) continue;
     tp_call *c = p->c;
     pend_unlink(a, p);
@@ -710,9 +894,11 @@ static void dsave_cb (void *ud, int status, const char *val, size_t len, const c
 static char *dur_record (worker *w, req *q, size_t *len) {
   const options *o = &w->s->o;
   json_t *pending = json_array();
-  for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next)
-    json_array_append_new(pending, tp__mcp_approve_pending_entry(p->seq, p->tool, p->args,
-                                                          p->reason, p->binding));
+  for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
+    json_t *e = tp__mcp_approve_pending_entry(p->seq, p->tool, p->args, p->reason, p->binding);
+    if (e && p->call) json_object_set_new(e, "kind", json_string("call"));
+    json_array_append_new(pending, e);
+  }
   json_int_t seed = 0;
   json_t *first = q->dbase == 0 && q->dn ? tp_json_parse(q->dents[0].p, q->dents[0].n,
                                                          NULL, 0) : NULL;
@@ -729,6 +915,8 @@ static char *dur_record (worker *w, req *q, size_t *len) {
   if (rec && q->dbase == 0) json_object_set_new(rec, "seed", json_integer(seed));
   if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
   if (rec && q->scopes) json_object_set_new(rec, "scopes", json_string(q->scopes));
+  if (rec && q->callers)  /* its caller tools, declared again when it is restored */
+    json_object_set_new(rec, "caller_tools", json_string(q->callers));
   if (rec && q->tool) {
     json_object_set_new(rec, "tool", json_string(q->tool));
     json_object_set_new(rec, "mcp_name", json_string(q->mcp_name));
@@ -953,8 +1141,13 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
       q->args = json_is_object(a) ? json_incref(a) : json_object();
     }
     q->dexp_ms = json_integer_value(exp);
+    const char *callers = json_string_value(json_object_get(rec, "caller_tools"));
+    free(q->callers);
+    q->callers = callers ? strdup(callers) : NULL;  /* answered by resume_run's results */
+    q->callers_live = 0;
     json_decref(rec);
-    if (q->code == NULL || (tool && mcp && (q->tool == NULL || q->mcp_name == NULL))) {
+    if (q->code == NULL || (tool && mcp && (q->tool == NULL || q->mcp_name == NULL)) ||
+        (callers && q->callers == NULL)) {
       dur_refuse(w, q, "limit.memory", "the server is out of memory: the run could not "
                  "be restored");
       return;
@@ -974,7 +1167,11 @@ static void dur_got_log (void *ud, int status, const char *val, size_t len, cons
   if (w->stopping) return;
   json_t *log = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
   tp_run *run = log ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
-  if (run && tp_run_replay(run, val, len, why, sizeof why) == TP_OK &&
+  if (run && q->callers &&
+      tp_run_declare_caller_tools(run, q->callers, 0, tp__mcp_pause_caller_call, tp__mcp_pause_caller_cancel, w) != TP_OK)
+    snprintf(why, sizeof why, "its caller tools cannot be declared again: %.300s",
+             tp_engine_error(w->e));
+  else if (run && tp_run_replay(run, val, len, why, sizeof why) == TP_OK &&
       tp_run_on_log(run, dlog_cb, q) == TP_OK) {
     q->dbase = json_array_size(log);
     q->durable = q->dsaved = 1;

@@ -15,4 +15,9 @@ void tp__mcp_pause_done(worker *w, req *q);
 void tp__mcp_pause_dur_begin(worker *w, req *q, tp_run *run);
 void tp__mcp_pause_dur_end(worker *w, req *q);
 
+/* A caller tool's call (tp_caller_call_cb) and its cancellation: the call is held and
+** travels to the caller (live) or the run pauses for resume_run (paused). */
+void tp__mcp_pause_caller_call(tp_call *c, void *ud);
+void tp__mcp_pause_caller_cancel(tp_call *c, void *ud);
+
 #endif

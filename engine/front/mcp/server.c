@@ -271,6 +271,7 @@ static void req_free (server *s, req *q) {
   free(q->scopes);
   free(q->tool);
   free(q->mcp_name);
+  free(q->callers);
   json_decref(q->args);
   json_decref(q->seen);
   free(q->line);
@@ -327,27 +328,6 @@ static void defer_cb (uv_timer_t *t) {
   stop_if_drained(s);
 }
 
-/* An exposed tool's error result (isError) carries no structuredContent: that would have
-** to match the tool's outputSchema, which a failure does not, and MCP clients check it
-** (the TypeScript SDK's callTool throws -32602 and the error never arrives). Its text
-** block holds the same JSON. */
-static void drop_structured_on_error (char **line, size_t *len) {
-  json_t *j = tp_json_parse(*line, *len, NULL, 0);
-  json_t *res = json_object_get(j, "result");
-  if (json_is_true(json_object_get(res, "isError")) &&
-      json_object_get(res, "structuredContent") != NULL) {
-    json_object_del(res, "structuredContent");
-    size_t n;
-    char *t = tp_json_text(j, &n);
-    if (t) {
-      free(*line);
-      *line = t;
-      *len = n;
-    }
-  }
-  json_decref(j);
-}
-
 /* A worker finished request q (M_DONE): the request is the protocol thread's again. */
 static void req_done (server *s, req *q) {
   if (q->parked) {  /* ended at --pause-ttl while parked: nobody waits for it */
@@ -379,7 +359,7 @@ static void req_done (server *s, req *q) {
   tp__mcp_reply_log(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
           q->cancelled ? "cancelled" : "finished");
   if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
-  if (q->line && q->tool) drop_structured_on_error(&q->line, &q->line_len);
+  if (q->line && q->tool) tp__mcp_view_drop_structured(&q->line, &q->line_len);
   if (q->line && q->modern) tp__mcp_era_stamp(&q->line, &q->line_len);
   if (q->line != NULL && q->progress > 0 && q->b == NULL && s->t.defer_after_progress && !q->origin &&
       uv_timer_init(s->loop, &q->defer) == 0) {
@@ -474,6 +454,49 @@ static char *exposed_script (const char *name, const json_t *args, size_t *len) 
   return b.p;
 }
 
+/* _meta["tidepool/callerTools"] of a run_lua call (docs/caller-tools.md): {version, mode,
+** session, tools: [...]} or the bare array. The declarations are checked by the worker's
+** engine; here their shape and the mode. 0 with why set when refused. */
+static int caller_tools_meta (server *s, req *q, json_t *ct, char *why, size_t len) {
+  json_t *tools = json_is_array(ct) ? ct : json_object_get(ct, "tools");
+  json_t *v = json_is_object(ct) ? json_object_get(ct, "version") : NULL;
+  json_t *mode = json_is_object(ct) ? json_object_get(ct, "mode") : NULL;
+  json_t *sess = json_is_object(ct) ? json_object_get(ct, "session") : NULL;
+  if (!json_is_array(tools)) {
+    snprintf(why, len, "must be {version = 1, mode = \"live\" or \"paused\", tools = "
+             "[{name, description, inputSchema, outputSchema, timeoutMs}]}");
+    return 0;
+  }
+  if (v != NULL && !(json_is_integer(v) && json_integer_value(v) == 1)) {
+    snprintf(why, len, "version must be 1 (the versions this server knows: [1])");
+    return 0;
+  }
+  const char *m = json_string_value(mode);
+  if (mode != NULL && (m == NULL || (strcmp(m, "live") != 0 && strcmp(m, "paused") != 0))) {
+    snprintf(why, len, "mode must be \"live\" or \"paused\"");
+    return 0;
+  }
+  if (sess != NULL && !json_is_boolean(sess)) {
+    snprintf(why, len, "session must be true or false");
+    return 0;
+  }
+  /* live needs a way to send the client requests: stdio, or this request's SSE stream */
+  int can_live = !q->era26 && (q->origin == NULL || s->t.streams(q->origin));
+  if (m && strcmp(m, "live") == 0 && !can_live) {
+    snprintf(why, len, "mode \"live\" needs requests from the server to reach the client: "
+             "%s; use mode \"paused\" (resume_run)", q->era26 ? "a 2026-07-28 request has "
+             "none" : "this HTTP request does not accept text/event-stream");
+    return 0;
+  }
+  q->callers_live = m ? strcmp(m, "live") == 0 : can_live && s->client_callers;
+  q->callers_session = json_is_true(sess);
+  q->era26 = 0;  /* held calls come out as a paused result, resumed with resume_run */
+  size_t n;
+  q->callers = tp_json_text(tools, &n);
+  if (q->callers == NULL) { snprintf(why, len, "out of memory"); return 0; }
+  return 1;
+}
+
 static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   json_t *jname = json_object_get(params, "name");
   json_t *args = json_object_get(params, "arguments");
@@ -495,7 +518,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   const char *real = NULL;  /* the exposed tool's own name */
   if (!is_run && s->o.expose && strlen(name) == namelen && s->tool_names)
     real = json_string_value(json_object_get(s->tool_names, name));
-  if (!is_run && real == NULL && s->o.asks && strcmp(name, "resume_run") == 0) {
+  if (!is_run && real == NULL && strcmp(name, "resume_run") == 0) {  /* approvals, and
+                                                     ** caller tools' results */
     resume_call(s, b, id, args);
     return;
   }
@@ -536,6 +560,15 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     else if (sid != NULL && !json_is_null(sid)) bad = bad_session_id(sid, why, sizeof why);
     if (bad) {
       refuse_call(s, b, id, "tool.invalid_input", bad, NULL);
+      req_free(s, q);
+      return;
+    }
+    json_t *ct = json_is_object(meta) ? json_object_get(meta, "tidepool/callerTools") : NULL;
+    /* a session's caller tools, declared by an earlier run, reach the client as it can */
+    q->callers_live = s->client_callers && !q->era26 &&
+                      (q->origin == NULL || s->t.streams(q->origin));
+    if (ct != NULL && !caller_tools_meta(s, q, ct, why, sizeof why)) {
+      tp__mcp_reply_error(s, b, id, -32602, "Invalid params: _meta[\"tidepool/callerTools\"]: %s", why);
       req_free(s, q);
       return;
     }
@@ -633,7 +666,8 @@ static void park_req (server *s, mail *m) {
 ** one (the caller refuses it), 1 when handled. */
 static int restore_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
                         int era26) {
-  if (run_id[0] == '\0' || strlen(run_id) >= TP__MCP_APPROVE_RUN_ID_MAX || !s->o.asks) return 0;
+  /* approvals' paused runs, and caller tools' (which need no policy) */
+  if (run_id[0] == '\0' || strlen(run_id) >= TP__MCP_APPROVE_RUN_ID_MAX) return 0;
   if (strchr(run_id, ':') != NULL) return 0;  /* the store's other records ("tool-shape:") */
   req *q = calloc(1, sizeof *q);
   if (q == NULL || (q->restore = json_deep_copy(args)) == NULL) {
@@ -793,7 +827,9 @@ static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
 static void client_response (server *s, json_t *msg, json_t *id) {
   const char *sid = json_string_value(id);
   size_t pl = strlen(TP__MCP_APPROVE_ELICIT_PREFIX);
-  if (sid == NULL || strncmp(sid, TP__MCP_APPROVE_ELICIT_PREFIX, pl) != 0) return;
+  if (sid && strncmp(sid, TP__MCP_CALL_PREFIX, strlen(TP__MCP_CALL_PREFIX)) == 0)
+    pl = strlen(TP__MCP_CALL_PREFIX);  /* a caller tool's answer: the same way */
+  else if (sid == NULL || strncmp(sid, TP__MCP_APPROVE_ELICIT_PREFIX, pl) != 0) return;
   char *end;
   unsigned long k = strtoul(sid + pl, &end, 10);
   if (end == sid + pl || *end != '-' || k >= s->nworkers || !s->workers[k].ready) return;
@@ -974,12 +1010,20 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
     s->version = use;
     json_t *elicit = json_object_get(json_object_get(params, "capabilities"), "elicitation");
     s->client_elicit = !json_is_object(elicit) ? 0 : tp__mcp_era_elicit_mode(use) ? 2 : 1;
-    tp__mcp_reply_result(s, b, id, json_pack(
+    json_t *ct = json_object_get(json_object_get(json_object_get(params, "capabilities"),
+                                                 "experimental"), "tidepool/callerTools");
+    s->client_callers = json_is_object(ct) ? 1 : 0;  /* caller tools (docs/caller-tools.md) */
+    json_t *res = json_pack(
       "{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", use,
       "capabilities", "tools", "listChanged", 1, "logging",
       "serverInfo", "name", "tidepool", "title", "tidepool (code mode: sandboxed Lua)",
       "version", tp_version(),
-      "instructions", instructions));
+      "instructions", instructions);
+    if (res && s->client_callers)  /* said to a client that declared it, to no other */
+      json_object_set_new(json_object_get(res, "capabilities"), "experimental",
+        json_pack("{s:{s:i, s:[i], s:[s, s]}}", "tidepool/callerTools", "version", 1,
+                  "versions", 1, "modes", "live", "paused"));
+    tp__mcp_reply_result(s, b, id, res);
     size_t i;
     json_t *w;
     json_array_foreach(s->early, i, w) {

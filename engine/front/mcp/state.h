@@ -110,6 +110,10 @@ typedef struct tp__mcp_options {
 } tp__mcp_options;
 typedef tp__mcp_options options;
 
+/* The id prefix of the tidepool/callTool requests a worker sends for caller tools (pause.c);
+** the protocol thread routes their answers back by it. */
+#define TP__MCP_CALL_PREFIX "tidepool-call-"
+
 typedef struct tp__mcp_server server;
 typedef struct tp__mcp_session session;
 typedef struct tp__mcp_worker worker;
@@ -221,6 +225,10 @@ struct tp__mcp_req {
   size_t budget;            /* the response line's size cap */
   int elicit;               /* ask with elicitation/create (2: with "mode") */
   int era26;                /* a 2026-07-28 request: ask with an input_required result */
+  char *callers;            /* caller tools: the run's declarations (JSON text), or NULL */
+  int callers_live;         /* their calls go to the client as tidepool/callTool requests
+                            ** (else the run pauses for resume_run's results) */
+  int callers_session;      /* the declarations are kept by the run's session */
   /* approvals, protocol side: parked (answered "paused", in s->parked; M_PARK), resumed
   ** (by resume_run or a requestState: id, b and budget are the resuming request's) and
   ** run_id (written by the worker before its first M_PARK, read after it) */
@@ -309,6 +317,7 @@ struct tp__mcp_server {
   int initialized, level;
   const char *version;      /* negotiated by initialize, or NULL */
   int client_elicit;        /* the client declared elicitation (2: with form "mode") */
+  int client_callers;       /* the client declared tidepool/callerTools (its version) */
   req *parked;              /* requests answered "paused" whose runs wait (approvals) */
   int modern_req;           /* handling a 2026-07-28 request (mcp_era.h) */
   tp__mcp_era_listen *listen;   /* its subscriptions/listen streams */

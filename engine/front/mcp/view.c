@@ -510,3 +510,24 @@ char *tp__mcp_view_exposed (const json_t *id, const char *env, size_t len, int o
   *outlen = b.len;
   return b.p;
 }
+
+/* An exposed tool's error result (isError) carries no structuredContent: that would have
+** to match the tool's outputSchema, which a failure does not, and MCP clients check it
+** (the TypeScript SDK's callTool throws -32602 and the error never arrives). Its text
+** block holds the same JSON. */
+void tp__mcp_view_drop_structured (char **line, size_t *len) {
+  json_t *j = tp_json_parse(*line, *len, NULL, 0);
+  json_t *res = json_object_get(j, "result");
+  if (json_is_true(json_object_get(res, "isError")) &&
+      json_object_get(res, "structuredContent") != NULL) {
+    json_object_del(res, "structuredContent");
+    size_t n;
+    char *t = tp_json_text(j, &n);
+    if (t) {
+      free(*line);
+      *line = t;
+      *len = n;
+    }
+  }
+  json_decref(j);
+}

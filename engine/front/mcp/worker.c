@@ -335,7 +335,7 @@ static void wsess_drop (worker *w, uint64_t num) {
 static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   (void)r;
   req *q = ud;
-  if (!done && tool && q->w->s->o.asks) {  /* for a paused result's "calls" */
+  if (!done && tool && (q->w->s->o.asks || q->callers)) {  /* a paused result's "calls" */
     if (q->seen == NULL) q->seen = json_object();
     json_int_t had = json_integer_value(json_object_get(q->seen, tool));
     json_object_set_new(q->seen, tool, json_integer(had + 1));
@@ -517,6 +517,15 @@ static void session_claimed (void *ud, int outcome, const char *holder, const ch
   tp__mcp_pause_done(w, q);
 }
 
+/* Caller tools the engine refused (a bad declaration, a name it has a tool of). */
+static void callers_refused (worker *w, req *q) {
+  char msg[900];
+  snprintf(msg, sizeof msg, "_meta[\"tidepool/callerTools\"]: %s", tp_engine_error(w->e));
+  q->line = tp__mcp_view_refusal(q->id, "tool.invalid_input", msg, q->sess_info, q->budget,
+                             &q->line_len);
+  tp__mcp_pause_done(w, q);
+}
+
 static void worker_run (worker *w, req *q) {
   tp_run *run = NULL;
   if (q->restore) { tp__mcp_pause_dur_load(w, q); return; }  /* a paused run of an earlier process */
@@ -537,16 +546,33 @@ static void worker_run (worker *w, req *q) {
       (*p)->num = q->sess_num;
       if (((*p)->ts = tp_session_create(w->e, lim)) == NULL) { free(*p); *p = NULL; }
     }
+    if (*p && q->callers && q->callers_session) {  /* kept for the session's later runs */
+      tp_session_clear_caller_tools((*p)->ts);
+      if (tp_session_declare_caller_tools((*p)->ts, q->callers, 0, tp__mcp_pause_caller_call, tp__mcp_pause_caller_cancel,
+                                          w) != TP_OK) {
+        callers_refused(w, q);
+        return;
+      }
+    }
     if (*p) run = tp_session_run((*p)->ts, q->code, q->codelen);
   }
   else run = tp_run_create(w->e, q->code, q->codelen, lim);
+  if (run && q->callers && !(q->callers_session && q->sess_num) &&
+      tp_run_declare_caller_tools(run, q->callers, 0, tp__mcp_pause_caller_call, tp__mcp_pause_caller_cancel, w) != TP_OK) {
+    tp_run_destroy(run);
+    callers_refused(w, q);
+    return;
+  }
   if (run == NULL) {
     q->line = tp__mcp_view_refusal(q->id, "limit.memory", "the server is out of memory: the "
                                "script could not start", q->sess_info, q->budget, &q->line_len);
     tp__mcp_pause_done(w, q);
     return;
   }
-  if (w->s->o.state && w->s->o.asks) tp__mcp_pause_dur_begin(w, q, run);
+  /* a run that may pause (approvals, or caller tools answered by resume_run) is kept in
+  ** the store while paused */
+  if (w->s->o.state && (w->s->o.asks || (q->callers && !q->callers_live)))
+    tp__mcp_pause_dur_begin(w, q, run);
   worker_begin(w, q, run);
 }
 
@@ -558,7 +584,7 @@ static void worker_begin (worker *w, req *q, tp_run *run) {
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
-  if (w->s->o.asks) tp_run_on_call(run, progress_hook, q);  /* counts the calls */
+  if (w->s->o.asks || q->callers) tp_run_on_call(run, progress_hook, q);  /* counts calls */
   if (q->token) {
     tp_run_on_call(run, progress_hook, q);
     tp_run_on_progress(run, progress_text_hook, q);
