@@ -792,6 +792,34 @@ out:
   return rc;
 }
 
+/* ---- routes beside the MCP endpoint: one line each in routes[] ------------------------ */
+
+/* The OAuth protected resource metadata (RFC 9728), with auth. */
+static int oauth_match (tp__mcp_http *h, const char *url) {
+  return h->auth && (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
+                     strcmp(url, "/.well-known/oauth-protected-resource" ENDPOINT) == 0 ||
+                     strcmp(url, tp__mcp_auth_metadata_path(h->auth)) == 0);
+}
+static enum MHD_Result oauth_answer (tp__mcp_http *h, hreq *r) {
+  char *doc = tp__mcp_auth_resource_metadata(h->auth);
+  enum MHD_Result rc = doc ? queue_text(r->c, MHD_HTTP_OK, "application/json", doc, strlen(doc),
+                                        NULL, NULL)
+                           : queue_error(r->c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603,
+                                         "out of memory", NULL, NULL);
+  free(doc);
+  return rc;
+}
+
+/* A request for method and a url that match answers it (the Host and Origin checks
+** passed; no bearer token asked). */
+static const struct {
+  const char *method;
+  int (*match)(tp__mcp_http *h, const char *url);
+  enum MHD_Result (*answer)(tp__mcp_http *h, hreq *r);
+} routes[] = {
+  { "GET", oauth_match, oauth_answer },
+};
+
 /* The first call for a request (its headers are in): route and guard. MHD_YES with
 ** nothing queued to read the body (POST); else an answer is queued. */
 static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const char *method) {
@@ -814,18 +842,9 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
              "(server.allowed_origins)", origin);
     return queue_error(c, MHD_HTTP_FORBIDDEN, NULL, -32000, why, NULL, NULL);
   }
-  if (h->auth && strcmp(method, "GET") == 0 &&
-      (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
-       strcmp(url, "/.well-known/oauth-protected-resource" ENDPOINT) == 0 ||
-       strcmp(url, tp__mcp_auth_metadata_path(h->auth)) == 0)) {  /* RFC 9728 */
-    char *doc = tp__mcp_auth_resource_metadata(h->auth);
-    enum MHD_Result rc = doc ? queue_text(c, MHD_HTTP_OK, "application/json", doc, strlen(doc),
-                                          NULL, NULL)
-                             : queue_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603,
-                                           "out of memory", NULL, NULL);
-    free(doc);
-    return rc;
-  }
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    if (strcmp(method, routes[i].method) == 0 && routes[i].match(h, url))
+      return routes[i].answer(h, r);
   if (strcmp(url, ENDPOINT) != 0) {
     snprintf(why, sizeof why, "Not Found: %.100s (the MCP endpoint is " ENDPOINT ")", url);
     return queue_error(c, MHD_HTTP_NOT_FOUND, NULL, -32000, why, NULL, NULL);
