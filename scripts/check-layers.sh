@@ -6,6 +6,11 @@
 # (b) calls: every undefined symbol of a layer's objects (nm) is defined by an object of
 #     the same or a lower layer, or outside the engine (libc, Lua, jansson, pcre2); only
 #     host and front objects may reference libuv, luv or lpeg (uv_*, luv_*, luaopen_*).
+# (c) the front end's floors (DESIGN.md section 9c): inside engine/front, each file has a
+#     floor (front_floor below) and calls (nm: the symbols its object uses that another
+#     front object defines) and includes (a header named after a .c file) go to lower
+#     floors only, so no two files of engine/front call each other in a circle; the
+#     protocol thread (server) and the workers (worker) never call each other at all.
 # Each offence is printed with its file and the header or symbol. Prints TAP lines and
 # "# N passed, M failed"; exit status 1 when a check failed.
 #
@@ -36,13 +41,25 @@ if [ "${1:-}" = "--self-test" ]; then
   printf 'int tp__host_open(void *e);\nint uv_now(void *l);\n%s\n' \
     'int tp__doctored(void *e) { return tp__host_open(e) + uv_now(e); }' \
     | ${CC:-cc} -c -x c - -o "$tmp/obj/normalize.o"
+  # a leaf of the MCP server (view.c) that calls up into the protocol thread, and an
+  # upward include in a leaf (era.c)
+  mkdir -p "$tmp/obj/mcp"
+  cp "$obj"/mcp/*.o "$tmp/obj/mcp/"
+  printf '#include "server.h"\n' >>"$tmp/engine/front/mcp/era.c"
+  printf 'void tp__mcp_server_run(void *s);\n%s\n' \
+    'void tp__doctored_view(void *s) { tp__mcp_server_run(s); }' \
+    | ${CC:-cc} -c -x c - -o "$tmp/obj/mcp/doctored.o"
+  ld -r -o "$tmp/obj/mcp/view.o" "$obj/mcp/view.o" "$tmp/obj/mcp/doctored.o"
+  rm -f "$tmp/obj/mcp/doctored.o"
   out=$(sh "$self" "$tmp/engine" "$tmp/obj" 2>&1)
   rc=$?
   if [ $rc -ne 0 ]; then ok "self-test: a doctored copy fails the check"
   else not_ok "self-test: a doctored copy fails the check (exit $rc)"; fi
   for want in 'engine/core/normalize.c includes "engine.h" of layer host' \
               'normalize.o (core) uses tp__host_open, defined in host.o (host)' \
-              'normalize.o (core) uses uv_now (libuv'; do
+              'normalize.o (core) uses uv_now (libuv' \
+              'front: mcp/view.o (floor 0) calls mcp/server.o (floor 4): tp__mcp_server_run' \
+              'front: engine/front/mcp/era.c (floor 0) includes "server.h" (floor 4)'; do
     if printf '%s\n' "$out" | grep -qF "$want"; then ok "self-test: reports: $want"
     else not_ok "self-test: reports: $want"; printf '%s\n' "$out" | sed 's/^/#   /'; fi
   done
@@ -126,6 +143,84 @@ bad=$(printf '%s\n' "$bad" | tail -n 1)
 if [ $nobj -eq 0 ]; then not_ok "calls: no objects of engine/ in $obj (build first)"
 elif [ $bad -eq 0 ]; then ok "calls: $nobj objects call only their own layer or lower ones"
 else not_ok "calls: $bad upward or forbidden references"; fi
+
+
+# ---- (c) engine/front's floors -------------------------------------------------------------
+front_floor() {  # the floor of front file $1 (its name without .c/.o), or "" when it has none
+  case "$1" in
+    cli|luamod) echo 8 ;;                  # the commands; the Lua module
+    mcp/main) echo 7 ;;                    # options -> config -> server + one transport
+    mcp/stdio|mcp/http) echo 6 ;;          # the transports (fill transport.h)
+    mcp/auth) echo 5 ;;                    # the HTTP transport's authenticator
+    mcp/server) echo 4 ;;                  # the protocol thread
+    mcp/reply) echo 3 ;;                   # what the protocol thread writes
+    mcp/worker) echo 2 ;;                  # a worker thread
+    mcp/pause) echo 1 ;;                   # a paused run
+    mcp/mail|mcp/view|mcp/approve|mcp/era|options|caller_pipe) echo 0 ;;   # leaves
+    *) echo "" ;;
+  esac
+}
+fsyms=$(mktemp)
+trap 'rm -f "$syms" "$fsyms"' EXIT
+nfront=0
+nofloor=0
+for c in "$src"/front/*.c "$src"/front/mcp/*.c; do
+  [ -f "$c" ] || continue
+  case "$c" in */mcp/*) o="$obj/mcp/$(basename "$c" .c).o" ;; *) o="$obj/$(basename "$c" .c).o" ;; esac
+  [ -f "$o" ] || continue
+  case "$o" in */mcp/*) f=mcp/$(basename "$o" .o) ;; *) f=$(basename "$o" .o) ;; esac
+  fl=$(front_floor "$f")
+  if [ -z "$fl" ]; then
+    echo "#   front: $f.o has no floor: give it one in scripts/check-layers.sh (front_floor)"
+    nofloor=$((nofloor + 1)); continue
+  fi
+  nfront=$((nfront + 1))
+  nm -P -g --defined-only "$o" 2>/dev/null | awk -v f="$f" -v l="$fl" '{ print "D", $1, f, l }'
+  nm -P -u "$o" 2>/dev/null | awk -v f="$f" -v l="$fl" '{ print "U", $1, f, l }'
+done >"$fsyms"
+bad=$(awk '
+  $1 == "D" { def[$2] = $3; dfl[$2] = $4; next }
+  $1 == "U" { n++; us[n] = $2; uf[n] = $3; ul[n] = $4 }
+  END {
+    bad = 0
+    for (i = 1; i <= n; i++) {
+      s = us[i]
+      if (!(s in def) || def[s] == uf[i]) continue
+      apart = (uf[i] == "mcp/server" && def[s] == "mcp/worker") || \
+              (uf[i] == "mcp/worker" && def[s] == "mcp/server")
+      if (dfl[s] + 0 >= ul[i] + 0 || apart) {
+        printf "#   front: %s.o (floor %d) calls %s.o (floor %d): %s%s\n", uf[i], ul[i], def[s], \
+               dfl[s], s, apart ? " (server and worker talk by mail only)" : ""
+        bad++
+      }
+    }
+    print bad
+  }' "$fsyms")
+printf '%s\n' "$bad" | sed '$d'
+bad=$(printf '%s\n' "$bad" | tail -n 1)
+bad=$((bad + nofloor))
+for f in "$src"/front/*.c "$src"/front/*.h "$src"/front/mcp/*.c "$src"/front/mcp/*.h; do
+  [ -f "$f" ] || continue
+  rel=${f#"$src"/front/}
+  me=$(front_floor "${rel%.[ch]}")
+  [ -n "$me" ] || continue
+  dir=$(dirname "$rel"); [ "$dir" = . ] && dir="" || dir="$dir/"
+  for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
+    case "$h" in */*) hf=${h%.h} ;; *) hf=$dir${h%.h}; [ -f "$src/front/$dir$h" ] || hf=${h%.h} ;; esac
+    [ "$hf" = mcp/mcp ] && hf=mcp/main     # mcp.h is main.c's
+    [ "$hf" = "${rel%.[ch]}" ] && continue
+    hl=$(front_floor "$hf")
+    [ -n "$hl" ] || continue
+    if [ "$hl" -ge "$me" ] || { [ "${rel%.[ch]}" = mcp/server ] && [ "$hf" = mcp/worker ]; } ||
+       { [ "${rel%.[ch]}" = mcp/worker ] && [ "$hf" = mcp/server ]; }; then
+      echo "#   front: engine/front/$rel (floor $me) includes \"$h\" (floor $hl)"
+      bad=$((bad + 1))
+    fi
+  done
+done
+if [ $nfront -eq 0 ]; then not_ok "front floors: no objects of engine/front in $obj (build first)"
+elif [ $bad -eq 0 ]; then ok "front floors: $nfront files of engine/front call and include lower floors only"
+else not_ok "front floors: $bad calls or includes that go up, or files without a floor"; fi
 
 echo "# $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -1,5 +1,5 @@
 -- What a user of the command line sees: exact messages and exit statuses (the table in
--- engine/front/mcp.h). `config check` runs the checks of `run --strict` and names the
+-- engine/front/options.h). `config check` runs the checks of `run --strict` and names the
 -- config's JSON pointer; bad values name their flag; check says ok; the summary counts;
 -- a timeout names its limit; npx-started servers are announced; an upstream server's
 -- raw name reaches its tools; a plugin's error shows no host path.

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "tidepool.h"
 #include "options.h"
 
@@ -147,4 +149,40 @@ const char *tp__options_builtin_tools_dir (char *buf, size_t len) {
     }
   }
   return TP_DATADIR "/tools";
+}
+
+int tp__options_limits_json (const tp_limits *base, json_t *lm, tp_limits *out, char *why,
+                             size_t len) {
+  if (!json_is_object(lm)) {
+    snprintf(why, len, "must be an object of limits by name, e.g. {\"timeout\": \"2s\", "
+             "\"memory\": \"16M\"}");
+    return 0;
+  }
+  tp_limits l = *base;
+  const char *key;
+  json_t *v;
+  json_object_foreach(lm, key, v) {
+    const tp_limit_info *li = tp_limit_find(key);
+    char err[256];
+    int rc = li == NULL ? TP_EINVAL
+           : json_is_string(v) ? tp_limits_set(&l, key, json_string_value(v), err, sizeof err)
+           : json_is_number(v) ? tp_limits_set_number(&l, key, json_number_value(v), err,
+                                                      sizeof err)
+           : TP_EINVAL;
+    if (li == NULL) snprintf(err, sizeof err, "unknown limit '%.64s'", key);
+    else if (rc != TP_OK && !json_is_string(v) && !json_is_number(v))
+      snprintf(err, sizeof err, "%s must be a number or a string", key);
+    if (rc != TP_OK) { snprintf(why, len, "%s", err); return 0; }
+    uint64_t have = tp_limits_get(base, li), want = tp_limits_get(&l, li);
+    if (want == 0 ? have != 0 : have != 0 && want > have) {
+      char b[48], w[48];
+      tp_format_value(li->unit, have, b, sizeof b);
+      tp_format_value(li->unit, want, w, sizeof w);
+      snprintf(why, len, "%s: %s is above the server's %s: a run may lower the server's "
+               "limits, never raise them", key, w, b);
+      return 0;
+    }
+  }
+  *out = l;
+  return 1;
 }

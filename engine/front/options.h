@@ -64,4 +64,12 @@ char *tp__options_config_dir(const char *path);
 ** where the name ends in arg (at '=' or the end), or NULL when the name is too long. */
 const char *tp__options_option_name(const char *arg, char *name, size_t len);
 
+/* Limits of one run from a JSON object by the Lua module's names ({"timeout": "2s",
+** "memory": "16M", "tool_calls": 50}; numbers are bytes, counts, or seconds for
+** durations), each at most base's: a client may lower limits, never raise them (MCP's
+** _meta["tidepool/limits"]). 1 with *out set, or 0 with why set. */
+struct json_t;
+int tp__options_limits_json(const tp_limits *base, struct json_t *lm, tp_limits *out,
+                            char *why, size_t len);
+
 #endif

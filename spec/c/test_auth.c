@@ -1,5 +1,5 @@
 /*
-** test_auth.c: the HTTP front end's authenticator (engine/front/auth.c): static tokens,
+** test_auth.c: the HTTP front end's authenticator (engine/front/mcp/auth.c): static tokens,
 ** JWTs (RS256, ES256, HS256) with keys from a JWKS, a PEM file or a secret, every rule
 ** of the token's header and claims with its exact status, error and description, the
 ** RFC 9728 document and the WWW-Authenticate challenge.

@@ -1,5 +1,5 @@
 /*
-** fuzz_auth.c: the HTTP authenticator (engine/front/auth.c) on hostile Authorization
+** fuzz_auth.c: the HTTP authenticator (engine/front/mcp/auth.c) on hostile Authorization
 ** headers, against an authenticator with static tokens, a JWKS of two keys (RSA 2048 and
 ** P-256, made at start) and an HS256 secret.
 **

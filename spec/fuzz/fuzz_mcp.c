@@ -1,5 +1,5 @@
 /*
-** fuzz_mcp.c: the MCP server's line parser and dispatcher (engine/front/mcp.c), whole: JSON-RPC
+** fuzz_mcp.c: the MCP server's line parser and dispatcher (engine/front/mcp/), whole: JSON-RPC
 ** parsing, batches, initialize and version negotiation, tools/list, logging/setLevel,
 ** cancellation, session ids, tools/call with the script run to its end on an inline
 ** worker engine (small limits, the test tools test.echo and test.sleep, exposed), and

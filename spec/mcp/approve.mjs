@@ -1,4 +1,4 @@
-// Approvals over MCP, raw JSON-RPC on stdio (engine/front/mcp.c, mcp_approve.c): a call
+// Approvals over MCP, raw JSON-RPC on stdio (engine/front/mcp/pause.c, approve.c): a call
 // that a policy rule asks a person to approve ("effect": "ask") pauses the run for a
 // client without elicitation (the paused result, resume_run, bindings, --pause-ttl), is
 // asked with elicitation/create for a client that declared elicitation, and with an

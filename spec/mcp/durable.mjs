@@ -1,4 +1,4 @@
-// Durable paused runs (tidepool mcp --state, engine/front/mcp.c "durable runs"): a run
+// Durable paused runs (tidepool mcp --state, engine/front/mcp/pause.c): a run
 // paused for an approval is in the state store before its paused result is sent, so it
 // survives kill -9; a new server with the same --state and --secret-file resumes it by
 // replay (the calls before the held one are answered from the log: the counting tool is

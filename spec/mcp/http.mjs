@@ -1,4 +1,4 @@
-// `tidepool mcp --http`: Streamable HTTP (engine/front/mcp_http.c). The official SDK's
+// `tidepool mcp --http`: Streamable HTTP (engine/front/mcp/http.c). The official SDK's
 // StreamableHTTPClientTransport end to end; raw requests for every status the transport
 // answers (exact codes and JSON-RPC errors); a slowloris client; a client that hangs up
 // mid-run (the run's tool sees the cancellation: spec/mcp/http_plugins/probe.lua); the
@@ -378,7 +378,7 @@ test('SIGTERM: the call in flight finishes, new connections are refused, exit st
   assert(refused, 'a new connection is refused');
 });
 
-// ---- auth (engine/front/auth.c) ----------------------------------------------------------
+// ---- auth (engine/front/mcp/auth.c) ----------------------------------------------------------
 
 test('auth: 401 with WWW-Authenticate, 403 insufficient_scope, the RFC 9728 document; the principal reaches the policy and the audit log, never a session of another', async () => {
   const cfg = path.join(tmp, 'auth.json'), audit = path.join(tmp, 'audit.log');

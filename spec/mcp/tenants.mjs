@@ -32,7 +32,7 @@ function jwt(sub, scope) {
   return `${head}.${body}.${sig}`;
 }
 
-// The 2025-era binding as mcp_approve.c makes it: HMAC-SHA256 under a key derived from the
+// The 2025-era binding as mcp/approve.c makes it: HMAC-SHA256 under a key derived from the
 // secret file's SHA-256, of run, seq, tool, the arguments' SHA-256 and "len:principal".
 function binding(run, seq, tool, args, principal) {
   const secret = crypto.createHash('sha256').update(SECRET).digest();
@@ -162,7 +162,7 @@ async function apart(srv, as, bs) {
   eq(a4.structuredContent.result, 'alice-1', 'alice\'s "main" takes calls again');
 
   // bob's notifications/cancelled with the id of alice's request in flight cancels nothing
-  // (mcp_http.c matches a cancellation to the protocol session that sent it)
+  // (mcp/http.c matches a cancellation to the protocol session that sent it)
   const slow = rawCall(srv, as, 'req-1', 'tools.test.sleep{ms = 1500}; return "done"');
   await new Promise((r) => setTimeout(r, 400));
   await bob.notification({ method: 'notifications/cancelled', params: { requestId: 'req-1', reason: 'bob' } });

@@ -475,3 +475,7 @@ int tp__mcp_approve_limits_read (const json_t *j, tp_limits *l) {
   }
   return 0;
 }
+
+int tp__mcp_approve_same_principal (const char *a, const char *b) {
+  return strcmp(a ? a : "", b ? b : "") == 0;
+}

@@ -108,4 +108,7 @@ json_t *tp__mcp_approve_limits_json(const tp_limits *l);
 ** fields are skipped). 0, or -1 when a value is not one the limit takes. */
 int tp__mcp_approve_limits_read(const json_t *j, tp_limits *l);
 
+/* Whether principals a and b (NULL: the one local principal "") are the same. */
+int tp__mcp_approve_same_principal(const char *a, const char *b);
+
 #endif

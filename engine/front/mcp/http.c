@@ -233,7 +233,7 @@ struct conn {                 /* one TCP connection (MHD's socket context) */
 };
 
 struct tp__mcp_http {
-  struct server *s;
+  tp__mcp_entries ent;      /* the server's entries */
   uv_loop_t *loop;
   struct MHD_Daemon *d;
   uv_poll_t poll;
@@ -373,7 +373,7 @@ static void hangup_cb (uv_poll_t *p, int status, int events) {
   (void)status; (void)events;
   hreq *r = p->data;
   r->gone = 1;
-  if (r->era2026 && r->held) tp__mcp_cancel_origin(r->h->s, r);
+  if (r->era2026 && r->held) r->h->ent.cancel(r->h->ent.s, r);
   wake(r);
 }
 
@@ -406,7 +406,9 @@ static void sse_put (hreq *r, const char *p, size_t n) {
   r->out_len += n;
 }
 
-void tp__mcp_http_emit (void *origin, const char *text, size_t len, int final) {
+static void http_emit (void *ud, void *origin, const char *text, size_t len, int final) {
+  (void)ud;
+  if (origin == NULL) return;  /* a line of no request (a log line): the operator's only */
   hreq *r = origin;
   if (r->mhd_done || r->gone || r->state == R_ANSWERED) return;
   if (r->sse && r->state == R_WAITING) {
@@ -427,9 +429,9 @@ void tp__mcp_http_emit (void *origin, const char *text, size_t len, int final) {
   wake(r);
 }
 
-int tp__mcp_http_streams (void *origin) { return ((hreq *)origin)->sse; }
+static int http_streams (void *origin) { return ((hreq *)origin)->sse; }
 
-int tp__mcp_http_principal (void *origin, const char **principal, const char **scopes) {
+static int http_principal (void *origin, const char **principal, const char **scopes) {
   hreq *r = origin;
   if (r->principal[0] == '\0') return 0;
   *principal = r->principal;
@@ -437,7 +439,7 @@ int tp__mcp_http_principal (void *origin, const char **principal, const char **s
   return 1;
 }
 
-void tp__mcp_http_hold (void *origin) {
+static void http_hold (void *origin) {
   hreq *r = origin;
   r->held = 1;
   r->refs++;
@@ -445,7 +447,7 @@ void tp__mcp_http_hold (void *origin) {
 
 /* mcp.c is done with the request: answered, or cancelled without an answer (then a JSON
 ** request gets 503 and a stream ends). */
-void tp__mcp_http_release (void *origin) {
+static void http_release (void *origin) {
   hreq *r = origin;
   r->held = 0;
   if (r->state != R_ANSWERED) {
@@ -668,7 +670,7 @@ static void cancel_by_id (tp__mcp_http *h, const char *sid, json_t *params) {
   json_t *rid = json_object_get(params, "requestId");
   for (hreq *r = h->open; r && rid; r = r->next)
     if (r->held && r->id && json_equal(r->id, rid) && strcmp(r->sid, sid) == 0) {
-      tp__mcp_cancel_origin(h->s, r);
+      h->ent.cancel(h->ent.s, r);
       return;
     }
 }
@@ -744,7 +746,7 @@ static enum MHD_Result dispatch (tp__mcp_http *h, hreq *r) {
       if (r->sid[0]) cancel_by_id(h, r->sid, params);
     }
     else {
-      tp__mcp_handle(h->s, r, msg);
+      h->ent.handle(h->ent.s, r, msg);
       if (r->resp) {  /* mcp.c refused it */
         rc = queue_text(c, MHD_HTTP_BAD_REQUEST, "application/json", r->resp, r->resp_len,
                         NULL, NULL);
@@ -773,7 +775,7 @@ static enum MHD_Result dispatch (tp__mcp_http *h, hreq *r) {
            (json_object_get(meta, "progressToken") ||
             json_object_get(meta, "tidepool/callerTools"));
   r->state = R_WAITING;
-  tp__mcp_handle(h->s, r, msg);
+  h->ent.handle(h->ent.s, r, msg);
   if (r->sse) rc = queue_stream(r);           /* what came so far, then the rest */
   else if (r->state == R_ANSWERED) rc = answer(h, r);
   else if (!r->held) {                        /* mcp.c made no response: cannot happen */
@@ -789,6 +791,34 @@ out:
   json_decref(msg);
   return rc;
 }
+
+/* ---- routes beside the MCP endpoint: one line each in routes[] ------------------------ */
+
+/* The OAuth protected resource metadata (RFC 9728), with auth. */
+static int oauth_match (tp__mcp_http *h, const char *url) {
+  return h->auth && (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
+                     strcmp(url, "/.well-known/oauth-protected-resource" ENDPOINT) == 0 ||
+                     strcmp(url, tp__mcp_auth_metadata_path(h->auth)) == 0);
+}
+static enum MHD_Result oauth_answer (tp__mcp_http *h, hreq *r) {
+  char *doc = tp__mcp_auth_resource_metadata(h->auth);
+  enum MHD_Result rc = doc ? queue_text(r->c, MHD_HTTP_OK, "application/json", doc, strlen(doc),
+                                        NULL, NULL)
+                           : queue_error(r->c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603,
+                                         "out of memory", NULL, NULL);
+  free(doc);
+  return rc;
+}
+
+/* A request for method and a url that match answers it (the Host and Origin checks
+** passed; no bearer token asked). */
+static const struct {
+  const char *method;
+  int (*match)(tp__mcp_http *h, const char *url);
+  enum MHD_Result (*answer)(tp__mcp_http *h, hreq *r);
+} routes[] = {
+  { "GET", oauth_match, oauth_answer },
+};
 
 /* The first call for a request (its headers are in): route and guard. MHD_YES with
 ** nothing queued to read the body (POST); else an answer is queued. */
@@ -812,18 +842,9 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
              "(server.allowed_origins)", origin);
     return queue_error(c, MHD_HTTP_FORBIDDEN, NULL, -32000, why, NULL, NULL);
   }
-  if (h->auth && strcmp(method, "GET") == 0 &&
-      (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
-       strcmp(url, "/.well-known/oauth-protected-resource" ENDPOINT) == 0 ||
-       strcmp(url, tp__mcp_auth_metadata_path(h->auth)) == 0)) {  /* RFC 9728 */
-    char *doc = tp__mcp_auth_resource_metadata(h->auth);
-    enum MHD_Result rc = doc ? queue_text(c, MHD_HTTP_OK, "application/json", doc, strlen(doc),
-                                          NULL, NULL)
-                             : queue_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603,
-                                           "out of memory", NULL, NULL);
-    free(doc);
-    return rc;
-  }
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    if (strcmp(method, routes[i].method) == 0 && routes[i].match(h, url))
+      return routes[i].answer(h, r);
   if (strcmp(url, ENDPOINT) != 0) {
     snprintf(why, sizeof why, "Not Found: %.100s (the MCP endpoint is " ENDPOINT ")", url);
     return queue_error(c, MHD_HTTP_NOT_FOUND, NULL, -32000, why, NULL, NULL);
@@ -863,7 +884,7 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
       return queue_error(c, MHD_HTTP_NOT_FOUND, NULL, -32001, "Session not found: it ended "
                          "or never existed", NULL, NULL);
     for (hreq *q = h->open; q; q = q->next)  /* its runs stop */
-      if (q->held && strcmp(q->sid, hs->id) == 0) tp__mcp_cancel_origin(h->s, q);
+      if (q->held && strcmp(q->sid, hs->id) == 0) h->ent.cancel(h->ent.s, q);
     sess_drop(h, hs);
     return queue_text(c, MHD_HTTP_OK, NULL, "", 0, NULL, NULL);
   }
@@ -975,7 +996,7 @@ static void on_completed (void *cls, struct MHD_Connection *c, void **con_cls,
   }
   if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
     r->gone = 1;
-    if (r->era2026 && r->held) tp__mcp_cancel_origin(h->s, r);
+    if (r->era2026 && r->held) h->ent.cancel(h->ent.s, r);
   }
   hreq_unref(r);
   stopped_check(h);
@@ -1064,20 +1085,20 @@ static void stopped_check (tp__mcp_http *h) {
   for (hreq *r = h->open; r; r = r->next)
     if (r->state != R_RECEIVING || r->held) return;
   h->stopped = 1;
-  tp__mcp_stop(h->s);
+  h->ent.stop(h->ent.s);
 }
 
 static void grace_cb (uv_timer_t *t) {
   tp__mcp_http *h = t->data;
   if (h->stopping == 2) {  /* the cancelled ones did not finish either */
     h->stopped = 1;
-    tp__mcp_stop(h->s);
+    h->ent.stop(h->ent.s);
     return;
   }
   h->stopping = 2;
   for (hreq *r = h->open, *next; r; r = next) {
     next = r->next;
-    if (r->held) tp__mcp_cancel_origin(h->s, r);
+    if (r->held) h->ent.cancel(h->ent.s, r);
   }
   uv_timer_start(&h->grace, grace_cb, 2000, 0);
   stopped_check(h);
@@ -1183,13 +1204,14 @@ static void free_lists (tp__mcp_http *h) {
   h->auth = NULL;
 }
 
-tp__mcp_http *tp__mcp_http_new (struct server *s, uv_loop_t *loop, const tp__mcp_http_opts *o,
-                                const char *config, size_t config_len, const char *config_dir) {
+tp__mcp_http *tp__mcp_http_new (const tp__mcp_entries *ent, uv_loop_t *loop,
+                                const tp__mcp_http_opts *o, const char *config,
+                                size_t config_len, const char *config_dir) {
   tp__mcp_http *h = calloc(1, sizeof *h);
   json_t *sec = server_section(config, config_len);
   struct sockaddr_storage sa;
   if (h == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return NULL; }
-  h->s = s;
+  h->ent = *ent;
   h->loop = loop;
   for (int k = 0; k < O_N; k++) {
     h->lim[k] = limits[k].def;
@@ -1315,7 +1337,8 @@ fail:
   return NULL;
 }
 
-void tp__mcp_http_serve (tp__mcp_http *h, size_t ntools, unsigned nworkers) {
+static void http_serve (void *ud, size_t ntools, unsigned nworkers) {
+  tp__mcp_http *h = ud;
   uv_poll_start(&h->poll, UV_READABLE, poll_cb);
   uint64_t every = h->lim[O_REQUEST] / 4000u;  /* ms */
   if (every < 20) every = 20;
@@ -1333,7 +1356,8 @@ void tp__mcp_http_serve (tp__mcp_http *h, size_t ntools, unsigned nworkers) {
   run_mhd(h);
 }
 
-void tp__mcp_http_free (tp__mcp_http *h) {
+static void http_free (void *ud) {
+  tp__mcp_http *h = ud;
   if (h == NULL) return;
   uv_poll_stop(&h->poll);  /* before MHD closes the descriptor */
   for (hreq *r = h->open; r; r = r->next) {  /* MHD must not stop with suspended ones */
@@ -1355,4 +1379,19 @@ void tp__mcp_http_free (tp__mcp_http *h) {
     hs[k]->data = h;
     uv_close(hs[k], handle_closed);
   }
+}
+
+static void http_stop (void *ud) { (void)ud; }  /* connections are closed by http_free */
+
+void tp__mcp_http_transport (tp__mcp_http *h, tp__mcp_transport *t) {
+  memset(t, 0, sizeof *t);
+  t->ud = h;
+  t->emit = http_emit;
+  t->hold = http_hold;
+  t->release = http_release;
+  t->principal = http_principal;
+  t->streams = http_streams;
+  t->serve = http_serve;
+  t->stop = http_stop;
+  t->free = http_free;
 }

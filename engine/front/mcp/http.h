@@ -1,11 +1,11 @@
 /*
-** mcp_http.h: `tidepool mcp --http`, the Streamable HTTP transport (mcp_http.c) of the MCP
-** server (mcp.c). Not installed, not API.
+** http.h: `tidepool mcp --http`, the Streamable HTTP transport (http.c) of the MCP
+** server (server.c). Not installed, not API.
 **
-** mcp.c keeps the protocol; mcp_http.c turns each POST into one message handed to
-** tp__mcp_handle with the request as its origin, and gets back through tp__mcp_http_emit
-** every line mcp.c writes for that message: its response (final) and the notifications
-** of its run. Both sides run on the protocol thread's loop.
+** server.c keeps the protocol; http.c turns each POST into one message handed to the
+** server's handle entry with the request as its origin, and gets back through its
+** transport's emit every line the server writes for that message: its response (final)
+** and the notifications of its run. Both sides run on the protocol thread's loop.
 */
 #ifndef tidepool_mcp_http_h
 #define tidepool_mcp_http_h
@@ -17,7 +17,8 @@
 #include <jansson.h>
 #include <uv.h>
 
-struct server;
+#include "transport.h"
+
 typedef struct tp__mcp_http tp__mcp_http;
 
 /* The command line's --http options; fields left 0 come from the config's "server"
@@ -43,32 +44,14 @@ int tp__mcp_http_wanted(const tp__mcp_http_opts *o, const char *config, size_t l
 int tp__mcp_http_check(const tp__mcp_http_opts *o, const char *config, size_t len, char *why,
                        size_t whylen);
 
-/* Binds the address (not serving yet: tp__mcp_http_serve) for server s on loop. NULL with
-** the reason on standard error when the config's section is wrong or the address cannot
-** be bound. */
-tp__mcp_http *tp__mcp_http_new(struct server *s, uv_loop_t *loop, const tp__mcp_http_opts *o,
-                               const char *config, size_t config_len, const char *config_dir);
-/* Starts accepting connections; says so on standard error. */
-void tp__mcp_http_serve(tp__mcp_http *h, size_t ntools, unsigned nworkers);
-/* Closes every connection and the listening socket; h (may be NULL) is gone after. */
-void tp__mcp_http_free(tp__mcp_http *h);
-
-/* From mcp.c, about origin (an HTTP request): a line written for it (final: its
-** response; else a notification), a request of mcp.c that keeps it (until release). */
-void tp__mcp_http_emit(void *origin, const char *text, size_t len, int final);
-void tp__mcp_http_hold(void *origin);
-/* Who sent origin (with the config's "auth"): 1 with principal and scopes (borrowed, valid
-** during the call), or 0 when no one was checked. */
-int tp__mcp_http_principal(void *origin, const char **principal, const char **scopes);
-void tp__mcp_http_release(void *origin);
-/* Whether origin's answer is an SSE stream, which can carry requests of the server (an
-** elicitation) before the response; a JSON answer carries the response alone. */
-int tp__mcp_http_streams(void *origin);
-
-/* In mcp.c, for mcp_http.c: handles message msg (borrowed) of origin; cancels the run of
-** origin's request (no response); stops the server (once no request is left). */
-void tp__mcp_handle(struct server *s, void *origin, json_t *msg);
-void tp__mcp_cancel_origin(struct server *s, void *origin);
-void tp__mcp_stop(struct server *s);
+/* Binds the address (not serving yet: the transport's serve) for the server behind ent,
+** on loop. NULL with the reason on standard error when the config's section is wrong or
+** the address cannot be bound. */
+tp__mcp_http *tp__mcp_http_new(const tp__mcp_entries *ent, uv_loop_t *loop,
+                               const tp__mcp_http_opts *o, const char *config,
+                               size_t config_len, const char *config_dir);
+/* Fills t with h's transport (transport.h): serve starts accepting connections (and says
+** so on standard error), free closes every connection and the listening socket. */
+void tp__mcp_http_transport(tp__mcp_http *h, tp__mcp_transport *t);
 
 #endif

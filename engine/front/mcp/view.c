@@ -510,3 +510,47 @@ char *tp__mcp_view_exposed (const json_t *id, const char *env, size_t len, int o
   *outlen = b.len;
   return b.p;
 }
+
+/* An exposed tool's error result (isError) carries no structuredContent: that would have
+** to match the tool's outputSchema, which a failure does not, and MCP clients check it
+** (the TypeScript SDK's callTool throws -32602 and the error never arrives). Its text
+** block holds the same JSON. */
+void tp__mcp_view_drop_structured (char **line, size_t *len) {
+  json_t *j = tp_json_parse(*line, *len, NULL, 0);
+  json_t *res = json_object_get(j, "result");
+  if (json_is_true(json_object_get(res, "isError")) &&
+      json_object_get(res, "structuredContent") != NULL) {
+    json_object_del(res, "structuredContent");
+    size_t n;
+    char *t = tp_json_text(j, &n);
+    if (t) {
+      free(*line);
+      *line = t;
+      *len = n;
+    }
+  }
+  json_decref(j);
+}
+
+const char *tp__mcp_view_bad_session_id (const json_t *sid, size_t max, char *buf,
+                                         size_t len) {
+  if (!json_is_string(sid))
+    return "arguments.session must be a string (1 to 128 bytes), or left out";
+  const unsigned char *p = (const unsigned char *)json_string_value(sid);
+  size_t n = json_string_length(sid);
+  if (n == 0) return "arguments.session must not be empty: pass a name such as \"main\", "
+                     "or leave it out";
+  if (n > max) {
+    snprintf(buf, len, "arguments.session is %zu bytes long; a session id has at most %zu "
+             "bytes: use a short name such as \"main\"", n, max);
+    return buf;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (p[i] < 0x20 || p[i] == 0x7f) {
+      snprintf(buf, len, "arguments.session holds a control character (byte 0x%02x at "
+               "offset %zu); a session id may not contain NUL or control characters: use "
+               "letters, digits and punctuation", p[i], i);
+      return buf;
+    }
+  return NULL;
+}

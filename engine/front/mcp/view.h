@@ -49,4 +49,13 @@ char *tp__mcp_view_exposed(const json_t *id, const char *env, size_t len, int ok
                            const char *tool, const char *mcp_name, json_t *args,
                            size_t max, size_t *outlen);
 
+/* A tools/call response line *line (*len bytes, malloc'ed) whose result is an error
+** (isError) loses its structuredContent (an exposed tool's failure cannot match the
+** tool's outputSchema); other lines, or no memory, stay as they are. */
+void tp__mcp_view_drop_structured(char **line, size_t *len);
+
+/* Why arguments.session (sid) cannot be a session id of at most max bytes, or NULL (a
+** message for the model; buf holds it when it has numbers). */
+const char *tp__mcp_view_bad_session_id(const json_t *sid, size_t max, char *buf, size_t len);
+
 #endif
