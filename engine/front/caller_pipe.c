@@ -212,7 +212,7 @@ static void kill_cb (uv_timer_t *t) {
   if (!p->exited) uv_process_kill(&p->proc, SIGKILL);
 }
 
-int tp__cli_run_with_caller (tp_engine *e, const char *src, size_t len,
+int tp__caller_pipe_run (tp_engine *e, const char *src, size_t len,
                              const tp_limits *lim, const char *decls, size_t dlen,
                              const char *cmd, char **envelope, int *ok) {
   *envelope = NULL;

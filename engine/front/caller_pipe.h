@@ -12,7 +12,7 @@
 ** calls `sh -c cmd` answers as JSON lines; the envelope in *envelope (malloc'd) and the
 ** script's success in *ok. TP_OK when an envelope was made; TP_EINVAL for declarations
 ** the engine refused (said on standard error); TP_ENOMEM. */
-int tp__cli_run_with_caller(tp_engine *e, const char *src, size_t len, const tp_limits *lim,
+int tp__caller_pipe_run(tp_engine *e, const char *src, size_t len, const tp_limits *lim,
                             const char *decls, size_t dlen, const char *cmd, char **envelope,
                             int *ok);
 
