@@ -244,21 +244,43 @@ static void sweep_cgroups (const char *base) {
   closedir(d);
 }
 
+/* Makes every mount this process sees private (its mounts and unmounts reach no other
+** namespace): "/" recursively, or, in a chroot, where "/" is no mount point (EINVAL),
+** each mount point that /proc/self/mountinfo shows, field 5, relative to the root. */
+static void make_private (void) {
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0) return;
+  FILE *f = fopen("/proc/self/mountinfo", "r");
+  if (f == NULL) return;
+  char line[4096], mp[PATH_MAX];
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && strchr(mp, '\\') == NULL)
+      mount(NULL, mp, NULL, MS_REC | MS_PRIVATE, NULL);  /* (octal escapes: left alone) */
+  fclose(f);
+}
+
 /* Where no hierarchy holding "pids" is mounted (a chroot whose /sys is a bare sysfs, a
 ** root made by mmdebstrap or debootstrap, a container without /sys/fs/cgroup), root can
-** still mount one: in a mount namespace of this process's own (unshare(CLONE_NEWNS), so
-** nothing changes for anyone else), on a fresh directory under /tmp. v1: the "pids"
-** hierarchy; v2: cgroup2. Returns 1 with the mount point in mnt; the caller detaches it
-** and removes the directory once the process has joined its group (a group outlives
-** the mount). Needs CAP_SYS_ADMIN: without it (an unprivileged container) returns 0. */
-static int private_hierarchy (int v1, char *mnt, size_t size) {
+** still mount one: in a mount namespace of this process's own (unshare(CLONE_NEWNS),
+** its mounts made private, so nothing changes for anyone else), on /sys/fs/cgroup (or a
+** fresh directory under /tmp where there is none). v1: the "pids" hierarchy; v2:
+** cgroup2. Returns 1 with the mount point in mnt; the caller detaches it once the process
+** has joined its group (a group outlives the mount). Needs CAP_SYS_ADMIN: without it (an
+** unprivileged container) returns 0. */
+static int private_hierarchy (int v1, char *mnt, size_t size, int *made_dir) {
+  struct stat st;
   if (unshare(CLONE_NEWNS) != 0) return 0;
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return 0;
-  if ((size_t)snprintf(mnt, size, "/tmp/tidepool-cgroup-XXXXXX") >= size || !mkdtemp(mnt))
-    return 0;
+  make_private();
+  *made_dir = 0;
+  if (stat("/sys/fs/cgroup", &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(mnt, size, "/sys/fs/cgroup");
+  } else {
+    if ((size_t)snprintf(mnt, size, "/tmp/tidepool-cgroup-XXXXXX") >= size || !mkdtemp(mnt))
+      return 0;
+    *made_dir = 1;
+  }
   if (mount(v1 ? "cgroup" : "cgroup2", mnt, v1 ? "cgroup" : "cgroup2",
             MS_NOSUID | MS_NODEV | MS_NOEXEC, v1 ? "pids" : NULL) != 0) {
-    rmdir(mnt);
+    if (*made_dir) rmdir(mnt);
     return 0;
   }
   return 1;
@@ -274,7 +296,7 @@ static int private_hierarchy (int v1, char *mnt, size_t size) {
 ** the command runs in one. */
 static int pids_cgroup (long nproc, char *path, size_t size) {
   char rel[PATH_MAX] = "", base[PATH_MAX] = "", mnt[64] = "";
-  int v1 = 0, v2 = 0;
+  int v1 = 0, v2 = 0, made_dir = 0;
   FILE *f = fopen("/proc/self/cgroup", "r");
   if (f == NULL) return 0;
   char line[1024];
@@ -300,7 +322,7 @@ static int pids_cgroup (long nproc, char *path, size_t size) {
   snprintf(base, sizeof base, v1 ? "/sys/fs/cgroup/pids%s" : "/sys/fs/cgroup%s", rel);
   if (access(v1 ? "/sys/fs/cgroup/pids/cgroup.procs" : "/sys/fs/cgroup/cgroup.controllers",
              F_OK) != 0) {
-    if (!private_hierarchy(v1, mnt, sizeof mnt)) return 0;
+    if (!private_hierarchy(v1, mnt, sizeof mnt, &made_dir)) return 0;
     snprintf(base, sizeof base, "%s%s", mnt, rel);
   }
   sweep_cgroups(base);
@@ -331,7 +353,7 @@ static int pids_cgroup (long nproc, char *path, size_t size) {
   if (!ok || mnt[0] != '\0') path[0] = '\0';
   if (mnt[0] != '\0') {
     umount2(mnt, MNT_DETACH);
-    rmdir(mnt);
+    if (made_dir) rmdir(mnt);
   }
   return ok;
 }

@@ -342,8 +342,11 @@ end)
 -- Root, whom RLIMIT_NPROC never binds, on a machine without a cgroup file system (a
 -- chroot's bare /sys, as in make test-fresh): /sys/fs/cgroup hidden under a tmpfs in a
 -- mount namespace of the test's own.
-local NO_CGROUP = "unshare --mount --propagation private sh -c "
-  .. q('mount -t tmpfs none /sys/fs/cgroup && exec "$@"') .. " sh"
+-- (Its mounts made private first, so that the tmpfs reaches no other namespace; in a
+-- chroot "/" is no mount point, /sys is.)
+local NO_CGROUP = "unshare --mount --propagation unchanged sh -c " .. q(
+  '{ mount --make-rprivate / 2>/dev/null || mount --make-rprivate /sys; } && '
+  .. 'mount -t tmpfs none /sys/fs/cgroup && exec "$@"') .. " sh"
 local function as_root_without_cgroups()
   if uv.getuid() ~= 0 then
     print("# skipped: not root (RLIMIT_NPROC binds this user)")
