@@ -5,12 +5,10 @@
 local dkjson = require "dkjson"
 local uv = require "luv"
 
-local BUILD = os.getenv("BUILD") or "build"
-local BIN = BUILD .. "/tidepool"
+local H = require("spec.helper")
+local BUILD, BIN, q = H.BUILD, H.BIN, H.q
 -- The PATH tidepool runs with: argv0 entries are resolved in it at load.
 local HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local temps = {}
 local function temp_file(text)
