@@ -42,8 +42,9 @@ for (const [sig, n] of [['SIGTERM', 15], ['SIGINT', 2], ['SIGHUP', 1]]) {
 // end it sooner. Its messages can be read two ways, whichever a test prefers:
 //   in order:  line(ms), msg(ms) (parsed), ask(m) (send, then the next message), pending()
 //   sorted:    response(id, ms) (by id), other(pred, ms) (requests and notifications,
-//              the first that pred accepts), has(pred); request(method, params, ms) and
-//              call(name, args, extra, ms) number their requests 1, 2, ...
+//              the first that pred accepts), has(pred); start(method, params) (the id),
+//              request(method, params, ms) and call(name, args, extra, ms) number their
+//              requests 1, 2, ...
 // initialize({ version, capabilities, name }) is the handshake: initialize, its response
 // (returned), then notifications/initialized. raw() is all stdout, stderr() all stderr;
 // exited resolves to the exit status, or the signal's name.
@@ -109,11 +110,12 @@ export function mcpServer(args, { env, cwd } = {}) {
         ms, 'message');
     },
     has(pred) { return others.some(pred); },
-    request(method, params, ms) {
+    start(method, params) {  // sends a request; its id
       const id = next++;
       s.send({ jsonrpc: '2.0', id, method, params });
-      return s.response(id, ms);
+      return id;
     },
+    request(method, params, ms) { return s.response(s.start(method, params), ms); },
     call(name, a, extra = {}, ms) { return s.request('tools/call', { name, arguments: a, ...extra }, ms); },
     async initialize({ version = '2025-11-25', capabilities = {}, name = 'spec' } = {}) {
       const r = await s.request('initialize', { protocolVersion: version, capabilities,
