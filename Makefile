@@ -116,7 +116,7 @@ PCFILE      = $(BUILD)/tidepool.pc
 CONFINE     = $(BUILD)/tidepool-confine
 DEPS_STAMP  = $(BUILD)/.deps-ok
 
-.PHONY: all deps run test test-c test-cluster test-fast test-fresh test-alloc-full sanitize sanitize-c valgrind bench install \
+.PHONY: all deps run test spec test-c test-cluster test-fast test-fresh test-alloc-full sanitize sanitize-c valgrind bench install \
         uninstall clean lint fuzz fuzz-build deb man print-version FORCE
 all: $(CLI) $(LIB_A) $(LIB_SO) $(LUAMOD) $(LUA_BIN) $(PCFILE) $(CONFINE)
 
@@ -379,6 +379,25 @@ ALLOC_FULL_TIMEOUT ?= 10800
 test-alloc-full: $(BUILD)/tests/test_alloc_fail
 	@TP_ALLOC_FAIL_FULL=1 TP_TEST_TIMEOUT=$(ALLOC_FULL_TIMEOUT) BUILD=$(BUILD) \
 	  sh scripts/run-ctests.sh test_alloc_fail
+
+# One spec, by name:
+#   make spec S=policy                    spec/policy_spec.lua (busted, this build's Lua)
+#   make spec S=policy F='ask'            only its tests whose name has "ask" (--filter)
+#   make spec S=mcp/era                   spec/mcp/era.mjs (node; any spec/X.mjs)
+#   make spec S=examples/plugin/units_spec.lua   a file by its path
+S ?=
+F ?=
+spec: all
+	@if [ -z '$(S)' ]; then echo "make spec S=NAME: spec/NAME_spec.lua, spec/NAME.mjs or a path" >&2; exit 2; fi
+	@s='$(S)'; \
+	 for f in "$$s" "spec/$${s}_spec.lua" "spec/$$s.mjs" "spec/$$s"; do \
+	   [ -f "$$f" ] && break; f=; done; \
+	 case $$f in \
+	   '') echo "make spec: no spec/$${s}_spec.lua, spec/$$s.mjs or $$s" >&2; exit 2 ;; \
+	   *.mjs) BUILD=$(BUILD) exec node "$$f" ;; \
+	   *) BUILD=$(BUILD) LUA_PATH='./?.lua;./?/init.lua;;' LUA_CPATH='$(BUILD)/lua/?.so;;' \
+	        exec $(LUA_BIN) /usr/bin/busted $(if $(F),--filter='$(F)') "$$f" ;; \
+	 esac
 
 # The developer's loop: the C tests and the busted specs, once each (make test runs busted
 # three times and every other suite); about a minute on a quiet 2-core machine.

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -220,9 +221,11 @@ static int apply_seccomp (int net) {
 
 /* ---- processes ----------------------------------------------------------------------- */
 
-/* Removes the groups under base left by engines that are gone ("tidepool-ENGINE-PID",
-** ENGINE no longer running): an engine removes its commands' groups itself, but not
-** when it exits (or dies) while one runs. A group still holding a process stays. */
+/* Removes the groups under base whose command is gone ("tidepool-ENGINE-PID", ENGINE or
+** PID, the command's own, no longer running): an engine removes its commands' groups
+** itself, but not when it exits (or dies) while one runs, nor the groups it cannot see
+** (made under a mount of our own, see private_hierarchy). A group still holding a process
+** stays (the kernel refuses); one whose command is starting is not touched (PID alive). */
 static void sweep_cgroups (const char *base) {
   DIR *d = opendir(base);
   if (d == NULL) return;
@@ -230,22 +233,70 @@ static void sweep_cgroups (const char *base) {
   while ((de = readdir(d)) != NULL) {
     long engine, pid;
     char tail;
-    if (sscanf(de->d_name, "tidepool-%ld-%ld%c", &engine, &pid, &tail) != 2 || engine <= 0)
+    if (sscanf(de->d_name, "tidepool-%ld-%ld%c", &engine, &pid, &tail) != 2 || engine <= 0 ||
+        pid <= 0)
       continue;
-    if (kill((pid_t)engine, 0) == 0 || errno != ESRCH) continue;
+    int engine_gone = kill((pid_t)engine, 0) != 0 && errno == ESRCH;
+    int pid_gone = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    if (!engine_gone && !pid_gone) continue;
     unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
   }
   closedir(d);
 }
 
+/* Makes every mount this process sees private (its mounts and unmounts reach no other
+** namespace): "/" recursively, or, in a chroot, where "/" is no mount point (EINVAL),
+** each mount point that /proc/self/mountinfo shows, field 5, relative to the root. */
+static void make_private (void) {
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0) return;
+  FILE *f = fopen("/proc/self/mountinfo", "r");
+  if (f == NULL) return;
+  char line[4096], mp[PATH_MAX];
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && strchr(mp, '\\') == NULL)
+      mount(NULL, mp, NULL, MS_REC | MS_PRIVATE, NULL);  /* (octal escapes: left alone) */
+  fclose(f);
+}
+
+/* Where no hierarchy holding "pids" is mounted (a chroot whose /sys is a bare sysfs, a
+** root made by mmdebstrap or debootstrap, a container without /sys/fs/cgroup), root can
+** still mount one: in a mount namespace of this process's own (unshare(CLONE_NEWNS),
+** its mounts made private, so nothing changes for anyone else), on /sys/fs/cgroup (or a
+** fresh directory under /tmp where there is none). v1: the "pids" hierarchy; v2:
+** cgroup2. Returns 1 with the mount point in mnt; the caller detaches it once the process
+** has joined its group (a group outlives the mount). Needs CAP_SYS_ADMIN: without it (an
+** unprivileged container) returns 0. */
+static int private_hierarchy (int v1, char *mnt, size_t size, int *made_dir) {
+  struct stat st;
+  if (unshare(CLONE_NEWNS) != 0) return 0;
+  make_private();
+  *made_dir = 0;
+  if (stat("/sys/fs/cgroup", &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(mnt, size, "/sys/fs/cgroup");
+  } else {
+    if ((size_t)snprintf(mnt, size, "/tmp/tidepool-cgroup-XXXXXX") >= size || !mkdtemp(mnt))
+      return 0;
+    *made_dir = 1;
+  }
+  if (mount(v1 ? "cgroup" : "cgroup2", mnt, v1 ? "cgroup" : "cgroup2",
+            MS_NOSUID | MS_NODEV | MS_NOEXEC, v1 ? "pids" : NULL) != 0) {
+    if (*made_dir) rmdir(mnt);
+    return 0;
+  }
+  return 1;
+}
+
 /* Root is exempt from RLIMIT_NPROC (the kernel never applies it to uid 0, user namespace
 ** or not), so for root the count of processes is held by a pids cgroup: a new group under
 ** the pids hierarchy (cgroup v2: under our own cgroup, when "pids" is enabled for its
-** children; v1: the pids controller's mount), pids.max = nproc, joined before exec. Its
-** path goes into the report; the parent removes it once the command is gone. Returns 1
-** when the command runs in one. */
+** children; v1: the pids controller's mount), pids.max = nproc, joined before exec. When
+** that hierarchy is not mounted here, on a mount of our own (private_hierarchy). Its
+** path goes into the report when the parent can reach it (it removes the group once the
+** command is gone); a group on our own mount is left to sweep_cgroups. Returns 1 when
+** the command runs in one. */
 static int pids_cgroup (long nproc, char *path, size_t size) {
-  char base[PATH_MAX] = "";
+  char rel[PATH_MAX] = "", base[PATH_MAX] = "", mnt[64] = "";
+  int v1 = 0, v2 = 0, made_dir = 0;
   FILE *f = fopen("/proc/self/cgroup", "r");
   if (f == NULL) return 0;
   char line[1024];
@@ -254,43 +305,55 @@ static int pids_cgroup (long nproc, char *path, size_t size) {
     char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
     if (c2 == NULL) continue;
     *c1 = *c2 = '\0';
-    const char *ctl = c1 + 1, *rel = c2 + 1;
-    if (strcmp(rel, "/") == 0) rel = "";
+    const char *ctl = c1 + 1, *r = c2 + 1;
+    if (strcmp(r, "/") == 0) r = "";
     if (strcmp(ctl, "pids") == 0 || strstr(ctl, "pids") != NULL) {
-      snprintf(base, sizeof base, "/sys/fs/cgroup/pids%s", rel);
+      snprintf(rel, sizeof rel, "%s", r);
+      v1 = 1;
       break;
     }
-    if (*ctl == '\0' && access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0)
-      snprintf(base, sizeof base, "/sys/fs/cgroup%s", rel);
-  }
-  fclose(f);
-  if (base[0] == '\0') return 0;
-  sweep_cgroups(base);
-  int len = snprintf(path, size, "%s/tidepool-%ld-%ld", base, (long)getppid(),
-                     (long)getpid());
-  if (len < 0 || (size_t)len + 16 > size || mkdir(path, 0755) != 0) return 0;
-  char file[PATH_MAX + 16];
-  int ok = 0;
-  char num[32];
-  snprintf(file, sizeof file, "%s/pids.max", path);
-  int fd = open(file, O_WRONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    int n = snprintf(num, sizeof num, "%ld", nproc);
-    ok = write(fd, num, (size_t)n) == n;
-    close(fd);
-  }
-  if (ok) {
-    snprintf(file, sizeof file, "%s/cgroup.procs", path);
-    fd = open(file, O_WRONLY | O_CLOEXEC);
-    ok = 0;
-    if (fd >= 0) {
-      ok = write(fd, "0", 1) == 1;
-      close(fd);
+    if (*ctl == '\0') {
+      snprintf(rel, sizeof rel, "%s", r);
+      v2 = 1;
     }
   }
-  if (!ok) {
-    rmdir(path);
-    path[0] = '\0';
+  fclose(f);
+  if (!v1 && !v2) return 0;
+  snprintf(base, sizeof base, v1 ? "/sys/fs/cgroup/pids%s" : "/sys/fs/cgroup%s", rel);
+  if (access(v1 ? "/sys/fs/cgroup/pids/cgroup.procs" : "/sys/fs/cgroup/cgroup.controllers",
+             F_OK) != 0) {
+    if (!private_hierarchy(v1, mnt, sizeof mnt, &made_dir)) return 0;
+    snprintf(base, sizeof base, "%s%s", mnt, rel);
+  }
+  sweep_cgroups(base);
+  int ok = 0;
+  int len = snprintf(path, size, "%s/tidepool-%ld-%ld", base, (long)getppid(),
+                     (long)getpid());
+  if (len >= 0 && (size_t)len + 16 <= size && mkdir(path, 0755) == 0) {
+    char file[PATH_MAX + 16];
+    char num[32];
+    snprintf(file, sizeof file, "%s/pids.max", path);
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      int n = snprintf(num, sizeof num, "%ld", nproc);
+      ok = write(fd, num, (size_t)n) == n;
+      close(fd);
+    }
+    if (ok) {
+      snprintf(file, sizeof file, "%s/cgroup.procs", path);
+      fd = open(file, O_WRONLY | O_CLOEXEC);
+      ok = 0;
+      if (fd >= 0) {
+        ok = write(fd, "0", 1) == 1;
+        close(fd);
+      }
+    }
+    if (!ok) rmdir(path);
+  }
+  if (!ok || mnt[0] != '\0') path[0] = '\0';
+  if (mnt[0] != '\0') {
+    umount2(mnt, MNT_DETACH);
+    if (made_dir) rmdir(mnt);
   }
   return ok;
 }
@@ -398,7 +461,8 @@ int main (int argc, char **argv) {
   if (geteuid() == 0) {
     if (pids_cgroup(nproc, cg, sizeof cg)) {
       nproc_how = "cgroup";
-      say("cgroup=%s ", cg);  /* first: the parent removes it even after a failure */
+      /* first: the parent removes it even after a failure */
+      if (cg[0] != '\0') say("cgroup=%s ", cg);
     }
   } else {
     long have = user_tasks();

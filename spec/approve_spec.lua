@@ -6,18 +6,9 @@
 -- spec/fixtures/tools_calls (fx.echo returns its arguments).
 local dkjson = require "dkjson"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
+local H = require("spec.helper")
+local BIN, shell_quote, write_temp = H.BIN, H.shell_quote, H.write_temp
 local TOOLS = "spec/fixtures/tools_calls"
-
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function write_temp(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  return path
-end
 
 local CONFIG = dkjson.encode({ policy = { default = "allow", rules = {
   { tools = "fx.echo", effect = "ask", where = "amount > 100",

@@ -3,32 +3,10 @@
 -- tidepool describe --caller-tools, what the model reads of them.
 local dkjson = require "dkjson"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
+local H = require("spec.helper")
+local BIN, q, write_temp, sh = H.BIN, H.q, H.write_temp, H.sh
 
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local temps = {}
-local function write_temp(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  temps[#temps + 1] = path
-  return path
-end
-teardown(function() for _, p in ipairs(temps) do os.remove(p) end end)
-
-local function sh(cmdline)
-  local errpath = write_temp("")
-  local p = assert(io.popen(cmdline .. " 2>" .. errpath .. "; echo \"#rc=$?\"", "r"))
-  local out = p:read("a")
-  p:close()
-  local f = assert(io.open(errpath, "rb"))
-  local err = f:read("a")
-  f:close()
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  return out:gsub("#rc=%d+\n$", ""), err, rc
-end
+teardown(H.cleanup)
 
 local TOOLS = write_temp(dkjson.encode({
   { name = "add", description = "Adds two numbers.",

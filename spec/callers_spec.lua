@@ -5,35 +5,15 @@
 -- --expose-tools) is spec/mcp/callers.mjs.
 local dkjson = require "dkjson"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
-
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function write_temp(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  return path
-end
+local H = require("spec.helper")
 
 -- Runs the command line ARGS (%s: the config file, written from the table config);
 -- returns stdout, stderr and the exit status.
 local function sh(config, cmdline, stdin)
-  local cpath = write_temp(type(config) == "string" and config or dkjson.encode(config))
-  local errpath, inpath = os.tmpname(), write_temp(stdin or "")
-  local p = assert(io.popen(BIN .. " " .. cmdline:format(shell_quote(cpath)) .. " <"
-    .. inpath .. " 2>" .. errpath .. "; echo \"#rc=$?\""))
-  local out = p:read("a")
-  p:close()
-  local f = assert(io.open(errpath, "rb"))
-  local err = f:read("a")
-  f:close()
+  local cpath = H.write_temp(type(config) == "string" and config or dkjson.encode(config))
+  local out, err, rc = H.cli(cmdline:format(H.shell_quote(cpath)), stdin or "")
   os.remove(cpath)
-  os.remove(errpath)
-  os.remove(inpath)
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  return out:gsub("#rc=%d+\n$", ""), err, rc
+  return out, err, rc
 end
 
 local function run(config, script)

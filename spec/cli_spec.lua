@@ -1,49 +1,9 @@
 -- build/tidepool, driven as a process: output, exit status, options, usage errors.
 local dkjson = require "dkjson"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
-
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
-local function write_temp(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  return path
-end
-
--- Runs the command line; returns stdout, stderr and the exit status.
-local function sh(cmdline, stdin)
-  local errpath = os.tmpname()
-  local cmd = cmdline .. " 2>" .. errpath
-  local inpath
-  if stdin then
-    inpath = write_temp(stdin)
-    cmd = cmd .. " <" .. inpath
-  end
-  local p = assert(io.popen(cmd .. "; echo \"#rc=$?\"", "r"))
-  local out = p:read("a")
-  p:close()
-  local f = assert(io.open(errpath, "rb"))
-  local err = f:read("a")
-  f:close()
-  os.remove(errpath)
-  if inpath then os.remove(inpath) end
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  out = out:gsub("#rc=%d+\n$", "")
-  return out, err, rc
-end
-
--- tidepool run ARGS on a script given as text; returns stdout, stderr, status.
-local function run(script, args)
-  local path = write_temp(script)
-  local out, err, rc = sh(BIN .. " run " .. (args or "") .. " " .. shell_quote(path))
-  os.remove(path)
-  return out, err, rc
-end
+local H = require("spec.helper")
+local BIN, shell_quote, write_temp, sh = H.BIN, H.shell_quote, H.write_temp, H.sh
+local run = H.run_script  -- tidepool run ARGS on a script given as text
 
 -- --json output: exactly one line, parsed.
 local function run_json(script, args)

@@ -4,39 +4,9 @@
 -- malformed inputs that end in a clear error.
 local dkjson = require "dkjson"
 
-local BUILD = os.getenv("BUILD") or "build"
-local BIN = BUILD .. "/tidepool"
-local ROOT = assert(io.popen("pwd")):read("l")
-local ABSBIN = BIN:sub(1, 1) == "/" and BIN or ROOT .. "/" .. BIN
-
-local function q(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local text = f:read("a")
-  f:close()
-  return text
-end
-
--- Runs the shell command line; returns stdout, stderr and the exit status.
-local function sh(cmdline)
-  local errpath = os.tmpname()
-  local p = assert(io.popen("(" .. cmdline .. ") 2>" .. errpath .. "; echo \"#rc=$?\"", "r"))
-  local out = p:read("a")
-  p:close()
-  local err = read(errpath)
-  os.remove(errpath)
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  return (out:gsub("#rc=%d+\n$", "")), err, rc
-end
+local H = require("spec.helper")
+local ROOT, ABSBIN = H.ROOT, H.ABS_BIN
+local q, write, read, sh = H.q, H.write, H.read, H.sh
 
 -- A fresh directory: DIR/conf/{plugins,more,data,ws2} with a plugin in plugins and more.
 local function tree()

@@ -3,14 +3,14 @@
 local tidepool = require "tidepool"
 local dkjson = require "dkjson"
 
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>/dev/null"))
-  local out = p:read("a")
-  local ok, _, code = p:close()
-  return out, ok and 0 or code
+local H = require("spec.helper")
+
+local function sh(cmd)  -- stdout and the exit status
+  local out, _, rc = H.sh(cmd)
+  return out, rc
 end
 
-local TP = "build/tidepool"
+local TP = H.BIN
 
 describe("tidepool describe", function()
   it("prints the preamble and every built-in tool's call, the same each time", function()

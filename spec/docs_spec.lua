@@ -24,36 +24,15 @@
 -- envelope those fields are ignored, and the string "..." matches any value.
 local dkjson = require "dkjson"
 
-local BUILD = os.getenv("BUILD") or "build"
-
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local H = require("spec.helper")
+local shell_quote, read, write = H.shell_quote, H.read, H.write
+local ROOT, ABS_BUILD = H.ROOT, H.ABS_BUILD
 
 -- Runs a shell command line; returns its standard output and exit status.
 local function sh(cmd)
-  local p = assert(io.popen(cmd .. "\necho \"#rc=$?\"", "r"))
-  local out = p:read("a")
-  p:close()
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  return (out:gsub("#rc=%d+\n$", "")), rc
+  local out, _, rc = H.sh(cmd)
+  return out, rc
 end
-
-local ROOT = sh("pwd"):gsub("\n$", "")
-local ABS_BUILD = BUILD:sub(1, 1) == "/" and BUILD or ROOT .. "/" .. BUILD
 
 -- A fresh directory in which an example runs, with the checkout's directories a reader
 -- has beside them (build/ is this build, wherever it is).

@@ -7,36 +7,8 @@
 -- as something else, with the reason.
 local dkjson = require "dkjson"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
-
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
--- Runs a shell command; returns stdout, stderr and the exit status.
-local function sh(cmd)
-  local errpath = os.tmpname()
-  local p = assert(io.popen("(" .. cmd .. ") 2>" .. errpath .. "; echo \"#rc=$?\""))
-  local out = p:read("a")
-  p:close()
-  local f = assert(io.open(errpath, "rb"))
-  local err = f:read("a")
-  f:close()
-  os.remove(errpath)
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  return out:gsub("#rc=%d+\n$", ""), err, rc
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local H = require("spec.helper")
+local BIN, q, sh, read, write = H.BIN, H.q, H.sh, H.read, H.write
 
 local function tmpdir()
   local d = os.tmpname()

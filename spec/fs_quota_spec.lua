@@ -155,7 +155,7 @@ describe("the workspace's growth cap", function()
 end)
 
 describe("the options", function()
-  local BIN = "build/tidepool"
+  local BIN = require("spec.helper").BIN
   it("tidepool run takes --fs-quota and --workspace-max", function()
     local ws = new_workspace()
     local p = io.popen("echo 'return tools.fs.write{path = \"a\", content = (\"x\"):rep(5000)}' | "

@@ -6,27 +6,14 @@
 local dkjson = require "dkjson"
 local tidepool = require "tidepool"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
+local H = require("spec.helper")
+local BIN = H.BIN
 local FX = "--no-builtin-tools --tools spec/fixtures/tools_calls"
 
 -- Runs `tidepool run ARGS -` with script on standard input (ARGS alone when nofile);
 -- returns stdout, stderr, status.
 local function sh(args, script, nofile)
-  local inpath, errpath = os.tmpname(), os.tmpname()
-  local f = assert(io.open(inpath, "wb"))
-  f:write(script or "return 1")
-  f:close()
-  local cmd = BIN .. " run " .. args .. (nofile and "" or " -")
-  local p = assert(io.popen(cmd .. " <" .. inpath .. " 2>" .. errpath .. "; echo \"#rc=$?\"", "r"))
-  local out = p:read("a")
-  p:close()
-  f = assert(io.open(errpath, "rb"))
-  local err = f:read("a")
-  f:close()
-  os.remove(inpath)
-  os.remove(errpath)
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  return (out:gsub("#rc=%d+\n$", "")), err, rc
+  return H.cli("run " .. args .. (nofile and "" or " -"), script or "return 1")
 end
 
 local function envelope(args, script)

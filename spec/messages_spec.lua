@@ -3,40 +3,8 @@
 -- config's JSON pointer; bad values name their flag; check says ok; the summary counts;
 -- a timeout names its limit; npx-started servers are announced; an upstream server's
 -- raw name reaches its tools; a plugin's error shows no host path.
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
-
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
--- Runs a shell command line; returns stdout, stderr and the exit status.
-local function sh(cmd, stdin)
-  local errpath, inpath = os.tmpname(), nil
-  local line = "(" .. cmd .. ") 2>" .. errpath
-  if stdin then
-    inpath = os.tmpname()
-    local f = assert(io.open(inpath, "wb"))
-    f:write(stdin)
-    f:close()
-    line = line .. " <" .. inpath
-  else
-    line = line .. " </dev/null"
-  end
-  local p = assert(io.popen(line .. "; echo \"#rc=$?\""))
-  local out = p:read("a")
-  p:close()
-  local f = assert(io.open(errpath, "rb"))
-  local err = f:read("a")
-  f:close()
-  os.remove(errpath)
-  if inpath then os.remove(inpath) end
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  return out:gsub("#rc=%d+\n$", ""), err, rc
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local H = require("spec.helper")
+local BIN, q, sh, write = H.BIN, H.q, H.sh, H.write
 
 local dir
 setup(function()

@@ -6,18 +6,9 @@
 -- spec/c/test_policy_rules.c.) Fixture tools: spec/fixtures/tools_calls (fx.echo).
 local dkjson = require "dkjson"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
+local H = require("spec.helper")
+local shell_quote, write_temp = H.shell_quote, H.write_temp
 local TOOLS = "spec/fixtures/tools_calls"
-
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function write_temp(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  return path
-end
 
 -- Runs script under a config (a Lua table, encoded) with the tools of a directory (the
 -- fixtures when nil) and more options of tidepool run; returns the envelope (or nil),
@@ -25,21 +16,11 @@ end
 local function run(config, script, tools, options)
   local cpath = write_temp(dkjson.encode(config))
   local spath = write_temp(script)
-  local epath = os.tmpname()
-  local p = assert(io.popen(BIN .. " run --json --no-builtin-tools " .. (options or "")
+  local out, err, rc = H.cli("run --json --no-builtin-tools " .. (options or "")
     .. " --tools " .. (tools or TOOLS)
-    .. " --config " .. shell_quote(cpath) .. " " .. shell_quote(spath) .. " 2>" .. epath
-    .. "; echo \"#rc=$?\""))
-  local out = p:read("a")
-  p:close()
-  local f = assert(io.open(epath, "rb"))
-  local err = f:read("a")
-  f:close()
+    .. " --config " .. shell_quote(cpath) .. " " .. shell_quote(spath))
   os.remove(cpath)
   os.remove(spath)
-  os.remove(epath)
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  out = out:gsub("#rc=%d+\n$", "")
   return dkjson.decode(out), err, rc
 end
 

@@ -5,12 +5,10 @@
 local dkjson = require "dkjson"
 local uv = require "luv"
 
-local BUILD = os.getenv("BUILD") or "build"
-local BIN = BUILD .. "/tidepool"
+local H = require("spec.helper")
+local BUILD, BIN, q = H.BUILD, H.BIN, H.q
 -- The PATH tidepool runs with: argv0 entries are resolved in it at load.
 local HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local temps = {}
 local function temp_file(text)
@@ -46,13 +44,14 @@ local ABI = landlock_abi()
 
 -- Runs script under `commands` (a Lua list of entries) with a workspace (ws: a
 -- directory, false: none); returns the envelope and stderr.
-local function run(script, commands, ws, extra_env, timeout)
+-- prefix: a command line that runs the rest (unshare ...), or nil.
+local function run(script, commands, ws, extra_env, timeout, prefix)
   local cfg = temp_file(commands and dkjson.encode({ commands = commands }) or "{}")
   local src = temp_file(script)
   local errf = os.tmpname()
   temps[#temps + 1] = errf
-  local cmd = ("env PATH=%s %s %s run --json --timeout %s --cpu 20s --config %s %s %s 2>%s")
-    :format(HOST_PATH, extra_env or "", BIN, timeout or "30s", q(cfg),
+  local cmd = ("%s env PATH=%s %s %s run --json --timeout %s --cpu 20s --config %s %s %s 2>%s")
+    :format(prefix or "", HOST_PATH, extra_env or "", BIN, timeout or "30s", q(cfg),
             ws and ("--workspace " .. q(ws)) or "", q(src), q(errf))
   local p = assert(io.popen(cmd, "r"))
   local out = p:read("a")
@@ -335,6 +334,54 @@ describe("proc.run: confinement", function()
       "b() { b | b & }; b; sleep 10"}}]], { SH }, temp_dir())
     assert.is_true(r.timed_out)
     assert.are.equal("timeout", r.error_kind)
+  end)
+end)
+
+-- Root, whom RLIMIT_NPROC never binds, on a machine without a cgroup file system (a
+-- chroot's bare /sys, as in make test-fresh): /sys/fs/cgroup hidden under a tmpfs in a
+-- mount namespace of the test's own.
+-- (Its mounts made private first, so that the tmpfs reaches no other namespace; in a
+-- chroot "/" is no mount point, /sys is.)
+local NO_CGROUP = "unshare --mount --propagation unchanged sh -c " .. q(
+  '{ mount --make-rprivate / 2>/dev/null || mount --make-rprivate /sys; } && '
+  .. 'mount -t tmpfs none /sys/fs/cgroup && exec "$@"') .. " sh"
+local function as_root_without_cgroups()
+  if uv.getuid() ~= 0 then
+    print("# skipped: not root (RLIMIT_NPROC binds this user)")
+    return false
+  end
+  return true
+end
+
+describe("proc.run: root without a cgroup file system", function()
+  it("the process limit still holds (a pids cgroup on a mount of the helper's own)",
+    function()
+    if not as_root_without_cgroups() then return end
+    local env = run([[return tools.proc.run{cmd = "sh", timeout_ms = 20000, args = {"-c",
+      "i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done; echo all"}}]],
+      { SH }, temp_dir(), nil, nil, NO_CGROUP)
+    assert(env.ok, env.error and env.error.message)
+    local r = env.result
+    assert.are.equal("cgroup", r.sandbox.nproc)
+    assert.are.equal(2, r.exit_code)
+    assert.matches("Cannot fork", r.stderr, 1, true)
+    assert.are.equal("", r.stdout)
+  end)
+
+  it("where root cannot mount one either, the load warns that no process limit holds",
+    function()
+    if not as_root_without_cgroups() then return end
+    local env, err = run([[return tools.proc.run{cmd = "sh", args = {"-c", "echo hi"}}]],
+      { SH }, temp_dir(), nil, nil, NO_CGROUP .. " setpriv --bounding-set -sys_admin")
+    assert(env.ok, env.error and env.error.message)
+    assert.are.equal(false, env.result.sandbox.nproc)
+    assert.are.equal("hi\n", env.result.stdout)
+    assert.matches("^tidepool: warning: [^\n]+: /commands: tidepool runs as root, which "
+      .. "RLIMIT_NPROC does not bind, and no pids cgroup can be made here %(no cgroup "
+      .. "filesystem with the pids controller that root may write or mount%): commands run "
+      .. "without a process limit, and a fork bomb is stopped only by its timeout; run "
+      .. "tidepool as another user, or give it a pids cgroup %(a container's "
+      .. "%-%-pids%-limit%)\n$", err)
   end)
 end)
 

@@ -4,7 +4,7 @@
 -- script give the same envelope but for its timings, in one process or in two.
 local tidepool = require "tidepool"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
+local H = require("spec.helper")
 
 -- The envelope's text without its timings ("ms", "cpu_ms", "wall_ms").
 local function untimed(text)
@@ -14,15 +14,7 @@ end
 
 -- stdout of `tidepool run ARGS -` with script on standard input.
 local function cli(args, script)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(script)
-  f:close()
-  local p = assert(io.popen(BIN .. " run " .. args .. " - <" .. path .. " 2>&1", "r"))
-  local out = p:read("a")
-  p:close()
-  os.remove(path)
-  return out
+  return (H.cli("run " .. args .. " - 2>&1", script))
 end
 
 local SCRIPT = [[

@@ -2,22 +2,12 @@
 -- state store: with --state DIR, a second `tidepool run` process shows it in
 -- tools.describe before the tool has answered there (engine/host/host.c, E.seen and
 -- E.seen_load). The MCP server is spec/upstream/edge-server.mjs (node).
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
+local H = require("spec.helper")
+local BIN, shell_quote, write = H.BIN, H.shell_quote, H.write
 
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>/dev/null; echo \"#rc=$?\""))
-  local out = p:read("a")
-  p:close()
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  return out:gsub("#rc=%d+\n$", ""), rc
+local function sh(cmd)  -- stdout and the exit status
+  local out, _, rc = H.sh(cmd)
+  return out, rc
 end
 
 describe("the shape last seen, with --state", function()

@@ -4,41 +4,12 @@
 local dkjson = require "dkjson"
 local uv = require "luv"
 
-local BIN = (os.getenv("BUILD") or "build") .. "/tidepool"
-
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
-local function temp_dir()
-  local p = assert(io.popen("mktemp -d"))
-  local d = p:read("l")
-  p:close()
-  return d
-end
-
-local function write_file(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local H = require("spec.helper")
+local BIN, shell_quote, write_file, temp_dir = H.BIN, H.shell_quote, H.write, H.temp_dir
 
 -- tidepool run --json ARGS on script; returns the envelope, the status and stderr.
 local function run(script, args)
-  local path = os.tmpname()
-  write_file(path, script)
-  local errpath = os.tmpname()
-  local p = assert(io.popen(BIN .. " run --json " .. args .. " " .. shell_quote(path) .. " 2>"
-    .. errpath .. "; echo \"#rc=$?\""))
-  local out = p:read("a")
-  p:close()
-  local f = assert(io.open(errpath, "rb"))
-  local err = f:read("a")
-  f:close()
-  os.remove(path)
-  os.remove(errpath)
-  local rc = tonumber(out:match("#rc=(%d+)\n$"))
-  out = out:gsub("#rc=%d+\n$", "")
+  local out, err, rc = H.run_script(script, "--json " .. args)
   return dkjson.decode(out), rc, err
 end
 

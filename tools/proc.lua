@@ -91,6 +91,28 @@ for _, p in ipairs(problems) do warn(p) end
 
 local helper, helper_err = cproc.helper()
 
+-- The kernel never applies RLIMIT_NPROC to root: for root the helper holds the process
+-- limit with a pids cgroup, which some machines cannot give (an unprivileged container
+-- without a writable cgroup filesystem). Asked of the helper once, at load, so that the
+-- operator reads it where the config's problems go, not the model in each result.
+if helper and uv.getuid() == 0 then
+  local p = io.popen(("'%s' --nproc %d -- /bin/true true 3>&1 2>/dev/null")
+    :format(helper:gsub("'", "'\\''"), NPROC_LIMIT), "r")
+  local said = p and p:read("a") or ""
+  if p then p:close() end
+  local cg = said:match("cgroup=(%S+)")
+  if cg and cg:match("^/sys/fs/cgroup/") and not cg:find("..", 1, true) then
+    uv.fs_rmdir(cg)  -- the probe's own group, empty once /bin/true is gone
+  end
+  if said:match("nproc=0") then
+    warn("/commands: tidepool runs as root, which RLIMIT_NPROC does not bind, and no pids "
+      .. "cgroup can be made here (no cgroup filesystem with the pids controller that root "
+      .. "may write or mount): commands run without a process limit, and a fork bomb is "
+      .. "stopped only by its timeout; run tidepool as another user, or give it a pids "
+      .. "cgroup (a container's --pids-limit)")
+  end
+end
+
 local function list_names()
   local names, seen = {}, {}
   for _, e in ipairs(entries) do

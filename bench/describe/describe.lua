@@ -7,19 +7,8 @@
 local D = require("lua.describe")
 local F = require("bench.describe.fixture")
 local T = require("bench.describe.tokens")
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local H = require("spec.helper")  -- read, write
+local read, write = H.read, H.write
 
 local cmd = arg[1]
 if cmd == "write" then

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { test, run, assert, eq, sleep, tidepool, root } from './harness.mjs';
+import { test, run, assert, eq, sleep, tidepool, root, mcpServer } from './harness.mjs';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-approve-'));
 const config = path.join(tmp, 'policy.json');
@@ -23,58 +23,10 @@ const REASON = 'big payments need a person (policy rule 0)';
 // A server with a reader that sorts its messages: responses by id, requests and
 // notifications in order of arrival.
 function server(args = [], { elicit = false, version = '2025-11-25', init = true } = {}) {
-  const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--tools',
-    path.join(root, 'spec/fixtures/tools_calls'), '--config', config, '--workers', '1', ...args],
-  { stdio: ['pipe', 'pipe', 'pipe'] });
-  const byId = new Map(), others = [], waiters = [];
-  let buf = '', err = '';
-  const wake = () => { for (const w of waiters.splice(0)) w(); };
-  p.stdout.setEncoding('utf8');
-  p.stdout.on('data', (d) => {
-    buf += d;
-    let i;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      const m = JSON.parse(buf.slice(0, i));
-      buf = buf.slice(i + 1);
-      if (m.id !== undefined && m.method === undefined) byId.set(m.id, m);
-      else others.push(m);
-    }
-    wake();
-  });
-  p.stderr.setEncoding('utf8');
-  p.stderr.on('data', (d) => { err += d; });
-  const exited = new Promise((r) => p.on('exit', (code) => r(code)));
-  const until = (pick, ms, what) => new Promise((res, rej) => {
-    const t = setTimeout(() => rej(new Error(`no ${what} from the server; stderr: ${err.slice(-500)}`)), ms);
-    const look = () => {
-      const v = pick();
-      if (v !== undefined) { clearTimeout(t); res(v); } else waiters.push(look);
-    };
-    look();
-  });
-  let next = 1;
-  const s = {
-    p, exited,
-    send(m) { p.stdin.write(JSON.stringify(m) + '\n'); },
-    response(id, ms = 8000) {
-      return until(() => { const m = byId.get(id); if (m) byId.delete(id); return m; }, ms, `response ${id}`);
-    },
-    other(pred, ms = 8000) {
-      return until(() => { const i = others.findIndex(pred); return i >= 0 ? others.splice(i, 1)[0] : undefined; },
-        ms, 'message');
-    },
-    has(pred) { return others.some(pred); },
-    async request(method, params, ms) {
-      const id = next++;
-      s.send({ jsonrpc: '2.0', id, method, params });
-      return s.response(id, ms);
-    },
-    call(name, args, extra = {}, ms) { return s.request('tools/call', { name, arguments: args, ...extra }, ms); },
-    close() { p.stdin.end(); return exited; },
-  };
+  const s = mcpServer(['mcp', '--no-builtin-tools', '--tools',
+    path.join(root, 'spec/fixtures/tools_calls'), '--config', config, '--workers', '1', ...args]);
   if (init) {
-    s.ready = s.request('initialize', { protocolVersion: version, capabilities: elicit ? { elicitation: {} } : {},
-      clientInfo: { name: 'approve', version: '1' } }).then(() => s.send({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+    s.ready = s.initialize({ version, capabilities: elicit ? { elicitation: {} } : {}, name: 'approve' });
   }
   return s;
 }

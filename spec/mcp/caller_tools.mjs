@@ -11,7 +11,7 @@ import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { z } from 'zod';
-import { test, run, assert, eq, sleep, tidepool } from './harness.mjs';
+import { test, run, assert, eq, sleep, tidepool, mcpServer } from './harness.mjs';
 
 const WEATHER = {
   name: 'weather', description: 'Current weather for a city.',
@@ -24,60 +24,12 @@ const meta = (tools, extra = {}) => ({ _meta: { 'tidepool/callerTools': { versio
 // A stdio server with a reader that sorts its messages: responses by id, requests and
 // notifications in order of arrival.
 function server({ callers = true, args = [] } = {}) {
-  const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--workers', '1', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-  const byId = new Map(), others = [], waiters = [];
-  let buf = '', err = '';
-  const wake = () => { for (const w of waiters.splice(0)) w(); };
-  p.stdout.setEncoding('utf8');
-  p.stdout.on('data', (d) => {
-    buf += d;
-    let i;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      const m = JSON.parse(buf.slice(0, i));
-      buf = buf.slice(i + 1);
-      if (m.id !== undefined && m.method === undefined) byId.set(m.id, m);
-      else others.push(m);
-    }
-    wake();
-  });
-  p.stderr.setEncoding('utf8');
-  p.stderr.on('data', (d) => { err += d; });
-  const exited = new Promise((r) => p.on('exit', (code) => r(code)));
-  const until = (pick, ms, what) => new Promise((res, rej) => {
-    const t = setTimeout(() => rej(new Error(`no ${what} from the server; stderr: ${err.slice(-500)}`)), ms);
-    const look = () => {
-      const v = pick();
-      if (v !== undefined) { clearTimeout(t); res(v); } else waiters.push(look);
-    };
-    look();
-  });
-  let next = 1;
-  const s = {
-    send(m) { p.stdin.write(JSON.stringify(m) + '\n'); },
-    response(id, ms = 8000) {
-      return until(() => { const m = byId.get(id); if (m) byId.delete(id); return m; }, ms, `response ${id}`);
-    },
-    other(pred, ms = 8000) {
-      return until(() => { const i = others.findIndex(pred); return i >= 0 ? others.splice(i, 1)[0] : undefined; },
-        ms, 'message');
-    },
-    has(pred) { return others.some(pred); },
-    callRequest(ms) { return s.other((m) => m.method === 'tidepool/callTool', ms); },
-    answer(req, body) { s.send({ jsonrpc: '2.0', id: req.id, ...body }); },
-    start(method, params) {
-      const id = next++;
-      s.send({ jsonrpc: '2.0', id, method, params });
-      return id;
-    },
-    async request(method, params, ms) { return s.response(s.start(method, params), ms); },
-    runLua(code, extra = {}) { return s.start('tools/call', { name: 'run_lua', arguments: { code }, ...extra }); },
-    close() { p.stdin.end(); return exited; },
-    kill() { p.kill('SIGKILL'); return exited; },
-  };
-  s.ready = s.request('initialize', { protocolVersion: '2025-11-25',
-    capabilities: callers ? { experimental: { 'tidepool/callerTools': { version: 1 } } } : {},
-    clientInfo: { name: 'caller-spec', version: '1' } })
-    .then((m) => { s.send({ jsonrpc: '2.0', method: 'notifications/initialized' }); return m; });
+  const s = mcpServer(['mcp', '--no-builtin-tools', '--workers', '1', ...args]);
+  s.callRequest = (ms) => s.other((m) => m.method === 'tidepool/callTool', ms);
+  s.answer = (req, body) => s.send({ jsonrpc: '2.0', id: req.id, ...body });
+  s.runLua = (code, extra = {}) => s.start('tools/call', { name: 'run_lua', arguments: { code }, ...extra });
+  s.ready = s.initialize({ name: 'caller-spec',
+    capabilities: callers ? { experimental: { 'tidepool/callerTools': { version: 1 } } } : {} });
   return s;
 }
 

@@ -5,11 +5,10 @@
 // not called again). Also: decline, expiry, a changed policy, divergence, sessions.
 // Raw JSON-RPC on stdio; the tools are spec/fixtures/durable/dur.lua (dur.count counts
 // its real calls in a file; dur.pay is what the policy asks about).
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { test, run, assert, eq, sleep, tidepool, root } from './harness.mjs';
+import { test, run, assert, eq, sleep, root, mcpServer } from './harness.mjs';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-durable-'));
 const policy = (reason) => ({ policy: { default: 'allow', rules: [
@@ -23,49 +22,9 @@ const REASON = 'payments need a person (policy rule 0)';
 
 // A server on state dir `state`; responses by id.
 function server(state, { args = [], env = {}, cfg = config, init = true } = {}) {
-  const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--tools', path.join(root, 'spec/fixtures/durable'),
-    '--config', cfg, '--workers', '1', '--state', state, '--secret-file', secret, ...args],
-  { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-  const byId = new Map(), waiters = [];
-  let buf = '', err = '';
-  p.stdout.setEncoding('utf8');
-  p.stdout.on('data', (d) => {
-    buf += d;
-    let i;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      const m = JSON.parse(buf.slice(0, i));
-      buf = buf.slice(i + 1);
-      if (m.id !== undefined && m.method === undefined) byId.set(m.id, m);
-    }
-    for (const w of waiters.splice(0)) w();
-  });
-  p.stderr.setEncoding('utf8');
-  p.stderr.on('data', (d) => { err += d; });
-  const exited = new Promise((r) => p.on('exit', (code, sig) => r(sig || code)));
-  let next = 1;
-  const s = {
-    exited,
-    response(id, ms = 8000) {
-      return new Promise((res, rej) => {
-        const t = setTimeout(() => rej(new Error(`no response ${id}; stderr: ${err.slice(-500)}`)), ms);
-        const look = () => {
-          const m = byId.get(id);
-          if (m) { clearTimeout(t); byId.delete(id); res(m); } else waiters.push(look);
-        };
-        look();
-      });
-    },
-    request(method, params) {
-      const id = next++;
-      p.stdin.write(JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n');
-      return s.response(id);
-    },
-    call(name, a, extra = {}) { return s.request('tools/call', { name, arguments: a, ...extra }); },
-    kill() { p.kill('SIGKILL'); return exited; },
-  };
-  s.ready = !init ? Promise.resolve() : s.request('initialize', { protocolVersion: '2025-11-25', capabilities: {},
-    clientInfo: { name: 'durable', version: '1' } })
-    .then(() => p.stdin.write(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }) + '\n'));
+  const s = mcpServer(['mcp', '--no-builtin-tools', '--tools', path.join(root, 'spec/fixtures/durable'),
+    '--config', cfg, '--workers', '1', '--state', state, '--secret-file', secret, ...args], { env });
+  s.ready = !init ? Promise.resolve() : s.initialize({ name: 'durable' });
   return s;
 }
 

@@ -12,7 +12,7 @@ import { Client as Client2 } from '@modelcontextprotocol/client';
 import { StdioClientTransport as Stdio2 } from '@modelcontextprotocol/client/stdio';
 import { Client as Client1 } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport as Stdio1 } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { test, run, assert, eq, sleep, tidepool } from './harness.mjs';
+import { test, run, assert, eq, sleep, tidepool, mcpServer } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const tap = path.join(here, 'tap.mjs');
@@ -203,38 +203,7 @@ test("tidepool's own upstream client (lua/upstream.lua) reaches tidepool mcp in 
 }, 30000);
 
 // ---- raw JSON-RPC lines -------------------------------------------------------------------
-function server(args = []) {
-  const p = spawn(tidepool, ['mcp', '--test-tools', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-  const lines = [], waiters = [];
-  let buf = '';
-  p.stdout.setEncoding('utf8');
-  p.stdout.on('data', (d) => {
-    buf += d;
-    let i;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      lines.push(buf.slice(0, i));
-      buf = buf.slice(i + 1);
-      while (waiters.length && lines.length) waiters.shift()(lines.shift());
-    }
-  });
-  p.stderr.resume();
-  const exited = new Promise((r) => p.on('exit', (code) => r(code)));
-  return {
-    exited,
-    send(m) { p.stdin.write((typeof m === 'string' ? m : JSON.stringify(m)) + '\n'); },
-    line(ms = 10000) {
-      if (lines.length) return Promise.resolve(lines.shift());
-      return new Promise((res, rej) => {
-        const t = setTimeout(() => rej(new Error('no line from the server')), ms);
-        waiters.push((l) => { clearTimeout(t); res(l); });
-      });
-    },
-    async msg(ms) { return JSON.parse(await this.line(ms)); },
-    async ask(m) { this.send(m); return this.msg(); },
-    pending: () => lines.length,
-    close() { p.stdin.end(); return exited; },
-  };
-}
+const server = (args = []) => mcpServer(['mcp', '--test-tools', ...args]);
 const req = (id, method, params) => ({ jsonrpc: '2.0', id, method, ...(params ? { params } : {}) });
 const modern = (id, method, params = {}) => req(id, method, { _meta: META, ...params });
 const versionError = (id, requested, message) => ({

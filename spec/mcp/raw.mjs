@@ -4,46 +4,10 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { test, run, assert, eq, sleep, tidepool } from './harness.mjs';
+import { test, run, assert, eq, sleep, tidepool, mcpServer } from './harness.mjs';
 
-// A server process with a line reader over its standard output.
-function server(args = []) {
-  const p = spawn(tidepool, ['mcp', '--test-tools', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-  const lines = [], waiters = [];
-  let buf = '', raw = '';
-  p.stdout.setEncoding('utf8');
-  p.stdout.on('data', (d) => {
-    raw += d;
-    buf += d;
-    let i;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, i);
-      buf = buf.slice(i + 1);
-      lines.push(line);
-      while (waiters.length && lines.length) waiters.shift()(lines.shift());
-    }
-  });
-  let err = '';
-  p.stderr.setEncoding('utf8');
-  p.stderr.on('data', (d) => { err += d; });
-  const exited = new Promise((r) => p.on('exit', (code) => r(code)));
-  return {
-    p, exited,
-    raw: () => raw,
-    stderr: () => err,
-    send(text) { p.stdin.write(typeof text === 'string' ? text : Buffer.from(text)); },
-    line(ms = 5000) {
-      if (lines.length) return Promise.resolve(lines.shift());
-      return new Promise((res, rej) => {
-        const t = setTimeout(() => rej(new Error('no line from the server')), ms);
-        waiters.push((l) => { clearTimeout(t); res(l); });
-      });
-    },
-    async msg(ms) { return JSON.parse(await this.line(ms)); },
-    pending: () => lines.length,
-    close() { p.stdin.end(); return exited; },
-  };
-}
+// A server process with a line reader over its standard output (harness.mjs).
+const server = (args = []) => mcpServer(['mcp', '--test-tools', ...args]);
 
 let s, nextId = 1000;
 async function stillServes() {
