@@ -623,7 +623,13 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
   int ok = c->ok;
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   c->consumed = 1;  /* before anything may raise: the script cannot ask again */
-  if (ok) tp__json_push(L, c->result, 0);  /* may raise: c still owns the tree */
+  if (ok) {
+    if (json_is_string(c->result) &&
+        tp__json_text_like(json_string_value(c->result), json_string_length(c->result)))
+      tp__run_note_json_text(r, c->name, json_string_value(c->result),
+                             json_string_length(c->result));
+    tp__json_push(L, c->result, 0);  /* may raise: c still owns the tree */
+  }
   else {
     tp__push_error_object(L, c->code ? c->code : "tool.failed",
                           c->message ? c->message : "the tool failed", c->name);

@@ -87,3 +87,24 @@ void tp__warn_table_text (lua_State *L, int idx) {
     tp__run_warn(sb->run, caller_line(L), "string.format's %%s of a table shows only "
                  "\"table: N\", not what it holds: use json.encode(t) to show its contents");
 }
+
+/* __len of the JSON object tag (json.c, tp__json_tag_objects): #t of a table decoded from
+** a JSON object is 0 when it has no items 1..n, whatever keys it holds. That is the
+** raw length, as without the metamethod; when the object has keys, it also warns. */
+int tp__sb_objlen (lua_State *L) {
+  lua_Unsigned n = lua_rawlen(L, 1);
+  if (n == 0 && lua_type(L, 1) == LUA_TTABLE) {
+    lua_pushnil(L);
+    if (lua_next(L, 1)) {
+      lua_pop(L, 2);
+      tp_sandbox *sb = tp__sandbox_of(L);
+      if (sb != NULL && sb->run != NULL)
+        tp__run_warn(sb->run, caller_line(L), "#t is 0 here because t came from a JSON "
+                     "object (a tool's result or json.decode): it has keys, not a list of "
+                     "items; walk it with for k, v in pairs(t) do ... end, and test for "
+                     "empty with next(t) == nil");
+    }
+  }
+  lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}

@@ -18,6 +18,10 @@ void tp__run_warn(tp_run *r, int line, const char *fmt, ...)
 ** contents (json.encode does). */
 void tp__warn_table_text(lua_State *L, int idx);
 
+/* __len of tables decoded from JSON objects: their raw length, with a warning when the
+** object has keys (#t of an object is always 0). */
+int tp__sb_objlen(lua_State *L);
+
 /* The sandbox's ipairs (sandbox/allowlist.h). */
 int tp__sb_ipairs(lua_State *L);
 
