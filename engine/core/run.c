@@ -443,7 +443,8 @@ int tp__json_text_like (const char *s, size_t n) {
 
 void tp__run_note_json_text (tp_run *r, const char *tool, const char *s, size_t n) {
   if (r == NULL || tool == NULL) return;
-  int i = r->njson_texts < TP_JSON_TEXTS_MAX ? r->njson_texts++ : (int)(text_hash(s, n) % TP_JSON_TEXTS_MAX);
+  int i = r->njson_texts < TP_JSON_TEXTS_MAX ? r->njson_texts++
+        : (int)(text_hash(s, n) % TP_JSON_TEXTS_MAX);
   r->json_texts[i].hash = text_hash(s, n);
   r->json_texts[i].len = n;
   snprintf(r->json_texts[i].tool, sizeof r->json_texts[i].tool, "%s", tool);
@@ -520,7 +521,8 @@ static const char *json_text_hint (tp_run *r, lua_State *co, const char *msg, in
         const char *tool = NULL;
         uint64_t h = text_hash(s, sl);
         for (int i = 0; i < r->njson_texts && i < TP_JSON_TEXTS_MAX; i++)
-          if (r->json_texts[i].hash == h && r->json_texts[i].len == sl) tool = r->json_texts[i].tool;
+          if (r->json_texts[i].hash == h && r->json_texts[i].len == sl)
+            tool = r->json_texts[i].tool;
         int vn = (int)(q - p) < 60 ? (int)(q - p) : 60;
         char then[96] = "";
         if (*q == '.' && fe > f && fe - f < 60)
@@ -606,7 +608,8 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
                    : runtime_hint(m, line_text(r, line, ltext, sizeof ltext), hbuf,
                                   sizeof hbuf);
   char jbuf[300];
-  const char *jhint = strcmp(code, "runtime") == 0 && line > 0 && lua_type(co, -1) == LUA_TSTRING
+  const char *jhint = strcmp(code, "runtime") == 0 && line > 0 &&
+                      lua_type(co, -1) == LUA_TSTRING
                     ? json_text_hint(r, co, m, line, ltext, jbuf, sizeof jbuf) : NULL;
   if (jhint) hint = jhint;
   json_t *err = make_error(r, code, m, len, line, hint);
