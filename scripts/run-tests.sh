@@ -22,7 +22,8 @@
 #                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/mcp/era_http.mjs (the same over Streamable HTTP),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools),
-#                  spec/upstream/hostile.mjs (hostile MCP and HTTP servers: memory, time)
+#                  spec/upstream/hostile.mjs (hostile MCP and HTTP servers: memory, time),
+#                  spec/upstream/start_wait.mjs (a server silent at start: start_wait_ms)
 #   HTTP           spec/http/http.mjs (local HTTP/HTTPS servers, tidepool run --config)
 #   cluster        scripts/cluster-test.sh: redis-server and three tidepool mcp --http sharing
 #                  it (spec/mcp/cluster.mjs), when redis-server is installed
@@ -230,6 +231,8 @@ else
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
   # hostile upstream data and HTTP bodies: outcomes, time, peak RSS (issue 19)
   run_node "hostile upstream and HTTP servers (memory, time)" spec/upstream/hostile.mjs
+  # a server that does not answer at start holds mcp and describe up for start_wait_ms only
+  run_node "upstream servers slow to start (start_wait_ms)" spec/upstream/start_wait.mjs
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
   run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
   # Redis and three tidepool mcp --http sharing it (make test-cluster), when redis-server
