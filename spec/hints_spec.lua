@@ -416,6 +416,34 @@ local t = setmetatable(json.decode('{"a": 1}'), {__index = function() return 5 e
 return {json.encode(e), json.encode(o), t.zz, getmetatable(json.decode('{"a": 1}'))}]]))
   end)
 
+  local ARRLEN = "t.length is nil: t is a list from JSON (a tool's result or json.decode) and "
+    .. "Lua lists have no length field; the number of items is #t (for i = 1, #t do ... end)"
+
+  it("t.length of a list from JSON warns when it runs, in place of the pre-run guess", function()
+    local env = full([[
+local r = tools.shapes.echo{tags = {"a", "b"}}
+local n = r.tags.length
+local d = json.decode('[1, 2, 3]')
+local seen = 0
+for i = 1, 3 do if d.length == nil then seen = seen + 1 end end
+return {n == nil, seen, #r.tags, d[4] == nil}]])
+    assert.is_true(env.ok)
+    assert.same({ true, 3, 2, true }, env.result)
+    assert.same({ { line = 2, message = ARRLEN }, { line = 5, message = ARRLEN } }, env.warnings)
+  end)
+
+  it("a list's other missing keys read nil without a warning", function()
+    local env = full([[
+local d = json.decode('[1, 2]')
+local n = 0
+for _ in ipairs(d) do n = n + 1 end
+local i = 1
+while d[i] ~= nil do i = i + 1 end
+return {n, i, d[0] == nil, d.items == nil}]])
+    assert.same({ 2, 3, true, true }, env.result)
+    assert.is_nil(env.warnings)
+  end)
+
   describe("JSON text used as a table names the value, the tool and json.decode", function()
     local T = "local r = tools.fixture.text{}\n"
     local FROM = " is a string holding JSON text (the result of tools.fixture.text), not a "

@@ -2119,6 +2119,7 @@ static int open_sandbox (lua_State *L) {
   }
   tp__json_open(L);
   tp__json_tag_objects(L, tp__sb_objlen);  /* #t of a JSON object warns (warnings.c) */
+  tp__json_tag_arrays(L, tp__sb_arrindex);  /* t.length of a JSON array warns */
   make_readonly(L);
   /* json.null's metatable is built when a null first reaches the script: a tool's
   ** result or json.decode (json.c), or the script reading json.null (json_index) */

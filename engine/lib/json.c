@@ -723,6 +723,13 @@ void tp__json_tag_objects (lua_State *L, lua_CFunction len) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &all_objects_key);
 }
 
+void tp__json_tag_arrays (lua_State *L, lua_CFunction index) {
+  tp__json_push_array_mt(L);
+  lua_pushcfunction(L, index);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+}
+
 int tp__json_is_object (lua_State *L, int idx) {
   int r = 0;
   idx = lua_absindex(L, idx);

@@ -193,6 +193,10 @@ void tp__json_null_meta_lazy(lua_State *L);
 ** lua_setmetatable per object. May raise (memory). */
 void tp__json_tag_objects(lua_State *L, lua_CFunction len);
 
+/* Sets the array metatable's __index to index (created if missing): called only for a key
+** a decoded array lacks; the sandbox warns at t.length there. May raise (memory). */
+void tp__json_tag_arrays(lua_State *L, lua_CFunction index);
+
 /* 1 if the value at idx is a table tagged with the object metatable (raw check). */
 int tp__json_is_object(lua_State *L, int idx);
 
