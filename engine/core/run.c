@@ -443,6 +443,8 @@ int tp__json_text_like (const char *s, size_t n) {
 
 void tp__run_note_json_text (tp_run *r, const char *tool, const char *s, size_t n) {
   if (r == NULL || tool == NULL) return;
+  if (r->json_texts == NULL &&
+      (r->json_texts = malloc(TP_JSON_TEXTS_MAX * sizeof *r->json_texts)) == NULL) return;
   int i = r->njson_texts < TP_JSON_TEXTS_MAX ? r->njson_texts++
         : (int)(text_hash(s, n) % TP_JSON_TEXTS_MAX);
   r->json_texts[i].hash = text_hash(s, n);
@@ -520,7 +522,7 @@ static const char *json_text_hint (tp_run *r, lua_State *co, const char *msg, in
           ((*q == '.' && fe > f) || *q == '[' || strmsg)) {
         const char *tool = NULL;
         uint64_t h = text_hash(s, sl);
-        for (int i = 0; i < r->njson_texts && i < TP_JSON_TEXTS_MAX; i++)
+        for (int i = 0; r->json_texts && i < r->njson_texts && i < TP_JSON_TEXTS_MAX; i++)
           if (r->json_texts[i].hash == h && r->json_texts[i].len == sl)
             tool = r->json_texts[i].tool;
         int vn = (int)(q - p) < 60 ? (int)(q - p) : 60;
@@ -1381,6 +1383,7 @@ void tp_run_destroy (tp_run *r) {
   else tp__sandbox_destroy(r->sb);
   json_decref(r->pending_error);
   json_decref(r->warnings);
+  free(r->json_texts);
   tp__replay_free(r->rp);
   free(r->src);
   free(r->envelope);

@@ -179,7 +179,8 @@ struct tp_run {
   json_t *warnings;        /* the envelope's warnings (warnings.c), or NULL */
   /* the last tool results that were strings holding JSON text (calls.c), so that an
   ** error where the script used one as a table names the tool (run.c: json_text_hint) */
-  struct { uint64_t hash; size_t len; char tool[64]; } json_texts[TP_JSON_TEXTS_MAX];
+  struct tp_json_text { uint64_t hash; size_t len; char tool[64]; } *json_texts;  /* or NULL:
+                           ** made at the first (TP_JSON_TEXTS_MAX of them) */
   int njson_texts;
   uint64_t same_hash;
   uint32_t same_calls;
