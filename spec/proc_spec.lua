@@ -229,8 +229,8 @@ describe("proc.run: directory and environment", function()
 
   it("refuses an argument with a NUL byte (the program would see it cut)", function()
     local e = call_error([[{cmd = "sh", args = {"-c", "echo a\0b"}}]], { SH }, temp_dir())
-    assert.are.same({ code = "tool.invalid_input", message = "tools.proc.run refused its arguments: "
-      .. "args[2] holds a NUL byte, which no program argument can" }, e)
+    assert.are.same({ code = "tool.invalid_input", message = "tools.proc.run refused its "
+      .. "arguments: args[2] holds a NUL byte, which no program argument can" }, e)
   end)
 
   it("feeds stdin", function()
@@ -395,8 +395,8 @@ describe("proc.run: time and output", function()
   it("a timeout above the entry's is refused", function()
     local e = call_error([[{cmd = "sh", args = {"-c", "true"}, timeout_ms = 5000}]],
       { { argv0 = "sh", timeout_ms = 1000 } }, temp_dir())
-    assert.are.same({ code = "tool.invalid_input", message = "tools.proc.run refused its arguments: "
-      .. "timeout_ms = 5000 is above sh's limit of 1000" }, e)
+    assert.are.same({ code = "tool.invalid_input", message = "tools.proc.run refused its "
+      .. "arguments: timeout_ms = 5000 is above sh's limit of 1000" }, e)
   end)
 
   it("output past max_output is cut, with error_kind output_capped", function()
