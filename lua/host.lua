@@ -429,6 +429,8 @@ function M.upstream_pending() return upstream ~= nil and upstream.pending() end
 function M.upstream_all_listed() return upstream ~= nil and upstream.all_listed() end
 function M.upstream_problems() return upstream and upstream.problems() or {} end
 function M.upstream_late(ms) if upstream then upstream.late(ms) end end
+function M.upstream_pending_start() return upstream ~= nil and upstream.pending_start() end
+function M.upstream_late_start() if upstream then upstream.late_start() end end
 function M.upstream_stop() if upstream then upstream.stop() end end
 function M.upstream_stopping() return upstream ~= nil and upstream.stopping() end
 

@@ -50,6 +50,8 @@ local ACCEPTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] 
 local PAGES_MAX = 64
 local DISCOVER_MS = 10000      -- no answer to server/discover: fall back to initialize
 local TIMEOUT_MS = 60000       -- a call's timer (config timeout_ms), and the handshake's
+local START_WAIT_MS = 5000     -- a start no caller bounds waits this long for a server
+                               -- that does not answer (config start_wait_ms)
 local HARD_FACTOR = 4          -- progress extends a call up to this many timeouts
 local BACKOFF_MS, BACKOFF_MAX_MS, STABLE_MS = 500, 30000, 30000
 local GRACE_MS = 1000
@@ -998,7 +1000,14 @@ local function handshake(srv)
       set_ready(srv, true)
     else
       list_tools(srv, function(ok)
-        if ok then set_ready(srv, true)
+        if ok then
+          set_ready(srv, true)
+          if srv.late then  -- the start went on without it: say that its tools came
+            local n = 0
+            for _ in pairs(srv.tools) do n = n + 1 end
+            io.stderr:write(("tidepool: mcpServers.%s: answered %d ms after its start: its "
+              .. "%d tools are added\n"):format(srv.name, now() - srv.started_at, n))
+          end
         else
           srv.state = "failed"
           set_ready(srv, false, "tools/list failed")
@@ -1180,6 +1189,9 @@ function M.start(section)
         local srv = {
           name = name, id = id, cfg = cfg, rename = rename, eager = cfg.eager == true,
           timeout_ms = tmo and tmo > 0 and tmo or TIMEOUT_MS,
+          start_wait_ms = tonumber(cfg.start_wait_ms) and tonumber(cfg.start_wait_ms) >= 0
+                          and tonumber(cfg.start_wait_ms) or START_WAIT_MS,
+          started_at = now(),
           msg_max = math.max(SMALL, math.min(msg_max, LINE_MAX)),
           tools_max = math.max(0, tools_max), desc_max = desc_max, desc_bytes = 0,
           state = "idle", next_id = 0, pending = {}, progress = {}, waiters = {},
@@ -1190,6 +1202,11 @@ function M.start(section)
         by_id[id] = srv
         order[#order + 1] = srv
         start_server(srv)
+        -- wakes the start's wait when this server's start_wait_ms ends (M.pending_start)
+        if not srv.first_done then  -- unref'd: it keeps no loop alive by itself
+          srv.start_timer = new_timer(srv.start_wait_ms, function() srv.start_timer = nil end)
+          srv.start_timer:unref()
+        end
       end
     end
   end
@@ -1201,6 +1218,28 @@ function M.pending()
     if not srv.first_done then return true end
   end
   return false
+end
+
+-- The same for a start no caller bounds (tidepool mcp, describe): a server counts only
+-- within start_wait_ms of its start, so one that never answers holds nobody up for long.
+function M.pending_start()
+  local t = now()
+  for _, srv in ipairs(servers) do
+    if not srv.first_done and t - srv.started_at < srv.start_wait_ms then return true end
+  end
+  return false
+end
+
+-- The unbounded start's wait ended with servers that have not answered: each is a
+-- problem; they go on starting, and their tools come once they have listed them.
+function M.late_start()
+  for _, srv in ipairs(servers) do
+    if not srv.first_done then
+      srv.late = true
+      problem("mcpServers.%s: no answer within %d ms of its start (start_wait_ms): going on "
+        .. "without its tools; they are added when it answers", srv.name, srv.start_wait_ms)
+    end
+  end
 end
 
 -- Every server has listed its tools once (they stay registered while it is down): a tool
@@ -1219,6 +1258,7 @@ end
 function M.late(ms)
   for _, srv in ipairs(servers) do
     if not srv.first_done then
+      srv.late = true
       problem("mcpServers.%s: not ready within %d ms (the time limit of the run waiting for "
         .. "it): its tools are missing until it has started", srv.name, ms)
     end
@@ -1236,6 +1276,7 @@ end
 function M.stop()
   for _, srv in ipairs(servers) do
     close(srv.restart_timer)
+    close(srv.start_timer)
     fail_pending(srv, ("the MCP server %s is stopping"):format(srv.name))
     set_ready(srv, false, "tidepool is stopping")
     for req in pairs(srv.posts) do req:cancel() end

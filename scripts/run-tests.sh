@@ -23,7 +23,8 @@
 #                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/mcp/era_http.mjs (the same over Streamable HTTP),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools),
-#                  spec/upstream/hostile.mjs (hostile MCP and HTTP servers: memory, time)
+#                  spec/upstream/hostile.mjs (hostile MCP and HTTP servers: memory, time),
+#                  spec/upstream/start_wait.mjs (a server silent at start: start_wait_ms)
 #   SDKs           spec/sdk/node_sdk.mjs (sdk/node), spec/sdk/ai_sdk.mjs (the AI SDK 6 and 7
 #                  with ai/test's mock model; npm packages and Node 22 from npm),
 #                  spec/sdk/python.sh (sdk/python: pip install offline, pytest)
@@ -235,6 +236,8 @@ else
   run_node "upstream MCP servers" spec/upstream/upstream.mjs
   # hostile upstream data and HTTP bodies: outcomes, time, peak RSS (issue 19)
   run_node "hostile upstream and HTTP servers (memory, time)" spec/upstream/hostile.mjs
+  # a server that does not answer at start holds mcp and describe up for start_wait_ms only
+  run_node "upstream servers slow to start (start_wait_ms)" spec/upstream/start_wait.mjs
   # The Node SDK (sdk/node): its own tests, then generateText with the AI SDK's mock
   # model, ai 6 on this Node and ai 7 on Node 22 (from npm when this Node is older);
   # packages installed into $BUILD/sdk-node on first use (spec/sdk/install.sh)

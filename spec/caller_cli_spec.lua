@@ -59,7 +59,7 @@ describe("tidepool run --caller-tools --caller-cmd", function()
     ]], answerer(log))
     assert.are.equal("", err)
     assert.are.equal(0, rc)
-    assert.are.same({ 5, 2, 11, "tool.denied", "tools.crm.find failed: no customer ann" },
+    assert.are.same({ 5, 2, 11, "tool.denied", "tools.crm.find was denied: no customer ann" },
                     env.result)
     local seen = {}
     for line in io.lines(log) do seen[#seen + 1] = dkjson.decode(line) end

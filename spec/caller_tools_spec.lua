@@ -49,7 +49,7 @@ describe("caller tools in the Lua module", function()
     end) })
     assert.is_true(env.ok)
     assert.same({ "tool.failed", "tools.weather failed: no such city",
-                  "tool.denied", "tools.weather failed: not there" }, env.result)
+                  "tool.denied", "tools.weather was denied: not there" }, env.result)
   end)
 
   it("checks the arguments before the handler and the result after it", function()

@@ -407,6 +407,17 @@ for _, file in ipairs(doc_files()) do
       end
       assert.same({}, bad)
     end)
+
+    it("points to no file outside the repository (../shared is not in a user's checkout)",
+      function()
+      local outside = {}
+      for ref in read(file):gmatch("%.%./shared/[%w_./-]+") do
+        if not ref:match("^%.%./shared/json%-schema%-test%-suite") then  -- a test input, fetched
+          outside[#outside + 1] = ref
+        end
+      end
+      assert.same({}, outside)
+    end)
   end)
 end
 

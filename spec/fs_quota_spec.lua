@@ -48,7 +48,7 @@ describe("the run's write quota", function()
   it("a run writing past fs_quota is tool.denied, saying which quota and what is left", function()
     local ws = new_workspace()
     local r = result(writes(4, 300 * KiB), ws, { fs_quota = 1024 * KiB })
-    assert.same({ "ok", "ok", "ok", "tool.denied: tools.fs.write failed: writing f4 needs "
+    assert.same({ "ok", "ok", "ok", "tool.denied: tools.fs.write was denied: writing f4 needs "
       .. "300 KiB but the run's write quota of 1 MiB has 124 KiB left; write less in one "
       .. "run: fewer or smaller files" }, r)
   end)
@@ -65,7 +65,7 @@ describe("the run's write quota", function()
     local ws = new_workspace()
     local r = result(writes(20, 0), ws, { fs_quota = 40 * KiB })
     for i = 1, 10 do assert.equal("ok", r[i]) end
-    assert.equal("tool.denied: tools.fs.write failed: writing f11 needs 4 KiB but the run's "
+    assert.equal("tool.denied: tools.fs.write was denied: writing f11 needs 4 KiB but the run's "
       .. "write quota of 40 KiB has 0 bytes left; write less in one run: fewer or smaller files",
       r[11])
   end)
@@ -76,7 +76,7 @@ describe("the run's write quota", function()
       local ok, err = pcall(tools.fs.mkdir, { path = "a/b/c/d/e/f", parents = true })
       local ok2, err2 = pcall(tools.fs.mkdir, { path = "a/b", parents = true })  -- exists: free
       return { ok or (err.code .. ": " .. err.message), ok2 }]], ws, { fs_quota = 12 * KiB })
-    assert.same({ "tool.denied: tools.fs.mkdir failed: making the directory a/b/c/d/e/f "
+    assert.same({ "tool.denied: tools.fs.mkdir was denied: making the directory a/b/c/d/e/f "
       .. "needs 4 KiB but the run's write quota of 12 KiB has 0 bytes left; write less in "
       .. "one run: fewer or smaller files", true }, r)
     assert.equal(0, os.execute("test -d '" .. ws .. "/a/b/c'") and 0)
@@ -110,7 +110,7 @@ describe("the workspace's growth cap", function()
     local opts = function() return { workspace_max = 256 * KiB } end
     assert.same({ "ok", "ok" }, result(writes(2, 100 * KiB, "a"), ws, opts()))
     local r = result(writes(1, 100 * KiB, "b"), ws, opts())
-    assert.equal("tool.denied: tools.fs.write failed: writing b1 needs 100 KiB but the "
+    assert.equal("tool.denied: tools.fs.write was denied: writing b1 needs 100 KiB but the "
       .. "workspace's growth cap is 256 KiB over the 0 bytes it held at start, and 56 KiB "
       .. "of it is left; remove files you no longer need (fs.remove) or write less", r[1])
   end)

@@ -380,4 +380,103 @@ return {n, len == nil, s}]])
   it("no warnings field when there is nothing to say", function()
     assert.is_nil(full("local t = {1, 2} for _, v in ipairs(t) do end return #t").warnings)
   end)
+  local OBJLEN = "#t is 0 here because t came from a JSON object (a tool's result or "
+    .. "json.decode): it has keys, not a list of items; walk it with for k, v in pairs(t) do "
+    .. "... end, and test for empty with next(t) == nil"
+
+  it("warns at #t of a table that came from a JSON object, and #t stays 0", function()
+    local env = full("local r = tools.shapes.echo{meta = {name = 'x'}}\nlocal n = #r.meta\n"
+      .. "local d = json.decode('{\"a\": 1}')\nlocal m = 0\nfor i = 1, #d do m = m + 1 end\n"
+      .. "return {n, m}")
+    assert.is_true(env.ok)
+    assert.same({ 0, 0 }, env.result)
+    assert.same({ { line = 2, message = OBJLEN }, { line = 5, message = OBJLEN } }, env.warnings)
+  end)
+
+  it("no #t warning for arrays, empty objects, objects given items, or plain tables", function()
+    local env = full([[
+local r = tools.shapes.echo{meta = {name = "x"}, tags = {"a", "b"}}
+local e = json.decode('{}')
+local o = json.decode('{"k": 1}')
+o[1] = "first"
+local p = {name = "x"}
+return {#r.tags, #e, #o, #p, #json.decode('[1, 2, 3]')}]])
+    assert.is_true(env.ok)
+    assert.same({ 2, 0, 1, 0, 3 }, env.result)
+    assert.is_nil(env.warnings)
+  end)
+
+  it("a decoded object is still a plain table: keys added, metatable replaced", function()
+    assert.same({ '{"a":1}', '{"a":1,"b":2}', 5, "json.object" }, result([[
+local e = json.decode('{}')
+e.a = 1
+local o = json.decode('{"a": 1}')
+o.b = 2
+local t = setmetatable(json.decode('{"a": 1}'), {__index = function() return 5 end})
+return {json.encode(e), json.encode(o), t.zz, getmetatable(json.decode('{"a": 1}'))}]]))
+  end)
+
+  local ARRLEN = "t.length is nil: t is a list from JSON (a tool's result or json.decode) and "
+    .. "Lua lists have no length field; the number of items is #t (for i = 1, #t do ... end)"
+
+  it("t.length of a list from JSON warns when it runs, in place of the pre-run guess", function()
+    local env = full([[
+local r = tools.shapes.echo{tags = {"a", "b"}}
+local n = r.tags.length
+local d = json.decode('[1, 2, 3]')
+local seen = 0
+for i = 1, 3 do if d.length == nil then seen = seen + 1 end end
+return {n == nil, seen, #r.tags, d[4] == nil}]])
+    assert.is_true(env.ok)
+    assert.same({ true, 3, 2, true }, env.result)
+    assert.same({ { line = 2, message = ARRLEN }, { line = 5, message = ARRLEN } }, env.warnings)
+  end)
+
+  it("a list's other missing keys read nil without a warning", function()
+    local env = full([[
+local d = json.decode('[1, 2]')
+local n = 0
+for _ in ipairs(d) do n = n + 1 end
+local i = 1
+while d[i] ~= nil do i = i + 1 end
+return {n, i, d[0] == nil, d.items == nil}]])
+    assert.same({ 2, 3, true, true }, env.result)
+    assert.is_nil(env.warnings)
+  end)
+
+  describe("JSON text used as a table names the value, the tool and json.decode", function()
+    local T = "local r = tools.fixture.text{}\n"
+    local FROM = " is a string holding JSON text (the result of tools.fixture.text), not a "
+      .. "table: decode it first: local t = json.decode("
+    local cases = {
+      { T .. "return r.items[1]", "attempt to index a nil value (field 'items')",
+        "`r`" .. FROM .. "r), then use t.items." },
+      { T .. "return #r.items", "attempt to get length of a nil value (field 'items')",
+        "`r`" .. FROM .. "r), then use t.items." },
+      { T .. "r.seen = true", "attempt to index a string value (local 'r')",
+        "`r`" .. FROM .. "r), then use t.seen." },
+      { T .. "for k in pairs(r) do end", "bad argument #1 to 'for iterator' (table expected, "
+        .. "got string)", "`r`" .. FROM .. "r)." },
+      { "local res = {body = tools.fixture.text{}}\nreturn res.body.page.next",
+        "attempt to index a nil value (field 'page')", "`res.body`" .. FROM
+        .. "res.body), then use t.page." },
+      { "Text = tools.fixture.text{}\nlocal function first() return Text.items[1] end\n"
+        .. "return first()", "attempt to index a nil value (field 'items')",
+        "`Text`" .. FROM .. "Text), then use t.items.", 2 },
+      { "local s = '[{\"id\": 1}]'\nreturn s.id.x", "attempt to index a nil value (field 'id')",
+        "`s` is a string holding JSON text, not a table: decode it first: local t = "
+        .. "json.decode(s), then use t.id." },
+    }
+    for i, c in ipairs(cases) do
+      it("case " .. i, function()
+        assert.same({ "runtime", c[2], c[3], c[4] or 2 }, err(c[1]))
+      end)
+    end
+
+    it("other strings keep the nil hint", function()
+      assert.same({ "runtime", "attempt to index a nil value (field 'a')", "A value is nil "
+        .. "where a table was expected: check the variable's name and print what the tool or "
+        .. "expression actually returned.", 2 }, err("local s = 'hello'\nreturn s.a.b"))
+    end)
+  end)
 end)

@@ -308,7 +308,7 @@ describe("a blocking handler (one that sleeps in C or loops instead of waiting)"
     assert.is_true(env.ok, env.error and env.error.message)
     assert.is_false(env.result.ok)
     assert.equal("tool.timeout", env.result.code)
-    assert.matches("^tools.block.sleep failed: its handler held the engine for %d+ ms, past "
+    assert.matches("^tools.block.sleep timed out: its handler held the engine for %d+ ms, past "
       .. "the call's time limit, without waiting %(it blocks in C or loops in Lua instead of "
       .. "waiting with ctx.sleep, ctx.await or luv%)$", env.result.message)
     assert.equal("tool.timeout", env.calls[1].error)

@@ -109,7 +109,7 @@ describe("proc.run: the allowlist", function()
   it("refuses a command outside the allowlist with tool.denied, naming what is allowed",
     function()
     local e = call_error([[{cmd = "rm", args = {"-rf", "/"}}]], { SH, GIT }, temp_dir())
-    assert.are.same({ code = "tool.denied", message = "tools.proc.run failed: "
+    assert.are.same({ code = "tool.denied", message = "tools.proc.run was denied: "
       .. "command_not_allowed: 'rm' is not in the commands allowlist (allowed: sh, git). "
       .. "Advice: use one of those; there is no shell, so pipes and redirections must be "
       .. "done in Lua." }, e)
@@ -117,7 +117,7 @@ describe("proc.run: the allowlist", function()
 
   it("refuses a subcommand the entry does not list, naming the closest rule", function()
     local e = call_error([[{cmd = "git", args = {"push", "origin"}}]], { GIT }, temp_dir())
-    assert.are.same({ code = "tool.denied", message = "tools.proc.run failed: "
+    assert.are.same({ code = "tool.denied", message = "tools.proc.run was denied: "
       .. "command_not_allowed: git is allowed with sub status|log|diff; 'push' is not one "
       .. "of them. Advice: change the arguments to fit the rule, or ask the operator to "
       .. "extend the \"commands\" config." }, e)
@@ -134,7 +134,7 @@ describe("proc.run: the allowlist", function()
       assert.matches("command_not_allowed: git refuses the flag %-", e.message)
     end
     local e = call_error([[{cmd = "git", args = {"log", "--exec=evil"}}]], { GIT }, temp_dir())
-    assert.are.equal("tools.proc.run failed: command_not_allowed: git refuses the flag "
+    assert.are.equal("tools.proc.run was denied: command_not_allowed: git refuses the flag "
       .. "--exec (args[2] = '--exec=evil'). Advice: change the arguments to fit the rule, "
       .. "or ask the operator to extend the \"commands\" config.", e.message)
   end)
@@ -144,7 +144,7 @@ describe("proc.run: the allowlist", function()
     for _, a in ipairs({ "--e", "--ex", "--exe", "--exe=evil", "--e=evil", "--exec" }) do
       local e = call_error(("{cmd = 'git', args = {'log', %q}}"):format(a), { GIT }, temp_dir())
       assert.are.equal("tool.denied", e.code)
-      assert.are.equal("tools.proc.run failed: command_not_allowed: git refuses the flag "
+      assert.are.equal("tools.proc.run was denied: command_not_allowed: git refuses the flag "
         .. "--exec (args[2] = '" .. a .. "'). Advice: change the arguments to fit the rule, "
         .. "or ask the operator to extend the \"commands\" config.", e.message)
     end
@@ -221,15 +221,15 @@ describe("proc.run: directory and environment", function()
       temp_dir())
     assert.matches("FOO=baz\n", r.stdout, 1, true)
     local e = call_error([[{cmd = "env", env = {LD_PRELOAD = "/x.so"}}]], { entry }, temp_dir())
-    assert.are.same({ code = "tool.denied", message = "tools.proc.run failed: "
+    assert.are.same({ code = "tool.denied", message = "tools.proc.run was denied: "
       .. "command_not_allowed: env.LD_PRELOAD: env does not take that variable from scripts "
       .. "(it takes: FOO, TOKEN). Advice: drop env.LD_PRELOAD." }, e)
   end)
 
   it("refuses an argument with a NUL byte (the program would see it cut)", function()
     local e = call_error([[{cmd = "sh", args = {"-c", "echo a\0b"}}]], { SH }, temp_dir())
-    assert.are.same({ code = "tool.invalid_input", message = "tools.proc.run failed: "
-      .. "args[2] holds a NUL byte, which no program argument can" }, e)
+    assert.are.same({ code = "tool.invalid_input", message = "tools.proc.run refused its "
+      .. "arguments: args[2] holds a NUL byte, which no program argument can" }, e)
   end)
 
   it("feeds stdin", function()
@@ -398,7 +398,7 @@ describe("proc.run: the helper", function()
     env = run([[return tools.proc.run{cmd = "sh", args = {"-c", "true"}}]], { SH }, ws,
       "TIDEPOOL_CONFINE=tidepool-confine")
     assert.are.equal("tool.unavailable", env.error.code)
-    assert.are.equal("tools.proc.run failed: proc.run cannot confine commands here: "
+    assert.are.equal("tools.proc.run is unavailable: proc.run cannot confine commands here: "
       .. "TIDEPOOL_CONFINE=tidepool-confine is not an executable file's absolute path",
       env.error.message)
   end)
@@ -442,8 +442,8 @@ describe("proc.run: time and output", function()
   it("a timeout above the entry's is refused", function()
     local e = call_error([[{cmd = "sh", args = {"-c", "true"}, timeout_ms = 5000}]],
       { { argv0 = "sh", timeout_ms = 1000 } }, temp_dir())
-    assert.are.same({ code = "tool.invalid_input", message = "tools.proc.run failed: "
-      .. "timeout_ms = 5000 is above sh's limit of 1000" }, e)
+    assert.are.same({ code = "tool.invalid_input", message = "tools.proc.run refused its "
+      .. "arguments: timeout_ms = 5000 is above sh's limit of 1000" }, e)
   end)
 
   it("output past max_output is cut, with error_kind output_capped", function()

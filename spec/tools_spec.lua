@@ -226,7 +226,8 @@ describe("parallel", function()
         function() return tools.fx.fail{code = "tool.denied", message = "no", ms = 2} end)
       return {ok, e.code, e.tool, e.index, tostring(e)}
     ]])
-    assert.same({ false, "tool.denied", "fx.fail", 2, "tool.denied: tools.fx.fail failed: no" }, r)
+    assert.same({ false, "tool.denied", "fx.fail", 2,
+      "tool.denied: tools.fx.fail was denied: no" }, r)
   end)
 
   it("nests: branches that are themselves parallel", function()
@@ -266,7 +267,8 @@ describe("a failed call's error object", function()
       return {e.code, e.message, e.tool, tostring(e) == e.code .. ": " .. e.message,
               getmetatable(e)}
     ]])
-    assert.same({ "tool.denied", "tools.fx.fail failed: nope", "fx.fail", true, "tool error" }, r)
+    assert.same({ "tool.denied", "tools.fx.fail was denied: nope", "fx.fail", true,
+      "tool error" }, r)
   end)
 
   it("uncaught, gives the envelope its code and the calling line", function()
@@ -274,7 +276,7 @@ describe("a failed call's error object", function()
       .. "local b = tools.fx.fail{code = 'tool.denied', message = 'x'}\nreturn b")
     assert.is_false(env.ok)
     assert.equal("tool.denied", env.error.code)
-    assert.equal("tools.fx.fail failed: x", env.error.message)
+    assert.equal("tools.fx.fail was denied: x", env.error.message)
     assert.equal(3, env.error.line)
     assert.equal(3, env.calls[1].line)
   end)

@@ -624,7 +624,13 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
   int ok = c->ok;
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   c->consumed = 1;  /* before anything may raise: the script cannot ask again */
-  if (ok) tp__json_push(L, c->result, 0);  /* may raise: c still owns the tree */
+  if (ok) {
+    if (json_is_string(c->result) &&
+        tp__json_text_like(json_string_value(c->result), json_string_length(c->result)))
+      tp__run_note_json_text(r, c->name, json_string_value(c->result),
+                             json_string_length(c->result));
+    tp__json_push(L, c->result, 0);  /* may raise: c still owns the tree */
+  }
   else {
     tp__push_error_object(L, c->code ? c->code : "tool.failed",
                           c->message ? c->message : "the tool failed", c->name);
@@ -798,6 +804,20 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
   return rc;
 }
 
+/* What a handler's failure with code says after the tool's name: the message matches the
+** code ("tools.fs.write was denied: ..."), never "failed" for a refusal. */
+static const char *fail_verb (const char *code) {
+  static const struct { const char *code, *verb; } verbs[] = {
+    { "tool.denied", "was denied" }, { "tool.rate_limited", "was rate-limited" },
+    { "tool.timeout", "timed out" }, { "tool.unavailable", "is unavailable" },
+    { "tool.invalid_input", "refused its arguments" },
+    { "tool.invalid_output", "returned an invalid result" }, { "tool.unknown", "is unknown" },
+  };
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+    if (strcmp(code, verbs[i].code) == 0) return verbs[i].verb;
+  return "failed";
+}
+
 int tp_call_fail (tp_call *c, const char *code, const char *message) {
   if (c == NULL) return TP_EINVAL;
   if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;
@@ -807,7 +827,7 @@ int tp_call_fail (tp_call *c, const char *code, const char *message) {
     if (strcmp(code, "tool.timeout") == 0 && (message == NULL || *message == '\0'))
       tp__call_timed_out(c);  /* the handler saw its deadline pass: say which limit */
     else
-      tp__call_failf(c, code, "tools.%s failed: %.*s", c->name, TP_MSG_MAX + 1,
+      tp__call_failf(c, code, "tools.%s %s: %.*s", c->name, fail_verb(code), TP_MSG_MAX + 1,
                      message ? message : "no reason given");
     rc = TP_OK;
   }

@@ -654,8 +654,8 @@ static void check (pcx *x, const Proto *p, const unsigned char *env) {
     if (op == OP_GETFIELD) {  /* t.length: legal, and nil unless the table has one */
       const char *f = kstr(p, GETARG_C(in));
       if (f && strcmp(f, "length") == 0)
-        tp__run_warn(x->r, line_of(p, pc), "t.length is nil unless the table has a field "
-                     "named length: Lua's length of an array or a string is #t");
+        tp__run_warn(x->r, line_of(p, pc), TP_WARN_LENGTH_STATIC ": Lua's length of an "
+                     "array or a string is #t");
       /* r.value == nil (or ~= nil): kv.get answers json.null, not nil, for a missing key */
       if (f && strcmp(f, "value") == 0 && pc + 1 < p->sizecode && x->nnil < 4) {
         Instruction nx = p->code[pc + 1];

@@ -427,6 +427,131 @@ static int rawget_noalloc (lua_State *co, const char *key) {
   return LUA_TNIL;
 }
 
+/* ---- JSON text used as a table --------------------------------------------------------- */
+
+static uint64_t text_hash (const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+  for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
+  return h;
+}
+
+int tp__json_text_like (const char *s, size_t n) {
+  size_t a = 0, b = n;
+  while (a < b && strchr(" \t\r\n", s[a]) && s[a]) a++;
+  while (b > a && strchr(" \t\r\n", s[b - 1]) && s[b - 1]) b--;
+  return b - a >= 2 && ((s[a] == '{' && s[b - 1] == '}') || (s[a] == '[' && s[b - 1] == ']'));
+}
+
+void tp__run_note_json_text (tp_run *r, const char *tool, const char *s, size_t n) {
+  if (r == NULL || tool == NULL) return;
+  if (r->json_texts == NULL &&
+      (r->json_texts = malloc(TP_JSON_TEXTS_MAX * sizeof *r->json_texts)) == NULL) return;
+  int i = r->njson_texts < TP_JSON_TEXTS_MAX ? r->njson_texts++
+        : (int)(text_hash(s, n) % TP_JSON_TEXTS_MAX);
+  r->json_texts[i].hash = text_hash(s, n);
+  r->json_texts[i].len = n;
+  snprintf(r->json_texts[i].tool, sizeof r->json_texts[i].tool, "%s", tool);
+}
+
+/* Pushes the variable name (len n) visible in the frame ar of co: a local (the innermost
+** of that name), an upvalue of the frame's function, or a global; 0 (nothing pushed) when
+** there is none. Pushes no new strings: runs outside any protected call. */
+static int push_variable (lua_State *co, lua_Debug *ar, const char *name, size_t n) {
+  int found = 0;
+  const char *ln;
+  for (int i = 1; (ln = lua_getlocal(co, ar, i)) != NULL; i++) {
+    if (strlen(ln) == n && memcmp(ln, name, n) == 0) {
+      if (found) lua_remove(co, -2);
+      found = 1;
+    }
+    else lua_pop(co, 1);
+  }
+  if (found) return 1;
+  if (!lua_getinfo(co, "f", ar)) return 0;
+  int f = lua_gettop(co);
+  for (int i = 1; (ln = lua_getupvalue(co, f, i)) != NULL; i++) {
+    if (strlen(ln) == n && memcmp(ln, name, n) == 0) { lua_remove(co, f); return 1; }
+    lua_pop(co, 1);
+  }
+  lua_pop(co, 1);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  if (lua_type(co, -1) == LUA_TTABLE) {
+    char key[64];
+    if (n >= sizeof key) { lua_pop(co, 1); return 0; }
+    memcpy(key, name, n);
+    key[n] = '\0';
+    if (rawget_noalloc(co, key) != LUA_TNIL) { lua_remove(co, -2); return 1; }
+    lua_pop(co, 1);
+  }
+  lua_pop(co, 1);
+  return 0;
+}
+
+/*
+** The hint of an error where the script used a string holding JSON text as a table
+** (r.items on such a string is nil; r.x = 1, pairs(r) fail): in the text of the failing
+** line, a path a.b.c whose value, read in the failing frame with raw access, is such a
+** string followed by .field or [ (or, when the message says a string was used, the path
+** itself). Names the tool that returned the text when it is one of the last results.
+*/
+static const char *json_text_hint (tp_run *r, lua_State *co, const char *msg, int line,
+                                   const char *text, char *buf, size_t len) {
+  int strmsg = strstr(msg, "a string value") != NULL || strstr(msg, "got string)") != NULL;
+  if (!strmsg && !strstr(msg, "a nil value") && !strstr(msg, "got nil)")) return NULL;
+  lua_Debug ar;
+  int level = 0, found = 0;
+  for (; lua_getstack(co, level, &ar); level++) {
+    if (!lua_getinfo(co, "Sl", &ar)) return NULL;
+    if (strcmp(ar.source, "=script") == 0 && ar.currentline == line) { found = 1; break; }
+  }
+  if (!found || !lua_checkstack(co, 8)) return NULL;
+  int top = lua_gettop(co);
+  const char *hint = NULL;
+  for (const char *p = text; *p && hint == NULL; p++) {
+    if (!(isalpha((unsigned char)*p) || *p == '_')) continue;
+    if (p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '.' ||
+                     p[-1] == ':' || p[-1] == '"' || p[-1] == '\'')) continue;
+    const char *q = p;
+    while (isalnum((unsigned char)*q) || *q == '_') q++;
+    if (!push_variable(co, &ar, p, (size_t)(q - p))) { p = q - 1; continue; }
+    for (;;) {  /* the value of p..q on top of co */
+      size_t sl;
+      const char *s = lua_type(co, -1) == LUA_TSTRING ? lua_tolstring(co, -1, &sl) : NULL;
+      const char *f = q + 1, *fe = f;
+      if (*q == '.') while (isalnum((unsigned char)*fe) || *fe == '_') fe++;
+      if (s != NULL && tp__json_text_like(s, sl) &&
+          ((*q == '.' && fe > f) || *q == '[' || strmsg)) {
+        const char *tool = NULL;
+        uint64_t h = text_hash(s, sl);
+        for (int i = 0; r->json_texts && i < r->njson_texts && i < TP_JSON_TEXTS_MAX; i++)
+          if (r->json_texts[i].hash == h && r->json_texts[i].len == sl)
+            tool = r->json_texts[i].tool;
+        int vn = (int)(q - p) < 60 ? (int)(q - p) : 60;
+        char then[96] = "";
+        if (*q == '.' && fe > f && fe - f < 60)
+          snprintf(then, sizeof then, ", then use t.%.*s", (int)(fe - f), f);
+        snprintf(buf, len, "`%.*s` is a string holding JSON text%s%s%s, not a table: decode "
+                 "it first: local t = json.decode(%.*s)%s.", vn, p,
+                 tool ? " (the result of tools." : "", tool ? tool : "", tool ? ")" : "",
+                 vn, p, then);
+        hint = buf;
+        break;
+      }
+      if (*q != '.' || fe == f || lua_type(co, -1) != LUA_TTABLE || fe - f >= 64) break;
+      char key[64];
+      memcpy(key, f, (size_t)(fe - f));
+      key[fe - f] = '\0';
+      rawget_noalloc(co, key);
+      lua_remove(co, -2);
+      q = fe;
+    }
+    lua_settop(co, top);
+    p = q - 1;
+  }
+  lua_settop(co, top);
+  return hint;
+}
+
 /* Reads the error object on top of co, with raw access only. */
 static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   tp_sandbox *sb = r->sb;
@@ -485,6 +610,11 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
                       ? hbuf : tool_hint(code))
                    : runtime_hint(m, line_text(r, line, ltext, sizeof ltext), hbuf,
                                   sizeof hbuf);
+  char jbuf[300];
+  const char *jhint = strcmp(code, "runtime") == 0 && line > 0 &&
+                      lua_type(co, -1) == LUA_TSTRING
+                    ? json_text_hint(r, co, m, line, ltext, jbuf, sizeof jbuf) : NULL;
+  if (jhint) hint = jhint;
   json_t *err = make_error(r, code, m, len, line, hint);
   if (err && retry_ms > 0 && strcmp(code, "tool.rate_limited") == 0)
     json_object_set_new(err, "retry_after_ms", json_integer(retry_ms));
@@ -1262,6 +1392,7 @@ void tp_run_destroy (tp_run *r) {
   else tp__sandbox_destroy(r->sb);
   json_decref(r->pending_error);
   json_decref(r->warnings);
+  free(r->json_texts);
   tp__replay_free(r->rp);
   free(r->src);
   free(r->envelope);

@@ -83,6 +83,7 @@ typedef struct tp_core {
 /* The sandbox chunks (16 KiB) an engine keeps from its closed runs for its next ones: a
 ** run makes a few, so a steady server reuses them, and a burst of runs that ends leaves
 ** at most 16 MiB behind. */
+#define TP_JSON_TEXTS_MAX 8  /* tool results remembered as JSON text (run.c) */
 #define TP_CORE_CHUNKS 1024
 #define TP_CORE_SANDBOXES 4  /* pooled sandboxes per engine (sandbox.h), each with a copy */
 
@@ -182,6 +183,11 @@ struct tp_run {
   /* the calls started last that were all the same tool with the same arguments: a loop
   ** that does not advance, named when limit.tool_calls ends it (calls.c) */
   json_t *warnings;        /* the envelope's warnings (warnings.c), or NULL */
+  /* the last tool results that were strings holding JSON text (calls.c), so that an
+  ** error where the script used one as a table names the tool (run.c: json_text_hint) */
+  struct tp_json_text { uint64_t hash; size_t len; char tool[64]; } *json_texts;  /* or NULL:
+                           ** made at the first (TP_JSON_TEXTS_MAX of them) */
+  int njson_texts;
   uint64_t same_hash;
   uint32_t same_calls;
   char same_tool[64];
@@ -218,5 +224,13 @@ void tp__run_finish_unstarted(tp_run *r);
 ** it must not touch the run or the engine. NULL clears it. */
 void tp__run_set_call_hook(tp_run *r, void (*hook)(tp_run *r, const char *tool,
                            int done, void *ud), void *ud);
+
+/* Whether s looks like JSON text of an object or an array ({...} or [...], blanks
+** around): a string a script may take for a table. */
+int tp__json_text_like(const char *s, size_t n);
+
+/* Remembers that tool (a tool's name) returned the string s, which looks like JSON text,
+** so that an error where the script uses it as a table names the tool. */
+void tp__run_note_json_text(tp_run *r, const char *tool, const char *s, size_t n);
 
 #endif

@@ -944,6 +944,12 @@ static int sb_setmetatable (lua_State *L) {
                            "variable (local x <close>) to clean up");
     lua_pop(L, 1);
   }
+  if (tp__json_is_object(L, 1)) {  /* a JSON object's tag (json.c) gives way, as none would */
+    luaL_argexpected(L, lua_isnoneornil(L, 2) || lua_type(L, 2) == LUA_TTABLE, 2, "nil or table");
+    lua_settop(L, 2);
+    lua_setmetatable(L, 1);
+    return 1;
+  }
   return orig_setmetatable(L);
 }
 
@@ -2112,6 +2118,8 @@ static int open_sandbox (lua_State *L) {
     }
   }
   tp__json_open(L);
+  tp__json_tag_objects(L, tp__sb_objlen);  /* #t of a JSON object warns (warnings.c) */
+  tp__json_tag_arrays(L, tp__sb_arrindex);  /* t.length of a JSON array warns */
   make_readonly(L);
   /* json.null's metatable is built when a null first reaches the script: a tool's
   ** result or json.decode (json.c), or the script reading json.null (json_index) */

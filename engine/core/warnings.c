@@ -37,6 +37,18 @@ void tp__run_warn (tp_run *r, int line, const char *fmt, ...) {
   json_array_append_new(r->warnings, w);
 }
 
+void tp__run_unwarn (tp_run *r, int line, const char *prefix) {
+  if (r == NULL || r->warnings == NULL) return;
+  size_t plen = strlen(prefix);
+  for (size_t i = json_array_size(r->warnings); i-- > 0; ) {
+    json_t *w = json_array_get(r->warnings, i);
+    const char *m = json_string_value(json_object_get(w, "message"));
+    if (json_integer_value(json_object_get(w, "line")) == line && m != NULL &&
+        strncmp(m, prefix, plen) == 0)
+      json_array_remove(r->warnings, i);
+  }
+}
+
 /* The line of the script that called the C function running on L. */
 static int caller_line (lua_State *L) {
   lua_Debug ar;
@@ -86,4 +98,46 @@ void tp__warn_table_text (lua_State *L, int idx) {
   if (sb != NULL && sb->run != NULL)
     tp__run_warn(sb->run, caller_line(L), "string.format's %%s of a table shows only "
                  "\"table: N\", not what it holds: use json.encode(t) to show its contents");
+}
+
+/* __len of the JSON object tag (json.c, tp__json_tag_objects): #t of a table decoded from
+** a JSON object is 0 when it has no items 1..n, whatever keys it holds. That is the
+** raw length, as without the metamethod; when the object has keys, it also warns. */
+int tp__sb_objlen (lua_State *L) {
+  lua_Unsigned n = lua_rawlen(L, 1);
+  if (n == 0 && lua_type(L, 1) == LUA_TTABLE) {
+    lua_pushnil(L);
+    if (lua_next(L, 1)) {
+      lua_pop(L, 2);
+      tp_sandbox *sb = tp__sandbox_of(L);
+      if (sb != NULL && sb->run != NULL)
+        tp__run_warn(sb->run, caller_line(L), "#t is 0 here because t came from a JSON "
+                     "object (a tool's result or json.decode): it has keys, not a list of "
+                     "items; walk it with for k, v in pairs(t) do ... end, and test for "
+                     "empty with next(t) == nil");
+    }
+  }
+  lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}
+
+/* __index of the JSON array tag (json.c, tp__json_tag_arrays): a key a list lacks reads
+** nil, as without it; t.length (JavaScript's) also warns, at the line that read it, in
+** place of the pre-run check's guess at that line (precheck.c), which did not know what t
+** would be. Called only when the key is missing: reading items costs nothing more. */
+int tp__sb_arrindex (lua_State *L) {
+  size_t n;
+  const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &n) : NULL;
+  if (k != NULL && n == 6 && memcmp(k, "length", 6) == 0) {
+    tp_sandbox *sb = tp__sandbox_of(L);
+    if (sb != NULL && sb->run != NULL) {
+      int line = caller_line(L);
+      tp__run_unwarn(sb->run, line, TP_WARN_LENGTH_STATIC);
+      tp__run_warn(sb->run, line, "t.length is nil: t is a list from JSON (a tool's result "
+                   "or json.decode) and Lua lists have no length field; the number of items "
+                   "is #t (for i = 1, #t do ... end)");
+    }
+  }
+  lua_pushnil(L);
+  return 1;
 }

@@ -147,7 +147,11 @@ int tp__host_upstream (tp_engine *e, void (*problem)(const char *, void *), void
     return TP_EINVAL;
   }
   uint64_t t0 = tp__now_ns(), within = e->start_within_us;
-  if (loop_while_until(e, "upstream_pending", within ? t0 + within * 1000u : 0)) {
+  if (within == 0) {  /* no caller bounds it: each server's start_wait_ms (upstream.lua) */
+    loop_while(e, "upstream_pending_start");
+    if (tp__host_rt_call(H, "upstream_late_start", 0, 0) != LUA_OK) lua_pop(H, 1);
+  }
+  else if (loop_while_until(e, "upstream_pending", t0 + within * 1000u)) {
     lua_pushinteger(H, (lua_Integer)(within / 1000));
     if (tp__host_rt_call(H, "upstream_late", 1, 0) != LUA_OK) lua_pop(H, 1);
   }

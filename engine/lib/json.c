@@ -27,6 +27,7 @@ static void push_null(lua_State *L);
 /* Registry keys: addresses of private statics. */
 static const char array_mt_key = 0;
 static const char object_mt_key = 0;
+static const char all_objects_key = 0;  /* the object metatable, when every object gets it */
 static const char box_mt_key = 0;
 static const char decode_cap_key = 0;  /* registry: json.decode's input cap in this state */
 static const char budget_key = 0;      /* registry: the tp_json_budget of this state */
@@ -382,7 +383,7 @@ static json_t *walk_table (walker *w, int t) {
   lua_pushnil(L);
   while (lua_next(L, t)) {
     int kt = lua_type(L, -2);
-    if (kt == LUA_TSTRING && count == 0 && !tagged) {
+    if (kt == LUA_TSTRING && count == 0 && tagged <= 0) {
       size_t klen;
       const char *k = lua_tolstring(L, -2, &klen);  /* a string: no conversion */
       const char *why;
@@ -438,7 +439,7 @@ static json_t *walk_table (walker *w, int t) {
         sb_init(&b, q, sizeof q);
         put_quoted(&b, k, klen);
         sb_finish(&b);
-        if (tagged)
+        if (tagged > 0)
           fail(w, "the array at %s (tagged with json.array) has the string key %s; "
                "arrays take only keys 1..n: remove the key, or build a plain table for "
                "an object", path, q);
@@ -714,6 +715,34 @@ static void push_object_mt (lua_State *L) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &object_mt_key);
 }
 
+void tp__json_tag_objects (lua_State *L, lua_CFunction len) {
+  push_object_mt(L);
+  if (len != NULL) {
+    lua_pushcfunction(L, len);
+    lua_setfield(L, -2, "__len");
+  }
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &all_objects_key);
+}
+
+void tp__json_tag_arrays (lua_State *L, lua_CFunction index) {
+  tp__json_push_array_mt(L);
+  lua_pushcfunction(L, index);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+}
+
+int tp__json_is_object (lua_State *L, int idx) {
+  int r = 0;
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) != LUA_TTABLE || !lua_checkstack(L, 2)) return 0;
+  if (lua_getmetatable(L, idx)) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &object_mt_key);
+    r = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  return r;
+}
+
 void tp__json_push_array_mt (lua_State *L) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key) == LUA_TTABLE) return;
   lua_pop(L, 1);
@@ -740,6 +769,8 @@ int tp__json_is_array (lua_State *L, int idx) {
 typedef struct pusher {
   int max_depth, mt;         /* mt: absolute index of the array metatable's slot */
   int has_mt;                /* the slot holds it (fetched at the first array) */
+  int omt;                   /* absolute index of the object metatable, when every object
+                             ** is tagged (tp__json_tag_objects); 0: only empty ones */
   const char *prefix;        /* of error messages */
   const tp_json_budget *b;   /* polled every TP_JSON_POLL_NODES containers, or NULL */
   unsigned nodes;
@@ -792,7 +823,11 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
       push_value(L, p, child, depth + 1);
       lua_rawset(L, -3);
     }
-    if (n == 0) {  /* {}: tagged, so it stays an object when sent back */
+    if (p->omt) {  /* every object tagged (a sandbox: #t of an object warns) */
+      lua_pushvalue(L, p->omt);
+      lua_setmetatable(L, -2);
+    }
+    else if (n == 0) {  /* {}: tagged, so it stays an object when sent back */
       push_object_mt(L);
       lua_setmetatable(L, -2);
     }
@@ -801,14 +836,17 @@ static void push_value (lua_State *L, pusher *p, const json_t *v, int depth) {
 
 static void push_with_prefix (lua_State *L, const json_t *v, int max_depth, const char *prefix,
                               const tp_json_budget *b) {
-  pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, 0, prefix, b, 0 };
+  pusher p = { max_depth <= 0 ? TP_JSON_MAX_DEPTH : max_depth, 0, 0, 0, prefix, b, 0 };
   if (v == NULL) { push_null(L); return; }
   if (json_is_array(v) || json_is_object(v)) {
-    luaL_checkstack(L, 4, "JSON value too deep");
+    luaL_checkstack(L, 5, "JSON value too deep");
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &all_objects_key) == LUA_TTABLE)
+      p.omt = lua_gettop(L);
     lua_pushnil(L);  /* the array metatable's slot: a tree without arrays never needs it */
     p.mt = lua_gettop(L);
     push_value(L, &p, v, 0);
     lua_replace(L, p.mt);
+    lua_replace(L, -2);  /* the object metatable's slot (or nil) */
   }
   else push_value(L, &p, v, 0);
 }

@@ -187,6 +187,19 @@ void tp__json_null_meta(lua_State *L);
 ** few microseconds, a sixth of a cold run, so a sandbox that never sees a null does
 ** not pay for it. May raise (memory). */
 void tp__json_null_meta_lazy(lua_State *L);
+/* From now on every object tp__json_push and json.decode push in this state gets the
+** object metatable (TP_JSON_OBJECT_TAG), not only empty ones, and the metatable's __len is
+** len (NULL: none): the sandbox warns when a script takes #t of a JSON object. One
+** lua_setmetatable per object. May raise (memory). */
+void tp__json_tag_objects(lua_State *L, lua_CFunction len);
+
+/* Sets the array metatable's __index to index (created if missing): called only for a key
+** a decoded array lacks; the sandbox warns at t.length there. May raise (memory). */
+void tp__json_tag_arrays(lua_State *L, lua_CFunction index);
+
+/* 1 if the value at idx is a table tagged with the object metatable (raw check). */
+int tp__json_is_object(lua_State *L, int idx);
+
 /* Pushes the array metatable (creating it in the registry if missing). May raise. */
 void tp__json_push_array_mt(lua_State *L);
 

@@ -239,8 +239,8 @@ TEST(an_unknown_section_is_an_error_with_the_closest_name) {
   CHECK_STR(problems("{\"mcpServers\": {\"m\": {\"comand\": \"x\", \"command\": \"y\"}}}"),
             "config: /mcpServers/m/comand: unknown field \"comand\" (did you mean "
             "\"command\"?); the fields are: command, args, env, cwd, url, headers, eager, "
-            "timeout_ms, max_message, max_tools, max_descriptions, rename, type, disabled, "
-            "autoApprove, alwaysAllow, timeout, description");
+            "timeout_ms, start_wait_ms, max_message, max_tools, max_descriptions, rename, type, "
+            "disabled, autoApprove, alwaysAllow, timeout, description");
 }
 
 TEST(limit_values_are_checked_by_the_limits_parser) {

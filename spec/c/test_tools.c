@@ -196,8 +196,8 @@ TEST(tp_call_fail_with_a_custom_tool_code_reaches_the_script) {
   char *env = run(e, "local ok, e = pcall(tools.svc.act, {code = 'tool.rate_limited', "
                      "msg = 'slow down'}) return {e.code, e.message, e.tool, tostring(e)}",
                   NULL);
-  CHECK_HAS(env, "\"result\":[\"tool.rate_limited\",\"tools.svc.act failed: slow down\","
-                 "\"svc.act\",\"tool.rate_limited: tools.svc.act failed: slow down\"]");
+  CHECK_HAS(env, "\"result\":[\"tool.rate_limited\",\"tools.svc.act was rate-limited: slow down\","
+                 "\"svc.act\",\"tool.rate_limited: tools.svc.act was rate-limited: slow down\"]");
   tp_free(env);
   /* not a tool.* code, or none: tool.failed; no message: a default one */
   env = run(e, "local _, a = pcall(tools.svc.act, {code = 'limit.memory', msg = 'x'}) "

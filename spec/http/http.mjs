@@ -156,6 +156,8 @@ async function fails(script, section, opts) {
 }
 
 const FETCH = 'tools.http.fetch failed: ';
+const DENIED = 'tools.http.fetch was denied: ';
+const TIMED_OUT = 'tools.http.fetch timed out: ';
 const local = { allow: ['127.0.0.1'], allow_private: ['127.0.0.0/8'] };
 
 // ---- allowed and denied hosts, methods -------------------------------------------------
@@ -171,7 +173,7 @@ test('a host no http.allow entry matches is tool.denied, and no request leaves',
   const before = seen.length;
   const e = await fails(`return tools.http.fetch{url = "http://other.test:${PORT}/echo"}`,
                         { ...local, resolve: RESOLVE });
-  eq([e.code, e.message], ['tool.denied', `${FETCH}GET http://other.test:${PORT}/echo: no ` +
+  eq([e.code, e.message], ['tool.denied', `${DENIED}GET http://other.test:${PORT}/echo: no ` +
     'http.allow entry matches other.test']);
   eq(seen.length, before, 'requests the server saw');
 });
@@ -198,7 +200,7 @@ test('methods: an entry with methods allows those only', async () => {
   eq(r, ['GET', 'PUT', 'put-body']);
   const e = await fails(`return tools.http.fetch{url = "${U}/echo", method = "POST", body = "x"}`,
                         sec);
-  eq([e.code, e.message], ['tool.denied', `${FETCH}POST ${U}/echo: http.allow allows ` +
+  eq([e.code, e.message], ['tool.denied', `${DENIED}POST ${U}/echo: http.allow allows ` +
     '127.0.0.1 only for GET, PUT, not POST']);
 });
 
@@ -213,7 +215,7 @@ test('POST sends its body; DELETE and HEAD go as asked', async () => {
 
 test('only http and https: another scheme is tool.denied', async () => {
   const e = await fails('return tools.http.fetch{url = "file:///etc/passwd"}', local);
-  eq([e.code, e.message], ['tool.denied', `${FETCH}GET file:///etc/passwd: only http:// and ` +
+  eq([e.code, e.message], ['tool.denied', `${DENIED}GET file:///etc/passwd: only http:// and ` +
     'https:// URLs are allowed, not file://']);
 });
 
@@ -231,7 +233,7 @@ test('a redirect to a denied host is tool.denied, and that host gets no request'
   const to = `http://evil.test:${PORT}/echo`;
   const e = await fails(`return tools.http.fetch{url = "${U}/redir?to=${encodeURIComponent(to)}"}`,
                         { ...local, resolve: RESOLVE });
-  eq([e.code, e.message], ['tool.denied', `${FETCH}GET ${U}/redir?to=${encodeURIComponent(to)}` +
+  eq([e.code, e.message], ['tool.denied', `${DENIED}GET ${U}/redir?to=${encodeURIComponent(to)}` +
     `: its redirect to ${to} is refused: no http.allow entry matches evil.test`]);
   eq(seen.filter((s) => s.host.startsWith('evil.test')).length, before, 'requests to evil.test');
 });
@@ -261,7 +263,7 @@ test('a public name resolving to loopback is tool.denied, naming the address', a
   const before = seen.length;
   const e = await fails(`return tools.http.fetch{url = "http://public.test:${PORT}/echo"}`,
                         { allow: ['public.test'], resolve: RESOLVE });
-  eq([e.code, e.message], ['tool.denied', `${FETCH}GET http://public.test:${PORT}/echo: ` +
+  eq([e.code, e.message], ['tool.denied', `${DENIED}GET http://public.test:${PORT}/echo: ` +
     'public.test resolved to 127.0.0.1, a loopback address; add it to http.allow_private ' +
     'to allow it']);
   eq(seen.length, before, 'requests the server saw');
@@ -276,7 +278,7 @@ test('allow_private lets that range through', async () => {
 test('link-local (169.254.169.254), private and IPv4-mapped addresses are refused', async () => {
   const sec = { allow: ['*'], resolve: RESOLVE };
   const m = await fails(`return tools.http.fetch{url = "http://metadata.test:${PORT}/"}`, sec);
-  eq([m.code, m.message], ['tool.denied', `${FETCH}GET http://metadata.test:${PORT}/: ` +
+  eq([m.code, m.message], ['tool.denied', `${DENIED}GET http://metadata.test:${PORT}/: ` +
     'metadata.test resolved to 169.254.169.254, a link-local address; add it to ' +
     'http.allow_private to allow it']);
   const p = await fails(`return tools.http.fetch{url = "http://ten.test:${PORT}/"}`, sec);
@@ -361,7 +363,7 @@ test('timeout_ms is tool.timeout; the config caps it', async () => {
   const t0 = Date.now();
   const e = await fails(`return tools.http.fetch{url = "${U}/slow?ms=4000", timeout_ms = 600}`,
                         local);
-  eq([e.code, e.message], ['tool.timeout', `${FETCH}GET ${U}/slow?ms=4000: no answer within ` +
+  eq([e.code, e.message], ['tool.timeout', `${TIMED_OUT}GET ${U}/slow?ms=4000: no answer within ` +
     '600 ms (timeout_ms)']);
   const e2 = await fails(`return tools.http.fetch{url = "${U}/slow?ms=4000", timeout_ms = 60000}`,
                          { ...local, timeout_ms: 500 });

@@ -81,7 +81,7 @@ test('live: an error answer reaches the script with its code; a JSON-RPC error i
   s.answer(await s.callRequest(), { result: { error: { message: 'the user said no', code: 'tool.denied' } } });
   s.answer(await s.callRequest(), { error: { code: -32000, message: 'handler crashed' } });
   s.answer(await s.callRequest(), { result: { result: { temp_c: 'warm' } } });
-  eq(view(await s.response(id)).result, ['tool.denied', 'tools.weather failed: the user said no',
+  eq(view(await s.response(id)).result, ['tool.denied', 'tools.weather was denied: the user said no',
     'tool.failed', 'tools.weather failed: handler crashed', 'tool.invalid_output'], 'the errors the script saw');
 });
 

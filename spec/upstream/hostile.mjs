@@ -76,7 +76,7 @@ function failed(r, code) {
 test('a 60 MB answer on one line at --memory 16M: tool.invalid_output as it streams in, naming --tool-bytes', async () => {
   const r = await tp(['--memory', '16M', '--config', configFile(server())], 'return tools.h.long{mb = 60}');
   const m = failed(r, 'tool.invalid_output');
-  assert(m.startsWith('tools.h.long failed: the MCP server h sent a message of more than '), m);
+  assert(m.startsWith('tools.h.long returned an invalid result: the MCP server h sent a message of more than '), m);
   assert(m.includes('more than what this run may receive (--tool-bytes 4194304: a result\'s JSON; the message 12648448 bytes): ask for less (a smaller page, fewer fields), or raise --tool-bytes'), m);
   underBound(r, 16);
 }, 60000);
@@ -317,7 +317,7 @@ test('Streamable HTTP: a 60 MB JSON body or SSE event at --memory 16M is refused
   for (const tool of ['long', 'long_sse']) {
     const r = await tp(['--memory', '16M', '--config', webServer()], `return tools.w.${tool}{mb = 60}`);
     const m = failed(r, 'tool.invalid_output');
-    assert(m.startsWith(`tools.w.${tool} failed: the MCP server w sent a message of more than `), m);
+    assert(m.startsWith(`tools.w.${tool} returned an invalid result: the MCP server w sent a message of more than `), m);
     assert(m.includes('(--tool-bytes 4194304: a result\'s JSON; the message 12648448 bytes)'), m);
     underBound(r, 16);
   }
