@@ -179,6 +179,7 @@ static void on_call (void *ud, tp_call *c) {
     walking = c;
     empty_arrays(c->args, t->input, t->input, 0, &work);
     walking = NULL;
+    c->args_sha256[0] = '\0';  /* the arguments may have changed: hash them again */
   }
   if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
   tp__admit_after_policy(e, c);
