@@ -13,9 +13,14 @@
 **                       polls with nothing to do (waiting for the timers): the work
 **                       itself, a figure that a loaded machine disturbs less
 **   *_first_ms          the same three for the engine's first round
+**   concurrent_10k_sharded_ms  engine-per-thread sharding: the same 10,000 runs split
+**                       over two threads, each with its own engine (5,000 runs each, created
+**                       before a barrier), from the barrier to the later thread's last done
+**                       callback; the median of rounds after each engine's first
 **
 ** Medians of several rounds on one engine, after its first round (reported apart). usage: bench_sched [scale], scale 1 by default (rounds are multiplied by it).
 */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +107,77 @@ static double round_10k (tp_engine *e, double *poll_ms, double *create_ms, doubl
   return t / 1000;
 }
 
+/* ---- engine-per-thread sharding --------------------------------------------------- */
+
+typedef struct shard {
+  tp_engine *e;
+  int n, done, failed;
+  tp_run **rv;
+} shard;
+
+static pthread_barrier_t start_line;
+
+static void shard_done (tp_run *r, void *ud) {
+  shard *sh = ud;
+  const char *env = tp_run_envelope(r);
+  if (env == NULL || strncmp(env, "{\"ok\":true", 10) != 0) sh->failed++;
+  sh->done++;
+  tp_run_destroy(r);
+}
+
+static void *shard_round (void *ud) {
+  shard *sh = ud;
+  sh->done = sh->failed = 0;
+  for (int i = 0; i < sh->n; i++)
+    if ((sh->rv[i] = tp_run_create(sh->e, script, sizeof script - 1, NULL)) == NULL)
+      die("tp_run_create failed");
+  pthread_barrier_wait(&start_line);
+  for (int i = 0; i < sh->n; i++)
+    if (tp_run_start(sh->rv[i], shard_done, sh) != TP_OK) die("tp_run_start failed");
+  while (sh->done < sh->n) tp_engine_poll(sh->e, 0);
+  return NULL;
+}
+
+/* One round of NRUNS runs over nshards engines, one thread each; ms from the barrier. */
+static double sharded_round (shard *shv, int nshards) {
+  pthread_t th[8];
+  pthread_barrier_init(&start_line, NULL, (unsigned)nshards + 1);
+  for (int i = 0; i < nshards; i++)
+    if (pthread_create(&th[i], NULL, shard_round, &shv[i]) != 0) die("pthread_create failed");
+  pthread_barrier_wait(&start_line);
+  double t0 = bench_now_us();
+  for (int i = 0; i < nshards; i++) pthread_join(th[i], NULL);
+  double t = bench_now_us() - t0;
+  pthread_barrier_destroy(&start_line);
+  for (int i = 0; i < nshards; i++) if (shv[i].failed) die("runs failed");
+  return t / 1000;
+}
+
+static double sharded (int rounds) {
+  enum { NSHARDS = 2 };
+  shard shv[NSHARDS];
+  for (int i = 0; i < NSHARDS; i++) {
+    shv[i].e = tp_engine_create();
+    shv[i].n = NRUNS / NSHARDS;
+    shv[i].rv = malloc((size_t)shv[i].n * sizeof *shv[i].rv);
+    if (shv[i].e == NULL || shv[i].rv == NULL) die("out of memory");
+    tp_tool_def def = { "bench.later", "Answers after 50 ms.", NULL, NULL, later,
+                        tp__engine_loop(shv[i].e), 0 };
+    if (tp_engine_add_tool(shv[i].e, &def) != TP_OK) die(tp_engine_error(shv[i].e));
+  }
+  double *t = malloc((size_t)rounds * sizeof *t);
+  if (t == NULL) die("out of memory");
+  sharded_round(shv, NSHARDS);  /* each engine's first round */
+  for (int i = 0; i < rounds; i++) t[i] = sharded_round(shv, NSHARDS);
+  double m = median(t, rounds);
+  free(t);
+  for (int i = 0; i < NSHARDS; i++) {
+    tp_engine_destroy(shv[i].e);
+    free(shv[i].rv);
+  }
+  return m;
+}
+
 int main (int argc, char **argv) {
   int scale = argc > 1 ? atoi(argv[1]) : 1;
   if (scale < 1) scale = 1;
@@ -127,5 +203,6 @@ int main (int argc, char **argv) {
   printf("create_10k_first_ms: %.1f ms\n", first_create);
   free(t); free(p); free(c); free(b);
   tp_engine_destroy(e);
+  printf("concurrent_10k_sharded_ms: %.1f ms\n", sharded(n));
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "lauxlib.h"
 
 #include "calls.h"
+#include "digest.h"
 #include "replay.h"
 #include "json.h"
 #include "schema.h"
@@ -657,6 +658,21 @@ int tp_call_progress (tp_call *c, const char *text) {
     return TP_OK;
   r->progress_hook(r, c->name, text, r->progress_hook_ud);
   return TP_OK;
+}
+
+const char *tp__call_args_sha256 (tp_call *c) {
+  if (c->args_sha256[0]) return c->args_sha256;
+  if (c->args == NULL) return NULL;
+  if (c->args_text != NULL) {
+    tp__sha256_hex(c->args_text, strlen(c->args_text), c->args_sha256);
+    return c->args_sha256;
+  }
+  size_t len;
+  char *text = tp__json_dumpsn(c->args, &len);
+  if (text == NULL) return NULL;
+  tp__sha256_hex(text, len, c->args_sha256);
+  free(text);
+  return c->args_sha256;
 }
 
 const char *tp_call_args (tp_call *c) {

@@ -69,7 +69,13 @@ struct tp_call {
   int host_ref;            /* the provider's handle of the call (host.c: its record's
                            ** registry reference), or LUA_NOREF */
   size_t charged;          /* what the run's host budget holds for this record */
+  char args_sha256[65];    /* tp__call_args_sha256's, once made; "" before */
 };
+
+/* The SHA-256 (hex) of the JSON text of c's arguments (tp_json_text's form), made at the
+** first ask and kept: the policy's decisions and the run's call log hash a call once.
+** NULL when c has no arguments or the host is out of memory. */
+const char *tp__call_args_sha256(tp_call *c);
 
 /* The length of s[0..len) cut to at most max bytes, backed off to a UTF-8 boundary. */
 size_t tp__cut_utf8(const char *s, size_t len, size_t max);

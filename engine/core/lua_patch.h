@@ -8,6 +8,9 @@
 ** so a backtracking pattern can be stopped like a Lua loop, while every pattern that
 ** finishes behaves exactly as in unpatched Lua.
 **
+** lvm.c calls tp_vm_tick (below) at every backward jump and every entry into a Lua
+** function, where a sandbox near the end of its time slice reads the clock.
+**
 ** It is included before lprefix.h, so it includes no header. A state's extra space
 ** (LUA_EXTRASPACE, one pointer, copied into every new thread) holds a tp_meter for a
 ** sandbox state and NULL for any other state, where the step costs one test.
@@ -20,6 +23,8 @@ struct lua_State;
 typedef struct tp_meter {
   long countdown;  /* steps left before refill() runs */
   void (*refill)(struct lua_State *L, struct tp_meter *m);  /* may raise */
+  long tickdown;   /* VM ticks left before tick() runs */
+  void (*tick)(struct lua_State *L, struct tp_meter *m);  /* never raises */
 } tp_meter;
 
 /* Lua never initializes the main thread's extra space (new threads copy it), so a state
@@ -59,6 +64,16 @@ static inline void tp_pattern_step (struct lua_State *L) {
   tp_meter *m = *(tp_meter **)((char *)(L) - sizeof(void *));
   if (m != 0 && --m->countdown <= 0)
     m->refill(L, m);
+}
+
+/* A VM tick (scripts/fetch-lua.sh puts one in lvm.c): each backward jump and each entry
+** into a Lua function, so no run of instructions between two ticks is longer than one
+** function's straight-line code. tick() may set a hook (lua_sethook) and nothing else:
+** the VM looks at its trap just after. */
+static inline void tp_vm_tick (struct lua_State *L) {
+  tp_meter *m = *(tp_meter **)((char *)(L) - sizeof(void *));
+  if (m != 0 && --m->tickdown <= 0)
+    m->tick(L, m);
 }
 
 #endif

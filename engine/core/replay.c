@@ -488,16 +488,17 @@ int tp__replay_begin (tp_run *r) {
 int tp__replay_call (tp_run *r, tp_call *c) {
   tp_replay *rp = r->rp;
   if (rp->log_cb == NULL && !rp->replaying) return 0;
-  size_t len = 0;
-  char *text = c->args ? tp__json_dumpsn(c->args, &len) : NULL;
-  if (c->args && text == NULL) {
-    tp__call_failf(c, "tool.failed", "the call was not made: the host ran out of memory "
-                   "while logging it");
-    return 1;
-  }
   char hash[65];
-  tp__sha256_hex(text ? text : "null", text ? len : 4, hash);
-  free(text);
+  if (c->args == NULL) tp__sha256_hex("null", 4, hash);
+  else {
+    const char *h = tp__call_args_sha256(c);
+    if (h == NULL) {
+      tp__call_failf(c, "tool.failed", "the call was not made: the host ran out of memory "
+                     "while logging it");
+      return 1;
+    }
+    memcpy(hash, h, sizeof hash);
+  }
   tp__rcall *lc = rp->replaying ? find_rcall(rp, c->id) : NULL;
   if (lc != NULL && (strcmp(lc->tool, c->name) != 0 || strcmp(lc->hash, hash) != 0)) {
     int same = strcmp(lc->tool, c->name) == 0;
@@ -519,7 +520,7 @@ int tp__replay_call (tp_run *r, tp_call *c) {
     return 1;
   }
   if (lc != NULL && lc->has_end) {  /* answered from the log */
-    c->bytes_in = len;
+    c->bytes_in = c->args ? tp__json_dump_len(c->args) : 0;
     if (!lc->sync) c->replay_gate = 1;
     if (!lc->ok) {
       c->retry_after_ms = lc->retry_after_ms;

@@ -1288,15 +1288,15 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
     uint64_t limit = sb->limits.cpu_us * 1000u;
     cpu_left = limit - (r->cpu_used_ns < limit ? r->cpu_used_ns : limit);
   }
-  /* A short budget is ended by the hook reading the clock from the start; a longer one
-  ** from TP_POLL_LEAD_NS before its end, when the timer hands the end to the hook. */
+  /* A short budget is ended by the VM's ticks reading the clock from the start; a longer
+  ** one from TP_POLL_LEAD_NS before its end, when the timer hands the end to them. */
   uint64_t end_ns = 0;
   if (r->step_end_ns) {
     uint64_t quarter = budget_us * 250u;
     end_ns = r->step_end_ns - (exit_ns < quarter ? exit_ns : quarter);
   }
   int poll_now = end_ns && budget_us * 1000u <= TP_POLL_LEAD_NS;
-  atomic_store(&sb->poll_end_ns, poll_now ? end_ns : 0);
+  tp__sandbox_poll(sb, poll_now ? end_ns : 0);
   int timed = r->deadline_ns || r->step_end_ns || sb->limits.cpu_us;
   r->timed = 0;
   if (timed) {
@@ -1327,7 +1327,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   uint64_t back_ns = tp__now_ns();
   tp__sandbox_leave();
   atomic_store(&sb->running, sb->L);
-  atomic_store(&sb->poll_end_ns, 0);
+  tp__sandbox_poll(sb, 0);
   /* The timer (or watch) stays armed until the envelope is built: a deadline (or the
   ** CPU limit) passing while host code converts the result sets the verdict, which the
   ** converters poll. Under the watchdog, the CPU used so far moves into cpu_used_ns

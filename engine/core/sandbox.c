@@ -6,6 +6,7 @@
 */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -326,14 +327,66 @@ void tp__sandbox_check (lua_State *L, tp_sandbox *sb) {
 /* The count hook period a thread needs when nothing is pending: up to the next
 ** instruction boundary (limit or step budget), 0 when nothing counts. */
 static int hook_period (const tp_sandbox *sb) {
-  int poll = atomic_load_explicit(&sb->poll_end_ns, memory_order_relaxed) != 0;
   uint64_t next = UINT64_MAX;
   if (sb->instr_limit) next = sb->instr_limit + 1;
   if (sb->instr_step_end && sb->instr_step_end < next) next = sb->instr_step_end;
-  if (next == UINT64_MAX) return poll ? TP_POLL_PERIOD : 0;
+  if (next == UINT64_MAX) return 0;
   uint64_t left = next > sb->instr_used ? next - sb->instr_used : 1;
-  uint64_t cap = poll ? TP_POLL_PERIOD : 100000;
-  return left > cap ? (int)cap : (int)left;
+  return left > 100000 ? 100000 : (int)left;
+}
+
+/* ---- the VM's ticks: the end of a time slice without a count hook ----------------
+** While poll_end_ns is set, every tick_period-th tick (lua_patch.h) reads the clock.
+** The period doubles while two reads are less than TP_TICK_NS apart and halves when
+** they are more than 4 times that, so a tight loop pays a read every ~1 us and a loop
+** whose body takes microseconds is looked at every iteration. Past the end the tick
+** sets the count-1 hook, as the timer's signal would, and the hook yields. */
+#define TP_TICK_NS 1000u
+#define TICK_OFF (LONG_MAX / 2)
+#define TICK_PERIOD_MAX 65536
+
+static void tick_arm (tp_sandbox *sb) {
+  if (atomic_load_explicit(&sb->poll_end_ns, memory_order_relaxed) == 0)
+    sb->meter.tickdown = TICK_OFF;
+  else if (sb->meter.tickdown >= TICK_OFF / 2) {  /* off until now: from this moment */
+    sb->tick_last_ns = 0;
+    sb->meter.tickdown = sb->tick_period;
+  }
+}
+
+void tp__sandbox_poll (tp_sandbox *sb, uint64_t end_ns) {
+  atomic_store(&sb->poll_end_ns, end_ns);
+  sb->tick_last_ns = 0;
+  sb->meter.tickdown = end_ns ? sb->tick_period : TICK_OFF;
+}
+
+static void count_hook (lua_State *co, int period);
+
+static void meter_tick (lua_State *L, tp_meter *m) {
+  tp_sandbox *sb = (tp_sandbox *)m;
+  uint64_t end = atomic_load_explicit(&sb->poll_end_ns, memory_order_relaxed);
+  if (end == 0) {
+    m->tickdown = TICK_OFF;
+    return;
+  }
+  uint64_t now = tp__now_ns();
+  if (now >= end) {
+    atomic_store(&sb->slice_over, 1);
+    m->tickdown = TICK_OFF;     /* the hook takes it from here */
+    tp__sandbox_charge(sb, L);  /* a count hook's partial period is not lost */
+    count_hook(L, 1);
+    return;
+  }
+  long p = sb->tick_period;
+  if (sb->tick_last_ns) {
+    uint64_t dt = now - sb->tick_last_ns;
+    if (dt < TP_TICK_NS && p < TICK_PERIOD_MAX) p *= 2;
+    else if (dt > 4 * TP_TICK_NS && p > 1) p /= 2;
+    if (dt > end - now && p > 1) p = 1;  /* the next read might come after the end */
+    sb->tick_period = p;
+  }
+  sb->tick_last_ns = now;
+  m->tickdown = p;
 }
 
 /* Sets co's count hook to the period it needs now. A thread that yielded from the hook
@@ -357,6 +410,7 @@ static void count_hook (lua_State *co, int period) {
 
 void tp__sandbox_sethook (tp_sandbox *sb, lua_State *co) {
   int period = hook_period(sb);
+  tick_arm(sb);
   co->ci->callstatus &= ~CIST_HOOKYIELD;
   if (period) count_hook(co, period);
   else lua_sethook(co, NULL, 0, 0);
@@ -1608,8 +1662,6 @@ static int do_resume (lua_State *L, lua_State *co, int narg, int mode) {
       lua_sethook(co, tp__sandbox_hook, LUA_MASKCOUNT, 1);  /* what the signal would do */
     status = lua_resume(co, L, narg, &nres);
     atomic_store(&sb->running, L);
-    if (atomic_load(&sb->poll_end_ns) && L->hook != tp__sandbox_hook)
-      tp__sandbox_sethook(sb, L);   /* the end came near while co ran: L reads it too */
     tp__sandbox_charge(sb, co);
     tp__sandbox_check(L, sb);
     if (status != LUA_YIELD) break;
@@ -2197,6 +2249,9 @@ tp_sandbox *tp__sandbox_create_in (const tp_limits *limits, tp_arena_pool *pool)
   sb->instr_limit = limits->instructions;
   sb->meter.countdown = METER_STEPS;
   sb->meter.refill = meter_refill;
+  sb->meter.tickdown = TICK_OFF;
+  sb->meter.tick = meter_tick;
+  sb->tick_period = 16;
   sb->logs = json_array();
   if (sb->logs == NULL) { free(sb); return NULL; }
   lua_State *L = lua_newstate(sb_alloc, sb);
@@ -2400,6 +2455,7 @@ static void sandbox_clear (tp_sandbox *sb) {
   sb->host_used = 0;
   sb->instr_used = sb->instr_step_end = 0;
   sb->meter.countdown = METER_STEPS;
+  sb->meter.tickdown = TICK_OFF;
   sb->run = NULL;
 }
 
@@ -2467,6 +2523,7 @@ int tp__sandbox_reset (tp_sandbox *sb) {
   sb->instr_step_end = 0;
   sb->mem_peak = sb->mem_used;
   sb->meter.countdown = METER_STEPS;
+  sb->meter.tickdown = TICK_OFF;
   atomic_store(&sb->running, sb->L);
   return 0;
 }

@@ -96,10 +96,13 @@ typedef struct tp_sandbox {
   uint64_t instr_used;     /* completed periods of the count hook */
   uint64_t instr_limit;    /* 0 = none */
   uint64_t instr_step_end; /* instr_used value at which the step's budget ends; 0 = none */
-  /* the step's end, CLOCK_MONOTONIC, once it is near (0 = not yet or none): the count
-  ** hook then reads the clock every TP_POLL_PERIOD instructions and ends the slice
-  ** itself, since a timer signal comes tens of microseconds late (a VM's floor here). */
+  /* the step's end, CLOCK_MONOTONIC, once it is near (0 = not yet or none): the VM's
+  ** ticks (lua_patch.h) then read the clock every tick_period ticks and end the slice,
+  ** since a timer signal comes 40-60 us late here (a VM's floor), while a count hook
+  ** would make Lua trap on every instruction (2-2.7x the CPU). */
   _Atomic uint64_t poll_end_ns;
+  long tick_period;        /* ticks between reads of the clock, kept near TP_TICK_NS */
+  uint64_t tick_last_ns;   /* the last read of the clock by a tick; 0 = none yet */
 
   /* host memory built on the run's behalf (tp__host_charge) */
   size_t host_used, host_cap;
@@ -198,11 +201,10 @@ void tp__signal_interrupt(pthread_t thread);
 ** A per-thread POSIX timer (CLOCK_MONOTONIC, delivered to this thread only) fires at the
 ** earliest of them; the handler records the verdict (limit.time, limit.cpu) or ends the
 ** slice, and sets the hook, so the step's end does not wait for another thread to be
-** scheduled. The last TP_POLL_LEAD_NS of a step are the hook's (poll_end_ns). While a
+** scheduled. The last TP_POLL_LEAD_NS of a step are the VM ticks' (poll_end_ns). While a
 ** verdict is pending the timer fires again every 2 ms (the script may be in host code,
 ** or its hook replaced), until the step ends. */
-#define TP_POLL_PERIOD 128          /* instructions between reads of the clock */
-#define TP_POLL_LEAD_NS 200000u     /* the hook reads the clock from this before the end */
+#define TP_POLL_LEAD_NS 200000u     /* the ticks read the clock from this before the end */
 typedef struct tp_step_clock {
   tp_sandbox *sb;
   uint64_t poll_at_ns;     /* CLOCK_MONOTONIC: when the hook starts reading the clock
@@ -214,6 +216,10 @@ typedef struct tp_step_clock {
   uint64_t wake_ns;        /* when the timer is armed to fire */
   struct tp_step_clock *prev; /* the step this one is nested in, on this thread */
 } tp_step_clock;
+
+/* Sets the end of the step that the VM's ticks read the clock for (0: none), from
+** now. On the sandbox's own thread only. */
+void tp__sandbox_poll(tp_sandbox *sb, uint64_t end_ns);
 
 /* Arms this thread's timer for c (filled in but for wake_ns and prev). Returns -1 when
 ** the timer cannot be created (the caller falls back to the watchdog). */

@@ -58,6 +58,7 @@ static void on_call (void *ud, tp_call *c) {
                                                ** and their text is made */
     json_t *rep = tp__schema_empty_arrays(c->args, t->input, kept_object, c);
     if (rep != NULL) json_decref(rep);  /* the arguments are an object: stay one */
+    c->args_sha256[0] = '\0';  /* the arguments may have changed: hash them again */
   }
   if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
   tp__admit_after_policy(e, c);

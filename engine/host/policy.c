@@ -1289,11 +1289,7 @@ static void rate_limited (struct tp__policy *P, tp_call *c, const caller *who, i
 static void tell (struct tp__policy *P, tp_call *c, const caller *who, int rule,
                   const char *effect, const char *clause) {
   if (P->on_decision == NULL) return;
-  char hash[65] = "";
-  size_t len;
-  char *text = c->args ? tp_json_text(c->args, &len) : NULL;
-  if (text) tp__sha256_hex(text, len, hash);
-  free(text);
+  const char *hash = tp__call_args_sha256(c);
   tp_decision d;
   d.run = c->run->id;
   d.seq = c->id;
@@ -1302,7 +1298,7 @@ static void tell (struct tp__policy *P, tp_call *c, const caller *who, int rule,
   d.rule = rule;
   d.effect = effect;
   d.clause = clause ? clause : "";
-  d.args_sha256 = hash;
+  d.args_sha256 = hash ? hash : "";
   P->on_decision(c->run, &d, P->decision_ud);
 }
 

@@ -288,6 +288,31 @@ TEST(the_args_hash_is_of_the_canonical_json_sorted_keys_no_spaces_exact_integers
   tp_engine_destroy(e);
 }
 
+static void keep_decision_hash (tp_run *r, const tp_decision *d, void *ud) {
+  (void)r;
+  snprintf(ud, 65, "%s", d->args_sha256);
+}
+
+/* A call is hashed once for both (tp__call_args_sha256): the policy's decision and the
+** log name the same hash, that of the canonical text. */
+TEST(the_policy_decision_and_the_call_log_carry_the_same_args_hash) {
+  tp_engine *e = engine_with_tools(0);
+  const char cfg[] = "{\"policy\":{\"rules\":[{\"tools\":\"t.*\",\"effect\":\"allow\"}]}}";
+  CHECK_INT(tp_engine_configure(e, cfg, strlen(cfg)), TP_OK);
+  char decided[65] = "";
+  CHECK_INT(tp_engine_on_decision(e, keep_decision_hash, decided), TP_OK);
+  logbuf log = { 0 };
+  char *env = run(e, "return tools.t.echo{b = 2, a = {1, 2}}", 0, &log, NULL, 0);
+  CHECK_FIELD(env, "ok", "true");
+  char hash[65], want[120];
+  sha256_hex("{\"a\":[1,2],\"b\":2}", hash);
+  CHECK_STR(decided, hash);
+  snprintf(want, sizeof want, "\"args_hash\":\"%s\"", hash);
+  CHECK_HAS(log.text, want);
+  free(env); free(log.text);
+  tp_engine_destroy(e);
+}
+
 /* Records "echo{n=1}; echo{n=2}" and replays src against that log; returns the envelope. */
 static char *replay_changed (const char *src, char *hash1_out) {
   tp_engine *e = engine_with_tools(0), *e2 = engine_with_tools(1);
@@ -557,6 +582,7 @@ int main (int argc, char **argv) {
   RUN(a_recorded_run_replays_to_the_same_result_without_calling_a_tool);
   RUN(a_replay_driven_by_the_engines_loop_gives_the_same_result);
   RUN(the_args_hash_is_of_the_canonical_json_sorted_keys_no_spaces_exact_integers);
+  RUN(the_policy_decision_and_the_call_log_carry_the_same_args_hash);
   RUN(changed_arguments_end_the_replay_with_divergence_at_that_seq);
   RUN(a_changed_tool_ends_the_replay_with_divergence_naming_both_tools);
   RUN(a_log_cut_short_answers_what_it_has_and_the_rest_calls_the_tools);

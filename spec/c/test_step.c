@@ -90,6 +90,45 @@ TEST(a_script_stepped_in_slices_of_10_us_computes_what_it_computes_unstepped) {
   tp_engine_destroy(e);
 }
 
+/* A short step ends where the VM ticks (lua_patch.h): at each backward jump and each
+** entry into a Lua function, with no count hook. Each kind of endless loop a script can
+** write ends a 50 us step, and a 1 ms one (whose end the timer hands to the ticks);
+** without its tick it would run to its wall limit of 5 s and
+** end with limit.time instead of yielding. */
+TEST(every_kind_of_endless_loop_ends_a_short_step) {
+  static const char *const loops[] = {
+    "while true do end",
+    "local x = 0 while x >= 0 do x = x + 1 end",
+    "local t = {} repeat t.n = 1 until t.x",
+    "::again:: goto again",
+    "for i = 1, math.maxinteger do end",
+    "for i = 1.0, math.huge do end",
+    "for _ in function () return 1 end do end",
+    "local function f () return f() end return f()",
+    "local t = setmetatable({}, {__call = function (self) return self() end}) return t()",
+    "coroutine.wrap(function () while true do end end)()",
+    "local co = coroutine.wrap(function () while true do coroutine.yield() end end)\n"
+    "while true do co() end",
+    "while true do pcall(string.rep, 'x', 2) end",
+  };
+  tp_engine *e = tp_engine_create();
+  for (size_t k = 0; k < sizeof loops / sizeof *loops; k++) {
+    tp_limits lim;
+    tp_limits_init(&lim);
+    lim.wall_us = lim.cpu_us = 5u * 1000000u;
+    tp_run *r = tp_run_create(e, loops[k], strlen(loops[k]), &lim);
+    CHECK(r != NULL);
+    int yields = 0;
+    for (int i = 0; i < 20; i++) yields += tp_run_step(r, 50, 0) == TP_YIELD;
+    /* a longer step: the timer hands its last 200 us to the ticks */
+    for (int i = 0; i < 3; i++) yields += tp_run_step(r, 1000, 0) == TP_YIELD;
+    if (yields != 23) fprintf(stderr, "  this loop did not yield: %s\n", loops[k]);
+    CHECK_INT(yields, 23);
+    tp_run_destroy(r);
+  }
+  tp_engine_destroy(e);
+}
+
 /* Budgets of both kinds in one step: whichever ends first ends it, and the next step
 ** starts clean (a slice end left over from the last step does not end it at once). */
 TEST(time_and_instruction_budgets_together_then_none) {
@@ -317,6 +356,7 @@ int main (int argc, char **argv) {
   RUN(the_chosen_signal_is_used_instead_of_sigurg);
   RUN(a_budgeted_step_yields_and_resumes_a_thousand_times);
   RUN(a_script_stepped_in_slices_of_10_us_computes_what_it_computes_unstepped);
+  RUN(every_kind_of_endless_loop_ends_a_short_step);
   RUN(time_and_instruction_budgets_together_then_none);
   RUN(an_interrupt_before_the_run_is_entered_is_honoured_at_entry);
   RUN(each_stepping_thread_timer_goes_when_the_thread_exits);
