@@ -58,6 +58,10 @@ typedef struct tp__host_hooks {
   /* The named fields tool takes, as a Lua table for a message ("{path = ..., n = ...}"),
   ** into buf ("" when unknown). May be NULL. */
   void (*args_example)(void *ud, const char *tool, char *buf, size_t len);
+  /* Only for a traced run (tp_run.traced): call c ended (c->end_ns); run r ended with
+  ** code (NULL: ok) and its stats. */
+  void (*trace_call)(void *ud, tp_call *c);
+  void (*trace_run)(void *ud, tp_run *r, const char *code, const json_t *stats);
 } tp__host_hooks;
 
 /* The part of an engine that the core owns. struct tp_engine (host/engine.h) begins
@@ -72,6 +76,7 @@ typedef struct tp_core {
   tp_arena_pool chunks;    /* sandbox chunks of the engine's runs (not sessions') */
   uint64_t wait_ns;        /* what the host waited for on behalf of the next run (upstream
                            ** servers starting): the next tp_run_create takes it */
+  int tracing;             /* the host records spans: each new run is traced */
 } tp_core;
 
 /* The sandbox chunks (16 KiB) an engine keeps from its closed runs for its next ones: a
@@ -122,6 +127,7 @@ struct tp_run {
   char *src;               /* normalized source, for the "source" line of errors */
   size_t srclen;
   int state;
+  int traced;              /* the host is told its calls' and its own end (tp_core.tracing) */
   int nargs;               /* values to resume the thread with */
   tp_watch watch;          /* the fallback when the thread's timer is unavailable */
   tp_step_clock clock;     /* the step's deadlines, for the thread's timer */

@@ -72,6 +72,11 @@ static const char usage_head[] =
   "  --seed N             seed math.random with the integer N\n"
   "  --clock EPOCH        the run's clock starts at EPOCH (seconds since 1970)\n"
   "  --clock-step DURATION  how far the clock moves at each read (default 1ms)\n"
+  "  --otlp URL           send OpenTelemetry spans of the run and its calls to this\n"
+  "                       OTLP/HTTP collector (http://host:4318); see docs/operations.md\n"
+  "  --trace-file FILE    append the same spans to FILE, one JSON object a line\n"
+  "  --traceparent TP     the run's parent span, a W3C traceparent (default: the\n"
+  "                       TRACEPARENT environment variable)\n"
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
@@ -627,6 +632,7 @@ typedef struct det_opts {
   uint64_t seed;
   int64_t epoch;
   uint64_t step_us;
+  const char *traceparent;  /* --traceparent or $TRACEPARENT: the run's parent span */
 } det_opts;
 
 static void run_done (tp_run *r, void *ud) {
@@ -644,6 +650,8 @@ static int run_determined (tp_engine *e, const char *src, size_t len, const tp_l
   int rc = TP_OK, done = 0;
   if (d->has_seed) rc = tp_run_set_seed(r, d->seed);
   if (rc == TP_OK && d->has_clock) rc = tp_run_set_fixed_clock(r, d->epoch, d->step_us);
+  if (rc == TP_OK && d->traceparent) tp_run_set_traceparent(r, d->traceparent);  /* a bad
+                                 ** one leaves the run a trace of its own, as W3C asks */
   if (rc == TP_OK) rc = tp_run_start(r, run_done, &done);
   while (rc == TP_OK && !done) tp_engine_poll(e, 1);
   const char *env = rc == TP_OK ? tp_run_envelope(r) : NULL;
@@ -744,7 +752,10 @@ int main (int argc, char **argv) {
   int nlimit_opts = 0;
   uint64_t workspace_max = 0;
   int workspace_max_set = 0;
-  det_opts det = { 0, 0, 0, 0, 1000 };  /* --deterministic, --seed, --clock, --clock-step */
+  det_opts det = { 0, 0, 0, 0, 1000, NULL };  /* --deterministic, --seed, --clock,
+                                              ** --clock-step; --traceparent */
+  const char *otlp = NULL, *trace_file = NULL;  /* --otlp, --trace-file */
+  det.traceparent = getenv("TRACEPARENT");
   const char *file = NULL;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -802,6 +813,17 @@ int main (int argc, char **argv) {
       continue;
     }
     if (strcmp(a, "--deterministic") == 0) { det.has_seed = det.has_clock = 1; continue; }
+    if (strcmp(a, "--otlp") == 0 || strncmp(a, "--otlp=", 7) == 0 ||
+        strcmp(a, "--trace-file") == 0 || strncmp(a, "--trace-file=", 13) == 0 ||
+        strcmp(a, "--traceparent") == 0 || strncmp(a, "--traceparent=", 14) == 0) {
+      size_t n = strcspn(a, "=");
+      const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
+      if (val == NULL || *val == '\0') return tp__cli_usage_error("option '%s' needs a value", a);
+      if (n == 6) otlp = val;
+      else if (n == 12) trace_file = val;
+      else det.traceparent = val;
+      continue;
+    }
     if (strcmp(a, "--seed") == 0 || strncmp(a, "--seed=", 7) == 0 ||
         strcmp(a, "--clock") == 0 || strncmp(a, "--clock=", 8) == 0 ||
         strcmp(a, "--clock-step") == 0 || strncmp(a, "--clock-step=", 13) == 0) {
@@ -880,6 +902,13 @@ int main (int argc, char **argv) {
   tp_engine *e = tp_engine_create();
   if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
   if (configure(e, config_path) != 0) { tp_engine_destroy(e); return EXIT_USAGE; }
+  if ((otlp && tp_engine_trace_otlp(e, otlp) != TP_OK) ||
+      (trace_file && !check && !describe && tp_engine_trace_file(e, trace_file) != TP_OK)) {
+    fprintf(stderr, "tidepool: %s: %s\n", otlp && !trace_file ? "--otlp" : "--otlp or "
+            "--trace-file", tp_engine_error(e));
+    tp_engine_destroy(e);
+    return EXIT_USAGE;
+  }
   if (config_path) {
     tp_limits_init(&lim);
     tp_engine_config_limits(e, &lim);
@@ -991,7 +1020,7 @@ int main (int argc, char **argv) {
   char *envelope = NULL;
   int ok = 0;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, &ok)
-         : det.has_seed || det.has_clock ? run_determined(e, src, len, &lim, &det, &envelope, &ok)
+         : det.has_seed || det.has_clock || det.traceparent ? run_determined(e, src, len, &lim, &det, &envelope, &ok)
          : tp_engine_run(e, src, len, &lim, &envelope, &ok);
   free(src);
   if (rc != TP_OK) {

@@ -11,6 +11,7 @@
 #include "registry.h"
 #include "host.h"
 #include "policy.h"
+#include "trace.h"
 
 /* The policy's reason, as much of it as a message keeps. */
 #define REASON_MAX 512
@@ -180,7 +181,16 @@ static void on_call (void *ud, tp_call *c) {
     empty_arrays(c->args, t->input, t->input, 0, &work);
     walking = NULL;
   }
-  if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
+  if (e->pol != NULL) {
+    uint64_t t0 = c->run && c->run->traced ? tp__now_ns() : 0;
+    int go = tp__policy_decide(e, c, (tp_tool *)t);
+    if (t0) {  /* a span for each decision of a policy the config has */
+      const char *effect;
+      int rule = tp__policy_last(e, &effect);
+      if (rule != -2 && (effect != NULL || go)) tp__trace_policy(e, c, t0, effect ? effect : "allow", rule);
+    }
+    if (!go) return;
+  }
   tp__admit_after_policy(e, c);
 }
 
@@ -388,5 +398,6 @@ static void args_example (void *ud, const char *tool, char *buf, size_t len) {
 
 const tp__host_hooks tp__engine_hooks = {
   on_call, on_dispatch, on_cancel, tp__driver_wake, tp__driver_run_gone,
-  tool_count, tool_name, describe, search, precheck_call, args_example
+  tool_count, tool_name, describe, search, precheck_call, args_example,
+  tp__trace_call_end, tp__trace_run_end
 };

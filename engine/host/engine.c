@@ -14,6 +14,7 @@
 #include "registry.h"
 #include "host.h"
 #include "policy.h"
+#include "trace.h"
 #include "store_int.h"
 
 const char *tp_version (void) { return TP_VERSION; }
@@ -42,6 +43,7 @@ void tp_engine_destroy (tp_engine *e) {
   tp__store_close(e->store_conn);  /* answers what is outstanding while the host state and
                                    ** held calls can still take it */
   e->store_conn = NULL;
+  tp__trace_close(e);     /* what is queued leaves, within a bounded time */
   tp__engine_count_open_handles(e);  /* leftovers, closed below; the tests fail on them */
   tp__host_close(e);
   tp__driver_close(e);

@@ -164,6 +164,8 @@ struct tp__policy {
   void *approval_ud;
   uint64_t (*now)(void *);
   void *now_ud;
+  const char *last_effect; /* the last decision's (tp__policy_last), or NULL */
+  int last_rule;
 };
 
 /* What the policy keeps for a run. */
@@ -1281,6 +1283,8 @@ static void rate_limited (struct tp__policy *P, tp_call *c, const caller *who, i
 /* Tells the decision callback, if any. */
 static void tell (struct tp__policy *P, tp_call *c, const caller *who, int rule,
                   const char *effect, const char *clause) {
+  P->last_effect = effect;
+  P->last_rule = rule;
   if (P->on_decision == NULL) return;
   char hash[65] = "";
   size_t len;
@@ -1529,9 +1533,16 @@ static int store_take (tp_engine *e, struct tp__policy *P, tp_call *c, const tp_
   return ok;
 }
 
+int tp__policy_last (const tp_engine *e, const char **effect) {
+  const struct tp__policy *P = e->pol;
+  *effect = P && P->active ? P->last_effect : NULL;
+  return P == NULL || !P->active ? -2 : *effect ? P->last_rule : -1;
+}
+
 int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *t) {
   struct tp__policy *P = e->pol;
   if (P == NULL || !P->active) return 1;
+  P->last_effect = NULL;
   pol_run *pr = run_state(c->run);
   const caller *who = pr && pr->who_set ? &pr->who : &P->who;
   if (pr == NULL || (t->pol_gen != P->gen && cache_rules(P, t) != 0)) {
