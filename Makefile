@@ -238,10 +238,10 @@ $(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 
 $(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_approve.o \
         $(BUILD)/obj/mcp_durable.o $(BUILD)/obj/mcp_http.o $(BUILD)/obj/mcp_era.o $(BUILD)/obj/auth.o $(LIB_INT) \
-        $(BUILD)/obj/front-api.ok
+        $(BUILD)/obj/audit_show.o $(BUILD)/obj/front-api.ok
 	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o \
 	  $(BUILD)/obj/mcp_approve.o $(BUILD)/obj/mcp_durable.o $(BUILD)/obj/mcp_http.o \
-	  $(BUILD)/obj/mcp_era.o $(BUILD)/obj/auth.o $(LIB_INT) \
+	  $(BUILD)/obj/mcp_era.o $(BUILD)/obj/auth.o $(BUILD)/obj/audit_show.o $(LIB_INT) \
 	  $(LUV_LIBS) $(LIBS_ALL)
 
 # The helper proc.run spawns (tools/proc.lua): it confines itself (rlimits, Landlock,
@@ -412,7 +412,7 @@ FUZZ_LUA_OBJS = $(LUA_CORE:%=$(FUZZ_BUILD)/lua-obj/%.o)
 FUZZ_OBJS    = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(notdir $(ENGINE_SRCS))) $(FUZZ_BUILD)/obj/embedded.o \
                $(FUZZ_BUILD)/obj/mcp.o $(FUZZ_BUILD)/obj/mcp_approve.o $(FUZZ_BUILD)/obj/mcp_durable.o \
                $(FUZZ_BUILD)/obj/mcp_http.o $(FUZZ_BUILD)/obj/mcp_era.o \
-               $(FUZZ_BUILD)/obj/cli-nomain.o $(FUZZ_BUILD)/obj/auth.o
+               $(FUZZ_BUILD)/obj/cli-nomain.o $(FUZZ_BUILD)/obj/auth.o $(FUZZ_BUILD)/obj/audit_show.o
 FUZZERS      = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 
 $(FUZZ_BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/core/lua_patch.h

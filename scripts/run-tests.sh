@@ -233,7 +233,7 @@ else
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
   run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
   # OpenTelemetry traces (engine/host/trace.c): an OTLP receiver of its own on 127.0.0.1
-  run_node "traces (OTLP export, context in and out)" spec/trace/trace.mjs
+  run_node "traces and the audit journal (OTLP export, context, kill -9)" spec/trace/trace.mjs
   # Redis and three tidepool mcp --http sharing it (make test-cluster), when redis-server
   # is installed (scripts/deps.sh installs it)
   if command -v redis-server >/dev/null 2>&1; then

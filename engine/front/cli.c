@@ -4,6 +4,7 @@
 ** exit_statuses (below) says them in --help and the man page.
 */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "tidepool.h"
 #include "mcp.h"
+#include "audit_show.h"
 
 #define EXIT_SCRIPT_FAILED TP_EXIT_FAILED
 #define EXIT_USAGE TP_EXIT_USAGE
@@ -37,6 +39,8 @@ static const char usage_head[] =
   "                                       starting no server: FILE: ok and a summary, or\n"
   "                                       every problem (exit 2: the file; 3: the machine)\n"
   "       tidepool config schema          print the config file's JSON Schema\n"
+  "       tidepool audit show FILE [RUN]  a run's calls from an --audit file: made, failed,\n"
+  "                                       refused, held, in flight when the process died\n"
   "       tidepool --version | --help\n"
   "\n"
   "options:\n"
@@ -72,6 +76,9 @@ static const char usage_head[] =
   "  --seed N             seed math.random with the integer N\n"
   "  --clock EPOCH        the run's clock starts at EPOCH (seconds since 1970)\n"
   "  --clock-step DURATION  how far the clock moves at each read (default 1ms)\n"
+  "  --audit FILE         append each tool call's start and end, and the run's end, to\n"
+  "                       FILE as they happen (tidepool audit show FILE reads it, even\n"
+  "                       after the process died)\n"
   "  --otlp URL           send OpenTelemetry spans of the run and its calls to this\n"
   "                       OTLP/HTTP collector (http://host:4318); see docs/operations.md\n"
   "  --trace-file FILE    append the same spans to FILE, one JSON object a line\n"
@@ -733,6 +740,7 @@ int main (int argc, char **argv) {
   }
   if (strcmp(cmd, "mcp") == 0) return tp__mcp_main(argc - 2, argv + 2);
   if (strcmp(cmd, "config") == 0) return config_main(argc - 2, argv + 2);
+  if (strcmp(cmd, "audit") == 0) return tp__audit_main(argc - 2, argv + 2);
   int check = strcmp(cmd, "check") == 0, describe = strcmp(cmd, "describe") == 0;
   if (!check && !describe && strcmp(cmd, "run") != 0)
     return tp__cli_usage_error("unknown command '%s'", cmd);
@@ -755,6 +763,7 @@ int main (int argc, char **argv) {
   det_opts det = { 0, 0, 0, 0, 1000, NULL };  /* --deterministic, --seed, --clock,
                                               ** --clock-step; --traceparent */
   const char *otlp = NULL, *trace_file = NULL;  /* --otlp, --trace-file */
+  const char *audit = NULL;                     /* --audit */
   det.traceparent = getenv("TRACEPARENT");
   const char *file = NULL;
   for (int i = 2; i < argc; i++) {
@@ -813,6 +822,11 @@ int main (int argc, char **argv) {
       continue;
     }
     if (strcmp(a, "--deterministic") == 0) { det.has_seed = det.has_clock = 1; continue; }
+    if (strcmp(a, "--audit") == 0 || strncmp(a, "--audit=", 8) == 0) {
+      audit = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
+      if (audit == NULL || *audit == '\0') return tp__cli_usage_error("%s", "--audit needs a file");
+      continue;
+    }
     if (strcmp(a, "--otlp") == 0 || strncmp(a, "--otlp=", 7) == 0 ||
         strcmp(a, "--trace-file") == 0 || strncmp(a, "--trace-file=", 13) == 0 ||
         strcmp(a, "--traceparent") == 0 || strncmp(a, "--traceparent=", 14) == 0) {
@@ -902,6 +916,16 @@ int main (int argc, char **argv) {
   tp_engine *e = tp_engine_create();
   if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
   if (configure(e, config_path) != 0) { tp_engine_destroy(e); return EXIT_USAGE; }
+  int audit_fd = -1;
+  if (audit && !check && !describe) {
+    audit_fd = open(audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (audit_fd < 0) {
+      fprintf(stderr, "tidepool: --audit: cannot open %s: %s\n", audit, strerror(errno));
+      tp_engine_destroy(e);
+      return EXIT_USAGE;
+    }
+    tp_engine_audit_calls(e, audit_fd);
+  }
   if ((otlp && tp_engine_trace_otlp(e, otlp) != TP_OK) ||
       (trace_file && !check && !describe && tp_engine_trace_file(e, trace_file) != TP_OK)) {
     fprintf(stderr, "tidepool: %s: %s\n", otlp && !trace_file ? "--otlp" : "--otlp or "

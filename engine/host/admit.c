@@ -155,6 +155,7 @@ static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int de
 */
 static void on_call (void *ud, tp_call *c) {
   tp_engine *e = ud;
+  if (e->audit_on && c->run && c->run->traced) tp__journal_call(e, c, "call");
   const tp_tool *t = tp__tool_find(e, c->name);
   if (tp__call_bind(c, t ? &t->face : NULL) != 0) return;  /* limit.tool_calls */
   if (t == NULL) {
@@ -189,6 +190,7 @@ static void on_call (void *ud, tp_call *c) {
       int rule = tp__policy_last(e, &effect);
       if (rule != -2 && (effect != NULL || go)) tp__trace_policy(e, c, t0, effect ? effect : "allow", rule);
     }
+    if (c->held && e->audit_on) tp__journal_call(e, c, "held");
     if (!go) return;
   }
   tp__admit_after_policy(e, c);
@@ -201,7 +203,11 @@ void tp__admit_after_policy (tp_engine *e, tp_call *c) {
     reason[0] = '\0';
     int v = e->policy(c, e->policy_ud, reason, sizeof reason);
     reason[sizeof reason - 1] = '\0';
-    if (v == TP_POLICY_HOLD) { tp__call_hold(c); return; }
+    if (v == TP_POLICY_HOLD) {
+      tp__call_hold(c);
+      if (e->audit_on) tp__journal_call(e, c, "held");
+      return;
+    }
     if (v != TP_POLICY_ALLOW) {  /* a verdict the policy should not give counts as a no */
       tp__call_deny(c, reason);
       return;

@@ -176,10 +176,13 @@ static tracer *tracer_of (tp_engine *e) {
   return t;
 }
 
-static void set_tracing (tp_engine *e) {
-  tracer *t = e->tracer;
-  e->core.tracing = t != NULL && (t->url != NULL || t->file != NULL);
+/* Whether spans are being made (an endpoint or a file). */
+static int exporting (const tracer *t) { return t != NULL && (t->url || t->file); }
+
+void tp__trace_update (tp_engine *e) {
+  e->core.tracing = exporting(e->tracer) || e->audit_on;
 }
+#define set_tracing tp__trace_update
 
 int tp_engine_trace_otlp (tp_engine *e, const char *url) {
   if (e == NULL) return TP_EINVAL;
@@ -278,6 +281,13 @@ static tp__drv_run *run_ids (tracer *t, tp_run *r) {
   return d;
 }
 
+void tp__trace_run_key (tp_engine *e, tp_run *r, char *out) {
+  tracer *t = tracer_of(e);
+  tp__drv_run *d = t ? run_ids(t, r) : NULL;
+  if (d) hex64(out, d->span_id);
+  else snprintf(out, 17, "%016llx", (unsigned long long)r->id);
+}
+
 int tp_run_set_traceparent (tp_run *r, const char *traceparent) {
   if (r == NULL) return TP_EINVAL;
   uint8_t id[16];
@@ -295,7 +305,7 @@ int tp_run_set_traceparent (tp_run *r, const char *traceparent) {
 int tp_run_traceparent (tp_run *r, char *buf, size_t len) {
   if (r == NULL || buf == NULL || len < TP__TRACEPARENT_LEN + 1) return TP_EINVAL;
   tracer *t = r->e->tracer;
-  if (t == NULL || !r->traced) return TP_ESTATE;
+  if (!exporting(t) || !r->traced) return TP_ESTATE;
   tp__drv_run *d = run_ids(t, r);
   if (d == NULL) return TP_ENOMEM;
   make_traceparent(buf, d->trace_id, d->span_id);
@@ -304,7 +314,7 @@ int tp_run_traceparent (tp_run *r, char *buf, size_t len) {
 
 int tp__trace_call_parent (tp_engine *e, const tp_call *c, char *out) {
   tracer *t = e->tracer;
-  if (t == NULL || !t->propagate || c->run == NULL || !c->run->traced) return 0;
+  if (!exporting(t) || !t->propagate || c->run == NULL || !c->run->traced) return 0;
   tp__drv_run *d = run_ids(t, c->run);
   if (d == NULL) return 0;
   make_traceparent(out, d->trace_id, child_id(d->span_id, c->id, SP_CALL));
@@ -342,7 +352,9 @@ void tp__trace_call_end (void *ud, tp_call *c) {
   tp_engine *e = ud;
   tracer *t = e->tracer;
   tp_run *r = c->run;
-  if (t == NULL || r == NULL) return;
+  if (r == NULL) return;
+  if (e->audit_on) tp__journal_end(e, c);
+  if (!exporting(t)) return;
   tp__drv_run *d = run_ids(t, r);
   span *s = d ? slot(t) : NULL;
   if (s == NULL) return;
@@ -377,7 +389,7 @@ void tp__trace_call_end (void *ud, tp_call *c) {
 void tp__trace_policy (tp_engine *e, tp_call *c, uint64_t start_ns, const char *effect,
                        int rule) {
   tracer *t = e->tracer;
-  if (t == NULL || c->run == NULL) return;
+  if (!exporting(t) || c->run == NULL) return;
   tp__drv_run *d = run_ids(t, c->run);
   span *s = d ? slot(t) : NULL;
   if (s == NULL) return;
@@ -458,7 +470,8 @@ static char *attrs_text (const json_t *attrs) {
 void tp__trace_run_end (void *ud, tp_run *r, const char *code, const json_t *stats) {
   tp_engine *e = ud;
   tracer *t = e->tracer;
-  if (t == NULL) return;
+  if (e->audit_on) tp__journal_run(e, r, code);
+  if (!exporting(t)) return;
   tp__drv_run *d = run_ids(t, r);
   span *s = d ? slot(t) : NULL;
   if (s == NULL) return;
@@ -515,7 +528,7 @@ void tp__trace_child (tp_engine *e, const char *parent, const char *name, int ki
   tracer *t = e->tracer;
   uint8_t id[16];
   uint64_t pid;
-  if (t == NULL || !e->core.tracing || parse_traceparent(parent, id, &pid) != 0) return;
+  if (!exporting(t) || parse_traceparent(parent, id, &pid) != 0) return;
   span *s = slot(t);
   if (s == NULL) return;
   s->kind = SP_CHILD;
@@ -769,5 +782,5 @@ void tp__trace_close (tp_engine *e) {
   free(t->url);
   free(t);
   e->tracer = NULL;
-  e->core.tracing = 0;
+  tp__trace_update(e);
 }

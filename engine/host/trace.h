@@ -34,6 +34,14 @@ void tp__trace_child(tp_engine *e, const char *parent, const char *name, int kin
                      uint64_t start_ns, int ok, const char *status, const json_t *attrs);
 /* The config's "telemetry" section (NULL: none). TP_OK, TP_EINVAL, TP_ENOMEM. */
 int tp__trace_configure(tp_engine *e, const json_t *sec);
+/* Sets tp_core.tracing from what wants the runs' ends: spans, or the audit journal. */
+void tp__trace_update(tp_engine *e);
+/* Run r's id in traces and the audit journal: 16 hex digits into out (17 bytes). */
+void tp__trace_run_key(tp_engine *e, tp_run *r, char *out);
+/* journal.c: a call's start ("call") or hold ("held"), its end, the run's end. */
+void tp__journal_call(tp_engine *e, tp_call *c, const char *ev);
+void tp__journal_end(tp_engine *e, tp_call *c);
+void tp__journal_run(tp_engine *e, tp_run *r, const char *code);
 /* Exports what is queued within a bounded time, then frees the tracer (engine destroy). */
 void tp__trace_close(tp_engine *e);
 

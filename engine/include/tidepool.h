@@ -642,6 +642,15 @@ TP_EXTERN int tp_run_set_traceparent(tp_run *r, const char *traceparent);
 TP_EXTERN int tp_run_traceparent(tp_run *r, char *buf, size_t len);
 TP_EXTERN int tp_run_trace_attr(tp_run *r, const char *key, const char *value);
 
+/* ---- the audit journal: what a run did, even after a crash ------------------------------
+** With fd (opened O_APPEND, kept by the caller; -1 turns it off), every run made afterwards
+** appends one JSON line per event, with one write(2) as it happens: a call's start (before
+** its tool runs), its hold for a person, its end with the outcome code (before the script
+** sees it), the run's end. A process killed mid-run leaves the calls that were in flight
+** without an end. `tidepool audit show FILE [RUN]` reads it; docs/operations.md has the
+** format. Never an argument's value. TP_OK, TP_EINVAL. */
+TP_EXTERN int tp_engine_audit_calls(tp_engine *e, int fd);
+
 /* The message of the last failed call on e, or "" (owned by e). */
 TP_EXTERN const char *tp_engine_error(const tp_engine *e);
 

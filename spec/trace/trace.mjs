@@ -218,6 +218,79 @@ test('a receiver that never answers slows no run; the exit waits at most about a
   }
 });
 
+// ---- the audit journal: what a run did, even after a crash --------------------------------
+
+function audit(args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(tidepool, ['audit', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { err += d; });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, out, err }));
+  });
+}
+
+test('kill -9 mid-run: audit show lists the calls made, failed, refused and in flight', async () => {
+  const file = path.join(tmp, 'audit.jsonl');
+  const port = await closedPort();
+  const cfg = config({ policy: { rules: [{ tools: 'kv.set', effect: 'deny', reason: 'read only' },
+                                         { tools: '**', effect: 'allow' }] } });
+  const child = spawn(tidepool, ['run', '--config', cfg, '--audit', file, '-'],
+                      { stdio: ['pipe', 'ignore', 'ignore'] });
+  const exited = new Promise((r) => child.on('close', (code, sig) => r(sig)));
+  child.stdin.end(`
+    tools.time.now{}
+    pcall(tools.http.fetch, { url = "http://127.0.0.1:${port}/x" })
+    pcall(tools.kv.set, { key = "k", value = "${ARG}" })
+    parallel(function() return tools.time.sleep{ ms = 30000 } end,
+             function() return tools.time.sleep{ ms = 30000 } end)
+    return 1`);
+  try {
+    // wait until both sleeps have started, as the file says
+    const t0 = Date.now();
+    while (!(fs.existsSync(file) &&
+             (fs.readFileSync(file, 'utf8').match(/"ev":"call".*"time\.sleep"/g) || []).length === 2)) {
+      assert(Date.now() - t0 < 10000, 'the sleeps never started');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally {
+    child.kill('SIGKILL');
+  }
+  eq(await exited, 'SIGKILL');
+  const text = fs.readFileSync(file, 'utf8');
+  assert(!text.includes(ARG), 'an argument value is in the audit journal');
+  const list = await audit(['show', file, '--json']);
+  eq(list.code, 0, list.err);
+  const runs = JSON.parse(list.out);
+  eq(runs.length, 1);
+  eq([runs[0].calls, runs[0].ended, runs[0].outcome], [5, false, 'died']);
+  const shown = await audit(['show', file, runs[0].run.slice(0, 6), '--json']);
+  eq(shown.code, 0, shown.err);
+  const rec = JSON.parse(shown.out);
+  eq(rec.calls.map((c) => [c.seq, c.tool, c.state, c.code]), [
+    [1, 'time.now', 'made', 'ok'],
+    [2, 'http.fetch', 'failed', 'tool.failed'],
+    [3, 'kv.set', 'refused', 'tool.denied'],
+    [4, 'time.sleep', 'in flight', ''],
+    [5, 'time.sleep', 'in flight', ''],
+  ]);
+  const human = await audit(['show', file, runs[0].run]);
+  assert(/no end recorded: the process died/.test(human.out), human.out);
+  eq((human.out.match(/in flight when it died/g) || []).length, 2, human.out);
+  const none = await audit(['show', file, 'ffff']);
+  eq(none.code, 2);
+  assert(/no run ffff in /.test(none.err), none.err);
+});
+
+test('a run that ends records its end; the next run is a new record', async () => {
+  const file = path.join(tmp, 'audit2.jsonl');
+  await tp(['--audit', file], 'tools.time.now{} return 1');
+  await tp(['--audit', file], 'error("x")');
+  const runs = JSON.parse((await audit(['show', file, '--json'])).out);
+  eq(runs.map((r) => [r.calls, r.ended, r.outcome]), [[1, true, 'ok'], [0, true, 'runtime']]);
+});
+
 await run();
 receiver.close();
 target.close();
