@@ -337,7 +337,7 @@ static span *slot (tracer *t) {
   s->code[0] = '\0';
   s->has_parent = 1;
   s->otel_kind = 1;
-  if (t->count >= BATCH_SPANS && t->easy == NULL) arm(t, 0);
+  if (t->count == BATCH_SPANS && t->easy == NULL) arm(t, 0);  /* a full batch leaves */
   else if (!t->timer_on) arm(t, BATCH_MS);
   return s;
 }
@@ -643,8 +643,8 @@ static void arm (tracer *t, uint64_t ms) {
       t->timer = NULL;
       return;
     }
-    t->timer->data = t;
-    uv_unref((uv_handle_t *)t->timer);  /* spans alone never keep a loop running */
+    t->timer->data = t;  /* referenced: a program that polls its engine's loop sends
+                         ** the spans too (tp_engine_run returns when its run is done) */
   }
   uv_timer_start(t->timer, on_timer, ms, 0);
   t->timer_on = 1;
@@ -686,7 +686,12 @@ static void take (tracer *t) {
   t->head = (t->head + n) % RING_MAX;
   t->count = 0;
   if (t->file) fflush(t->file);
-  if (t->url == NULL) { if (!t->file) t->dropped += n; free(body.p); return; }
+  if (t->url == NULL) {  /* the file alone: written is exported */
+    if (t->file) t->exported += n;
+    else t->dropped += n;
+    free(body.p);
+    return;
+  }
   put(&body, "]}]}]}");
   if (body.oom) { t->dropped += n; free(body.p); return; }
   pthread_once(&curl_once, curl_init);
