@@ -82,6 +82,10 @@ LUA_OBJS    = $(LUA_CORE:%=$(BUILD)/lua-obj/%.o)
 ENGINE_DIRS = engine/front engine/host engine/core engine/lib
 vpath %.c $(ENGINE_DIRS)
 FRONT_SRCS  = $(wildcard engine/front/*.c)
+# The MCP server (engine/front/mcp/, DESIGN.md section 9c): objects in obj/mcp/, since
+# its file names (http.c) repeat the host's.
+MCP_SRCS    = $(wildcard engine/front/mcp/*.c)
+MCP_OBJS    = $(patsubst engine/front/mcp/%.c,$(BUILD)/obj/mcp/%.o,$(MCP_SRCS))
 ENGINE_SRCS = $(wildcard engine/host/*.c engine/core/*.c engine/lib/*.c)
 ENGINE_OBJS = $(patsubst %.c,$(BUILD)/obj/%.o,$(notdir $(ENGINE_SRCS)))
 layer_objs  = $(patsubst %.c,$(1)/%.o,$(notdir $(wildcard engine/$(2)/*.c)))
@@ -92,7 +96,7 @@ GEN_SRCS    = $(BUILD)/gen/embedded.c
 GEN_OBJS    = $(BUILD)/obj/embedded.o
 # The config file's schema travels in the library too (engine/host/config.c checks with it).
 EMBED_FILES = $(wildcard sandbox/*.lua) $(wildcard lua/*.lua) engine/host/config.schema.json
-HEADERS     = $(wildcard $(ENGINE_DIRS:%=%/*.h)) $(wildcard engine/include/*.h) $(wildcard sandbox/*.h)
+HEADERS     = $(wildcard $(ENGINE_DIRS:%=%/*.h) engine/front/mcp/*.h) $(wildcard engine/include/*.h) $(wildcard sandbox/*.h)
 CTEST_SRCS  = $(wildcard spec/c/test_*.c)
 CTESTS      = $(CTEST_SRCS:spec/c/%.c=$(BUILD)/tests/%)
 BENCH_SRCS  = $(wildcard bench/*.c)
@@ -155,16 +159,20 @@ FRONT_CFLAGS = -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(WARN_STRICT) $(SAN_
                -D_GNU_SOURCE -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
                -Iengine/include $(PKG_CFLAGS) $(CFLAGS)
 $(BUILD)/obj/luamod.o: FRONT_CFLAGS += -I$(LUA_SRC)
-$(FRONT_OBJS): $(BUILD)/obj/%.o: engine/front/%.c $(wildcard engine/front/*.h) \
+$(FRONT_OBJS): $(BUILD)/obj/%.o: engine/front/%.c $(wildcard engine/front/*.h engine/front/mcp/*.h) \
                engine/include/tidepool.h $(LUA_SRCDIR)/.tidepool-patched
 	@mkdir -p $(@D)
 	$(CC) $(FRONT_CFLAGS) -c $< -o $@
+$(MCP_OBJS): $(BUILD)/obj/mcp/%.o: engine/front/mcp/%.c $(wildcard engine/front/*.h engine/front/mcp/*.h) \
+               engine/include/tidepool.h $(LUA_SRCDIR)/.tidepool-patched
+	@mkdir -p $(@D)
+	$(CC) $(FRONT_CFLAGS) -Iengine/front -c $< -o $@
 
 # Every tp_* symbol a front end leaves undefined is an export of the library or a function
-# of another front end (tp__cli_*, tp__mcp_*).
-$(BUILD)/obj/front-api.ok: $(FRONT_OBJS) $(EXPORTS)
-	@nm -u $(FRONT_OBJS) | awk '$$2 ~ /^tp_/ { print $$2 }' | sort -u > $@.tmp; \
-	nm --defined-only $(FRONT_OBJS) | awk '$$3 ~ /^tp_/ { print $$3 }' | sort -u \
+# of another front end (tp__options_*, tp__mcp_*).
+$(BUILD)/obj/front-api.ok: $(FRONT_OBJS) $(MCP_OBJS) $(EXPORTS)
+	@nm -u $(FRONT_OBJS) $(MCP_OBJS) | awk '$$2 ~ /^tp_/ { print $$2 }' | sort -u > $@.tmp; \
+	nm --defined-only $(FRONT_OBJS) $(MCP_OBJS) | awk '$$3 ~ /^tp_/ { print $$3 }' | sort -u \
 	  | cat - $(EXPORTS) | sort -u | comm -23 $@.tmp - > $@.bad; \
 	if [ -s $@.bad ]; then cat $@.bad; rm -f $@.tmp $@.bad; \
 	  echo "$@: the front ends call the engine's internals above: use tidepool.h" >&2; \
@@ -236,13 +244,10 @@ $(LIB_SO): $(LIB_OBJ)
 $(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o $(BUILD)/obj/mcp_approve.o \
-        $(BUILD)/obj/mcp_durable.o $(BUILD)/obj/mcp_http.o $(BUILD)/obj/mcp_era.o $(BUILD)/obj/auth.o $(LIB_INT) \
-        $(BUILD)/obj/audit_show.o $(BUILD)/obj/front-api.ok
-	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/mcp.o \
-	  $(BUILD)/obj/mcp_approve.o $(BUILD)/obj/mcp_durable.o $(BUILD)/obj/mcp_http.o \
-	  $(BUILD)/obj/mcp_era.o $(BUILD)/obj/auth.o $(BUILD)/obj/audit_show.o $(LIB_INT) \
-	  $(LUV_LIBS) $(LIBS_ALL)
+$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/options.o $(BUILD)/obj/caller_pipe.o $(BUILD)/obj/audit_show.o $(MCP_OBJS) $(LIB_INT) \
+        $(BUILD)/obj/front-api.ok
+	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/options.o \
+	  $(BUILD)/obj/caller_pipe.o $(BUILD)/obj/audit_show.o $(MCP_OBJS) $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
 
 # The helper proc.run spawns (tools/proc.lua): it confines itself (rlimits, Landlock,
 # seccomp), then execve's the command. A program of its own, so that the engine never
@@ -264,7 +269,7 @@ $(LUAMOD): $(BUILD)/obj/luamod.o $(LIB_OBJ) $(BUILD)/obj/luamod.map $(BUILD)/obj
 	$(CC) -shared $(LDFLAGS_ALL) -Wl,--version-script=$(BUILD)/obj/luamod.map -o $@ \
 	  $(BUILD)/obj/luamod.o $(LIB_OBJ) $(LIBS_ALL)
 
-# The install paths are compiled in (TP_DATADIR: the built-in tools, in cli.o and luamod.o)
+# The install paths are compiled in (TP_DATADIR: the built-in tools, in options.o and luamod.o)
 # and written into the pkg-config file. This stamp holds the paths of the last build and
 # changes only when they do, so `make install PREFIX=/opt/tp` after a plain `make`
 # rebuilds those objects and the file for /opt/tp instead of installing /usr/local's.
@@ -274,7 +279,7 @@ $(PATHS_STAMP): FORCE
 	@paths='$(PREFIX) $(LIBDIR) $(INCDIR) $(DATADIR)'; \
 	if [ "$$(cat $@ 2>/dev/null)" != "$$paths" ]; then printf '%s\n' "$$paths" > $@; fi
 FORCE:
-$(BUILD)/obj/cli.o $(BUILD)/obj/luamod.o $(BUILD)/obj/proc.o: $(PATHS_STAMP)
+$(BUILD)/obj/cli.o $(BUILD)/obj/options.o $(BUILD)/obj/luamod.o $(BUILD)/obj/proc.o: $(PATHS_STAMP)
 
 # tidepool.h includes only the C library's headers, and libtidepool.so is linked with its
 # libraries: `pkg-config --cflags --libs tidepool` needs nothing else installed (no
@@ -293,9 +298,9 @@ $(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_INT)
 	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) $(CTEST_LDFLAGS) -Wl,-E -o $@ $< $(CTEST_OBJS) \
 	  $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
 
-# test_auth tests a front end's own object, the HTTP authenticator (engine/front/auth.c).
-$(BUILD)/tests/test_auth: CTEST_OBJS = $(BUILD)/obj/auth.o
-$(BUILD)/tests/test_auth: $(BUILD)/obj/auth.o
+# test_auth tests a front end's own object, the HTTP authenticator (engine/front/mcp/auth.c).
+$(BUILD)/tests/test_auth: CTEST_OBJS = $(BUILD)/obj/mcp/auth.o
+$(BUILD)/tests/test_auth: $(BUILD)/obj/mcp/auth.o
 
 # test_http and bench_http share a small HTTP server on 127.0.0.1.
 $(BUILD)/tests/test_http $(BUILD)/bench/bench_http: spec/c/http_server.h
@@ -391,10 +396,9 @@ lint:
 
 # ---- fuzzing ------------------------------------------------------------------------
 # Every spec/fuzz/fuzz_*.c is a libFuzzer target (LLVMFuzzerTestOneInput) linked with the
-# engine, engine/front/mcp.c and Lua, all built by clang with coverage and ASan+UBSan in
-# $(FUZZ_BUILD). The embedded Lua files ($(GEN_SRCS)) and Lua's source are shared with
-# the plain build. mcp.c calls the option helpers of cli.c, so cli.c goes in too, with
-# its main made local: libFuzzer's main must be the one that runs.
+# engine, the MCP server (engine/front/mcp/, and options.c whose helpers it calls) and
+# Lua, all built by clang with coverage and ASan+UBSan in $(FUZZ_BUILD). The embedded Lua
+# files ($(GEN_SRCS)) and Lua's source are shared with the plain build.
 #   make fuzz                              each target for FUZZ_SECONDS (default 60)
 #   make fuzz FUZZ_TARGETS=fuzz_json FUZZ_SECONDS=600 FUZZ_ARGS='-max_len=8192'
 #   build/fuzz/fuzz_json build/fuzz/artifacts/json/crash-...   replays one input
@@ -410,9 +414,8 @@ FUZZ_CFLAGS  = $(filter-out $(OPT) $(SAN_FLAGS),$(CFLAGS_ALL)) $(FUZZ_OPT) $(FUZ
                -Wno-cast-align -Wno-format-nonliteral
 FUZZ_LUA_OBJS = $(LUA_CORE:%=$(FUZZ_BUILD)/lua-obj/%.o)
 FUZZ_OBJS    = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(notdir $(ENGINE_SRCS))) $(FUZZ_BUILD)/obj/embedded.o \
-               $(FUZZ_BUILD)/obj/mcp.o $(FUZZ_BUILD)/obj/mcp_approve.o $(FUZZ_BUILD)/obj/mcp_durable.o \
-               $(FUZZ_BUILD)/obj/mcp_http.o $(FUZZ_BUILD)/obj/mcp_era.o \
-               $(FUZZ_BUILD)/obj/cli-nomain.o $(FUZZ_BUILD)/obj/auth.o $(FUZZ_BUILD)/obj/audit_show.o
+               $(patsubst engine/front/mcp/%.c,$(FUZZ_BUILD)/obj/mcp/%.o,$(MCP_SRCS)) \
+               $(FUZZ_BUILD)/obj/options.o
 FUZZERS      = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 
 $(FUZZ_BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/core/lua_patch.h
@@ -424,12 +427,13 @@ $(FUZZ_BUILD)/obj/%.o: %.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
+$(FUZZ_BUILD)/obj/mcp/%.o: engine/front/mcp/%.c $(HEADERS) $(LUA_SRCDIR)/.tidepool-patched
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Iengine/front -fsanitize=fuzzer-no-link -c $< -o $@
+
 $(FUZZ_BUILD)/obj/embedded.o: $(GEN_SRCS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-missing-prototypes -c $< -o $@
-
-$(FUZZ_BUILD)/obj/cli-nomain.o: $(FUZZ_BUILD)/obj/cli.o
-	objcopy --localize-symbol=main $< $@
 
 # Objects, not an archive: luv (a shared library) takes from the executable Lua functions
 # that no engine object calls (luaL_openlibs), so all of Lua goes in.
@@ -438,7 +442,7 @@ $(FUZZ_BUILD)/fuzz_%: spec/fuzz/fuzz_%.c $(wildcard spec/fuzz/*.h) $(FUZZ_OBJS) 
 	  $(FUZZ_LUA_OBJS) $(LUV_LIBS) $(LIBS_ALL)
 
 # the objects are kept, or every make test would rebuild them all (about a minute)
-.SECONDARY: $(FUZZ_OBJS) $(FUZZ_LUA_OBJS) $(FUZZ_BUILD)/obj/cli.o
+.SECONDARY: $(FUZZ_OBJS) $(FUZZ_LUA_OBJS)
 
 fuzz-build: $(FUZZERS)
 

@@ -16,6 +16,7 @@
 #                  spec/mcp/seen.mjs (a result's shape shared by the workers),
 #                  spec/mcp/tenants.mjs (two principals' sessions and runs kept apart),
 #                  spec/mcp/exposed.mjs (every --expose-tools failure through the SDK),
+#                  spec/mcp/caller_tools.mjs (caller tools: live over stdio and HTTP, paused),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required), spec/mcp/durable.mjs (paused runs that
 #                  survive kill -9 with --state),
@@ -206,9 +207,10 @@ else
     run_node "mcp over Streamable HTTP (SDK client, raw requests)" spec/mcp/http.mjs
     run_node "mcp tenants (two principals over HTTP, tokens and JWTs)" spec/mcp/tenants.mjs
     run_node "mcp --expose-tools failures (SDK client)" spec/mcp/exposed.mjs
+    run_node "mcp caller tools (raw lines on stdio; SDK client over HTTP)" spec/mcp/caller_tools.mjs
   else
-    echo "mcp e2e, callers, seen, approvals, HTTP, tenants and exposed tools (SDK client): not run, the SDK is not installed: counted as 7 failures"
-    failed=$((failed + 7))
+    echo "mcp e2e, callers, seen, approvals, HTTP, tenants, exposed tools and caller tools (SDK client): not run, the SDK is not installed: counted as 8 failures"
+    failed=$((failed + 8))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
   # examples/clients/: Claude Desktop, Claude Code, Cursor, VS Code start tidepool mcp

@@ -243,7 +243,7 @@ describe("the Lua module's limit options", function()
       "tidepool: unknown option 'tool_call' (memory, instructions, cpu, timeout, max_output, "
       .. "max_source, max_result, tool_calls, tool_calls_per_tool, tool_in_flight, tool_bytes, "
       .. "tool_timeout, fs_quota, tools, builtin_tools, workspace, workspace_max, json, config, "
-      .. "state, deterministic, seed, clock, clock_step)")
+      .. "state, deterministic, seed, clock, clock_step, caller_tools)")
   end)
 
   it("json = true returns the envelope as the engine's JSON text (tidepool run --json)", function()

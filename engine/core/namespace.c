@@ -69,8 +69,8 @@ static lua_CFunction discovery_of (const char *prefix, size_t len) {
 static int tool_loaded (lua_State *L, const char *name) {
   tp_sandbox *sb = tp__sandbox_of(L);
   const tp_core *k = tp__core(sb->run->e);
-  for (size_t i = 0, n = k->hooks->tool_count(k->ud); i < n; i++) {
-    const char *one = k->hooks->tool_name(k->ud, i);
+  for (size_t i = 0, n = k->hooks->tool_count(k->ud, sb->run); i < n; i++) {
+    const char *one = k->hooks->tool_name(k->ud, sb->run, i);
     if (one && strcmp(one, name) == 0) return 1;
   }
   return 0;
@@ -169,7 +169,7 @@ static int ns_call (lua_State *L) {
   else {  /* positional arguments: name the tool's own fields */
     char ex[300] = "";
     const tp_core *k = tp__core(r->e);
-    if (k->hooks->args_example) k->hooks->args_example(k->ud, name, ex, sizeof ex);
+    if (k->hooks->args_example) k->hooks->args_example(k->ud, r, name, ex, sizeof ex);
     if (ex[0])
       snprintf(msg, sizeof msg, "tools.%s: the arguments must be a table of named fields, "
                "not a %s: tools.%s%s", name, luaL_typename(L, 2), name, ex);
@@ -235,11 +235,11 @@ static void push_namespace (lua_State *L, const char *prefix, size_t len) {
 static int tools_list (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   const tp_core *k = tp__core(sb->run->e);
-  size_t n = k->hooks->tool_count(k->ud);
+  size_t n = k->hooks->tool_count(k->ud, sb->run);
   lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
   lua_Integer at = 0;
   for (size_t i = 0; i < n; i++) {
-    const char *one = k->hooks->tool_name(k->ud, i);
+    const char *one = k->hooks->tool_name(k->ud, sb->run, i);
     if (one == NULL) continue;  /* a tool scripts may not call */
     lua_pushstring(L, one);
     lua_rawseti(L, -2, ++at);

@@ -546,7 +546,7 @@ static void tool_path (pcx *x, const Proto *p, int pc) {
   }
   char msg[TP_FINDING_MSG - 16];
   msg[0] = '\0';
-  const char *code = k->hooks->precheck_call(k->ud, name, keys, sure, literal ? nkeys : 0,
+  const char *code = k->hooks->precheck_call(k->ud, x->r, name, keys, sure, literal ? nkeys : 0,
                                              literal, literal && closed, msg, sizeof msg);
   if (code) add(x, line_of(p, callpc), code, NULL, "%s", msg);
 }

@@ -874,6 +874,7 @@ static int compile (tp_run *r) {
     r->compile_ns += checked;
     r->cpu_used_ns += checked;
     if (found) {
+      r->prechecked_out = 1;
       r->pending_error = findings_error(r, fs);
       free(fs);
       lua_settop(T, 0);
@@ -984,6 +985,15 @@ int tp__run_reseed (tp_run *r, unsigned int seed) {
   r->cpu_used_ns -= r->compile_ns < r->cpu_used_ns ? r->compile_ns : r->cpu_used_ns;
   r->compiled = compile(r);
   return 0;
+}
+
+void tp__run_recheck (tp_run *r) {
+  if (r->state != ST_READY || r->compiled || !r->prechecked_out) return;
+  json_decref(r->pending_error);
+  r->pending_error = NULL;
+  r->prechecked_out = 0;
+  r->cpu_used_ns -= r->compile_ns < r->cpu_used_ns ? r->compile_ns : r->cpu_used_ns;
+  r->compiled = compile(r);
 }
 
 tp_run *tp_run_create (tp_engine *e, const char *source, size_t len, const tp_limits *limits) {

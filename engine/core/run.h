@@ -42,8 +42,9 @@ typedef struct tp__host_hooks {
   ** a search as JSON text [{name, score, description}...] (malloc'd). sb is the asking
   ** run's sandbox. NULL when out of memory. The host answers from data it keeps: these
   ** run no Lua of the host's. */
-  size_t (*tool_count)(void *ud);
-  const char *(*tool_name)(void *ud, size_t i);  /* NULL: scripts do not see tool i */
+  size_t (*tool_count)(void *ud, const struct tp_run *r);
+  const char *(*tool_name)(void *ud, const struct tp_run *r, size_t i);  /* NULL: scripts
+                                                 ** do not see tool i */
   char *(*describe)(void *ud, tp_sandbox *sb, const char *tool, int *known);
   char *(*search)(void *ud, tp_sandbox *sb, const char *query);
   /* The pre-run check (precheck.c) of a call written out in the script, tools.a.b(...):
@@ -52,12 +53,17 @@ typedef struct tp__host_hooks {
   ** nil) and closed says the table has no other fields. Writes msg and returns the code
   ** of a call that would surely fail ("tool.unknown", "tool.invalid_input"), or NULL
   ** when it would not or cannot be told (tools still to come). May be NULL. */
-  const char *(*precheck_call)(void *ud, const char *tool, const char *const *keys,
+  const char *(*precheck_call)(void *ud, const struct tp_run *r, const char *tool,
+                               const char *const *keys,
                                const unsigned char *sure, size_t nkeys, int literal,
                                int closed, char *msg, size_t len);
   /* The named fields tool takes, as a Lua table for a message ("{path = ..., n = ...}"),
   ** into buf ("" when unknown). May be NULL. */
-  void (*args_example)(void *ud, const char *tool, char *buf, size_t len);
+  void (*args_example)(void *ud, const struct tp_run *r, const char *tool, char *buf,
+                       size_t len);
+  /* Session s is being destroyed: the host lets go of what it keeps for s (its caller
+  ** tools). May be NULL. */
+  void (*session_gone)(void *ud, struct tp_session *s);
   /* Only for a traced run (tp_run.traced): call c ended (c->end_ns); run r ended with
   ** code (NULL: ok) and its stats. */
   void (*trace_call)(void *ud, tp_call *c);
@@ -185,12 +191,17 @@ struct tp_run {
   uint64_t same_hash;
   uint32_t same_calls;
   char same_tool[64];
+  int prechecked_out;      /* the pre-run check stopped it (pending_error is its finding,
+                           ** or NULL out of memory): tp__run_recheck may look again */
+  struct tp__tool_set *own_tools; /* the run's caller tools (host/provider_caller.c), or
+                           ** NULL; the host frees them when the run is gone */
 };
 
 struct tp_session {
   tp_engine *e;            /* opaque here: the core's part of it is tp__core(e) */
   tp_sandbox *sb;
   tp_run *busy;            /* the run using the sandbox now */
+  struct tp__tool_set *own_tools; /* caller tools of all its runs (provider_caller.c) */
 };
 
 /* Makes a run of source in sandbox sb (created for it, or a session's); compiles it. */
@@ -201,6 +212,10 @@ tp_run *tp__run_new(tp_engine *e, tp_sandbox *sb, const char *source, size_t len
 int tp__run_reseed(tp_run *r, unsigned int seed);
 /* A call of r completed or a deadline passed: tells the host when it drives r. */
 void tp__run_wake(tp_run *r);
+/* The pre-run check of r again, now that it has tools of its own (a caller tool was
+** declared, or it joined a session that has some): a finding that named a tool it did
+** not know then is dropped if the tool is known now. Only before r's first step. */
+void tp__run_recheck(tp_run *r);
 /* Ends a compiled run that has not started as a check (tp_engine_check): ok, no result. */
 void tp__run_finish_unstarted(tp_run *r);
 

@@ -26,6 +26,7 @@ tp_run *tp_session_run (tp_session *s, const char *source, size_t len) {
   if (r == NULL) return NULL;
   r->session = s;
   s->busy = r;
+  if (s->own_tools) tp__run_recheck(r);  /* its tools were not known to the first check */
   return r;
 }
 
@@ -34,6 +35,8 @@ size_t tp_session_memory (const tp_session *s) { return s ? s->sb->mem_used : 0;
 void tp_session_destroy (tp_session *s) {
   if (s == NULL) return;
   if (s->busy) tp_run_destroy(s->busy);
+  const tp_core *k = tp__core(s->e);
+  if (k->hooks->session_gone) k->hooks->session_gone(k->ud, s);
   tp__sandbox_destroy(s->sb);
   free(s);
 }

@@ -16,7 +16,10 @@
 #include <jansson.h>
 
 #include "tidepool.h"
-#include "mcp.h"
+#include "options.h"
+#include "mcp/mcp.h"
+#include "mcp/view.h"
+#include "caller_pipe.h"
 #include "audit_show.h"
 
 #define EXIT_SCRIPT_FAILED TP_EXIT_FAILED
@@ -70,6 +73,12 @@ static const char usage_head[] =
   "  --state DIR          keep kv keys and rate buckets in DIR/tidepool.db (SQLite, made\n"
   "                       when missing), across runs and processes; also sqlite:PATH or\n"
   "                       redis://HOST:PORT/DB\n"
+  "  --caller-tools FILE  tools of this run that a command answers (--caller-cmd): FILE\n"
+  "                       holds their declarations, [{name, description, inputSchema,\n"
+  "                       outputSchema, timeoutMs}] (docs/caller-tools.md)\n"
+  "  --caller-cmd CMD     start sh -c CMD; each call of a caller tool goes to its input as\n"
+  "                       a JSON line {id, tool, args}, each answer comes back from its\n"
+  "                       output as a line {id, result} or {id, error: {message, code}}\n"
   "  --deterministic      the same envelope at every run (but for timings): math.random\n"
   "                       seeded (--seed, default 0), the clock starts at --clock and\n"
   "                       moves --clock-step at each read of os.time/os.clock/os.date\n"
@@ -131,127 +140,17 @@ static void usage_tail (FILE *f) {
   }
 }
 
-/* The option of `tidepool run` (mcp 0) or `tidepool mcp` (mcp 1) for limit li, or NULL. */
-static const char *limit_flag (const tp_limit_info *li, int mcp) {
-  return mcp ? li->mcp : li->flag;
-}
-
-void tp__cli_limits_help (FILE *f, int mcp, const tp_limits *defaults) {
-  static const char *const args[] = { "SIZE", "N", "DURATION" };
-  for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
-    const tp_limit_info *li = tp_limit_at(i);
-    const char *flag = limit_flag(li, mcp);
-    if (flag == NULL) continue;
-    char opt[64], def[32];
-    snprintf(opt, sizeof opt, "%s %s", flag, args[li->unit]);
-    tp_format_value(li->unit, defaults ? tp_limits_get(defaults, li) : li->def, def,
-                    sizeof def);
-    if (strlen(opt) <= 20) fprintf(f, "  %-20s %s (default %s)\n", opt, li->help, def);
-    else fprintf(f, "  %s\n  %-20s %s (default %s)\n", opt, "", li->help, def);
-  }
-}
-
 static void usage (FILE *f) {
   fputs(usage_head, f);
-  tp__cli_limits_help(f, 0, NULL);
+  tp__options_limits_help(f, 0, NULL);
   usage_tail(f);
-}
-
-const char *tp__cli_option_name (const char *arg, char *name, size_t len) {
-  const char *eq = strchr(arg, '=');
-  size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
-  if (n >= len) return NULL;
-  memcpy(name, arg, n);
-  name[n] = '\0';
-  return arg + n;
-}
-
-int tp__cli_usage_error (const char *msg, const char *arg) {
-  const char *at = strstr(msg, "%s");
-  fprintf(stderr, "tidepool: ");
-  if (at) fprintf(stderr, "%.*s%s%s", (int)(at - msg), msg, arg, at + 2);
-  else fputs(msg, stderr);
-  fprintf(stderr, "\nTry 'tidepool --help'.\n");
-  return EXIT_USAGE;
-}
-
-int tp__cli_limit_option (const char *name, const char *val, tp_limits *lim, int mcp,
-                          char *why, size_t whylen) {
-  for (size_t i = 0, n = tp_limit_count(); i < n; i++) {
-    const tp_limit_info *li = tp_limit_at(i);
-    const char *flag = limit_flag(li, mcp);
-    if (flag == NULL || strcmp(flag, name) != 0) continue;
-    char bad[200];
-    if (tp_limits_set(lim, li->field, val, bad, sizeof bad) == TP_OK) return 1;
-    snprintf(why, whylen, "%s: %s", flag, bad);  /* "--memory: bad size '12Q' (...)" */
-    return -1;
-  }
-  return 0;
-}
-
-static char *read_all (FILE *f, size_t *len) {
-  size_t cap = 1 << 14, n = 0;
-  char *buf = malloc(cap);
-  if (buf == NULL) return NULL;
-  for (;;) {
-    if (n == cap) {
-      if (cap >= INPUT_MAX) { free(buf); errno = EFBIG; return NULL; }
-      char *nb = realloc(buf, cap * 2);
-      if (nb == NULL) { free(buf); return NULL; }
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
-  }
-  if (ferror(f)) { free(buf); return NULL; }
-  *len = n;
-  return buf;
-}
-
-/* The text of the config file path, or NULL with a message on stderr. */
-char *tp__cli_read_config (const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) {
-    fprintf(stderr, "tidepool: %s: cannot read: %s\n", path, strerror(errno));
-    return NULL;
-  }
-  char *text = read_all(f, len);
-  int err = errno;
-  fclose(f);
-  if (text == NULL) fprintf(stderr, "tidepool: %s: cannot read: %s\n", path, strerror(err));
-  return text;
-}
-
-void tp__cli_config_problems (FILE *f, const char *prefix, const char *path,
-                              const char *problems) {
-  while (*problems) {
-    int n = (int)strcspn(problems, "\n");
-    const char *line = problems;
-    if (strncmp(line, "config: ", 8) == 0) { line += 8; n -= 8; }
-    fprintf(f, "%s%s: %.*s\n", prefix, path, n, line);
-    problems = line + n + (line[n] == '\n');
-  }
-}
-
-char *tp__cli_config_dir (const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-  if (dir == NULL || dir[0] == '/') return dir;
-  char *cwd = getcwd(NULL, 0), *abs = NULL;
-  if (cwd == NULL) return dir;
-  int n = strcmp(dir, ".") == 0 ? asprintf(&abs, "%s", cwd) : asprintf(&abs, "%s/%s", cwd, dir);
-  free(cwd);
-  free(dir);
-  return n < 0 ? NULL : abs;
 }
 
 /* Configures e from the config file path (when not NULL); 0, or -1 with every problem on
 ** stderr, "tidepool: FILE: /json/path: what". */
 static int configure (tp_engine *e, const char *path) {
   if (path == NULL || tp_engine_configure_file(e, path) == TP_OK) return 0;
-  tp__cli_config_problems(stderr, "tidepool: ", path, tp_engine_error(e));
+  tp__options_config_problems(stderr, "tidepool: ", path, tp_engine_error(e));
   return -1;
 }
 
@@ -382,7 +281,7 @@ static int load_tools (tp_engine *e, int builtin, const char *const *dirs, int n
   if (config_lacks(e, rep) && strict) return load_problems(rep);
   if (servers) tp_engine_start_servers(e, warn, rep);  /* the config's mcpServers */
   for (int i = builtin ? -1 : 0; i < ndirs; i++) {
-    const char *dir = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
+    const char *dir = i < 0 ? tp__options_builtin_tools_dir(buf, sizeof buf) : dirs[i];
     if (tp_engine_load_tools_cb(e, dir, warn, rep) < 0) warn(tp_engine_error(e), rep);
   }
   return load_problems(rep);
@@ -394,7 +293,7 @@ static int load_tools (tp_engine *e, int builtin, const char *const *dirs, int n
 ** tools directories cannot load). */
 static int config_check_file (const char *path) {
   size_t len = 0;
-  char *text = tp__cli_read_config(path, &len);
+  char *text = tp__options_read_config(path, &len);
   if (text == NULL) return TP_EXIT_USAGE;
   tp_engine *e = tp_engine_create();
   if (e == NULL) {
@@ -402,11 +301,11 @@ static int config_check_file (const char *path) {
     free(text);
     return TP_EXIT_FAILED;
   }
-  char *dir = tp__cli_config_dir(path);
+  char *dir = tp__options_config_dir(path);
   if (dir == NULL || tp_engine_configure_dir(e, text, len, dir) != TP_OK) {
     free(dir);
     fflush(stdout);
-    tp__cli_config_problems(stderr, "", path, tp_engine_error(e));
+    tp__options_config_problems(stderr, "", path, tp_engine_error(e));
     tp_engine_destroy(e);
     free(text);
     return TP_EXIT_USAGE;
@@ -433,7 +332,7 @@ static int config_check_file (const char *path) {
     dirs[ndirs++] = tp_engine_config_tools(e, k);
   for (int i = -1; i < ndirs; i++) {
     char buf[4200];
-    const char *d = i < 0 ? tp__cli_builtin_tools_dir(buf, sizeof buf) : dirs[i];
+    const char *d = i < 0 ? tp__options_builtin_tools_dir(buf, sizeof buf) : dirs[i];
     if (tp_engine_load_tools_cb(e, d, warn, &rep) < 0) warn(tp_engine_error(e), &rep);
   }
   int problems = load_problems(&rep);
@@ -457,11 +356,11 @@ static int config_main (int argc, char **argv) {
     return 0;
   }
   if (argc < 1 || strcmp(argv[0], "check") != 0)
-    return tp__cli_usage_error("%s", argc < 1 ? "config needs a command: config check FILE..."
+    return tp__options_usage_error("%s", argc < 1 ? "config needs a command: config check FILE..."
                                " or config schema"
                                : "unknown config command (use: config check FILE... or "
                                "config schema)");
-  if (argc < 2) return tp__cli_usage_error("%s", "config check needs a FILE");
+  if (argc < 2) return tp__options_usage_error("%s", "config check needs a FILE");
   int worst = TP_EXIT_OK;
   for (int i = 1; i < argc; i++) {
     int rc = config_check_file(argv[i]);
@@ -601,30 +500,6 @@ static void print_human (const char *envelope) {
   json_decref(env);
 }
 
-/* The built-in tools: $TIDEPOOL_TOOLS_DIR, else the source tree's tools/ when the binary
-** runs from a build directory (<exe>/../tools or <exe>/../../tools holding time.lua),
-** else the installed TP_DATADIR/tools. */
-const char *tp__cli_builtin_tools_dir (char *buf, size_t len) {
-  const char *env = getenv("TIDEPOOL_TOOLS_DIR");
-  if (env && *env) return env;
-  char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
-  if (slash) {
-    *slash = '\0';
-    static const char *const ups[] = { "/../tools", "/../../tools" };
-    for (size_t i = 0; i < sizeof ups / sizeof ups[0]; i++) {
-      struct stat st;
-      snprintf(buf, len, "%s%s/time.lua", exe, ups[i]);
-      if (stat(buf, &st) == 0) {
-        snprintf(buf, len, "%s%s", exe, ups[i]);
-        return buf;
-      }
-    }
-  }
-  return TP_DATADIR "/tools";
-}
-
 /* ---- approvals: a call that a policy rule asks a person to approve ---------------------
 ** tidepool run asks on the terminal (/dev/tty: the script may come from standard input)
 ** and waits for the answer: the run is stopped meanwhile, its wall-clock limit going on.
@@ -743,7 +618,7 @@ int main (int argc, char **argv) {
   if (strcmp(cmd, "audit") == 0) return tp__audit_main(argc - 2, argv + 2);
   int check = strcmp(cmd, "check") == 0, describe = strcmp(cmd, "describe") == 0;
   if (!check && !describe && strcmp(cmd, "run") != 0)
-    return tp__cli_usage_error("unknown command '%s'", cmd);
+    return tp__options_usage_error("unknown command '%s'", cmd);
   const char *format = "lua";
   const char *describe_mode = NULL;  /* --describe: NULL for full */
 
@@ -766,6 +641,7 @@ int main (int argc, char **argv) {
   const char *audit = NULL;                     /* --audit */
   det.traceparent = getenv("TRACEPARENT");
   const char *file = NULL;
+  const char *caller_tools = NULL, *caller_cmd = NULL;  /* --caller-tools, --caller-cmd */
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--json") == 0) { json_out = 1; continue; }
@@ -785,22 +661,22 @@ int main (int argc, char **argv) {
       workspace = a[11] == '=' ? a + 12 : i + 1 < argc ? argv[++i] : NULL;
       struct stat st;
       if (workspace == NULL || *workspace == '\0')
-        return tp__cli_usage_error("%s", "--workspace needs a directory");
+        return tp__options_usage_error("%s", "--workspace needs a directory");
       if (stat(workspace, &st) != 0 || !S_ISDIR(st.st_mode))
-        return tp__cli_usage_error("--workspace '%s' is not a directory", workspace);
+        return tp__options_usage_error("--workspace '%s' is not a directory", workspace);
       continue;
     }
     if (strcmp(a, "--state") == 0 || strncmp(a, "--state=", 8) == 0) {
       state = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
       if (state == NULL || *state == '\0')
-        return tp__cli_usage_error("%s", "--state needs a directory (or sqlite:PATH, "
+        return tp__options_usage_error("%s", "--state needs a directory (or sqlite:PATH, "
                                    "redis://HOST:PORT/DB)");
       continue;
     }
     if (strcmp(a, "--config") == 0 || strncmp(a, "--config=", 9) == 0) {
       config_path = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
       if (config_path == NULL || *config_path == '\0')
-        return tp__cli_usage_error("%s", "--config needs a file");
+        return tp__options_usage_error("%s", "--config needs a file");
       continue;
     }
     if (strcmp(a, "--principal") == 0 || strncmp(a, "--principal=", 12) == 0 ||
@@ -808,7 +684,7 @@ int main (int argc, char **argv) {
       int is_p = a[3] == 'r';
       size_t n = is_p ? 11 : 8;
       const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
-      if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
+      if (val == NULL) return tp__options_usage_error("option '%s' needs a value", a);
       if (is_p) principal = val;
       else scopes = val;
       continue;
@@ -818,13 +694,23 @@ int main (int argc, char **argv) {
       if (strcmp(val, "ask") == 0) approve = APPROVE_ASK;
       else if (strcmp(val, "all") == 0) approve = APPROVE_ALL;
       else if (strcmp(val, "none") == 0) approve = APPROVE_NONE;
-      else return tp__cli_usage_error("--approve '%s': use ask, all or none", val);
+      else return tp__options_usage_error("--approve '%s': use ask, all or none", val);
+      continue;
+    }
+    if (strcmp(a, "--caller-tools") == 0 || strncmp(a, "--caller-tools=", 15) == 0 ||
+        strcmp(a, "--caller-cmd") == 0 || strncmp(a, "--caller-cmd=", 13) == 0) {
+      int is_tools = a[9] == 't';
+      size_t n = is_tools ? 14 : 12;
+      const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
+      if (val == NULL || *val == '\0') return tp__options_usage_error("option '%s' needs a value", a);
+      if (is_tools) caller_tools = val;
+      else caller_cmd = val;
       continue;
     }
     if (strcmp(a, "--deterministic") == 0) { det.has_seed = det.has_clock = 1; continue; }
     if (strcmp(a, "--audit") == 0 || strncmp(a, "--audit=", 8) == 0) {
       audit = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
-      if (audit == NULL || *audit == '\0') return tp__cli_usage_error("%s", "--audit needs a file");
+      if (audit == NULL || *audit == '\0') return tp__options_usage_error("%s", "--audit needs a file");
       continue;
     }
     if (strcmp(a, "--otlp") == 0 || strncmp(a, "--otlp=", 7) == 0 ||
@@ -832,7 +718,7 @@ int main (int argc, char **argv) {
         strcmp(a, "--traceparent") == 0 || strncmp(a, "--traceparent=", 14) == 0) {
       size_t n = strcspn(a, "=");
       const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
-      if (val == NULL || *val == '\0') return tp__cli_usage_error("option '%s' needs a value", a);
+      if (val == NULL || *val == '\0') return tp__options_usage_error("option '%s' needs a value", a);
       if (n == 6) otlp = val;
       else if (n == 12) trace_file = val;
       else det.traceparent = val;
@@ -843,20 +729,20 @@ int main (int argc, char **argv) {
         strcmp(a, "--clock-step") == 0 || strncmp(a, "--clock-step=", 13) == 0) {
       size_t n = strcspn(a, "=");
       const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
-      if (val == NULL || *val == '\0') return tp__cli_usage_error("option '%s' needs a value", a);
+      if (val == NULL || *val == '\0') return tp__options_usage_error("option '%s' needs a value", a);
       char *end = NULL;
       errno = 0;
       if (n == 12) {  /* --clock-step */
         char why[256];
         if (tp_parse_value(TP_UNIT_DURATION, val, 86400000000u, &det.step_us, NULL, why,
                            sizeof why) != TP_OK)
-          return tp__cli_usage_error("--clock-step: %s", why);
+          return tp__options_usage_error("--clock-step: %s", why);
         det.has_clock = 1;
         continue;
       }
       long long v = strtoll(val, &end, 10);
       if (errno != 0 || *end != '\0' || (n == 6 && v < 0))
-        return tp__cli_usage_error(n == 6 ? "--seed takes a whole number from 0 (e.g. --seed "
+        return tp__options_usage_error(n == 6 ? "--seed takes a whole number from 0 (e.g. --seed "
                                             "7), not '%s'"
                                           : "--clock takes whole seconds since 1970 (e.g. "
                                             "--clock 1700000000), not '%s'", val);
@@ -866,18 +752,18 @@ int main (int argc, char **argv) {
     }
     if (strcmp(a, "--workspace-max") == 0 || strncmp(a, "--workspace-max=", 16) == 0) {
       const char *val = a[15] == '=' ? a + 16 : i + 1 < argc ? argv[++i] : NULL;
-      if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
+      if (val == NULL) return tp__options_usage_error("option '%s' needs a value", a);
       char why[256];
       if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &workspace_max, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("--workspace-max: %s", why);
+        return tp__options_usage_error("--workspace-max: %s", why);
       workspace_max_set = 1;
       continue;
     }
     if (describe && (strcmp(a, "--format") == 0 || strncmp(a, "--format=", 9) == 0)) {
       format = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : "";
       if (strcmp(format, "lua") != 0 && strcmp(format, "json") != 0)
-        return tp__cli_usage_error("--format '%s': use lua or json", format);
+        return tp__options_usage_error("--format '%s': use lua or json", format);
       continue;
     }
     if (describe && (strcmp(a, "--describe") == 0 || strncmp(a, "--describe=", 11) == 0)) {
@@ -885,30 +771,30 @@ int main (int argc, char **argv) {
       if (strcmp(mode, "full") != 0 && strcmp(mode, "compact") != 0 &&
           strcmp(mode, "auto") != 0 && strcmp(mode, "grouped") != 0 &&
           strcmp(mode, "counts") != 0)
-        return tp__cli_usage_error("--describe '%s': use full, auto, compact, grouped or "
+        return tp__options_usage_error("--describe '%s': use full, auto, compact, grouped or "
                                    "counts", mode);
       describe_mode = strcmp(mode, "full") == 0 ? NULL : mode;
       continue;
     }
     if (describe && (strcmp(a, "-") == 0 || a[0] != '-'))
-      return tp__cli_usage_error("describe takes no FILE ('%s')", a);
+      return tp__options_usage_error("describe takes no FILE ('%s')", a);
     if (strcmp(a, "-") == 0 || a[0] != '-') {
-      if (file) return tp__cli_usage_error("more than one FILE given ('%s')", a);
+      if (file) return tp__options_usage_error("more than one FILE given ('%s')", a);
       file = a;
       continue;
     }
     if (strcmp(a, "--help") == 0) { usage(stdout); return 0; }
     char name[64];
-    const char *end = tp__cli_option_name(a, name, sizeof name);
-    if (end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
+    const char *end = tp__options_option_name(a, name, sizeof name);
+    if (end == NULL) return tp__options_usage_error("unknown option '%s'", a);
     const char *val = *end == '=' ? end + 1 : i + 1 < argc ? argv[++i] : NULL;
-    if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
+    if (val == NULL) return tp__options_usage_error("option '%s' needs a value", a);
     char why[256];
-    int lo = tp__cli_limit_option(name, val, &lim, 0, why, sizeof why);
-    if (lo < 0) return tp__cli_usage_error("%s", why);
-    if (lo == 0) return tp__cli_usage_error("unknown option '%s'", a);
+    int lo = tp__options_limit_option(name, val, &lim, 0, why, sizeof why);
+    if (lo < 0) return tp__options_usage_error("%s", why);
+    if (lo == 0) return tp__options_usage_error("unknown option '%s'", a);
     if (nlimit_opts + 2 > (int)(sizeof limit_opts / sizeof limit_opts[0]))
-      return tp__cli_usage_error("%s", "too many limit options");
+      return tp__options_usage_error("%s", "too many limit options");
     limit_opts[nlimit_opts++] = tp_limit_find(name)->field;
     limit_opts[nlimit_opts++] = val;
   }
@@ -952,7 +838,7 @@ int main (int argc, char **argv) {
     tp_store *st = tp_store_open(state, why, sizeof why);
     if (st == NULL) {
       tp_engine_destroy(e);
-      return tp__cli_usage_error("--state: %s", why);
+      return tp__options_usage_error("--state: %s", why);
     }
     int set = tp_engine_set_store(e, st);
     tp_store_destroy(st);  /* e keeps its own reference */
@@ -976,6 +862,29 @@ int main (int argc, char **argv) {
     fprintf(stderr, "tidepool: out of memory\n");
     return 1;
   }
+  if (caller_cmd && caller_tools == NULL) {
+    tp_engine_destroy(e);
+    return tp__options_usage_error("%s", "--caller-cmd needs --caller-tools FILE, the tools it "
+                               "answers");
+  }
+  char *decls = NULL;  /* --caller-tools: the file's text */
+  size_t dlen = 0;
+  if (caller_tools) {
+    if (strcmp(caller_tools, "-") == 0 && file && strcmp(file, "-") == 0) {
+      tp_engine_destroy(e);
+      return tp__options_usage_error("%s", "--caller-tools - and FILE - cannot both read "
+                                 "standard input");
+    }
+    FILE *df = strcmp(caller_tools, "-") == 0 ? stdin : fopen(caller_tools, "rb");
+    decls = df ? tp__options_read_all(df, &dlen) : NULL;
+    if (df && df != stdin) fclose(df);
+    if (decls == NULL) {
+      fprintf(stderr, "tidepool: cannot read --caller-tools '%s': %s\n", caller_tools,
+              strerror(errno));
+      tp_engine_destroy(e);
+      return EXIT_USAGE;
+    }
+  }
   load_report rep = { config_path, strict ? "tidepool: " : "tidepool: warning: ",
                       0, 0, 0, {0}, 0 };
   if (describe) {
@@ -990,7 +899,8 @@ int main (int argc, char **argv) {
     if (describe_mode == NULL) snprintf(fmt, sizeof fmt, "%s", format);
     else if (strcmp(format, "json") == 0) snprintf(fmt, sizeof fmt, "json+%s", describe_mode);
     else snprintf(fmt, sizeof fmt, "%s", describe_mode);
-    char *text = tp_engine_describe(e, fmt);
+    char *text = tp_engine_describe_caller(e, fmt, decls, dlen);
+    free(decls);
     if (text == NULL) {
       fprintf(stderr, "tidepool: describe failed: %s\n", tp_engine_error(e));
       tp_engine_destroy(e);
@@ -1003,25 +913,36 @@ int main (int argc, char **argv) {
     return 0;
   }
   if (file == NULL) {
+    free(decls);
     tp_engine_destroy(e);
-    return tp__cli_usage_error("%s", "no FILE given (use - for standard input)");
+    return tp__options_usage_error("%s", "no FILE given (use - for standard input)");
+  }
+  if (caller_tools && (check || caller_cmd == NULL)) {
+    free(decls);
+    tp_engine_destroy(e);
+    return tp__options_usage_error("%s", check ? "check does not take --caller-tools (run and "
+                               "describe do)" : "--caller-tools needs --caller-cmd CMD, the "
+                               "command that answers the calls");
   }
   if (lim.memory && lim.memory < 16 * 1024) {
     tp_engine_destroy(e);
-    return tp__cli_usage_error("--memory is too small (at least 16K)%s", "");
+    free(decls);
+    return tp__options_usage_error("--memory is too small (at least 16K)%s", "");
   }
 
   FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "rb");
   if (f == NULL) {
+    free(decls);
     fprintf(stderr, "tidepool: cannot open '%s': %s\n", file, strerror(errno));
     tp_engine_destroy(e);
     return EXIT_USAGE;
   }
   size_t len = 0;
-  char *src = read_all(f, &len);
+  char *src = tp__options_read_all(f, &len);
   int read_errno = errno;
   if (f != stdin) fclose(f);
   if (src == NULL) {
+    free(decls);
     fprintf(stderr, "tidepool: cannot read '%s': %s\n", file, strerror(read_errno));
     tp_engine_destroy(e);
     return EXIT_USAGE;
@@ -1032,28 +953,36 @@ int main (int argc, char **argv) {
   /* The run's time limit covers the servers' start, which comes before it: the engine
   ** waits for them at most that long and counts the wait in the run (stats.wait_ms). */
   if (!check) tp_engine_set_start_timeout(e, lim.wall_us);
-  int bad = (strict || memmem(src, len, "tools", 5) != NULL) &&
+  int bad = (strict || caller_tools || memmem(src, len, "tools", 5) != NULL) &&
             load_tools(e, builtin_tools, dirs, ndirs, 1, strict, &rep) > 0 && strict;
   load_report_free(&rep);
   if (bad) {
     refused("tidepool: --strict", &rep);
     free(src);
+    free(decls);
     tp_engine_destroy(e);
     return TP_EXIT_REFUSED;
   }
   char *envelope = NULL;
   int ok = 0;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, &ok)
+         : decls ? tp__caller_pipe_run(e, src, len, &lim, decls, dlen, caller_cmd,
+                                           &envelope, &ok)
          : det.has_seed || det.has_clock || det.traceparent ? run_determined(e, src, len, &lim, &det, &envelope, &ok)
          : tp_engine_run(e, src, len, &lim, &envelope, &ok);
   free(src);
+  free(decls);
+  if (rc == TP_EINVAL && caller_tools) {  /* the declarations, said already */
+    tp_engine_destroy(e);
+    return EXIT_USAGE;
+  }
   if (rc != TP_OK) {
     fprintf(stderr, "tidepool: the engine failed (%d)\n", rc);
     tp_engine_destroy(e);
     return 1;
   }
   char *view = NULL;
-  if (for_model && !check) view = tp__mcp_model_view(envelope, strlen(envelope), NULL);
+  if (for_model && !check) view = tp__mcp_view_model(envelope, strlen(envelope), NULL);
   if (view) puts(view);
   else if (json_out || for_model) puts(envelope);
   else if (check && ok) printf("%s: ok\n", strcmp(file, "-") == 0 ? "standard input" : file);

@@ -131,7 +131,7 @@ static int opt_limit (lua_State *L, const char *k, tp_limits *lim) {
 static const char *const engine_options[] = { "tools", "builtin_tools", "workspace",
                                               "workspace_max", "json", "config", "state",
                                               "deterministic", "seed", "clock",
-                                              "clock_step" };
+                                              "clock_step", "caller_tools" };
 
 /* The limits of the options at idx over those of e's config, over the defaults. */
 static void read_options (lua_State *L, int idx, tp_limits *lim, tp_engine *e) {
@@ -488,6 +488,259 @@ static int run_determined (tp_engine *e, const char *src, size_t len, const tp_l
   return rc;
 }
 
+/* ---- caller tools: Lua functions of the host as tools of one run ----------------------
+** caller_tools = { weather = { description = "...", input = {schema}, output = {schema},
+** timeout = 5, handler = function(args) return {temp_c = 21} end }, ... } (or a list of
+** such tables with a name each). The handler runs in the host's state, synchronously,
+** when the script calls tools.weather{...} and its arguments passed the policy and the
+** input schema: it gets them as a table and returns the result (a table, string, number,
+** boolean, or nil for JSON null). error("text") fails the call with tool.failed and that
+** text; error({code = "tool.denied", message = "..."}) with that tool.* code. */
+
+#define LUA_JSON_MAX_DEPTH 64
+
+/* The Lua value at idx as JSON (NULL with *why set when it cannot be: a function, a
+** cycle, a key that is neither a string nor a sequence index, nesting too deep). Arrays:
+** tables tagged by the module's array metatable, or non-empty sequences 1..n. */
+static json_t *lua_to_json (lua_State *L, int idx, int depth, const char **why) {
+  idx = lua_absindex(L, idx);
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: return json_null();
+    case LUA_TBOOLEAN: return json_boolean(lua_toboolean(L, idx));
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) return json_integer((json_int_t)lua_tointeger(L, idx));
+      else {
+        lua_Number n = lua_tonumber(L, idx);
+        if (n != n || n - n != 0) { *why = "a NaN or infinite number"; return NULL; }
+        return json_real((double)n);
+      }
+    case LUA_TSTRING: {
+      size_t len;
+      const char *s = lua_tolstring(L, idx, &len);
+      json_t *v = json_stringn(s, len);
+      if (v == NULL) *why = "a string that is not UTF-8";
+      return v;
+    }
+    case LUA_TLIGHTUSERDATA:
+      if (lua_touserdata(L, idx) == NULL) return json_null();  /* tidepool.null */
+      /* fall through */
+    default:
+      if (lua_type(L, idx) != LUA_TTABLE) { *why = "a value JSON cannot hold (a function?)"; return NULL; }
+  }
+  if (depth >= LUA_JSON_MAX_DEPTH) { *why = "tables nested too deep (a cycle?)"; return NULL; }
+  if (!lua_checkstack(L, 4)) { *why = "tables nested too deep"; return NULL; }
+  int tagged = 0;
+  if (lua_getmetatable(L, idx)) {
+    lua_getfield(L, LUA_REGISTRYINDEX, ARRAY_MT_KEY);
+    tagged = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+  size_t count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) { count++; lua_pop(L, 1); }
+  if (tagged || (n > 0 && (size_t)n == count)) {
+    json_t *a = json_array();
+    for (lua_Integer i = 1; a && i <= n; i++) {
+      lua_rawgeti(L, idx, i);
+      json_t *v = lua_to_json(L, -1, depth + 1, why);
+      lua_pop(L, 1);
+      if (v == NULL || json_array_append_new(a, v) != 0) { json_decref(a); return NULL; }
+    }
+    return a;
+  }
+  json_t *o = json_object();
+  lua_pushnil(L);
+  while (o && lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      *why = "a table with keys that are not strings (and not a sequence 1..n)";
+      lua_pop(L, 2);
+      json_decref(o);
+      return NULL;
+    }
+    json_t *v = lua_to_json(L, -1, depth + 1, why);
+    size_t klen;
+    const char *k = lua_tolstring(L, -2, &klen);
+    if (v == NULL || json_object_setn_new(o, k, klen, v) != 0) {
+      lua_pop(L, 2);
+      json_decref(o);
+      return NULL;
+    }
+    lua_pop(L, 1);
+  }
+  return o;
+}
+
+typedef struct lcaller {
+  lua_State *L;
+  int handlers;   /* stack index of a table: name -> handler */
+} lcaller;
+
+/* One call of a handler, run protected (handler_p): the arguments in, the result's JSON
+** text out, or why it cannot be JSON. */
+typedef struct hcall {
+  json_t *args;
+  char *result;
+  const char *bad;
+} hcall;
+
+/* handler_p(handler, hcall): pushes the arguments, calls the handler, converts its result
+** (everything that may raise, inside the protected call). */
+static int handler_p (lua_State *L) {
+  hcall *h = lua_touserdata(L, 2);
+  lua_settop(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, ARRAY_MT_KEY);
+  push_json(L, h->args, 0, 2);
+  lua_remove(L, 2);
+  lua_call(L, 1, 1);
+  json_t *v = lua_to_json(L, -1, 0, &h->bad);
+  if (v == NULL) return 0;
+  h->result = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(v);
+  if (h->result == NULL) h->bad = "a value too large for memory";
+  return 0;
+}
+
+/* A call of a caller tool: the handler, protected; its result or error completes it. */
+static void lua_caller_call (tp_call *c, void *ud) {
+  lcaller *lc = ud;
+  lua_State *L = lc->L;
+  int top = lua_gettop(L);
+  const char *args = tp_call_args(c);
+  hcall h = { args ? json_loads(args, JSON_ALLOW_NUL, NULL) : NULL, NULL, NULL };
+  if (h.args == NULL || !lua_checkstack(L, 8)) {
+    json_decref(h.args);
+    tp_call_fail(c, NULL, "the arguments could not be handed to the host's handler");
+    return;
+  }
+  lua_pushcfunction(L, handler_p);
+  lua_getfield(L, lc->handlers, tp_call_tool(c));  /* a plain table of the module's */
+  lua_pushlightuserdata(L, &h);
+  int st = lua_pcall(L, 2, 0, 0);
+  json_decref(h.args);
+  if (st == LUA_OK && h.result) tp_call_complete(c, h.result, strlen(h.result));
+  else if (st == LUA_OK) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "the host's handler returned %s, which JSON cannot hold",
+             h.bad ? h.bad : "a value");
+    tp_call_fail(c, NULL, msg);
+  }
+  else if (lua_istable(L, -1)) {  /* error({code = ..., message = ...}) */
+    lua_pushliteral(L, "code");
+    lua_rawget(L, -2);
+    lua_pushliteral(L, "message");
+    lua_rawget(L, -3);
+    const char *code = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    tp_call_fail(c, code, msg ? msg : "the host's handler raised an error");
+  }
+  else {
+    const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    tp_call_fail(c, NULL, msg ? msg : "the host's handler raised an error");
+  }
+  free(h.result);
+  lua_settop(L, top);
+}
+
+/* Reads the caller_tools option of the table at opts into declarations (JSON text,
+** malloc'd) and a handlers table pushed on the stack (name -> function). NULL when there
+** is no such option (nothing pushed). Raises on a bad declaration. */
+static char *read_caller_tools (lua_State *L, int opts) {
+  if (!lua_istable(L, opts)) return NULL;
+  if (lua_getfield(L, opts, "caller_tools") == LUA_TNIL) { lua_pop(L, 1); return NULL; }
+  int ct = lua_gettop(L);
+  if (!lua_istable(L, ct))
+    luaL_error(L, "tidepool: option 'caller_tools' must be a table: name = {handler = "
+               "function(args) ... end, description = ..., input = {schema}, output = {schema}}");
+  lua_newtable(L);
+  int handlers = lua_gettop(L);
+  json_t *decls = json_array();
+  tree_box *keep = lua_newuserdatauv(L, sizeof *keep, 0);  /* frees decls on a raise */
+  keep->tree = decls;
+  luaL_setmetatable(L, TREE_KEY);
+  lua_pushnil(L);
+  while (lua_next(L, ct)) {
+    const char *name = NULL;
+    if (lua_type(L, -2) == LUA_TSTRING) name = lua_tostring(L, -2);
+    if (!lua_istable(L, -1))
+      luaL_error(L, "tidepool: caller_tools.%s must be a table {handler = function(args) ... "
+                 "end, ...}", name ? name : "?");
+    if (lua_getfield(L, -1, "name") == LUA_TSTRING) name = lua_tostring(L, -1);
+    lua_pop(L, 1);  /* the string stays alive in the tool's table */
+    if (name == NULL)
+      luaL_error(L, "tidepool: caller_tools: a tool in a list needs a name = \"...\"");
+    if (lua_getfield(L, -1, "handler") != LUA_TFUNCTION)
+      luaL_error(L, "tidepool: caller_tools.%s.handler must be a function(args)", name);
+    lua_setfield(L, handlers, name);
+    json_t *d = json_pack("{s:s}", "name", name);
+    if (d == NULL || json_array_append_new(decls, d) != 0)
+      luaL_error(L, "tidepool: not enough memory");
+    if (lua_getfield(L, -1, "description") == LUA_TSTRING)
+      json_object_set_new(d, "description", json_string(lua_tostring(L, -1)));
+    lua_pop(L, 1);
+    static const char *const fields[][2] = { { "input", "inputSchema" },
+                                             { "output", "outputSchema" } };
+    for (int i = 0; i < 2; i++) {
+      if (lua_getfield(L, -1, fields[i][0]) != LUA_TNIL) {
+        const char *why = "?";
+        json_t *s = lua_type(L, -1) == LUA_TSTRING
+                    ? json_loads(lua_tostring(L, -1), 0, NULL) : lua_to_json(L, -1, 0, &why);
+        if (s == NULL || !json_is_object(s)) {
+          json_decref(s);
+          luaL_error(L, "tidepool: caller_tools.%s.%s must be a JSON Schema (a table, or its "
+                     "JSON text)", name, fields[i][0]);
+        }
+        json_object_set_new(d, fields[i][1], s);
+      }
+      lua_pop(L, 1);
+    }
+    if (lua_getfield(L, -1, "timeout") != LUA_TNIL) {
+      lua_Number t = lua_tonumber(L, -1);
+      if (!lua_isnumber(L, -1) || !(t > 0) || t > 86400)
+        luaL_error(L, "tidepool: caller_tools.%s.timeout must be seconds, more than 0", name);
+      json_int_t ms = (json_int_t)(t * 1000 + 0.5);
+      json_object_set_new(d, "timeoutMs", json_integer(ms > 0 ? ms : 1));
+    }
+    lua_pop(L, 2);
+  }
+  char *text = json_dumps(decls, JSON_COMPACT);
+  json_decref(decls);
+  keep->tree = NULL;
+  lua_pop(L, 1);     /* the box */
+  lua_remove(L, ct); /* the handlers table stays on top */
+  if (text == NULL) luaL_error(L, "tidepool: not enough memory");
+  return text;
+}
+
+/* tp_engine_run with caller tools (and maybe a seed and a clock): the run driven by e's
+** loop, its caller tools answered by lc's handlers. */
+static int run_with_callers (lua_State *L, tp_engine *e, const char *src, size_t len,
+                             const tp_limits *lim, const det_opts *d, char *decls,
+                             lcaller *lc, char **envelope) {
+  *envelope = NULL;
+  tp_engine_start_servers(e, NULL, NULL);
+  tp_run *r = tp_run_create(e, src, len, lim);
+  if (r == NULL) { free(decls); return TP_ENOMEM; }
+  int rc = tp_run_declare_caller_tools(r, decls, 0, lua_caller_call, NULL, lc), done = 0;
+  free(decls);
+  if (rc != TP_OK) {
+    tp_run_destroy(r);
+    return luaL_error(L, "tidepool: caller_tools: %s", tp_engine_error(e));
+  }
+  if (d->has_seed) rc = tp_run_set_seed(r, d->seed);
+  if (rc == TP_OK && d->has_clock) rc = tp_run_set_fixed_clock(r, d->epoch, d->step_us);
+  if (rc == TP_OK) rc = tp_run_start(r, run_done, &done);
+  while (rc == TP_OK && !done) tp_engine_poll(e, 1);
+  const char *env = rc == TP_OK ? tp_run_envelope(r) : NULL;
+  if (env != NULL) {
+    *envelope = strdup(env);
+    if (*envelope == NULL) rc = TP_ENOMEM;
+  }
+  else if (rc == TP_OK) rc = TP_ESTATE;
+  tp_run_destroy(r);
+  return rc;
+}
+
 static int run_or_check (lua_State *L, int check) {
   lua_settop(L, 2);  /* no options: a nil at 2, not the warnings pick_engine pushes */
   tp_engine *e = pick_engine(L, 2);
@@ -499,9 +752,12 @@ static int run_or_check (lua_State *L, int check) {
   luaL_checkstack(L, 8, NULL);
   det_opts det;
   int determined = read_determinism(L, 2, &det) && !check;
+  char *decls = check ? NULL : read_caller_tools(L, 2);
+  lcaller lc = { L, lua_gettop(L) };
   tree_box *box = push_tree_box(L);
   char *envelope = NULL;
   int rc = check ? tp_engine_check(e, src, len, &lim, &envelope, NULL)
+         : decls ? run_with_callers(L, e, src, len, &lim, &det, decls, &lc, &envelope)
          : determined ? run_determined(e, src, len, &lim, &det, &envelope)
          : tp_engine_run(e, src, len, &lim, &envelope, NULL);
   if (rc != TP_OK) return luaL_error(L, "tidepool: the engine failed (%d)", rc);

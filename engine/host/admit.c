@@ -156,7 +156,7 @@ static void empty_arrays (json_t *v, const json_t *s, const json_t *root, int de
 static void on_call (void *ud, tp_call *c) {
   tp_engine *e = ud;
   if (e->audit_on && c->run && c->run->traced) tp__journal_call(e, c, "call");
-  const tp_tool *t = tp__tool_find(e, c->name);
+  const tp_tool *t = tp__tool_find_for(e, c->run, c->name);
   if (tp__call_bind(c, t ? &t->face : NULL) != 0) return;  /* limit.tool_calls */
   if (t == NULL) {
     char near[400];
@@ -227,19 +227,26 @@ static void on_cancel (void *ud, tp_call *c) {
   t->prov->cancel(ud, t, c);
 }
 
-static size_t tool_count (void *ud) { return ((tp_engine *)ud)->ntools; }
+/* The engine's tools, then the run's caller tools (provider_caller.c). */
+static size_t tool_count (void *ud, const tp_run *r) {
+  return ((tp_engine *)ud)->ntools + tp__caller_count(r);
+}
 
 /* NULL for a tool scripts may not call (tool_settings): tools.list leaves it out. */
-static const char *tool_name (void *ud, size_t i) {
+static const char *tool_name (void *ud, const tp_run *r, size_t i) {
   const tp_engine *e = ud;
-  const tp_tool *t = e->tools[i];
-  return tp__tool_callers(e, t) & TP_CALLER_SCRIPT ? t->name : NULL;
+  const tp_tool *t = i < e->ntools ? e->tools[i] : tp__caller_at(r, i - e->ntools);
+  return t && tp__tool_callers(e, t) & TP_CALLER_SCRIPT ? t->name : NULL;
+}
+
+static void run_gone (void *ud, tp_run *r) {
+  tp__driver_run_gone(ud, r);
+  tp__caller_run_gone(r);
 }
 
 /* Discovery from a script reads what registration made: no Lua runs for it. */
 static char *describe (void *ud, tp_sandbox *sb, const char *tool, int *known) {
-  (void)sb;
-  const tp_tool *t = tp__tool_find(ud, tool);
+  const tp_tool *t = tp__tool_find_for(ud, sb->run, tool);
   *known = t != NULL;
   if (t != NULL && !(tp__tool_callers(ud, t) & TP_CALLER_SCRIPT)) {
     char text[400];
@@ -264,8 +271,7 @@ static char *describe (void *ud, tp_sandbox *sb, const char *tool, int *known) {
 }
 
 static char *search (void *ud, tp_sandbox *sb, const char *query) {
-  (void)sb;
-  return tp__tool_search(ud, query);
+  return tp__caller_search(ud, sb->run, query);
 }
 
 /* ---- the pre-run check --------------------------------------------------------------
@@ -290,11 +296,12 @@ static void key_path (const char *key, char *buf, size_t len) {
   else snprintf(buf, len, "$[\"%s\"]", key);
 }
 
-static const char *precheck_call (void *ud, const char *tool, const char *const *keys,
-                                  const unsigned char *sure, size_t nkeys, int literal,
-                                  int closed, char *msg, size_t len) {
+static const char *precheck_call (void *ud, const tp_run *r, const char *tool,
+                                  const char *const *keys, const unsigned char *sure,
+                                  size_t nkeys, int literal, int closed, char *msg,
+                                  size_t len) {
   tp_engine *e = ud;
-  const tp_tool *t = tp__tool_find(e, tool);
+  const tp_tool *t = tp__tool_find_for(e, r, tool);
   if (t == NULL) {
     if (!tp__host_tools_settled(e)) return NULL;
     char near[400];
@@ -361,9 +368,10 @@ static const char *precheck_call (void *ud, const char *tool, const char *const 
 }
 
 /* {path = "...", n = 1}: the tool's fields, required first, at most 4. */
-static void args_example (void *ud, const char *tool, char *buf, size_t len) {
+static void args_example (void *ud, const tp_run *r, const char *tool, char *buf,
+                          size_t len) {
   buf[0] = '\0';
-  const tp_tool *t = tp__tool_find(ud, tool);
+  const tp_tool *t = tp__tool_find_for(ud, r, tool);
   if (t == NULL || t->input == NULL || len < 8) return;
   int hops = 0;
   const json_t *s = schema_deref(t->input, t->input, &hops);
@@ -403,7 +411,7 @@ static void args_example (void *ud, const char *tool, char *buf, size_t len) {
 }
 
 const tp__host_hooks tp__engine_hooks = {
-  on_call, on_dispatch, on_cancel, tp__driver_wake, tp__driver_run_gone,
+  on_call, on_dispatch, on_cancel, tp__driver_wake, run_gone,
   tool_count, tool_name, describe, search, precheck_call, args_example,
-  tp__trace_call_end, tp__trace_run_end
+  tp__caller_session_gone, tp__trace_call_end, tp__trace_run_end
 };

@@ -142,25 +142,42 @@ int tp_engine_set_workspace_max (tp_engine *e, uint64_t bytes) {
   return TP_OK;
 }
 
-char *tp_engine_describe (tp_engine *e, const char *format) {
+static char *describe_as (tp_engine *e, const char *format, const tp_tool *const *x, size_t nx) {
   if (e == NULL || format == NULL) return NULL;
   /* the text: "lua" (tools in full) or a mode ("compact", "auto", "fit", "grouped",
   ** "counts"); the run_lua tool: "json", "json+MODE", "json+session", "json+session+MODE" */
   static const char *const modes[] = { "compact", "auto", "fit", "grouped", "counts", NULL };
-  if (strcmp(format, "lua") == 0) return tp__host_describe(e, format, NULL);
+  if (strcmp(format, "lua") == 0) return tp__host_describe_extra(e, format, NULL, x, nx);
   for (int i = 0; modes[i]; i++) if (strcmp(format, modes[i]) == 0)
-    return tp__host_describe(e, format, NULL);
+    return tp__host_describe_extra(e, format, NULL, x, nx);
   if (strncmp(format, "json", 4) != 0) return NULL;
   const char *rest = format + 4, *session = NULL;
   if (strncmp(rest, "+session", 8) == 0) { session = "session"; rest += 8; }
-  if (*rest == '\0') return tp__host_describe(e, "json", session);
+  if (*rest == '\0') return tp__host_describe_extra(e, "json", session, x, nx);
   if (*rest != '+') return NULL;
   for (int i = 0; modes[i]; i++) if (strcmp(rest + 1, modes[i]) == 0) {
     char what[32];
     snprintf(what, sizeof what, "json+%s", modes[i]);
-    return tp__host_describe(e, what, session);
+    return tp__host_describe_extra(e, what, session, x, nx);
   }
   return NULL;
+}
+
+char *tp_engine_describe (tp_engine *e, const char *format) {
+  return describe_as(e, format, NULL, 0);
+}
+
+char *tp_engine_describe_caller (tp_engine *e, const char *format, const char *decls,
+                                 size_t len) {
+  if (e == NULL || format == NULL) return NULL;
+  if (decls == NULL) return describe_as(e, format, NULL, 0);
+  struct tp__tool_set *set = NULL;
+  if (tp__caller_set_json(e, &set, decls, len) != TP_OK) return NULL;
+  const tp_tool *const *x = NULL;
+  size_t nx = tp__caller_set_tools(set, &x);
+  char *text = describe_as(e, format, x, nx);
+  tp__caller_set_free(set);
+  return text;
 }
 
 int tp_engine_set_policy (tp_engine *e, tp_policy_fn fn, void *ud) {

@@ -1669,19 +1669,25 @@ static void push_order (lua_State *H, const json_t *v, int idx, int order, int d
 ** order}, one tool when only is not NULL; without the schemas for a search, which reads
 ** names and descriptions only. order (the key order of the schemas' objects) is given
 ** for tools whose schemas came as JSON text; a Lua plugin's tables have no order. */
+/* Tools described beside the engine's (tp__host_describe_extra: caller tools), for the
+** describe_call under way on this thread. */
+static _Thread_local const tp_tool *const *extra_tools;
+static _Thread_local size_t nextra_tools;
+
 static void push_tool_list (lua_State *H, const tp_engine *e, const char *only,
-                            int schemas) {
+                            int schemas, const tp_tool *given) {
   /* one tool: found by name, not by a walk over them all (annotating each of 10,000
   ** upstream tools would be quadratic) */
   const tp_tool *one = only ? tp__tool_find(e, only) : NULL;
   if (one && strcmp(one->name, only) != 0) one = NULL;  /* an alias: not this tool's name */
-  size_t from = 0, to = only ? 0 : e->ntools;
+  if (only == NULL && given != NULL) { one = given; only = given->name; }
+  size_t from = 0, to = only ? 0 : e->ntools + nextra_tools;
   const tp_tool *const *list = (const tp_tool *const *)e->tools;
   if (one) { list = &one; to = 1; }
   lua_createtable(H, (int)(to - from), 0);
   int n = 0;
   for (size_t i = from; i < to; i++) {
-    const tp_tool *t = list[i];
+    const tp_tool *t = one || i < e->ntools ? list[i] : extra_tools[i - e->ntools];
     if (!only && !(tp__tool_callers(e, t) & TP_CALLER_SCRIPT)) continue;  /* direct only */
     lua_createtable(H, 0, 4);
     lua_pushstring(H, t->name);
@@ -1757,7 +1763,7 @@ static int describe_p (lua_State *H) {
   int M = lua_gettop(H);
   if (strcmp(what, "search") == 0) {
     lua_getfield(H, M, "search");
-    push_tool_list(H, e, NULL, 0);
+    push_tool_list(H, e, NULL, 0, NULL);
     lua_pushstring(H, arg ? arg : "");
     lua_call(H, 2, 1);
     to_json_text(H);
@@ -1766,7 +1772,7 @@ static int describe_p (lua_State *H) {
   const char *mode = format_mode(what);
   if (strncmp(what, "json", 4) == 0) {
     lua_getfield(H, M, "run_lua_tool");
-    push_tool_list(H, e, NULL, 1);
+    push_tool_list(H, e, NULL, 1, NULL);
     lua_createtable(H, 0, 2);
     lua_pushboolean(H, arg != NULL);
     lua_setfield(H, -2, "session");
@@ -1776,14 +1782,20 @@ static int describe_p (lua_State *H) {
     to_json_text(H);
     return 1;
   }
+  if (strcmp(what, "tool*") == 0) {  /* one tool outside the registry: arg is it */
+    lua_getfield(H, M, "lua_api");
+    push_tool_list(H, e, NULL, 1, (const tp_tool *)(const void *)arg);
+    lua_call(H, 1, 1);
+    return 1;
+  }
   if (strcmp(what, "tool") == 0) {  /* one tool */
     lua_getfield(H, M, "lua_api");
-    push_tool_list(H, e, arg, 1);
+    push_tool_list(H, e, arg, 1, NULL);
     lua_call(H, 1, 1);
     return 1;
   }
   lua_getfield(H, M, "describe");
-  push_tool_list(H, e, NULL, 1);
+  push_tool_list(H, e, NULL, 1, NULL);
   lua_pushstring(H, mode);
   lua_call(H, 2, 1);
   return 1;
@@ -1835,6 +1847,23 @@ static char *describe_call (tp_engine *e, const char *what, const char *arg, int
 char *tp__host_describe (tp_engine *e, const char *format, const char *arg) {
   tp__host_upstream(e, NULL, NULL);  /* the upstream servers' tools are described too */
   return describe_call(e, format, arg, 1);
+}
+
+char *tp__host_describe_extra (tp_engine *e, const char *format, const char *arg,
+                               const tp_tool *const *extra, size_t nextra) {
+  tp__host_upstream(e, NULL, NULL);
+  extra_tools = extra;
+  nextra_tools = nextra;
+  char *text = describe_call(e, format, arg, 1);
+  extra_tools = NULL;
+  nextra_tools = 0;
+  return text;
+}
+
+char *tp__host_tool_api_of (tp_engine *e, const tp_tool *t) {
+  char *text = describe_call(e, "tool*", (const char *)(const void *)t, 0);
+  uv_update_time(e->loop);  /* as tp__host_tool_api */
+  return text;
 }
 
 char *tp__host_tool_api (tp_engine *e, const char *tool) {

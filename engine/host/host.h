@@ -39,6 +39,12 @@ void tp__host_upstream_stop(tp_engine *e);
 char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
 /* Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
 char *tp__host_tool_api(tp_engine *e, const char *tool);
+/* The same for a tool outside the registry (a run's caller tool). */
+struct tp_tool;
+char *tp__host_tool_api_of(tp_engine *e, const struct tp_tool *t);
+/* tp__host_describe over the engine's tools and nextra more (caller tools). */
+char *tp__host_describe_extra(tp_engine *e, const char *format, const char *arg,
+                              const struct tp_tool *const *extra, size_t nextra);
 /* Asks e's state store for the shape of tool name's last result that an engine kept
 ** there (E.seen: another worker, another process with the same --state, before a
 ** restart), unless the tool has one of its own by then. It arrives at once from a memory

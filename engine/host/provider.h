@@ -4,7 +4,8 @@
 ** (upstream MCP servers, HTTP, a process backend) is a new file that fills one in.
 ** Providers here: C handlers (provider_c.c: tp_engine_add_tool), calls the embedding
 ** program completes (provider_c.c: a tool without a handler), Lua plugins (host.c), the
-** tools of upstream MCP servers (host.c with lua/upstream.lua).
+** tools of upstream MCP servers (host.c with lua/upstream.lua), caller tools declared on
+** a run or a session (provider_caller.c).
 */
 #ifndef tidepool_provider_h
 #define tidepool_provider_h
@@ -32,6 +33,6 @@ typedef struct tp__provider {
 } tp__provider;
 
 extern const tp__provider tp__c_provider, tp__external_provider, tp__lua_provider,
-  tp__upstream_provider;
+  tp__upstream_provider, tp__caller_provider, tp__caller_paused_provider;
 
 #endif

@@ -76,7 +76,7 @@ static const char *bad_name (const char *name) {
   return NULL;
 }
 
-static void free_tool (tp_tool *t) {
+void tp__tool_free (tp_tool *t) {
   if (t == NULL) return;
   free(t->name);
   for (size_t k = 0; k < t->naliases; k++) free(t->aliases[k]);
@@ -94,7 +94,7 @@ static void free_tool (tp_tool *t) {
 }
 
 void tp__engine_free_tools (tp_engine *e) {
-  for (size_t i = 0; i < e->ntools; i++) free_tool(e->tools[i]);
+  for (size_t i = 0; i < e->ntools; i++) tp__tool_free(e->tools[i]);
   free(e->tools);
   e->tools = NULL;
   e->ntools = e->captools = 0;
@@ -109,24 +109,22 @@ static tp_schema *compile_schema (tp_engine *e, const json_t *doc, const char *t
   return s;
 }
 
-/* Adds a tool; schemas are given as trees (borrowed). */
-int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const json_t *out,
-                  const tp__provider *prov, int lua_ref, const char *origin) {
+tp_tool *tp__tool_make (tp_engine *e, const tp_tool_def *def, const json_t *in,
+                        const json_t *out, const tp__provider *prov, int lua_ref,
+                        const char *origin, int *rc) {
   const char *why = bad_name(def->name);
+  *rc = TP_EINVAL;
   if (why) {
     tp__engine_set_error(e, "tool \"%s\": bad name: %s", def->name ? def->name : "", why);
-    return TP_EINVAL;
-  }
-  if (tp__tool_find(e, def->name)) {
-    tp__engine_set_error(e, "tool %s: a tool of that name is registered already", def->name);
-    return TP_EINVAL;
+    return NULL;
   }
   if (in && !json_is_object(in) && !json_is_boolean(in)) {
     tp__engine_set_error(e, "tool %s: the input schema must be an object", def->name);
-    return TP_EINVAL;
+    return NULL;
   }
+  *rc = TP_ENOMEM;
   tp_tool *t = calloc(1, sizeof *t);
-  if (t == NULL) return TP_ENOMEM;
+  if (t == NULL) return NULL;
   t->name = strdup(def->name);
   t->description = strdup(def->description ? def->description : "");
   t->origin = origin ? strdup(origin) : NULL;
@@ -138,23 +136,38 @@ int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const 
   t->input = in ? json_deep_copy(in) : json_pack("{s:s}", "type", "object");
   t->output = out ? json_deep_copy(out) : NULL;
   if (t->name == NULL || t->description == NULL || t->input == NULL || (out && !t->output)) {
-    free_tool(t);
-    return TP_ENOMEM;
+    tp__tool_free(t);
+    return NULL;
   }
+  *rc = TP_EINVAL;
   t->in_schema = compile_schema(e, t->input, t->name, "input", 1);
-  if (t->in_schema == NULL) { free_tool(t); return TP_EINVAL; }
+  if (t->in_schema == NULL) { tp__tool_free(t); return NULL; }
   if (t->output) {
     t->out_schema = compile_schema(e, t->output, t->name, "output", 0);
-    if (t->out_schema == NULL) { free_tool(t); return TP_EINVAL; }
+    if (t->out_schema == NULL) { tp__tool_free(t); return NULL; }
   }
   t->face.name = t->name;
   t->face.in_schema = t->in_schema;
   t->face.out_schema = t->out_schema;
   t->face.flags = prov->flags;
+  *rc = TP_OK;
+  return t;
+}
+
+/* Adds a tool; schemas are given as trees (borrowed). */
+int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const json_t *out,
+                  const tp__provider *prov, int lua_ref, const char *origin) {
+  if (def->name && tp__tool_find(e, def->name)) {
+    tp__engine_set_error(e, "tool %s: a tool of that name is registered already", def->name);
+    return TP_EINVAL;
+  }
+  int rc;
+  tp_tool *t = tp__tool_make(e, def, in, out, prov, lua_ref, origin, &rc);
+  if (t == NULL) return rc;
   if (e->ntools == e->captools) {
     size_t ncap = e->captools ? e->captools * 2 : 16;
     tp_tool **nt = realloc(e->tools, ncap * sizeof *nt);
-    if (nt == NULL) { free_tool(t); return TP_ENOMEM; }
+    if (nt == NULL) { tp__tool_free(t); return TP_ENOMEM; }
     e->tools = nt;
     e->captools = ncap;
   }
@@ -168,7 +181,7 @@ int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const 
   return TP_OK;
 }
 
-static json_t *parse_schema (tp_engine *e, const char *text, const char *tool, const char *which,
+json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool, const char *which,
                              int *bad) {
   *bad = 0;
   if (text == NULL) return NULL;
@@ -185,9 +198,9 @@ static json_t *parse_schema (tp_engine *e, const char *text, const char *tool, c
 int tp__tool_add_def (tp_engine *e, const tp_tool_def *def) {
   int bad;
   const char *name = def->name ? def->name : "";
-  json_t *in = parse_schema(e, def->input_schema, name, "input", &bad);
+  json_t *in = tp__tool_parse_schema(e, def->input_schema, name, "input", &bad);
   if (bad) return TP_EINVAL;
-  json_t *out = parse_schema(e, def->output_schema, name, "output", &bad);
+  json_t *out = tp__tool_parse_schema(e, def->output_schema, name, "output", &bad);
   if (bad) { json_decref(in); return TP_EINVAL; }
   const tp__provider *prov = def->handler ? &tp__c_provider : &tp__external_provider;
   int rc = tp__tool_add(e, def, in, out, prov, LUA_NOREF, NULL);
@@ -204,7 +217,7 @@ size_t tp__engine_drop_plugin_tools (tp_engine *e) {
     tp_tool *t = e->tools[i];
     if (!t->prov->reloadable) { e->tools[kept++] = t; continue; }
     if (t->prov->release) t->prov->release(e, t);
-    free_tool(t);
+    tp__tool_free(t);
     dropped++;
   }
   e->ntools = kept;  /* the order stays sorted */
@@ -306,6 +319,13 @@ void tp__tools_annotate (tp_engine *e) {
   }
 }
 
+void tp__tool_annotate_one (tp_engine *e, tp_tool *t) {
+  if (t->lua_api != NULL || t->api_tried) return;
+  t->api_tried = 1;
+  t->lua_api = tp__host_tool_api_of(e, t);
+  if (t->lua_api == NULL) t->lua_api = short_api(t);
+}
+
 /* ---- search: tools.search from a script, over the registry's data ------------------
 ** The tools ranked by the query's words (the first SEARCH_WORDS distinct runs of ASCII
 ** letters, digits and '_', lowercased): each occurrence in the lowercased name counts
@@ -348,10 +368,16 @@ static int cmp_hit (const void *a, const void *b) {
 }
 
 char *tp__tool_search (const tp_engine *e, const char *query) {
+  return tp__tool_search_with(e, NULL, 0, query);
+}
+
+char *tp__tool_search_with (const tp_engine *e, const tp_tool *const *extra, size_t nextra,
+                            const char *query) {
   char *words[SEARCH_WORDS];
   size_t nwords = 0;
   char *q = lower_dup(query);
-  hit *hits = malloc((e->ntools ? e->ntools : 1) * sizeof *hits);
+  size_t all = e->ntools + nextra;
+  hit *hits = malloc((all ? all : 1) * sizeof *hits);
   json_t *out = json_array();
   char *text = NULL;
   if (q == NULL || hits == NULL || out == NULL) goto done;
@@ -366,8 +392,8 @@ char *tp__tool_search (const tp_engine *e, const char *query) {
     if (k == nwords) words[nwords++] = w;
   }
   size_t nhits = 0;
-  for (size_t i = 0; i < e->ntools; i++) {
-    const tp_tool *t = e->tools[i];
+  for (size_t i = 0; i < all; i++) {
+    const tp_tool *t = i < e->ntools ? e->tools[i] : extra[i - e->ntools];
     uint64_t score = 0;
     if (!(tp__tool_callers(e, t) & TP_CALLER_SCRIPT)) continue;  /* called directly only */
     if (nwords > 0) {

@@ -49,6 +49,39 @@ int tp__tool_set_alias(tp_engine *e, const char *name, const char *alias);
 /* Adds a tool of provider prov; schemas are given as trees (borrowed). */
 int tp__tool_add(tp_engine *e, const tp_tool_def *def, const json_t *in, const json_t *out,
                  const tp__provider *prov, int lua_ref, const char *origin);
+/* A tool of provider prov, not yet in any registry (tp__tool_add puts it in the engine's;
+** provider_caller.c keeps a run's own). NULL with *rc TP_EINVAL (tp_engine_error says
+** why) or TP_ENOMEM. */
+tp_tool *tp__tool_make(tp_engine *e, const tp_tool_def *def, const json_t *in,
+                       const json_t *out, const tp__provider *prov, int lua_ref,
+                       const char *origin, int *rc);
+void tp__tool_free(tp_tool *t);
+/* A schema's JSON text as a tree (NULL for NULL text); *bad when it is not JSON (the
+** engine's error then says why). */
+json_t *tp__tool_parse_schema(tp_engine *e, const char *text, const char *tool,
+                              const char *which, int *bad);
+/* Makes t's annotations (t outside the registry: a caller tool). */
+void tp__tool_annotate_one(tp_engine *e, tp_tool *t);
+/* tp__tool_search over the engine's tools and nextra more. */
+char *tp__tool_search_with(const tp_engine *e, const tp_tool *const *extra, size_t nextra,
+                           const char *query);
+/* ---- caller tools (provider_caller.c): a run's and its session's own tools ---------- */
+/* The tool a call of r named name reaches: r's caller tools, its session's, then the
+** engine's. r may be NULL. */
+const tp_tool *tp__tool_find_for(const tp_engine *e, const tp_run *r, const char *name);
+/* How many caller tools r sees, and tool i of them (NULL: one its own tools shadow). */
+size_t tp__caller_count(const tp_run *r);
+const tp_tool *tp__caller_at(const tp_run *r, size_t i);
+/* tools.search over the engine's tools and r's caller tools. */
+char *tp__caller_search(const tp_engine *e, const tp_run *r, const char *query);
+void tp__caller_run_gone(tp_run *r);
+/* A set of caller tools made from declarations (paused: no handler), for describing them;
+** TP_OK or the error of tp_run_declare_caller_tools. */
+struct tp__tool_set;
+int tp__caller_set_json(tp_engine *e, struct tp__tool_set **set, const char *json, size_t len);
+size_t tp__caller_set_tools(const struct tp__tool_set *set, const tp_tool *const **tools);
+void tp__caller_set_free(struct tp__tool_set *set);
+void tp__caller_session_gone(void *ud, tp_session *s);
 /* tp_engine_add_tool: a C tool, or one the embedding program completes (no handler). */
 int tp__tool_add_def(tp_engine *e, const tp_tool_def *def);
 void tp__engine_free_tools(tp_engine *e);

@@ -463,6 +463,54 @@ typedef struct tp_tool_def {
 ** name, a duplicate, or a schema that does not compile: tp_engine_error says why. */
 TP_EXTERN int tp_engine_add_tool(tp_engine *e, const tp_tool_def *def);
 
+/* ---- caller tools: a run's own tools, implemented by whoever started it -------------
+** (docs/caller-tools.md) A caller tool is declared on one run (before its first step) or
+** on a session (for each of its runs; a run's own declarations shadow its session's of
+** the same name), never in the engine: other runs do not see it. The script calls it as
+** any tool, tools.<name>{...}, and it is one: listed, described, searched, its arguments
+** and result checked against its schemas, under the policy and its approvals, counted
+** against the limits, in the calls trace and the audit log. A call reaches the caller:
+** - live, with a handler: the handler gets the call once its arguments passed, and
+**   completes it with tp_call_complete or tp_call_fail (code "tool.failed" or another
+**   tool.* code, and the caller's message), now or later, from the engine's thread; the
+**   wait counts against the call's timeout and the run's time limit;
+** - paused, without a handler: the call waits in tp_run_pending (tp_run_step returns
+**   TP_WAIT) until the program completes it.
+** A name the engine has a tool of, or declared twice, is TP_EINVAL (tp_engine_error says
+** why); TP_ESTATE for a run past its first step. Strings and schemas are copied. */
+TP_EXTERN int tp_run_add_caller_tool(tp_run *r, const tp_tool_def *def);
+TP_EXTERN int tp_session_add_caller_tool(tp_session *s, const tp_tool_def *def);
+/* Declarations as JSON text, as the protocol writes them (len 0: NUL-terminated):
+** [{"name", "description", "inputSchema", "outputSchema", "timeoutMs"}] or {"tools": [...]},
+** at most 256 tools and 1 MiB; all or none are added. call is their handler (NULL:
+** paused); cancel, when not NULL, is told of a call cut short (its timeout, the run's end)
+** while call has it: the handler still completes it (the answer is then dropped). */
+typedef void (*tp_call_cancel_fn)(tp_call *call, void *ud);
+TP_EXTERN int tp_run_declare_caller_tools(tp_run *r, const char *json, size_t len,
+                                          tp_tool_fn call, tp_call_cancel_fn cancel,
+                                          void *ud);
+TP_EXTERN int tp_session_declare_caller_tools(tp_session *s, const char *json, size_t len,
+                                              tp_tool_fn call, tp_call_cancel_fn cancel,
+                                              void *ud);
+/* Completes call c with a caller's answer as the protocol writes it: {"result": <any>}, or
+** {"error": {"message": "...", "code": "tool.denied"}} (code: tool.failed, the default,
+** tool.denied, tool.timeout, tool.unavailable, tool.rate_limited or tool.invalid_input;
+** another is read as tool.failed; the message is cut at 4,000 bytes). An answer of
+** another shape, or text that is not JSON, fails the call with tool.failed saying so and
+** returns TP_EINVAL. TP_ESTATE when c was completed already or its run let go of it (the
+** answer is dropped; c is let go). Like tp_call_complete, once per call. The _tree form
+** takes a parsed answer (borrowed). */
+TP_EXTERN int tp_call_answer(tp_call *c, const char *answer, size_t len);
+TP_EXTERN int tp_call_answer_tree(tp_call *c, struct json_t *answer);
+/* tp_engine_describe over e's tools and the caller tools of decls (declarations as for
+** tp_run_declare_caller_tools; NULL: none), as a run that declares them sees them: what a
+** client shows the model for a run with its own tools. NULL for a bad format or bad
+** declarations (tp_engine_error says why). */
+TP_EXTERN char *tp_engine_describe_caller(tp_engine *e, const char *format,
+                                          const char *decls, size_t len);
+/* Forgets a session's caller tools. TP_ESTATE while a run of the session is alive. */
+TP_EXTERN int tp_session_clear_caller_tools(tp_session *s);
+
 /* Loads every *.lua plugin of a directory into the engine's host Lua state. Returns the
 ** number of tools added, or a negative code when the directory cannot be read. A broken
 ** plugin is skipped and reported (file:line: why) in tp_engine_error, which lists every

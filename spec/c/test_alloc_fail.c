@@ -454,6 +454,25 @@ static void sc_schema_invalid (outcome *o) {
   tp_engine_destroy(e);
 }
 
+/* A caller tool (tp_run_declare_caller_tools), answered as the protocol writes answers. */
+static void caller_answer (tp_call *c, void *ud) {
+  (void)ud;
+  tp_call_answer(c, "{\"result\":{\"sum\":0}}", 0);
+}
+
+static void sc_caller (outcome *o) {
+  tp_engine *e = tp_engine_create();
+  if (e == NULL) return;
+  const char *src = "return tools.t.add{n = 2, tag = 'a'}.sum";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  const char *decl = "[{\"name\":\"t.add\",\"description\":\"adds\",\"inputSchema\":"
+                     SCHEMA_IN ",\"outputSchema\":" SCHEMA_OUT "}]";
+  if (r && tp_run_declare_caller_tools(r, decl, 0, caller_answer, NULL, NULL) == TP_OK)
+    step_and_check(o, r, "0", NULL);
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
 static int builtin_tools;  /* what tools/ holds, counted before anything fails */
 
 static void sc_plugins_kv (outcome *o) {
@@ -793,6 +812,7 @@ STEP_TEST(a_policy_loaded_and_applied_fails_cleanly, sc_policy)
 STEP_TEST(json_encode_and_decode_in_a_script_fail_cleanly, sc_json)
 STEP_TEST(a_tool_with_json_schemas_fails_cleanly, sc_schema)
 STEP_TEST(invalid_input_to_a_schema_tool_fails_cleanly, sc_schema_invalid)
+STEP_TEST(a_caller_tool_declared_and_answered_fails_cleanly, sc_caller)
 STEP_TEST(describe_fails_cleanly, sc_describe)
 STEP_TEST(a_config_file_checked_bad_then_good_fails_cleanly, sc_config)
 STEP_TEST(a_session_with_two_runs_fails_cleanly, sc_session)
@@ -896,6 +916,7 @@ int main (int argc, char **argv) {
   RUN(json_encode_and_decode_in_a_script_fail_cleanly);
   RUN(a_tool_with_json_schemas_fails_cleanly);
   RUN(invalid_input_to_a_schema_tool_fails_cleanly);
+  RUN(a_caller_tool_declared_and_answered_fails_cleanly);
   RUN(describe_fails_cleanly);
   RUN(a_config_file_checked_bad_then_good_fails_cleanly);
   RUN(a_session_with_two_runs_fails_cleanly);

@@ -21,7 +21,7 @@
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
 
-#include "auth.h"
+#include "mcp/auth.h"
 #include "tidepool.h"
 #include "tp_test.h"
 
@@ -196,7 +196,7 @@ static tp_auth *make (const char *text, char *err, size_t errlen) {
   json_error_t je;
   json_t *sec = json_loads(text, 0, &je);
   if (sec == NULL) { printf("#   bad test JSON: %s\n", je.text); abort(); }
-  tp_auth *a = tp__auth_new(sec, dir, err, errlen);
+  tp_auth *a = tp__mcp_auth_new(sec, dir, err, errlen);
   json_decref(sec);
   return a;
 }
@@ -221,7 +221,7 @@ static tp_auth *std_auth (void) {
 static int check_tok (tp_auth *a, const char *tok, const char *required, tp_auth_result *r) {
   char *h = NULL;
   if (asprintf(&h, "Bearer %s", tok) < 0) abort();
-  int st = tp__auth_check(a, h, required, NOW, r);
+  int st = tp__mcp_auth_check(a, h, required, NOW, r);
   free(h);
   return st;
 }
@@ -235,10 +235,10 @@ static int check_tok (tp_auth *a, const char *tok, const char *required, tp_auth
 
 TEST(no_auth_section_lets_every_caller_in_as_no_one) {
   char err[200] = "x";
-  CHECK(tp__auth_new(NULL, dir, err, sizeof err) == NULL);
+  CHECK(tp__mcp_auth_new(NULL, dir, err, sizeof err) == NULL);
   CHECK_STR(err, "");
   tp_auth_result r;
-  CHECK_INT(tp__auth_check(NULL, "Bearer whatever", "tools.admin", NOW, &r), 200);
+  CHECK_INT(tp__mcp_auth_check(NULL, "Bearer whatever", "tools.admin", NOW, &r), 200);
   CHECK_STR(r.principal, "");
   CHECK_STR(r.scopes, "");
   CHECK_STR(r.error, "");
@@ -253,9 +253,9 @@ TEST(static_token_gives_its_principal_and_scopes) {
   CHECK_STR(r.scopes, "tools.read tools.call");
   CHECK_STR(r.needed, "");
   /* the scheme is case-insensitive, blanks around the token are allowed */
-  CHECK_INT(tp__auth_check(a, "bearer   alice-token-0123456789  ", NULL, NOW, &r), 200);
+  CHECK_INT(tp__mcp_auth_check(a, "bearer   alice-token-0123456789  ", NULL, NOW, &r), 200);
   CHECK_STR(r.principal, "alice");
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(static_token_from_a_file_and_from_the_environment) {
@@ -264,7 +264,7 @@ TEST(static_token_from_a_file_and_from_the_environment) {
   CHECK_INT(check_tok(a, "file-token-0123456789abcdef", NULL, &r), 200);
   CHECK_STR(r.principal, "bob");
   CHECK_STR(r.scopes, "tools.read");
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   setenv("TP_TEST_TOKEN", "env-token-0123456789abcdef", 1);
   char err[300];
   a = make("{\"resource\": \"" RESOURCE "\", \"tokens\": [{\"token\": \"env:TP_TEST_TOKEN\", "
@@ -273,7 +273,7 @@ TEST(static_token_from_a_file_and_from_the_environment) {
   CHECK_INT(check_tok(a, "env-token-0123456789abcdef", NULL, &r), 200);
   CHECK_STR(r.principal, "carol");
   CHECK_STR(r.scopes, "");
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   unsetenv("TP_TEST_TOKEN");
   a = make("{\"resource\": \"" RESOURCE "\", \"tokens\": [{\"token\": \"env:TP_TEST_TOKEN\", "
            "\"principal\": \"carol\"}]}", err, sizeof err);
@@ -288,48 +288,48 @@ TEST(unknown_static_token_is_401_invalid_token) {
   CHECK_INT(check_tok(a, "alice-token-0123456780", NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "unknown token: not one of the config's tokens, and not a JWT");
   CHECK_STR(r.principal, "");
-  char *c = tp__auth_challenge(a, &r);
+  char *c = tp__mcp_auth_challenge(a, &r);
   CHECK_STR(c, "Bearer resource_metadata=\"" META "\", error=\"invalid_token\", "
             "error_description=\"unknown token: not one of the config's tokens, and not a JWT\", "
             "scope=\"tools.read\"");
   free(c);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(missing_header_is_401_without_error_code) {
   tp_auth *a = std_auth();
   tp_auth_result r;
-  CHECK_INT(tp__auth_check(a, NULL, "tools.call", NOW, &r), 401);
+  CHECK_INT(tp__mcp_auth_check(a, NULL, "tools.call", NOW, &r), 401);
   CHECK_RESULT(r, 401, "", "no credential: send the header Authorization: Bearer <token>");
   CHECK_STR(r.needed, "tools.read tools.call");
-  char *c = tp__auth_challenge(a, &r);
+  char *c = tp__mcp_auth_challenge(a, &r);
   /* RFC 6750 section 3.1: no error code when the request had no credential */
   CHECK_STR(c, "Bearer resource_metadata=\"" META "\", scope=\"tools.read tools.call\"");
   free(c);
-  CHECK_INT(tp__auth_check(a, "", NULL, NOW, &r), 401);
+  CHECK_INT(tp__mcp_auth_check(a, "", NULL, NOW, &r), 401);
   CHECK_STR(r.error, "");
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(other_schemes_and_bad_headers_are_401_invalid_request) {
   tp_auth *a = std_auth();
   tp_auth_result r;
-  tp__auth_check(a, "Basic YWxpY2U6cHc=", NULL, NOW, &r);
+  tp__mcp_auth_check(a, "Basic YWxpY2U6cHc=", NULL, NOW, &r);
   CHECK_RESULT(r, 401, "invalid_request", "the Authorization header's scheme is Basic; this "
                "server takes Authorization: Bearer <token>");
-  tp__auth_check(a, "Bearer", NULL, NOW, &r);
+  tp__mcp_auth_check(a, "Bearer", NULL, NOW, &r);
   CHECK_RESULT(r, 401, "invalid_request", "Authorization: Bearer without a token");
-  tp__auth_check(a, "Bearertoken-0123456789", NULL, NOW, &r);
+  tp__mcp_auth_check(a, "Bearertoken-0123456789", NULL, NOW, &r);
   CHECK_RESULT(r, 401, "invalid_request", "the Authorization header's scheme is "
                "Bearertoken-01234567; this server takes Authorization: Bearer <token>");
-  tp__auth_check(a, "Bearer   ", NULL, NOW, &r);
+  tp__mcp_auth_check(a, "Bearer   ", NULL, NOW, &r);
   CHECK_RESULT(r, 401, "invalid_request", "Authorization: Bearer without a token");
-  tp__auth_check(a, "Bearer two tokens", NULL, NOW, &r);
+  tp__mcp_auth_check(a, "Bearer two tokens", NULL, NOW, &r);
   CHECK_RESULT(r, 401, "invalid_request", "the bearer token has a character RFC 6750 does not "
                "allow (letters, digits, -._~+/ then =)");
-  tp__auth_check(a, "Bearer a\"b", NULL, NOW, &r);
+  tp__mcp_auth_check(a, "Bearer a\"b", NULL, NOW, &r);
   CHECK_STR(r.error, "invalid_request");
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(insufficient_scope_is_403_naming_the_missing_scope) {
@@ -338,14 +338,14 @@ TEST(insufficient_scope_is_403_naming_the_missing_scope) {
   CHECK_INT(check_tok(a, "file-token-0123456789abcdef", "tools.call", &r), 403);
   CHECK_RESULT(r, 403, "insufficient_scope", "bob lacks the scope tools.call (it has: tools.read)");
   CHECK_STR(r.principal, "bob");
-  char *c = tp__auth_challenge(a, &r);
+  char *c = tp__mcp_auth_challenge(a, &r);
   CHECK_STR(c, "Bearer resource_metadata=\"" META "\", error=\"insufficient_scope\", "
             "error_description=\"bob lacks the scope tools.call (it has: tools.read)\", "
             "scope=\"tools.read tools.call\"");
   free(c);
   CHECK_INT(check_tok(a, "file-token-0123456789abcdef", "tools.call tools.admin", &r), 403);
   CHECK_STR(r.description, "bob lacks the scopes tools.call tools.admin (it has: tools.read)");
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(required_scopes_of_the_config_apply_to_every_call) {
@@ -356,7 +356,7 @@ TEST(required_scopes_of_the_config_apply_to_every_call) {
   tp_auth_result r;
   CHECK_INT(check_tok(a, "dave-token-0123456789", NULL, &r), 403);
   CHECK_RESULT(r, 403, "insufficient_scope", "dave lacks the scope mcp (it has: none)");
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(static_token_rules_of_the_config) {
@@ -438,7 +438,7 @@ TEST(hs256_token_gives_sub_and_scope) {
   CHECK_STR(r.principal, "alice");
   CHECK_STR(r.scopes, "tools.read tools.call");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(hs256_with_another_secret_is_a_bad_signature) {
@@ -452,7 +452,7 @@ TEST(hs256_with_another_secret_is_a_bad_signature) {
   CHECK_STR(r.principal, "");
   CHECK_STR(r.scopes, "");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(hs256_secret_shorter_than_32_bytes_is_refused) {
@@ -468,7 +468,7 @@ TEST(hs256_secret_shorter_than_32_bytes_is_refused) {
   char *t = jwt("HS256", NULL, NULL, claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(rs256_and_es256_tokens_pick_their_key_by_kid) {
@@ -492,7 +492,7 @@ TEST(rs256_and_es256_tokens_pick_their_key_by_kid) {
   t = jwt("ES256", ec1, NULL, claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(kid_not_in_the_jwks_is_401_naming_the_keys) {
@@ -503,7 +503,7 @@ TEST(kid_not_in_the_jwks_is_401_naming_the_keys) {
   CHECK_RESULT(r, 401, "invalid_token", "no key with kid rotated (the keys: rsa1, ec1, small); "
                "the issuer may have rotated its keys: update the JWKS file");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(alg_that_does_not_fit_the_key_type_is_refused) {
@@ -526,7 +526,7 @@ TEST(alg_that_does_not_fit_the_key_type_is_refused) {
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "alg HS256 does not fit key rsa1, which is an RSA key");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   /* a JWK's alg limits it */
   char err[300];
   a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
@@ -534,7 +534,7 @@ TEST(alg_that_does_not_fit_the_key_type_is_refused) {
   t = jwt("RS256", rsa2, "rsa2", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(rsa_key_under_2048_bits_is_refused) {
@@ -545,7 +545,7 @@ TEST(rsa_key_under_2048_bits_is_refused) {
   CHECK_RESULT(r, 401, "invalid_token", "key small of keys.json cannot be used: an RSA key of "
                "1024 bits (RS256 needs 2048 or more)");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   char err[400];
   CHECK(make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
              "\"jwks_file\": \"small.json\"}}", err, sizeof err) == NULL);
@@ -590,7 +590,7 @@ TEST(jwks_keys_that_are_not_keys_are_kept_with_their_reason) {
   t = jwt("ES256", ec1, "ec1", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   char path[128];
   snprintf(path, sizeof path, "%s/bad.json", dir);
   unlink(path);
@@ -613,13 +613,13 @@ TEST(pem_key_file_verifies_tokens_with_or_without_kid) {
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "alg RS256 is not accepted here (accepted: ES256)");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
            "\"key_file\": \"rsa1.pem\"}}", err, sizeof err);
   t = jwt("RS256", rsa1, NULL, claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   CHECK(make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
              "\"key_file\": \"keys.json\"}}", err, sizeof err) == NULL);
   CHECK_STR(err, "config: /auth/jwt/key_file: keys.json holds no public key in PEM (-----BEGIN "
@@ -644,7 +644,7 @@ TEST(es256_signature_must_be_jose_r_and_s) {
   CHECK_RESULT(r, 401, "invalid_token", "bad signature: the token does not verify with key ec1 "
                "(ES256); it was altered or signed by another key");
   free(h); free(p); free(input); free(s); free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(tampered_payload_is_a_bad_signature) {
@@ -661,7 +661,7 @@ TEST(tampered_payload_is_a_bad_signature) {
   CHECK_RESULT(r, 401, "invalid_token", "bad signature: the token does not verify with key rsa1 "
                "(RS256); it was altered or signed by another key");
   free(t); free(other); free(forged);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 /* ---- JWTs: the header ------------------------------------------------------------------ */
@@ -677,7 +677,7 @@ TEST(alg_none_is_never_accepted) {
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_STR(r.description, "alg none (an unsigned token) is never accepted");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(alg_outside_the_allowed_list_is_refused) {
@@ -694,7 +694,7 @@ TEST(alg_outside_the_allowed_list_is_refused) {
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "alg PS256 is not accepted here (accepted: RS256)");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(crit_and_nested_headers_are_refused) {
@@ -719,7 +719,7 @@ TEST(crit_and_nested_headers_are_refused) {
   CHECK_INT(check_tok(a, "aGVhZGVy.cGF5bG9hZA.a2V5.aXY.dGFn", NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "the token is encrypted (JWE); this server takes signed "
                "JWTs (JWS) only");
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(malformed_tokens_say_which_part_is_wrong) {
@@ -765,7 +765,7 @@ TEST(malformed_tokens_say_which_part_is_wrong) {
   free(t);
   free(h);
   free(p);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(tokens_over_16_kib_are_refused_unread) {
@@ -778,7 +778,7 @@ TEST(tokens_over_16_kib_are_refused_unread) {
   CHECK_INT(check_tok(a, big, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "the token is 20000 bytes, more than this server takes (16384)");
   free(big);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 /* ---- JWTs: the claims ------------------------------------------------------------------ */
@@ -795,7 +795,7 @@ static void claims_case (const char *claimset, int status, const char *desc) {
   CHECK_STR(r.description, desc);
   if (status != 200) CHECK_STR(r.principal, "");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 #define AUD "\"aud\":\"" RESOURCE "\""
@@ -826,7 +826,7 @@ TEST(audience_must_name_this_server) {
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_STR(r.description, "the audience is " RESOURCE ", this server is api://tidepool");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(expiry_is_required_and_honoured_with_leeway) {
@@ -866,7 +866,7 @@ TEST(principal_claim_is_required) {
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   CHECK_STR(r.principal, "alice@example.com");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(scopes_from_scope_string_or_scp_array) {
@@ -897,7 +897,7 @@ TEST(scopes_from_scope_string_or_scp_array) {
   CHECK_INT(check_tok(a, t, "tools.call", &r), 403);
   CHECK_RESULT(r, 403, "insufficient_scope", "a lacks the scope tools.read (it has: tools.call)");
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   claims_case("{" ISS "," AUD ",\"sub\":\"a\",\"exp\":1800003600,\"scope\":42}", 401,
               "the scope claim is not scopes (a string of scopes separated by spaces, or an array "
               "of them, printable ASCII, 1023 bytes at most)");
@@ -938,34 +938,34 @@ TEST(one_authenticator_serves_several_threads_at_once) {
     CHECK_INT(w[i].wrong, 0);
   }
   for (int i = 0; i < 4; i++) free(t[i]);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 /* ---- the resource server's documents ----------------------------------------------------- */
 
 TEST(resource_metadata_document_is_rfc_9728) {
   tp_auth *a = std_auth();
-  char *m = tp__auth_resource_metadata(a);
+  char *m = tp__mcp_auth_resource_metadata(a);
   CHECK_STR(m, "{\"resource\":\"" RESOURCE "\",\"authorization_servers\":[\"" ISSUER "\"],"
             "\"scopes_supported\":[\"tools.read\",\"tools.call\",\"tools.admin\"],"
             "\"bearer_methods_supported\":[\"header\"]}");
   free(m);
-  CHECK_STR(tp__auth_resource(a), RESOURCE);
-  CHECK_STR(tp__auth_metadata_path(a), "/.well-known/oauth-protected-resource/mcp");
-  tp__auth_free(a);
+  CHECK_STR(tp__mcp_auth_resource(a), RESOURCE);
+  CHECK_STR(tp__mcp_auth_metadata_path(a), "/.well-known/oauth-protected-resource/mcp");
+  tp__mcp_auth_free(a);
   char err[300];
   a = make("{\"resource\": \"http://127.0.0.1:8080\", \"tokens\": [{\"token\": "
            "\"local-token-0123456789\", \"principal\": \"me\"}]}", err, sizeof err);
-  m = tp__auth_resource_metadata(a);
+  m = tp__mcp_auth_resource_metadata(a);
   CHECK_STR(m, "{\"resource\":\"http://127.0.0.1:8080\",\"bearer_methods_supported\":[\"header\"]}");
   free(m);
-  CHECK_STR(tp__auth_metadata_path(a), "/.well-known/oauth-protected-resource");
+  CHECK_STR(tp__mcp_auth_metadata_path(a), "/.well-known/oauth-protected-resource");
   tp_auth_result r;
-  tp__auth_check(a, NULL, NULL, NOW, &r);
-  char *c = tp__auth_challenge(a, &r);
+  tp__mcp_auth_check(a, NULL, NULL, NOW, &r);
+  char *c = tp__mcp_auth_challenge(a, &r);
   CHECK_STR(c, "Bearer resource_metadata=\"http://127.0.0.1:8080/.well-known/oauth-protected-resource\"");
   free(c);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(challenge_never_carries_quotes_or_control_characters) {
@@ -974,13 +974,13 @@ TEST(challenge_never_carries_quotes_or_control_characters) {
   char *t = jwt("HS256", NULL, NULL, "{\"iss\":\"x\\\"y\\\\z\\u0001\"," AUD ",\"sub\":\"a\",\"exp\":1800003600}");
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_STR(r.description, "the issuer is x?y?z?, this server takes tokens of " ISSUER);
-  char *c = tp__auth_challenge(a, &r);
+  char *c = tp__mcp_auth_challenge(a, &r);
   CHECK_STR(c, "Bearer resource_metadata=\"" META "\", error=\"invalid_token\", "
             "error_description=\"the issuer is x?y?z?, this server takes tokens of " ISSUER "\", "
             "scope=\"tools.read\"");
   free(c);
   free(t);
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
 }
 
 TEST(config_check_knows_the_auth_section) {

@@ -30,7 +30,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rsa.h>
 
-#include "auth.h"
+#include "mcp/auth.h"
 #include "fuzz.h"
 
 #define NOW 1800000000LL
@@ -85,7 +85,7 @@ int LLVMFuzzerInitialize (int *argc, char ***argv) {
     " \"jwt\": {\"issuer\": \"https://auth.example.com\", \"jwks_file\": \"keys.json\","
     "   \"secret\": \"" SECRET "\"}}", 0, NULL);
   char err[512];
-  auth = tp__auth_new(sec, dir, err, sizeof err);
+  auth = tp__mcp_auth_new(sec, dir, err, sizeof err);
   json_decref(sec);
   unlink(path);
   rmdir(dir);
@@ -129,7 +129,7 @@ static char *signed_header (int mode, const char *h, size_t hn, const char *p, s
 
 static void check_one (const char *header, const char *required) {
   tp_auth_result r, r2;
-  int st = tp__auth_check(auth, header, required, NOW, &r);
+  int st = tp__mcp_auth_check(auth, header, required, NOW, &r);
   FUZZ_CHECK(st == r.status, "returned %d, status %d", st, r.status);
   FUZZ_CHECK(st == 200 || st == 401 || st == 403, "status %d", st);
   if (st == 200) {
@@ -150,7 +150,7 @@ static void check_one (const char *header, const char *required) {
     }
     else FUZZ_CHECK(!strcmp(r.error, "insufficient_scope") && r.principal[0],
                     "403 with error '%s'", r.error);
-    char *c = tp__auth_challenge(auth, &r);
+    char *c = tp__mcp_auth_challenge(auth, &r);
     FUZZ_CHECK(c != NULL, "no challenge");
     FUZZ_CHECK(strncmp(c, "Bearer resource_metadata=\"https://mcp.example.com/.well-known/"
                        "oauth-protected-resource/mcp\"", 79) == 0, "challenge %s", c);
@@ -162,7 +162,7 @@ static void check_one (const char *header, const char *required) {
     FUZZ_CHECK(quotes % 2 == 0, "unbalanced quotes in %s", c);
     free(c);
   }
-  tp__auth_check(auth, header, required, NOW, &r2);
+  tp__mcp_auth_check(auth, header, required, NOW, &r2);
   FUZZ_CHECK(memcmp(&r, &r2, sizeof r) == 0, "two checks differ: %s / %s", r.description,
              r2.description);
 }

@@ -23,7 +23,7 @@
 
 #include <jansson.h>
 
-#include "mcp.h"
+#include "mcp/mcp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -58,7 +58,8 @@
 
 #include "tidepool.h"
 #include "auth.h"
-#include "mcp_http.h"
+#include "http.h"
+#include "era.h"
 
 #define ENDPOINT "/mcp"
 #define SESSIONS_MAX 4096
@@ -580,9 +581,6 @@ static void forwarded_client (const tp__mcp_http *h, struct MHD_Connection *c, c
   }
 }
 
-static const char *const known_versions[] = {
-  "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"
-};
 
 /* ---- answering ---------------------------------------------------------------------- */
 
@@ -703,15 +701,15 @@ static enum MHD_Result dispatch (tp__mcp_http *h, hreq *r) {
   }
   const char *ver = header(c, "MCP-Protocol-Version");
   if (ver) {
-    size_t k = 0, n = sizeof known_versions / sizeof known_versions[0];
-    while (k < n && strcmp(ver, known_versions[k]) != 0) k++;
-    if (k == n) {
+    if (!tp__mcp_era_known(ver)) {
+      char list[200];
+      tp__mcp_era_list(list, sizeof list);
       snprintf(why, sizeof why, "Bad Request: unsupported MCP-Protocol-Version '%.60s' "
-               "(supported: 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)", ver);
+               "(supported: %s)", ver, list);
       rc = queue_error(c, MHD_HTTP_BAD_REQUEST, NULL, -32600, why, NULL, NULL);
       goto out;
     }
-    r->era2026 = strcmp(ver, "2026-07-28") >= 0;
+    r->era2026 = strcmp(ver, TP_MCP_MODERN_VERSION) >= 0;
   }
   json_t *jm = json_object_get(msg, "method"), *id = json_object_get(msg, "id");
   json_t *params = json_object_get(msg, "params");
@@ -769,7 +767,11 @@ static enum MHD_Result dispatch (tp__mcp_http *h, hreq *r) {
   r->id = json_incref(id);
   r->initialize = method && strcmp(method, "initialize") == 0;
   json_t *meta = json_object_get(params, "_meta");
-  r->sse = call && accepts(c, "text/event-stream") && json_object_get(meta, "progressToken");
+  /* a stream carries progress, and the run's requests to the client: its caller tools'
+  ** calls (docs/caller-tools.md) */
+  r->sse = call && accepts(c, "text/event-stream") &&
+           (json_object_get(meta, "progressToken") ||
+            json_object_get(meta, "tidepool/callerTools"));
   r->state = R_WAITING;
   tp__mcp_handle(h->s, r, msg);
   if (r->sse) rc = queue_stream(r);           /* what came so far, then the rest */
@@ -813,8 +815,8 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
   if (h->auth && strcmp(method, "GET") == 0 &&
       (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
        strcmp(url, "/.well-known/oauth-protected-resource" ENDPOINT) == 0 ||
-       strcmp(url, tp__auth_metadata_path(h->auth)) == 0)) {  /* RFC 9728 */
-    char *doc = tp__auth_resource_metadata(h->auth);
+       strcmp(url, tp__mcp_auth_metadata_path(h->auth)) == 0)) {  /* RFC 9728 */
+    char *doc = tp__mcp_auth_resource_metadata(h->auth);
     enum MHD_Result rc = doc ? queue_text(c, MHD_HTTP_OK, "application/json", doc, strlen(doc),
                                           NULL, NULL)
                              : queue_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603,
@@ -828,10 +830,10 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
   }
   if (h->auth) {  /* who calls: the token stays here, only its principal and scopes go on */
     tp_auth_result ar;
-    int st = tp__auth_check(h->auth, header(c, MHD_HTTP_HEADER_AUTHORIZATION), NULL,
+    int st = tp__mcp_auth_check(h->auth, header(c, MHD_HTTP_HEADER_AUTHORIZATION), NULL,
                             (int64_t)time(NULL), &ar);
     if (st != 200) {
-      char *challenge = tp__auth_challenge(h->auth, &ar);
+      char *challenge = tp__mcp_auth_challenge(h->auth, &ar);
       snprintf(why, sizeof why, "%s: %s", st == 401 ? "Unauthorized" : "Forbidden",
                ar.description[0] ? ar.description : ar.error);
       enum MHD_Result rc = queue_error(c, st == 401 ? MHD_HTTP_UNAUTHORIZED : MHD_HTTP_FORBIDDEN,
@@ -850,7 +852,7 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
     const char *sid = header(c, "Mcp-Session-Id");
     hsess *hs = sid ? sess_find(h, sid) : NULL;
     if (hs && strcmp(hs->principal, r->principal) != 0) hs = NULL;  /* someone else's */
-    if (ver && strcmp(ver, "2026-07-28") >= 0)
+    if (ver && strcmp(ver, TP_MCP_MODERN_VERSION) >= 0)
       return queue_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, -32000, "Method Not Allowed: "
                          "protocol version 2026-07-28 has no sessions to end", NULL, NULL);
     if (sid == NULL)
@@ -1177,7 +1179,7 @@ static void free_lists (tp__mcp_http *h) {
   free(h->origins);
   free(h->proxies);
   while (h->sessions) sess_drop(h, h->sessions);
-  tp__auth_free(h->auth);
+  tp__mcp_auth_free(h->auth);
   h->auth = NULL;
 }
 
@@ -1233,7 +1235,7 @@ tp__mcp_http *tp__mcp_http_new (struct server *s, uv_loop_t *loop, const tp__mcp
   json_t *asec = json_object_get(cfg, "auth");
   if (asec) {
     char err[512];
-    h->auth = tp__auth_new(asec, config_dir ? config_dir : ".", err, sizeof err);
+    h->auth = tp__mcp_auth_new(asec, config_dir ? config_dir : ".", err, sizeof err);
     if (h->auth == NULL) fprintf(stderr, "tidepool mcp: config: /auth: %s\n", err);
   }
   json_decref(cfg);

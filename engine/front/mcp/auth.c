@@ -1,11 +1,11 @@
 /*
 ** auth.c: the authenticator of `tidepool mcp --http` (auth.h), on OpenSSL's libcrypto.
 **
-** The config's "auth" section is read once, by tp__auth_new: static tokens are kept as
+** The config's "auth" section is read once, by tp__mcp_auth_new: static tokens are kept as
 ** their SHA-256 (compared in constant time, every one of them, so the time of a check
 ** says nothing about which token came close), keys are built into EVP_PKEYs (JWKS: RSA
 ** from n and e, EC P-256 from x and y, through EVP_PKEY_fromdata), secrets are read from
-** the environment or a file. After that the object is read only: tp__auth_check may run
+** the environment or a file. After that the object is read only: tp__mcp_auth_check may run
 ** on several threads at once.
 **
 ** A JWT is taken apart strictly, in this order, each step with its own 401 description:
@@ -852,7 +852,7 @@ static int read_jwt (tp_auth *a, const json_t *j, const char *dir, char *err, si
   return 0;
 }
 
-tp_auth *tp__auth_new (const json_t *section, const char *dir, char *err, size_t errlen) {
+tp_auth *tp__mcp_auth_new (const json_t *section, const char *dir, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
   if (section == NULL) return NULL;
   if (!json_is_object(section)) {
@@ -911,11 +911,11 @@ tp_auth *tp__auth_new (const json_t *section, const char *dir, char *err, size_t
   }
   return a;
 bad:
-  tp__auth_free(a);
+  tp__mcp_auth_free(a);
   return NULL;
 }
 
-void tp__auth_free (tp_auth *a) {
+void tp__mcp_auth_free (tp_auth *a) {
   if (a == NULL) return;
   for (size_t i = 0; i < a->ntokens; i++) {
     free(a->tokens[i].principal);
@@ -1307,7 +1307,7 @@ done:
   return rc;
 }
 
-int tp__auth_check (tp_auth *a, const char *authorization, const char *required, int64_t now,
+int tp__mcp_auth_check (tp_auth *a, const char *authorization, const char *required, int64_t now,
                     tp_auth_result *out) {
   memset(out, 0, sizeof *out);
   out->status = 200;
@@ -1407,7 +1407,7 @@ int tp__auth_check (tp_auth *a, const char *authorization, const char *required,
 
 /* ---- resource server (RFC 9728, RFC 6750) ---------------------------------------------- */
 
-char *tp__auth_resource_metadata (const tp_auth *a) {
+char *tp__mcp_auth_resource_metadata (const tp_auth *a) {
   json_t *o = json_object(), *m = json_array();
   int bad = o == NULL || m == NULL;
   if (!bad && a) {
@@ -1435,7 +1435,7 @@ static size_t quoted (char *out, size_t o, const char *s) {
   return o;
 }
 
-char *tp__auth_challenge (const tp_auth *a, const tp_auth_result *r) {
+char *tp__mcp_auth_challenge (const tp_auth *a, const tp_auth_result *r) {
   const char *url = a ? a->metadata_url : "";
   size_t len = 64 + strlen(url) + sizeof r->error + sizeof r->description + sizeof r->needed;
   char *out = malloc(len);
@@ -1462,10 +1462,10 @@ char *tp__auth_challenge (const tp_auth *a, const tp_auth_result *r) {
   return out;
 }
 
-const char *tp__auth_resource (const tp_auth *a) {
+const char *tp__mcp_auth_resource (const tp_auth *a) {
   return a ? a->resource : NULL;
 }
 
-const char *tp__auth_metadata_path (const tp_auth *a) {
+const char *tp__mcp_auth_metadata_path (const tp_auth *a) {
   return a ? a->metadata_path : NULL;
 }

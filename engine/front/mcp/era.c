@@ -10,30 +10,71 @@
 #include <string.h>
 
 #include "tidepool.h"
-#include "mcp_era.h"
+#include "era.h"
 
-/* Latest first. The handshake's versions are those initialize accepts (mcp.c's
-** versions[]); spec/mcp/era.mjs checks that both lists agree. */
-static const char *const supported[] = {
-  TP_MCP_MODERN_VERSION, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"
+/* The one list of the protocol versions tidepool speaks, latest first: the 2026 era's
+** (no handshake) and the handshake's, with what each allows. initialize, the HTTP
+** transport's MCP-Protocol-Version check and error.data.supported all read it. */
+static const struct { const char *version; int modern, batches, elicit_mode; } versions[] = {
+  /* version               2026 era  batches  elicitation with "mode" */
+  { TP_MCP_MODERN_VERSION, 1,        0,       1 },
+  { "2025-11-25",          0,        0,       1 },
+  { "2025-06-18",          0,        0,       0 },   /* batching was removed here */
+  { "2025-03-26",          0,        1,       0 },
+  { "2024-11-05",          0,        1,       0 },
 };
-#define NSUPPORTED (sizeof supported / sizeof supported[0])
+#define NSUPPORTED (sizeof versions / sizeof versions[0])
 
 json_t *tp__mcp_era_supported (void) {
   json_t *a = json_array();
-  for (size_t i = 0; a && i < NSUPPORTED; i++) json_array_append_new(a, json_string(supported[i]));
+  for (size_t i = 0; a && i < NSUPPORTED; i++)
+    json_array_append_new(a, json_string(versions[i].version));
   return a;
+}
+
+int tp__mcp_era_known (const char *v) {
+  for (size_t i = 0; v && i < NSUPPORTED; i++)
+    if (strcmp(v, versions[i].version) == 0) return 1;
+  return 0;
+}
+
+const char *tp__mcp_era_handshake (const char *want) {
+  const char *use = NULL;
+  for (size_t i = 0; i < NSUPPORTED; i++) {
+    if (versions[i].modern) continue;
+    if (use == NULL) use = versions[i].version;
+    if (want && strcmp(want, versions[i].version) == 0) return versions[i].version;
+  }
+  return use;
+}
+
+int tp__mcp_era_batches (const char *v) {
+  for (size_t i = 0; v && i < NSUPPORTED; i++)
+    if (strcmp(v, versions[i].version) == 0) return versions[i].batches;
+  return 0;
+}
+
+int tp__mcp_era_elicit_mode (const char *v) {
+  for (size_t i = 0; v && i < NSUPPORTED; i++)
+    if (strcmp(v, versions[i].version) == 0) return versions[i].elicit_mode;
+  return 0;
+}
+
+void tp__mcp_era_list (char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < NSUPPORTED && at < len; i++) {
+    int n = snprintf(buf + at, len - at, "%s%s", i ? ", " : "", versions[i].version);
+    if (n < 0) break;
+    at += (size_t)n;
+  }
 }
 
 static int is_modern (const char *v) {
   return strcmp(v, TP_MCP_MODERN_VERSION) == 0;
 }
 
-static int is_supported (const char *v) {
-  for (size_t i = 0; i < NSUPPORTED; i++)
-    if (strcmp(v, supported[i]) == 0) return 1;
-  return 0;
-}
+static int is_supported (const char *v) { return tp__mcp_era_known(v); }
 
 /* The methods that exist only in the 2026 era: without a version they cannot be served. */
 static int modern_only (const char *method) {
@@ -64,7 +105,7 @@ int tp__mcp_era_of (const char *method, const json_t *params, tp__mcp_era_req *r
              "%s request carries its version in params._meta[\"" TP_MCP_META_VERSION "\"] "
              "(this server speaks " TP_MCP_MODERN_VERSION "; error.data.supported lists "
              "every version), or the client opens with initialize",
-             modern_only(method) ? method : "2026-07-28");
+             modern_only(method) ? method : TP_MCP_MODERN_VERSION);
     *error = version_error(msg, NULL);
     return -1;
   }
@@ -178,16 +219,16 @@ typedef struct sub {
   int tools;                /* notifications/tools/list_changed */
 } sub;
 
-struct tp__mcp_listen {
+struct tp__mcp_era_listen {
   sub *subs;
   size_t n;
 };
 
 #define LISTEN_MAX 64       /* open subscriptions of one client */
 
-tp__mcp_listen *tp__mcp_listen_new (void) { return calloc(1, sizeof(tp__mcp_listen)); }
+tp__mcp_era_listen *tp__mcp_era_listen_new (void) { return calloc(1, sizeof(tp__mcp_era_listen)); }
 
-void tp__mcp_listen_free (tp__mcp_listen *l) {
+void tp__mcp_era_listen_free (tp__mcp_era_listen *l) {
   if (l == NULL) return;
   for (sub *p = l->subs, *next; p; p = next) {
     next = p->next;
@@ -197,13 +238,12 @@ void tp__mcp_listen_free (tp__mcp_listen *l) {
   free(l);
 }
 
-size_t tp__mcp_listen_count (const tp__mcp_listen *l) { return l ? l->n : 0; }
 
 static json_t *error_obj (int code, const char *msg) {
   return json_pack("{s:i, s:s}", "code", code, "message", msg);
 }
 
-json_t *tp__mcp_listen_open (tp__mcp_listen *l, const json_t *id, const json_t *params,
+json_t *tp__mcp_era_listen_open (tp__mcp_era_listen *l, const json_t *id, const json_t *params,
                              json_t **error) {
   *error = NULL;
   const json_t *filter = json_is_object(params) ? json_object_get(params, "notifications") : NULL;
@@ -265,7 +305,7 @@ json_t *tp__mcp_listen_open (tp__mcp_listen *l, const json_t *id, const json_t *
   return ack;
 }
 
-int tp__mcp_listen_cancel (tp__mcp_listen *l, const json_t *id) {
+int tp__mcp_era_listen_cancel (tp__mcp_era_listen *l, const json_t *id) {
   if (l == NULL || id == NULL) return 0;
   for (sub **pp = &l->subs; *pp; pp = &(*pp)->next)
     if (json_equal((*pp)->id, (json_t *)id)) {
@@ -279,7 +319,7 @@ int tp__mcp_listen_cancel (tp__mcp_listen *l, const json_t *id) {
   return 0;
 }
 
-json_t *tp__mcp_listen_tools_changed (tp__mcp_listen *l) {
+json_t *tp__mcp_era_listen_tools_changed (tp__mcp_era_listen *l) {
   json_t *out = json_array();
   for (sub *p = l ? l->subs : NULL; out && p; p = p->next)
     if (p->tools)

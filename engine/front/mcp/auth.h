@@ -9,7 +9,7 @@
 **   file, or a shared secret (HS256).
 ** As a resource server (RFC 9728) it makes the document of
 ** /.well-known/oauth-protected-resource and the WWW-Authenticate header of 401 and 403
-** answers. A token is never passed on: nothing here keeps it past tp__auth_check.
+** answers. A token is never passed on: nothing here keeps it past tp__mcp_auth_check.
 */
 #ifndef tidepool_auth_h
 #define tidepool_auth_h
@@ -34,32 +34,32 @@ typedef struct tp_auth_result {
 /* An authenticator for the "auth" section (NULL: none, every caller let in as no one);
 ** paths in it are relative to dir (the config file's folder). NULL with err filled when
 ** the section is wrong or a key file cannot be read. */
-tp_auth *tp__auth_new(const struct json_t *section, const char *dir, char *err,
+tp_auth *tp__mcp_auth_new(const struct json_t *section, const char *dir, char *err,
                       size_t errlen);
-void tp__auth_free(tp_auth *a);
+void tp__mcp_auth_free(tp_auth *a);
 
 /* Checks the value of an Authorization header (NULL when absent) at now (seconds since
 ** the epoch), needing every scope of required (spaces between; NULL or "": none).
 ** Fills out; returns out->status. */
-int tp__auth_check(tp_auth *a, const char *authorization, const char *required,
+int tp__mcp_auth_check(tp_auth *a, const char *authorization, const char *required,
                    int64_t now, tp_auth_result *out);
 
 /* The JSON text of /.well-known/oauth-protected-resource (resource, authorization_servers,
 ** scopes_supported, bearer_methods_supported); free it. NULL when out of memory. */
-char *tp__auth_resource_metadata(const tp_auth *a);
+char *tp__mcp_auth_resource_metadata(const tp_auth *a);
 
 /* The WWW-Authenticate header value for a 401 or 403 result (Bearer
 ** resource_metadata="...", error, error_description, scope); free it. */
-char *tp__auth_challenge(const tp_auth *a, const tp_auth_result *r);
+char *tp__mcp_auth_challenge(const tp_auth *a, const tp_auth_result *r);
 
 /* The path the document is served at: "/.well-known/oauth-protected-resource" with the
 ** path of "resource" after it (RFC 9728 section 3.1: "/.well-known/oauth-protected-resource/mcp"
 ** for "https://mcp.example.com/mcp"); the challenge's resource_metadata is the resource's
 ** origin and this path. Borrowed. */
-const char *tp__auth_metadata_path(const tp_auth *a);
+const char *tp__mcp_auth_metadata_path(const tp_auth *a);
 
 /* The canonical URL of the server (the audience JWTs must name), from the section's
 ** "resource"; borrowed. */
-const char *tp__auth_resource(const tp_auth *a);
+const char *tp__mcp_auth_resource(const tp_auth *a);
 
 #endif

@@ -1,6 +1,6 @@
 /*
-** mcp_approve.c: the parts of approvals over MCP that need no server thread (see
-** mcp_approve.h). The secret is 32 bytes (a file's SHA-256, or random); two keys are
+** approve.c: the parts of approvals over MCP that need no server thread (see
+** approve.h). The secret is 32 bytes (a file's SHA-256, or random); two keys are
 ** derived from it with HMAC-SHA256 under fixed labels, one for bindings and one for
 ** requestState, so neither use can stand for the other.
 **
@@ -25,7 +25,7 @@
 #include <openssl/sha.h>
 
 #include "tidepool.h"
-#include "mcp_approve.h"
+#include "approve.h"
 
 static unsigned char bind_key[32], seal_key[32];
 static int have_secret;
@@ -47,7 +47,7 @@ static void derive (const unsigned char *secret, size_t n) {
   have_secret = 1;
 }
 
-int tp__apx_secret_init (const char *file, char *why, size_t whylen) {
+int tp__mcp_approve_secret_init (const char *file, char *why, size_t whylen) {
   unsigned char secret[32];
   if (file == NULL) {
     if (RAND_bytes(secret, sizeof secret) != 1) {
@@ -87,7 +87,7 @@ int tp__apx_secret_init (const char *file, char *why, size_t whylen) {
   return 0;
 }
 
-int tp__apx_parse_ttl (const char *text, uint64_t *us, char *why, size_t whylen) {
+int tp__mcp_approve_parse_ttl (const char *text, uint64_t *us, char *why, size_t whylen) {
   size_t n = text ? strlen(text) : 0;
   if (n > 1 && n < 40 && text[n - 1] == 'h' && text[n - 2] >= '0' && text[n - 2] <= '9') {
     char num[48];
@@ -108,7 +108,7 @@ int tp__apx_parse_ttl (const char *text, uint64_t *us, char *why, size_t whylen)
   return -1;
 }
 
-void tp__apx_format_ttl (uint64_t us, char *buf, size_t len) {
+void tp__mcp_approve_format_ttl (uint64_t us, char *buf, size_t len) {
   uint64_t hour = 3600ull * 1000000u;
   if (us >= hour && us % hour == 0) snprintf(buf, len, "%lluh", (unsigned long long)(us / hour));
   else tp_format_value(TP_UNIT_DURATION, us, buf, len);
@@ -123,7 +123,7 @@ static void hex (const unsigned char *p, size_t n, char *out) {
   out[2 * n] = '\0';
 }
 
-void tp__apx_run_id (unsigned w, char *out) {
+void tp__mcp_approve_run_id (unsigned w, char *out) {
   unsigned char r[16];
   if (RAND_bytes(r, sizeof r) != 1) {  /* never expected; still unique within the process */
     static uint64_t n;
@@ -134,10 +134,10 @@ void tp__apx_run_id (unsigned w, char *out) {
   }
   char h[33];
   hex(r, sizeof r, h);
-  snprintf(out, TP__APX_RUN_ID_MAX, "%u-%s", w, h);
+  snprintf(out, TP__MCP_APPROVE_RUN_ID_MAX, "%u-%s", w, h);
 }
 
-void tp__apx_binding (const char *run_id, uint64_t seq, const char *tool, const char *args,
+void tp__mcp_approve_binding (const char *run_id, uint64_t seq, const char *tool, const char *args,
                       const char *principal, char *out) {
   unsigned char ah[32], mac[32];
   char ahex[65];
@@ -159,13 +159,13 @@ void tp__apx_binding (const char *run_id, uint64_t seq, const char *tool, const 
   hex(mac, sizeof mac, out);
 }
 
-int tp__apx_binding_eq (const char *want, const char *given, size_t given_len) {
+int tp__mcp_approve_binding_eq (const char *want, const char *given, size_t given_len) {
   size_t n = strlen(want);
   if (n == 0 || given_len != n) return 0;
   return CRYPTO_memcmp(want, given, n) == 0;
 }
 
-int tp__apx_config_asks (const char *config, size_t len) {
+int tp__mcp_approve_config_asks (const char *config, size_t len) {
   json_t *cfg = config ? tp_json_parse(config, len, NULL, 0) : NULL;
   json_t *rules = json_object_get(json_object_get(cfg, "policy"), "rules");
   size_t i;
@@ -188,7 +188,7 @@ static void shown_args (const char *args, char *out, size_t outlen) {
   snprintf(out, outlen, "%.*s ... (%zu bytes in all)", (int)keep, args, n);
 }
 
-json_t *tp__apx_elicit_params (const char *tool, const char *args, const char *reason,
+json_t *tp__mcp_approve_elicit_params (const char *tool, const char *args, const char *reason,
                                int with_mode) {
   char shown[ARGS_SHOWN + 64], msg[ARGS_SHOWN + 1200];
   shown_args(args, shown, sizeof shown);
@@ -208,7 +208,7 @@ json_t *tp__apx_elicit_params (const char *tool, const char *args, const char *r
   return p;
 }
 
-void tp__apx_elicit_answer (const json_t *result, const char *errmsg, int *approve,
+void tp__mcp_approve_elicit_answer (const json_t *result, const char *errmsg, int *approve,
                             char *note, size_t notelen) {
   *approve = 0;
   if (result == NULL) {
@@ -232,7 +232,7 @@ void tp__apx_elicit_answer (const json_t *result, const char *errmsg, int *appro
   else snprintf(note, notelen, "the client's answer had no action (accept, decline or cancel)");
 }
 
-json_t *tp__apx_pending_entry (uint64_t seq, const char *tool, const char *args,
+json_t *tp__mcp_approve_pending_entry (uint64_t seq, const char *tool, const char *args,
                                const char *reason, const char *binding) {
   json_t *a = tp_json_parse(args, strlen(args), NULL, 0);
   if (a == NULL) a = json_string(args);
@@ -240,10 +240,10 @@ json_t *tp__apx_pending_entry (uint64_t seq, const char *tool, const char *args,
                    "args", a, "reason", reason, "binding", binding);
 }
 
-json_t *tp__apx_paused_view (const char *run_id, json_t *pending, json_t *calls,
+json_t *tp__mcp_approve_paused_view (const char *run_id, json_t *pending, json_t *calls,
                              const char *resume_tool, uint64_t ttl_us) {
   char msg[700], ttl[32];
-  tp__apx_format_ttl(ttl_us, ttl, sizeof ttl);
+  tp__mcp_approve_format_ttl(ttl_us, ttl, sizeof ttl);
   snprintf(msg, sizeof msg, "The run is paused: a policy rule asks a person to approve the "
            "calls in pending, and nothing of them has run. Ask the user, then call %s with "
            "{run, decisions: [{seq, approve, note, binding}]}, one decision a pending call, "
@@ -255,7 +255,7 @@ json_t *tp__apx_paused_view (const char *run_id, json_t *pending, json_t *calls,
                    "message", msg);
 }
 
-json_t *tp__apx_resume_tool (const char *name) {
+json_t *tp__mcp_approve_resume_tool (const char *name) {
   json_t *t = json_loads(
     "{\"title\":\"Resume a paused run\","
     "\"description\":\"Decides the calls a paused run waits on (a result with \\\"status\\\": "
@@ -329,7 +329,7 @@ static long b64_decode (const char *s, size_t n, unsigned char *out) {
 
 /* ---- requestState ------------------------------------------------------------------- */
 
-char *tp__apx_seal (const json_t *state, const char *principal, uint64_t ttl_us) {
+char *tp__mcp_approve_seal (const json_t *state, const char *principal, uint64_t ttl_us) {
   json_t *box = json_pack("{s:i, s:s, s:I, s:O}", "v", 1, "p", principal ? principal : "",
                           "exp", (json_int_t)(time(NULL) + (time_t)(ttl_us / 1000000u) + 1),
                           "s", state);
@@ -356,7 +356,7 @@ char *tp__apx_seal (const json_t *state, const char *principal, uint64_t ttl_us)
   return out;
 }
 
-json_t *tp__apx_open (const char *text, size_t len, const char *principal, int *code,
+json_t *tp__mcp_approve_open (const char *text, size_t len, const char *principal, int *code,
                       char *why, size_t whylen) {
   *code = -32602;
   if (!have_secret) {
@@ -428,4 +428,50 @@ json_t *tp__apx_open (const char *text, size_t len, const char *principal, int *
   json_t *state = json_incref(st);
   json_decref(box);
   return state;
+}
+
+/* ---- what binds a durable paused run: the policy and the limits it ran with --------- */
+
+void tp__mcp_approve_policy_hash (const char *config, size_t len, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  json_t *cfg = config ? tp_json_parse(config, len, NULL, 0) : NULL;
+  json_t *pol = json_object_get(cfg, "policy");
+  size_t n;
+  char *text = pol ? tp_json_text(pol, &n) : NULL;
+  unsigned char h[32];
+  if (text) SHA256((const unsigned char *)text, n, h);
+  else SHA256((const unsigned char *)"null", 4, h);
+  free(text);
+  json_decref(cfg);
+  for (size_t i = 0; i < sizeof h; i++) {
+    out[2 * i] = digits[h[i] >> 4];
+    out[2 * i + 1] = digits[h[i] & 15];
+  }
+  out[64] = '\0';
+}
+
+json_t *tp__mcp_approve_limits_json (const tp_limits *l) {
+  json_t *j = json_object();
+  for (size_t i = 0; j && i < tp_limit_count(); i++) {
+    const tp_limit_info *li = tp_limit_at(i);
+    if (json_object_set_new(j, li->field, json_integer((json_int_t)tp_limits_get(l, li))) != 0) {
+      json_decref(j);
+      return NULL;
+    }
+  }
+  return j;
+}
+
+int tp__mcp_approve_limits_read (const json_t *j, tp_limits *l) {
+  for (size_t i = 0; i < tp_limit_count(); i++) {
+    const tp_limit_info *li = tp_limit_at(i);
+    json_t *v = json_object_get(j, li->field);
+    if (v == NULL) continue;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
+    char text[40];
+    snprintf(text, sizeof text, "%lld%s", (long long)json_integer_value(v),
+             li->unit == TP_UNIT_DURATION ? "us" : "");
+    if (tp_limits_set(l, li->field, text, NULL, 0) != TP_OK) return -1;
+  }
+  return 0;
 }

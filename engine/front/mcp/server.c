@@ -42,7 +42,7 @@
 ** The kv.* tools of every worker share one store (engine/host/kvstore.c), so a key written by
 ** one call is read by the next whichever worker runs it.
 **
-** Results: what a model reads (model_view: ok, result or error, logs, the calls counted
+** Results: what a model reads (tp__mcp_view_json: ok, result or error, logs, the calls counted
 ** by tool and each failed call in full) as structuredContent and the same JSON as a text
 ** block; the envelope's full calls record and stats go to the result's _meta (the
 ** client's, not the model's: MCP's Result._meta, under "tidepool/" keys) and, with
@@ -81,11 +81,12 @@
 #include <uv.h>
 
 #include "tidepool.h"
+#include "options.h"
 #include "mcp.h"
-#include "mcp_approve.h"
-#include "mcp_durable.h"
-#include "mcp_http.h"
-#include "mcp_era.h"
+#include "approve.h"
+#include "http.h"
+#include "era.h"
+#include "view.h"
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static uint64_t now_ns (void) {
@@ -105,17 +106,13 @@ static uint64_t now_ns (void) {
 #define WAITING_MAX   256           /* waiting scripts before reading pauses */
 #define DROPPED_MAX   64            /* dropped session ids remembered, with why */
 #define SESSION_ID_MAX 128          /* bytes */
-#define ID_MAX        1024          /* a request id, as JSON text: it is echoed back */
+#define ID_MAX        TP__MCP_VIEW_ID_MAX  /* a request id, as JSON text: it is echoed back */
 #define BATCH_MAX     64            /* messages in a batch (versions before 2025-06-18) */
 #define WORKERS_MAX   64
 #define LEASE_DEFAULT_US (15ull * 1000000u)
 /* What one tools/call response of a batch may take, so that BATCH_MAX of them fit a line. */
 #define BATCH_CALL_MAX ((LINE_OUT_MAX - 65536) / BATCH_MAX)
 
-static const char *const versions[] = {  /* latest first */
-  "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"
-};
-static const char no_batch_version[] = "2025-06-18";  /* batching was removed here */
 
 static const char *const levels[] = {
   "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"
@@ -200,7 +197,7 @@ static void usage (FILE *f) {
   tp_limits defaults;
   mcp_limits_init(&defaults);
   fputs(usage_text, f);
-  tp__cli_limits_help(f, 1, &defaults);
+  tp__options_limits_help(f, 1, &defaults);
   fputs("\nA limit of 0 means no limit.\n", f);
   tp__mcp_http_help(f);
 }
@@ -236,7 +233,7 @@ typedef struct options {
   uint64_t lease_us;        /* --lease: how long this server's claims outlive its silence */
   const char *secret_file;  /* --secret-file, or NULL (a random secret) */
   int asks;                 /* the config's policy has an "ask" rule: approvals are on */
-  char policy_hash[TP__DUR_HASH_LEN];  /* of the config's policy (durable runs) */
+  char policy_hash[TP__MCP_APPROVE_HASH_LEN];  /* of the config's policy (durable runs) */
 } options;
 
 typedef struct server server;
@@ -316,11 +313,15 @@ struct req {
   size_t budget;            /* the response line's size cap */
   int elicit;               /* ask with elicitation/create (2: with "mode") */
   int era26;                /* a 2026-07-28 request: ask with an input_required result */
+  char *callers;            /* caller tools: the run's declarations (JSON text), or NULL */
+  int callers_live;         /* their calls go to the client as tidepool/callTool requests
+                            ** (else the run pauses for resume_run's results) */
+  int callers_session;      /* the declarations are kept by the run's session */
   /* approvals, protocol side: parked (answered "paused", in s->parked; M_PARK), resumed
   ** (by resume_run or a requestState: id, b and budget are the resuming request's) and
   ** run_id (written by the worker before its first M_PARK, read after it) */
   int parked, resumed;
-  char run_id[TP__APX_RUN_ID_MAX];
+  char run_id[TP__MCP_APPROVE_RUN_ID_MAX];
   /* worker side between M_RUN and M_DONE; read by the protocol thread after M_DONE */
   struct apx *ax;           /* its held calls (approvals), or NULL */
   int wparked, ended_parked;/* answered "paused" and waiting; ended while so */
@@ -415,9 +416,10 @@ struct server {
   int initialized, level;
   const char *version;      /* negotiated by initialize, or NULL */
   int client_elicit;        /* the client declared elicitation (2: with form "mode") */
+  int client_callers;       /* the client declared tidepool/callerTools (its version) */
   req *parked;              /* requests answered "paused" whose runs wait (approvals) */
   int modern_req;           /* handling a 2026-07-28 request (mcp_era.h) */
-  tp__mcp_listen *listen;   /* its subscriptions/listen streams */
+  tp__mcp_era_listen *listen;   /* its subscriptions/listen streams */
   /* tools, as worker 0 last reported them */
   json_t *tools;            /* the tools/list result */
   json_t *tool_names;       /* MCP name -> tool name, every exposed tool */
@@ -824,7 +826,7 @@ static char *tools_report (worker *w) {
     "inputSchema", input, "outputSchema", envelope_schema()));
   json_object_set_new(names, o->name, json_null());  /* taken, and not an exposed tool */
   if (o->asks) {  /* approvals: resume_run decides a paused run's calls */
-    json_array_append_new(tools, tp__apx_resume_tool("resume_run"));
+    json_array_append_new(tools, tp__mcp_approve_resume_tool("resume_run"));
     json_object_set_new(names, "resume_run", json_null());
   }
   for (size_t i = 0, n = tp_engine_tool_count(w->e); o->expose && i < n; i++) {
@@ -1069,506 +1071,6 @@ static session *session_for (server *s, const char *who, const char *id, size_t 
   return ss;
 }
 
-/* Appends bytes to a growing buffer; -1 when out of memory. */
-typedef struct sbuf { char *p; size_t len, cap; int oom; } sbuf;
-static void sb_put (sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t ncap = (b->len + n + 1) * 2;
-    char *np = realloc(b->p, ncap);
-    if (np == NULL) { b->oom = 1; return; }
-    b->p = np;
-    b->cap = ncap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-static void sb_str (sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static void sb_json (sbuf *b, const json_t *v) {
-  size_t n;
-  char *t = tp_json_text(v, &n);
-  if (t == NULL) { b->oom = 1; return; }
-  sb_put(b, t, n);
-  free(t);
-}
-/* text as a JSON string (text is valid UTF-8: it came out of a JSON encoder) */
-static void sb_quoted (sbuf *b, const char *s, size_t n) {
-  static const char hex[] = "0123456789abcdef";
-  sb_put(b, "\"", 1);
-  size_t run = 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c >= 0x20 && c != '"' && c != '\\') { run++; continue; }
-    sb_put(b, s + i - run, run);
-    run = 0;
-    if (c == '"') sb_put(b, "\\\"", 2);
-    else if (c == '\\') sb_put(b, "\\\\", 2);
-    else if (c == '\n') sb_put(b, "\\n", 2);
-    else {
-      char u[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
-      sb_put(b, u, 6);
-    }
-  }
-  sb_put(b, s + n - run, run);
-  sb_put(b, "\"", 1);
-}
-
-/* A string holding the first `keep` bytes of text (cut at a UTF-8 boundary) and a marker. */
-static json_t *cut_string (const char *text, size_t n, size_t keep, const char *what) {
-  if (keep > n) keep = n;
-  while (keep > 0 && ((unsigned char)text[keep] & 0xc0) == 0x80) keep--;
-  char marker[200];
-  snprintf(marker, sizeof marker, " ...[truncated by tidepool: %s is %zu bytes; this holds "
-           "its first %zu]", what, n, keep);
-  sbuf b = { 0 };
-  sb_put(&b, text, keep);
-  sb_str(&b, marker);
-  json_t *cut = b.oom ? NULL : json_stringn(b.p, b.len);
-  free(b.p);
-  return cut;
-}
-
-/* Cuts envelope j in place, one stage at a time (each keeps what the earlier ones cut):
-** 1 cuts the result (orig_result, as JSON text) to a string of `keep` bytes and keeps the
-** first logs of orig_logs within keep / 2 (stage 1 may be tried with smaller keeps); 2
-** drops the result and the logs; 3 keeps the first calls and cuts the error's texts to
-** what room allows, and keeps the first failed calls. ok, the error's code and the calls'
-** counts by tool always stay; j.truncated
-** says what went. Work: a few dumps of j, which is at most a run's envelope (itself capped
-** by the run's result and output limits), on the worker thread. */
-static void cut_envelope (json_t *j, int stage, size_t keep, size_t room, json_t *orig_result,
-                          json_t *orig_logs) {
-  json_t *note = json_object_get(j, "truncated");
-  if (!json_is_object(note)) {
-    note = json_object();
-    json_object_set_new(j, "truncated", note);
-    json_object_set_new(note, "message", json_string("The result was too large for one MCP "
-      "message and was cut. Return less data: a summary, a count, or the first items."));
-  }
-  if (stage == 1) {
-    if (orig_result != NULL) {
-      size_t n;
-      char *text = tp_json_text(orig_result, &n);
-      if (text && n > keep) {
-        json_t *cut = cut_string(text, n, keep, "the result as JSON");
-        if (cut) {
-          json_object_set_new(j, "result", cut);
-          json_object_set_new(note, "result_bytes", json_integer((json_int_t)n));
-        }
-      }
-      free(text);
-    }
-    if (json_is_array(orig_logs)) {
-      size_t used = 0, i, nkeep = json_array_size(orig_logs);
-      json_t *v;
-      json_array_foreach(orig_logs, i, v) {
-        used += json_string_length(v) * 2 + 4;
-        if (used > keep / 2) { nkeep = i; break; }
-      }
-      size_t dropped = json_array_size(orig_logs) - nkeep;
-      if (dropped > 0) {
-        json_t *logs = json_array();
-        for (i = 0; i < nkeep; i++) json_array_append(logs, json_array_get(orig_logs, i));
-        char marker[200];
-        snprintf(marker, sizeof marker, "...[truncated by tidepool: %zu more log lines left "
-                 "out to fit the message size limit]", dropped);
-        json_array_append_new(logs, json_string(marker));
-        json_object_set_new(j, "logs", logs);
-        json_object_set_new(note, "logs_dropped", json_integer((json_int_t)dropped));
-      }
-    }
-  }
-  else if (stage == 2) {
-    json_t *logs = json_object_get(j, "logs");
-    if (orig_result != NULL) {
-      json_object_set_new(j, "result", json_null());
-      json_object_set_new(note, "result_dropped", json_true());
-    }
-    if (json_is_array(logs) && json_array_size(orig_logs) > 0) {
-      size_t n = json_array_size(orig_logs);
-      json_object_set_new(note, "logs_dropped", json_integer((json_int_t)n));
-      json_array_clear(logs);
-      json_array_append_new(logs, json_string("...[truncated by tidepool: the logs were left "
-                                              "out to fit the message size limit]"));
-    }
-  }
-  else {
-    json_t *err = json_object_get(j, "error");
-    static const char *const texts[] = { "message", "source", "hint" };
-    for (size_t k = 0; json_is_object(err) && k < 3; k++) {
-      json_t *v = json_object_get(err, texts[k]);
-      if (json_is_string(v) && json_string_length(v) > 4000) {
-        json_t *cut = cut_string(json_string_value(v), json_string_length(v), 4000, texts[k]);
-        if (cut) json_object_set_new(err, texts[k], cut);
-      }
-    }
-    json_t *calls = json_object_get(j, "failed_calls");
-    if (json_is_array(calls)) {
-      size_t used = 0, i, nkeep = json_array_size(calls);
-      json_t *v;
-      json_array_foreach(calls, i, v) {
-        size_t n = 1000;
-        char *t = tp_json_text(v, &n);
-        if (t == NULL) n = 1000;
-        free(t);
-        used += n * 2 + 4;
-        if (used > room / 4) { nkeep = i; break; }
-      }
-      size_t dropped = json_array_size(calls) - nkeep;
-      if (dropped > 0) {
-        while (json_array_size(calls) > nkeep) json_array_remove(calls, json_array_size(calls) - 1);
-        json_object_set_new(note, "failed_calls_dropped", json_integer((json_int_t)dropped));
-      }
-    }
-  }
-}
-
-/* An envelope's text as a tree. The envelope is the engine's own output, whose size the
-** run's limits bound (and may make larger than LINE_IN_MAX). */
-static json_t *parse_envelope (const char *env, size_t len) {
-  return json_loadb(env, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-}
-
-/* The result made for the model out of envelope env (the engine's): ok, result or error,
-** logs, "calls": the number of calls by tool, and "failed_calls": each failed or refused
-** call in full (tool, line, code, message; "times": n when the same failure came back n
-** times, as in a loop), when any, but the one that ended the run, which is the error
-** (its earlier repeats stay, "same_as_error" instead of the message) ("failed_unlisted": how many more
-** failed past the envelope's listed calls). The calls record (ms, bytes, one record a
-** call) and stats stay out: a model reads every byte of this, and they go to the result's
-** _meta and the audit log instead. The session and truncated fields pass through. New
-** reference; NULL when out of memory. */
-static json_t *model_view (const json_t *env) {
-  json_t *v = json_object(), *by = json_object(), *failed = json_array();
-  if (v == NULL || by == NULL || failed == NULL) goto oom;
-  static const char *const keep[] = { "ok", "result", "error", "warnings", "logs" };
-  for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
-    json_t *x = json_object_get(env, keep[k]);
-    if (x && json_object_set(v, keep[k], x) != 0) goto oom;
-  }
-  json_int_t unlisted = 0;
-  size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(env, "calls"), i, c) {
-    if (json_is_true(json_object_get(c, "summary"))) {  /* the calls past the listed ones */
-      const char *name;
-      json_t *n;
-      json_object_foreach(json_object_get(c, "by_tool"), name, n) {
-        json_int_t had = json_integer_value(json_object_get(by, name));
-        json_object_set_new(by, name, json_integer(had + json_integer_value(n)));
-      }
-      json_int_t other = json_integer_value(json_object_get(c, "other"));
-      if (other > 0) json_object_set_new(by, "(other tools)", json_integer(other));
-      unlisted += json_integer_value(json_object_get(c, "failed"));
-      continue;
-    }
-    const char *name = json_string_value(json_object_get(c, "tool"));
-    if (name == NULL) continue;
-    json_int_t had = json_integer_value(json_object_get(by, name));
-    if (json_object_set_new(by, name, json_integer(had + 1)) != 0) goto oom;
-    if (json_is_true(json_object_get(c, "ok"))) continue;
-    json_t *f = json_pack("{s:s}", "tool", name);
-    if (f == NULL) goto oom;
-    json_t *line = json_object_get(c, "line"), *code = json_object_get(c, "error");
-    json_t *msg = json_object_get(c, "message");
-    if (line) json_object_set(f, "line", line);
-    if (code) json_object_set(f, "code", code);
-    if (msg) json_object_set(f, "message", msg);
-    /* the same failure again (a loop): counted on its first entry, not repeated */
-    size_t k;
-    json_t *g, *same = NULL;
-    json_array_foreach(failed, k, g) {
-      static const char *const keys[] = { "tool", "line", "code", "message" };
-      int eq = 1;
-      for (size_t q = 0; q < 4 && eq; q++) {
-        json_t *a = json_object_get(g, keys[q]), *b = json_object_get(f, keys[q]);
-        eq = (a == NULL && b == NULL) || (a && b && json_equal(a, b));
-      }
-      if (eq) { same = g; break; }
-    }
-    if (same) {
-      json_int_t times = json_integer_value(json_object_get(same, "times"));
-      json_object_set_new(same, "times", json_integer(times ? times + 1 : 2));
-      json_decref(f);
-    }
-    else if (json_array_append_new(failed, f) != 0) goto oom;
-  }
-  /* the call whose failure ended the run is the error already: listed once, there (a
-  ** repeat of it, as in a loop, keeps its count here without the message again) */
-  json_t *err = json_object_get(env, "error");
-  if (json_is_object(err)) {
-    size_t k;
-    json_t *g;
-    json_array_foreach(failed, k, g) {
-      static const char *const keys[] = { "line", "code", "message" };
-      int eq = 1;
-      for (size_t q = 0; q < 3 && eq; q++) {
-        json_t *a = json_object_get(g, keys[q]), *b = json_object_get(err, keys[q]);
-        eq = a && b && json_equal(a, b);
-      }
-      json_t *etool = json_object_get(err, "tool");
-      if (eq && etool && !json_equal(etool, json_object_get(g, "tool"))) eq = 0;
-      if (!eq) continue;
-      json_int_t times = json_integer_value(json_object_get(g, "times"));
-      if (times <= 1) json_array_remove(failed, k);
-      else {
-        json_object_set_new(g, "times", json_integer(times - 1));
-        json_object_del(g, "message");
-        json_object_set_new(g, "same_as_error", json_true());
-      }
-      break;
-    }
-  }
-  if (json_object_set_new(v, "calls", by) != 0) { by = NULL; goto oom; }
-  by = NULL;
-  if (json_array_size(failed) > 0) {
-    if (json_object_set(v, "failed_calls", failed) != 0) goto oom;
-  }
-  json_decref(failed);
-  failed = NULL;
-  if (unlisted > 0) json_object_set_new(v, "failed_unlisted", json_integer(unlisted));
-  static const char *const pass[] = { "session", "truncated" };
-  for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++) {
-    json_t *x = json_object_get(env, pass[k]);
-    if (x) json_object_set(v, pass[k], x);
-  }
-  return v;
-oom:
-  json_decref(v);
-  json_decref(by);
-  json_decref(failed);
-  return NULL;
-}
-
-char *tp__mcp_model_view (const char *env, size_t len, size_t *outlen) {
-  json_t *j = json_loadb(env, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-  json_t *v = json_is_object(j) ? model_view(j) : NULL;
-  char *text = v ? tp_json_text(v, outlen) : NULL;
-  json_decref(v);
-  json_decref(j);
-  return text;
-}
-
-/* The tools/call response around view text env (compact JSON) and _meta text meta (may be
-** NULL). NULL when out of memory or when it would not be shorter than max. */
-static char *wrap_envelope (const json_t *id, const char *env, size_t len, int ok,
-                            const char *meta, size_t max, size_t *outlen) {
-  sbuf b = { 0 };
-  sb_str(&b, "{\"id\":");
-  sb_json(&b, id);
-  sb_str(&b, ",\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
-  sb_quoted(&b, env, len);
-  sb_str(&b, "}],\"isError\":");
-  sb_str(&b, ok ? "false" : "true");
-  sb_str(&b, ",\"structuredContent\":");
-  sb_put(&b, env, len);
-  if (meta) {
-    sb_str(&b, ",\"_meta\":");
-    sb_str(&b, meta);
-  }
-  sb_str(&b, "}}");
-  if (b.oom || b.len >= max) { free(b.p); return NULL; }
-  *outlen = b.len;
-  return b.p;
-}
-
-/* The last resort: ok, the error code and a note (id is at most ID_MAX bytes of JSON):
-** a few KiB. NULL only when even those cannot be allocated. */
-static char *minimal_response (const json_t *id, int ok, const char *code, size_t *outlen) {
-  char idtext[ID_MAX + 8], env[600], quoted[1400];
-  char *t = id ? tp_json_text(id, NULL) : NULL;
-  snprintf(idtext, sizeof idtext, "%s", t && strlen(t) < ID_MAX ? t : "null");
-  free(t);
-  int codeok = code != NULL && strlen(code) < 64 &&
-               strspn(code, "abcdefghijklmnopqrstuvwxyz._") == strlen(code);
-  snprintf(env, sizeof env, "{\"ok\":%s%s%s%s,\"calls\":{},\"truncated\":{\"message\":\"The "
-           "result could not be sent: it was too large for one MCP message, or the server "
-           "ran out of memory. The calls record was lost: check side effects before "
-           "retrying. Return less data.\"}}", ok ? "true" : "false",
-           ok || !codeok ? "" : ",\"error\":{\"code\":\"", ok || !codeok ? "" : code,
-           ok || !codeok ? "" : "\",\"message\":\"the result was too large to send\"}");
-  size_t q = 0;
-  for (const char *p = env; *p && q + 3 < sizeof quoted; p++) {
-    if (*p == '"' || *p == '\\') quoted[q++] = '\\';
-    quoted[q++] = *p;
-  }
-  quoted[q] = '\0';
-  size_t cap = strlen(idtext) + strlen(env) + strlen(quoted) + 200;
-  char *out = malloc(cap);
-  if (out == NULL) return NULL;
-  int n = snprintf(out, cap, "{\"id\":%s,\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":"
-                   "\"text\",\"text\":\"%s\"}],\"isError\":%s,\"structuredContent\":%s}}",
-                   idtext, quoted, ok ? "false" : "true", env);
-  *outlen = n > 0 && (size_t)n < cap ? (size_t)n : cap - 1;
-  return out;
-}
-
-/* The tools/call response of a run_lua call out of envelope env (compact JSON): the model
-** view (model_view, plus the session field) as structuredContent and text, and the full
-** calls record and stats in _meta ("tidepool/calls", "tidepool/stats": the client's, never
-** the model's), shorter than max bytes. Past max, _meta goes first, then the view is cut
-** by stages (cut_envelope); the response always says ok and the error's code. Caller
-** frees; NULL only when not even the minimal response can be made. */
-static char *call_response (const json_t *id, const char *env, size_t len, int ok,
-                            const json_t *sess_info, size_t max, size_t *outlen) {
-  char *out = NULL;
-  json_t *j = parse_envelope(env, len);
-  json_t *view = json_is_object(j) ? model_view(j) : NULL;
-  const char *code = NULL;
-  char codebuf[64] = "";
-  if (view != NULL) {
-    if (sess_info) json_object_set(view, "session", (json_t *)sess_info);
-    const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
-    if (c) snprintf(codebuf, sizeof codebuf, "%s", c);
-    json_t *meta = json_object();
-    json_t *calls = json_object_get(j, "calls"), *stats = json_object_get(j, "stats");
-    if (meta && calls) json_object_set(meta, "tidepool/calls", calls);
-    if (meta && stats) json_object_set(meta, "tidepool/stats", stats);
-    char *meta_text = meta ? tp_json_text(meta, NULL) : NULL;
-    json_decref(meta);
-    size_t n;
-    char *text = tp_json_text(view, &n);
-    if (text) {
-      if (meta_text) out = wrap_envelope(id, text, n, ok, meta_text, max, outlen);
-      if (out == NULL) out = wrap_envelope(id, text, n, ok, NULL, max, outlen);
-    }
-    free(text);
-    free(meta_text);
-    json_t *orig_result = json_incref(json_object_get(view, "result"));
-    json_t *orig_logs = json_incref(json_object_get(view, "logs"));
-    static const struct { int stage, div; } steps[] = { {1, 4}, {1, 16}, {1, 128}, {2, 1}, {3, 1} };
-    for (size_t k = 0; k < sizeof steps / sizeof steps[0] && out == NULL; k++) {
-      cut_envelope(view, steps[k].stage, max / (size_t)steps[k].div, max, orig_result, orig_logs);
-      text = tp_json_text(view, &n);
-      if (text) out = wrap_envelope(id, text, n, ok, NULL, max, outlen);
-      free(text);
-    }
-    json_decref(orig_result);
-    json_decref(orig_logs);
-    json_decref(view);
-  }
-  json_decref(j);
-  if (*codebuf) code = codebuf;
-  else if (!ok) code = "runtime";
-  if (out == NULL) out = minimal_response(id, ok, code, outlen);
-  return out;
-}
-
-/* An envelope for a call refused before any script ran. */
-static char *refusal_envelope (const char *code, const char *msg) {
-  json_t *env = json_pack("{s:b, s:{s:s, s:s}, s:[], s:[]}", "ok", 0, "error", "code", code,
-                          "message", msg, "logs", "calls");
-  char *t = env ? tp_json_text(env, NULL) : NULL;
-  json_decref(env);
-  return t;
-}
-
-static char *refusal_response (const json_t *id, const char *code, const char *msg,
-                               const json_t *sess_info, size_t max, size_t *outlen) {
-  char *env = refusal_envelope(code, msg);
-  if (env == NULL) return minimal_response(id, 0, code, outlen);
-  char *line = call_response(id, env, strlen(env), 0, sess_info, max, outlen);
-  free(env);
-  return line;
-}
-
-/* s without prefix "tools.<tool>" (replaced by mcp_name) and without the suffix that points
-** at tools.describe, neither of which an exposed tool's caller can use. */
-static json_t *exposed_message (const char *msg, const char *tool, const char *mcp_name) {
-  sbuf b = { 0 };
-  size_t tl = strlen(tool);
-  if (strncmp(msg, "tools.", 6) == 0 && strncmp(msg + 6, tool, tl) == 0 &&
-      (msg[6 + tl] == ':' || msg[6 + tl] == ' ')) {
-    sb_str(&b, mcp_name);
-    msg += 6 + tl;
-  }
-  char tail[300];
-  snprintf(tail, sizeof tail, " (tools.describe(\"%s\") shows what it takes)", tool);
-  size_t n = strlen(msg), tn = strlen(tail);
-  if (n >= tn && strcmp(msg + n - tn, tail) == 0) n -= tn;
-  sb_put(&b, msg, n);
-  json_t *j = b.oom ? NULL : json_stringn(b.p, b.len);
-  free(b.p);
-  return j;
-}
-
-/* The failure of an exposed tool, for the model that called it: the tool's MCP name, the
-** arguments it was given, and the error's code, message and hint, without the Lua that
-** tidepool ran for it (its line, its source); the calls record goes to _meta. NULL when
-** it cannot be made within max (the caller sends the cut model view instead). */
-static char *exposed_failure (const json_t *id, const char *env, size_t len, const char *tool,
-                              const char *mcp_name, json_t *args, size_t max, size_t *outlen) {
-  json_t *j = parse_envelope(env, len);
-  json_t *err = json_object_get(j, "error");
-  const char *code = json_string_value(json_object_get(err, "code"));
-  const char *msg = json_string_value(json_object_get(err, "message"));
-  if (code == NULL || msg == NULL) { json_decref(j); return NULL; }
-  json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
-                        exposed_message(msg, tool, mcp_name));
-  if (e && strcmp(code, "tool.invalid_input") == 0)
-    json_object_set_new(e, "hint", json_string("Fix the arguments: the message gives the JSON "
-      "path of the wrong value and what was expected; the tool's inputSchema (tools/list) "
-      "shows what it takes."));
-  else if (e && json_is_string(json_object_get(err, "hint")))
-    json_object_set(e, "hint", json_object_get(err, "hint"));
-  json_t *v = e ? json_pack("{s:b, s:s, s:O, s:o}", "ok", 0, "tool", mcp_name, "arguments",
-                            args, "error", e) : NULL;
-  json_t *meta = json_object();
-  if (meta && json_object_get(j, "calls"))
-    json_object_set(meta, "tidepool/calls", json_object_get(j, "calls"));
-  if (meta && json_object_get(j, "stats"))
-    json_object_set(meta, "tidepool/stats", json_object_get(j, "stats"));
-  size_t n = 0;
-  char *text = v ? tp_json_text(v, &n) : NULL;
-  char *meta_text = meta ? tp_json_text(meta, NULL) : NULL;
-  char *out = NULL;
-  if (text && meta_text) out = wrap_envelope(id, text, n, 0, meta_text, max, outlen);
-  if (text && out == NULL) out = wrap_envelope(id, text, n, 0, NULL, max, outlen);
-  free(text);
-  free(meta_text);
-  json_decref(meta);
-  json_decref(v);
-  json_decref(j);
-  return out;
-}
-
-/* The response of an exposed tool: the tool's result itself, or its failure
-** (exposed_failure; the model view of the run when that cannot be made). */
-static char *exposed_response (const json_t *id, const char *env, size_t len, int ok,
-                               const req *q, size_t max, size_t *outlen) {
-  if (!ok) {
-    char *out = exposed_failure(id, env, len, q->tool, q->mcp_name, q->args, max, outlen);
-    return out ? out : call_response(id, env, len, 0, NULL, max, outlen);
-  }
-  json_t *j = parse_envelope(env, len);
-  json_t *result = j ? json_object_get(j, "result") : NULL;
-  if (result == NULL) { json_decref(j); return call_response(id, env, len, 1, NULL, max, outlen); }
-  size_t n;
-  char *text = tp_json_text(result, &n);
-  sbuf b = { 0 };
-  sb_str(&b, "{\"id\":");
-  sb_json(&b, id);
-  sb_str(&b, ",\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
-  if (text) sb_quoted(&b, text, n);
-  else sb_str(&b, "\"\"");
-  sb_str(&b, "}],\"isError\":false");
-  if (json_is_object(result) && text) {
-    sb_str(&b, ",\"structuredContent\":");
-    sb_put(&b, text, n);
-  }
-  sb_str(&b, "}}");
-  free(text);
-  json_decref(j);
-  if (b.oom || b.len >= max) {  /* the envelope, cut: an error (isError), since a cut
-                                ** result cannot match the tool's outputSchema */
-    free(b.p);
-    return call_response(id, env, len, 0, NULL, max, outlen);
-  }
-  *outlen = b.len;
-  return b.p;
-}
-
 static int has_lua_files (const char *dir) {
   DIR *d = opendir(dir);
   if (d == NULL) return 0;
@@ -1685,7 +1187,7 @@ static void wsess_drop (worker *w, uint64_t num) {
 static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   (void)r;
   req *q = ud;
-  if (!done && tool && q->w->s->o.asks) {  /* for a paused result's "calls" */
+  if (!done && tool && (q->w->s->o.asks || q->callers)) {  /* a paused result's "calls" */
     if (q->seen == NULL) q->seen = json_object();
     json_int_t had = json_integer_value(json_object_get(q->seen, tool));
     json_object_set_new(q->seen, tool, json_integer(had + 1));
@@ -1716,7 +1218,7 @@ static void progress_text_hook (tp_run *r, const char *tool, const char *text, v
 /* ---- approvals (worker side) --------------------------------------------------------
 ** A call that a policy rule holds ("effect": "ask") comes to on_approval on the worker of
 ** its run. The run's request (q) then asks in one of two ways:
-** - elicit: an elicitation/create request goes to the client (ids TP__APX_ELICIT_PREFIX
+** - elicit: an elicitation/create request goes to the client (ids TP__MCP_APPROVE_ELICIT_PREFIX
 **   "<worker>-<n>", so the protocol thread routes the answer back here as M_ANSWER), and
 **   the call is decided in the same tools/call; the run's wall-clock limit keeps counting,
 **   so a client that never answers is bounded by it;
@@ -1732,15 +1234,17 @@ typedef struct pend {
   tp_call *c;
   uint64_t seq;
   char *tool, *args, *reason;
-  char binding[TP__APX_BINDING_LEN];
-  char eid[64];             /* its elicitation request's id, or "" */
+  char binding[TP__MCP_APPROVE_BINDING_LEN];
+  char eid[64];             /* its elicitation (or tidepool/callTool) request's id, or "" */
+  int call;                 /* a caller tool's call, held for the client's answer (its
+                            ** result), not for a person's approval */
 } pend;
 
 typedef struct apx {
   req *q;                   /* NULL once its run ended (the timer is closing) */
   uv_timer_t t;             /* parks the run, then ends it at --pause-ttl */
   pend *pending;            /* held calls, by seq */
-  char run_id[TP__APX_RUN_ID_MAX];
+  char run_id[TP__MCP_APPROVE_RUN_ID_MAX];
 } apx;
 
 static void pend_free (pend *p) {
@@ -1764,7 +1268,7 @@ static apx *apx_get (worker *w, req *q) {
   a->t.data = a;
   a->q = q;
   if (q->restore) memcpy(a->run_id, q->run_id, sizeof a->run_id);  /* from the store */
-  else tp__apx_run_id(w->index, a->run_id);
+  else tp__mcp_approve_run_id(w->index, a->run_id);
   q->ax = a;
   return a;
 }
@@ -1780,8 +1284,10 @@ static void apx_end (worker *w, req *q, int quiet, const char *why) {
     a->pending = p->next;
     if (p->eid[0] && !quiet)
       wsend(q, notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
-            p->eid, "reason", "the run that asked ended before a person answered")));
-    tp_call_deny(p->c, why);
+            p->eid, "reason", p->call ? "the run ended before the call was answered"
+                                      : "the run that asked ended before a person answered")));
+    if (p->call) tp_call_fail(p->c, NULL, why);
+    else tp_call_deny(p->c, why);
     pend_free(p);
   }
   a->q = NULL;
@@ -1805,14 +1311,24 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
   apx *a = q->ax;
   const options *o = &w->s->o;
   json_t *pending = json_array(), *inputs = json_object(), *calls = json_array();
+  int calls_held = 0;
   for (pend *p = a->pending; p; p = p->next) {
-    json_t *e = tp__apx_pending_entry(p->seq, p->tool, brief ? "\"(too large to show)\"" :
+    if (p->call) {  /* a caller tool's call: the client runs it (docs/caller-tools.md) */
+      const char *at = brief ? "\"(too large to show)\"" : p->args;
+      json_t *args = tp_json_parse(at, strlen(at), NULL, 0);
+      json_array_append_new(pending, json_pack("{s:s, s:I, s:s, s:o, s:s}", "kind", "call",
+                            "id", (json_int_t)p->seq, "tool", p->tool, "args",
+                            args ? args : json_string(at), "binding", p->binding));
+      calls_held++;
+      continue;
+    }
+    json_t *e = tp__mcp_approve_pending_entry(p->seq, p->tool, brief ? "\"(too large to show)\"" :
                                       p->args, p->reason, p->binding);
     json_array_append_new(pending, e);
     char key[40];
     snprintf(key, sizeof key, "approve-%llu", (unsigned long long)p->seq);
     json_object_set_new(inputs, key, json_pack("{s:s, s:o}", "method", "elicitation/create",
-      "params", tp__apx_elicit_params(p->tool, brief ? "(too large to show)" : p->args,
+      "params", tp__mcp_approve_elicit_params(p->tool, brief ? "(too large to show)" : p->args,
                                       p->reason, 1)));
     json_array_append_new(calls, json_pack("{s:I, s:s}", "seq", (json_int_t)p->seq,
                                            "binding", p->binding));
@@ -1821,7 +1337,7 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
   if (q->era26) {
     json_t *st = json_pack("{s:s, s:o}", "run", a->run_id, "calls", calls);
     calls = NULL;
-    char *sealed = st ? tp__apx_seal(st, q->principal ? q->principal : "", o->pause_ttl_us)
+    char *sealed = st ? tp__mcp_approve_seal(st, q->principal ? q->principal : "", o->pause_ttl_us)
                       : NULL;
     json_decref(st);
     json_t *msg = sealed ? json_pack("{s:s, s:O, s:{s:s, s:O, s:s}}", "jsonrpc", "2.0", "id",
@@ -1832,15 +1348,21 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
     json_decref(msg);
   }
   else {
-    json_t *view = tp__apx_paused_view(a->run_id, json_incref(pending),
+    json_t *view = tp__mcp_approve_paused_view(a->run_id, json_incref(pending),
                                        q->seen ? json_deep_copy(q->seen) : json_object(),
                                        "resume_run", o->pause_ttl_us);
     if (view && q->sess_info) json_object_set(view, "session", q->sess_info);
+    if (view && calls_held)
+      json_object_set_new(view, "message", json_string("The run is paused: it waits on the "
+        "caller tools' calls in pending (and on any approvals listed there). Run each call, "
+        "then call resume_run with {run, results: [{id, binding, result} or {id, binding, "
+        "error: {message, code}}]}, one entry a call, id and binding copied from pending "
+        "(and decisions for approvals). The run goes on from where it stopped."));
     if (view && (q->dnote || q->dbad)) dur_note(view, q);
     size_t n;
     char *text = view ? tp_json_text(view, &n) : NULL;
     json_decref(view);
-    if (text) line = wrap_envelope(q->id, text, n, 1, NULL, q->budget, outlen);
+    if (text) line = tp__mcp_view_wrap(q->id, text, n, 1, NULL, q->budget, outlen);
     free(text);
   }
   json_decref(pending);
@@ -1856,7 +1378,7 @@ static void ttl_cb (uv_timer_t *t) {
   req *q = a->q;
   if (q == NULL || !q->wparked) return;
   char ttl[32], why[300];
-  tp__apx_format_ttl(q->w->s->o.pause_ttl_us, ttl, sizeof ttl);
+  tp__mcp_approve_format_ttl(q->w->s->o.pause_ttl_us, ttl, sizeof ttl);
   snprintf(why, sizeof why, "no decision came within the server's --pause-ttl (%s): the run "
            "was ended", ttl);
   apx_end(q->w, q, 0, why);
@@ -1905,9 +1427,9 @@ static void park_cb (uv_timer_t *t) {
 }
 
 static void elicit_send (worker *w, req *q, apx *a, pend *p) {
-  snprintf(p->eid, sizeof p->eid, TP__APX_ELICIT_PREFIX "%u-%llu", w->index,
+  snprintf(p->eid, sizeof p->eid, TP__MCP_APPROVE_ELICIT_PREFIX "%u-%llu", w->index,
            (unsigned long long)++w->elicits);
-  json_t *params = tp__apx_elicit_params(p->tool, p->args, p->reason, q->elicit == 2);
+  json_t *params = tp__mcp_approve_elicit_params(p->tool, p->args, p->reason, q->elicit == 2);
   json_t *m = params ? json_pack("{s:s, s:s, s:s, s:o}", "jsonrpc", "2.0", "id", p->eid,
                                  "method", "elicitation/create", "params", params) : NULL;
   if (m == NULL) {
@@ -1941,12 +1463,89 @@ static void on_approval (tp_call *c, const char *reason, void *ud) {
   }
   p->c = c;
   p->seq = tp_call_id(c);
-  tp__apx_binding(a->run_id, p->seq, p->tool, p->args, q->principal, p->binding);
+  tp__mcp_approve_binding(a->run_id, p->seq, p->tool, p->args, q->principal, p->binding);
   pend **tail = &a->pending;
   while (*tail) tail = &(*tail)->next;
   *tail = p;
   if (q->elicit) elicit_send(w, q, a, p);
   else if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);  /* once the step is over */
+}
+
+/* ---- caller tools (worker side; docs/caller-tools.md) ------------------------------------
+** A call of a run's caller tool is held as an approval is: a pend of the run's apx, with
+** its binding. Live, the question is a tidepool/callTool request to the client (ids
+** TP__MCP_CALL_PREFIX "<worker>-<n>", routed back here as M_ANSWER, as an elicitation's
+** answer); paused, the run parks and resume_run's results answer it. The call's timeout
+** and the run's end let go of it (caller_cancel, apx_end). */
+#define TP__MCP_CALL_PREFIX "tidepool-call-"
+
+static req *req_of_call (worker *w, tp_call *c) {
+  tp_run *r = tp_call_run(c);
+  req *q = w->running;
+  while (q && q->run != r) q = q->wnext;
+  return q;
+}
+
+/* tp_run_declare_caller_tools's handler: the call passed the policy and its schema. */
+static void caller_call (tp_call *c, void *ud) {
+  worker *w = ud;
+  req *q = req_of_call(w, c);
+  apx *a = q && !q->wcancelled ? apx_get(w, q) : NULL;
+  pend *p = a ? calloc(1, sizeof *p) : NULL;
+  if (p) {
+    p->tool = strdup(tp_call_tool(c));
+    p->args = strdup(tp_call_args(c));
+    p->reason = strdup("");
+  }
+  if (p == NULL || p->tool == NULL || p->args == NULL || p->reason == NULL) {
+    if (p) pend_free(p);
+    tp_call_fail(c, "tool.unavailable", q == NULL || q->wcancelled
+                 ? "the request that ran the script was cancelled"
+                 : "the server could not hand the call to the client (out of memory)");
+    return;
+  }
+  p->c = c;
+  p->call = 1;
+  p->seq = tp_call_id(c);
+  tp__mcp_approve_binding(a->run_id, p->seq, p->tool, p->args, q->principal, p->binding);
+  pend **tail = &a->pending;
+  while (*tail) tail = &(*tail)->next;
+  *tail = p;
+  if (!q->callers_live) {  /* paused: the run parks once its step is over */
+    if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);
+    return;
+  }
+  snprintf(p->eid, sizeof p->eid, TP__MCP_CALL_PREFIX "%u-%llu", w->index,
+           (unsigned long long)++w->elicits);
+  json_t *args = tp_json_parse(p->args, strlen(p->args), NULL, 0);
+  json_t *m = args ? json_pack("{s:s, s:s, s:s, s:{s:s, s:O, s:I, s:s, s:o}}", "jsonrpc",
+                               "2.0", "id", p->eid, "method", "tidepool/callTool", "params",
+                               "run", a->run_id, "request", q->id, "id", (json_int_t)p->seq,
+                               "tool", p->tool, "args", args) : NULL;
+  if (m == NULL) {
+    pend_unlink(a, p);
+    pend_free(p);
+    tp_call_fail(c, "tool.unavailable", "the server could not hand the call to the client "
+                 "(out of memory)");
+    return;
+  }
+  wsend(q, m);
+}
+
+/* A call cut short (its timeout, the run's end) while the client has it: withdrawn. */
+static void caller_cancel (tp_call *c, void *ud) {
+  worker *w = ud;
+  req *q = req_of_call(w, c);
+  for (pend *p = q && q->ax ? q->ax->pending : NULL; p; p = p->next) {
+    if (p->c != c) continue;
+    if (p->eid[0])
+      wsend(q, notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
+            p->eid, "reason", "the call timed out or its run ended")));
+    pend_unlink(q->ax, p);
+    pend_free(p);
+    tp_call_fail(c, NULL, "cancelled");  /* lets go of it: the run has its outcome */
+    return;
+  }
 }
 
 /* M_ANSWER: the client's response to an elicitation (the whole message as text). */
@@ -1956,11 +1555,28 @@ static void elicit_answer (worker *w, const char *text, size_t len) {
   for (req *q = w->running; q && id; q = q->wnext) {
     for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
       if (strcmp(p->eid, id) != 0) continue;
+      if (p->call) {  /* tidepool/callTool's answer: {result} or {error}, or an error */
+        json_t *res = json_object_get(m, "result");
+        const char *em = json_string_value(json_object_get(json_object_get(m, "error"),
+                                                          "message"));
+        tp_call *c = p->c;
+        pend_unlink(q->ax, p);
+        pend_free(p);
+        if (res) tp_call_answer_tree(c, res);
+        else {
+          json_t *e = json_pack("{s:{s:s}}", "error", "message", em ? em : "the client "
+                                "answered tidepool/callTool with an error");
+          if (e == NULL || tp_call_answer_tree(c, e) == TP_EINVAL) tp_call_fail(c, NULL, "?");
+          json_decref(e);
+        }
+        json_decref(m);
+        return;
+      }
       json_t *res = json_object_get(m, "result");
       const char *em = json_string_value(json_object_get(json_object_get(m, "error"), "message"));
       int ok;
       char note[2300];
-      tp__apx_elicit_answer(json_is_object(res) ? res : NULL, em ? em : "an error", &ok, note,
+      tp__mcp_approve_elicit_answer(json_is_object(res) ? res : NULL, em ? em : "an error", &ok, note,
                             sizeof note);
       tp_call *c = p->c;
       pend_unlink(q->ax, p);
@@ -1976,8 +1592,14 @@ static void elicit_answer (worker *w, const char *text, size_t len) {
 
 /* Why decisions (resume_run's arguments) cannot be applied to a's held calls: NULL, or
 ** the error's code with msg set. */
+static const char *check_results (apx *a, json_t *args, char *msg, size_t len);
 static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len) {
   json_t *ds = json_object_get(args, "decisions");
+  json_t *rs = json_object_get(args, "results");
+  if (rs != NULL) {  /* caller tools' results, maybe with decisions */
+    const char *bad = check_results(a, args, msg, len);
+    if (bad || ds == NULL) return bad;
+  }
   if (!json_is_array(ds) || json_array_size(ds) == 0) {
     snprintf(msg, len, "arguments.decisions must be a non-empty array of {seq, approve, "
              "binding, note}: one decision a pending call of the paused result");
@@ -2003,7 +1625,7 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
       }
     }
     pend *p = a->pending;
-    while (p && (json_int_t)p->seq != json_integer_value(seq)) p = p->next;
+    while (p && ((json_int_t)p->seq != json_integer_value(seq) || p->call)) p = p->next;
     if (p == NULL) {
       char list[200] = "";
       size_t n = 0;
@@ -2027,12 +1649,67 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
                (unsigned long long)p->seq, a->run_id);
       return "approval.binding";
     }
-    if (!tp__apx_binding_eq(p->binding, json_string_value(bind), json_string_length(bind))) {
+    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind), json_string_length(bind))) {
       snprintf(msg, len, "arguments.decisions[%zu].binding does not match call %llu of run "
                "%s: a binding holds only for the run, seq, tool and arguments it was issued "
                "for; copy it from that run's paused result", i, (unsigned long long)p->seq,
                a->run_id);
       return "approval.binding";
+    }
+  }
+  return NULL;
+}
+
+/* Why results (resume_run's arguments.results: the caller tools' answers) cannot be
+** applied to a's held calls: NULL, or the error's code with msg set. */
+static const char *check_results (apx *a, json_t *args, char *msg, size_t len) {
+  json_t *rs = json_object_get(args, "results");
+  if (!json_is_array(rs) || json_array_size(rs) == 0) {
+    snprintf(msg, len, "arguments.results must be a non-empty array of {id, binding, result} "
+             "or {id, binding, error = {message, code}}: one entry a call of the paused "
+             "result's pending list");
+    return "tool.invalid_input";
+  }
+  size_t i, k;
+  json_t *r, *e;
+  json_array_foreach(rs, i, r) {
+    json_t *id = json_object_get(r, "id"), *bind = json_object_get(r, "binding");
+    json_t *res = json_object_get(r, "result"), *err = json_object_get(r, "error");
+    if (!json_is_object(r) || !json_is_integer(id) || !json_is_string(bind) ||
+        (res == NULL) == (err == NULL) ||
+        (err && !json_is_string(json_object_get(err, "message")))) {
+      snprintf(msg, len, "arguments.results[%zu] must be {id = <integer>, binding = <string>, "
+               "result = <any>} or {id, binding, error = {message = <string>, code = "
+               "<string>}}, id and binding as the paused result's pending list gives them", i);
+      return "tool.invalid_input";
+    }
+    json_array_foreach(rs, k, e) {
+      if (k < i && json_equal(json_object_get(e, "id"), id)) {
+        snprintf(msg, len, "arguments.results[%zu] answers id %lld again (results[%zu] did): "
+                 "one answer a call", i, (long long)json_integer_value(id), k);
+        return "tool.invalid_input";
+      }
+    }
+    pend *p = a->pending;
+    while (p && ((json_int_t)p->seq != json_integer_value(id) || !p->call)) p = p->next;
+    if (p == NULL) {
+      char list[200] = "";
+      size_t n = 0;
+      for (pend *x = a->pending; x && n + 24 < sizeof list; x = x->next)
+        if (x->call)
+          n += (size_t)snprintf(list + n, sizeof list - n, "%s%llu", n ? ", " : "",
+                                (unsigned long long)x->seq);
+      snprintf(msg, len, "arguments.results[%zu].id %lld is not a call run %s waits on; it "
+               "waits on id %s (the paused result's pending list)", i,
+               (long long)json_integer_value(id), a->run_id, n ? list : "(none)");
+      return "caller.not_pending";
+    }
+    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind), json_string_length(bind))) {
+      snprintf(msg, len, "arguments.results[%zu].binding does not match call %llu of run %s: "
+               "a binding holds only for the run, id, tool and arguments it was issued for; "
+               "copy it from that run's paused result", i, (unsigned long long)p->seq,
+               a->run_id);
+      return "caller.binding";
     }
   }
   return NULL;
@@ -2120,7 +1797,7 @@ static void keep_till_expiry (req *q) {
 /* Refuses the resume of q, whose run stays here waiting for decisions. */
 static void refuse_resume (worker *w, req *q, const char *code, const char *msg) {
   size_t n;
-  char *line = refusal_response(q->id, code, msg, NULL, q->budget, &n);
+  char *line = tp__mcp_view_refusal(q->id, code, msg, NULL, q->budget, &n);
   if (line) park(w, q, line, n);
   keep_till_expiry(q);
 }
@@ -2157,7 +1834,7 @@ static void mark_then_decide (worker *w, req *q, rclaim *c) {
   size_t n;
   char *text = rec ? tp_json_text(rec, &n) : NULL;
   json_decref(rec);
-  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
+  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__MCP_APPROVE_GRACE_MS;
   if (text == NULL || tp_engine_run_put(w->e, q->run_id, text, n, ttl, marked, c) != TP_OK)
     marked(c, TP_STORED_ERROR, NULL, 0, text ? tp_engine_error(w->e) : "out of memory");
   free(text);
@@ -2188,7 +1865,7 @@ static void resume_probed (void *ud, int status, const char *val, size_t len, co
            (rec && json_is_integer(le) && json_integer_value(le) == c->log_entries)) {
     /* still the pause this server holds (or one no other server could restore): the
     ** holder that lapsed decided nothing of it */
-    char key[TP__APX_RUN_ID_MAX + 8];
+    char key[TP__MCP_APPROVE_RUN_ID_MAX + 8];
     run_claim_key(q->run_id, key, sizeof key);
     json_decref(rec);
     if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
@@ -2250,7 +1927,7 @@ static void resume (worker *w, uint64_t serial, const char *text, size_t len) {
   }
   *c = (rclaim){ w, serial, args, (int64_t)(q->dbase + q->dput) };
   if (!RUN_CLAIMS(w->s)) { mark_then_decide(w, q, c); return; }
-  char key[TP__APX_RUN_ID_MAX + 8];
+  char key[TP__MCP_APPROVE_RUN_ID_MAX + 8];
   run_claim_key(q->run_id, key, sizeof key);
   if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
                             TP_CLAIM_PROBE, resume_claimed, c) != TP_OK)
@@ -2264,16 +1941,26 @@ static void decide (worker *w, req *q, json_t *args) {
   const char *code = check_decisions(a, args, msg, sizeof msg);
   if (code) {
     size_t n;
-    char *line = refusal_response(q->id, code, msg, NULL, q->budget, &n);
+    char *line = tp__mcp_view_refusal(q->id, code, msg, NULL, q->budget, &n);
     if (line) park(w, q, line, n);
     return;
   }
   size_t i;
   json_t *d;
+  json_array_foreach(json_object_get(args, "results"), i, d) {  /* caller tools' answers */
+    json_int_t seq = json_integer_value(json_object_get(d, "id"));
+    pend *p = a->pending;
+    while (p && ((json_int_t)p->seq != seq || !p->call)) p = p->next;
+    if (p == NULL) continue;
+    tp_call *c = p->c;
+    pend_unlink(a, p);
+    pend_free(p);
+    tp_call_answer_tree(c, d);
+  }
   json_array_foreach(json_object_get(args, "decisions"), i, d) {
     json_int_t seq = json_integer_value(json_object_get(d, "seq"));
     pend *p = a->pending;
-    while (p && (json_int_t)p->seq != seq) p = p->next;
+    while (p && ((json_int_t)p->seq != seq || p->call)) p = p->next;
     if (p == NULL) continue;
     tp_call *c = p->c;
     pend_unlink(a, p);
@@ -2398,9 +2085,11 @@ static void dsave_cb (void *ud, int status, const char *val, size_t len, const c
 static char *dur_record (worker *w, req *q, size_t *len) {
   const options *o = &w->s->o;
   json_t *pending = json_array();
-  for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next)
-    json_array_append_new(pending, tp__apx_pending_entry(p->seq, p->tool, p->args,
-                                                          p->reason, p->binding));
+  for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
+    json_t *e = tp__mcp_approve_pending_entry(p->seq, p->tool, p->args, p->reason, p->binding);
+    if (e && p->call) json_object_set_new(e, "kind", json_string("call"));
+    json_array_append_new(pending, e);
+  }
   json_int_t seed = 0;
   json_t *first = q->dbase == 0 && q->dn ? tp_json_parse(q->dents[0].p, q->dents[0].n,
                                                          NULL, 0) : NULL;
@@ -2411,12 +2100,14 @@ static char *dur_record (worker *w, req *q, size_t *len) {
   q->dexp_ms = now + (int64_t)(o->pause_ttl_us / 1000u);
   json_t *rec = json_pack("{s:i, s:s, s:s#, s:o, s:s, s:o, s:I, s:I, s:I}", "v", 1,
     "run", q->ax->run_id, "script", q->code ? q->code : "", q->codelen,
-    "limits", tp__dur_limits_json(&q->dlim), "policy_sha256", o->policy_hash,
+    "limits", tp__mcp_approve_limits_json(&q->dlim), "policy_sha256", o->policy_hash,
     "pending", pending, "created_ms", (json_int_t)now, "expires_ms", (json_int_t)q->dexp_ms,
     "log_entries", (json_int_t)(q->dbase + q->dn));
   if (rec && q->dbase == 0) json_object_set_new(rec, "seed", json_integer(seed));
   if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
   if (rec && q->scopes) json_object_set_new(rec, "scopes", json_string(q->scopes));
+  if (rec && q->callers)  /* its caller tools, declared again when it is restored */
+    json_object_set_new(rec, "caller_tools", json_string(q->callers));
   if (rec && q->tool) {
     json_object_set_new(rec, "tool", json_string(q->tool));
     json_object_set_new(rec, "mcp_name", json_string(q->mcp_name));
@@ -2436,7 +2127,7 @@ static void dsave_step (dsave *d) {
     d->stage = 1;
     size_t n;
     char *rec = dur_record(w, q, &n);
-    uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__DUR_GRACE_MS;
+    uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__MCP_APPROVE_GRACE_MS;
     d->left = 1;
     if (rec == NULL || tp_engine_run_put(w->e, q->ax->run_id, rec, n, ttl, dsave_cb, d) != TP_OK)
       dsave_cb(d, TP_STORED_ERROR, NULL, 0, rec ? tp_engine_error(w->e) : "out of memory");
@@ -2505,7 +2196,7 @@ static void dur_end (worker *w, req *q) {
 }
 
 static void dur_refuse (worker *w, req *q, const char *code, const char *msg) {
-  q->line = refusal_response(q->id, code, msg, NULL, q->budget, &q->line_len);
+  q->line = tp__mcp_view_refusal(q->id, code, msg, NULL, q->budget, &q->line_len);
   wdone(w, q);
 }
 
@@ -2539,7 +2230,7 @@ static void dur_load_claimed(void *ud, int outcome, const char *holder, const ch
 ** of it ran): any server may resume the run then. */
 static void dur_unclaim (worker *w, req *q) {
   if (q->dstage != DUR_CLAIMED) return;
-  char key[TP__APX_RUN_ID_MAX + 8];
+  char key[TP__MCP_APPROVE_RUN_ID_MAX + 8];
   run_claim_key(q->run_id, key, sizeof key);
   tp_engine_release_session(w->e, key, w->s->owner);
 }
@@ -2581,7 +2272,7 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
   const char *state = json_string_value(json_object_get(rec, "state"));
   int running = state && strcmp(state, "running") == 0;
   if (q->dstage == DUR_READ && RUN_CLAIMS(w->s)) {  /* now claim it: see run_claim_key */
-    char key[TP__APX_RUN_ID_MAX + 8];
+    char key[TP__MCP_APPROVE_RUN_ID_MAX + 8];
     run_claim_key(q->run_id, key, sizeof key);
     json_decref(rec);
     q->drunning = running;
@@ -2601,7 +2292,7 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
   const char *hash = json_string_value(json_object_get(rec, "policy_sha256"));
   const char *script = json_string_value(json_object_get(rec, "script"));
   if (!json_is_integer(exp) || hash == NULL || script == NULL ||
-      (tp_limits_init(&q->dlim), tp__dur_limits_read(json_object_get(rec, "limits"),
+      (tp_limits_init(&q->dlim), tp__mcp_approve_limits_read(json_object_get(rec, "limits"),
                                                      &q->dlim)) != 0) {
     snprintf(msg, sizeof msg, "run %s's record in the state store is not one this server "
              "reads; run the script again", q->run_id);
@@ -2610,7 +2301,7 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
   else if (json_integer_value(exp) <= wall_ms()) {
     tp_engine_run_del(w->e, q->run_id, NULL, NULL);
     char ttl[32];
-    tp__apx_format_ttl(w->s->o.pause_ttl_us, ttl, sizeof ttl);
+    tp__mcp_approve_format_ttl(w->s->o.pause_ttl_us, ttl, sizeof ttl);
     snprintf(msg, sizeof msg, "run %s expired: it waited for decisions longer than the "
              "--pause-ttl of the server that paused it, and was ended (its calls were not "
              "made); run the script again", q->run_id);
@@ -2641,8 +2332,13 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
       q->args = json_is_object(a) ? json_incref(a) : json_object();
     }
     q->dexp_ms = json_integer_value(exp);
+    const char *callers = json_string_value(json_object_get(rec, "caller_tools"));
+    free(q->callers);
+    q->callers = callers ? strdup(callers) : NULL;  /* answered by resume_run's results */
+    q->callers_live = 0;
     json_decref(rec);
-    if (q->code == NULL || (tool && mcp && (q->tool == NULL || q->mcp_name == NULL))) {
+    if (q->code == NULL || (tool && mcp && (q->tool == NULL || q->mcp_name == NULL)) ||
+        (callers && q->callers == NULL)) {
       dur_refuse(w, q, "limit.memory", "the server is out of memory: the run could not "
                  "be restored");
       return;
@@ -2662,7 +2358,11 @@ static void dur_got_log (void *ud, int status, const char *val, size_t len, cons
   if (w->stopping) return;
   json_t *log = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
   tp_run *run = log ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
-  if (run && tp_run_replay(run, val, len, why, sizeof why) == TP_OK &&
+  if (run && q->callers &&
+      tp_run_declare_caller_tools(run, q->callers, 0, caller_call, caller_cancel, w) != TP_OK)
+    snprintf(why, sizeof why, "its caller tools cannot be declared again: %.300s",
+             tp_engine_error(w->e));
+  else if (run && tp_run_replay(run, val, len, why, sizeof why) == TP_OK &&
       tp_run_on_log(run, dlog_cb, q) == TP_OK) {
     q->dbase = json_array_size(log);
     q->durable = q->dsaved = 1;
@@ -2713,7 +2413,7 @@ static void dur_load_claimed (void *ud, int outcome, const char *holder, const c
       return;
     }
     /* the holder stopped before it marked the run "running": nothing was decided there */
-    char key[TP__APX_RUN_ID_MAX + 8];
+    char key[TP__MCP_APPROVE_RUN_ID_MAX + 8];
     run_claim_key(q->run_id, key, sizeof key);
     q->dstage = DUR_TAKEOVER;
     if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
@@ -2776,7 +2476,7 @@ static void audit_decision (tp_run *r, const tp_decision *d, void *ud) {
 static void audit_write (worker *w, const req *q, const char *env, size_t len) {
   server *s = w->s;
   if (s->audit_fd < 0 || env == NULL) return;
-  json_t *j = parse_envelope(env, len);
+  json_t *j = tp__mcp_view_parse(env, len);
   char when[80];
   audit_time(when, sizeof when);
   json_t *sid = q->sess_info ? json_object_get(q->sess_info, "id") : NULL;
@@ -2821,9 +2521,10 @@ static void run_done (tp_run *run, void *ud) {
   }
   audit_write(w, q, env, len);
   if (!q->wcancelled) {
-    if (env == NULL) q->line = minimal_response(q->id, 0, "limit.memory", &q->line_len);
-    else q->line = q->tool ? exposed_response(q->id, env, len, ok, q, q->budget, &q->line_len)
-                           : call_response(q->id, env, len, ok, q->sess_info, q->budget,
+    if (env == NULL) q->line = tp__mcp_view_minimal(q->id, 0, "limit.memory", &q->line_len);
+    else q->line = q->tool ? tp__mcp_view_exposed(q->id, env, len, ok, q->tool, q->mcp_name,
+                                                  q->args, q->budget, &q->line_len)
+                           : tp__mcp_view_call(q->id, env, len, ok, q->sess_info, q->budget,
                                            &q->line_len);
   }
   tp_run_destroy(run);
@@ -2874,7 +2575,16 @@ static void session_claimed (void *ud, int outcome, const char *holder, const ch
            holder);
   q->moved = 1;
   q->drop_session = 1;
-  q->line = refusal_response(q->id, "session.moved", msg, q->sess_info, q->budget,
+  q->line = tp__mcp_view_refusal(q->id, "session.moved", msg, q->sess_info, q->budget,
+                             &q->line_len);
+  wdone(w, q);
+}
+
+/* Caller tools the engine refused (a bad declaration, a name it has a tool of). */
+static void callers_refused (worker *w, req *q) {
+  char msg[900];
+  snprintf(msg, sizeof msg, "_meta[\"tidepool/callerTools\"]: %s", tp_engine_error(w->e));
+  q->line = tp__mcp_view_refusal(q->id, "tool.invalid_input", msg, q->sess_info, q->budget,
                              &q->line_len);
   wdone(w, q);
 }
@@ -2899,16 +2609,33 @@ static void worker_run (worker *w, req *q) {
       (*p)->num = q->sess_num;
       if (((*p)->ts = tp_session_create(w->e, lim)) == NULL) { free(*p); *p = NULL; }
     }
+    if (*p && q->callers && q->callers_session) {  /* kept for the session's later runs */
+      tp_session_clear_caller_tools((*p)->ts);
+      if (tp_session_declare_caller_tools((*p)->ts, q->callers, 0, caller_call, caller_cancel,
+                                          w) != TP_OK) {
+        callers_refused(w, q);
+        return;
+      }
+    }
     if (*p) run = tp_session_run((*p)->ts, q->code, q->codelen);
   }
   else run = tp_run_create(w->e, q->code, q->codelen, lim);
+  if (run && q->callers && !(q->callers_session && q->sess_num) &&
+      tp_run_declare_caller_tools(run, q->callers, 0, caller_call, caller_cancel, w) != TP_OK) {
+    tp_run_destroy(run);
+    callers_refused(w, q);
+    return;
+  }
   if (run == NULL) {
-    q->line = refusal_response(q->id, "limit.memory", "the server is out of memory: the "
+    q->line = tp__mcp_view_refusal(q->id, "limit.memory", "the server is out of memory: the "
                                "script could not start", q->sess_info, q->budget, &q->line_len);
     wdone(w, q);
     return;
   }
-  if (w->s->o.state && w->s->o.asks) dur_begin(w, q, run);
+  /* a run that may pause (approvals, or caller tools answered by resume_run) is kept in
+  ** the store while paused */
+  if (w->s->o.state && (w->s->o.asks || (q->callers && !q->callers_live)))
+    dur_begin(w, q, run);
   worker_begin(w, q, run);
 }
 
@@ -2920,7 +2647,7 @@ static void worker_begin (worker *w, req *q, tp_run *run) {
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
   w->running = q;
-  if (w->s->o.asks) tp_run_on_call(run, progress_hook, q);  /* counts the calls */
+  if (w->s->o.asks || q->callers) tp_run_on_call(run, progress_hook, q);  /* counts calls */
   if (q->token) {
     tp_run_on_call(run, progress_hook, q);
     tp_run_on_progress(run, progress_text_hook, q);
@@ -3067,7 +2794,7 @@ static int worker_open (worker *w) {
   if (s->o.config && tp_engine_configure_dir(w->e, s->o.config, s->o.config_len,
                                              s->o.config_dir) != TP_OK) {
     if (w->index == 0)  /* checked before the workers started: out of memory */
-      tp__cli_config_problems(stderr, "tidepool: ", s->o.config_path, tp_engine_error(w->e));
+      tp__options_config_problems(stderr, "tidepool: ", s->o.config_path, tp_engine_error(w->e));
     tp_engine_destroy(w->e);
     w->e = NULL;
     return -1;
@@ -3145,6 +2872,7 @@ static void req_free (server *s, req *q) {
   free(q->scopes);
   free(q->tool);
   free(q->mcp_name);
+  free(q->callers);
   json_decref(q->args);
   json_decref(q->seen);
   free(q->line);
@@ -3237,7 +2965,7 @@ static void req_done (server *s, req *q) {
     char msg[300];
     snprintf(msg, sizeof msg, "run %s ended before the decisions came: it waited longer than "
              "the server's --pause-ttl; run the script again", q->run_id);
-    q->line = refusal_response(q->id, "run.unknown", msg, NULL, q->budget, &q->line_len);
+    q->line = tp__mcp_view_refusal(q->id, "run.unknown", msg, NULL, q->budget, &q->line_len);
   }
   list_remove(&s->reqs, q);
   s->nrunning--;
@@ -3311,7 +3039,7 @@ static void enqueue (server *s, req *q) {
 static void refuse_call (server *s, batch *b, json_t *id, const char *code, const char *text,
                          const json_t *sess_info) {
   size_t len;
-  char *line = refusal_response(id, code, text, sess_info, b ? BATCH_CALL_MAX : LINE_OUT_MAX,
+  char *line = tp__mcp_view_refusal(id, code, text, sess_info, b ? BATCH_CALL_MAX : LINE_OUT_MAX,
                                 &len);
   if (line && s->modern_req) tp__mcp_era_stamp(&line, &len);
   if (line) respond_text(s, b, id, line, len);
@@ -3325,27 +3053,70 @@ static char *exposed_script (const char *name, const json_t *args, size_t *len) 
   size_t n;
   char *text = tp_json_text(args, &n);
   if (text == NULL) return NULL;
-  sbuf b = { 0 };
-  sb_str(&b, "return tools[\"");
+  tp__mcp_view_buf b = { 0 };
+  tp__mcp_view_str(&b, "return tools[\"");
   for (const char *p = name; *p; p++) {
-    if (*p == '.') sb_str(&b, "\"][\"");
-    else sb_put(&b, p, 1);
+    if (*p == '.') tp__mcp_view_str(&b, "\"][\"");
+    else tp__mcp_view_put(&b, p, 1);
   }
-  sb_str(&b, "\"](json.decode(\"");
+  tp__mcp_view_str(&b, "\"](json.decode(\"");
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)text[i];
     char esc[8];
     if (c == '"' || c == '\\' || c < 0x20 || c == 0x7f) {
       snprintf(esc, sizeof esc, "\\%03u", c);
-      sb_str(&b, esc);
+      tp__mcp_view_str(&b, esc);
     }
-    else sb_put(&b, (const char *)&text[i], 1);
+    else tp__mcp_view_put(&b, (const char *)&text[i], 1);
   }
-  sb_str(&b, "\"))");
+  tp__mcp_view_str(&b, "\"))");
   free(text);
   if (b.oom) { free(b.p); return NULL; }
   *len = b.len;
   return b.p;
+}
+
+/* _meta["tidepool/callerTools"] of a run_lua call (docs/caller-tools.md): {version, mode,
+** session, tools: [...]} or the bare array. The declarations are checked by the worker's
+** engine; here their shape and the mode. 0 with why set when refused. */
+static int caller_tools_meta (server *s, req *q, json_t *ct, char *why, size_t len) {
+  json_t *tools = json_is_array(ct) ? ct : json_object_get(ct, "tools");
+  json_t *v = json_is_object(ct) ? json_object_get(ct, "version") : NULL;
+  json_t *mode = json_is_object(ct) ? json_object_get(ct, "mode") : NULL;
+  json_t *sess = json_is_object(ct) ? json_object_get(ct, "session") : NULL;
+  if (!json_is_array(tools)) {
+    snprintf(why, len, "must be {version = 1, mode = \"live\" or \"paused\", tools = "
+             "[{name, description, inputSchema, outputSchema, timeoutMs}]}");
+    return 0;
+  }
+  if (v != NULL && !(json_is_integer(v) && json_integer_value(v) == 1)) {
+    snprintf(why, len, "version must be 1 (the versions this server knows: [1])");
+    return 0;
+  }
+  const char *m = json_string_value(mode);
+  if (mode != NULL && (m == NULL || (strcmp(m, "live") != 0 && strcmp(m, "paused") != 0))) {
+    snprintf(why, len, "mode must be \"live\" or \"paused\"");
+    return 0;
+  }
+  if (sess != NULL && !json_is_boolean(sess)) {
+    snprintf(why, len, "session must be true or false");
+    return 0;
+  }
+  /* live needs a way to send the client requests: stdio, or this request's SSE stream */
+  int can_live = !q->era26 && (q->origin == NULL || tp__mcp_http_streams(q->origin));
+  if (m && strcmp(m, "live") == 0 && !can_live) {
+    snprintf(why, len, "mode \"live\" needs requests from the server to reach the client: "
+             "%s; use mode \"paused\" (resume_run)", q->era26 ? "a 2026-07-28 request has "
+             "none" : "this HTTP request does not accept text/event-stream");
+    return 0;
+  }
+  q->callers_live = m ? strcmp(m, "live") == 0 : can_live && s->client_callers;
+  q->callers_session = json_is_true(sess);
+  q->era26 = 0;  /* held calls come out as a paused result, resumed with resume_run */
+  size_t n;
+  q->callers = tp_json_text(tools, &n);
+  if (q->callers == NULL) { snprintf(why, len, "out of memory"); return 0; }
+  return 1;
 }
 
 static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
@@ -3369,7 +3140,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   const char *real = NULL;  /* the exposed tool's own name */
   if (!is_run && s->o.expose && strlen(name) == namelen && s->tool_names)
     real = json_string_value(json_object_get(s->tool_names, name));
-  if (!is_run && real == NULL && s->o.asks && strcmp(name, "resume_run") == 0) {
+  if (!is_run && real == NULL && strcmp(name, "resume_run") == 0) {  /* approvals, and
+                                                     ** caller tools' results */
     resume_call(s, b, id, args);
     return;
   }
@@ -3410,6 +3182,15 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     else if (sid != NULL && !json_is_null(sid)) bad = bad_session_id(sid, why, sizeof why);
     if (bad) {
       refuse_call(s, b, id, "tool.invalid_input", bad, NULL);
+      req_free(s, q);
+      return;
+    }
+    json_t *ct = json_is_object(meta) ? json_object_get(meta, "tidepool/callerTools") : NULL;
+    /* a session's caller tools, declared by an earlier run, reach the client as it can */
+    q->callers_live = s->client_callers && !q->era26 &&
+                      (q->origin == NULL || tp__mcp_http_streams(q->origin));
+    if (ct != NULL && !caller_tools_meta(s, q, ct, why, sizeof why)) {
+      send_error(s, b, id, -32602, "Invalid params: _meta[\"tidepool/callerTools\"]: %s", why);
       req_free(s, q);
       return;
     }
@@ -3507,7 +3288,8 @@ static void park_req (server *s, mail *m) {
 ** one (the caller refuses it), 1 when handled. */
 static int restore_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
                         int era26) {
-  if (run_id[0] == '\0' || strlen(run_id) >= TP__APX_RUN_ID_MAX || !s->o.asks) return 0;
+  /* approvals' paused runs, and caller tools' (which need no policy) */
+  if (run_id[0] == '\0' || strlen(run_id) >= TP__MCP_APPROVE_RUN_ID_MAX) return 0;
   if (strchr(run_id, ':') != NULL) return 0;  /* the store's other records ("tool-shape:") */
   req *q = calloc(1, sizeof *q);
   if (q == NULL || (q->restore = json_deep_copy(args)) == NULL) {
@@ -3618,7 +3400,7 @@ static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
   char why[500];
   const char *who = "", *scopes = NULL;  /* the caller over HTTP with auth, else no one */
   if (s->origin && !tp__mcp_http_principal(s->origin, &who, &scopes)) who = "";
-  json_t *st = tp__apx_open(json_string_value(rs), json_string_length(rs), who, &code, why,
+  json_t *st = tp__mcp_approve_open(json_string_value(rs), json_string_length(rs), who, &code, why,
                             sizeof why);
   if (st == NULL) {
     send_error(s, b, id, code, "%s", why);
@@ -3666,8 +3448,10 @@ static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
 ** asked (its id says which); other responses are ignored. */
 static void client_response (server *s, json_t *msg, json_t *id) {
   const char *sid = json_string_value(id);
-  size_t pl = strlen(TP__APX_ELICIT_PREFIX);
-  if (sid == NULL || strncmp(sid, TP__APX_ELICIT_PREFIX, pl) != 0) return;
+  size_t pl = strlen(TP__MCP_APPROVE_ELICIT_PREFIX);
+  if (sid && strncmp(sid, TP__MCP_CALL_PREFIX, strlen(TP__MCP_CALL_PREFIX)) == 0)
+    pl = strlen(TP__MCP_CALL_PREFIX);  /* a caller tool's answer: the same way */
+  else if (sid == NULL || strncmp(sid, TP__MCP_APPROVE_ELICIT_PREFIX, pl) != 0) return;
   char *end;
   unsigned long k = strtoul(sid + pl, &end, 10);
   if (end == sid + pl || *end != '-' || k >= s->nworkers || !s->workers[k].ready) return;
@@ -3736,7 +3520,7 @@ static void ready (server *s, mail *m) {
     if (--s->reloading == 0) {
       log_msg(s, L_INFO, "plugin tools reloaded: %zu tools", s->ntools);
       if (s->initialized) notify(s, "notifications/tools/list_changed", NULL);
-      json_t *notes = tp__mcp_listen_tools_changed(s->listen), *note;
+      json_t *notes = tp__mcp_era_listen_tools_changed(s->listen), *note;
       size_t k;
       json_array_foreach(notes, k, note) send_msg(s, NULL, json_incref(note));
       json_decref(notes);
@@ -3814,7 +3598,7 @@ static void handle_modern (server *s, batch *b, json_t *id, const char *method, 
     s->modern_req = 0;
   }
   else if (strcmp(method, "subscriptions/listen") == 0) {
-    json_t *err = NULL, *ack = tp__mcp_listen_open(s->listen, id, params, &err);
+    json_t *err = NULL, *ack = tp__mcp_era_listen_open(s->listen, id, params, &err);
     if (ack) send_msg(s, NULL, ack);  /* the stream stays open: no response until it ends */
     else if (err) send_msg(s, NULL, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id,
                                               "error", err));
@@ -3847,21 +3631,27 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
       return;
     }
     json_t *v = json_object_get(params, "protocolVersion");
-    const char *want = json_string_value(v), *use = versions[0];
-    for (size_t i = 0; want && i < sizeof versions / sizeof versions[0]; i++)
-      if (strcmp(want, versions[i]) == 0) use = versions[i];
+    const char *use = tp__mcp_era_handshake(json_string_value(v));
     char instructions[300];
     tp__mcp_era_instructions(instructions, sizeof instructions, s->o.name);
     s->initialized = 1;
     s->version = use;
     json_t *elicit = json_object_get(json_object_get(params, "capabilities"), "elicitation");
-    s->client_elicit = !json_is_object(elicit) ? 0 : strcmp(use, "2025-11-25") >= 0 ? 2 : 1;
-    send_result(s, b, id, json_pack(
+    s->client_elicit = !json_is_object(elicit) ? 0 : tp__mcp_era_elicit_mode(use) ? 2 : 1;
+    json_t *ct = json_object_get(json_object_get(json_object_get(params, "capabilities"),
+                                                 "experimental"), "tidepool/callerTools");
+    s->client_callers = json_is_object(ct) ? 1 : 0;  /* caller tools (docs/caller-tools.md) */
+    json_t *res = json_pack(
       "{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", use,
       "capabilities", "tools", "listChanged", 1, "logging",
       "serverInfo", "name", "tidepool", "title", "tidepool (code mode: sandboxed Lua)",
       "version", tp_version(),
-      "instructions", instructions));
+      "instructions", instructions);
+    if (res && s->client_callers)  /* said to a client that declared it, to no other */
+      json_object_set_new(json_object_get(res, "capabilities"), "experimental",
+        json_pack("{s:{s:i, s:[i], s:[s, s]}}", "tidepool/callerTools", "version", 1,
+                  "versions", 1, "modes", "live", "paused"));
+    send_result(s, b, id, res);
     size_t i;
     json_t *w;
     json_array_foreach(s->early, i, w) {
@@ -3900,7 +3690,7 @@ static void handle_notification (server *s, const char *method, json_t *params) 
   if (strcmp(method, "notifications/initialized") == 0) s->initialized = 1;
   else if (strcmp(method, "notifications/cancelled") == 0) {
     json_t *rid = json_is_object(params) ? json_object_get(params, "requestId") : NULL;
-    if (tp__mcp_listen_cancel(s->listen, rid)) return;  /* a subscriptions/listen stream */
+    if (tp__mcp_era_listen_cancel(s->listen, rid)) return;  /* a subscriptions/listen stream */
     cancel_request(s, rid);
   }
   /* other notifications (progress, roots/list_changed, ...) need nothing from us */
@@ -3960,7 +3750,7 @@ static void handle_batch (server *s, json_t *msg) {
     send_error(s, NULL, NULL, -32600, "Invalid Request: an empty batch");
     return;
   }
-  if (s->version == NULL || strcmp(s->version, no_batch_version) >= 0) {
+  if (!tp__mcp_era_batches(s->version)) {
     if (s->version)
       send_error(s, NULL, NULL, -32600, "Invalid Request: JSON-RPC batches are not supported: "
                  "batching was removed from MCP in protocol version 2025-06-18, and this "
@@ -4135,7 +3925,7 @@ static void drain_cb (uv_timer_t *t) {
   for (req *q = s->reqs; q; q = q->next) {
     if (q->cancelled) continue;
     size_t n;
-    char *line = refusal_response(q->id, "cancelled", msg, NULL, q->budget, &n);
+    char *line = tp__mcp_view_refusal(q->id, "cancelled", msg, NULL, q->budget, &n);
     if (line) respond_text(s, q->b, q->id, line, n);
     free(line);
     q->cancelled = 1;
@@ -4270,7 +4060,7 @@ static int server_init (server *s) {
   if (uv_loop_init(s->loop) != 0) return -1;
   s->level = L_INFO;
   if (mailbox_init(&s->mb, s->loop, server_mail, s) != 0) return -1;
-  if ((s->listen = tp__mcp_listen_new()) == NULL) return -1;
+  if ((s->listen = tp__mcp_era_listen_new()) == NULL) return -1;
   if (s->kv == NULL) s->kv = tp_store_create();  /* else --state's, opened already */
   s->workers = calloc(s->o.workers, sizeof *s->workers);
   if (s->kv == NULL || s->workers == NULL) return -1;
@@ -4329,7 +4119,7 @@ static void server_close (server *s) {
   json_decref(s->tools);
   json_decref(s->tool_names);
   json_decref(s->early);
-  tp__mcp_listen_free(s->listen);
+  tp__mcp_era_listen_free(s->listen);
   free(s->workers);
   free(s->watch);
   free(s->line);
@@ -4386,12 +4176,12 @@ static int apply_config (options *o) {
   tp_engine *e = tp_engine_create();
   if (e == NULL) { fprintf(stderr, "tidepool mcp: out of memory\n"); return -1; }
   if (tp_engine_configure_dir(e, o->config, o->config_len, o->config_dir) != TP_OK) {
-    tp__cli_config_problems(stderr, "tidepool: ", o->config_path, tp_engine_error(e));
+    tp__options_config_problems(stderr, "tidepool: ", o->config_path, tp_engine_error(e));
     tp_engine_destroy(e);
     return -1;
   }
   if (tp_engine_config_warnings(e))  /* what this machine lacks: tidepool config check */
-    tp__cli_config_problems(stderr, "tidepool: warning: ", o->config_path,
+    tp__options_config_problems(stderr, "tidepool: warning: ", o->config_path,
                             tp_engine_config_warnings(e));
   mcp_limits_init(&o->lim);
   tp_engine_config_limits(e, &o->lim);
@@ -4450,7 +4240,7 @@ int tp__mcp_main (int argc, char **argv) {
   o->session_idle_us = 600u * 1000000u;
   o->max_sessions = 16;
   o->workers = default_workers();
-  o->pause_ttl_us = TP__APX_TTL_DEFAULT_US;
+  o->pause_ttl_us = TP__MCP_APPROVE_TTL_DEFAULT_US;
   o->lease_us = LEASE_DEFAULT_US;
   o->dirs = calloc((size_t)argc + 1, sizeof *o->dirs);
   o->limit_opts = calloc((size_t)argc * 2 + 2, sizeof *o->limit_opts);
@@ -4461,16 +4251,16 @@ int tp__mcp_main (int argc, char **argv) {
     if (strcmp(a, "--no-builtin-tools") == 0) { o->builtin = 0; continue; }
     if (strcmp(a, "--expose-tools") == 0) { o->expose = 1; continue; }
     if (strcmp(a, "--test-tools") == 0) { o->test_tools = 1; continue; }
-    if (a[0] != '-') return tp__cli_usage_error("tidepool mcp takes no file ('%s')", a);
+    if (a[0] != '-') return tp__options_usage_error("tidepool mcp takes no file ('%s')", a);
     char name[64];
-    const char *name_end = tp__cli_option_name(a, name, sizeof name);
-    if (name_end == NULL) return tp__cli_usage_error("unknown option '%s'", a);
+    const char *name_end = tp__options_option_name(a, name, sizeof name);
+    if (name_end == NULL) return tp__options_usage_error("unknown option '%s'", a);
     if (tp__mcp_http_is_option(name)) {  /* --http and its limits (mcp_http.c) */
       const char *hv = *name_end == '=' ? name_end + 1 : i + 1 < argc ? argv[++i] : NULL;
       char hwhy[256];
-      if (hv == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
+      if (hv == NULL) return tp__options_usage_error("option '%s' needs a value", a);
       if (tp__mcp_http_option(&o->http, name, hv, hwhy, sizeof hwhy) != 0)
-        return tp__cli_usage_error("%s", hwhy);
+        return tp__options_usage_error("%s", hwhy);
       continue;
     }
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
@@ -4481,12 +4271,12 @@ int tp__mcp_main (int argc, char **argv) {
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
       known |= strcmp(name, with_value[k]) == 0;
-    if (!known) return tp__cli_usage_error("unknown option '%s'", a);
+    if (!known) return tp__options_usage_error("unknown option '%s'", a);
     const char *val = *name_end == '=' ? name_end + 1 : i + 1 < argc ? argv[++i] : NULL;
-    if (val == NULL) return tp__cli_usage_error("option '%s' needs a value", a);
+    if (val == NULL) return tp__options_usage_error("option '%s' needs a value", a);
     char why[256];
-    int lo = tp__cli_limit_option(name, val, &o->lim, 1, why, sizeof why);
-    if (lo < 0) return tp__cli_usage_error("%s", why);
+    int lo = tp__options_limit_option(name, val, &o->lim, 1, why, sizeof why);
+    if (lo < 0) return tp__options_usage_error("%s", why);
     if (lo > 0) {
       o->limit_opts[o->nlimit_opts++] = li->field;
       o->limit_opts[o->nlimit_opts++] = val;
@@ -4502,83 +4292,83 @@ int tp__mcp_main (int argc, char **argv) {
     else if (strcmp(name, "--workspace") == 0) {
       struct stat st;
       if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
-        return tp__cli_usage_error("--workspace: '%s' is not a directory", val);
+        return tp__options_usage_error("--workspace: '%s' is not a directory", val);
       o->workspace = val;
     }
     else if (strcmp(name, "--audit") == 0) o->audit = val;
     else if (strcmp(name, "--secret-file") == 0) o->secret_file = val;
     else if (strcmp(name, "--pause-ttl") == 0) {
-      if (tp__apx_parse_ttl(val, &o->pause_ttl_us, why, sizeof why) != 0)
-        return tp__cli_usage_error("%s", why);
+      if (tp__mcp_approve_parse_ttl(val, &o->pause_ttl_us, why, sizeof why) != 0)
+        return tp__options_usage_error("%s", why);
     }
     else if (strcmp(name, "--state") == 0) o->state = val;
     else if (strcmp(name, "--lease") == 0) {
       if (tp_parse_value(TP_UNIT_DURATION, val, 3600ull * 1000000u, &o->lease_us, NULL, why,
                          sizeof why) != TP_OK || o->lease_us < 300000u)
-        return tp__cli_usage_error("--lease: bad duration '%s' (300ms to 1h, e.g. 15s)", val);
+        return tp__options_usage_error("--lease: bad duration '%s' (300ms to 1h, e.g. 15s)", val);
     }
     else if (strcmp(name, "--advertise") == 0) o->advertise = val;
     else if (strcmp(name, "--config") == 0) {
       free(o->config);
       free(o->config_dir);
-      if ((o->config = tp__cli_read_config(val, &o->config_len)) == NULL) return TP_EXIT_USAGE;
-      if ((o->config_dir = tp__cli_config_dir(val)) == NULL) return TP_EXIT_FAILED;
+      if ((o->config = tp__options_read_config(val, &o->config_len)) == NULL) return TP_EXIT_USAGE;
+      if ((o->config_dir = tp__options_config_dir(val)) == NULL) return TP_EXIT_FAILED;
       o->config_path = val;
     }
     else if (strcmp(name, "--describe") == 0) {
       if (strcmp(val, "auto") == 0) o->describe = 0;
       else if (strcmp(val, "full") == 0) o->describe = 1;
       else if (strcmp(val, "compact") == 0) o->describe = 2;
-      else return tp__cli_usage_error("--describe '%s': use auto, full or compact", val);
+      else return tp__options_usage_error("--describe '%s': use auto, full or compact", val);
     }
     else if (strcmp(name, "--workspace-max") == 0) {
       if (tp_parse_value(TP_UNIT_BYTES, val, UINT64_MAX, &o->workspace_max, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("--workspace-max: %s", why);
+        return tp__options_usage_error("--workspace-max: %s", why);
       o->workspace_max_set = 1;
     }
     else if (strcmp(name, "--name") == 0) {
       size_t n = strlen(val);
       if (n == 0 || n > 64 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                      "0123456789_-.") != n)
-        return tp__cli_usage_error("--name: '%s' is not a tool name (letters, digits, _ - .)", val);
+        return tp__options_usage_error("--name: '%s' is not a tool name (letters, digits, _ - .)", val);
       o->name = val;
     }
     else if (strcmp(name, "--session-idle") == 0) {
       if (tp_parse_value(TP_UNIT_DURATION, val, UINT64_MAX, &o->session_idle_us, NULL, why,
                          sizeof why) != TP_OK)
-        return tp__cli_usage_error("--session-idle: %s", why);
+        return tp__options_usage_error("--session-idle: %s", why);
     }
     else if (strcmp(name, "--max-sessions") == 0) {
       uint64_t n;
       if (tp_parse_value(TP_UNIT_COUNT, val, 100000, &n, NULL, NULL, 0) != TP_OK)
-        return tp__cli_usage_error("--max-sessions: bad count '%s' (0 to 100000)", val);
+        return tp__options_usage_error("--max-sessions: bad count '%s' (0 to 100000)", val);
       o->max_sessions = (unsigned)n;
     }
     else if (strcmp(name, "--workers") == 0) {
       uint64_t n;
       if (tp_parse_value(TP_UNIT_COUNT, val, WORKERS_MAX, &n, NULL, NULL, 0) != TP_OK || n < 1)
-        return tp__cli_usage_error("--workers: bad count '%s' (1 to 64)", val);
+        return tp__options_usage_error("--workers: bad count '%s' (1 to 64)", val);
       o->workers = (unsigned)n;
       o->workers_set = 1;
     }
-    else return tp__cli_usage_error("unknown option '%s'", a);
+    else return tp__options_usage_error("unknown option '%s'", a);
   }
   if (o->config && apply_config(o) != 0) return TP_EXIT_USAGE;
   {
     char why[300];
     if (tp__mcp_http_check(&o->http, o->config, o->config_len, why, sizeof why) != 0)
-      return tp__cli_usage_error("%s", why);
+      return tp__options_usage_error("%s", why);
   }
-  o->asks = tp__apx_config_asks(o->config, o->config_len);
-  tp__dur_policy_hash(o->config, o->config_len, o->policy_hash);
+  o->asks = tp__mcp_approve_config_asks(o->config, o->config_len);
+  tp__mcp_approve_policy_hash(o->config, o->config_len, o->policy_hash);
   {
     char why[300];
-    if (tp__apx_secret_init(o->secret_file, why, sizeof why) != 0)
-      return tp__cli_usage_error("%s", why);
+    if (tp__mcp_approve_secret_init(o->secret_file, why, sizeof why) != 0)
+      return tp__options_usage_error("%s", why);
   }
   if (o->lim.memory && o->lim.memory < 16 * 1024)
-    return tp__cli_usage_error("--memory is too small (at least 16K)%s", "");
+    return tp__options_usage_error("--memory is too small (at least 16K)%s", "");
 
   /* The protocol keeps the real standard output; fd 1 becomes standard error. */
   signal(SIGPIPE, SIG_IGN);
@@ -4622,7 +4412,7 @@ int tp__mcp_main (int argc, char **argv) {
   }
   if (o->builtin) {
     char buf[4200];
-    s->builtin_dir = strdup(tp__cli_builtin_tools_dir(buf, sizeof buf));
+    s->builtin_dir = strdup(tp__options_builtin_tools_dir(buf, sizeof buf));
   }
   s->watch = calloc(o->ndirs + 1, sizeof *s->watch);
   for (size_t i = 0; s->watch && i < o->ndirs; i++) {
@@ -4683,7 +4473,7 @@ tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t 
   o->workers = 1;
   o->test_tools = 1;
   o->expose = 1;
-  o->pause_ttl_us = TP__APX_TTL_DEFAULT_US;
+  o->pause_ttl_us = TP__MCP_APPROVE_TTL_DEFAULT_US;
   o->lease_us = LEASE_DEFAULT_US;
   s->sink = sink;
   s->sink_ud = ud;

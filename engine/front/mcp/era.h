@@ -1,5 +1,5 @@
 /*
-** mcp_era.h: the protocol eras of `tidepool mcp` (mcp_era.c). Not installed, not API.
+** era.h: the protocol eras of `tidepool mcp` (era.c). Not installed, not API.
 **
 ** MCP 2025-06-18 and 2025-11-25 (and the older versions a client may ask for) open with
 ** an initialize handshake, whose version and capabilities hold for the connection. MCP
@@ -48,6 +48,18 @@ int tp__mcp_era_of(const char *method, const json_t *params, tp__mcp_era_req *r,
 
 /* Every version the server speaks, latest first (the 2026 era's and the handshake's). */
 json_t *tp__mcp_era_supported(void);
+/* Whether v (may be NULL) is one of them. */
+int tp__mcp_era_known(const char *v);
+/* The version initialize answers a client that asks for want (may be NULL): want when
+** it is a handshake version, else the latest handshake version. */
+const char *tp__mcp_era_handshake(const char *want);
+/* Whether a connection that negotiated v (NULL: none yet) may send JSON-RPC batches
+** (removed in 2025-06-18). */
+int tp__mcp_era_batches(const char *v);
+/* Whether a client of version v asks for elicitation with a form "mode" (2025-11-25 on). */
+int tp__mcp_era_elicit_mode(const char *v);
+/* The versions, latest first, as "2026-07-28, 2025-11-25, ..." into buf[len]. */
+void tp__mcp_era_list(char *buf, size_t len);
 
 /* The instructions of initialize and server/discover (the same text), for the script
 ** tool named tool, into buf[len]. */
@@ -78,21 +90,20 @@ int tp__mcp_era_stamp(char **line, size_t *len);
 
 /* ---- subscriptions/listen ---------------------------------------------------------- */
 /* The open subscriptions of one server (stdio: one client). */
-typedef struct tp__mcp_listen tp__mcp_listen;
-tp__mcp_listen *tp__mcp_listen_new(void);
-void tp__mcp_listen_free(tp__mcp_listen *l);
+typedef struct tp__mcp_era_listen tp__mcp_era_listen;
+tp__mcp_era_listen *tp__mcp_era_listen_new(void);
+void tp__mcp_era_listen_free(tp__mcp_era_listen *l);
 /* Opens a subscription for request id (copied) with params' notifications filter. Returns
 ** the notifications/subscriptions/acknowledged message to send (the filter's part the
 ** server honors: toolsListChanged), or NULL with *error (an error object: -32602 for a
 ** bad filter or an id in use, -32603 out of memory). */
-json_t *tp__mcp_listen_open(tp__mcp_listen *l, const json_t *id, const json_t *params,
+json_t *tp__mcp_era_listen_open(tp__mcp_era_listen *l, const json_t *id, const json_t *params,
                             json_t **error);
 /* Closes the subscription of request id (notifications/cancelled); 1 when there was one. */
-int tp__mcp_listen_cancel(tp__mcp_listen *l, const json_t *id);
-/* How many subscriptions are open. */
-size_t tp__mcp_listen_count(const tp__mcp_listen *l);
+int tp__mcp_era_listen_cancel(tp__mcp_era_listen *l, const json_t *id);
+size_t tp__mcp_era_listen_count(const tp__mcp_era_listen *l);
 /* The tools' list changed: the notifications to send, one per subscription that asked for
 ** it (with its subscriptionId in _meta), as a new array (empty: none). */
-json_t *tp__mcp_listen_tools_changed(tp__mcp_listen *l);
+json_t *tp__mcp_era_listen_tools_changed(tp__mcp_era_listen *l);
 
 #endif

@@ -1,0 +1,313 @@
+// Caller tools over MCP (docs/caller-tools.md; engine/front/mcp.c): tools a run_lua call
+// declares in _meta["tidepool/callerTools"], answered by the client. Live: the server sends
+// the client a tidepool/callTool request on the same connection (stdio here in raw JSON
+// lines; HTTP on the request's SSE stream, through the official SDK client's request
+// handlers), and the answer resumes the run. Paused: the run returns status "paused" with
+// the pending calls, and resume_run's results resume it, bound to run, id and arguments.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { z } from 'zod';
+import { test, run, assert, eq, sleep, tidepool } from './harness.mjs';
+
+const WEATHER = {
+  name: 'weather', description: 'Current weather for a city.',
+  inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  outputSchema: { type: 'object', properties: { temp_c: { type: 'number' } }, required: ['temp_c'] },
+};
+const SLOW = { name: 'slow', timeoutMs: 600 };
+const meta = (tools, extra = {}) => ({ _meta: { 'tidepool/callerTools': { version: 1, tools, ...extra } } });
+
+// A stdio server with a reader that sorts its messages: responses by id, requests and
+// notifications in order of arrival.
+function server({ callers = true, args = [] } = {}) {
+  const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--workers', '1', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const byId = new Map(), others = [], waiters = [];
+  let buf = '', err = '';
+  const wake = () => { for (const w of waiters.splice(0)) w(); };
+  p.stdout.setEncoding('utf8');
+  p.stdout.on('data', (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const m = JSON.parse(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+      if (m.id !== undefined && m.method === undefined) byId.set(m.id, m);
+      else others.push(m);
+    }
+    wake();
+  });
+  p.stderr.setEncoding('utf8');
+  p.stderr.on('data', (d) => { err += d; });
+  const exited = new Promise((r) => p.on('exit', (code) => r(code)));
+  const until = (pick, ms, what) => new Promise((res, rej) => {
+    const t = setTimeout(() => rej(new Error(`no ${what} from the server; stderr: ${err.slice(-500)}`)), ms);
+    const look = () => {
+      const v = pick();
+      if (v !== undefined) { clearTimeout(t); res(v); } else waiters.push(look);
+    };
+    look();
+  });
+  let next = 1;
+  const s = {
+    send(m) { p.stdin.write(JSON.stringify(m) + '\n'); },
+    response(id, ms = 8000) {
+      return until(() => { const m = byId.get(id); if (m) byId.delete(id); return m; }, ms, `response ${id}`);
+    },
+    other(pred, ms = 8000) {
+      return until(() => { const i = others.findIndex(pred); return i >= 0 ? others.splice(i, 1)[0] : undefined; },
+        ms, 'message');
+    },
+    has(pred) { return others.some(pred); },
+    callRequest(ms) { return s.other((m) => m.method === 'tidepool/callTool', ms); },
+    answer(req, body) { s.send({ jsonrpc: '2.0', id: req.id, ...body }); },
+    start(method, params) {
+      const id = next++;
+      s.send({ jsonrpc: '2.0', id, method, params });
+      return id;
+    },
+    async request(method, params, ms) { return s.response(s.start(method, params), ms); },
+    runLua(code, extra = {}) { return s.start('tools/call', { name: 'run_lua', arguments: { code }, ...extra }); },
+    close() { p.stdin.end(); return exited; },
+    kill() { p.kill('SIGKILL'); return exited; },
+  };
+  s.ready = s.request('initialize', { protocolVersion: '2025-11-25',
+    capabilities: callers ? { experimental: { 'tidepool/callerTools': { version: 1 } } } : {},
+    clientInfo: { name: 'caller-spec', version: '1' } })
+    .then((m) => { s.send({ jsonrpc: '2.0', method: 'notifications/initialized' }); return m; });
+  return s;
+}
+
+const view = (m) => {
+  assert(m.result, `a result: ${JSON.stringify(m)}`);
+  eq(m.result.content[0].text, JSON.stringify(m.result.structuredContent), 'text block = structuredContent');
+  return m.result.structuredContent;
+};
+
+let s;
+test('the capability is answered to a client that declared it, to no other', async () => {
+  s = server();
+  const init = await s.ready;
+  eq(init.result.capabilities.experimental, { 'tidepool/callerTools': { modes: ['live', 'paused'], version: 1, versions: [1] } },
+    'the server\'s caller-tools capability');
+  const plain = server({ callers: false });
+  const i2 = await plain.ready;
+  eq(i2.result.capabilities, { logging: {}, tools: { listChanged: true } }, 'an ordinary client sees nothing of it');
+  await plain.close();
+});
+
+test('live over stdio: the call comes as tidepool/callTool and the answer resumes the run', async () => {
+  const id = s.runLua('local w = tools.weather{city = "Paris"} return w.temp_c + 1', meta([WEATHER]));
+  const req = await s.callRequest();
+  eq(Object.keys(req.params).sort(), ['args', 'id', 'request', 'run', 'tool'], 'the params');
+  eq([req.params.request, req.params.id, req.params.tool, req.params.args], [id, 1, 'weather', { city: 'Paris' }], 'the call');
+  assert(/^0-[0-9a-f]{32}$/.test(req.params.run), `run id ${req.params.run}`);
+  assert(req.id.startsWith('tidepool-call-'), `request id ${req.id}`);
+  s.answer(req, { result: { result: { temp_c: 20.5 } } });
+  const v = view(await s.response(id));
+  eq([v.ok, v.result, v.calls], [true, 21.5, { weather: 1 }], 'the run\'s result');
+});
+
+test('live: parallel() calls come out together and may be answered in any order', async () => {
+  const id = s.runLua(`local a, b = parallel(function() return tools.weather{city = "A"} end,
+    function() return tools.weather{city = "B"} end) return {a.temp_c, b.temp_c}`, meta([WEATHER]));
+  const r1 = await s.callRequest(), r2 = await s.callRequest();
+  eq([r1.params.args.city, r2.params.args.city], ['A', 'B'], 'both calls before any answer');
+  s.answer(r2, { result: { result: { temp_c: 2 } } });
+  s.answer(r1, { result: { result: { temp_c: 1 } } });
+  eq(view(await s.response(id)).result, [1, 2], 'each answer to its call');
+});
+
+test('live: an error answer reaches the script with its code; a JSON-RPC error is tool.failed', async () => {
+  const id = s.runLua(`local ok1, e1 = pcall(tools.weather, {city = "X"})
+    local ok2, e2 = pcall(tools.weather, {city = "Y"})
+    local ok3, e3 = pcall(tools.weather, {city = "Z"})
+    return {e1.code, e1.message, e2.code, e2.message, e3.code}`, meta([WEATHER]));
+  s.answer(await s.callRequest(), { result: { error: { message: 'the user said no', code: 'tool.denied' } } });
+  s.answer(await s.callRequest(), { error: { code: -32000, message: 'handler crashed' } });
+  s.answer(await s.callRequest(), { result: { result: { temp_c: 'warm' } } });
+  eq(view(await s.response(id)).result, ['tool.denied', 'tools.weather failed: the user said no',
+    'tool.failed', 'tools.weather failed: handler crashed', 'tool.invalid_output'], 'the errors the script saw');
+});
+
+test('live: arguments are checked before the client sees them', async () => {
+  const id = s.runLua('local ok, e = pcall(tools.weather, {town = "x"}) return e.code', meta([WEATHER]));
+  eq(view(await s.response(id)).result, 'tool.invalid_input', 'refused before the client');
+  await sleep(100);
+  assert(!s.has((m) => m.method === 'tidepool/callTool'), 'no request went out');
+});
+
+test('live: a call not answered in its timeout fails with tool.timeout and is withdrawn', async () => {
+  const id = s.runLua('local ok, e = pcall(tools.slow, {}) return e.code', meta([SLOW]));
+  const req = await s.callRequest();
+  const c = await s.other((m) => m.method === 'notifications/cancelled', 5000);
+  eq(c.params.requestId, req.id, 'the cancelled request');
+  eq(view(await s.response(id)).result, 'tool.timeout', 'the script saw the timeout');
+  s.answer(req, { result: { result: {} } });  // late: ignored
+});
+
+test('live: cancelling the run withdraws the calls in flight', async () => {
+  const id = s.runLua('return tools.weather{city = "Paris"}', meta([WEATHER]));
+  const req = await s.callRequest();
+  s.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: id, reason: 'stop' } });
+  const c = await s.other((m) => m.method === 'notifications/cancelled', 5000);
+  eq(c.params.requestId, req.id, 'the call withdrawn');
+});
+
+test('paused: the run returns its pending calls; resume_run\'s results resume it', async () => {
+  const id = s.runLua(`local a, b = parallel(function() return tools.weather{city = "A"} end,
+    function() return tools.weather{city = "B"} end) return a.temp_c * b.temp_c`, meta([WEATHER], { mode: 'paused' }));
+  const v = view(await s.response(id));
+  eq([v.ok, v.status], [false, 'paused'], 'paused');
+  eq(v.pending.map((p) => [p.kind, p.id, p.tool, p.args]), [['call', 1, 'weather', { city: 'A' }],
+    ['call', 2, 'weather', { city: 'B' }]], 'both calls pending together');
+  assert(v.pending.every((p) => /^[0-9a-f]{64}$/.test(p.binding)), 'bindings');
+  assert(v.message.startsWith('The run is paused: it waits on the caller tools'), v.message);
+  const bad = view(await s.request('tools/call', { name: 'resume_run', arguments: { run: v.run,
+    results: [{ id: 1, binding: v.pending[1].binding, result: { temp_c: 6 } }] } }));
+  eq(bad.error.code, 'caller.binding', 'a binding of another call');
+  const unknown = view(await s.request('tools/call', { name: 'resume_run', arguments: { run: v.run,
+    results: [{ id: 9, binding: v.pending[0].binding, result: { temp_c: 6 } }] } }));
+  eq(unknown.error.code, 'caller.not_pending', 'an id the run does not wait on');
+  const half = view(await s.request('tools/call', { name: 'resume_run', arguments: { run: v.run,
+    results: [{ id: 1, binding: v.pending[0].binding, result: { temp_c: 6 } }] } }));
+  eq([half.status, half.pending.map((p) => p.id)], ['paused', [2]], 'paused again on what is left');
+  const done = view(await s.request('tools/call', { name: 'resume_run', arguments: { run: v.run,
+    results: [{ id: 2, binding: v.pending[1].binding, result: { temp_c: 7 } }] } }));
+  eq([done.ok, done.result], [true, 42], 'the run finished');
+});
+
+test('paused: an error result, and a run that is not paused', async () => {
+  const id = s.runLua('local ok, e = pcall(tools.weather, {city = "A"}) return e.code',
+    meta([WEATHER], { mode: 'paused' }));
+  const v = view(await s.response(id));
+  const done = view(await s.request('tools/call', { name: 'resume_run', arguments: { run: v.run,
+    results: [{ id: 1, binding: v.pending[0].binding, error: { message: 'nope', code: 'tool.rate_limited' } }] } }));
+  eq(done.result, 'tool.rate_limited', 'the caller\'s code');
+  const again = view(await s.request('tools/call', { name: 'resume_run', arguments: { run: v.run,
+    results: [{ id: 1, binding: v.pending[0].binding, result: 1 }] } }));
+  eq(again.error.code, 'run.unknown', 'a finished run cannot be resumed');
+});
+
+test('a session keeps its declarations for its later runs', async () => {
+  const id1 = s.runLua('return 1', { ...meta([WEATHER], { session: true }), arguments: { code: 'x = 5 return x', session: 'sess-a' } });
+  eq(view(await s.response(id1)).result, 5, 'first run');
+  const id2 = s.start('tools/call', { name: 'run_lua', arguments: { code: 'return tools.weather{city = "P"}.temp_c + x', session: 'sess-a' } });
+  s.answer(await s.callRequest(), { result: { result: { temp_c: 10 } } });
+  eq(view(await s.response(id2)).result, 15, 'the session\'s tool, in a run that declared none');
+  const id3 = s.runLua('local n = "weather" local ok, e = pcall(function() return tools[n]{city = "P"} end) return e.code');
+  eq(view(await s.response(id3)).result, 'tool.unknown', 'no other run sees it');
+});
+
+test('a 2026-07-28 request: paused (no server requests in that era); live is refused', async () => {
+  const M26 = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+    'io.modelcontextprotocol/clientCapabilities': {}, 'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '1' } };
+  const ct = { version: 1, tools: [WEATHER] };
+  const r = view(await s.request('tools/call', { _meta: { ...M26, 'tidepool/callerTools': ct }, name: 'run_lua',
+    arguments: { code: 'return tools.weather{city = "Lima"}.temp_c' } }));
+  eq([r.status, r.pending[0].kind, r.pending[0].args], ['paused', 'call', { city: 'Lima' }], 'paused in 2026-07-28');
+  const done = await s.request('tools/call', { _meta: M26, name: 'resume_run', arguments: { run: r.run,
+    results: [{ id: 1, binding: r.pending[0].binding, result: { temp_c: 19 } }] } });
+  eq([done.result.resultType, done.result.structuredContent.result], ['complete', 19], 'resumed in 2026-07-28');
+  const live = await s.request('tools/call', { _meta: { ...M26, 'tidepool/callerTools': { ...ct, mode: 'live' } },
+    name: 'run_lua', arguments: { code: 'return 1' } });
+  eq(live.error.code, -32602, 'live in 2026-07-28');
+  assert(/a 2026-07-28 request has none/.test(live.error.message), live.error.message);
+});
+
+test('bad declarations are refused with -32602 or a tool error naming the problem', async () => {
+  const m = await s.response(s.runLua('return 1', { _meta: { 'tidepool/callerTools': { version: 2, tools: [] } } }));
+  eq(m.error.code, -32602, 'a version the server does not know');
+  assert(/version must be 1/.test(m.error.message), m.error.message);
+  const m2 = await s.response(s.runLua('return 1', meta([{ name: 'bad-name' }])));
+  const v2 = view(m2);
+  eq(v2.error.code, 'tool.invalid_input', 'a bad name');
+  assert(/bad name/.test(v2.error.message), v2.error.message);
+  await s.close();
+});
+
+test('paused with --state: the run survives kill -9 and a new server resumes it by replay', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const secret = path.join(tmp, 'secret');
+  fs.writeFileSync(secret, 'k'.repeat(48));
+  const args = ['--state', tmp, '--secret-file', secret];
+  try {
+    const a = server({ args });
+    await a.ready;
+    const id = a.runLua(`local x = tools.weather{city = "A"}
+      local y = tools.weather{city = "B"}
+      return {x.temp_c, y.temp_c, math.random(1000)}`, meta([WEATHER], { mode: 'paused' }));
+    const v1 = view(await a.response(id));
+    eq(v1.pending.map((p) => p.args.city), ['A'], 'the first call');
+    const v2 = view(await a.request('tools/call', { name: 'resume_run', arguments: { run: v1.run,
+      results: [{ id: 1, binding: v1.pending[0].binding, result: { temp_c: 1 } }] } }));
+    eq([v2.status, v2.pending.map((p) => [p.id, p.args.city])], ['paused', [[2, 'B']]], 'paused at the second');
+    await a.kill();
+    const b = server({ args });
+    await b.ready;
+    const done = view(await b.request('tools/call', { name: 'resume_run', arguments: { run: v1.run,
+      results: [{ id: 2, binding: v2.pending[0].binding, result: { temp_c: 2 } }] } }));
+    eq([done.ok, done.result?.[0], done.result?.[1]], [true, 1, 2], `the first answer from the log, the second from the resume: ${JSON.stringify(done)}`);
+    await b.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+// ---- HTTP: the official SDK client, the call on the run request's SSE stream ----------
+
+function startHttp() {
+  return new Promise((resolve, reject) => {
+    const p = spawn(tidepool, ['mcp', '--no-builtin-tools', '--http', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    const srv = { proc: p, exited: new Promise((r) => p.on('exit', () => r())) };
+    p.stderr.setEncoding('utf8');
+    p.stderr.on('data', (d) => {
+      err += d;
+      const m = err.match(/serving on (http:\/\/127\.0\.0\.1:\d+\/mcp)/);
+      if (m && !srv.url) { srv.url = m[1]; resolve(srv); }
+    });
+    p.on('exit', (code) => { if (!srv.url) reject(new Error(`exited ${code}: ${err}`)); });
+  });
+}
+
+const CallToolRequest = z.object({ method: z.literal('tidepool/callTool'), params: z.object({}).passthrough() });
+
+test('live over HTTP: the SDK client answers tidepool/callTool from its request handler', async () => {
+  const srv = await startHttp();
+  try {
+    const client = new Client({ name: 'caller-http', version: '1.0.0' },
+      { capabilities: { experimental: { 'tidepool/callerTools': { version: 1 } } } });
+    const seen = [];
+    client.setRequestHandler(CallToolRequest, async (req) => {
+      seen.push(req.params);
+      if (req.params.args.city === 'Nowhere') return { error: { message: 'unknown city', code: 'tool.failed' } };
+      return { result: { temp_c: req.params.args.city.length } };
+    });
+    await client.connect(new StreamableHTTPClientTransport(new URL(srv.url)));
+    eq(client.getServerCapabilities().experimental['tidepool/callerTools'].version, 1, 'capability');
+    const r = await client.callTool({ name: 'run_lua', arguments: { code: `
+      local a = tools.weather{city = "Paris"}
+      local ok, e = pcall(tools.weather, {city = "Nowhere"})
+      return {a.temp_c, e.message}` }, _meta: { 'tidepool/callerTools': { version: 1, tools: [WEATHER] } } });
+    eq(r.structuredContent?.result, [5, 'tools.weather failed: unknown city'], `the run's result: ${JSON.stringify(r)}`);
+    eq(seen.map((p) => [p.tool, p.args.city]), [['weather', 'Paris'], ['weather', 'Nowhere']], 'the calls the client ran');
+    // paused over the same server: a stateless-style run, then resume_run
+    const p = await client.callTool({ name: 'run_lua', arguments: { code: 'return tools.weather{city = "Rome"}.temp_c' },
+      _meta: { 'tidepool/callerTools': { version: 1, mode: 'paused', tools: [WEATHER] } } });
+    eq(p.structuredContent.status, 'paused', 'paused over HTTP');
+    const pend = p.structuredContent.pending[0];
+    const done = await client.callTool({ name: 'resume_run', arguments: { run: p.structuredContent.run,
+      results: [{ id: pend.id, binding: pend.binding, result: { temp_c: 30 } }] } });
+    eq(done.structuredContent.result, 30, 'resumed over HTTP');
+    await client.close();
+  } finally {
+    srv.proc.kill('SIGTERM');
+    await srv.exited;
+  }
+});
+
+await run();
