@@ -566,69 +566,126 @@ static void put (sbuf *b, const char *fmt, ...) {
   }
 }
 
+/* Appends n bytes of p (no formatting: encode runs once per span on the loop). */
+static void app (sbuf *b, const char *p, size_t n) {
+  if (b->oom) return;
+  if (b->len + n + 1 > b->cap) {
+    size_t nc = (b->cap ? b->cap * 2 : 4096) + n;
+    char *np = realloc(b->p, nc);
+    if (np == NULL) { b->oom = 1; return; }
+    b->p = np;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->len, p, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+#define APP(b, lit) app((b), lit, sizeof lit - 1)
+static void app_s (sbuf *b, const char *s) { app(b, s, strlen(s)); }
+
+static void app_u (sbuf *b, uint64_t v) {
+  char d[24];
+  int i = sizeof d;
+  do { d[--i] = (char)('0' + v % 10); v /= 10; } while (v);
+  app(b, d + i, sizeof d - (size_t)i);
+}
+
+static void app_i (sbuf *b, int64_t v) {
+  if (v < 0) { APP(b, "-"); app_u(b, (uint64_t)0 - (uint64_t)v); }
+  else app_u(b, (uint64_t)v);
+}
+
+static void attr_s (sbuf *b, const char *k, const char *v, int comma) {
+  if (comma) APP(b, ",");
+  APP(b, "{\"key\":\"");
+  app_s(b, k);
+  APP(b, "\",\"value\":{\"stringValue\":\"");
+  app_s(b, v);
+  APP(b, "\"}}");
+}
+
+static void attr_i (sbuf *b, const char *k, int64_t v, int comma) {
+  if (comma) APP(b, ",");
+  APP(b, "{\"key\":\"");
+  app_s(b, k);
+  APP(b, "\",\"value\":{\"intValue\":\"");
+  app_i(b, v);
+  APP(b, "\"}}");
+}
+
 /* One span as an OTLP JSON object. */
 static void encode (tracer *t, sbuf *b, const span *s) {
-  char tid[33], sid[17], pid[17], name[2 * NAME_MAX_ * 3 + 64], code[128];
-  hex(tid, s->trace_id, 16);
-  hex64(sid, s->id);
-  hex64(pid, s->parent);
+  char id[33], code[128], tool[NAME_MAX_ * 6 + 8];
   esc(code, sizeof code, s->code);
-  char tool[NAME_MAX_ * 6 + 8];
   esc(tool, sizeof tool, s->name);
-  switch (s->kind) {
-    case SP_CALL: snprintf(name, sizeof name, "execute_tool %s", tool); break;
-    case SP_POLICY: snprintf(name, sizeof name, "policy %s", tool); break;
-    case SP_APPROVAL: snprintf(name, sizeof name, "approval %s", tool); break;
-    default: snprintf(name, sizeof name, "%s", tool); break;
+  APP(b, "{\"traceId\":\"");
+  hex(id, s->trace_id, 16);
+  app(b, id, 32);
+  APP(b, "\",\"spanId\":\"");
+  hex64(id, s->id);
+  app(b, id, 16);
+  if (s->has_parent) {
+    APP(b, "\",\"parentSpanId\":\"");
+    hex64(id, s->parent);
+    app(b, id, 16);
   }
-  uint64_t st = (uint64_t)((int64_t)s->start_ns + t->wall_off_ns);
-  uint64_t en = (uint64_t)((int64_t)s->end_ns + t->wall_off_ns);
-  put(b, "{\"traceId\":\"%s\",\"spanId\":\"%s\",", tid, sid);
-  if (s->has_parent) put(b, "\"parentSpanId\":\"%s\",", pid);
-  put(b, "\"name\":\"%s\",\"kind\":%d,\"startTimeUnixNano\":\"%" PRIu64 "\","
-      "\"endTimeUnixNano\":\"%" PRIu64 "\",\"attributes\":[", name,
-      s->kind == SP_RUN ? 2 : s->otel_kind, st, en);
-#define STR(k, v) put(b, "{\"key\":\"" k "\",\"value\":{\"stringValue\":\"%s\"}}", v)
-#define INT(k, v) put(b, "{\"key\":\"" k "\",\"value\":{\"intValue\":\"%" PRId64 "\"}}", \
-                      (int64_t)(v))
+  APP(b, "\",\"name\":\"");
+  switch (s->kind) {
+    case SP_CALL: APP(b, "execute_tool "); break;
+    case SP_POLICY: APP(b, "policy "); break;
+    case SP_APPROVAL: APP(b, "approval "); break;
+    default: break;
+  }
+  app_s(b, tool);
+  APP(b, "\",\"kind\":");
+  app_u(b, s->kind == SP_RUN ? 2 : s->otel_kind);
+  APP(b, ",\"startTimeUnixNano\":\"");
+  app_u(b, (uint64_t)((int64_t)s->start_ns + t->wall_off_ns));
+  APP(b, "\",\"endTimeUnixNano\":\"");
+  app_u(b, (uint64_t)((int64_t)s->end_ns + t->wall_off_ns));
+  APP(b, "\",\"attributes\":[");
+  int any = 1;
   switch (s->kind) {
     case SP_RUN:
-      STR("tidepool.outcome", s->ok ? "ok" : code);
-      put(b, ",");
-      INT("tidepool.run.calls", s->n[0]);
+      attr_s(b, "tidepool.outcome", s->ok ? "ok" : code, 0);
+      attr_i(b, "tidepool.run.calls", s->n[0], 1);
       break;
     case SP_CALL:
-      STR("gen_ai.operation.name", "execute_tool"); put(b, ",");
-      STR("gen_ai.tool.name", tool); put(b, ",");
-      INT("tidepool.call.id", s->n[0]); put(b, ",");
-      INT("tidepool.call.line", s->n[1]); put(b, ",");
-      INT("tidepool.call.bytes_in", s->n[2]); put(b, ",");
-      INT("tidepool.call.bytes_out", s->n[3]); put(b, ",");
-      STR("tidepool.outcome", s->ok ? "ok" : code);
-      if (!s->ok) { put(b, ","); STR("error.type", code); }
+      attr_s(b, "gen_ai.operation.name", "execute_tool", 0);
+      attr_s(b, "gen_ai.tool.name", tool, 1);
+      attr_i(b, "tidepool.call.id", s->n[0], 1);
+      attr_i(b, "tidepool.call.line", s->n[1], 1);
+      attr_i(b, "tidepool.call.bytes_in", s->n[2], 1);
+      attr_i(b, "tidepool.call.bytes_out", s->n[3], 1);
+      attr_s(b, "tidepool.outcome", s->ok ? "ok" : code, 1);
+      if (!s->ok) attr_s(b, "error.type", code, 1);
       break;
     case SP_POLICY:
-      STR("gen_ai.tool.name", tool); put(b, ",");
-      STR("tidepool.policy.effect", code); put(b, ",");
-      INT("tidepool.policy.rule", s->n[1]); put(b, ",");
-      INT("tidepool.call.id", s->n[0]);
+      attr_s(b, "gen_ai.tool.name", tool, 0);
+      attr_s(b, "tidepool.policy.effect", code, 1);
+      attr_i(b, "tidepool.policy.rule", s->n[1], 1);
+      attr_i(b, "tidepool.call.id", s->n[0], 1);
       break;
     case SP_APPROVAL:
-      STR("gen_ai.tool.name", tool); put(b, ",");
-      INT("tidepool.call.id", s->n[0]);
+      attr_s(b, "gen_ai.tool.name", tool, 0);
+      attr_i(b, "tidepool.call.id", s->n[0], 1);
       break;
     default:
-      if (!s->ok && code[0]) STR("error.type", code);
+      any = !s->ok && code[0];
+      if (any) attr_s(b, "error.type", code, 0);
       break;
   }
   if (s->extra) {
-    if (b->len && b->p[b->len - 1] != '[') put(b, ",");
-    put(b, "%s", s->extra);
+    if (any) APP(b, ",");
+    app_s(b, s->extra);
   }
-#undef STR
-#undef INT
-  if (s->ok) put(b, "],\"status\":{\"code\":1}}");
-  else put(b, "],\"status\":{\"code\":2,\"message\":\"%s\"}}", code);
+  if (s->ok) APP(b, "],\"status\":{\"code\":1}}");
+  else {
+    APP(b, "],\"status\":{\"code\":2,\"message\":\"");
+    app_s(b, code);
+    APP(b, "\"}}");
+  }
 }
 
 /* ---- export ------------------------------------------------------------------------------ */
