@@ -945,6 +945,7 @@ tp_run *tp__run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t le
   if (r == NULL) return NULL;
   r->e = e;
   r->traced = tp__core(e)->tracing;
+  __atomic_store_n(&k->runs_made, k->runs_made + 1, __ATOMIC_RELAXED);
   r->id = ++k->run_ids;
   r->sb = sb;
   size_t nlen = len;

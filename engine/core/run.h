@@ -83,6 +83,7 @@ typedef struct tp_core {
   uint64_t wait_ns;        /* what the host waited for on behalf of the next run (upstream
                            ** servers starting): the next tp_run_create takes it */
   int tracing;             /* the host records spans: each new run is traced */
+  uint64_t runs_made;      /* runs made so far (read by other threads: metrics) */
 } tp_core;
 
 /* The sandbox chunks (16 KiB) an engine keeps from its closed runs for its next ones: a

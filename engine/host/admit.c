@@ -188,7 +188,10 @@ static void on_call (void *ud, tp_call *c) {
     if (t0) {  /* a span for each decision of a policy the config has */
       const char *effect;
       int rule = tp__policy_last(e, &effect);
-      if (rule != -2 && (effect != NULL || go)) tp__trace_policy(e, c, t0, effect ? effect : "allow", rule);
+      if (rule != -2 && (effect != NULL || go)) {
+        tp__trace_policy(e, c, t0, effect ? effect : "allow", rule);
+        if (e->metrics) tp__metrics_policy(e, effect ? effect : "allow");
+      }
     }
     if (c->held && e->audit_on) tp__journal_call(e, c, "held");
     if (!go) return;

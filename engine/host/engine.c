@@ -44,6 +44,7 @@ void tp_engine_destroy (tp_engine *e) {
                                    ** held calls can still take it */
   e->store_conn = NULL;
   tp__trace_close(e);     /* what is queued leaves, within a bounded time */
+  tp__metrics_free(e);
   tp__engine_count_open_handles(e);  /* leftovers, closed below; the tests fail on them */
   tp__host_close(e);
   tp__driver_close(e);

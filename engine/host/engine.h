@@ -67,6 +67,7 @@ struct tp_engine {
   struct tp__policy *pol;  /* the config's policy, principal, buckets (policy.c), or NULL */
   struct tp__tracer *tracer; /* spans and their export (trace.c), or NULL */
   int audit_fd, audit_on;  /* tp_engine_audit_calls (journal.c) */
+  struct tp__metrics *metrics; /* tp_engine_metrics_on (metrics.c), or NULL */
 };
 
 void tp__engine_set_error(tp_engine *e, const char *fmt, ...)

@@ -180,7 +180,7 @@ static tracer *tracer_of (tp_engine *e) {
 static int exporting (const tracer *t) { return t != NULL && (t->url || t->file); }
 
 void tp__trace_update (tp_engine *e) {
-  e->core.tracing = exporting(e->tracer) || e->audit_on;
+  e->core.tracing = exporting(e->tracer) || e->audit_on || e->metrics != NULL;
 }
 #define set_tracing tp__trace_update
 
@@ -354,6 +354,7 @@ void tp__trace_call_end (void *ud, tp_call *c) {
   tp_run *r = c->run;
   if (r == NULL) return;
   if (e->audit_on) tp__journal_end(e, c);
+  if (e->metrics) tp__metrics_call(e, c);
   if (!exporting(t)) return;
   tp__drv_run *d = run_ids(t, r);
   span *s = d ? slot(t) : NULL;
@@ -471,6 +472,7 @@ void tp__trace_run_end (void *ud, tp_run *r, const char *code, const json_t *sta
   tp_engine *e = ud;
   tracer *t = e->tracer;
   if (e->audit_on) tp__journal_run(e, r, code);
+  if (e->metrics) tp__metrics_run(e, r, code);
   if (!exporting(t)) return;
   tp__drv_run *d = run_ids(t, r);
   span *s = d ? slot(t) : NULL;

@@ -42,6 +42,11 @@ void tp__trace_run_key(tp_engine *e, tp_run *r, char *out);
 void tp__journal_call(tp_engine *e, tp_call *c, const char *ev);
 void tp__journal_end(tp_engine *e, tp_call *c);
 void tp__journal_run(tp_engine *e, tp_run *r, const char *code);
+/* metrics.c: a call ended, a run ended, a policy decided; freed at engine destroy. */
+void tp__metrics_call(tp_engine *e, const tp_call *c);
+void tp__metrics_run(tp_engine *e, tp_run *r, const char *code);
+void tp__metrics_policy(tp_engine *e, const char *effect);
+void tp__metrics_free(tp_engine *e);
 /* Exports what is queued within a bounded time, then frees the tracer (engine destroy). */
 void tp__trace_close(tp_engine *e);
 

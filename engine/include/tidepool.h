@@ -699,6 +699,21 @@ TP_EXTERN int tp_run_trace_attr(tp_run *r, const char *key, const char *value);
 ** format. Never an argument's value. TP_OK, TP_EINVAL. */
 TP_EXTERN int tp_engine_audit_calls(tp_engine *e, int fd);
 
+/* ---- metrics ------------------------------------------------------------------------------
+** tp_engine_metrics_on: e counts from now on its runs by outcome, its tool calls by tool
+** and outcome, policy decisions by effect, and the durations of runs and calls
+** (histograms). Counting costs a few relaxed stores per call, on e's thread. TP_OK,
+** TP_ENOMEM. tp_metrics_text: the figures of engines es[0..n) summed, as Prometheus text
+** (exposition format 0.0.4: tidepool_runs_total, tidepool_limits_hit_total,
+** tidepool_runs_in_flight, tidepool_tool_calls_total, tidepool_policy_decisions_total,
+** tidepool_run_duration_seconds, tidepool_tool_call_duration_seconds,
+** tidepool_spans_dropped_total; docs/operations.md). It may be called from any thread
+** while the engines run (a worker's engine is read, never locked); malloc'd (tp_free),
+** *len its length when len is not NULL; NULL when out of memory. A front end appends its
+** own series (sessions, paused runs, HTTP statuses) after it. */
+TP_EXTERN int tp_engine_metrics_on(tp_engine *e);
+TP_EXTERN char *tp_metrics_text(tp_engine *const *es, size_t n, size_t *len);
+
 /* The message of the last failed call on e, or "" (owned by e). */
 TP_EXTERN const char *tp_engine_error(const tp_engine *e);
 
