@@ -296,6 +296,7 @@ local function make_ctx(rec)
     end
     local o = {}
     for _, k in ipairs(HTTP_OPTS) do o[k] = rawget(opts, k) end
+    o.traceparent = E.traceparent(rec.box)
     -- the body comes in chunks, each charged to the run as it arrives (and once more
     -- when they are joined), so parallel fetches stop at the run's memory limit
     local chunks, over = {}, nil
@@ -333,6 +334,13 @@ local function make_ctx(rec)
   -- for as long as the call lasts. For data from outside (an upstream server's answer, an
   -- HTTP body) that may be large; raises when the run cannot hold it (its verdict is then
   -- limit.memory) or the text is not JSON.
+  -- The W3C traceparent of this call's span (docs/operations.md), for the work the call
+  -- causes to name as its parent: nil when the run is not traced or the config keeps
+  -- context in. ctx.http sends it on by itself; upstream requests carry it in _meta.
+  function fns.traceparent()
+    return E.traceparent(rec.box)
+  end
+
   function fns.decode(text)
     if type(text) ~= "string" then error("ctx.decode: expects a string of JSON text", 2) end
     return E.decode(rec.box, text)

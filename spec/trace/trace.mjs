@@ -154,6 +154,63 @@ test('an approval wait is a child span of the run', async () => {
   eq(spans.find((s) => s.name === 'policy kv.set') && attr(spans.find((s) => s.name === 'policy kv.set'), 'tidepool.policy.effect'), 'ask');
 });
 
+test('an HTTP fetch and an upstream call: their spans are grandchildren, their servers get the call\'s context, no secret leaks', async () => {
+  exports.length = 0;
+  fetched.length = 0;
+  const dir = fs.mkdtempSync(path.join(tmp, 'edge-'));
+  const cfg = config({ mcpServers: { edge: { command: 'node', args: [edge], env: { EDGE_DIR: dir } } } });
+  const r = await tp(['--config', cfg, '--otlp', OTLP, '--traceparent', PARENT], `
+    local a = tools.http.fetch{ url = "${WEB}/page?q=${ARG}" }
+    local b = tools.edge.echo{ text = "${ARG}" }
+    return { a.status, b }`);
+  eq(r.env && r.env.ok, true, r.out + r.err);
+  const spans = spansOf(exports);
+  const run = spans.find((s) => s.name === 'tidepool.run');
+  const fetch = spans.find((s) => s.name === 'execute_tool http.fetch');
+  const echo = spans.find((s) => s.name === 'execute_tool edge.echo');
+  assert(fetch && echo, spans.map((s) => s.name).join(', '));
+  eq([fetch.parentSpanId, echo.parentSpanId], [run.spanId, run.spanId]);
+  const get = spans.find((s) => s.name === 'HTTP GET');
+  assert(get, spans.map((s) => s.name).join(', '));
+  eq(get.parentSpanId, fetch.spanId, 'the HTTP request is a child of its call');
+  eq(get.kind, 3);
+  eq(attr(get, 'http.response.status_code'), '200');
+  eq(attr(get, 'server.address'), '127.0.0.1');
+  const up = spans.find((s) => s.name === 'mcp tools/call echo');
+  assert(up, spans.map((s) => s.name).join(', '));
+  eq(up.parentSpanId, echo.spanId, 'the upstream request is a child of its call');
+  eq(fetched.length, 1);
+  eq(fetched[0].headers.traceparent, `00-${run.traceId}-${fetch.spanId}-01`, 'the HTTP server got the call\'s context');
+  eq(fetched[0].headers['x-api-key'], SECRET, 'the injected credential reached the server');
+  const seen = fs.readFileSync(path.join(dir, 'traceparent'), 'utf8').trim().split('\n');
+  eq(seen, [`tools/call 00-${run.traceId}-${echo.spanId}-01`], 'the upstream server got the call\'s context');
+  for (const e of exports) {
+    assert(!e.text.includes(SECRET), 'the injected secret is in a span');
+    assert(!e.text.includes(ARG), 'an argument value is in a span');
+  }
+});
+
+test('telemetry.propagate false keeps the context in', async () => {
+  exports.length = 0;
+  fetched.length = 0;
+  const cfg = config({ telemetry: { propagate: false } });
+  const r = await tp(['--config', cfg, '--otlp', OTLP], `
+    return tools.http.fetch{ url = "${WEB}/x" }.status`);
+  eq(r.env && r.env.ok, true, r.out + r.err);
+  eq(fetched.length, 1);
+  eq(fetched[0].headers.traceparent, undefined);
+  assert(spansOf(exports).some((s) => s.name === 'execute_tool http.fetch'));
+});
+
+test('telemetry.otlp.endpoint in the config sends the spans', async () => {
+  exports.length = 0;
+  const cfg = config({ telemetry: { otlp: { endpoint: OTLP }, service_name: 'agents-prod' } });
+  const r = await tp(['--config', cfg], 'return 1');
+  eq(r.env.ok, true);
+  eq(exports[0].json.resourceSpans[0].resource.attributes[0].value.stringValue, 'agents-prod');
+  eq(spansOf(exports).map((s) => s.name), ['tidepool.run']);
+});
+
 test('a script error is the run span\'s outcome and status', async () => {
   exports.length = 0;
   const r = await tp(['--otlp', OTLP], 'error("boom")');
