@@ -341,6 +341,14 @@ local function make_ctx(rec)
     return E.traceparent(rec.box)
   end
 
+  -- A span under this call's, for work it causes (a command): t0 = ctx.span_start(), then
+  -- ctx.span(name, t0, ok, code) when it ends. Nothing when the run is not traced.
+  function fns.span_start() return E.span_start() end
+  function fns.span(name, t0, ok, code)
+    local parent = E.traceparent(rec.box)
+    if parent then E.span(parent, tostring(name), t0, ok, code) end
+  end
+
   function fns.decode(text)
     if type(text) ~= "string" then error("ctx.decode: expects a string of JSON text", 2) end
     return E.decode(rec.box, text)

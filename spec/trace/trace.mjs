@@ -190,6 +190,19 @@ test('an HTTP fetch and an upstream call: their spans are grandchildren, their s
   }
 });
 
+test('a command is a span under its call', async () => {
+  exports.length = 0;
+  const cfg = config({ commands: [{ argv0: 'true' }] });
+  const r = await tp(['--config', cfg, '--otlp', OTLP], 'return tools.proc.run{ cmd = "true" }.exit_code');
+  eq(r.env && r.env.ok, true, r.out + r.err);
+  const spans = spansOf(exports);
+  const call = spans.find((s) => s.name === 'execute_tool proc.run');
+  const cmd = spans.find((s) => s.name === 'command true');
+  assert(call && cmd, spans.map((s) => s.name).join(', '));
+  eq(cmd.parentSpanId, call.spanId);
+  eq(cmd.status, { code: 1 });
+});
+
 test('telemetry.propagate false keeps the context in', async () => {
   exports.length = 0;
   fetched.length = 0;
