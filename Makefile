@@ -244,10 +244,10 @@ $(LIB_SO): $(LIB_OBJ)
 $(LIB_INT): $(ENGINE_OBJS) $(GEN_OBJS) $(LUA_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/options.o $(BUILD)/obj/caller_pipe.o $(MCP_OBJS) $(LIB_INT) \
+$(CLI): $(BUILD)/obj/cli.o $(BUILD)/obj/options.o $(BUILD)/obj/caller_pipe.o $(BUILD)/obj/audit_show.o $(MCP_OBJS) $(LIB_INT) \
         $(BUILD)/obj/front-api.ok
 	$(CC) $(LDFLAGS_ALL) -Wl,-E -o $@ $(BUILD)/obj/cli.o $(BUILD)/obj/options.o \
-	  $(BUILD)/obj/caller_pipe.o $(MCP_OBJS) $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
+	  $(BUILD)/obj/caller_pipe.o $(BUILD)/obj/audit_show.o $(MCP_OBJS) $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
 
 # The helper proc.run spawns (tools/proc.lua): it confines itself (rlimits, Landlock,
 # seccomp), then execve's the command. A program of its own, so that the engine never

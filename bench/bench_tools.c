@@ -12,6 +12,13 @@
 **                        memory store, and kv_set_sqlite_us the same with --state's SQLite
 **                        store (a commit each, WAL, synchronous=NORMAL): (a run of N sets -
 **                        the same loop without calls) / N, the two side by side
+**   trace_call_us        what tracing adds to a call of that C tool: (a run of 1000 calls on
+**                        an engine writing spans to a trace file (/dev/null) - the same
+**                        run on an engine without tracing) / 1000. The spans are encoded
+**                        and written on the engine's loop after the run (a batch of 512
+**                        leaves at once, so some of it falls inside the run and counts);
+**                        trace_export_span_us is that encoding and writing, per span,
+**                        timed on its own (the loop turns that drain the queue)
 **   policy_call_us       what a config policy of 50 rules with conditions adds to a call of
 **                        that C tool (policy_config below: 6 rules match it, one with a rate
 **                        bucket), with a decision callback (an audit log: every decision,
@@ -183,6 +190,38 @@ int main (int argc, char **argv) {
   }
   printf("policy_call_us: %.3f us\n", median(per_pol, reps));
   tp_engine_destroy(pe);
+
+  /* tracing on (spans to /dev/null) against off, side by side */
+  tp_engine *te = tp_engine_create();
+  if (te == NULL || tp_engine_add_tool(te, &def) != TP_OK ||
+      tp_engine_load_tools(te, tools_dir) < 0 || tp_engine_load_tools(te, plugins_dir) < 1 ||
+      tp_engine_trace_file(te, "/dev/null") != TP_OK) {
+    fprintf(stderr, "bench_tools: cannot set up the tracing engine: %s\n", tp_engine_error(te));
+    return 1;
+  }
+  enum { TCALLS = 1000 };
+  char with_t[256];
+  snprintf(with_t, sizeof with_t, "local f = tools.bench.echo for i = 1, %d do "
+           "f{id = i, name = \"x\", flag = true} end", TCALLS);
+  double per_tr[REPS * 4], per_exp[REPS * 4];
+  for (int i = 0; i < reps; i++) {
+    double a = timed_run(e, with_t), t = timed_run(te, with_t);
+    if (a < 0 || t < 0) return 1;
+    per_tr[i] = (t - a) / TCALLS;
+    double t0 = bench_now_us();   /* the rest of the batch: encoded and written */
+    uint64_t spans = tp_engine_spans_exported(te);
+    while (tp_engine_spans_exported(te) - spans < 1 && bench_now_us() - t0 < 2e6)
+      tp_engine_poll(te, 1);
+    per_exp[i] = (bench_now_us() - t0) / (double)(tp_engine_spans_exported(te) - spans);
+  }
+  printf("trace_call_us: %.3f us\n", median(per_tr, reps));
+  printf("trace_export_span_us: %.3f us\n", median(per_exp, reps));
+  if (tp_engine_spans_dropped(te) != 0) {
+    fprintf(stderr, "bench_tools: %llu spans dropped\n",
+            (unsigned long long)tp_engine_spans_dropped(te));
+    return 1;
+  }
+  tp_engine_destroy(te);
 
   const char ten[] = "for i = 1, 10 do tools.bench.echo{id = i, name = \"x\", flag = true} end";
   enum { TEN = 2001 };

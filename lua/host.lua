@@ -298,6 +298,7 @@ local function make_ctx(rec)
     end
     local o = {}
     for _, k in ipairs(HTTP_OPTS) do o[k] = rawget(opts, k) end
+    o.traceparent = E.traceparent(rec.box)
     -- the body comes in chunks, each charged to the run as it arrives (and once more
     -- when they are joined), so parallel fetches stop at the run's memory limit
     local chunks, over = {}, nil
@@ -335,6 +336,21 @@ local function make_ctx(rec)
   -- for as long as the call lasts. For data from outside (an upstream server's answer, an
   -- HTTP body) that may be large; raises when the run cannot hold it (its verdict is then
   -- limit.memory) or the text is not JSON.
+  -- The W3C traceparent of this call's span (docs/operations.md), for the work the call
+  -- causes to name as its parent: nil when the run is not traced or the config keeps
+  -- context in. ctx.http sends it on by itself; upstream requests carry it in _meta.
+  function fns.traceparent()
+    return E.traceparent(rec.box)
+  end
+
+  -- A span under this call's, for work it causes (a command): t0 = ctx.span_start(), then
+  -- ctx.span(name, t0, ok, code) when it ends. Nothing when the run is not traced.
+  function fns.span_start() return E.span_start() end
+  function fns.span(name, t0, ok, code)
+    local parent = E.traceparent(rec.box)
+    if parent then E.span(parent, tostring(name), t0, ok, code) end
+  end
+
   function fns.decode(text)
     if type(text) ~= "string" then error("ctx.decode: expects a string of JSON text", 2) end
     return E.decode(rec.box, text)

@@ -655,10 +655,13 @@ local function call_tool(srv, info, args, ctx)
     end
   end
   ctx.track(guard)
+  local parent = ctx.traceparent and ctx.traceparent() or nil
+  local t0 = parent and E.span_start()
   local res, err = ctx.await(function(done)
     local token = "tp-" .. tostring(srv.next_id + 1)
-    id = request(srv, "tools/call", { name = info.raw, arguments = args,
-                                       _meta = { progressToken = token } },
+    local meta = { progressToken = token }
+    meta.traceparent = parent  -- W3C trace context: the call's span
+    id = request(srv, "tools/call", { name = info.raw, arguments = args, _meta = meta },
                  function(r, e) settled = true; done(r, e) end)
     p = srv.pending[id]
     if not p then return end  -- failed at once
@@ -701,6 +704,11 @@ local function call_tool(srv, info, args, ctx)
   end
   guard.closed = true
   if p then close(p.timer) end
+  if parent then  -- the request's span, under the call's
+    E.span(parent, "mcp tools/call " .. info.raw, t0,
+           not err and not (type(res) == "table" and res.isError == true),
+           err and (err.timeout and "tool.timeout" or "tool.failed") or nil, srv.name)
+  end
   if err then
     if err.timeout then error({ code = "tool.timeout", message = err.message }, 0) end
     if err.invalid then error({ code = "tool.invalid_output", message = err.message }, 0) end

@@ -8,6 +8,7 @@
 # libmicrohttpd-dev: the HTTP server of `tidepool mcp --http`, driven by our libuv loop;
 # libssl-dev (libcrypto): JWT signatures, HMAC of approvals, sealed requestState;
 # openssl: the command, which makes test keys and certificates.
+# prometheus: its promtool checks the text of tidepool's metrics (spec/c/test_metrics.c).
 # liblua5.4-dev and lua5.4 are Debian's own Lua 5.4.4, never used by tidepool itself: the
 # embedding tests link it ahead of libtidepool and load the Lua module into its
 # interpreter, to prove tidepool's sandboxes still run on its private, patched 5.4.7.
@@ -29,7 +30,7 @@ PKGS="build-essential pkg-config dpkg-dev ca-certificates debian-archive-keyring
 libjansson-dev libpcre2-dev libuv1-dev lua-luv-dev lua-lpeg-dev lua-busted lua-check
 libcurl4-openssl-dev libseccomp-dev libsqlite3-dev libhiredis-dev libmicrohttpd-dev libssl-dev
 redis-server openssl
-liblua5.4-dev lua5.4 valgrind nodejs npm lighttpd lighttpd-modules-lua curl
+liblua5.4-dev lua5.4 valgrind nodejs npm lighttpd lighttpd-modules-lua curl prometheus
 python3 python3-pip python3-pytest"
 FUZZ_PKGS="clang libclang-rt-dev"
 case ${1:-} in

@@ -35,7 +35,7 @@
 # cold_over_bare <= 0.25, warm_run_us <= 2, session_kib <= 16, session_rss_kib <= 20,
 # precheck_us <= cold_run_us,
 # cpu_overhead_time <= 1.10, cli_run_ms <= 5, host_rss_ratio <= 4, lua_tool_call_us <= 2,
-# policy_call_us <= 0.5,
+# policy_call_us <= 0.5, trace_call_us <= 0.3,
 # mcp_ping_while_stuck_ms <= 50, http_call_ms <= 0.5, step_overshoot_us <= 30, frame_500_ms <= 17,
 # describe_tokens_ratio <= 0.75, describe_tokens_o200k_ratio <= 0.75, describe_builtin_chars
 # <= 2048, describe_56_chars <= 2048, concurrent_10k_ms <= 150, caller_tool_call_us <= 100,
@@ -97,6 +97,7 @@ target cli_run_ms 5
 target tool_call_us 2
 target lua_tool_call_us 2
 target policy_call_us 0.5
+target trace_call_us 0.3
 target ten_calls_run_us 60
 target parallel_10x50ms_ms 70
 target host_rss_ratio 4

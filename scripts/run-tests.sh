@@ -191,7 +191,7 @@ run_node() {  # $1 label, $2 script
   add_counts "$1"
 }
 if ! command -v node >/dev/null 2>&1; then
-  echo "mcp, upstream, http: node is not installed: 5 suites not run"; failed=$((failed + 5))
+  echo "mcp, upstream, http, trace: node is not installed: 6 suites not run"; failed=$((failed + 6))
 else
   # every package of spec/mcp/package.json (the SDKs 1.x and 2.x with its core, and the
   # servers spec/upstream runs)
@@ -266,6 +266,8 @@ else
   fi
   # HTTP (engine/host/http.c): its own servers on 127.0.0.1, a test CA made with openssl
   run_node "http (egress policy, http.fetch, ctx.http)" spec/http/http.mjs
+  # OpenTelemetry traces (engine/host/trace.c): an OTLP receiver of its own on 127.0.0.1
+  run_node "traces and the audit journal (OTLP export, context, kill -9)" spec/trace/trace.mjs
   # Redis and three tidepool mcp --http sharing it (make test-cluster), when redis-server
   # is installed (scripts/deps.sh installs it)
   if command -v redis-server >/dev/null 2>&1; then

@@ -40,7 +40,7 @@ local GOOD = [[
 ]]
 
 local SECTIONS = "limits, tools, workspace, mcpServers, http, commands, policy, " ..
-  "tool_settings, state, server, auth"
+  "tool_settings, state, server, telemetry, auth"
 
 describe("tidepool config check", function()
   local dir

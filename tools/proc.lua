@@ -589,7 +589,13 @@ return {
         timeout_ms = clamp(a.timeout_ms, e.timeout_ms, "timeout_ms", e),
         max_output = clamp(a.max_output, e.max_output, "max_output", e),
       }
-      return run(spec, ctx)
+      local t0 = ctx.span_start and ctx.span_start()
+      if not t0 then return run(spec, ctx) end
+      local ok, res = pcall(run, spec, ctx)  -- the command's span, under the call's
+      ctx.span("command " .. e.argv0, t0, ok and type(res) == "table" and res.exit_code == 0,
+               not ok and (type(res) == "table" and res.code or "tool.failed") or nil)
+      if not ok then error(res, 0) end
+      return res
     end,
   },
 }

@@ -139,6 +139,7 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
   if (r != NULL && was_running && r->in_flight > 0) r->in_flight--;
   if (r != NULL && !c->consumed) r->ready_count++;
   if (r != NULL && r->call_hook) r->call_hook(r, c->name, 1, r->call_hook_ud);
+  if (r != NULL && r->traced) tp__hook(r, trace_call, c);
   if (r != NULL) tp__run_wake(r);
 }
 
@@ -569,6 +570,7 @@ void tp__call_check_admit (tp_call *c) {
 void tp__call_hold (tp_call *c) {
   c->held = 1;
   c->handler_owns = 1;
+  c->hold_start_ns = tp__now_ns();
 }
 
 void tp__call_deny (tp_call *c, const char *reason) {
@@ -580,6 +582,7 @@ int tp_call_decide (tp_call *c, int verdict, const char *reason) {
   if (c == NULL || (verdict != TP_POLICY_ALLOW && verdict != TP_POLICY_DENY)) return TP_EINVAL;
   if (!c->held) return TP_ESTATE;
   c->held = 0;
+  c->hold_end_ns = tp__now_ns();
   if (c->state != CALL_DECIDING || c->cancelled || c->run == NULL) {
     tp__call_handler_done(c);  /* the run ended meanwhile: the hold lets go of it */
     return TP_ESTATE;

@@ -687,7 +687,6 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   piece_of(&p[P_LOGS], "logs", logs);
   piece_of(&p[P_STATS], "stats", st);
   json_decref(logs);
-  json_decref(st);
   for (int pass = 0; pass < 2; pass++) {
     r->ok = error == NULL && !lost;
     piece_of(&p[P_OK], "ok", r->ok ? json_true() : json_false());
@@ -732,6 +731,11 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
     buf[len] = '\0';
   }
   for (int i = 0; i < P__COUNT; i++) free(p[i].text);
+  if (r->traced) {
+    const char *code = r->ok ? NULL : json_string_value(json_object_get(error, "code"));
+    tp__hook(r, trace_run, r, r->ok ? NULL : code ? code : "limit.memory", st);
+  }
+  json_decref(st);
   json_decref(error);
   r->envelope = buf;  /* NULL when the host is out of memory: tp_run_envelope says so */
 }
@@ -1069,6 +1073,8 @@ tp_run *tp__run_new (tp_engine *e, tp_sandbox *sb, const char *source, size_t le
   tp_run *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->e = e;
+  r->traced = tp__core(e)->tracing;
+  __atomic_store_n(&k->runs_made, k->runs_made + 1, __ATOMIC_RELAXED);
   r->id = ++k->run_ids;
   r->sb = sb;
   size_t nlen = len;

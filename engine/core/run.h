@@ -64,6 +64,10 @@ typedef struct tp__host_hooks {
   /* Session s is being destroyed: the host lets go of what it keeps for s (its caller
   ** tools). May be NULL. */
   void (*session_gone)(void *ud, struct tp_session *s);
+  /* Only for a traced run (tp_run.traced): call c ended (c->end_ns); run r ended with
+  ** code (NULL: ok) and its stats. */
+  void (*trace_call)(void *ud, tp_call *c);
+  void (*trace_run)(void *ud, tp_run *r, const char *code, const json_t *stats);
 } tp__host_hooks;
 
 /* The part of an engine that the core owns. struct tp_engine (host/engine.h) begins
@@ -78,6 +82,8 @@ typedef struct tp_core {
   tp_arena_pool chunks;    /* sandbox chunks of the engine's runs (not sessions') */
   uint64_t wait_ns;        /* what the host waited for on behalf of the next run (upstream
                            ** servers starting): the next tp_run_create takes it */
+  int tracing;             /* the host records spans: each new run is traced */
+  uint64_t runs_made;      /* runs made so far (read by other threads: metrics) */
 } tp_core;
 
 /* The sandbox chunks (16 KiB) an engine keeps from its closed runs for its next ones: a
@@ -129,6 +135,7 @@ struct tp_run {
   char *src;               /* normalized source, for the "source" line of errors */
   size_t srclen;
   int state;
+  int traced;              /* the host is told its calls' and its own end (tp_core.tracing) */
   int nargs;               /* values to resume the thread with */
   tp_watch watch;          /* the fallback when the thread's timer is unavailable */
   tp_step_clock clock;     /* the step's deadlines, for the thread's timer */

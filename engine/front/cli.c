@@ -4,6 +4,7 @@
 ** exit_statuses (below) says them in --help and the man page.
 */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "mcp/mcp.h"
 #include "mcp/view.h"
 #include "caller_pipe.h"
+#include "audit_show.h"
 
 #define EXIT_SCRIPT_FAILED TP_EXIT_FAILED
 #define EXIT_USAGE TP_EXIT_USAGE
@@ -40,6 +42,8 @@ static const char usage_head[] =
   "                                       starting no server: FILE: ok and a summary, or\n"
   "                                       every problem (exit 2: the file; 3: the machine)\n"
   "       tidepool config schema          print the config file's JSON Schema\n"
+  "       tidepool audit show FILE [RUN]  a run's calls from an --audit file: made, failed,\n"
+  "                                       refused, held, in flight when the process died\n"
   "       tidepool --version | --help\n"
   "\n"
   "options:\n"
@@ -81,6 +85,14 @@ static const char usage_head[] =
   "  --seed N             seed math.random with the integer N\n"
   "  --clock EPOCH        the run's clock starts at EPOCH (seconds since 1970)\n"
   "  --clock-step DURATION  how far the clock moves at each read (default 1ms)\n"
+  "  --audit FILE         append each tool call's start and end, and the run's end, to\n"
+  "                       FILE as they happen (tidepool audit show FILE reads it, even\n"
+  "                       after the process died)\n"
+  "  --otlp URL           send OpenTelemetry spans of the run and its calls to this\n"
+  "                       OTLP/HTTP collector (http://host:4318); see docs/operations.md\n"
+  "  --trace-file FILE    append the same spans to FILE, one JSON object a line\n"
+  "  --traceparent TP     the run's parent span, a W3C traceparent (default: the\n"
+  "                       TRACEPARENT environment variable)\n"
   "\n"
   "limits (SIZE: 512K, 64M, 1G or bytes; DURATION: 500ms, 2s, 1m; N: a count):\n";
 
@@ -502,6 +514,7 @@ typedef struct det_opts {
   uint64_t seed;
   int64_t epoch;
   uint64_t step_us;
+  const char *traceparent;  /* --traceparent or $TRACEPARENT: the run's parent span */
 } det_opts;
 
 /* s with its control characters shown as '?' (a config's reason is not the terminal's). */
@@ -573,6 +586,7 @@ int main (int argc, char **argv) {
   }
   if (strcmp(cmd, "mcp") == 0) return tp__mcp_main(argc - 2, argv + 2);
   if (strcmp(cmd, "config") == 0) return config_main(argc - 2, argv + 2);
+  if (strcmp(cmd, "audit") == 0) return tp__audit_main(argc - 2, argv + 2);
   int check = strcmp(cmd, "check") == 0, describe = strcmp(cmd, "describe") == 0;
   if (!check && !describe && strcmp(cmd, "run") != 0)
     return tp__options_usage_error("unknown command '%s'", cmd);
@@ -592,7 +606,11 @@ int main (int argc, char **argv) {
   int nlimit_opts = 0;
   uint64_t workspace_max = 0;
   int workspace_max_set = 0;
-  det_opts det = { 0, 0, 0, 0, 1000 };  /* --deterministic, --seed, --clock, --clock-step */
+  det_opts det = { 0, 0, 0, 0, 1000, NULL };  /* --deterministic, --seed, --clock,
+                                              ** --clock-step; --traceparent */
+  const char *otlp = NULL, *trace_file = NULL;  /* --otlp, --trace-file */
+  const char *audit = NULL;                     /* --audit */
+  det.traceparent = getenv("TRACEPARENT");
   const char *file = NULL;
   const char *caller_tools = NULL, *caller_cmd = NULL;  /* --caller-tools, --caller-cmd */
   for (int i = 2; i < argc; i++) {
@@ -661,6 +679,22 @@ int main (int argc, char **argv) {
       continue;
     }
     if (strcmp(a, "--deterministic") == 0) { det.has_seed = det.has_clock = 1; continue; }
+    if (strcmp(a, "--audit") == 0 || strncmp(a, "--audit=", 8) == 0) {
+      audit = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
+      if (audit == NULL || *audit == '\0') return tp__options_usage_error("%s", "--audit needs a file");
+      continue;
+    }
+    if (strcmp(a, "--otlp") == 0 || strncmp(a, "--otlp=", 7) == 0 ||
+        strcmp(a, "--trace-file") == 0 || strncmp(a, "--trace-file=", 13) == 0 ||
+        strcmp(a, "--traceparent") == 0 || strncmp(a, "--traceparent=", 14) == 0) {
+      size_t n = strcspn(a, "=");
+      const char *val = a[n] == '=' ? a + n + 1 : i + 1 < argc ? argv[++i] : NULL;
+      if (val == NULL || *val == '\0') return tp__options_usage_error("option '%s' needs a value", a);
+      if (n == 6) otlp = val;
+      else if (n == 12) trace_file = val;
+      else det.traceparent = val;
+      continue;
+    }
     if (strcmp(a, "--seed") == 0 || strncmp(a, "--seed=", 7) == 0 ||
         strcmp(a, "--clock") == 0 || strncmp(a, "--clock=", 8) == 0 ||
         strcmp(a, "--clock-step") == 0 || strncmp(a, "--clock-step=", 13) == 0) {
@@ -740,6 +774,23 @@ int main (int argc, char **argv) {
   if (e == NULL) { fprintf(stderr, "tidepool: out of memory\n"); return 1; }
   tp_engine_on_log(e, tp_log_stderr, NULL);  /* the command line shows what engines say */
   if (configure(e, config_path) != 0) { tp_engine_destroy(e); return EXIT_USAGE; }
+  int audit_fd = -1;
+  if (audit && !check && !describe) {
+    audit_fd = open(audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (audit_fd < 0) {
+      fprintf(stderr, "tidepool: --audit: cannot open %s: %s\n", audit, strerror(errno));
+      tp_engine_destroy(e);
+      return EXIT_USAGE;
+    }
+    tp_engine_audit_calls(e, audit_fd);
+  }
+  if ((otlp && tp_engine_trace_otlp(e, otlp) != TP_OK) ||
+      (trace_file && !check && !describe && tp_engine_trace_file(e, trace_file) != TP_OK)) {
+    fprintf(stderr, "tidepool: %s: %s\n", otlp && !trace_file ? "--otlp" : "--otlp or "
+            "--trace-file", tp_engine_error(e));
+    tp_engine_destroy(e);
+    return EXIT_USAGE;
+  }
   if (config_path) {
     tp_limits_init(&lim);
     tp_engine_config_limits(e, &lim);
@@ -894,6 +945,7 @@ int main (int argc, char **argv) {
   ro.has_clock = det.has_clock && !check;
   ro.clock_epoch = det.epoch;
   ro.clock_step_us = det.step_us;
+  ro.traceparent = det.traceparent;
   int rc = decls && !check ? tp__caller_pipe_run(e, src, len, &lim, decls, dlen, caller_cmd,
                                                  &envelope, &ok)
          : tp_engine_run_with(e, src, len, &ro, &envelope, &ok);

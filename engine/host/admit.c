@@ -12,6 +12,7 @@
 #include "host.h"
 #include "policy.h"
 #include "schema.h"
+#include "trace.h"
 
 /* The policy's reason, as much of it as a message keeps. */
 #define REASON_MAX 512
@@ -35,6 +36,7 @@ static int kept_object (const json_t *v, void *ud) {
 */
 static void on_call (void *ud, tp_call *c) {
   tp_engine *e = ud;
+  if (e->audit_on && c->run && c->run->traced) tp__journal_call(e, c, "call");
   const tp_tool *t = tp__tool_find_for(e, c->run, c->name);
   if (tp__call_bind(c, t ? &t->face : NULL) != 0) return;  /* limit.tool_calls */
   if (t == NULL) {
@@ -60,7 +62,20 @@ static void on_call (void *ud, tp_call *c) {
     if (rep != NULL) json_decref(rep);  /* the arguments are an object: stay one */
     c->args_sha256[0] = '\0';  /* the arguments may have changed: hash them again */
   }
-  if (e->pol != NULL && !tp__policy_decide(e, c, (tp_tool *)t)) return;
+  if (e->pol != NULL) {
+    uint64_t t0 = c->run && c->run->traced ? tp__now_ns() : 0;
+    int go = tp__policy_decide(e, c, (tp_tool *)t);
+    if (t0) {  /* a span for each decision of a policy the config has */
+      const char *effect;
+      int rule = tp__policy_last(e, &effect);
+      if (rule != -2 && (effect != NULL || go)) {
+        tp__trace_policy(e, c, t0, effect ? effect : "allow", rule);
+        if (e->metrics) tp__metrics_policy(e, effect ? effect : "allow");
+      }
+    }
+    if (c->held && e->audit_on) tp__journal_call(e, c, "held");
+    if (!go) return;
+  }
   tp__admit_after_policy(e, c);
 }
 
@@ -71,7 +86,11 @@ void tp__admit_after_policy (tp_engine *e, tp_call *c) {
     reason[0] = '\0';
     int v = e->policy(c, e->policy_ud, reason, sizeof reason);
     reason[sizeof reason - 1] = '\0';
-    if (v == TP_POLICY_HOLD) { tp__call_hold(c); return; }
+    if (v == TP_POLICY_HOLD) {
+      tp__call_hold(c);
+      if (e->audit_on) tp__journal_call(e, c, "held");
+      return;
+    }
     if (v != TP_POLICY_ALLOW) {  /* a verdict the policy should not give counts as a no */
       tp__call_deny(c, reason);
       return;
@@ -277,5 +296,5 @@ static void args_example (void *ud, const tp_run *r, const char *tool, char *buf
 const tp__host_hooks tp__engine_hooks = {
   on_call, on_dispatch, on_cancel, tp__driver_wake, run_gone,
   tool_count, tool_name, describe, search, precheck_call, args_example,
-  tp__caller_session_gone
+  tp__caller_session_gone, tp__trace_call_end, tp__trace_run_end
 };

@@ -23,6 +23,7 @@
 #include "embedded.h"
 #include "engine.h"
 #include "policy.h"
+#include "trace.h"
 #include "schema.h"
 
 #define SCHEMA_FILE "engine/host/config.schema.json"
@@ -839,6 +840,12 @@ int tp_engine_configure_dir (tp_engine *e, const char *json, size_t len, const c
   }
   rc = tp__policy_load(e, json_object_get(cfg, "policy"));
   if (rc != TP_OK) {  /* the error says which rule, field and column */
+    free(warn.buf);
+    json_decref(cfg);
+    return rc;
+  }
+  rc = tp__trace_configure(e, json_object_get(cfg, "telemetry"));
+  if (rc != TP_OK) {
     free(warn.buf);
     json_decref(cfg);
     return rc;

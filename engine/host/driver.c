@@ -232,6 +232,7 @@ void tp__driver_run_gone (void *ud, tp_run *r) {
   far_remove(d);
   if (d->timer) uv_close((uv_handle_t *)d->timer, (uv_close_cb)free);
   tp__policy_run_free(d->policy);
+  json_decref(d->attrs);
   free(d);
   r->host_data = NULL;
 }

@@ -15,6 +15,7 @@
 #include "registry.h"
 #include "host.h"
 #include "policy.h"
+#include "trace.h"
 #include "store_int.h"
 
 const char *tp_version (void) { return TP_VERSION; }
@@ -43,6 +44,8 @@ void tp_engine_destroy (tp_engine *e) {
   tp__store_close(e->store_conn);  /* answers what is outstanding while the host state and
                                    ** held calls can still take it */
   e->store_conn = NULL;
+  tp__trace_close(e);     /* what is queued leaves, within a bounded time */
+  tp__metrics_free(e);
   tp__engine_count_open_handles(e);  /* leftovers, closed below; the tests fail on them */
   tp__host_close(e);
   tp__driver_close(e);
@@ -86,6 +89,8 @@ int tp_engine_run_with (tp_engine *e, const char *source, size_t len, const tp_r
   int rc = TP_OK;
   if (o.has_seed) rc = tp_run_set_seed(r, o.seed);
   if (rc == TP_OK && o.has_clock) rc = tp_run_set_fixed_clock(r, o.clock_epoch, o.clock_step_us);
+  if (rc == TP_OK && o.traceparent) tp_run_set_traceparent(r, o.traceparent);  /* a bad one
+                                  ** leaves the run a trace of its own, as W3C asks */
   if (rc != TP_OK) { tp_run_destroy(r); return rc; }
   if (o.check_only && r->compiled) tp__run_finish_unstarted(r);
   for (;;) {

@@ -29,6 +29,11 @@ typedef struct tp__drv_run {
   void *policy;            /* what the policy keeps for the run (policy.c), or NULL */
   int direct;              /* tp_run_set_caller(r, TP_CALLER_DIRECT): the run stands for the
                            ** model's direct call (callers.c) */
+  /* its trace (trace.c): ids made at the first need, a parent from tp_run_set_traceparent */
+  unsigned char trace_id[16];
+  int has_trace;
+  uint64_t span_id, parent_id;
+  struct json_t *attrs;    /* tp_run_trace_attr: more attributes of its span, or NULL */
 } tp__drv_run;
 
 struct tp_engine {
@@ -64,6 +69,9 @@ struct tp_engine {
   tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */
   void *policy_ud;
   struct tp__policy *pol;  /* the config's policy, principal, buckets (policy.c), or NULL */
+  struct tp__tracer *tracer; /* spans and their export (trace.c), or NULL */
+  int audit_fd, audit_on;  /* tp_engine_audit_calls (journal.c) */
+  struct tp__metrics *metrics; /* tp_engine_metrics_on (metrics.c), or NULL */
 };
 
 /* Hands a message to e's logger (tp_engine_on_log); e may be NULL (then the default). */

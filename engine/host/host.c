@@ -55,6 +55,7 @@
 #include "json.h"
 #include "schema.h"
 #include "embedded.h"
+#include "trace.h"
 
 /* luv and lpeg come from Debian (shared in the CLI and tests, the static liblua5.4-luv.a
 ** and liblua5.4-lpeg.a inside the public library and the Lua module); their headers would
@@ -763,6 +764,37 @@ static int e_annotate (lua_State *H) {
   return 0;
 }
 
+/* E.traceparent(box): the W3C traceparent of the box's call span, for the work the call
+** causes (an HTTP fetch, an upstream request) to name as its parent; nil when the run is
+** not traced or the config keeps context in (telemetry.propagate false). */
+static int e_traceparent (lua_State *H) {
+  tp__callbox *b = check_box(H, 1);
+  char tp[TP__TRACEPARENT_LEN + 1];
+  if (b->c == NULL || !tp__trace_call_parent(tp__host_get(H)->e, b->c, tp)) return 0;
+  lua_pushstring(H, tp);
+  return 1;
+}
+
+/* E.span(parent, name, start_ns, ok, code, server): a span ending now under the span of
+** traceparent parent (a call's), kind client: the upstream MCP request a call made.
+** E.span_start() is the clock it counts from. Nothing when tracing is off. */
+static int e_span_start (lua_State *H) {
+  lua_pushinteger(H, (lua_Integer)tp__now_ns());
+  return 1;
+}
+
+static int e_span (lua_State *H) {
+  const char *parent = luaL_checkstring(H, 1), *name = luaL_checkstring(H, 2);
+  uint64_t start = (uint64_t)luaL_checkinteger(H, 3);
+  int ok = lua_toboolean(H, 4);
+  const char *code = luaL_optstring(H, 5, NULL), *server = luaL_optstring(H, 6, NULL);
+  json_t *a = server ? json_pack("{s:s,s:s}", "rpc.system", "mcp", "server.address", server)
+                     : NULL;
+  tp__trace_child(tp__host_get(H)->e, parent, name, 3, start, ok, code, a);
+  json_decref(a);
+  return 0;
+}
+
 /* E.seen(name, shape): the shape of the last result of tool name (a tool with no output
 ** schema), which tools.describe shows after its call; at most SEEN_MAX bytes. A new shape
 ** is also kept in the engine's state store (as the record of the run id "tool-shape:"
@@ -917,6 +949,7 @@ static int open_p (lua_State *H) {
     { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
     { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
     { "claim", e_claim }, { "annotate", e_annotate }, { "seen", e_seen },
+    { "traceparent", e_traceparent }, { "span", e_span }, { "span_start", e_span_start },
     { "seen_load", e_seen_load },
     { "field", e_field }, { "body", e_body }, { "charge", e_charge },
     { "decode", e_decode }, { "peek_id", e_peek_id }, { NULL, NULL } };

@@ -73,6 +73,7 @@
 
 #include "engine.h"
 #include "host.h"
+#include "trace.h"
 
 #define REQ_META "tidepool.http.request"
 #define MAX_HOPS 10
@@ -135,6 +136,9 @@ typedef struct req {
   char msg[768];
   char denied[512];          /* set by the address check inside curl */
   char errbuf[CURL_ERROR_SIZE];
+  char traceparent[TP__TRACEPARENT_LEN + 1]; /* opts.traceparent: sent on, and the parent
+                             ** of the request's span; "" when none */
+  uint64_t start_ns;
 } req;
 
 typedef struct sock_ctx { uv_poll_t poll; curl_socket_t fd; tp_http *hs; } sock_ctx;
@@ -810,6 +814,15 @@ static int start_hop (req *r) {
     if (l == NULL) goto nomem;
     r->hdrs = l;
   }
+  if (r->traceparent[0]) {  /* the call's span, unless the caller set one of its own */
+    int own = 0;
+    for (size_t i = 0; i < r->nh && !own; i++) own = strcasecmp(r->hnames[i], "traceparent") == 0;
+    char line[TP__TRACEPARENT_LEN + 16];
+    snprintf(line, sizeof line, "traceparent: %s", r->traceparent);
+    struct curl_slist *l = own ? r->hdrs : curl_slist_append(r->hdrs, line);
+    if (l == NULL) goto nomem;
+    r->hdrs = l;
+  }
   if (!r->trusted)
     for (size_t k = 0; k < p->ninj; k++) {
       if (!host_match(p->inj[k].glob, host)) continue;
@@ -1028,6 +1041,27 @@ static int deliver_p (lua_State *H) {
     tp__host_callback(H, 1);
     return 0;
   }
+  if (r->traceparent[0]) {  /* the request's span, under the call's: no path, no query */
+    char scheme[16], host[256], why[64];
+    long port = 0;
+    json_t *a = json_object();
+    if (a && url_parts(r->url, scheme, sizeof scheme, host, sizeof host, &port, why,
+                       sizeof why) == 0) {
+      json_object_set_new(a, "server.address", json_string(host));
+      if (port > 0) json_object_set_new(a, "server.port", json_integer(port));
+    }
+    if (a) {
+      json_object_set_new(a, "http.request.method", json_string(r->method));
+      if (r->code == NULL) json_object_set_new(a, "http.response.status_code",
+                                               json_integer(r->status));
+    }
+    char name[64];
+    snprintf(name, sizeof name, "HTTP %.40s", r->method);
+    tp__trace_child(r->hs->e, r->traceparent, name, 3, r->start_ns,
+                    r->code == NULL && r->status < 400, r->code, a);
+    json_decref(a);
+    r->traceparent[0] = '\0';
+  }
   lua_rawgeti(H, LUA_REGISTRYINDEX, r->ref_done);
   if (r->code == NULL) {
     lua_createtable(H, 0, 5);
@@ -1205,6 +1239,13 @@ static int l_request (lua_State *H) {
   lua_getfield(H, 1, "trusted");
   int trusted = lua_toboolean(H, -1);
   lua_pop(H, 1);
+  char traceparent[TP__TRACEPARENT_LEN + 1] = "";
+  if (lua_getfield(H, 1, "traceparent") == LUA_TSTRING &&
+      lua_rawlen(H, -1) == TP__TRACEPARENT_LEN)
+    memcpy(traceparent, lua_tostring(H, -1), sizeof traceparent);
+  for (size_t i = 0; traceparent[i]; i++)  /* hex digits and dashes only: a header value */
+    if (!isxdigit((unsigned char)traceparent[i]) && traceparent[i] != '-') traceparent[0] = '\0';
+  lua_pop(H, 1);
   int64_t tmo = opt_int(H, "timeout_ms", -1), maxb = opt_int(H, "max_bytes", -1);
 
   req_box *box = lua_newuserdatauv(H, sizeof *box, 0);  /* 3 */
@@ -1215,6 +1256,8 @@ static int l_request (lua_State *H) {
   r->hs = hs;
   r->ref_done = r->ref_data = r->ref_heads = LUA_NOREF;
   r->trusted = trusted;
+  memcpy(r->traceparent, traceparent, sizeof traceparent);
+  r->start_ns = tp__now_ns();
   /* linked at once, so a raise below leaves nothing behind: retire() frees it */
   r->next = hs->reqs;
   if (hs->reqs) hs->reqs->prev = r;

@@ -179,6 +179,8 @@ struct tp__policy {
   void *approval_ud;
   uint64_t (*now)(void *);
   void *now_ud;
+  const char *last_effect; /* the last decision's (tp__policy_last), or NULL */
+  int last_rule;
 };
 
 static void tools_clear(struct tp__policy *P);
@@ -1288,6 +1290,8 @@ static void rate_limited (struct tp__policy *P, tp_call *c, const caller *who, i
 /* Tells the decision callback, if any. */
 static void tell (struct tp__policy *P, tp_call *c, const caller *who, int rule,
                   const char *effect, const char *clause) {
+  P->last_effect = effect;
+  P->last_rule = rule;
   if (P->on_decision == NULL) return;
   const char *hash = tp__call_args_sha256(c);
   tp_decision d;
@@ -1574,9 +1578,16 @@ static int store_take (tp_engine *e, struct tp__policy *P, tp_call *c, const tca
   return ok;
 }
 
+int tp__policy_last (const tp_engine *e, const char **effect) {
+  const struct tp__policy *P = e->pol;
+  *effect = P && P->active ? P->last_effect : NULL;
+  return P == NULL || !P->active ? -2 : *effect ? P->last_rule : -1;
+}
+
 int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *tool) {
   struct tp__policy *P = e->pol;
   if (P == NULL || !P->active) return 1;
+  P->last_effect = NULL;
   pol_run *pr = run_state(c->run);
   const caller *who = pr && pr->who_set ? &pr->who : &P->who;
   const tcache *tc = pr ? tool_rules(e, P, tool) : NULL;

@@ -31,6 +31,10 @@ int tp__policy_check(const json_t *section, char *err, size_t errlen);
 ** already) or for the state store's rate buckets (admitted or failed when it answers).
 ** Without a policy this is one pointer test. */
 int tp__policy_decide(tp_engine *e, tp_call *c, struct tp_tool *t);
+/* The effect and rule of the last decision of e's config policy (for its span): the rule,
+** and *effect NULL when it said nothing (the call was allowed, by no rule); -2 when e's
+** config has no policy. */
+int tp__policy_last(const tp_engine *e, const char **effect);
 /* admit.c: the rest of a call's admission once the config's policy allowed it (the
 ** embedding program's policy, the schema check); for a call the policy held while its
 ** rate buckets in the state store answered. */

@@ -244,8 +244,9 @@ typedef struct tp_run_opts {
   int has_clock;            /* a fixed clock (tp_run_set_fixed_clock) */
   int64_t clock_epoch;
   uint64_t clock_step_us;
+  const char *traceparent;  /* the run's parent span, W3C (tp_run_set_traceparent), or NULL */
 } tp_run_opts;
-#define TP_RUN_OPTS_INIT { sizeof(tp_run_opts), NULL, 0, 0, 0, 0, 0, 0 }
+#define TP_RUN_OPTS_INIT { sizeof(tp_run_opts), NULL, 0, 0, 0, 0, 0, 0, NULL }
 
 /* tp_engine_run with options (opts NULL: as tp_engine_run with the defaults): the one
 ** synchronous run, which tp_engine_run and tp_engine_check are. TP_EINVAL when opts->size
@@ -677,6 +678,63 @@ TP_EXTERN int tp_engine_set_workspace(tp_engine *e, const char *dir);
 ** when first used in this process (shared by every engine of the process using that
 ** directory); default 1 GiB, 0 = no cap. Takes effect for workspaces opened after it. */
 TP_EXTERN int tp_engine_set_workspace_max(tp_engine *e, uint64_t bytes);
+
+/* ---- traces (OpenTelemetry) ------------------------------------------------------------
+** With an OTLP endpoint or a trace file set, every run made afterwards is a span; its policy
+** decisions, tool calls and approval waits are its children, and what a call causes (an
+** upstream MCP request, an HTTP fetch, a command) their children. Spans carry tool names
+** (gen_ai.tool.name, gen_ai.operation.name = "execute_tool"), outcome codes, times and byte
+** counts, never an argument's value nor a header. They are queued (at most 2048) and sent
+** in batches from e's loop, at most one request at a time: a run never waits for them, a
+** span that finds the queue full is dropped and counted, as are those of an export that
+** failed. tp_engine_destroy gives what is queued at most a second to leave.
+**
+** tp_engine_trace_otlp: OTLP over HTTP with JSON bodies to url ("http://host:4318": the
+** path /v1/traces is added when the URL has none); NULL turns it off. TP_EINVAL for a URL
+** that is not http(s). tp_engine_trace_file: the same spans as JSON lines (one OTLP span
+** object a line) appended to path; NULL turns it off. tp_engine_trace_propagate: whether
+** context goes on (a traceparent in upstream MCP requests' _meta and in HTTP fetches'
+** headers to allowed hosts); on by default. The config's "telemetry" section sets the
+** same (otlp.endpoint, propagate, service_name).
+**
+** tp_run_set_traceparent: r's span becomes a child of the W3C traceparent given
+** ("00-<32 hex>-<16 hex>-<2 hex>"), from an MCP request's _meta or an HTTP header; before
+** r's first step. TP_EINVAL for text that is not one (r keeps a trace of its own).
+** tp_run_traceparent: r's own span as a traceparent (buf of at least 56 bytes); TP_ESTATE
+** when r is not traced. tp_run_trace_attr: one more string attribute on r's span
+** (tidepool.principal, tidepool.session ...); copies both. */
+TP_EXTERN int tp_engine_trace_otlp(tp_engine *e, const char *url);
+TP_EXTERN int tp_engine_trace_file(tp_engine *e, const char *path);
+TP_EXTERN int tp_engine_trace_propagate(tp_engine *e, int on);
+TP_EXTERN uint64_t tp_engine_spans_dropped(const tp_engine *e);
+TP_EXTERN uint64_t tp_engine_spans_exported(const tp_engine *e);
+TP_EXTERN int tp_run_set_traceparent(tp_run *r, const char *traceparent);
+TP_EXTERN int tp_run_traceparent(tp_run *r, char *buf, size_t len);
+TP_EXTERN int tp_run_trace_attr(tp_run *r, const char *key, const char *value);
+
+/* ---- the audit journal: what a run did, even after a crash ------------------------------
+** With fd (opened O_APPEND, kept by the caller; -1 turns it off), every run made afterwards
+** appends one JSON line per event, with one write(2) as it happens: a call's start (before
+** its tool runs), its hold for a person, its end with the outcome code (before the script
+** sees it), the run's end. A process killed mid-run leaves the calls that were in flight
+** without an end. `tidepool audit show FILE [RUN]` reads it; docs/operations.md has the
+** format. Never an argument's value. TP_OK, TP_EINVAL. */
+TP_EXTERN int tp_engine_audit_calls(tp_engine *e, int fd);
+
+/* ---- metrics ------------------------------------------------------------------------------
+** tp_engine_metrics_on: e counts from now on its runs by outcome, its tool calls by tool
+** and outcome, policy decisions by effect, and the durations of runs and calls
+** (histograms). Counting costs a few relaxed stores per call, on e's thread. TP_OK,
+** TP_ENOMEM. tp_metrics_text: the figures of engines es[0..n) summed, as Prometheus text
+** (exposition format 0.0.4: tidepool_runs_total, tidepool_limits_hit_total,
+** tidepool_runs_in_flight, tidepool_tool_calls_total, tidepool_policy_decisions_total,
+** tidepool_run_duration_seconds, tidepool_tool_call_duration_seconds,
+** tidepool_spans_dropped_total; docs/operations.md). It may be called from any thread
+** while the engines run (a worker's engine is read, never locked); malloc'd (tp_free),
+** *len its length when len is not NULL; NULL when out of memory. A front end appends its
+** own series (sessions, paused runs, HTTP statuses) after it. */
+TP_EXTERN int tp_engine_metrics_on(tp_engine *e);
+TP_EXTERN char *tp_metrics_text(tp_engine *const *es, size_t n, size_t *len);
 
 /* The message of the last failed call on e, or "" (owned by e). */
 TP_EXTERN const char *tp_engine_error(const tp_engine *e);

@@ -391,7 +391,7 @@ TEST(tp_call_answer_takes_the_protocols_answers_and_refuses_other_shapes) {
   while ((rc = tp_run_step(r, 0, 0)) == TP_YIELD) {}
   CHECK_INT(rc, TP_DONE);
   const char *env = tp_run_envelope(r);
-  CHECK_HAS(env, "\"result\":[7,\"tool.unavailable: tools.weather failed: closed\","
+  CHECK_HAS(env, "\"result\":[7,\"tool.unavailable: tools.weather is unavailable: closed\","
                  "\"tool.failed: tools.weather failed: odd\",\"tool.failed: tools.weather "
                  "failed: the caller's answer is neither {\\\"result\\\": ...}");
   CHECK_HAS(env, "\"tool.failed: tools.weather failed: the caller's answer is not JSON: ");

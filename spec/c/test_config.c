@@ -231,11 +231,11 @@ TEST(an_unknown_section_is_an_error_with_the_closest_name) {
   CHECK_STR(problems("{\"polcy\": {}}"),
             "config: /polcy: unknown section \"polcy\" (did you mean \"policy\"?); the "
             "sections are: limits, tools, workspace, mcpServers, http, commands, policy, "
-            "tool_settings, state, server, auth");
+            "tool_settings, state, server, telemetry, auth");
   CHECK_STR(problems("{\"secrets\": {}}"),
             "config: /secrets: unknown section \"secrets\"; the sections are: limits, tools, "
             "workspace, mcpServers, http, commands, policy, tool_settings, state, server, "
-            "auth");
+            "telemetry, auth");
   CHECK_STR(problems("{\"mcpServers\": {\"m\": {\"comand\": \"x\", \"command\": \"y\"}}}"),
             "config: /mcpServers/m/comand: unknown field \"comand\" (did you mean "
             "\"command\"?); the fields are: command, args, env, cwd, url, headers, eager, "
@@ -329,7 +329,7 @@ TEST(malformed_text_is_a_clear_error) {
   CHECK_HAS(problems("{\"\xff\": 1}"), "config: not valid JSON: ");
   CHECK_STR(problems("{\"a/b~c\\n\": 1}"), "config: /a~1b~0c\\u000a: unknown section "
             "\"a/b~c\\u000a\"; the sections are: limits, tools, workspace, mcpServers, http, "
-            "commands, policy, tool_settings, state, server, auth");
+            "commands, policy, tool_settings, state, server, telemetry, auth");
   /* a long key is cut in the message, at a character */
   static char longkey[400];
   memset(longkey, 'a', 65);  /* "{\"" then 63 a's then two 2-byte characters */

@@ -10,7 +10,8 @@
 // map to one Lua name), --stubborn (ignores stdin's end and SIGTERM), --http PORT (Streamable
 // HTTP instead of stdio). Env: EDGE_DIR, a folder where it records what it saw: "pid" at
 // start, "slow-<pid>" when a slow call starts, "cancelled" lines (request ids), "methods"
-// lines (every method received, with its protocol _meta when there is one).
+// lines (every method received, with its protocol _meta when there is one), "traceparent"
+// lines (method and _meta.traceparent, when a request carries one).
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -149,6 +150,7 @@ function onLine(line) {
   const meta = m.params && m.params._meta;
   const era = meta && meta['io.modelcontextprotocol/protocolVersion'];
   note('methods', `${m.method || 'response'}${era ? ' ' + era : ''}`);
+  if (meta && meta.traceparent) note('traceparent', `${m.method} ${meta.traceparent}`);
   if (m.method === 'server/discover') {
     if (!modern) return send({ id: m.id, error: { code: -32601, message: 'Method not found' } });
     return reply(m.id, { supportedVersions: ['2026-07-28'], capabilities: { tools: { listChanged: true } },
