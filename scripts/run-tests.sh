@@ -17,6 +17,7 @@
 #                  spec/mcp/tenants.mjs (two principals' sessions and runs kept apart),
 #                  spec/mcp/exposed.mjs (every --expose-tools failure through the SDK),
 #                  spec/mcp/caller_tools.mjs (caller tools: live over stdio and HTTP, paused),
+#                  spec/mcp/wire.mjs (engine logs as notifications/message, traceparent, audit),
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required), spec/mcp/durable.mjs (paused runs that
 #                  survive kill -9 with --state),
@@ -217,6 +218,7 @@ else
     failed=$((failed + 8))
   fi
   run_node "mcp raw protocol" spec/mcp/raw.mjs
+  run_node "mcp wired to the engine: logs, traces, the audit journal" spec/mcp/wire.mjs
   # examples/clients/: Claude Desktop, Claude Code, Cursor, VS Code start tidepool mcp
   run_node "client configurations (examples/clients)" spec/mcp/clients.mjs
   # requests piped in: every one is answered after standard input closes

@@ -393,9 +393,13 @@ test('--audit FILE: one JSON line per run with time, session, tool, the full cal
     t.send(call('a2', 'error("x")'));
     eq((await t.msg()).result.isError, true, 'second run fails');
     eq(await t.close(), 0, 'exit status');
-    const lines = fs.readFileSync(file, 'utf8').split('\n');
+    const all = fs.readFileSync(file, 'utf8').split('\n');
+    eq(all[all.length - 1], '', 'ends with a newline');
+    // the engines' call journal (lines with "ev", spec/mcp/wire.mjs) shares the file
+    const journal = all.slice(0, -1).filter((l) => JSON.parse(l).ev !== undefined);
+    eq(journal.map((l) => JSON.parse(l).ev).filter((e) => e === 'run').length, 2, 'the journal ends both runs');
+    const lines = all.filter((l) => l === '' || JSON.parse(l).ev === undefined);
     eq(lines.length, 3, 'two lines and the final newline');
-    eq(lines[2], '', 'ends with a newline');
     const a = JSON.parse(lines[0]), b = JSON.parse(lines[1]);
     assert(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(a.time), a.time);
     eq([a.session, a.tool, a.ok, a.error], ['S', 'run_lua', true, undefined], 'first run');
@@ -424,7 +428,9 @@ test('--audit FILE with a policy: one line per decision (rule, effect, clause, a
     eq(r.structuredContent.result, ['tool.denied', 'tool.denied'], 'the second and third calls are denied');
     eq(await t.close(), 0, 'exit status');
     const text = fs.readFileSync(file, 'utf8');
-    const lines = text.trim().split('\n').map((l) => JSON.parse(l));
+    const lines = text.trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.ev === undefined);
+    assert(!text.split('\n').filter((l) => l.includes('"ev":')).some((l) => l.includes('4242')),
+      'no argument value in the journal\'s lines');
     assert(!lines.slice(0, 3).some((l) => JSON.stringify(l).includes('4242')),
       'no argument value in the decision lines');
     eq(lines.length, 4, 'three decisions and the run');

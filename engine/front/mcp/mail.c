@@ -71,6 +71,7 @@ mail *tp__mcp_mail_new (int kind) {
 void tp__mcp_mail_free (mail *m) {
   if (m == NULL || m->kind == M_RUN || m->kind == M_DONE) return;
   free(m->text);
+  free(m->logger);
   free(m);
 }
 

@@ -67,6 +67,10 @@ static const char usage_text[] =
   "                       error code, and every call record and the stats (the model's\n"
   "                       result counts the calls by tool and lists the failed ones;\n"
   "                       the full record is also in the result's _meta)\n"
+  "  --otlp URL           send a span per run (its calls, approval waits and what they\n"
+  "                       cause as children) over OTLP/HTTP JSON to URL; a run's parent\n"
+  "                       is params._meta.traceparent (default: the config's telemetry)\n"
+  "  --trace-file FILE    append the same spans to FILE as JSON lines\n"
   "  --describe MODE      run_lua's description: full (every tool's fields and rules),\n"
   "                       auto (default: the first of full, one line a tool, a line a\n"
   "                       namespace, namespaces with counts that fits in 2,048\n"
@@ -249,7 +253,7 @@ int tp__mcp_main (int argc, char **argv) {
     static const char *const with_value[] = { "--tools", "--workspace", "--name",
       "--session-idle", "--max-sessions", "--workers", "--workspace-max", "--describe",
       "--audit", "--config", "--pause-ttl", "--secret-file", "--state", "--advertise",
-      "--lease" };
+      "--lease", "--otlp", "--trace-file" };
     const tp_limit_info *li = tp_limit_find(name);
     int known = li != NULL && li->mcp != NULL && strcmp(li->mcp, name) == 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -279,6 +283,13 @@ int tp__mcp_main (int argc, char **argv) {
       o->workspace = val;
     }
     else if (strcmp(name, "--audit") == 0) o->audit = val;
+    else if (strcmp(name, "--otlp") == 0) {
+      if (strncmp(val, "http://", 7) != 0 && strncmp(val, "https://", 8) != 0)
+        return tp__options_usage_error("--otlp: '%s' is not an http(s) URL (e.g. "
+                                       "http://127.0.0.1:4318)", val);
+      o->otlp = val;
+    }
+    else if (strcmp(name, "--trace-file") == 0) o->trace_file = val;
     else if (strcmp(name, "--secret-file") == 0) o->secret_file = val;
     else if (strcmp(name, "--pause-ttl") == 0) {
       if (tp__mcp_approve_parse_ttl(val, &o->pause_ttl_us, why, sizeof why) != 0)

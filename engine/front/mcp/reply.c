@@ -108,18 +108,26 @@ void tp__mcp_reply_notify (server *s, const char *method, json_t *params) {
 ** up to EARLY_MAX, and sent once it has: a client learns of every refused plugin. */
 #define EARLY_MAX 100
 void tp__mcp_reply_log_text (server *s, int level, const char *text) {
+  tp__mcp_reply_log_from(s, level, NULL, text);
+}
+
+/* A message of logger (NULL: "tidepool", the server itself; else a worker engine's source:
+** "plugin", "host", "http", "upstream"), to standard error and to the client. */
+void tp__mcp_reply_log_from (server *s, int level, const char *logger, const char *text) {
+  if (logger == NULL) logger = "tidepool";
   if (!s->quiet && (level >= L_INFO || level >= s->level))
-    fprintf(stderr, "tidepool mcp: %s: %s\n", levels[level], text);
+    fprintf(stderr, "tidepool mcp: %s: %s%s%s\n", levels[level], strcmp(logger, "tidepool") ? logger : "",
+            strcmp(logger, "tidepool") ? ": " : "", text);
   if (!s->initialized && level >= L_WARNING) {
     if (s->early == NULL) s->early = json_array();
     if (json_array_size(s->early) < EARLY_MAX)
-      json_array_append_new(s->early, json_pack("{s:i, s:s}", "level", level, "text", text));
+      json_array_append_new(s->early, json_pack("{s:i, s:s, s:s}", "level", level, "text", text, "logger", logger));
   }
   if (!s->initialized || level < s->level) return;
   json_t *data = json_string(text);
   if (data == NULL) return;
   tp__mcp_reply_notify(s, "notifications/message",
-         json_pack("{s:s, s:s, s:o}", "level", levels[level], "logger", "tidepool", "data", data));
+         json_pack("{s:s, s:s, s:o}", "level", levels[level], "logger", logger, "data", data));
 }
 
 void tp__mcp_reply_log (server *s, int level, const char *fmt, ...) {

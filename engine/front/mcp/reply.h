@@ -17,6 +17,7 @@ void tp__mcp_reply_error(server *s, batch *b, json_t *id, int code, const char *
   __attribute__((format(printf, 5, 6)));
 void tp__mcp_reply_notify(server *s, const char *method, json_t *params);
 void tp__mcp_reply_log_text(server *s, int level, const char *text);
+void tp__mcp_reply_log_from(server *s, int level, const char *logger, const char *text);
 void tp__mcp_reply_log(server *s, int level, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 

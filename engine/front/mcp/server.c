@@ -244,6 +244,7 @@ static void req_free (server *s, req *q) {
   json_decref(q->token);
   json_decref(q->sess_info);
   free(q->code);
+  free(q->traceparent);
   free(q->principal);
   free(q->scopes);
   free(q->tool);
@@ -521,6 +522,10 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
   if ((json_is_string(token) && json_string_length(token) <= 256) || json_is_integer(token))
     q->token = json_deep_copy(token);
+  /* W3C trace context (MCP 2026-07-28 carries it in _meta): the run's parent span; the
+  ** worker checks its form (tp_run_set_traceparent), a wrong one leaves a trace of its own */
+  json_t *tp = json_is_object(meta) ? json_object_get(meta, "traceparent") : NULL;
+  if (json_is_string(tp) && json_string_length(tp) < 64) q->traceparent = strdup(json_string_value(tp));
   q->era26 = q->modern;     /* a 2026-07-28 request asks with input_required */
   q->elicit = q->era26 ? 0 : s->client_elicit;
   /* over HTTP an elicitation/create can only ride on an SSE stream: a request answered with
@@ -926,7 +931,7 @@ static void server_mail (uv_async_t *a) {
       s->noting--;
       s->origin = NULL;
       break;
-    case M_LOG: tp__mcp_reply_log_text(s, m->level, m->text); break;
+    case M_LOG: tp__mcp_reply_log_from(s, m->level, m->logger, m->text); break;
     case M_READY: ready(s, m); break;
     case M_PARK: park_req(s, m); break;
     }
@@ -1023,7 +1028,7 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
       json_t *data = json_copy(json_object_get(w, "text"));
       if (level >= s->level && data)
         tp__mcp_reply_notify(s, "notifications/message", json_pack("{s:s, s:s, s:o}", "level",
-               levels[level], "logger", "tidepool", "data", data));
+               levels[level], "logger", json_string_value(json_object_get(w, "logger")) ? json_string_value(json_object_get(w, "logger")) : "tidepool", "data", data));
       else json_decref(data);
     }
     json_decref(s->early);

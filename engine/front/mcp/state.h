@@ -87,6 +87,8 @@ typedef struct tp__mcp_options {
                             ** 1 full, 2 compact */
   const char *workspace, *name;
   const char *audit;        /* --audit FILE, or NULL */
+  const char *otlp;         /* --otlp URL: spans over OTLP/HTTP, or NULL (the config's) */
+  const char *trace_file;   /* --trace-file FILE: spans as JSON lines, or NULL */
   const char *state;        /* --state (or the config's "state"), or NULL: memory */
   const char *advertise;    /* --advertise URL: the owner's name of the sessions it holds */
   const char *config_path;  /* --config FILE, or NULL */
@@ -188,6 +190,7 @@ typedef struct mail {
   req *q;                   /* M_RUN, M_DONE */
   uint64_t n;               /* M_CANCEL: the request's serial; M_DROP: the session's number */
   int level;                /* M_LOG */
+  char *logger;             /* M_LOG: who speaks (the engine logger's source), or NULL */
   int fail;                 /* M_READY: the worker could not start */
   char *text;               /* M_LINE, M_LOG; M_READY: the tools' JSON (worker 0) */
   size_t len;
@@ -214,6 +217,7 @@ struct tp__mcp_req {
   uv_timer_t defer;         /* holds the response back after progress notifications */
   /* set before M_RUN, read by the worker */
   char *code;
+  char *traceparent;        /* params._meta.traceparent: the run's parent span, or NULL */
   size_t codelen;
   char *tool;               /* the exposed tool called, or NULL for run_lua */
   char *mcp_name;           /* its MCP name (fs_read for fs.read) */

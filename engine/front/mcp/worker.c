@@ -580,6 +580,10 @@ static void worker_run (worker *w, req *q) {
 static void worker_begin (worker *w, req *q, tp_run *run) {
   q->run = run;
   if (q->principal && q->scopes) tp_run_set_principal(run, q->principal, q->scopes);
+  if (q->traceparent) tp_run_set_traceparent(run, q->traceparent);  /* a wrong one: own trace */
+  tp_run_trace_attr(run, "tidepool.principal", q->principal ? q->principal : "");
+  json_t *tsid = q->sess_info ? json_object_get(q->sess_info, "id") : NULL;
+  if (json_is_string(tsid)) tp_run_trace_attr(run, "tidepool.session", json_string_value(tsid));
   if (q->tool) tp_run_set_caller(run, TP_CALLER_DIRECT);  /* an exposed tool's call */
   q->wnext = w->running;
   if (w->running) w->running->wprev = q;
@@ -722,12 +726,32 @@ static void lease_cb (uv_timer_t *t) {
     lease_renewed(w, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
 }
 
+/* The worker engine's logger (tp_engine_on_log), on the worker's thread: each message goes
+** to the protocol thread by mail (M_LOG, its source as the logger), which prints it and
+** sends it to the client as notifications/message at the client's level. */
+static void worker_log (void *ud, tp_log_level level, const char *source, const char *message) {
+  worker *w = ud;
+  int l = level <= TP_LOG_ERROR ? L_ERROR : level == TP_LOG_WARN ? L_WARNING
+        : level == TP_LOG_DEBUG ? L_DEBUG : L_INFO;
+  mail *m = tp__mcp_mail_new(M_LOG);
+  if (m == NULL || (m->text = strdup(message)) == NULL ||
+      (source && (m->logger = strdup(source)) == NULL)) {
+    tp__mcp_mail_free(m);
+    tp_log_stderr(NULL, level, source, message);  /* out of memory: said at least here */
+    return;
+  }
+  m->w = w;
+  m->level = l;
+  tp__mcp_mail_post(&w->s->mb, m);
+}
+
 /* Makes the worker's engine; on its own thread when threaded. 0, or -1. */
 int tp__mcp_worker_open (worker *w) {
   w->begin = worker_begin;
   server *s = w->s;
   w->e = tp_engine_create();
   if (w->e == NULL) return -1;
+  tp_engine_on_log(w->e, worker_log, w);
   tp_engine_set_store(w->e, s->kv);  /* before anything starts its host state */
   if (s->o.config && tp_engine_configure_dir(w->e, s->o.config, s->o.config_len,
                                              s->o.config_dir) != TP_OK) {
@@ -737,7 +761,15 @@ int tp__mcp_worker_open (worker *w) {
     w->e = NULL;
     return -1;
   }
-  if (s->audit_fd >= 0) tp_engine_on_decision(w->e, audit_decision, w);
+  if (s->audit_fd >= 0) {
+    tp_engine_on_decision(w->e, audit_decision, w);
+    tp_engine_audit_calls(w->e, s->audit_fd);  /* the call journal: tidepool audit show */
+  }
+  /* --otlp and --trace-file over the config's telemetry section (checked in main.c) */
+  if (s->o.otlp && tp_engine_trace_otlp(w->e, s->o.otlp) != TP_OK && w->index == 0)
+    tp__mcp_mail_log(w, L_WARNING, "--otlp %s: %s", s->o.otlp, tp_engine_error(w->e));
+  if (s->o.trace_file && tp_engine_trace_file(w->e, s->o.trace_file) != TP_OK && w->index == 0)
+    tp__mcp_mail_log(w, L_WARNING, "--trace-file %s: %s", s->o.trace_file, tp_engine_error(w->e));
   if (s->o.asks) tp_engine_on_approval(w->e, tp__mcp_pause_on_approval, w);
   w->loop = tp_engine_loop(w->e);
   if (tp__mcp_mail_box_init(&w->mb, w->loop, worker_mail, w) != 0) {
