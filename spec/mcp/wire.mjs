@@ -2,7 +2,7 @@
 // the client as notifications/message (by mail to the protocol thread), a run_lua run's span
 // is a child of params._meta.traceparent (--trace-file), and --audit holds the call journal
 // that `tidepool audit show` reads.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -92,6 +92,112 @@ test('--otlp needs an http(s) URL: a usage error', async () => {
   const r = spawnSync(tidepool, ['mcp', '--otlp', 'ftp://127.0.0.1/x'], { encoding: 'utf8', input: '' });
   eq(r.status, 2, r.stderr);
   assert(r.stderr.includes("--otlp: 'ftp://127.0.0.1/x' is not an http(s) URL"), r.stderr);
+});
+
+// `tidepool mcp --http 127.0.0.1:0 ...args`; resolves {p, base} once it serves.
+function startHttp(args) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(tidepool, ['mcp', '--tools', plugins, '--http', '127.0.0.1:0', ...args],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '', done = false;
+    p.stderr.setEncoding('utf8');
+    p.stderr.on('data', (d) => {
+      err += d;
+      const m = err.match(/serving on (http:\/\/127\.0\.0\.1:\d+)\/mcp/);
+      if (m && !done) { done = true; resolve({ p, base: m[1], stderr: () => err }); }
+    });
+    p.on('exit', (code) => { if (!done) reject(new Error(`exited ${code}: ${err}`)); });
+  });
+}
+const stop = (srv, sig = 'SIGKILL') => new Promise((r) => { srv.p.on('exit', r); srv.p.kill(sig); });
+const H = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' };
+async function rpc(srv, sid, id, method, params, more = {}) {
+  const r = await fetch(`${srv.base}/mcp`, { method: 'POST', body: JSON.stringify({ jsonrpc: '2.0', id, method, params }),
+    headers: { ...H, 'MCP-Protocol-Version': '2025-11-25', ...(sid ? { 'Mcp-Session-Id': sid } : {}), ...more } });
+  const text = await r.text();
+  return { status: r.status, sid: r.headers.get('mcp-session-id'), text };
+}
+const series = (text, name) => {
+  const line = text.split('\n').find((l) => l.startsWith(name + ' '));
+  return line === undefined ? undefined : Number(line.slice(name.length + 1));
+};
+
+test('/metrics on --http: runs by outcome, tool calls, the server\'s own series; promtool passes; loopback only without auth', async () => {
+  const cfg = path.join(tmp, 'proxy.json');
+  fs.writeFileSync(cfg, JSON.stringify({ server: { trusted_proxies: ['127.0.0.1'] } }));
+  const srv = await startHttp(['--config', cfg]);
+  try {
+    const init = await rpc(srv, null, 1, 'initialize', { protocolVersion: '2025-11-25', capabilities: {},
+      clientInfo: { name: 'wire', version: '1' } });
+    eq(init.status, 200, init.text);
+    const sid = init.sid;
+    await fetch(`${srv.base}/mcp`, { method: 'POST', headers: { ...H, 'Mcp-Session-Id': sid,
+      'MCP-Protocol-Version': '2025-11-25' }, body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }) });
+    for (const [id, code] of [[2, 'tools.say.hi{who = "a"} tools.say.hi{who = "b"} return 1'],
+      [3, 'error("boom")'], [4, 'local ok = pcall(tools.say.hi, {}) return 2']]) {
+      const r = await rpc(srv, sid, id, 'tools/call', { name: 'run_lua', arguments: { code, session: 'm1' } });
+      eq(r.status, 200, r.text);
+    }
+    eq((await fetch(`${srv.base}/nope`)).status, 404, 'a 4xx to count');
+    const m = await fetch(`${srv.base}/metrics`);
+    eq(m.status, 200, 'loopback reads it');
+    eq(m.headers.get('content-type'), 'text/plain; version=0.0.4; charset=utf-8');
+    const text = await m.text();
+    eq(series(text, 'tidepool_runs_total{outcome="ok"}'), 2, text);
+    eq(series(text, 'tidepool_runs_total{outcome="runtime"}'), 1, 'the failed run');
+    eq(series(text, 'tidepool_tool_calls_total{tool="say.hi",outcome="ok"}'), 2, text);
+    eq(series(text, 'tidepool_tool_calls_total{tool="say.hi",outcome="tool.invalid_input"}'), 1, text);
+    eq(series(text, 'tidepool_run_duration_seconds_count'), 3, 'three runs timed');
+    eq(series(text, 'tidepool_mcp_sessions'), 1, 'one session (m1)');
+    eq(series(text, 'tidepool_mcp_paused_runs'), 0);
+    eq(series(text, 'tidepool_mcp_requests_running'), 0);
+    eq(series(text, 'tidepool_http_responses_total{class="4xx"}'), 1, 'the 404');
+    eq(series(text, 'tidepool_http_responses_total{class="5xx"}'), 0);
+    const pc = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    eq(pc.status, 0, `promtool: ${pc.stdout}${pc.stderr}`);
+    // a client a trusted proxy names is not local
+    const far = await fetch(`${srv.base}/metrics`, { headers: { 'X-Forwarded-For': '203.0.113.5' } });
+    eq(far.status, 403, 'a non-loopback client');
+    assert((await far.text()).includes('/metrics is served to loopback clients only'), 'says why');
+  } finally { await stop(srv); }
+});
+
+test('/metrics with auth needs the metrics scope: 401 without a token, 403 without the scope, 200 with it', async () => {
+  const cfg = path.join(tmp, 'auth.json');
+  fs.writeFileSync(cfg, JSON.stringify({ auth: { resource: 'http://127.0.0.1/mcp', required_scopes: ['mcp'],
+    tokens: [{ token: 'plain-token-0123456789', principal: 'p', scopes: ['mcp'] },
+      { token: 'prom-token-0123456789a', principal: 'prom', scopes: ['mcp', 'metrics'] }] } }));
+  const srv = await startHttp(['--config', cfg]);
+  try {
+    eq((await fetch(`${srv.base}/metrics`)).status, 401, 'no token');
+    eq((await fetch(`${srv.base}/metrics`, { headers: { Authorization: 'Bearer plain-token-0123456789' } })).status,
+      403, 'a token without the metrics scope');
+    const ok = await fetch(`${srv.base}/metrics`, { headers: { Authorization: 'Bearer prom-token-0123456789a' } });
+    eq(ok.status, 200, 'the metrics scope');
+    eq(series(await ok.text(), 'tidepool_http_responses_total{class="4xx"}'), 2, 'the 401 and the 403');
+  } finally { await stop(srv); }
+});
+
+test('over HTTP the traceparent header is the run\'s parent when _meta has none; _meta wins', async () => {
+  const file = path.join(tmp, 'http-spans.jsonl');
+  const srv = await startHttp(['--trace-file', file]);
+  const OTHER = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+  try {
+    const init = await rpc(srv, null, 1, 'initialize', { protocolVersion: '2025-11-25', capabilities: {},
+      clientInfo: { name: 'wire', version: '1' } });
+    const sid = init.sid;
+    const a = await rpc(srv, sid, 2, 'tools/call', { name: 'run_lua', arguments: { code: 'return 1' } },
+      { traceparent: OTHER });
+    eq(a.status, 200, a.text);
+    const b = await rpc(srv, sid, 3, 'tools/call', { name: 'run_lua', arguments: { code: 'return 2' },
+      _meta: { traceparent: PARENT } }, { traceparent: OTHER });
+    eq(b.status, 200, b.text);
+  } finally { await stop(srv, 'SIGTERM'); }  // a clean stop: the engines write what is queued
+  const runs = fs.readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l))
+    .filter((x) => x.name === 'tidepool.run');
+  eq(runs.map((x) => [x.traceId, x.parentSpanId]).sort(), [
+    ['0af7651916cd43dd8448eb211c80319c', 'b7ad6b7169203331'],
+    ['4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7']], 'header, then _meta');
 });
 
 try { await run(); } finally { fs.rmSync(tmp, { recursive: true, force: true }); }

@@ -274,6 +274,7 @@ struct hreq {
   char principal[256];        /* who called, with auth; "" without */
   char scopes[1024];
   char sid[33];               /* its Mcp-Session-Id (2025 era), or "" */
+  char traceparent[64];       /* its traceparent header (W3C trace context), or "" */
   char *body;
   size_t len, cap;
   int too_big;
@@ -290,9 +291,14 @@ static void timer_cb(uv_timer_t *t);
 
 /* ---- responses --------------------------------------------------------------------- */
 
+/* Responses by class (1xx..5xx) for /metrics; the protocol thread's only (MHD_run on its
+** loop). A process serves one --http. */
+static uint64_t status_classes[6];
+
 static enum MHD_Result queue_text (struct MHD_Connection *c, unsigned status, const char *type,
                                    const char *text, size_t len, const char *hname,
                                    const char *hval) {
+  if (status / 100 < 6) status_classes[status / 100]++;
   struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text,
                                                            MHD_RESPMEM_MUST_COPY);
   if (r == NULL) return MHD_NO;
@@ -430,6 +436,11 @@ static void http_emit (void *ud, void *origin, const char *text, size_t len, int
 }
 
 static int http_streams (void *origin) { return ((hreq *)origin)->sse; }
+
+static const char *http_traceparent (void *origin) {
+  hreq *r = origin;
+  return r->traceparent[0] ? r->traceparent : NULL;
+}
 
 static int http_principal (void *origin, const char **principal, const char **scopes) {
   hreq *r = origin;
@@ -611,6 +622,7 @@ static enum MHD_Result queue_stream (hreq *r) {
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   enum MHD_Result rc = MHD_queue_response(r->c, MHD_HTTP_OK, resp);
   MHD_destroy_response(resp);
+  status_classes[2]++;
   return rc;
 }
 
@@ -810,6 +822,61 @@ static enum MHD_Result oauth_answer (tp__mcp_http *h, hreq *r) {
   return rc;
 }
 
+/* /metrics in Prometheus text: the workers' engines summed and the server's own series
+** (the server's metrics entry), then HTTP responses by class. With auth a token with the
+** "metrics" scope; without, a loopback client only (the address a trusted proxy names
+** counts: a proxy on this host does not make its clients local). */
+static int metrics_match (tp__mcp_http *h, const char *url) { return strcmp(url, "/metrics") == 0; }
+static enum MHD_Result metrics_answer (tp__mcp_http *h, hreq *r) {
+  struct MHD_Connection *c = r->c;
+  char why[400];
+  if (h->auth) {
+    tp_auth_result ar;
+    int st = tp__mcp_auth_check(h->auth, header(c, MHD_HTTP_HEADER_AUTHORIZATION), "metrics",
+                                (int64_t)time(NULL), &ar);
+    if (st != 200) {
+      char *challenge = tp__mcp_auth_challenge(h->auth, &ar);
+      snprintf(why, sizeof why, "%s: /metrics needs a token with the \"metrics\" scope: %s",
+               st == 401 ? "Unauthorized" : "Forbidden", ar.description[0] ? ar.description : ar.error);
+      enum MHD_Result rc = queue_error(c, st == 401 ? MHD_HTTP_UNAUTHORIZED : MHD_HTTP_FORBIDDEN,
+                                       NULL, -32000, why, challenge ? MHD_HTTP_HEADER_WWW_AUTHENTICATE
+                                       : NULL, challenge);
+      free(challenge);
+      return rc;
+    }
+  }
+  else if (strcmp(r->client, "127.0.0.1") != 0 && strcmp(r->client, "::1") != 0 &&
+           strncmp(r->client, "::ffff:127.", 11) != 0) {
+    snprintf(why, sizeof why, "Forbidden: /metrics is served to loopback clients only when the "
+             "server has no auth (this client: %.60s); configure auth and a token with the "
+             "\"metrics\" scope", r->client);
+    return queue_error(c, MHD_HTTP_FORBIDDEN, NULL, -32000, why, NULL, NULL);
+  }
+  size_t len = 0;
+  char *text = h->ent.metrics ? h->ent.metrics(h->ent.s, &len) : NULL;
+  char tail[600];
+  int k = snprintf(tail, sizeof tail,
+    "# HELP tidepool_http_responses_total HTTP responses by status class, this one excluded.\n"
+    "# TYPE tidepool_http_responses_total counter\n"
+    "tidepool_http_responses_total{class=\"2xx\"} %llu\n"
+    "tidepool_http_responses_total{class=\"4xx\"} %llu\n"
+    "tidepool_http_responses_total{class=\"5xx\"} %llu\n",
+    (unsigned long long)status_classes[2], (unsigned long long)status_classes[4],
+    (unsigned long long)status_classes[5]);
+  char *all = text && k > 0 && (size_t)k < sizeof tail ? malloc(len + (size_t)k) : NULL;
+  if (all == NULL) {
+    free(text);
+    return queue_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603, "out of memory", NULL, NULL);
+  }
+  memcpy(all, text, len);
+  memcpy(all + len, tail, (size_t)k);
+  free(text);
+  enum MHD_Result rc = queue_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", all,
+                                  len + (size_t)k, NULL, NULL);
+  free(all);
+  return rc;
+}
+
 /* A request for method and a url that match answers it (the Host and Origin checks
 ** passed; no bearer token asked). */
 static const struct {
@@ -818,6 +885,7 @@ static const struct {
   enum MHD_Result (*answer)(tp__mcp_http *h, hreq *r);
 } routes[] = {
   { "GET", oauth_match, oauth_answer },
+  { "GET", metrics_match, metrics_answer },
 };
 
 /* The first call for a request (its headers are in): route and guard. MHD_YES with
@@ -866,6 +934,8 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
     snprintf(r->principal, sizeof r->principal, "%s", ar.principal);
     snprintf(r->scopes, sizeof r->scopes, "%s", ar.scopes);
   }
+  const char *tph = header(c, "traceparent");  /* the run's parent when _meta has none */
+  if (tph && strlen(tph) < sizeof r->traceparent) snprintf(r->traceparent, sizeof r->traceparent, "%s", tph);
   if (r->principal[0]) snprintf(r->rate_key, sizeof r->rate_key, "principal %s", r->principal);
   else snprintf(r->rate_key, sizeof r->rate_key, "address %s", r->client);
   if (strcmp(method, "DELETE") == 0) {
@@ -1390,6 +1460,7 @@ void tp__mcp_http_transport (tp__mcp_http *h, tp__mcp_transport *t) {
   t->hold = http_hold;
   t->release = http_release;
   t->principal = http_principal;
+  t->traceparent = http_traceparent;
   t->streams = http_streams;
   t->serve = http_serve;
   t->stop = http_stop;

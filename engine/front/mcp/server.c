@@ -526,6 +526,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   ** worker checks its form (tp_run_set_traceparent), a wrong one leaves a trace of its own */
   json_t *tp = json_is_object(meta) ? json_object_get(meta, "traceparent") : NULL;
   if (json_is_string(tp) && json_string_length(tp) < 64) q->traceparent = strdup(json_string_value(tp));
+  else if (q->origin && s->t.traceparent && s->t.traceparent(q->origin))  /* the HTTP header */
+    q->traceparent = strdup(s->t.traceparent(q->origin));
   q->era26 = q->modern;     /* a 2026-07-28 request asks with input_required */
   q->elicit = q->era26 ? 0 : s->client_elicit;
   /* over HTTP an elicitation/create can only ride on an SSE stream: a request answered with
@@ -1377,6 +1379,43 @@ static void server_close (server *s) {
 
 /* ---- for main.c (server.h) ------------------------------------------------------------ */
 
+/* /metrics (http.c's route): tp_metrics_text reads the workers' engines from this thread
+** without locking them (tidepool.h says it may), then the server's own series. */
+static char *entry_metrics (void *sv, size_t *len) {
+  server *s = sv;
+  tp_engine *es[64];
+  size_t n = 0;
+  for (unsigned i = 0; i < s->nworkers && n < sizeof es / sizeof es[0]; i++)
+    if (s->workers[i].ready && s->workers[i].e && !s->done) es[n++] = s->workers[i].e;
+  size_t elen = 0;
+  char *text = tp_metrics_text(es, n, &elen);
+  if (text == NULL) return NULL;
+  size_t parked = 0;
+  for (req *q = s->parked; q; q = q->next) parked++;
+  char own[1200];
+  int k = snprintf(own, sizeof own,
+    "# HELP tidepool_mcp_sessions Sessions the server holds.\n"
+    "# TYPE tidepool_mcp_sessions gauge\n"
+    "tidepool_mcp_sessions %zu\n"
+    "# HELP tidepool_mcp_paused_runs Runs answered \"paused\" that wait for decisions or caller tools.\n"
+    "# TYPE tidepool_mcp_paused_runs gauge\n"
+    "tidepool_mcp_paused_runs %zu\n"
+    "# HELP tidepool_mcp_requests_running Tool calls whose runs are on a worker now.\n"
+    "# TYPE tidepool_mcp_requests_running gauge\n"
+    "tidepool_mcp_requests_running %zu\n"
+    "# HELP tidepool_mcp_requests_waiting Tool calls queued for a worker.\n"
+    "# TYPE tidepool_mcp_requests_waiting gauge\n"
+    "tidepool_mcp_requests_waiting %zu\n",
+    s->nsessions, parked, s->nrunning, s->nwaiting);
+  char *all = k > 0 && (size_t)k < sizeof own ? malloc(elen + (size_t)k + 1) : NULL;
+  if (all == NULL) { tp_free(text); return NULL; }
+  memcpy(all, text, elen);
+  memcpy(all + elen, own, (size_t)k + 1);
+  tp_free(text);
+  *len = elen + (size_t)k;
+  return all;
+}
+
 static void entries_of (server *s, tp__mcp_entries *e) {
   memset(e, 0, sizeof *e);
   e->s = s;
@@ -1385,6 +1424,7 @@ static void entries_of (server *s, tp__mcp_entries *e) {
   e->cancel = entry_cancel;
   e->eof = entry_eof;
   e->stop = entry_stop;
+  e->metrics = entry_metrics;
 }
 
 tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_worker_ops *wops,

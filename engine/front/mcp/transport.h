@@ -26,6 +26,9 @@ typedef struct tp__mcp_transport {
   /* Who sent origin: 1 with principal and scopes (borrowed, valid during the call), or 0
   ** when no one was checked. */
   int (*principal)(void *origin, const char **principal, const char **scopes);
+  /* The W3C traceparent origin's request carried outside the message (an HTTP header),
+  ** borrowed; NULL for none. May be NULL. */
+  const char *(*traceparent)(void *origin);
   /* Whether origin's answer can carry requests of the server (an elicitation) before
   ** its response. */
   int (*streams)(void *origin);
@@ -57,6 +60,9 @@ typedef struct tp__mcp_entries {
   void (*eof)(void *s);
   /* Stops the server now (a signal). */
   void (*stop)(void *s);
+  /* The workers' engine metrics summed and the server's own series, as Prometheus text
+  ** (malloc'd, *len its length); NULL when out of memory. */
+  char *(*metrics)(void *s, size_t *len);
 } tp__mcp_entries;
 
 /* ---- the standard input and output transport (stdio.c) ------------------------------- */

@@ -752,6 +752,7 @@ int tp__mcp_worker_open (worker *w) {
   w->e = tp_engine_create();
   if (w->e == NULL) return -1;
   tp_engine_on_log(w->e, worker_log, w);
+  tp_engine_metrics_on(w->e);  /* /metrics sums the workers' (server.c, tp_metrics_text) */
   tp_engine_set_store(w->e, s->kv);  /* before anything starts its host state */
   if (s->o.config && tp_engine_configure_dir(w->e, s->o.config, s->o.config_len,
                                              s->o.config_dir) != TP_OK) {
