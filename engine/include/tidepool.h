@@ -57,9 +57,25 @@ extern "C" {
 #define TP_ENOMEM  (-2)  /* the host ran out of memory */
 #define TP_ESTATE  (-3)  /* the call does not fit the object's state (e.g. step after done) */
 
+/* Every status code above in one table, XX(NAME, text): NAME is the code's name without
+** its TP_ prefix (TP_DONE is TP_OK's value, so it is not a row), text its meaning for a
+** person. A new code is one #define above plus one row here, with a value never used
+** before (the values are part of libtidepool.so.0's ABI and never change). As libuv's
+** UV_ERRNO_MAP: #define XX(n, t) case TP_##n: ... TP_ERRNO_MAP(XX) #undef XX. */
+#define TP_ERRNO_MAP(XX)                                                    \
+  XX(OK,     "success (or, from tp_run_step, the run has finished)")      \
+  XX(YIELD,  "the step's budget ran out; step again")                      \
+  XX(WAIT,   "the script waits on pending requests")                       \
+  XX(EINVAL, "invalid argument")                                           \
+  XX(ENOMEM, "out of memory")                                              \
+  XX(ESTATE, "the call does not fit the object's state")
+
 /* The meaning of a status code, for a person: "invalid argument" for TP_EINVAL, ...;
 ** "unknown status" for a code that is none of the above. Static string. */
 TP_EXTERN const char *tp_strerror(int code);
+/* The name of a status code as written in C: "TP_EINVAL" for TP_EINVAL, "TP_OK" for 0;
+** "TP_UNKNOWN" for a code that is none of the above. Static string. */
+TP_EXTERN const char *tp_err_name(int code);
 
 typedef struct tp_engine tp_engine;
 typedef struct tp_run tp_run;
@@ -880,6 +896,13 @@ TP_EXTERN int tp_engine_end_lease(tp_engine *e, const char *owner);
 #define TP_STORED_ERROR    4
 #define TP_STORED_CLOSED   5
 #define TP_STORED_MAX      ((size_t)1 << 20)
+/* The store statuses in one table, XX(NAME, text), as TP_ERRNO_MAP (values fixed). */
+#define TP_STORED_MAP(XX)                                                   \
+  XX(STORED_OK,       "stored or read")                                    \
+  XX(STORED_NOTFOUND, "no such record, it expired, or no log")             \
+  XX(STORED_TOO_BIG,  "a record or an entry over TP_STORED_MAX bytes")     \
+  XX(STORED_ERROR,    "the store failed")                                  \
+  XX(STORED_CLOSED,   "the engine was destroyed first")
 typedef void (*tp_stored_fn)(void *ud, int status, const char *val, size_t len,
                              const char *err);
 TP_EXTERN int tp_engine_run_put(tp_engine *e, const char *run, const char *rec, size_t len,
@@ -930,6 +953,11 @@ TP_EXTERN int tp_call_fail(tp_call *c, const char *code, const char *message);
 #define TP_POLICY_ALLOW 0
 #define TP_POLICY_DENY  1
 #define TP_POLICY_HOLD  2
+/* The verdicts in one table, XX(NAME, text), as TP_ERRNO_MAP (values fixed). */
+#define TP_POLICY_MAP(XX)                                                   \
+  XX(POLICY_ALLOW, "the call goes on")                                     \
+  XX(POLICY_DENY,  "the call fails with tool.denied")                      \
+  XX(POLICY_HOLD,  "the call waits for tp_call_decide")
 typedef int (*tp_policy_fn)(tp_call *call, void *ud, char *reason, size_t len);
 TP_EXTERN int tp_engine_set_policy(tp_engine *e, tp_policy_fn fn, void *ud);
 TP_EXTERN int tp_call_decide(tp_call *call, int verdict, const char *reason);
