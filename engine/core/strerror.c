@@ -3,6 +3,7 @@
 ** tp_err_name), both from the one table TP_ERRNO_MAP.
 */
 #include "tidepool.h"
+#include "tidepool_server.h"
 
 /* The values are ABI: a change here is a change of libtidepool.so.0's contract. */
 _Static_assert(TP_OK == 0 && TP_DONE == 0 && TP_YIELD == 1 && TP_WAIT == 2 &&
