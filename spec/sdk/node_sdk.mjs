@@ -216,7 +216,7 @@ test("a tool's error code is kept when tidepool knows it; a result JSON cannot h
   };
   const env = await tp.run(`local r = {} for _, n in ipairs{"guarded", "odd", "other"} do
     local _, e = pcall(tools[n], {}) r[#r + 1] = e.code r[#r + 1] = e.message end return r`, { tools });
-  eq(env.result, ['tool.denied', 'tools.guarded failed: not for you', 'tool.failed',
+  eq(env.result, ['tool.denied', 'tools.guarded was denied: not for you', 'tool.failed',
     "tools.odd failed: the tool's result is not JSON: Do not know how to serialize a BigInt",
     'tool.failed', 'tools.other failed: x']);
 });

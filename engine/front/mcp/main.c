@@ -143,6 +143,7 @@ static char *owner_name (const options *o, const char *listen) {
   return strdup(buf);
 }
 
+/* Frees what o owns; again does nothing (tp__mcp_main frees them on every return). */
 static void options_free (options *o) {
   for (size_t i = 0; o->config_owned && o->config_owned[i]; i++) free(o->config_owned[i]);
   free(o->config_owned);
@@ -150,6 +151,11 @@ static void options_free (options *o) {
   free(o->limit_opts);
   free(o->config);
   free(o->config_dir);
+  o->config_owned = NULL;
+  o->dirs = NULL;
+  o->limit_opts = NULL;
+  o->config = NULL;
+  o->config_dir = NULL;
 }
 
 /* Checks the --config file and takes its limits, tools and workspace under the options
@@ -214,8 +220,16 @@ static int apply_config (options *o) {
   return 0;
 }
 
+static int mcp_main (options *o, int argc, char **argv);
+
 int tp__mcp_main (int argc, char **argv) {
-  options opts = { 0 }, *o = &opts;
+  options opts = { 0 };
+  int rc = mcp_main(&opts, argc, argv);
+  options_free(&opts);  /* a usage error returns before the server takes them */
+  return rc;
+}
+
+static int mcp_main (options *o, int argc, char **argv) {
   tp__mcp_http_opts http = { 0 };
   mcp_limits_init(&o->lim);
   o->builtin = 1;

@@ -296,7 +296,7 @@ def test_exception_code_and_message(tp):
                     local _, c = pcall(tools.odd, {})
                     return { a.code, a.message, b.code, b.message, c.code, c.message }""",
                  tools=[guarded, plain, odd])
-    assert env["result"] == ["tool.denied", "tools.guarded failed: not for you", "tool.failed",
+    assert env["result"] == ["tool.denied", "tools.guarded was denied: not for you", "tool.failed",
                              "tools.plain failed: KeyError", "tool.failed",
                              "tools.odd failed: the tool's result is not JSON: object is not JSON"]
 
