@@ -100,6 +100,10 @@ typedef struct tp_limits {
   uint64_t tool_timeout_us; /* a call's own deadline (the tool's, if shorter); 30 s */
   uint64_t fs_bytes;      /* bytes the fs.* tools may write in one run (a write counts
                           ** at least 4 KiB, a new directory 4 KiB); default 64 MiB */
+  uint64_t reserved_[8];  /* zero (tp_limits_init); room for limits to come: a new limit
+                          ** is a uint64_t taken from here (reserved_[7]), so that
+                          ** sizeof(tp_limits) and every offset stay those of
+                          ** libtidepool.so.0. Never read or write it. */
 } tp_limits;
 
 /* Fills *l with the defaults. */

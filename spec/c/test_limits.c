@@ -43,7 +43,13 @@ TEST(every_tp_limits_member_has_exactly_one_table_entry) {
     CHECK(tp__limit_field(li->offset) == li);
     end = li->offset + li->size;
   }
-  CHECK(sizeof(tp_limits) - end < 8);
+  /* After the last limit (and its padding) only the reserved tail, zeroed by init. */
+  CHECK_INT(offsetof(tp_limits, reserved_) - end < 8, 1);
+  CHECK_INT(sizeof(tp_limits), offsetof(tp_limits, reserved_) + 8 * sizeof(uint64_t));
+  tp_limits l;
+  memset(&l, 0xff, sizeof l);
+  tp_limits_init(&l);
+  for (size_t i = 0; i < 8; i++) CHECK_INT(l.reserved_[i], 0);
 }
 
 /* The public view (tp_limit_at) is the table, entry for entry. */
