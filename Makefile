@@ -160,11 +160,11 @@ FRONT_CFLAGS = -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(WARN_STRICT) $(SAN_
                -Iengine/include $(PKG_CFLAGS) $(CFLAGS)
 $(BUILD)/obj/luamod.o: FRONT_CFLAGS += -I$(LUA_SRC)
 $(FRONT_OBJS): $(BUILD)/obj/%.o: engine/front/%.c $(wildcard engine/front/*.h engine/front/mcp/*.h) \
-               engine/include/tidepool.h $(LUA_SRCDIR)/.tidepool-patched
+               engine/include/tidepool.h engine/include/tidepool_server.h $(LUA_SRCDIR)/.tidepool-patched
 	@mkdir -p $(@D)
 	$(CC) $(FRONT_CFLAGS) -c $< -o $@
 $(MCP_OBJS): $(BUILD)/obj/mcp/%.o: engine/front/mcp/%.c $(wildcard engine/front/*.h engine/front/mcp/*.h) \
-               engine/include/tidepool.h $(LUA_SRCDIR)/.tidepool-patched
+               engine/include/tidepool.h engine/include/tidepool_server.h $(LUA_SRCDIR)/.tidepool-patched
 	@mkdir -p $(@D)
 	$(CC) $(FRONT_CFLAGS) -Iengine/front -c $< -o $@
 
@@ -489,6 +489,7 @@ install: all $(MANPAGE)
 	ln -sf libtidepool.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libtidepool.so.0
 	ln -sf libtidepool.so.0 $(DESTDIR)$(LIBDIR)/libtidepool.so
 	install -m 644 engine/include/tidepool.h $(DESTDIR)$(INCDIR)/tidepool.h
+	install -m 644 engine/include/tidepool_server.h $(DESTDIR)$(INCDIR)/tidepool_server.h
 	install -m 644 $(PCFILE) $(DESTDIR)$(LIBDIR)/pkgconfig/tidepool.pc
 	install -m 755 $(LUAMOD) $(DESTDIR)$(LUACMOD)/tidepool.so
 	if ls tools/*.lua >/dev/null 2>&1; then install -m 644 tools/*.lua $(DESTDIR)$(DATADIR)/tools/; fi
@@ -498,6 +499,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/tidepool $(DESTDIR)$(LIBDIR)/libtidepool.a \
 	  $(DESTDIR)$(LIBDIR)/libtidepool.so $(DESTDIR)$(LIBDIR)/libtidepool.so.0 \
 	  $(DESTDIR)$(LIBDIR)/libtidepool.so.$(VERSION) $(DESTDIR)$(INCDIR)/tidepool.h \
+	  $(DESTDIR)$(INCDIR)/tidepool_server.h \
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/tidepool.pc $(DESTDIR)$(LUACMOD)/tidepool.so
 	rm -f $(DESTDIR)$(MANDIR)/man1/tidepool.1
 	rm -rf $(DESTDIR)$(DATADIR) $(DESTDIR)$(LIBEXECDIR)

@@ -6,7 +6,7 @@
 #       Lua 5.4 module (in the multiarch directory, where Debian's lua5.4 looks) and the
 #       systemd unit (packaging/tidepool.service, installed disabled)
 #   $BUILD/libtidepool0_<version>-<rev>_<arch>.deb     libtidepool.so.0
-#   $BUILD/libtidepool-dev_<version>-<rev>_<arch>.deb  tidepool.h, tidepool.pc,
+#   $BUILD/libtidepool-dev_<version>-<rev>_<arch>.deb  tidepool.h, tidepool_server.h, tidepool.pc,
 #       libtidepool.a and the libtidepool.so link; it depends on libtidepool0 and on the
 #       -dev packages of the libraries tidepool.pc lists for --static
 # `make install` goes into a staging tree with Debian's paths, stripped as policy asks,
@@ -73,7 +73,7 @@ take() {  # $1 package, then paths
 take tidepool usr/bin/tidepool usr/libexec/tidepool usr/share/tidepool usr/share/man \
   "usr/lib/$ma/lua" lib/systemd/system/tidepool.service
 take libtidepool0 "usr/lib/$ma/libtidepool.so.$upstream" "usr/lib/$ma/libtidepool.so.0"
-take libtidepool-dev usr/include/tidepool.h "usr/lib/$ma/libtidepool.so" \
+take libtidepool-dev usr/include/tidepool.h usr/include/tidepool_server.h "usr/lib/$ma/libtidepool.so" \
   "usr/lib/$ma/libtidepool.a" "usr/lib/$ma/pkgconfig/tidepool.pc"
 left=$(find "$stage" ! -type d)
 if [ -n "$left" ]; then

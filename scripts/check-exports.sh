@@ -1,10 +1,11 @@
 #!/bin/sh
 # What the public library and the Lua module export (run by scripts/run-tests.sh).
 # Prints one "ok - ..." or "not ok - ..." line per check and "# N passed, M failed".
-#   libtidepool.so and libtidepool.a: exactly the TP_EXTERN functions of tidepool.h
+#   libtidepool.so and libtidepool.a: exactly the TP_EXTERN functions of tidepool.h and
+#   tidepool_server.h
 #   build/lua/tidepool.so: luaopen_tidepool, and nothing of the engine left for the host
 BUILD=${BUILD:-build}
-hdr=engine/include/tidepool.h
+hdr="engine/include/tidepool.h engine/include/tidepool_server.h"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
@@ -18,9 +19,9 @@ same() {  # $1 name, $2 expected file, $3 actual file
   else check "$1" 1; sed 's/^/#   /' "$tmp/diff" | head -n 20; fi
 }
 
-grep -E '^TP_EXTERN ' "$hdr" | grep -oE 'tp_[a-z0-9_]+\(' | tr -d '(' | sort -u >"$tmp/api"
-grep -nE '^[a-z][a-z0-9_ ]*[ *]tp_[a-z0-9_]+\(' "$hdr" >"$tmp/unmarked"
-check "every function tidepool.h declares is marked TP_EXTERN" "$(wc -l <"$tmp/unmarked")"
+cat $hdr | grep -E '^TP_EXTERN ' | grep -oE 'tp_[a-z0-9_]+\(' | tr -d '(' | sort -u >"$tmp/api"
+grep -nE '^[a-z][a-z0-9_ ]*[ *]tp_[a-z0-9_]+\(' $hdr >"$tmp/unmarked"
+check "every function tidepool.h and tidepool_server.h declare is marked TP_EXTERN" "$(wc -l <"$tmp/unmarked")"
 sed 's/^/#   /' "$tmp/unmarked"
 check "tidepool.h declares the public API ($(wc -l <"$tmp/api") functions)" \
   "$([ "$(wc -l <"$tmp/api")" -gt 20 ]; echo $?)"

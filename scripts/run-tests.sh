@@ -347,10 +347,18 @@ elif make -s install DESTDIR="$inst" PREFIX=/usr BUILD="$BUILD" >"$log" 2>&1 &&
    cc -o "$inst/frame_loop" examples/frame_loop.c -I"$inst/usr/include" -L"$inst/usr/lib" \
       -Wl,-rpath,"$inst/usr/lib" -ltidepool >>"$log" 2>&1 &&
    "$inst/frame_loop" | grep -q '"result":{"sum":2000001000000,"x":6}' &&
+   printf '%s\n' '#include <stdio.h>' '#include <tidepool_server.h>' \
+     'int main (void) { tp_engine *e = tp_engine_create();' \
+     '  printf("%s %s %d\n", tp_err_name(tp_engine_release_session(e, NULL, NULL)),' \
+     '         tp_err_name(-99), TP_STORED_CLOSED); tp_engine_destroy(e); return 0; }' \
+     > "$inst/server.c" &&
+   cc -Wall -Werror -o "$inst/server" "$inst/server.c" -I"$inst/usr/include" -L"$inst/usr/lib" \
+      -Wl,-rpath,"$inst/usr/lib" -ltidepool >>"$log" 2>&1 &&
+   [ "$("$inst/server")" = "TP_EINVAL TP_UNKNOWN 5" ] &&
    grep -q '^Libs: -L${libdir} -ltidepool' "$inst/usr/lib/pkgconfig/tidepool.pc"; then
-  passed=$((passed + 1)); echo "install + examples/embed.c, frame_loop.c: ok"
+  passed=$((passed + 1)); echo "install + examples/embed.c, frame_loop.c, tidepool_server.h: ok"
 else
-  failed=$((failed + 1)); tail -n 20 "$log"; echo "install + examples/embed.c, frame_loop.c: failed"
+  failed=$((failed + 1)); tail -n 20 "$log"; echo "install + examples/embed.c, frame_loop.c, tidepool_server.h: failed"
 fi
 rm -rf "$inst"
 

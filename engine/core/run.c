@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "tidepool_server.h"
 #include "lauxlib.h"
 #include "lobject.h"   /* return_line reads the compiled chunk */
 #include "lopcodes.h"

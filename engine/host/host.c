@@ -46,6 +46,7 @@
 #include <uv.h>
 
 #include "util.h"
+#include "tidepool_server.h"
 #include "lauxlib.h"
 #include "lualib.h"
 

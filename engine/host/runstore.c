@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "tidepool_server.h"
 #include "store_int.h"
 
 typedef struct adapter { tp_stored_fn done; void *ud; } adapter;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "tidepool_server.h"
 #include "store_int.h"
 
 typedef struct claim { tp_claim_fn fn; void *ud; } claim;

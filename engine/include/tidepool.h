@@ -57,9 +57,25 @@ extern "C" {
 #define TP_ENOMEM  (-2)  /* the host ran out of memory */
 #define TP_ESTATE  (-3)  /* the call does not fit the object's state (e.g. step after done) */
 
+/* Every status code above in one table, XX(NAME, text): NAME is the code's name without
+** its TP_ prefix (TP_DONE is TP_OK's value, so it is not a row), text its meaning for a
+** person. A new code is one #define above plus one row here, with a value never used
+** before (the values are part of libtidepool.so.0's ABI and never change). As libuv's
+** UV_ERRNO_MAP: #define XX(n, t) case TP_##n: ... TP_ERRNO_MAP(XX) #undef XX. */
+#define TP_ERRNO_MAP(XX)                                                    \
+  XX(OK,     "success (or, from tp_run_step, the run has finished)")      \
+  XX(YIELD,  "the step's budget ran out; step again")                      \
+  XX(WAIT,   "the script waits on pending requests")                       \
+  XX(EINVAL, "invalid argument")                                           \
+  XX(ENOMEM, "out of memory")                                              \
+  XX(ESTATE, "the call does not fit the object's state")
+
 /* The meaning of a status code, for a person: "invalid argument" for TP_EINVAL, ...;
 ** "unknown status" for a code that is none of the above. Static string. */
 TP_EXTERN const char *tp_strerror(int code);
+/* The name of a status code as written in C: "TP_EINVAL" for TP_EINVAL, "TP_OK" for 0;
+** "TP_UNKNOWN" for a code that is none of the above. Static string. */
+TP_EXTERN const char *tp_err_name(int code);
 
 typedef struct tp_engine tp_engine;
 typedef struct tp_run tp_run;
@@ -84,6 +100,10 @@ typedef struct tp_limits {
   uint64_t tool_timeout_us; /* a call's own deadline (the tool's, if shorter); 30 s */
   uint64_t fs_bytes;      /* bytes the fs.* tools may write in one run (a write counts
                           ** at least 4 KiB, a new directory 4 KiB); default 64 MiB */
+  uint64_t reserved_[8];  /* zero (tp_limits_init); room for limits to come: a new limit
+                          ** is a uint64_t taken from here (reserved_[7]), so that
+                          ** sizeof(tp_limits) and every offset stay those of
+                          ** libtidepool.so.0. Never read or write it. */
 } tp_limits;
 
 /* Fills *l with the defaults. */
@@ -308,13 +328,6 @@ TP_EXTERN void tp_run_cancel(tp_run *r);
 
 /* Nonzero once the run has finished. */
 TP_EXTERN int tp_run_done(const tp_run *r);
-
-/* Stops (hold 1) and restarts (hold 0) the clock of r's wall-clock limit, for a run that
-** waits on a person for longer than its limit should count (a paused approval): the time
-** between the two calls is added to its deadline. Only a started run that is not done
-** and is between steps; holding twice, or restarting a clock that is not held, is a
-** no-op. TP_OK, TP_EINVAL (NULL), TP_ESTATE (not started, or done). */
-TP_EXTERN int tp_run_hold_wall(tp_run *r, int hold);
 
 /* The envelope of a finished run, as compact JSON; NULL before the run is done. Owned
 ** by the run. */
@@ -823,73 +836,6 @@ TP_EXTERN void tp_store_destroy(tp_store *s);
 ** or e has used its store. TP_EINVAL for NULL. */
 TP_EXTERN int tp_engine_set_store(tp_engine *e, tp_store *s);
 
-/* Session ownership, for servers that share a store (tidepool mcp --state redis://...):
-** a session's globals live in one process, the one that holds its claim; another answers
-** its calls with the error code session.moved, naming the holder.
-** tp_engine_claim_session makes owner the holder of session for ttl_ms (0: until
-** released) unless another holds it, or extends owner's claim, atomically across every
-** process of the store; fn is called once, on e's loop (perhaps before this returns),
-** with holder NULL and err NULL when owner holds it, holder naming the other owner
-** (borrowed, valid during fn), or err saying how the store failed. TP_OK, TP_EINVAL (a
-** NULL argument, ttl_ms < 0), TP_ENOMEM, TP_ESTATE (no store connection:
-** tp_engine_error says why); fn is not called then. */
-typedef void (*tp_claim_fn)(void *ud, const char *holder, const char *err);
-TP_EXTERN int tp_engine_claim_session(tp_engine *e, const char *session, const char *owner,
-                                      int64_t ttl_ms, tp_claim_fn fn, void *ud);
-/* Lets owner's claim of session go (nothing when owner does not hold it); no answer. */
-TP_EXTERN int tp_engine_release_session(tp_engine *e, const char *session, const char *owner);
-
-/* Leases: a process that holds claims keeps a lease on its own name, renewed well within
-** its ttl (tp_engine_renew_lease: a claim, fn as below; TP_EINVAL for ttl_ms <= 0); a
-** holder whose lease lapsed died, or lost the store. tp_engine_end_lease lets it go at
-** once (a process that stops). tp_engine_claim_lease claims key as
-** tp_engine_claim_session does, and flags say what to do about a holder whose lease
-** lapsed: TP_CLAIM_TAKEOVER takes the key from it (outcome TP_CLAIM_TAKEN, holder: its
-** name), TP_CLAIM_PROBE leaves it and says so (TP_CLAIM_DEAD, holder: its name). fn's
-** outcome otherwise: TP_CLAIM_WON (owner holds it; holder NULL), TP_CLAIM_HELD (holder, a
-** live one, holds it), TP_CLAIM_FAILED (err: how the store failed; nothing is known of the
-** claim). Same returns as tp_engine_claim_session. */
-enum { TP_CLAIM_TAKEOVER = 1, TP_CLAIM_PROBE = 2 };
-enum { TP_CLAIM_WON, TP_CLAIM_TAKEN, TP_CLAIM_HELD, TP_CLAIM_DEAD, TP_CLAIM_FAILED };
-typedef void (*tp_lease_fn)(void *ud, int outcome, const char *holder, const char *err);
-TP_EXTERN int tp_engine_claim_lease(tp_engine *e, const char *key, const char *owner,
-                                    int64_t ttl_ms, int flags, tp_lease_fn fn, void *ud);
-TP_EXTERN int tp_engine_renew_lease(tp_engine *e, const char *owner, int64_t ttl_ms,
-                                    tp_lease_fn fn, void *ud);
-TP_EXTERN int tp_engine_end_lease(tp_engine *e, const char *owner);
-
-/* ---- paused runs in the state store -------------------------------------------------
-** What a front end keeps of a paused run so that it survives a restart of the process
-** (tidepool mcp --state): a record (the front end's own text) that expires ttl_ms after it
-** is put (0: never), and the run's call log, tp_run_on_log's entries kept by their
-** position pos (0, 1, ...; putting a position again replaces it). tp_engine_log_read
-** answers a JSON array of the entries in position order, ready for tp_run_replay;
-** tp_engine_run_del deletes the record and its log. They go through e's connection to its
-** store (tp_engine_set_store's) on e's loop, asynchronously: done (may be NULL) is called
-** exactly once on e's loop, later or before the function returns, with a status:
-** TP_STORED_OK; TP_STORED_NOTFOUND (no such record, it expired, or no log);
-** TP_STORED_TOO_BIG (a record or an entry over TP_STORED_MAX bytes: nothing is cut);
-** TP_STORED_ERROR (err says what failed, for a person); TP_STORED_CLOSED (the engine was
-** destroyed first). val, len: run_get's record, log_read's array (borrowed during done).
-** The functions return TP_OK when done will be called, else TP_EINVAL (NULL or empty
-** arguments), TP_ESTATE (the store cannot be reached: tp_engine_error says why) or
-** TP_ENOMEM, and done is not called. Use from e's thread. */
-#define TP_STORED_OK       0
-#define TP_STORED_NOTFOUND 1
-#define TP_STORED_TOO_BIG  2
-#define TP_STORED_ERROR    4
-#define TP_STORED_CLOSED   5
-#define TP_STORED_MAX      ((size_t)1 << 20)
-typedef void (*tp_stored_fn)(void *ud, int status, const char *val, size_t len,
-                             const char *err);
-TP_EXTERN int tp_engine_run_put(tp_engine *e, const char *run, const char *rec, size_t len,
-                                uint64_t ttl_ms, tp_stored_fn done, void *ud);
-TP_EXTERN int tp_engine_run_get(tp_engine *e, const char *run, tp_stored_fn done, void *ud);
-TP_EXTERN int tp_engine_run_del(tp_engine *e, const char *run, tp_stored_fn done, void *ud);
-TP_EXTERN int tp_engine_log_put(tp_engine *e, const char *run, uint64_t pos,
-                                const char *entry, size_t len, tp_stored_fn done, void *ud);
-TP_EXTERN int tp_engine_log_read(tp_engine *e, const char *run, tp_stored_fn done, void *ud);
-
 /* The calls of r that wait for the embedding program (tools without handler), at most
 ** max of them, oldest first; returns how many. */
 TP_EXTERN size_t tp_run_pending(tp_run *r, tp_call **calls, size_t max);
@@ -930,6 +876,11 @@ TP_EXTERN int tp_call_fail(tp_call *c, const char *code, const char *message);
 #define TP_POLICY_ALLOW 0
 #define TP_POLICY_DENY  1
 #define TP_POLICY_HOLD  2
+/* The verdicts in one table, XX(NAME, text), as TP_ERRNO_MAP (values fixed). */
+#define TP_POLICY_MAP(XX)                                                   \
+  XX(POLICY_ALLOW, "the call goes on")                                     \
+  XX(POLICY_DENY,  "the call fails with tool.denied")                      \
+  XX(POLICY_HOLD,  "the call waits for tp_call_decide")
 typedef int (*tp_policy_fn)(tp_call *call, void *ud, char *reason, size_t len);
 TP_EXTERN int tp_engine_set_policy(tp_engine *e, tp_policy_fn fn, void *ud);
 TP_EXTERN int tp_call_decide(tp_call *call, int verdict, const char *reason);
@@ -1013,6 +964,9 @@ typedef void (*tp_approval_cb)(tp_call *call, const char *reason, void *ud);
 TP_EXTERN int tp_engine_on_approval(tp_engine *e, tp_approval_cb cb, void *ud);
 TP_EXTERN int tp_call_approve(tp_call *call);
 TP_EXTERN int tp_call_deny(tp_call *call, const char *reason);
+
+/* Stored paused runs, session claims and leases, and tp_run_hold_wall (a server's
+** plumbing, used by tidepool mcp) are in tidepool_server.h, which includes this header. */
 
 #ifdef __cplusplus
 }

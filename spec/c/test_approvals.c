@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "tidepool.h"
+#include "tidepool_server.h"
 
 #include "tp_test.h"
 

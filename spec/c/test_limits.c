@@ -43,7 +43,13 @@ TEST(every_tp_limits_member_has_exactly_one_table_entry) {
     CHECK(tp__limit_field(li->offset) == li);
     end = li->offset + li->size;
   }
-  CHECK(sizeof(tp_limits) - end < 8);
+  /* After the last limit (and its padding) only the reserved tail, zeroed by init. */
+  CHECK_INT(offsetof(tp_limits, reserved_) - end < 8, 1);
+  CHECK_INT(sizeof(tp_limits), offsetof(tp_limits, reserved_) + 8 * sizeof(uint64_t));
+  tp_limits l;
+  memset(&l, 0xff, sizeof l);
+  tp_limits_init(&l);
+  for (size_t i = 0; i < 8; i++) CHECK_INT(l.reserved_[i], 0);
 }
 
 /* The public view (tp_limit_at) is the table, entry for entry. */
@@ -385,6 +391,36 @@ TEST(strerror_names_every_status_code) {
   CHECK_STR(tp_strerror(1000), "unknown status");
 }
 
+/* Each row of TP_ERRNO_MAP: its code, its name as written in C, its text. */
+#define ROW(n, t) { TP_##n, "TP_" #n, t },
+static const struct { int code; const char *name; const char *text; } status_rows[] = {
+  TP_ERRNO_MAP(ROW)
+};
+#undef ROW
+
+TEST(err_name_gives_each_status_code_its_own_c_name) {
+  CHECK_STR(tp_err_name(TP_OK), "TP_OK");
+  CHECK_STR(tp_err_name(TP_DONE), "TP_OK");
+  CHECK_STR(tp_err_name(TP_YIELD), "TP_YIELD");
+  CHECK_STR(tp_err_name(TP_WAIT), "TP_WAIT");
+  CHECK_STR(tp_err_name(TP_EINVAL), "TP_EINVAL");
+  CHECK_STR(tp_err_name(TP_ENOMEM), "TP_ENOMEM");
+  CHECK_STR(tp_err_name(TP_ESTATE), "TP_ESTATE");
+  CHECK_STR(tp_err_name(-999), "TP_UNKNOWN");
+  CHECK_STR(tp_err_name(1000), "TP_UNKNOWN");
+  size_t n = sizeof status_rows / sizeof status_rows[0];
+  CHECK_INT((long long)n, 6);
+  for (size_t i = 0; i < n; i++) {
+    CHECK_STR(tp_err_name(status_rows[i].code), status_rows[i].name);
+    CHECK_STR(tp_strerror(status_rows[i].code), status_rows[i].text);
+    for (size_t j = i + 1; j < n; j++) {
+      CHECK(status_rows[i].code != status_rows[j].code);
+      CHECK(strcmp(status_rows[i].name, status_rows[j].name) != 0);
+      CHECK(strcmp(status_rows[i].text, status_rows[j].text) != 0);
+    }
+  }
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(every_tp_limits_member_has_exactly_one_table_entry);
@@ -406,5 +442,6 @@ int main (int argc, char **argv) {
   RUN(help_texts_come_from_the_table_with_the_default);
   RUN(verdict_messages_and_hints_are_unchanged);
   RUN(strerror_names_every_status_code);
+  RUN(err_name_gives_each_status_code_its_own_c_name);
   return tp_test_end();
 }

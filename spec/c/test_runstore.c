@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tidepool.h"
+#include "tidepool_server.h"
 #include "tp_test.h"
 
 /* the store's clock of expiries (store_int.h; the test links the internal archive) */

@@ -24,6 +24,7 @@
 
 #include "tp_test.h"
 #include "tidepool.h"
+#include "tidepool_server.h"
 #include "store_int.h"
 
 /* ---- the server ---------------------------------------------------------------------- */

@@ -67,6 +67,7 @@
 #include <uv.h>
 
 #include "tidepool.h"
+#include "tidepool_server.h"
 #include "approve.h"
 #include "era.h"
 #include "transport.h"
