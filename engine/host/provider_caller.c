@@ -119,17 +119,10 @@ static int set_add (tp_engine *e, tp__tool_set **sp, const tp_tool_def *def, con
     tp__tool_free(e, t);
     return TP_ENOMEM;
   }
-  if (tp__grow(&s->tools, &s->cap, s->n + 1, sizeof *s->tools, 8) != 0) {
+  if (tp__tools_insert(&s->tools, &s->n, &s->cap, t, 8) != 0) {
     tp__tool_free(e, t);
     return TP_ENOMEM;
   }
-  size_t i = s->n;
-  while (i > 0 && strcmp(s->tools[i - 1]->name, t->name) > 0) {
-    s->tools[i] = s->tools[i - 1];
-    i--;
-  }
-  s->tools[i] = t;
-  s->n++;
   tp__tool_annotate_one(e, t);
   return TP_OK;
 }

@@ -142,19 +142,25 @@ int tp__tool_add (tp_engine *e, const tp_tool_def *def, const json_t *in, const 
   int rc;
   tp_tool *t = tp__tool_make(e, def, in, out, prov, pdata, origin, &rc);
   if (t == NULL) return rc;
-  if (tp__grow(&e->tools, &e->captools, e->ntools + 1, sizeof *e->tools, 16) != 0) {
+  if (tp__tools_insert(&e->tools, &e->ntools, &e->captools, t, 16) != 0) {
     t->pdata = NULL;  /* still the caller's */
     tp__tool_free(e, t);
     return TP_ENOMEM;
   }
-  size_t i = e->ntools;
-  while (i > 0 && strcmp(e->tools[i - 1]->name, t->name) > 0) {
-    e->tools[i] = e->tools[i - 1];
+  return TP_OK;
+}
+
+int tp__tools_insert (tp_tool ***tools, size_t *n, size_t *cap, tp_tool *t, size_t first) {
+  if (tp__grow(tools, cap, *n + 1, sizeof **tools, first) != 0) return -1;
+  tp_tool **a = *tools;
+  size_t i = *n;
+  while (i > 0 && strcmp(a[i - 1]->name, t->name) > 0) {
+    a[i] = a[i - 1];
     i--;
   }
-  e->tools[i] = t;
-  e->ntools++;
-  return TP_OK;
+  a[i] = t;
+  (*n)++;
+  return 0;
 }
 
 json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool, const char *which,

@@ -49,6 +49,9 @@ tp_tool *tp__tool_make(tp_engine *e, const tp_tool_def *def, const json_t *in,
 /* Frees t and, through its provider (release, destroy), its pdata. e may be NULL for a
 ** tool of a provider whose release does not need it. */
 void tp__tool_free(tp_engine *e, tp_tool *t);
+/* Puts t into the name-sorted array *tools of *n (growing it, *cap, first: tp__grow).
+** 0, or -1 when out of memory (t then not in it). */
+int tp__tools_insert(tp_tool ***tools, size_t *n, size_t *cap, tp_tool *t, size_t first);
 /* A schema's JSON text as a tree (NULL for NULL text); *bad when it is not JSON (the
 ** engine's error then says why). */
 json_t *tp__tool_parse_schema(tp_engine *e, const char *text, const char *tool,
