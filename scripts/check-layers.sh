@@ -148,14 +148,15 @@ else not_ok "calls: $bad upward or forbidden references"; fi
 # ---- (c) engine/front's floors -------------------------------------------------------------
 front_floor() {  # the floor of front file $1 (its name without .c/.o), or "" when it has none
   case "$1" in
-    cli|luamod) echo 8 ;;                  # the commands; the Lua module
-    mcp/main) echo 7 ;;                    # options -> config -> server + one transport
-    mcp/stdio|mcp/http) echo 6 ;;          # the transports (fill transport.h)
+    cli|luamod) echo 9 ;;                  # the commands; the Lua module
+    mcp/main) echo 8 ;;                    # options -> config -> server + one transport
+    mcp/stdio|mcp/http) echo 7 ;;          # the transports (fill transport.h)
+    mcp/ui_http) echo 6 ;;                 # the operator page (--ui), under http.c
     mcp/auth) echo 5 ;;                    # the HTTP transport's authenticator
     mcp/server) echo 4 ;;                  # the protocol thread
     mcp/reply) echo 3 ;;                   # what the protocol thread writes
     mcp/worker) echo 2 ;;                  # a worker thread
-    mcp/pause) echo 1 ;;                   # a paused run
+    mcp/pause|mcp/ui) echo 1 ;;           # a paused run; what the operator page knows
     mcp/mail|mcp/view|mcp/approve|mcp/era|options|caller_pipe|audit_show) echo 0 ;;  # leaves
     *) echo "" ;;
   esac

@@ -22,6 +22,14 @@ extern "C" {
 ** no-op. TP_OK, TP_EINVAL (NULL), TP_ESTATE (not started, or done). */
 TP_EXTERN int tp_run_hold_wall(tp_run *r, int hold);
 
+/* What r's listed tool calls did when, for a waterfall (an operator's page): JSON text
+** {"ms": <since r started>, "calls": [{"seq", "tool", "at", "end", "ok", "code" (when
+** not ok), "held_at", "held_end" (while a policy held it for a person)}]}, times in
+** milliseconds after r started (a call still running ends now). Never an argument's
+** value. Caller frees with tp_free; NULL for NULL r, a run not started, or out of
+** memory. */
+TP_EXTERN char *tp_run_timeline(const tp_run *r, size_t *len);
+
 /* Session ownership, for servers that share a store (tidepool mcp --state redis://...):
 ** a session's globals live in one process, the one that holds its claim; another answers
 ** its calls with the error code session.moved, naming the holder.

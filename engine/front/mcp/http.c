@@ -60,6 +60,7 @@
 #include "auth.h"
 #include "http.h"
 #include "era.h"
+#include "ui_http.h"
 
 #define ENDPOINT "/mcp"
 #define SESSIONS_MAX 4096
@@ -147,7 +148,11 @@ void tp__mcp_http_help (FILE *f) {
         "  --http ADDR:PORT     serve MCP at http://ADDR:PORT/mcp (PORT alone: 127.0.0.1;\n"
         "                       port 0 picks a free one, printed on standard error); the\n"
         "                       config's \"server\" section sets the same and the allowed\n"
-        "                       hosts and origins\n", f);
+        "                       hosts and origins\n"
+        "  --ui                 serve the operator page at /ui: recent runs, their calls as a\n"
+        "                       waterfall, paused runs with Approve and Deny, upstream servers,\n"
+        "                       key metrics; with auth a token with the \"operator\" scope,\n"
+        "                       without auth loopback clients only (off by default)\n", f);
   for (int k = 0; k < O_N; k++) {
     char def[32], left[64];
     tp_format_value(limits[k].unit, limits[k].def, def, sizeof def);
@@ -255,6 +260,7 @@ struct tp__mcp_http {
   size_t nsessions;
   conn *conns;
   hreq *open;                 /* requests MHD has not completed */
+  tp__mcp_ui_http *ui;         /* --ui: the operator page (ui_http.c), or NULL */
 };
 
 enum { R_RECEIVING, R_WAITING, R_ANSWERED };
@@ -284,6 +290,9 @@ struct hreq {
   size_t out_len, out_off, out_cap;
   int ended;                  /* SSE: the response was queued: end after out */
   uv_poll_t *watch;           /* the socket, watched for a hang-up while suspended */
+  int route;                  /* routes[route - 1] answers it once its body is in */
+  char url[64];               /* its URL then (a longer one: "/?") */
+  char method[16];            /* and its method (a longer one: "?") */
 };
 
 static void update_timer(tp__mcp_http *h);
@@ -877,15 +886,29 @@ static enum MHD_Result metrics_answer (tp__mcp_http *h, hreq *r) {
   return rc;
 }
 
+/* The operator page (--ui; ui_http.c): who may see it and what it does are its own. */
+static int ui_match (tp__mcp_http *h, const char *url) {
+  return h->ui != NULL && tp__mcp_ui_http_match(url);
+}
+static enum MHD_Result ui_answer (tp__mcp_http *h, hreq *r) {
+  tp__mcp_ui_req rq = { r->c, r->method, r->url, r->client, r->body, r->len, r->too_big };
+  return tp__mcp_ui_http_answer(h->ui, &rq);
+}
+
 /* A request for method and a url that match answers it (the Host and Origin checks
-** passed; no bearer token asked). */
+** passed; no bearer token asked); with body, once its body is in (at most
+** TP__MCP_UI_BODY_MAX bytes: a larger one is answered with too_big set). */
 static const struct {
   const char *method;
   int (*match)(tp__mcp_http *h, const char *url);
   enum MHD_Result (*answer)(tp__mcp_http *h, hreq *r);
+  int body;
 } routes[] = {
-  { "GET", oauth_match, oauth_answer },
-  { "GET", metrics_match, metrics_answer },
+  { "GET", oauth_match, oauth_answer, 0 },
+  { "GET", metrics_match, metrics_answer, 0 },
+  { "GET", ui_match, ui_answer, 0 },
+  { "HEAD", ui_match, ui_answer, 0 },
+  { "POST", ui_match, ui_answer, 1 },
 };
 
 /* The first call for a request (its headers are in): route and guard. MHD_YES with
@@ -910,9 +933,16 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
              "(server.allowed_origins)", origin);
     return queue_error(c, MHD_HTTP_FORBIDDEN, NULL, -32000, why, NULL, NULL);
   }
+  snprintf(r->url, sizeof r->url, "%s", strlen(url) < sizeof r->url ? url : "/?");
+  snprintf(r->method, sizeof r->method, "%s", strlen(method) < sizeof r->method ? method : "?");
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-    if (strcmp(method, routes[i].method) == 0 && routes[i].match(h, url))
-      return routes[i].answer(h, r);
+    if (strcmp(method, routes[i].method) == 0 && routes[i].match(h, url)) {
+      if (!routes[i].body) return routes[i].answer(h, r);
+      r->route = (int)i + 1;  /* the body first */
+      return MHD_YES;
+    }
+  if (h->ui && tp__mcp_ui_http_match(url))  /* PUT, DELETE ...: its 405 */
+    return ui_answer(h, r);
   if (strcmp(url, ENDPOINT) != 0) {
     snprintf(why, sizeof why, "Not Found: %.100s (the MCP endpoint is " ENDPOINT ")", url);
     return queue_error(c, MHD_HTTP_NOT_FOUND, NULL, -32000, why, NULL, NULL);
@@ -1018,7 +1048,8 @@ static enum MHD_Result on_request (void *cls, struct MHD_Connection *c, const ch
       size_t n = *upload_size;
       *upload_size = 0;
       if (r->too_big) return MHD_YES;
-      if (h->lim[O_BODY] && r->len + n > h->lim[O_BODY]) {
+      uint64_t most = r->route ? TP__MCP_UI_BODY_MAX : h->lim[O_BODY];
+      if (most && r->len + n > most) {
         r->too_big = 1;
         free(r->body);
         r->body = NULL;
@@ -1038,6 +1069,7 @@ static enum MHD_Result on_request (void *cls, struct MHD_Connection *c, const ch
       return MHD_YES;
     }
     if (r->cn) r->cn->busy = 1;  /* the whole request came in time */
+    if (r->route) return routes[r->route - 1].answer(h, r);
     return dispatch(h, r);
   }
   if (*upload_size > 0) { *upload_size = 0; return MHD_YES; }  /* after an early answer */
@@ -1270,6 +1302,8 @@ static void free_lists (tp__mcp_http *h) {
   free(h->origins);
   free(h->proxies);
   while (h->sessions) sess_drop(h, h->sessions);
+  tp__mcp_ui_http_free(h->ui);
+  h->ui = NULL;
   tp__mcp_auth_free(h->auth);
   h->auth = NULL;
 }
@@ -1332,6 +1366,7 @@ tp__mcp_http *tp__mcp_http_new (const tp__mcp_entries *ent, uv_loop_t *loop,
   }
   json_decref(cfg);
   if (asec && h->auth == NULL) goto fail;
+  if (o->ui && (h->ui = tp__mcp_ui_http_new(ent, h->auth, status_classes)) == NULL) goto oom;
   unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   if (h->v6) flags |= MHD_USE_IPv6;
   /* a connection's memory pool holds its request line and headers first (431 past it),

@@ -28,6 +28,7 @@ typedef struct tp__mcp_http_opts {
   uint64_t max_body, max_header, max_streams, max_connections;
   uint64_t idle_us, request_us, keepalive_us, grace_us;
   unsigned given;           /* bit k: the k-th limit above was given (a 0 included) */
+  int ui;                   /* --ui: serve the operator page at /ui (ui_http.c) */
 } tp__mcp_http_opts;
 
 /* Is name (without "=value") an option of the HTTP transport? */

@@ -252,6 +252,7 @@ static int mcp_main (options *o, int argc, char **argv) {
     if (strcmp(a, "--no-builtin-tools") == 0) { o->builtin = 0; continue; }
     if (strcmp(a, "--expose-tools") == 0) { o->expose = 1; continue; }
     if (strcmp(a, "--test-tools") == 0) { o->test_tools = 1; continue; }
+    if (strcmp(a, "--ui") == 0) { http.ui = o->ui = 1; continue; }  /* http.c's help */
     if (a[0] != '-') return tp__options_usage_error("tidepool mcp takes no file ('%s')", a);
     char name[64];
     const char *name_end = tp__options_option_name(a, name, sizeof name);
@@ -367,6 +368,9 @@ static int mcp_main (options *o, int argc, char **argv) {
     char why[300];
     if (tp__mcp_http_check(&http, o->config, o->config_len, why, sizeof why) != 0)
       return tp__options_usage_error("%s", why);
+    if (o->ui && !tp__mcp_http_wanted(&http, o->config, o->config_len))
+      return tp__options_usage_error("%s", "--ui serves the operator page over HTTP: give "
+                                     "--http ADDR:PORT too (the page is at /ui)");
   }
   o->asks = tp__mcp_approve_config_asks(o->config, o->config_len);
   tp__mcp_approve_policy_hash(o->config, o->config_len, o->policy_hash);

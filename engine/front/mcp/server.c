@@ -38,6 +38,7 @@
 #include "reply.h"
 #include "era.h"
 #include "view.h"
+#include "ui.h"
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static uint64_t now_ns (void) {
@@ -256,6 +257,8 @@ static void req_free (server *s, req *q) {
   for (size_t i = 0; i < q->dn; i++) free(q->dents[i].p);
   free(q->dents);
   json_decref(q->restore);
+  free(q->ui_summary);
+  json_decref(q->ui_pending);
   batch *b = q->b;
   free(q);
   if (b) batch_unref(s, b);
@@ -308,6 +311,7 @@ static void defer_cb (uv_timer_t *t) {
 
 /* A worker finished request q (M_DONE): the request is the protocol thread's again. */
 static void req_done (server *s, req *q) {
+  if (s->ui) tp__mcp_ui_done(s->ui, q);  /* the operator page's recent runs */
   if (q->parked) {  /* ended at --pause-ttl while parked: nobody waits for it */
     list_remove(&s->parked, q);
     q->parked = 0;
@@ -634,6 +638,7 @@ static void cancel_request (server *s, json_t *rid) {
 static void park_req (server *s, mail *m) {
   req *q = m->q;
   if (s->done || q->cancelled || q->parked) return;  /* cancelled: M_DONE follows */
+  if (s->ui) tp__mcp_ui_parked(q, m->text, m->len);  /* its pending calls, for the page */
   s->origin = q->origin;  /* over HTTP, the answer ends the request that came */
   respond_text(s, q->b, q->id, m->text, m->len);
   s->origin = NULL;
@@ -691,15 +696,17 @@ static int restore_req (server *s, batch *b, json_t *id, const char *run_id, jso
 }
 
 /* Hands decisions (args: resume_run's arguments, copied) to the parked run run_id, whose
-** request now answers id; or refuses the call. */
+** request now answers id; or refuses the call. An operator (the --ui page, operator not
+** NULL, no origin) decides any principal's run; its run's result then goes to no one. */
 static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id, json_t *args,
-                            int era26) {
+                            int era26, const char *operator_name) {
   /* The caller, in every era: another principal's run is not found here, and the answer
   ** says nothing of it (the same as for an id no run has). */
   const char *who = NULL, *scopes;
   if (s->origin && !s->t.principal(s->origin, &who, &scopes)) who = NULL;
   req *q = s->parked;
-  while (q && (strcmp(q->run_id, run_id) != 0 || !tp__mcp_approve_same_principal(q->principal, who)))
+  while (q && (strcmp(q->run_id, run_id) != 0 ||
+               (!operator_name && !tp__mcp_approve_same_principal(q->principal, who))))
     q = q->next;
   if (q == NULL) {
     char msg[500];
@@ -737,7 +744,7 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
   q->era26 = era26;
   if ((q->origin = s->origin) != NULL) s->t.hold(q->origin);  /* answers it */
   /* caller tools' calls from here on go live only where requests can reach the client */
-  if (q->callers_live && (era26 || (q->origin && !s->t.streams(q->origin))))
+  if (q->callers_live && (era26 || operator_name || (q->origin && !s->t.streams(q->origin))))
     q->callers_live = 0;
   list_push(&s->reqs, q);
   s->nrunning++;
@@ -755,7 +762,7 @@ static void resume_call (server *s, batch *b, json_t *id, json_t *args) {
                 "paused result (a string), and arguments.decisions its decisions", NULL);
     return;
   }
-  resume_run_req(s, b, id, json_string_value(run), args, 0);
+  resume_run_req(s, b, id, json_string_value(run), args, 0, NULL);
 }
 
 /* A 2026-07-28 retry: params.requestState (sealed by paused_line) names the run and the
@@ -813,7 +820,7 @@ static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
   }
   else {
     json_t *args = json_pack("{s:s, s:O}", "run", run, "decisions", ds);
-    if (args) resume_run_req(s, b, id, run, args, 1);
+    if (args) resume_run_req(s, b, id, run, args, 1, NULL);
     else tp__mcp_reply_error(s, b, id, -32603, "out of memory");
     json_decref(args);
   }
@@ -1416,6 +1423,27 @@ static char *entry_metrics (void *sv, size_t *len) {
   return all;
 }
 
+/* The operator page's snapshot (ui.c), and its decisions: resume_run's arguments made
+** from the paused result's pending call, handed to the run as resume_run hands them. */
+static json_t *entry_ui_state (void *sv) { return tp__mcp_ui_snapshot(sv); }
+static int entry_ui_decide (void *sv, const char *run, long long seq, int approve,
+                            const char *note, const char *operator_name, char *why,
+                            size_t whylen) {
+  server *s = sv;
+  req *q = s->parked;
+  while (q && strcmp(q->run_id, run) != 0) q = q->next;
+  json_t *args = NULL;
+  int st = tp__mcp_ui_decision(s, q, run, seq, approve, note, operator_name, &args, why, whylen);
+  if (st != 0) return st;
+  json_t *id = json_null();
+  void *was = s->origin;
+  s->origin = NULL;  /* the run's result goes to no one: the page shows it */
+  resume_run_req(s, NULL, id, run, args, 0, operator_name);
+  s->origin = was;
+  json_decref(args);
+  return 0;
+}
+
 static void entries_of (server *s, tp__mcp_entries *e) {
   memset(e, 0, sizeof *e);
   e->s = s;
@@ -1425,6 +1453,10 @@ static void entries_of (server *s, tp__mcp_entries *e) {
   e->eof = entry_eof;
   e->stop = entry_stop;
   e->metrics = entry_metrics;
+  if (s->o.ui) {
+    e->ui_state = entry_ui_state;
+    e->ui_decide = entry_ui_decide;
+  }
 }
 
 tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_worker_ops *wops,
@@ -1438,6 +1470,7 @@ tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_work
   s->owner = owner;
   if (server_init(s) != 0) return NULL;  /* the process ends: nothing to give back */
   s->audit_fd = audit_fd;
+  if (o->ui && (s->ui = tp__mcp_ui_new()) == NULL) return NULL;  /* as server_init */
   if (o->builtin) {
     char buf[4200];
     s->builtin_dir = strdup(tp__options_builtin_tools_dir(buf, sizeof buf));
@@ -1491,6 +1524,7 @@ int tp__mcp_server_run (tp__mcp_server *s) {
 void tp__mcp_server_free (tp__mcp_server *s) {
   if (s == NULL) return;
   server_close(s);
+  tp__mcp_ui_free(s->ui);
   free(s);
 }
 

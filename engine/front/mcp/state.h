@@ -109,6 +109,7 @@ typedef struct tp__mcp_options {
   uint64_t lease_us;        /* --lease: how long this server's claims outlive its silence */
   const char *secret_file;  /* --secret-file, or NULL (a random secret) */
   int asks;                 /* the config's policy has an "ask" rule: approvals are on */
+  int ui;                   /* --ui: the operator page keeps recent runs (ui.c) */
   char policy_hash[TP__MCP_APPROVE_HASH_LEN];  /* of the config's policy (durable runs) */
 } tp__mcp_options;
 typedef tp__mcp_options options;
@@ -268,6 +269,10 @@ struct tp__mcp_req {
   tp_limits dlim;           /* the limits it runs with */
   json_t *restore;
   int64_t dexp_ms;
+  /* the operator page (--ui, ui.c): the run's summary and timeline (JSON text, written by
+  ** the worker before M_DONE), and the pending calls of its last paused result */
+  char *ui_summary;
+  json_t *ui_pending;
 };
 
 typedef struct sleeper sleeper;
@@ -348,6 +353,7 @@ struct tp__mcp_server {
   uv_timer_t reload_timer;
   int reload_pending;
   unsigned reloading;       /* workers still reloading */
+  struct tp__mcp_ui *ui;    /* --ui: recent runs for the operator page (ui.c), or NULL */
 };
 
 

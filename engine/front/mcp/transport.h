@@ -63,6 +63,15 @@ typedef struct tp__mcp_entries {
   /* The workers' engine metrics summed and the server's own series, as Prometheus text
   ** (malloc'd, *len its length); NULL when out of memory. */
   char *(*metrics)(void *s, size_t *len);
+  /* --ui (NULL without): what the operator page shows, as JSON (ui.c's snapshot: recent
+  ** runs, paused runs and their pending calls, sessions); new reference, NULL when out
+  ** of memory. */
+  json_t *(*ui_state)(void *s);
+  /* --ui: an operator's decision on call seq of paused run run, through resume_run's
+  ** path, audited with operator as its principal. 0, or an HTTP status (404: no such
+  ** paused run or call, 409: not decidable here, 500) with why set. */
+  int (*ui_decide)(void *s, const char *run, long long seq, int approve, const char *note,
+                   const char *operator_name, char *why, size_t whylen);
 } tp__mcp_entries;
 
 /* ---- the standard input and output transport (stdio.c) ------------------------------- */

@@ -25,6 +25,7 @@
 #include "mail.h"
 #include "pause.h"
 #include "worker.h"
+#include "ui.h"
 
 static void worker_begin(worker *w, req *q, tp_run *run);
 
@@ -457,6 +458,7 @@ static void run_done (tp_run *run, void *ud) {
     }
   }
   audit_write(w, q, env, len);
+  if (w->s->o.ui) q->ui_summary = tp__mcp_ui_summary(run, env);  /* the operator page's */
   if (!q->wcancelled) {
     if (env == NULL) q->line = tp__mcp_view_minimal(q->id, 0, "limit.memory", &q->line_len);
     else q->line = q->tool ? tp__mcp_view_exposed(q->id, env, len, ok, q->tool, q->mcp_name,
