@@ -14,6 +14,8 @@
 #include "tidepool_server.h"
 #include "ui.h"
 
+#define UI_EXCERPT_MAX 600  /* bytes of a run's result or error message kept */
+
 typedef struct uirun {
   json_t *j;                /* {serial, run, principal, session, tool, finished, ok, ...} */
 } uirun;
@@ -57,6 +59,20 @@ char *tp__mcp_ui_summary (tp_run *run, const char *env) {
   json_object_set_new(j, "ok", json_boolean(ok));
   json_t *code = ok ? NULL : envelope_code(env);
   if (!ok) json_object_set_new(j, "code", code ? code : json_string(env ? "error" : "limit.memory"));
+  /* the result or the error's message, cut to UI_EXCERPT_MAX bytes, for a glance */
+  json_t *e = env ? tp_json_parse(env, strlen(env), NULL, 0) : NULL;
+  json_t *what = ok ? json_object_get(e, "result")
+                    : json_object_get(json_object_get(e, "error"), "message");
+  char *t = what ? (json_is_string(what) ? strdup(json_string_value(what))
+                                         : tp_json_text(what, NULL)) : NULL;
+  if (t && strlen(t) > UI_EXCERPT_MAX) {
+    size_t cut = UI_EXCERPT_MAX;
+    while (cut > 0 && ((unsigned char)t[cut] & 0xC0) == 0x80) cut--;  /* a UTF-8 boundary */
+    strcpy(t + cut, "...[cut]");
+  }
+  if (t) json_object_set_new(j, ok ? "result" : "message", json_string(t));
+  free(t);
+  json_decref(e);
   char *text = tp_json_text(j, NULL);
   json_decref(j);
   return text;

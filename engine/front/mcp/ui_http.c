@@ -209,7 +209,7 @@ static enum MHD_Result reply (tp__mcp_ui_http *u, struct MHD_Connection *c, unsi
   MHD_add_response_header(r, "Content-Security-Policy", csp);
   MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
   MHD_add_response_header(r, "X-Frame-Options", "DENY");
-  MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+  MHD_add_response_header(r, "Referrer-Policy", "same-origin");  /* no-referrer makes a form post's Origin "null" */
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
   if (cookie) MHD_add_response_header(r, MHD_HTTP_HEADER_SET_COOKIE, cookie);
   if (location) MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, location);
@@ -457,6 +457,13 @@ static void waterfall (buf *b, const json_t *r) {
     put(b, "</code>.");
   }
   put(b, "</p>");
+  const char *what = jstr(r, json_is_true(json_object_get(r, "ok")) ? "result" : "message");
+  if (*what) {
+    put(b, json_is_true(json_object_get(r, "ok")) ? "<p>Result:</p>" : "<p>Error:</p>");
+    put(b, "<pre id=\"result\" class=\"args\">");
+    put_esc(b, what);
+    put(b, "</pre>");
+  }
   const json_t *calls = json_object_get(r, "calls");
   size_t n = json_array_size(calls);
   if (n == 0) {
