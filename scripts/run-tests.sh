@@ -21,6 +21,7 @@
 #                  spec/mcp/approve.mjs and approve_sdk.mjs (approvals: paused runs,
 #                  elicitation, input_required), spec/mcp/durable.mjs (paused runs that
 #                  survive kill -9 with --state),
+#                  spec/ui/operator.mjs (the --ui operator page in headless chromium),
 #                  spec/mcp/era.mjs (2026-07-28 beside 2025: SDK 2.x client in each mode),
 #                  spec/mcp/era_http.mjs (the same over Streamable HTTP),
 #                  spec/upstream/upstream.mjs (upstream MCP servers from npm as tools),
@@ -227,6 +228,13 @@ else
   run_node "mcp approvals (raw)" spec/mcp/approve.mjs
   # durable paused runs (--state): kill -9, restart, resume by replay (raw lines)
   run_node "mcp durable runs (raw)" spec/mcp/durable.mjs
+  # the operator page (--ui) in Debian's chromium, driven by puppeteer-core (spec/ui's
+  # package.json, installed into spec/ui/node_modules on first use)
+  if [ ! -d spec/ui/node_modules/puppeteer-core ]; then
+    npm install --prefix spec/ui --no-audit --no-fund >"$log" 2>&1 ||
+      { tail -n 5 "$log"; echo "ui: npm install of spec/ui/package.json failed (no network?)"; }
+  fi
+  run_node "operator page in a real browser (chromium, puppeteer-core)" spec/ui/operator.mjs
   if [ -d spec/mcp/node_modules/@modelcontextprotocol/client ]; then
     run_node "mcp eras (SDK 2.x client, 2026-07-28)" spec/mcp/era.mjs
     run_node "mcp eras over HTTP (SDK 2.x client)" spec/mcp/era_http.mjs
