@@ -194,8 +194,8 @@ test('deny another: the script gets tool.denied; two parallel calls are two rows
   eq(second.status, 'paused');
   eq(second.pending.length, 2);
   await until(async () => (await page.$$('#paused tr.pending')).length === 2, 'two pending calls');
-  for (let k = 0; k < 2; k++) {
-    await still();
+  for (let k = 0; k < 2; k++) {  // after the first, the run pauses again on the other call
+    await until(async () => (await page.$$('#paused tr.pending')).length === 2 - k, 'the calls left');
     await page.type('#paused tr.pending input[name="note"]', 'not today');
     const [r] = await Promise.all([page.waitForNavigation(), page.click('#paused tr.pending button.deny')]);
     eq(r.status(), 200);

@@ -938,7 +938,12 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
     if (strcmp(method, routes[i].method) == 0 && routes[i].match(h, url)) {
       if (!routes[i].body) return routes[i].answer(h, r);
-      r->route = (int)i + 1;  /* the body first */
+      r->route = (int)i + 1;  /* the body first, unless it says it is too large */
+      const char *cl = header(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+      if (cl && strtoull(cl, NULL, 10) > TP__MCP_UI_BODY_MAX) {
+        r->too_big = 1;
+        return routes[i].answer(h, r);
+      }
       return MHD_YES;
     }
   if (h->ui && tp__mcp_ui_http_match(url))  /* PUT, DELETE ...: its 405 */

@@ -103,8 +103,12 @@ void tp__mcp_ui_parked (req *q, const char *line, size_t len) {
   json_t *msg = tp_json_parse(line, len, NULL, 0);
   json_t *sc = json_object_get(json_object_get(msg, "result"), "structuredContent");
   json_t *pending = json_object_get(sc, "pending");
-  json_decref(q->ui_pending);
-  q->ui_pending = json_is_array(pending) ? json_incref(pending) : NULL;
+  const char *rt = json_string_value(json_object_get(json_object_get(msg, "result"),
+                                                     "resultType"));
+  if (json_is_array(pending) || (rt && strcmp(rt, "input_required") == 0)) {
+    json_decref(q->ui_pending);
+    q->ui_pending = json_is_array(pending) ? json_incref(pending) : NULL;
+  }  /* else a refusal of a resume (a bad decision): the run waits on the same calls */
   json_decref(msg);
 }
 

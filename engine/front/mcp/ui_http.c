@@ -111,13 +111,17 @@ static usess *sess_find (tp__mcp_ui_http *u, const char *id) {
   return NULL;
 }
 
-/* A new session (the oldest goes when all are taken), or NULL. */
+/* A new session, or NULL. When all are taken the oldest signed-out one goes (a sign-in
+** form's), else the oldest: strangers asking for sign-in forms cannot push operators out. */
 static usess *sess_new (tp__mcp_ui_http *u, int signed_in, const char *principal) {
-  usess *s = &u->sess[0];
+  usess *s = NULL, *oldest = &u->sess[0];
   for (size_t i = 0; i < UI_SESSIONS_MAX; i++) {
-    if (!u->sess[i].used) { s = &u->sess[i]; break; }
-    if (u->sess[i].born_ns < s->born_ns) s = &u->sess[i];
+    usess *x = &u->sess[i];
+    if (!x->used) { s = x; break; }
+    if (!x->signed_in && (s == NULL || x->born_ns < s->born_ns)) s = x;
+    if (x->born_ns < oldest->born_ns) oldest = x;
   }
+  if (s == NULL) s = oldest;
   memset(s, 0, sizeof *s);
   if (random_hex(s->id) != 0 || random_hex(s->csrf) != 0) return NULL;
   s->used = 1;
