@@ -32,7 +32,9 @@ char *tp_run_timeline (const tp_run *r, size_t *len) {
                           "tool", c->name ? c->name : "?", "at", ms_after(c->start_ns, start),
                           "end", ms_after(end, start), "ok", done && c->ok);
     if (e == NULL) goto oom;
-    if (!(done && c->ok))
+    if (!done && r->state != ST_DONE)  /* under way (or held) */
+      json_object_set_new(e, "running", json_true());
+    else if (!(done && c->ok))  /* as the envelope's record says it */
       json_object_set_new(e, "code", json_string(done && c->code ? c->code : "cancelled"));
     if (c->hold_start_ns) {
       json_object_set_new(e, "held_at", ms_after(c->hold_start_ns, start));

@@ -24,8 +24,9 @@ TP_EXTERN int tp_run_hold_wall(tp_run *r, int hold);
 
 /* What r's listed tool calls did when, for a waterfall (an operator's page): JSON text
 ** {"ms": <since r started>, "calls": [{"seq", "tool", "at", "end", "ok", "code" (when
-** not ok), "held_at", "held_end" (while a policy held it for a person)}]}, times in
-** milliseconds after r started (a call still running ends now). Never an argument's
+** it ended not ok, as the envelope's record), "running" (true while it is under way or
+** held), "held_at", "held_end" (while a policy held it for a person)}]}, times in
+** milliseconds after r started (what has not ended ends now). Never an argument's
 ** value. Caller frees with tp_free; NULL for NULL r, a run not started, or out of
 ** memory. */
 TP_EXTERN char *tp_run_timeline(const tp_run *r, size_t *len);

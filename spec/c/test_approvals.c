@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "tidepool.h"
 #include "tidepool_server.h"
 
@@ -286,6 +288,56 @@ TEST(hold_wall_credits_the_time_held_to_the_deadline) {
   tp_engine_destroy(e);
 }
 
+/* tp_run_timeline: each listed call's start and end after the run's start, the time the
+** policy held it for a person, and its outcome; never an argument's value. */
+TEST(the_timeline_shows_each_call_and_the_time_it_was_held) {
+  asked a = { 0 };
+  tp_engine *e = engine(&a);
+  CHECK(tp_run_timeline(NULL, NULL) == NULL);
+  const char *src = "local r = tools.pay.send{amount = 250, to = 'secret-bob'} "
+                    "local ok = pcall(tools.mail.send, {to = 'x'}) return tools.time.now{}.sent";
+  tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+  CHECK(r != NULL);
+  CHECK(tp_run_timeline(r, NULL) == NULL);  /* not started */
+  CHECK_INT(step_until_wait(r), TP_WAIT);
+  struct timespec ts = { 0, 30 * 1000000 };  /* held 30 ms at least */
+  nanosleep(&ts, NULL);
+  size_t n = 0;
+  char *mid = tp_run_timeline(r, &n);
+  CHECK(mid != NULL && n == strlen(mid));
+  CHECK_HAS(mid, "\"seq\":1,\"tool\":\"pay.send\"");
+  CHECK_HAS(mid, "\"running\":true");  /* held still: not done yet */
+  CHECK(strstr(mid, "\"code\"") == NULL);
+  CHECK_HAS(mid, "\"held_at\":");
+  tp_free(mid);
+  CHECK_INT(tp_call_approve(a.call), TP_OK);
+  CHECK_INT(step_until_wait(r), TP_WAIT);        /* mail.send is held */
+  CHECK_INT(tp_call_deny(a.call, "no"), TP_OK);
+  CHECK_INT(step_until_wait(r), TP_DONE);
+  char *tl = tp_run_timeline(r, NULL);
+  CHECK(tl != NULL);
+  json_t *j = tp_json_parse(tl, strlen(tl), NULL, 0);
+  json_t *calls = json_object_get(j, "calls");
+  CHECK_INT((int)json_array_size(calls), 3);
+  json_t *c0 = json_array_get(calls, 0), *c1 = json_array_get(calls, 1), *c2 = json_array_get(calls, 2);
+  CHECK_STR(json_string_value(json_object_get(c0, "tool")), "pay.send");
+  CHECK(json_is_true(json_object_get(c0, "ok")));
+  double held = json_number_value(json_object_get(c0, "held_end")) -
+                json_number_value(json_object_get(c0, "held_at"));
+  CHECK(held >= 30.0);                           /* the wait for a person, in ms */
+  CHECK(json_number_value(json_object_get(c0, "end")) >=
+        json_number_value(json_object_get(c0, "held_end")));
+  CHECK_STR(json_string_value(json_object_get(c1, "code")), "tool.denied");
+  CHECK(json_object_get(c2, "held_at") == NULL);  /* time.now: not held */
+  CHECK(json_number_value(json_object_get(c2, "at")) >= json_number_value(json_object_get(c1, "end")));
+  CHECK(json_number_value(json_object_get(j, "ms")) >= json_number_value(json_object_get(c2, "end")));
+  CHECK(strstr(tl, "secret-bob") == NULL);       /* never an argument's value */
+  json_decref(j);
+  tp_free(tl);
+  tp_run_destroy(r);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(ask_holds_the_call_and_approve_runs_it_once_with_the_same_arguments);
@@ -296,5 +348,6 @@ int main (int argc, char **argv) {
   RUN(a_run_cancelled_or_destroyed_while_held_lets_the_decision_free_the_call);
   RUN(the_audit_callback_sees_the_ask);
   RUN(hold_wall_credits_the_time_held_to_the_deadline);
+  RUN(the_timeline_shows_each_call_and_the_time_it_was_held);
   return tp_test_end();
 }
