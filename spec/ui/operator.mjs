@@ -311,9 +311,16 @@ test('without auth: loopback clients only (a client a trusted proxy names is ref
   assert(err.includes('--ui serves the operator page over HTTP'), err);
 }, 20000);
 
-test('teardown: chromium and the servers are gone', async () => {
+test('teardown: the servers stop on SIGTERM with no sanitizer report; chromium is gone', async () => {
   await browser.close();
   try { process.kill(chromiumPid, 'SIGKILL'); } catch { /* closed */ }
+  for (const s of servers) {
+    const exited = new Promise((r) => s.proc.on('exit', (code, sig) => r(sig || code)));
+    s.proc.kill('SIGTERM');
+    const how = await Promise.race([exited, sleep(8000).then(() => 'still running')]);
+    eq(how, 0, `server exit (${s.err.slice(-300)})`);
+    assert(!/AddressSanitizer|LeakSanitizer|runtime error:/.test(s.err), s.err.slice(-2000));
+  }
   stopAll();
   await sleep(200);
   let alive = false;
