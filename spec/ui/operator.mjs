@@ -205,6 +205,10 @@ test('deny another: the script gets tool.denied; two parallel calls are two rows
   eq(await text('#runs tr.run .outcome'), 'tool.denied');
   assert((await text('#result')).includes('not today'), await text('#result'));
   eq((await page.$$('#waterfall svg g.call')).length, 2, 'both calls drawn');
+  // made in parallel: the two bars span the same time (each starts before the other ends)
+  const bars = await page.$$eval('#waterfall svg g.call rect.bar', (rs) => rs.map((r) =>
+    [Number(r.getAttribute('x')), Number(r.getAttribute('x')) + Number(r.getAttribute('width'))]));
+  assert(bars[0][0] < bars[1][1] && bars[1][0] < bars[0][1], JSON.stringify(bars));
   const ends = journal().filter((l) => l.ev === 'end' && l.tool === 'test.echo' && l.ok === true);
   eq(ends.length, 1, 'still one execution of test.echo');
   const d = journal().filter((l) => l.event === 'operator_decision' && l.approve === false);
