@@ -232,6 +232,40 @@ test('what a script wrote shows as text: <script>alert(1)</script> runs nowhere'
   eq(await page.$$eval('script', (s) => s.map((x) => x.getAttribute('src'))), ['/ui/app.js']);
 }, 25000);
 
+test('a run paused for a 2026-07-28 client (input_required) is decided on the page too', async () => {
+  const body = { jsonrpc: '2.0', id: 99, method: 'tools/call', params: { name: 'run_lua',
+    arguments: { code: 'return tools.test.echo{text = "modern"}.text' },
+    _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+             'io.modelcontextprotocol/clientCapabilities': { elicitation: {} } } } };
+  const r = await fetch(`${srv.base}/mcp`, { method: 'POST', body: JSON.stringify(body), headers: {
+    'content-type': 'application/json', accept: 'application/json, text/event-stream',
+    authorization: `Bearer ${AGENT}`, 'mcp-protocol-version': '2026-07-28',
+    'mcp-method': 'tools/call', 'mcp-name': 'run_lua' } });
+  const all = await r.json();
+  const res = all.result || {};
+  eq(res.resultType, 'input_required', JSON.stringify(all).slice(0, 300));
+  await until(async () => (await page.$$('#paused tr.pending')).length === 1, 'the pending call');
+  const row = await text('#paused tr.pending');
+  assert(row.includes('test.echo') && row.includes('modern') && row.includes('echo needs a person'), row);
+  await Promise.all([page.waitForNavigation(), page.click('#paused tr.pending button.approve')]);
+  await until(async () => (await page.$$('#runs tr.run')).length === 4, 'the run finished');
+  eq(await text('#runs tr.run .outcome'), 'ok');
+  eq(await text('#result'), 'modern');
+  const d = journal().filter((l) => l.event === 'operator_decision');
+  eq([d.length, d[4].tool, d[4].principal, d[4].run_principal], [5, 'test.echo', 'ops-alice', 'agent-7']);
+  // the client's own answer comes too late: refused, and the tool does not run again
+  const retry = { ...body, id: 100, params: { ...body.params, requestState: res.requestState,
+    inputResponses: { 'approve-1': { action: 'accept', content: { approve: true } } } } };
+  const r2 = await fetch(`${srv.base}/mcp`, { method: 'POST', body: JSON.stringify(retry), headers: {
+    'content-type': 'application/json', accept: 'application/json, text/event-stream',
+    authorization: `Bearer ${AGENT}`, 'mcp-protocol-version': '2026-07-28',
+    'mcp-method': 'tools/call', 'mcp-name': 'run_lua' } });
+  const late = JSON.stringify(await r2.json());
+  assert(late.includes('run.unknown'), late.slice(0, 400));
+  eq(journal().filter((l) => l.ev === 'end' && l.tool === 'test.echo' && l.ok === true).length, 3,
+     'test.echo ran once for each approval');
+}, 20000);
+
 test('posts without the CSRF token, with a wrong one, or without Origin are 403; nothing is decided', async () => {
   const p = await bot.run('return tools.test.echo{text = "rotate the staging key"}');
   eq(p.status, 'paused');
@@ -259,7 +293,7 @@ test('posts without the CSRF token, with a wrong one, or without Origin are 403;
     headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `run=${run}&seq=1&action=approve` })).status, p.run), 403);
   await still();
   eq((await page.$$('#paused tr.pending')).length, 1, 'still waiting');
-  eq(journal().filter((l) => l.event === 'operator_decision').length, 4, 'nothing more audited');
+  eq(journal().filter((l) => l.event === 'operator_decision').length, 5, 'nothing more audited');
   // with it, the same post decides (303 back to the page)
   const ok = await post(`csrf=${csrf}&run=${p.run}&seq=1&action=deny`);
   eq(ok.status, 303);

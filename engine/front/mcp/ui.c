@@ -12,6 +12,7 @@
 
 #include "tidepool.h"
 #include "tidepool_server.h"
+#include "approve.h"
 #include "ui.h"
 
 #define UI_EXCERPT_MAX 600  /* bytes of a run's result or error message kept */
@@ -99,13 +100,53 @@ void tp__mcp_ui_done (tp__mcp_ui *u, req *q) {
   if (u->n < TP__MCP_UI_RUNS_MAX) u->n++;
 }
 
+/* The pending calls of a 2026-07-28 input_required result: the bindings from its
+** requestState (sealed by this server for the run's principal: opened with the same
+** secret), the tool, arguments and reason from the question asked for each
+** (tp__mcp_approve_elicit_params' message). NULL when it cannot be read. */
+static json_t *input_required_pending (const req *q, const json_t *result) {
+  json_t *rs = json_object_get(result, "requestState");
+  json_t *inputs = json_object_get(result, "inputRequests");
+  int code;
+  char why[300];
+  json_t *st = json_is_string(rs) ? tp__mcp_approve_open(json_string_value(rs),
+    json_string_length(rs), q->principal ? q->principal : "", &code, why, sizeof why) : NULL;
+  json_t *out = st ? json_array() : NULL;
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(st, "calls"), i, c) {
+    json_int_t seq = json_integer_value(json_object_get(c, "seq"));
+    char key[40];
+    snprintf(key, sizeof key, "approve-%lld", (long long)seq);
+    const char *m = json_string_value(json_object_get(json_object_get(
+      json_object_get(inputs, key), "params"), "message"));
+    static const char pre[] = "A script wants to call tools.", mid[] = ". Approve this call? (";
+    const char *with = m && strncmp(m, pre, sizeof pre - 1) == 0 ? strstr(m, " with ") : NULL;
+    const char *ask = NULL;
+    for (const char *p = with ? strstr(with, mid) : NULL; p; p = strstr(p + 1, mid)) ask = p;
+    if (ask == NULL) continue;  /* not a question of this server's: not offered */
+    json_t *e = json_pack("{s:I, s:s%, s:o, s:s%, s:O}", "seq", seq, "tool", m + sizeof pre - 1,
+      (size_t)(with - m - (sizeof pre - 1)), "args", json_null(), "reason",
+      ask + sizeof mid - 1, strlen(ask + sizeof mid - 1) - 1, "binding",
+      json_object_get(c, "binding"));
+    if (e) json_object_set_new(e, "args_text", json_stringn(with + 6, (size_t)(ask - with - 6)));
+    json_array_append_new(out, e);
+  }
+  json_decref(st);
+  return out;
+}
+
 void tp__mcp_ui_parked (req *q, const char *line, size_t len) {
   json_t *msg = tp_json_parse(line, len, NULL, 0);
   json_t *sc = json_object_get(json_object_get(msg, "result"), "structuredContent");
   json_t *pending = json_object_get(sc, "pending");
   const char *rt = json_string_value(json_object_get(json_object_get(msg, "result"),
                                                      "resultType"));
-  if (json_is_array(pending) || (rt && strcmp(rt, "input_required") == 0)) {
+  if (rt && strcmp(rt, "input_required") == 0) {
+    json_decref(q->ui_pending);
+    q->ui_pending = input_required_pending(q, json_object_get(msg, "result"));
+  }
+  else if (json_is_array(pending)) {
     json_decref(q->ui_pending);
     q->ui_pending = json_is_array(pending) ? json_incref(pending) : NULL;
   }  /* else a refusal of a resume (a bad decision): the run waits on the same calls */
@@ -117,7 +158,8 @@ static json_t *page_pending (const json_t *p) {
   json_t *e = json_deep_copy(p);
   if (e == NULL) return NULL;
   json_object_del(e, "binding");  /* the page posts seq; the server finds the binding */
-  char *args = tp_json_text(json_object_get(p, "args"), NULL);
+  const char *shown = json_string_value(json_object_get(p, "args_text"));  /* as asked */
+  char *args = shown ? strdup(shown) : tp_json_text(json_object_get(p, "args"), NULL);
   if (args && strlen(args) > 2000) strcpy(args + 1990, "...[cut]");
   json_object_set_new(e, "args", json_string(args ? args : "null"));
   free(args);
@@ -191,8 +233,8 @@ int tp__mcp_ui_decision (server *s, req *q, const char *run, long long seq, int 
     return 404;
   }
   if (q->ui_pending == NULL) {
-    snprintf(why, whylen, "run %s was paused for a 2026-07-28 client, whose retry carries the "
-             "decisions: decide it in that client", run);
+    snprintf(why, whylen, "run %s waits on calls this page cannot read: decide it in its "
+             "client", run);
     return 409;
   }
   size_t i;
