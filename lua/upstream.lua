@@ -12,7 +12,7 @@
 --   "[name] "; JSON-RPC 2.0, one message per line.
 --   handshake: server/discover first (the 2026-07-28 era: no session, per-request _meta);
 --   a server that does not know it (an error, or no answer within DISCOVER_MS) gets the
---   initialize handshake (we offer 2025-11-25 and accept the versions of ACCEPTED), then
+--   initialize handshake (we offer OFFER and accept the versions of ACCEPTED), then
 --   notifications/initialized.
 --   tools/list, page by page (at most PAGES_MAX pages; a repeated cursor stops it), again
 --   on notifications/tools/list_changed: new tools are added, tools gone fail with
@@ -44,9 +44,18 @@ local json = require("json")
 local M = {}
 
 local CLIENT_INFO = { name = "tidepool", version = "1" }
-local MODERN = "2026-07-28"
-local OFFER = "2025-11-25"
-local ACCEPTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true }
+-- The protocol versions are the engine's one list (tp_mcp_version, engine/lib/mcpver.c),
+-- latest first: the 2026 era's, then the handshake's. tidepool offers the first handshake
+-- version it accepts, and accepts those marked client.
+local MODERN, OFFER, ACCEPTED, SPOKEN = nil, nil, {}, {}
+for _, v in ipairs(E.mcp_versions) do
+  if v.modern then MODERN = MODERN or v.version
+  elseif v.client then
+    OFFER = OFFER or v.version
+    ACCEPTED[v.version] = true
+    SPOKEN[#SPOKEN + 1] = v.version
+  end
+end
 local PAGES_MAX = 64
 local DISCOVER_MS = 10000      -- no answer to server/discover: fall back to initialize
 local TIMEOUT_MS = 60000       -- a call's timer (config timeout_ms), and the handshake's
@@ -1047,8 +1056,9 @@ local function handshake(srv)
       end
       local v = res.protocolVersion
       if not ACCEPTED[v] then
-        return give_up(("the server speaks MCP %s; tidepool speaks 2025-11-25, 2025-06-18 "
-          .. "and 2025-03-26 (and 2026-07-28 through server/discover)"):format(tostring(v)))
+        return give_up(("the server speaks MCP %s; tidepool speaks %s and %s (and %s "
+          .. "through server/discover)"):format(tostring(v),
+          table.concat(SPOKEN, ", ", 1, #SPOKEN - 1), SPOKEN[#SPOKEN], MODERN))
       end
       srv.version = v
       send(srv, { method = "notifications/initialized" })

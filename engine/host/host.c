@@ -869,6 +869,25 @@ static int open_upstream (lua_State *H) {
   return 1;
 }
 
+/* E.mcp_versions: the library's list of protocol versions (tp_mcp_version), latest
+** first, as {version =, modern =, client =} for upstream.lua, which offers and accepts
+** from it. */
+static void push_mcp_versions (lua_State *H) {
+  const char *v;
+  unsigned f;
+  lua_newtable(H);
+  for (size_t i = 0; (v = tp_mcp_version(i, &f)) != NULL; i++) {
+    lua_createtable(H, 0, 3);
+    lua_pushstring(H, v);
+    lua_setfield(H, -2, "version");
+    lua_pushboolean(H, (f & TP_MCP_V_MODERN) != 0);
+    lua_setfield(H, -2, "modern");
+    lua_pushboolean(H, (f & TP_MCP_V_CLIENT) != 0);
+    lua_setfield(H, -2, "client");
+    lua_rawseti(H, -2, (lua_Integer)i + 1);
+  }
+}
+
 /* ---- opening and closing H ------------------------------------------------------ */
 
 /* A Lua C module binds to the lua_* of the process's global scope. libtidepool.so and
@@ -959,6 +978,8 @@ static int open_p (lua_State *H) {
   luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
   lua_pushlightuserdata(H, (void *)&tp__host_done_key);
   lua_setfield(H, -2, "DONE");
+  push_mcp_versions(H);
+  lua_setfield(H, -2, "mcp_versions");
   luaL_getsubtable(H, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushvalue(H, -2);
   lua_pushcclosure(H, open_upstream, 1);

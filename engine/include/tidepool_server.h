@@ -15,6 +15,16 @@
 extern "C" {
 #endif
 
+/* The MCP protocol versions tidepool speaks, latest first: the i-th (from 0) and its
+** TP_MCP_V_* flags in *flags (when flags is not NULL), or NULL past the last. The one
+** list both the server (tidepool mcp) and the client of upstream servers read. */
+#define TP_MCP_MODERN_VERSION "2026-07-28"  /* the 2026 era's: no handshake */
+#define TP_MCP_V_MODERN      1u   /* of the 2026 era: the version travels in each _meta */
+#define TP_MCP_V_BATCHES     2u   /* JSON-RPC batches are allowed */
+#define TP_MCP_V_ELICIT_MODE 4u   /* elicitation requests carry "mode" */
+#define TP_MCP_V_CLIENT      8u   /* accepted from an upstream server */
+TP_EXTERN const char *tp_mcp_version(size_t i, unsigned *flags);
+
 /* Stops (hold 1) and restarts (hold 0) the clock of r's wall-clock limit, for a run that
 ** waits on a person for longer than its limit should count (a paused approval): the time
 ** between the two calls is added to its deadline. Only a started run that is not done

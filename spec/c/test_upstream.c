@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "tp_test.h"
-#include "tidepool.h"
+#include "tidepool_server.h"
 
 /* A config with one server, edge, recording into dir (made here). */
 static tp_engine *engine_with_edge (char *dir, size_t dlen, const char *flags) {
@@ -217,8 +217,60 @@ TEST(tp_engine_set_start_timeout_bounds_tp_engine_start_servers_and_the_next_run
   tp_engine_destroy(e);
 }
 
+/* The one list of protocol versions: latest first, the 2026 era's alone at the top, and
+** what tidepool offers upstream is the first handshake version it accepts. */
+TEST(tp_mcp_version_lists_the_versions_latest_first_with_their_flags) {
+  unsigned f = 0;
+  CHECK_STR(tp_mcp_version(0, &f), TP_MCP_MODERN_VERSION);
+  CHECK_INT((int)f, (int)(TP_MCP_V_MODERN | TP_MCP_V_ELICIT_MODE | TP_MCP_V_CLIENT));
+  CHECK_STR(tp_mcp_version(1, &f), "2025-11-25");
+  CHECK_INT((int)f, (int)(TP_MCP_V_ELICIT_MODE | TP_MCP_V_CLIENT));
+  CHECK_STR(tp_mcp_version(3, &f), "2025-03-26");
+  CHECK_INT((int)f, (int)(TP_MCP_V_BATCHES | TP_MCP_V_CLIENT));
+  CHECK_STR(tp_mcp_version(4, &f), "2024-11-05");
+  CHECK_INT((int)f, (int)TP_MCP_V_BATCHES);
+  CHECK(tp_mcp_version(5, &f) == NULL);
+  CHECK(tp_mcp_version((size_t)-1, NULL) == NULL);
+  const char *prev = NULL, *v;
+  for (size_t i = 0; (v = tp_mcp_version(i, &f)) != NULL; i++) {
+    CHECK(prev == NULL || strcmp(prev, v) > 0);      /* latest first, no repeat */
+    CHECK(i == 0 || (f & TP_MCP_V_MODERN) == 0);      /* one 2026-era version */
+    prev = v;
+  }
+}
+
+/* The list is written once: no version literal in lua/upstream.lua or engine/front (they
+** read tp_mcp_version, upstream.lua through E.mcp_versions). */
+TEST(no_protocol_version_is_written_outside_the_one_list) {
+  static const char *const files[] = {
+    "lua/upstream.lua", "engine/front/mcp/era.c", "engine/front/mcp/server.c",
+    "engine/front/mcp/http.c", "engine/front/mcp/era.h",
+  };
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    FILE *fp = fopen(files[i], "r");
+    if (fp == NULL) {
+      TP_FAIL_AT("cannot open %s (run from the repository's root)", files[i]);
+      continue;
+    }
+    char line[4096];
+    int no = 0;
+    while (fgets(line, sizeof line, fp)) {
+      no++;
+      for (const char *q = strchr(line, '"'); q; q = strchr(q + 1, '"')) {
+        int y, m, d, n = 0;
+        if (sscanf(q + 1, "%4d-%2d-%2d\"%n", &y, &m, &d, &n) == 3 && n == 11)
+          TP_FAIL_AT("%s:%d writes the version %.10s: read it from tp_mcp_version",
+                     files[i], no, q + 1);
+      }
+    }
+    fclose(fp);
+  }
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
+  RUN(tp_mcp_version_lists_the_versions_latest_first_with_their_flags);
+  RUN(no_protocol_version_is_written_outside_the_one_list);
   RUN(upstream_tools_run_by_name_and_raw_name_and_nothing_is_left_at_destroy);
   RUN(a_tool_without_output_schema_says_text_then_shows_what_came_back);
   RUN(a_plugin_reload_keeps_the_upstream_tools_and_a_plugin_cannot_take_their_names);

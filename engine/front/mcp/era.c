@@ -1,70 +1,68 @@
 /*
-** mcp_era.c: the protocol eras of `tidepool mcp` (see mcp_era.h): which era a request is
+** era.c: the protocol eras of `tidepool mcp` (see era.h): which era a request is
 ** of, server/discover, the 2026-era result fields, and subscriptions/listen.
 **
-** Pure functions over JSON and one list: no loop, no thread, no I/O. mcp.c calls them on
-** its protocol thread; an HTTP front end may call tp__mcp_era_of on its own.
+** Pure functions over JSON and the library's list of versions (tp_mcp_version): no loop, no thread,
+** no I/O. server.c calls them on its protocol thread; an HTTP front end may call
+** tp__mcp_era_of on its own.
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tidepool.h"
+#include "tidepool_server.h"
 #include "era.h"
 
-/* The one list of the protocol versions tidepool speaks, latest first: the 2026 era's
-** (no handshake) and the handshake's, with what each allows. initialize, the HTTP
-** transport's MCP-Protocol-Version check and error.data.supported all read it. */
-static const struct { const char *version; int modern, batches, elicit_mode; } versions[] = {
-  /* version               2026 era  batches  elicitation with "mode" */
-  { TP_MCP_MODERN_VERSION, 1,        0,       1 },
-  { "2025-11-25",          0,        0,       1 },
-  { "2025-06-18",          0,        0,       0 },   /* batching was removed here */
-  { "2025-03-26",          0,        1,       0 },
-  { "2024-11-05",          0,        1,       0 },
-};
-#define NSUPPORTED (sizeof versions / sizeof versions[0])
+/* The one list of the protocol versions is the library's (tp_mcp_version): initialize,
+** the HTTP transport's MCP-Protocol-Version check and error.data.supported read it. */
+
+/* The flags of version v (0 when v is NULL or unknown). */
+static unsigned flags_of (const char *v) {
+  unsigned f;
+  const char *w;
+  for (size_t i = 0; v && (w = tp_mcp_version(i, &f)) != NULL; i++)
+    if (strcmp(v, w) == 0) return f;
+  return 0;
+}
 
 json_t *tp__mcp_era_supported (void) {
   json_t *a = json_array();
-  for (size_t i = 0; a && i < NSUPPORTED; i++)
-    json_array_append_new(a, json_string(versions[i].version));
+  const char *w;
+  for (size_t i = 0; a && (w = tp_mcp_version(i, NULL)) != NULL; i++)
+    json_array_append_new(a, json_string(w));
   return a;
 }
 
 int tp__mcp_era_known (const char *v) {
-  for (size_t i = 0; v && i < NSUPPORTED; i++)
-    if (strcmp(v, versions[i].version) == 0) return 1;
+  const char *w;
+  for (size_t i = 0; v && (w = tp_mcp_version(i, NULL)) != NULL; i++)
+    if (strcmp(v, w) == 0) return 1;
   return 0;
 }
 
 const char *tp__mcp_era_handshake (const char *want) {
-  const char *use = NULL;
-  for (size_t i = 0; i < NSUPPORTED; i++) {
-    if (versions[i].modern) continue;
-    if (use == NULL) use = versions[i].version;
-    if (want && strcmp(want, versions[i].version) == 0) return versions[i].version;
+  const char *use = NULL, *w;
+  unsigned f;
+  for (size_t i = 0; (w = tp_mcp_version(i, &f)) != NULL; i++) {
+    if (f & TP_MCP_V_MODERN) continue;
+    if (use == NULL) use = w;
+    if (want && strcmp(want, w) == 0) return w;
   }
   return use;
 }
 
-int tp__mcp_era_batches (const char *v) {
-  for (size_t i = 0; v && i < NSUPPORTED; i++)
-    if (strcmp(v, versions[i].version) == 0) return versions[i].batches;
-  return 0;
-}
+int tp__mcp_era_batches (const char *v) { return (flags_of(v) & TP_MCP_V_BATCHES) != 0; }
 
 int tp__mcp_era_elicit_mode (const char *v) {
-  for (size_t i = 0; v && i < NSUPPORTED; i++)
-    if (strcmp(v, versions[i].version) == 0) return versions[i].elicit_mode;
-  return 0;
+  return (flags_of(v) & TP_MCP_V_ELICIT_MODE) != 0;
 }
 
 void tp__mcp_era_list (char *buf, size_t len) {
   size_t at = 0;
+  const char *w;
   buf[0] = '\0';
-  for (size_t i = 0; i < NSUPPORTED && at < len; i++) {
-    int n = snprintf(buf + at, len - at, "%s%s", i ? ", " : "", versions[i].version);
+  for (size_t i = 0; at < len && (w = tp_mcp_version(i, NULL)) != NULL; i++) {
+    int n = snprintf(buf + at, len - at, "%s%s", i ? ", " : "", w);
     if (n < 0) break;
     at += (size_t)n;
   }

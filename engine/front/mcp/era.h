@@ -16,6 +16,8 @@
 
 #include <jansson.h>
 
+#include "tidepool_server.h"  /* TP_MCP_MODERN_VERSION, tp_mcp_version */
+
 #define TP_MCP_META_VERSION      "io.modelcontextprotocol/protocolVersion"
 #define TP_MCP_META_CAPABILITIES "io.modelcontextprotocol/clientCapabilities"
 #define TP_MCP_META_CLIENT_INFO  "io.modelcontextprotocol/clientInfo"
@@ -23,7 +25,6 @@
 #define TP_MCP_META_SERVER_INFO  "io.modelcontextprotocol/serverInfo"
 #define TP_MCP_META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
 
-#define TP_MCP_MODERN_VERSION    "2026-07-28"
 /* UnsupportedProtocolVersionError of 2026-07-28 (data: supported, requested) */
 #define TP_MCP_UNSUPPORTED_VERSION (-32022)
 
