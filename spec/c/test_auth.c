@@ -359,6 +359,26 @@ TEST(required_scopes_of_the_config_apply_to_every_call) {
   tp__mcp_auth_free(a);
 }
 
+/* /metrics and the operator page need their own scope, not the MCP endpoint's
+** required_scopes: tp__mcp_auth_check_scope. */
+TEST(a_scope_check_of_its_own_ignores_required_scopes) {
+  char err[300];
+  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"required_scopes\": [\"mcp\"], "
+                    "\"tokens\": [{\"token\": \"prom-token-0123456789\", \"principal\": \"prom\", "
+                    "\"scopes\": [\"metrics\"]}]}", err, sizeof err);
+  CHECK(a != NULL);
+  if (a == NULL) return;
+  tp_auth_result r;
+  CHECK_INT(tp__mcp_auth_check_scope(a, "Bearer prom-token-0123456789", "metrics", NOW, &r), 200);
+  CHECK_STR(r.principal, "prom");
+  CHECK_INT(tp__mcp_auth_check_scope(a, "Bearer prom-token-0123456789", "operator", NOW, &r), 403);
+  CHECK_RESULT(r, 403, "insufficient_scope", "prom lacks the scope operator (it has: metrics)");
+  CHECK_INT(tp__mcp_auth_check(a, "Bearer prom-token-0123456789", "metrics", NOW, &r), 403);
+  CHECK_RESULT(r, 403, "insufficient_scope", "prom lacks the scope mcp (it has: metrics)");
+  CHECK_INT(tp__mcp_auth_check_scope(a, NULL, "metrics", NOW, &r), 401);
+  tp__mcp_auth_free(a);
+}
+
 TEST(static_token_rules_of_the_config) {
   char err[300];
   CHECK(make("{\"resource\": \"" RESOURCE "\", \"tokens\": [{\"token\": \"short\", "
@@ -1020,6 +1040,7 @@ int main (int argc, char **argv) {
   RUN(other_schemes_and_bad_headers_are_401_invalid_request);
   RUN(insufficient_scope_is_403_naming_the_missing_scope);
   RUN(required_scopes_of_the_config_apply_to_every_call);
+  RUN(a_scope_check_of_its_own_ignores_required_scopes);
   RUN(static_token_rules_of_the_config);
   RUN(section_rules_of_the_config);
   RUN(hs256_token_gives_sub_and_scope);

@@ -162,19 +162,30 @@ test('/metrics on --http: runs by outcome, tool calls, the server\'s own series;
   } finally { await stop(srv); }
 });
 
-test('/metrics with auth needs the metrics scope: 401 without a token, 403 without the scope, 200 with it', async () => {
+test('/metrics with auth needs the metrics scope, not required_scopes: 401 without a token, 403 without the scope, 200 with it', async () => {
   const cfg = path.join(tmp, 'auth.json');
   fs.writeFileSync(cfg, JSON.stringify({ auth: { resource: 'http://127.0.0.1/mcp', required_scopes: ['mcp'],
     tokens: [{ token: 'plain-token-0123456789', principal: 'p', scopes: ['mcp'] },
-      { token: 'prom-token-0123456789a', principal: 'prom', scopes: ['mcp', 'metrics'] }] } }));
+      { token: 'prom-token-0123456789a', principal: 'prom', scopes: ['mcp', 'metrics'] },
+      { token: 'scrape-only-0123456789', principal: 'scraper', scopes: ['metrics'] }] } }));
   const srv = await startHttp(['--config', cfg]);
   try {
     eq((await fetch(`${srv.base}/metrics`)).status, 401, 'no token');
     eq((await fetch(`${srv.base}/metrics`, { headers: { Authorization: 'Bearer plain-token-0123456789' } })).status,
       403, 'a token without the metrics scope');
+    // required_scopes ("mcp") are the MCP endpoint's: a scraper's token needs metrics alone
+    const scraper = { Authorization: 'Bearer scrape-only-0123456789' };
+    const only = await fetch(`${srv.base}/metrics`, { headers: scraper });
+    eq(only.status, 200, 'a token with only the metrics scope');
     const ok = await fetch(`${srv.base}/metrics`, { headers: { Authorization: 'Bearer prom-token-0123456789a' } });
     eq(ok.status, 200, 'the metrics scope');
     eq(series(await ok.text(), 'tidepool_http_responses_total{class="4xx"}'), 2, 'the 401 and the 403');
+    // ... and that token is still refused at /mcp, which needs required_scopes
+    const mcp = await fetch(`${srv.base}/mcp`, { method: 'POST', headers: { ...scraper,
+      'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }) });
+    eq(mcp.status, 403, 'the metrics-only token at /mcp');
+    assert((mcp.headers.get('www-authenticate') || '').includes('insufficient_scope'), 'names insufficient_scope');
   } finally { await stop(srv); }
 });
 

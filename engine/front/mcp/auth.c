@@ -1307,13 +1307,15 @@ done:
   return rc;
 }
 
-int tp__mcp_auth_check (tp_auth *a, const char *authorization, const char *required, int64_t now,
-                    tp_auth_result *out) {
+/* tp__mcp_auth_check, and tp__mcp_auth_check_scope when config is 0: the scopes needed
+** are then required's alone, not the config's required_scopes as well. */
+static int check (tp_auth *a, const char *authorization, const char *required, int config,
+                  int64_t now, tp_auth_result *out) {
   memset(out, 0, sizeof *out);
   out->status = 200;
   if (a == NULL) return 200;
-  /* what this request needs: the config's scopes and the caller's */
-  for (int pass = 0; pass < 2; pass++) {  /* a list too long is cut (the check reads both) */
+  /* what this request needs: the config's scopes (unless not config) and the caller's */
+  for (int pass = !config; pass < 2; pass++) {  /* a list too long is cut (both are read) */
     const char *list = pass == 0 ? a->required : required ? required : "";
     for (const char *q = list; *q; ) {
       while (*q == ' ') q++;
@@ -1378,10 +1380,10 @@ int tp__mcp_auth_check (tp_auth *a, const char *authorization, const char *requi
         "and not a JWT" : "unknown token: not one of the config's tokens");
     return 401;
   }
-  /* scopes: every one of required_scopes and required */
+  /* scopes: every one of required_scopes (unless not config) and required */
   char missing[200] = "";
   int nmiss = 0;
-  for (int pass = 0; pass < 2; pass++) {
+  for (int pass = !config; pass < 2; pass++) {
     const char *list = pass == 0 ? a->required : required ? required : "";
     for (const char *q = list; *q; ) {
       while (*q == ' ') q++;
@@ -1403,6 +1405,16 @@ int tp__mcp_auth_check (tp_auth *a, const char *authorization, const char *requi
   out->status = 200;
   out->error[0] = out->description[0] = out->needed[0] = '\0';
   return 200;
+}
+
+int tp__mcp_auth_check (tp_auth *a, const char *authorization, const char *required,
+                        int64_t now, tp_auth_result *out) {
+  return check(a, authorization, required, 1, now, out);
+}
+
+int tp__mcp_auth_check_scope (tp_auth *a, const char *authorization, const char *scope,
+                              int64_t now, tp_auth_result *out) {
+  return check(a, authorization, scope, 0, now, out);
 }
 
 /* ---- resource server (RFC 9728, RFC 6750) ---------------------------------------------- */

@@ -39,10 +39,14 @@ tp_auth *tp__mcp_auth_new(const struct json_t *section, const char *dir, char *e
 void tp__mcp_auth_free(tp_auth *a);
 
 /* Checks the value of an Authorization header (NULL when absent) at now (seconds since
-** the epoch), needing every scope of required (spaces between; NULL or "": none).
-** Fills out; returns out->status. */
+** the epoch), needing every scope of the config's required_scopes and of required
+** (spaces between; NULL or "": none). Fills out; returns out->status. */
 int tp__mcp_auth_check(tp_auth *a, const char *authorization, const char *required,
-                   int64_t now, tp_auth_result *out);
+                       int64_t now, tp_auth_result *out);
+/* The same, needing the scopes of scope alone: the config's required_scopes are for the
+** MCP endpoint, not for /metrics ("metrics") or the operator page ("operator"). */
+int tp__mcp_auth_check_scope(tp_auth *a, const char *authorization, const char *scope,
+                             int64_t now, tp_auth_result *out);
 
 /* The JSON text of /.well-known/oauth-protected-resource (resource, authorization_servers,
 ** scopes_supported, bearer_methods_supported); free it. NULL when out of memory. */

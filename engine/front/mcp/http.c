@@ -841,8 +841,8 @@ static enum MHD_Result metrics_answer (tp__mcp_http *h, hreq *r) {
   char why[400];
   if (h->auth) {
     tp_auth_result ar;
-    int st = tp__mcp_auth_check(h->auth, header(c, MHD_HTTP_HEADER_AUTHORIZATION), "metrics",
-                                (int64_t)time(NULL), &ar);
+    int st = tp__mcp_auth_check_scope(h->auth, header(c, MHD_HTTP_HEADER_AUTHORIZATION),
+                                      "metrics", (int64_t)time(NULL), &ar);
     if (st != 200) {
       char *challenge = tp__mcp_auth_challenge(h->auth, &ar);
       snprintf(why, sizeof why, "%s: /metrics needs a token with the \"metrics\" scope: %s",

@@ -736,7 +736,7 @@ enum MHD_Result tp__mcp_ui_http_answer (tp__mcp_ui_http *u, const tp__mcp_ui_req
                                                     MHD_HTTP_HEADER_AUTHORIZATION);
     if (authz == NULL) return signin_page(u, c, 200, NULL);
     tp_auth_result ar;
-    int st = tp__mcp_auth_check(u->auth, authz, "operator", (int64_t)time(NULL), &ar);
+    int st = tp__mcp_auth_check_scope(u->auth, authz, "operator", (int64_t)time(NULL), &ar);
     if (st != 200) {
       snprintf(why, sizeof why, "the operator page needs a token with the \"operator\" scope: %s",
                ar.description[0] ? ar.description : ar.error);
@@ -789,7 +789,7 @@ enum MHD_Result tp__mcp_ui_http_answer (tp__mcp_ui_http *u, const tp__mcp_ui_req
     int st = 500;
     if (authz) {
       snprintf(authz, strlen(token) + 8, "Bearer %s", token);
-      st = tp__mcp_auth_check(u->auth, authz, "operator", (int64_t)time(NULL), &ar);
+      st = tp__mcp_auth_check_scope(u->auth, authz, "operator", (int64_t)time(NULL), &ar);
       memset(authz, 0, strlen(authz));
       free(authz);
     }
