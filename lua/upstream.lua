@@ -953,6 +953,7 @@ end
 
 local function set_ready(srv, ok, why)
   if not ok then srv.down_why = why end
+  E.upstream_state(srv.name, ok, false)
   local waiters = srv.waiters
   srv.waiters = {}
   for _, w in ipairs(waiters) do w(ok) end
@@ -995,6 +996,7 @@ local function on_exit(srv, code, signal)
   local backoff = math.min(BACKOFF_MAX_MS, BACKOFF_MS * 2 ^ (srv.fails - 1))
   srv.state = "down"
   srv.restart_at = now() + backoff
+  E.upstream_state(srv.name, false, true)
   log("warn", ("[%s] the server stopped (%s); it restarts in %d ms")
     :format(srv.name, why, backoff))
   set_ready(srv, false, why)

@@ -858,6 +858,13 @@ static int e_seen_load (lua_State *H) {
   return 0;
 }
 
+/* E.upstream_state(server, up, restarted): /metrics' tidepool_upstream_* series. */
+static int e_upstream_state (lua_State *H) {
+  tp__metrics_upstream(tp__host_get(H)->e, luaL_checkstring(H, 1), lua_toboolean(H, 2),
+                       lua_toboolean(H, 3));
+  return 0;
+}
+
 /* require("tidepool.upstream"): lua/upstream.lua, given E (upvalue 1). */
 static int open_upstream (lua_State *H) {
   const tp_embedded *src = tp__embedded_find("lua/upstream.lua");
@@ -970,7 +977,7 @@ static int open_p (lua_State *H) {
     { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
     { "claim", e_claim }, { "annotate", e_annotate }, { "seen", e_seen },
     { "traceparent", e_traceparent }, { "span", e_span }, { "span_start", e_span_start },
-    { "seen_load", e_seen_load },
+    { "seen_load", e_seen_load }, { "upstream_state", e_upstream_state },
     { "field", e_field }, { "body", e_body }, { "charge", e_charge },
     { "decode", e_decode }, { "peek_id", e_peek_id }, { NULL, NULL } };
   luaL_newlibtable(H, fns);

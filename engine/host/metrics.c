@@ -22,6 +22,7 @@
 
 #define TOOLS_MAX 512
 #define NAME_MAX_ 128
+#define UPS_MAX 64                /* upstream servers counted (the config's mcpServers) */
 #define NBUCKETS 12
 static const double bucket_s[NBUCKETS] = {
   0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60
@@ -30,6 +31,13 @@ enum { EFF_ALLOW, EFF_DENY, EFF_ASK, EFF_RATE, EFF_N };
 static const char *const effects[EFF_N] = { "allow", "deny", "ask", "rate_limited" };
 
 typedef struct hist { uint64_t b[NBUCKETS + 1], count, sum_us; } hist;
+
+/* An upstream MCP server of this engine's (lua/upstream.lua): one copy per engine. */
+typedef struct up_ctr {
+  const char *name;            /* published last; NULL: the slot is free */
+  uint64_t up;                 /* 1 while ready */
+  uint64_t restarts;           /* stopped after it had listed its tools, to restart */
+} up_ctr;
 
 typedef struct tool_ctr {
   const char *name;            /* published last; NULL: the slot is free */
@@ -46,6 +54,8 @@ struct tp__metrics {
   tool_ctr *tools;             /* TOOLS_MAX slots (open addressing by name) */
   uint64_t *other_by_code;     /* tools past the table */
   char names[TOOLS_MAX][NAME_MAX_];
+  up_ctr ups[UPS_MAX];
+  char up_names[UPS_MAX][NAME_MAX_];
 };
 
 typedef struct tp__metrics metrics;
@@ -142,6 +152,23 @@ void tp__metrics_run (tp_engine *e, tp_run *r, const char *code) {
 }
 
 
+void tp__metrics_upstream (tp_engine *e, const char *server, int up, int restarted) {
+  metrics *m = e->metrics;
+  if (m == NULL || server == NULL) return;
+  for (size_t i = 0; i < UPS_MAX; i++) {
+    up_ctr *u = &m->ups[i];
+    const char *n = __atomic_load_n(&u->name, __ATOMIC_ACQUIRE);
+    if (n == NULL) {  /* the owner thread alone inserts */
+      snprintf(m->up_names[i], NAME_MAX_, "%s", server);
+      __atomic_store_n(&u->name, m->up_names[i], __ATOMIC_RELEASE);
+    }
+    else if (strncmp(n, server, NAME_MAX_ - 1) != 0) continue;
+    __atomic_store_n(&u->up, (uint64_t)(up != 0), __ATOMIC_RELAXED);
+    if (restarted) inc(&u->restarts, 1);
+    return;
+  }
+}
+
 void tp__metrics_policy (tp_engine *e, const char *effect) {
   metrics *m = e->metrics;
   if (m == NULL) return;
@@ -203,6 +230,61 @@ static void histogram (out *o, const char *name, const char *help, tp_engine *co
   }
   say(o, "%s_sum %.6f\n%s_count %llu\n", name, (double)sum / 1e6, name,
       (unsigned long long)count);
+}
+
+/* The sum over the engines of server's field at off (up or restarts). */
+static uint64_t up_sum (tp_engine *const *es, size_t n, const char *server, size_t off) {
+  uint64_t v = 0;
+  for (size_t k = 0; k < n; k++) {
+    metrics *m = es[k] ? es[k]->metrics : NULL;
+    for (size_t i = 0; m && i < UPS_MAX; i++) {
+      const char *un = __atomic_load_n(&m->ups[i].name, __ATOMIC_ACQUIRE);
+      if (un && strcmp(un, server) == 0) {
+        v += rd((const uint64_t *)((const char *)&m->ups[i] + off));
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+/* tidepool_upstream_up and _restarts_total, a line per server (each once, in the order
+** the engines first saw them). Every engine (an MCP worker) runs its own copy. */
+static void upstream_series (out *o, tp_engine *const *es, size_t n) {
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 0)
+      say(o, "# HELP tidepool_upstream_up Copies of the upstream MCP server that are ready "
+          "(one per worker; 0: down on every worker).\n# TYPE tidepool_upstream_up gauge\n");
+    else
+      say(o, "# HELP tidepool_upstream_restarts_total Times a copy of the upstream MCP server "
+          "stopped after it had come up, to be restarted.\n"
+          "# TYPE tidepool_upstream_restarts_total counter\n");
+    for (size_t k = 0; k < n; k++) {
+      metrics *m = es[k] ? es[k]->metrics : NULL;
+      for (size_t i = 0; m && i < UPS_MAX; i++) {
+        const char *name = __atomic_load_n(&m->ups[i].name, __ATOMIC_ACQUIRE);
+        if (name == NULL) break;  /* slots fill in order */
+        int seen = 0;  /* listed already under an earlier engine */
+        for (size_t j = 0; j < k && !seen; j++) {
+          metrics *pm = es[j] ? es[j]->metrics : NULL;
+          for (size_t u = 0; pm && u < UPS_MAX && !seen; u++) {
+            const char *pn = __atomic_load_n(&pm->ups[u].name, __ATOMIC_ACQUIRE);
+            if (pn == NULL) break;
+            seen = strcmp(pn, name) == 0;
+          }
+        }
+        if (seen) continue;
+        char lab[NAME_MAX_ * 2 + 4];
+        label(lab, sizeof lab, name);
+        if (pass == 0)
+          say(o, "tidepool_upstream_up{server=\"%s\"} %llu\n", lab,
+              (unsigned long long)up_sum(es, n, name, offsetof(up_ctr, up)));
+        else
+          say(o, "tidepool_upstream_restarts_total{server=\"%s\"} %llu\n", lab,
+              (unsigned long long)up_sum(es, n, name, offsetof(up_ctr, restarts)));
+      }
+    }
+  }
 }
 
 char *tp_metrics_text (tp_engine *const *es, size_t n, size_t *len) {
@@ -291,6 +373,7 @@ char *tp_metrics_text (tp_engine *const *es, size_t n, size_t *len) {
             offsetof(metrics, run_h));
   histogram(&o, "tidepool_tool_call_duration_seconds", "Wall time of tool calls.", es, n,
             offsetof(metrics, call_h));
+  upstream_series(&o, es, n);
   say(&o, "# HELP tidepool_spans_dropped_total Spans dropped: the export queue was full or "
       "an export failed.\n# TYPE tidepool_spans_dropped_total counter\n"
       "tidepool_spans_dropped_total %llu\n", (unsigned long long)dropped);

@@ -46,6 +46,9 @@ void tp__journal_run(tp_engine *e, tp_run *r, const char *code);
 void tp__metrics_call(tp_engine *e, const tp_call *c);
 void tp__metrics_run(tp_engine *e, tp_run *r, const char *code);
 void tp__metrics_policy(tp_engine *e, const char *effect);
+/* An upstream server of e's is ready (up 1) or not; restarted: it stopped after it had
+** come up, and restarts (lua/upstream.lua, through E.upstream_state). */
+void tp__metrics_upstream(tp_engine *e, const char *server, int up, int restarted);
 void tp__metrics_free(tp_engine *e);
 /* Exports what is queued within a bounded time, then frees the tracer (engine destroy). */
 void tp__trace_close(tp_engine *e);

@@ -189,6 +189,43 @@ test('/metrics with auth needs the metrics scope, not required_scopes: 401 witho
   } finally { await stop(srv); }
 });
 
+test('/metrics shows each upstream server up, and its restarts after it dies; promtool passes', async () => {
+  const edge = path.join(path.dirname(new URL(import.meta.url).pathname), '..', 'upstream', 'edge-server.mjs');
+  const dir = fs.mkdtempSync(path.join(tmp, 'edge-'));
+  const cfg = path.join(tmp, 'upstream.json');
+  fs.writeFileSync(cfg, JSON.stringify({ mcpServers: { 'edge"x': { command: 'node', args: [edge],
+    env: { EDGE_DIR: dir }, eager: true } } }));
+  const srv = await startHttp(['--config', cfg, '--workers', '1']);
+  const scrape = async () => (await fetch(`${srv.base}/metrics`)).text();
+  const until = async (what, ok) => {  // polls /metrics, up to 60 s (a loaded machine)
+    for (let i = 0; i < 600; i++) {
+      const t = await scrape();
+      if (ok(t)) return t;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`${what}: not seen in 60 s: ${await scrape()}`);
+  };
+  const up = 'tidepool_upstream_up{server="edge\\"x"}';
+  const restarts = 'tidepool_upstream_restarts_total{server="edge\\"x"}';
+  try {
+    let text = await until('up', (t) => series(t, up) === 1);
+    eq(series(text, restarts), 0, 'no restart yet');
+    assert(text.includes('# TYPE tidepool_upstream_up gauge'), 'typed');
+    let pc = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    eq(pc.status, 0, `promtool: ${pc.stdout}${pc.stderr}`);
+    const init = await rpc(srv, null, 1, 'initialize', { protocolVersion: '2025-11-25', capabilities: {},
+      clientInfo: { name: 'wire', version: '1' } });
+    const r = await rpc(srv, init.sid, 2, 'tools/call', { name: 'run_lua',
+      arguments: { code: 'return tools.edge_x.pid{}' } });
+    const pid = JSON.parse(r.text).result.structuredContent.result.pid;
+    assert(pid > 1, `the server's pid: ${r.text}`);
+    process.kill(pid, 'SIGKILL');
+    text = await until('restarted and up again', (t) => series(t, restarts) === 1 && series(t, up) === 1);
+    pc = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    eq(pc.status, 0, `promtool: ${pc.stdout}${pc.stderr}`);
+  } finally { await stop(srv); }
+});
+
 test('over HTTP the traceparent header is the run\'s parent when _meta has none; _meta wins', async () => {
   const file = path.join(tmp, 'http-spans.jsonl');
   const srv = await startHttp(['--trace-file', file]);
