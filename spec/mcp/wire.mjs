@@ -4,6 +4,7 @@
 // that `tidepool audit show` reads.
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { test, run, assert, eq, tidepool, mcpServer } from './harness.mjs';
@@ -224,7 +225,59 @@ test('/metrics shows each upstream server up, and its restarts after it dies; pr
     pc = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
     eq(pc.status, 0, `promtool: ${pc.stdout}${pc.stderr}`);
   } finally { await stop(srv); }
+}, 90000);
+
+// A port free now on 127.0.0.1 (Prometheus takes an address, not port 0).
+const freePort = () => new Promise((resolve, reject) => {
+  const sv = net.createServer();
+  sv.on('error', reject);
+  sv.listen(0, '127.0.0.1', () => { const { port } = sv.address(); sv.close(() => resolve(port)); });
 });
+
+test('a real Prometheus server (Debian\'s) scrapes /metrics: up is 1 and tidepool_runs_total is stored', async () => {
+  const srv = await startHttp([]);
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(tmp, 'prom-'));
+  const target = srv.base.replace('http://', '');
+  fs.writeFileSync(path.join(dir, 'prometheus.yml'), [
+    'global: { scrape_interval: 1s, evaluation_interval: 1s }',
+    'scrape_configs:',
+    '  - job_name: tidepool',
+    `    static_configs: [{ targets: ["${target}"] }]`, ''].join('\n'));
+  const prom = spawn('prometheus', [`--config.file=${path.join(dir, 'prometheus.yml')}`,
+    `--storage.tsdb.path=${path.join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  let perr = '';
+  prom.stderr.setEncoding('utf8');
+  prom.stderr.on('data', (d) => { perr += d; });
+  const exited = new Promise((r) => prom.on('exit', (code, sig) => r(sig || code)));
+  prom.on('error', (e) => { perr += `\n${e.message} (scripts/deps.sh installs prometheus)`; });
+  const query = async (q) => {
+    const r = await fetch(`http://127.0.0.1:${port}/api/v1/query?query=${encodeURIComponent(q)}`);
+    return (await r.json()).data.result;
+  };
+  try {
+    let up = null, runs = null;
+    for (let i = 0; i < 600 && !(up === '1' && runs !== null); i++) {  // up to 60 s
+      await new Promise((r) => setTimeout(r, 100));
+      if (prom.exitCode !== null || prom.signalCode !== null) break;
+      try {
+        const u = await query('up{job="tidepool"}');
+        up = u.length ? u[0].value[1] : null;
+        const t = await query('tidepool_runs_total{job="tidepool",outcome="ok"}');
+        runs = t.length ? t[0].value[1] : null;
+      } catch { /* not listening yet */ }
+    }
+    eq(up, '1', `up{job="tidepool"} (prometheus said: ${perr.slice(-600)})`);
+    eq(runs, '0', 'tidepool_runs_total{outcome="ok"} as stored by Prometheus');
+    const samples = await query('scrape_samples_scraped{job="tidepool"}');
+    assert(samples.length === 1 && Number(samples[0].value[1]) > 50, `samples scraped: ${JSON.stringify(samples)}`);
+  } finally {
+    prom.kill('SIGKILL');
+    await exited;
+    await stop(srv);
+  }
+}, 90000);
 
 test('over HTTP the traceparent header is the run\'s parent when _meta has none; _meta wins', async () => {
   const file = path.join(tmp, 'http-spans.jsonl');
