@@ -293,9 +293,16 @@ tp_store_conn *tp__engine_store_conn (tp_engine *e) {
     return NULL;
   }
   char err[512];
-  e->store_conn = tp__store_connect(e->store, e->loop, err, sizeof err);
-  if (e->store_conn == NULL)
+  tp_store_conn *c = tp__store_connect(e->store, e->loop, err, sizeof err);
+  if (c == NULL) {
     tp__engine_set_error(e, "the state store (%s) cannot be reached: %s",
                          tp__store_kind(e->store), err);
+    return NULL;
+  }
+  /* every operation timed for /metrics (store_timed.c) */
+  if ((e->store_conn = tp__store_timed(e, c)) == NULL) {
+    tp__store_close(c);
+    tp__engine_set_error(e, "out of memory");
+  }
   return e->store_conn;
 }

@@ -55,6 +55,8 @@ struct tp__metrics {
   uint64_t *other_by_code;     /* tools past the table */
   char names[TOOLS_MAX][NAME_MAX_];
   up_ctr ups[UPS_MAX];
+  hist store_h;                /* state store operations, call to answer */
+  uint64_t store_errors[TP_STORE_OP_N];
   char up_names[UPS_MAX][NAME_MAX_];
 };
 
@@ -167,6 +169,18 @@ void tp__metrics_upstream (tp_engine *e, const char *server, int up, int restart
     if (restarted) inc(&u->restarts, 1);
     return;
   }
+}
+
+static const char *const store_ops[TP_STORE_OP_N] = {
+  "kv_get", "kv_set", "kv_del", "kv_list", "bucket_take", "run_put", "run_get", "run_del",
+  "log_put", "log_read", "session_claim", "session_release"
+};
+
+void tp__metrics_store (tp_engine *e, int op, uint64_t ns, int failed) {
+  metrics *m = e->metrics;
+  if (m == NULL || op < 0 || op >= TP_STORE_OP_N) return;
+  observe(&m->store_h, ns);
+  if (failed) inc(&m->store_errors[op], 1);
 }
 
 void tp__metrics_policy (tp_engine *e, const char *effect) {
@@ -374,6 +388,19 @@ char *tp_metrics_text (tp_engine *const *es, size_t n, size_t *len) {
   histogram(&o, "tidepool_tool_call_duration_seconds", "Wall time of tool calls.", es, n,
             offsetof(metrics, call_h));
   upstream_series(&o, es, n);
+  histogram(&o, "tidepool_store_duration_seconds", "State store operations (kv, paused "
+            "runs, call logs, session claims, rate buckets), call to answer.", es, n,
+            offsetof(metrics, store_h));
+  say(&o, "# HELP tidepool_store_errors_total State store operations that failed (the "
+      "backend's error, or the connection closed), by operation.\n"
+      "# TYPE tidepool_store_errors_total counter\n");
+  for (int op = 0; op < TP_STORE_OP_N; op++) {
+    uint64_t v = 0;
+    for (size_t k = 0; k < n; k++)
+      if (es[k] && es[k]->metrics) v += rd(&es[k]->metrics->store_errors[op]);
+    say(&o, "tidepool_store_errors_total{op=\"%s\"} %llu\n", store_ops[op],
+        (unsigned long long)v);
+  }
   say(&o, "# HELP tidepool_spans_dropped_total Spans dropped: the export queue was full or "
       "an export failed.\n# TYPE tidepool_spans_dropped_total counter\n"
       "tidepool_spans_dropped_total %llu\n", (unsigned long long)dropped);

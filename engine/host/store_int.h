@@ -8,7 +8,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tidepool.h"
 #include "store.h"
+
+/* store_timed.c: e's connection inner (whose reference it takes over), every operation
+** timed into e's metrics; closing it closes inner. NULL when out of memory. */
+tp_store_conn *tp__store_timed(tp_engine *e, tp_store_conn *inner);
 
 /* The clock of expiries (runs, sessions): Unix time in ms. A test sets a fake one with
 ** tp__store_set_clock (NULL puts the real one back); process-wide. */

@@ -49,6 +49,15 @@ void tp__metrics_policy(tp_engine *e, const char *effect);
 /* An upstream server of e's is ready (up 1) or not; restarted: it stopped after it had
 ** come up, and restarts (lua/upstream.lua, through E.upstream_state). */
 void tp__metrics_upstream(tp_engine *e, const char *server, int up, int restarted);
+/* A state store operation (TP_STORE_OP_*) answered after ns; failed: TP_STORE_ERROR or
+** TP_STORE_CLOSED (store_timed.c). */
+enum {
+  TP_STORE_OP_KV_GET, TP_STORE_OP_KV_SET, TP_STORE_OP_KV_DEL, TP_STORE_OP_KV_LIST,
+  TP_STORE_OP_BUCKET_TAKE, TP_STORE_OP_RUN_PUT, TP_STORE_OP_RUN_GET, TP_STORE_OP_RUN_DEL,
+  TP_STORE_OP_LOG_PUT, TP_STORE_OP_LOG_READ, TP_STORE_OP_SESSION_CLAIM,
+  TP_STORE_OP_SESSION_RELEASE, TP_STORE_OP_N
+};
+void tp__metrics_store(tp_engine *e, int op, uint64_t ns, int failed);
 void tp__metrics_free(tp_engine *e);
 /* Exports what is queued within a bounded time, then frees the tracer (engine destroy). */
 void tp__trace_close(tp_engine *e);

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tidepool.h"
+#include "tidepool_server.h"
 #include "tp_test.h"
 
 static void echo (tp_call *c, void *ud) {
@@ -126,10 +126,41 @@ TEST(a_tool_name_with_quotes_is_escaped_in_its_label) {
   tp_engine_destroy(a);
 }
 
+static void stored (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)val; (void)len; (void)err;
+  int *st = ud;
+  *st = status;
+}
+
+/* Every operation on the state store is timed (tidepool_store_duration_seconds); a
+** "not found" is an answer, not an error (tidepool_store_errors_total counts the failures
+** of a backend: test_store_redis kills its Redis under an engine for that). */
+TEST(state_store_operations_are_timed_and_their_errors_counted) {
+  tp_engine *e = engine(1);
+  int st = -1;
+  CHECK_INT(tp_engine_run_put(e, "r1", "{}", 2, 0, stored, &st), TP_OK);
+  while (st == -1 && tp_engine_poll(e, 1) >= 0) {}
+  CHECK_INT(st, TP_STORED_OK);
+  st = -1;
+  CHECK_INT(tp_engine_run_get(e, "r-none", stored, &st), TP_OK);
+  while (st == -1 && tp_engine_poll(e, 1) >= 0) {}
+  CHECK_INT(st, TP_STORED_NOTFOUND);  /* an answer, not an error */
+  tp_engine *es[] = { e };
+  char *text = tp_metrics_text(es, 1, NULL);
+  CHECK(text != NULL);
+  CHECK_HAS(text, "# TYPE tidepool_store_duration_seconds histogram\n");
+  CHECK_HAS(text, "tidepool_store_duration_seconds_count 2\n");
+  CHECK_HAS(text, "tidepool_store_errors_total{op=\"run_put\"} 0\n");
+  CHECK_HAS(text, "tidepool_store_errors_total{op=\"run_get\"} 0\n");
+  tp_free(text);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(counts_are_summed_over_engines_and_read_as_prometheus_text);
   RUN(an_engine_without_metrics_counts_nothing);
   RUN(a_tool_name_with_quotes_is_escaped_in_its_label);
+  RUN(state_store_operations_are_timed_and_their_errors_counted);
   return tp_test_end();
 }

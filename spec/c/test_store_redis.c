@@ -834,6 +834,45 @@ TEST(engines_on_two_stores_agree_on_who_holds_a_session) {
   tp_engine_destroy(b);
 }
 
+static void stored (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)val; (void)len; (void)err;
+  *(int *)ud = status;
+}
+
+/* /metrics of an engine whose Redis dies: the failed operation is counted by operation
+** (tidepool_store_errors_total) and timed with the others. Redis is started again. */
+TEST(an_engines_store_errors_are_counted_in_its_metrics) {
+  char url[300], err[300];
+  url_of(url, sizeof url, "met:", NULL);
+  tp_store *s = tp_store_open(url, err, sizeof err);
+  CHECK(s != NULL);
+  if (s == NULL) return;
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_set_store(e, s), TP_OK);
+  tp_store_destroy(s);
+  CHECK_INT(tp_engine_metrics_on(e), TP_OK);
+  int st = -1;
+  CHECK_INT(tp_engine_run_put(e, "r1", "{}", 2, 0, stored, &st), TP_OK);
+  while (st == -1 && tp_engine_poll(e, 1) >= 0) {}
+  CHECK_INT(st, TP_STORED_OK);
+  server_stop(SIGKILL);
+  st = -1;
+  CHECK_INT(tp_engine_run_get(e, "r1", stored, &st), TP_OK);
+  while (st == -1 && tp_engine_poll(e, 1) >= 0) {}
+  CHECK_INT(st, TP_STORED_ERROR);
+  tp_engine *es[] = { e };
+  char *text = tp_metrics_text(es, 1, NULL);
+  CHECK(text != NULL);
+  if (text) {
+    CHECK_HAS(text, "tidepool_store_errors_total{op=\"run_put\"} 0\n");
+    CHECK_HAS(text, "tidepool_store_errors_total{op=\"run_get\"} 1\n");
+    CHECK_HAS(text, "tidepool_store_duration_seconds_count 2\n");
+  }
+  tp_free(text);
+  tp_engine_destroy(e);
+  if (server_start() != 0) { TP_FAIL_AT("redis-server did not start again"); }
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   if (!tp_t_list) {
@@ -864,6 +903,7 @@ int main (int argc, char **argv) {
   RUN(engines_on_two_stores_agree_on_who_holds_a_session);
   RUN(a_redis_that_stops_answering_is_dropped_after_the_timeout);
   RUN(a_lost_connection_answers_error_then_reconnects_when_redis_is_back);
+  RUN(an_engines_store_errors_are_counted_in_its_metrics);
   if (!tp_t_list) {
     server_stop(SIGTERM);
     char cmd[128];
