@@ -15,7 +15,7 @@
 **     --nofile N    RLIMIT_NOFILE  --nproc N      processes the command may have at once
 **
 ** What it does, in order: setsid (its own session and process group); a pids cgroup
-** (see pids_cgroup); rlimits, RLIMIT_CORE 0; for root, drops every capability;
+** (see pids_cgroup and confine_cgroup.h); rlimits, RLIMIT_CORE 0; for root, drops every capability;
 ** PR_SET_NO_NEW_PRIVS; a Landlock ruleset when the kernel has Landlock; a seccomp filter
 ** (libseccomp). A protection the kernel offers and that fails to apply is fatal (exit
 ** 126, nothing runs); one the kernel lacks is reported as missing.
@@ -49,6 +49,8 @@
 
 #include <linux/capability.h>
 #include <seccomp.h>
+
+#include "confine_cgroup.h"
 
 #define REPORT_FD 3
 #define MAX_DIRS 32
@@ -295,6 +297,7 @@ static int private_hierarchy (int v1, char *mnt, size_t size, int *made_dir) {
 ** command is gone); a group on our own mount is left to sweep_cgroups. Returns 1 when
 ** the command runs in one. */
 static int pids_cgroup (long nproc, char *path, size_t size) {
+  int root = geteuid() == 0;
   char rel[PATH_MAX] = "", base[PATH_MAX] = "", mnt[64] = "";
   int v1 = 0, v2 = 0, made_dir = 0;
   FILE *f = fopen("/proc/self/cgroup", "r");
@@ -322,8 +325,16 @@ static int pids_cgroup (long nproc, char *path, size_t size) {
   snprintf(base, sizeof base, v1 ? "/sys/fs/cgroup/pids%s" : "/sys/fs/cgroup%s", rel);
   if (access(v1 ? "/sys/fs/cgroup/pids/cgroup.procs" : "/sys/fs/cgroup/cgroup.controllers",
              F_OK) != 0) {
-    if (!private_hierarchy(v1, mnt, sizeof mnt, &made_dir)) return 0;
+    if (!root || !private_hierarchy(v1, mnt, sizeof mnt, &made_dir)) return 0;
     snprintf(base, sizeof base, "%s%s", mnt, rel);
+  } else if (v2) {
+    /* the engine's group, or the subtree systemd delegated (confine_cgroup.h); a user
+    ** other than root uses only the latter */
+    int how = cg_pick_base("/sys/fs/cgroup", rel, geteuid(), base, sizeof base);
+    if (how == 0 || (how == 1 && !root) || (how == 2 && !cg_ready_delegated(base)))
+      return 0;
+  } else if (!root) {
+    return 0;
   }
   sweep_cgroups(base);
   int ok = 0;
@@ -458,13 +469,11 @@ int main (int argc, char **argv) {
 
   char cg[PATH_MAX] = "";
   const char *nproc_how = "0";
-  if (geteuid() == 0) {
-    if (pids_cgroup(nproc, cg, sizeof cg)) {
-      nproc_how = "cgroup";
-      /* first: the parent removes it even after a failure */
-      if (cg[0] != '\0') say("cgroup=%s ", cg);
-    }
-  } else {
+  if (pids_cgroup(nproc, cg, sizeof cg)) {  /* a user: in a delegated subtree only */
+    nproc_how = "cgroup";
+    /* first: the parent removes it even after a failure */
+    if (cg[0] != '\0') say("cgroup=%s ", cg);
+  } else if (geteuid() != 0) {
     long have = user_tasks();
     if (have >= 0) {
       set_limit(RLIMIT_NPROC, (rlim_t)(have + nproc), (rlim_t)(have + nproc), "RLIMIT_NPROC");
