@@ -403,8 +403,8 @@ spec: all
 	 esac
 
 # The developer's loop: the C tests and the busted specs, once each (make test runs busted
-# three times and every other suite), the two side by side; under 2 minutes on a quiet
-# 2-core machine once built.
+# three times and every other suite), side by side (busted in two halves); about 70 s on a
+# 2-core machine once built (load 3).
 test-fast: all $(CTESTS)
 	@BUILD=$(BUILD) sh scripts/run-tests.sh --fast
 
