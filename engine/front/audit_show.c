@@ -79,11 +79,13 @@ static const char *str (json_t *o, const char *k) {
 }
 
 static void usage_error (const char *msg) {
-  fprintf(stderr, "tidepool: audit: %s\nusage: tidepool audit show FILE [RUN] [--json]\n", msg);
+  fprintf(stderr, "tidepool: audit: %s\nusage: tidepool audit show FILE [RUN] [--json]\n"
+          "       tidepool audit show --state DIR|sqlite:PATH [RUN] [--json]\n", msg);
 }
 
-int tp__audit_main (int argc, char **argv) {
+int tp__audit_main (int argc, char **argv, char *(*journal_of)(const char *state)) {
   const char *file = NULL, *want = NULL;
+  char *owned = NULL;  /* --state's journal path */
   int json_out = 0;
   if (argc < 1 || strcmp(argv[0], "show") != 0) {
     usage_error(argc < 1 ? "what to do? (show)" : "unknown command (use show)");
@@ -91,15 +93,31 @@ int tp__audit_main (int argc, char **argv) {
   }
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) json_out = 1;
-    else if (argv[i][0] == '-' && argv[i][1]) { usage_error("unknown option"); return 2; }
+    else if (strcmp(argv[i], "--state") == 0 && file == NULL && owned == NULL) {
+      if (i + 1 >= argc) { usage_error("--state needs the state location"); return 2; }
+      owned = journal_of ? journal_of(argv[++i]) : NULL;
+      if (owned == NULL) {
+        fprintf(stderr, "tidepool: audit: --state %s keeps no journal file (a Redis or memory "
+                "store): give the servers --audit FILE and read that\n", argv[i]);
+        return 2;
+      }
+      file = owned;
+    }
+    else if (argv[i][0] == '-' && argv[i][1]) {
+      usage_error("unknown option");
+      free(owned);
+      return 2;
+    }
     else if (file == NULL) file = argv[i];
     else if (want == NULL) want = argv[i];
-    else { usage_error("too many arguments"); return 2; }
+    else { usage_error("too many arguments"); free(owned); return 2; }
   }
-  if (file == NULL) { usage_error("no FILE given (the --audit file)"); return 2; }
+  if (file == NULL) { usage_error("no FILE given (the --audit file, or --state DIR)"); return 2; }
   FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "r");
   if (f == NULL) {
-    fprintf(stderr, "tidepool: audit: cannot open %s: %s\n", file, strerror(errno));
+    fprintf(stderr, "tidepool: audit: cannot open %s: %s%s\n", file, strerror(errno),
+            owned && errno == ENOENT ? " (no run has been journaled in this state yet)" : "");
+    free(owned);
     return 2;
   }
   run *runs = NULL;
@@ -205,5 +223,6 @@ int tp__audit_main (int argc, char **argv) {
   }
   for (size_t i = 0; i < nruns; i++) free(runs[i].calls);
   free(runs);
+  free(owned);
   return status;
 }

@@ -4,7 +4,9 @@
 #ifndef tidepool_audit_show_h
 #define tidepool_audit_show_h
 
-/* argv after "audit": {"show", FILE, [RUN], [--json]}. Returns the exit status. */
-int tp__audit_main(int argc, char **argv);
+/* argv after "audit": {"show", FILE | --state LOCATION, [RUN], [--json]}; journal_of
+** gives the journal file of a state location (tp__options_journal_path: the caller's, so
+** this leaf calls nothing of its floor). Returns the exit status. */
+int tp__audit_main(int argc, char **argv, char *(*journal_of)(const char *state));
 
 #endif

@@ -1308,6 +1308,7 @@ static void shutdown_server (server *s) {
 static int server_init (server *s) {
   s->loop = &s->loop_storage;
   s->audit_fd = -1;
+  s->journal_fd = -1;
   if (uv_loop_init(s->loop) != 0) return -1;
   s->level = L_INFO;
   if (tp__mcp_mail_box_init(&s->mb, s->loop, server_mail, s) != 0) return -1;
@@ -1460,7 +1461,7 @@ static void entries_of (server *s, tp__mcp_entries *e) {
 }
 
 tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_worker_ops *wops,
-                                    tp_store *kv, char *owner, int audit_fd,
+                                    tp_store *kv, char *owner, int audit_fd, int journal_fd,
                                     tp__mcp_entries *entries) {
   server *s = calloc(1, sizeof *s);
   if (s == NULL) { tp_store_destroy(kv); free(owner); return NULL; }
@@ -1470,6 +1471,7 @@ tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_work
   s->owner = owner;
   if (server_init(s) != 0) return NULL;  /* the process ends: nothing to give back */
   s->audit_fd = audit_fd;
+  s->journal_fd = journal_fd;
   if (o->ui && (s->ui = tp__mcp_ui_new()) == NULL) return NULL;  /* as server_init */
   if (o->builtin) {
     char buf[4200];

@@ -306,6 +306,7 @@ struct tp__mcp_server {
   options o;
   tp__mcp_worker_ops wops;  /* a worker's life (worker.c's), given by main.c */
   int audit_fd;             /* --audit's file (O_APPEND), or -1 */
+  int journal_fd;           /* without --audit, --state's call journal (O_APPEND), or -1 */
   int quiet;                /* no logs on standard error (fuzzing) */
   tp__mcp_transport t;      /* where messages come from and lines go (transport.h) */
   int has_t;

@@ -768,6 +768,8 @@ int tp__mcp_worker_open (worker *w) {
     tp_engine_on_decision(w->e, audit_decision, w);
     tp_engine_audit_calls(w->e, s->audit_fd);  /* the call journal: tidepool audit show */
   }
+  else if (s->journal_fd >= 0)  /* --state's own journal (main.c) */
+    tp_engine_audit_calls(w->e, s->journal_fd);
   /* --otlp and --trace-file over the config's telemetry section (checked in main.c) */
   if (s->o.otlp && tp_engine_trace_otlp(w->e, s->o.otlp) != TP_OK && w->index == 0)
     tp__mcp_mail_log(w, L_WARNING, "--otlp %s: %s", s->o.otlp, tp_engine_error(w->e));
