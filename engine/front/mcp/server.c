@@ -943,6 +943,10 @@ static void server_mail (uv_async_t *a) {
     case M_LOG: tp__mcp_reply_log_from(s, m->level, m->logger, m->text); break;
     case M_READY: ready(s, m); break;
     case M_PARK: park_req(s, m); break;
+    case M_TOOLS:  /* re-list every worker's tools, then notifications/tools/list_changed */
+      s->reload_pending = 1;
+      maybe_reload(s);
+      break;
     }
     tp__mcp_mail_free(m);
   }

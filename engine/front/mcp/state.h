@@ -182,7 +182,8 @@ enum {
   M_RUN, M_CANCEL, M_DROP, M_RELOAD, M_STOP,   /* to a worker */
   M_READY, M_DONE, M_LINE, M_LOG,              /* to the protocol thread */
   M_RESUME, M_ANSWER,                          /* approvals: to a worker */
-  M_PARK                                       /* approvals: to the protocol thread */
+  M_PARK,                                      /* approvals: to the protocol thread */
+  M_TOOLS                                      /* an engine's tools changed (late upstream) */
 };
 
 typedef struct mail {

@@ -395,6 +395,16 @@ static void audit_line (worker *w, json_t *line) {
 /* One line of the audit log per decision of the config's policy (tp_engine_on_decision):
 ** {"event": "decision", time, session, worker, run, seq, tool, principal, rule (null for
 ** the default), effect, clause, args_sha256}. The arguments' values are never written. */
+/* tp_engine_on_tools_changed: an upstream server's tools came late or changed; the
+** protocol thread re-lists every worker's tools and tells the clients (M_TOOLS). */
+static void tools_changed (void *ud) {
+  worker *w = ud;
+  mail *m = tp__mcp_mail_new(M_TOOLS);
+  if (m == NULL) return;  /* out of memory: the clients hear of it at the next reload */
+  m->w = w;
+  tp__mcp_mail_post(&w->s->mb, m);
+}
+
 static void audit_decision (tp_run *r, const tp_decision *d, void *ud) {
   worker *w = ud;
   const req *q = w->running;
@@ -764,6 +774,7 @@ int tp__mcp_worker_open (worker *w) {
     w->e = NULL;
     return -1;
   }
+  tp_engine_on_tools_changed(w->e, tools_changed, w);
   if (s->audit_fd >= 0) {
     tp_engine_on_decision(w->e, audit_decision, w);
     tp_engine_audit_calls(w->e, s->audit_fd);  /* the call journal: tidepool audit show */
