@@ -30,6 +30,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "tidepool.h"
 #include "options.h"
 #include "approve.h"
@@ -39,13 +40,6 @@
 #include "era.h"
 #include "view.h"
 #include "ui.h"
-
-/* CLOCK_MONOTONIC in nanoseconds. */
-static uint64_t now_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void stop_if_drained(server *s);
 
@@ -130,7 +124,7 @@ static session *session_find (server *s, const char *who, const char *id, size_t
 
 static void sweep_cb (uv_timer_t *t) {
   server *s = t->data;
-  uint64_t now = now_ns(), idle = s->o.session_idle_us * 1000u;
+  uint64_t now = tp__mcp_mono_ns(), idle = s->o.session_idle_us * 1000u;
   char why[160];
   for (session *ss = s->sessions, *next; ss; ss = next) {
     next = ss->next;
@@ -333,7 +327,7 @@ static void req_done (server *s, req *q) {
   session *ss = q->sess;
   if (ss != NULL) {
     ss->busy = 0;
-    ss->last_used_ns = now_ns();
+    ss->last_used_ns = tp__mcp_mono_ns();
     if (q->drop_session)
       session_drop(s, ss, q->moved ? "another server holds it (session.moved)"
                                    : "its script went over the session's memory limit");
@@ -586,7 +580,7 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
         return;
       }
       q->sess->busy = 1;
-      q->sess->last_used_ns = now_ns();
+      q->sess->last_used_ns = tp__mcp_mono_ns();
       q->sess_num = q->sess->num;
       q->w = q->sess->w;
     }

@@ -30,6 +30,7 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "tidepool.h"
 #include "auth.h"
 #include "view.h"
@@ -57,12 +58,6 @@ struct tp__mcp_ui_http {
   uint64_t *classes;
   usess sess[UI_SESSIONS_MAX];
 };
-
-static uint64_t mono_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 tp__mcp_ui_http *tp__mcp_ui_http_new (const tp__mcp_entries *ent, struct tp_auth *auth,
                                       uint64_t *classes) {
@@ -101,7 +96,7 @@ static int same_secret (const char *want, const char *given) {
 
 static usess *sess_find (tp__mcp_ui_http *u, const char *id) {
   if (id == NULL || strlen(id) != 32) return NULL;
-  uint64_t now = mono_ns();
+  uint64_t now = tp__mcp_mono_ns();
   for (size_t i = 0; i < UI_SESSIONS_MAX; i++) {
     usess *s = &u->sess[i];
     if (!s->used) continue;
@@ -127,7 +122,7 @@ static usess *sess_new (tp__mcp_ui_http *u, int signed_in, const char *principal
   s->used = 1;
   s->signed_in = signed_in;
   snprintf(s->principal, sizeof s->principal, "%s", principal ? principal : "");
-  s->born_ns = mono_ns();
+  s->born_ns = tp__mcp_mono_ns();
   return s;
 }
 
