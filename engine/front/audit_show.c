@@ -78,6 +78,77 @@ static const char *str (json_t *o, const char *k) {
   return s ? s : "";
 }
 
+/* Reads the journal f into *runs (*nruns of them, in the order they started); 1 when out
+** of memory (what was read is kept). */
+static int load (FILE *f, run **runs_, size_t *nruns_, size_t *cap_) {
+  run *runs = *runs_;
+  size_t nruns = *nruns_, cap = *cap_;
+  char *line = malloc(LINE_MAX_);
+  int oom = line == NULL;
+  while (!oom && fgets(line, LINE_MAX_, f)) {
+    json_t *o = json_loads(line, 0, NULL);
+    const char *ev = str(o, "ev"), *id = str(o, "run");
+    if (o == NULL || !*ev || !*id) { json_decref(o); continue; }
+    run *r = find_run(&runs, &nruns, &cap, id, 1);
+    if (r == NULL) { oom = 1; json_decref(o); break; }
+    if (!r->started[0]) snprintf(r->started, sizeof r->started, "%s", str(o, "ts"));
+    long long seq = json_integer_value(json_object_get(o, "seq"));
+    if (strcmp(ev, "run") == 0) {
+      r->ended = 1;
+      r->ok = json_is_true(json_object_get(o, "ok"));
+      snprintf(r->code, sizeof r->code, "%s", str(o, "code"));
+      r->ms = json_number_value(json_object_get(o, "ms"));
+    }
+    else if (strcmp(ev, "call") == 0 || strcmp(ev, "held") == 0 || strcmp(ev, "end") == 0) {
+      call *c = find_call(r, seq, 1);
+      if (c == NULL) { oom = 1; json_decref(o); break; }
+      snprintf(c->tool, sizeof c->tool, "%s", str(o, "tool"));
+      if (json_object_get(o, "line")) c->line = json_integer_value(json_object_get(o, "line"));
+      if (strcmp(ev, "call") == 0) snprintf(c->state, sizeof c->state, "in flight");
+      else if (strcmp(ev, "held") == 0) snprintf(c->state, sizeof c->state, "held");
+      else {
+        snprintf(c->code, sizeof c->code, "%s", str(o, "code"));
+        c->ms = json_number_value(json_object_get(o, "ms"));
+        snprintf(c->state, sizeof c->state, "%s", json_is_true(json_object_get(o, "ok")) ?
+                 "made" : refused(c->code) ? "refused" : "failed");
+      }
+    }
+    json_decref(o);
+  }
+  free(line);
+  *runs_ = runs;
+  *nruns_ = nruns;
+  *cap_ = cap;
+  return oom;
+}
+
+json_t *tp__audit_unfinished (const char *file, size_t max) {
+  FILE *f = file ? fopen(file, "r") : NULL;
+  if (f == NULL) return NULL;
+  run *runs = NULL;
+  size_t nruns = 0, cap = 0;
+  int oom = load(f, &runs, &nruns, &cap);
+  fclose(f);
+  json_t *arr = oom ? NULL : json_array();
+  for (size_t i = nruns, n = 0; arr && i-- > 0 && n < max;) {  /* the latest first */
+    run *r = &runs[i];
+    if (r->ended) continue;
+    json_t *calls = json_array();
+    for (size_t k = 0; calls && k < r->ncalls; k++) {
+      call *c = &r->calls[k];
+      json_array_append_new(calls, json_pack("{s:I, s:s, s:I, s:s, s:s}", "seq",
+                            (json_int_t)c->seq, "tool", c->tool, "line", (json_int_t)c->line,
+                            "state", c->state, "code", c->code));
+    }
+    json_array_append_new(arr, json_pack("{s:s, s:s, s:o*}", "run", r->id, "started",
+                                         r->started, "calls", calls));
+    n++;
+  }
+  for (size_t i = 0; i < nruns; i++) free(runs[i].calls);
+  free(runs);
+  return arr;
+}
+
 static void usage_error (const char *msg) {
   fprintf(stderr, "tidepool: audit: %s\nusage: tidepool audit show FILE [RUN] [--json]\n"
           "       tidepool audit show --state DIR|sqlite:PATH [RUN] [--json]\n", msg);
@@ -122,39 +193,7 @@ int tp__audit_main (int argc, char **argv, char *(*journal_of)(const char *state
   }
   run *runs = NULL;
   size_t nruns = 0, cap = 0;
-  char *line = malloc(LINE_MAX_);
-  int oom = line == NULL;
-  while (!oom && fgets(line, LINE_MAX_, f)) {
-    json_t *o = json_loads(line, 0, NULL);
-    const char *ev = str(o, "ev"), *id = str(o, "run");
-    if (o == NULL || !*ev || !*id) { json_decref(o); continue; }
-    run *r = find_run(&runs, &nruns, &cap, id, 1);
-    if (r == NULL) { oom = 1; json_decref(o); break; }
-    if (!r->started[0]) snprintf(r->started, sizeof r->started, "%s", str(o, "ts"));
-    long long seq = json_integer_value(json_object_get(o, "seq"));
-    if (strcmp(ev, "run") == 0) {
-      r->ended = 1;
-      r->ok = json_is_true(json_object_get(o, "ok"));
-      snprintf(r->code, sizeof r->code, "%s", str(o, "code"));
-      r->ms = json_number_value(json_object_get(o, "ms"));
-    }
-    else if (strcmp(ev, "call") == 0 || strcmp(ev, "held") == 0 || strcmp(ev, "end") == 0) {
-      call *c = find_call(r, seq, 1);
-      if (c == NULL) { oom = 1; json_decref(o); break; }
-      snprintf(c->tool, sizeof c->tool, "%s", str(o, "tool"));
-      if (json_object_get(o, "line")) c->line = json_integer_value(json_object_get(o, "line"));
-      if (strcmp(ev, "call") == 0) snprintf(c->state, sizeof c->state, "in flight");
-      else if (strcmp(ev, "held") == 0) snprintf(c->state, sizeof c->state, "held");
-      else {
-        snprintf(c->code, sizeof c->code, "%s", str(o, "code"));
-        c->ms = json_number_value(json_object_get(o, "ms"));
-        snprintf(c->state, sizeof c->state, "%s", json_is_true(json_object_get(o, "ok")) ?
-                 "made" : refused(c->code) ? "refused" : "failed");
-      }
-    }
-    json_decref(o);
-  }
-  free(line);
+  int oom = load(f, &runs, &nruns, &cap);
   if (f != stdin) fclose(f);
   int status = 0;
   if (oom) { fprintf(stderr, "tidepool: audit: out of memory\n"); status = 1; }

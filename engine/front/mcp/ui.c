@@ -14,6 +14,7 @@
 #include "tidepool.h"
 #include "tidepool_server.h"
 #include "approve.h"
+#include "options.h"
 #include "ui.h"
 
 #define UI_EXCERPT_MAX 600  /* bytes of a run's result or error message kept */
@@ -188,6 +189,11 @@ json_t *tp__mcp_ui_snapshot (server *s) {
   json_object_set_new(root, "waiting", json_integer((json_int_t)s->nwaiting));
   json_object_set_new(root, "sessions", json_integer((json_int_t)s->nsessions));
   json_object_set_new(root, "workers", json_integer((json_int_t)s->nworkers));
+  /* the call journal (--audit's file, or --state's own): what runs did before a crash */
+  char *jpath = s->o.audit ? NULL : tp__options_journal_path(s->o.state);
+  const char *journal = s->o.audit ? s->o.audit : jpath;
+  if (journal) json_object_set_new(root, "journal", json_string(journal));
+  free(jpath);
   return root;
 }
 
