@@ -884,8 +884,14 @@ function list_tools(srv, done)
         end
       end
       srv.listing = false
+      local gone = 0
+      for _ in pairs(srv.gone) do gone = gone + 1 end
       local n = register(srv, all)
       if n > 0 and srv.listed then E.annotate() end
+      for _ in pairs(srv.gone) do gone = gone - 1 end
+      -- after the start (a re-list, or a server the start went on without): the engine's
+      -- clients hear of it (tp_engine_on_tools_changed)
+      if (srv.listed or srv.late) and (n > 0 or gone ~= 0) then E.tools_changed() end
       srv.listed = true
       if done then done(true) end
       if srv.list_again then

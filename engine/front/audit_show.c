@@ -78,32 +78,11 @@ static const char *str (json_t *o, const char *k) {
   return s ? s : "";
 }
 
-static void usage_error (const char *msg) {
-  fprintf(stderr, "tidepool: audit: %s\nusage: tidepool audit show FILE [RUN] [--json]\n", msg);
-}
-
-int tp__audit_main (int argc, char **argv) {
-  const char *file = NULL, *want = NULL;
-  int json_out = 0;
-  if (argc < 1 || strcmp(argv[0], "show") != 0) {
-    usage_error(argc < 1 ? "what to do? (show)" : "unknown command (use show)");
-    return 2;
-  }
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) json_out = 1;
-    else if (argv[i][0] == '-' && argv[i][1]) { usage_error("unknown option"); return 2; }
-    else if (file == NULL) file = argv[i];
-    else if (want == NULL) want = argv[i];
-    else { usage_error("too many arguments"); return 2; }
-  }
-  if (file == NULL) { usage_error("no FILE given (the --audit file)"); return 2; }
-  FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "r");
-  if (f == NULL) {
-    fprintf(stderr, "tidepool: audit: cannot open %s: %s\n", file, strerror(errno));
-    return 2;
-  }
-  run *runs = NULL;
-  size_t nruns = 0, cap = 0;
+/* Reads the journal f into *runs (*nruns of them, in the order they started); 1 when out
+** of memory (what was read is kept). */
+static int load (FILE *f, run **runs_, size_t *nruns_, size_t *cap_) {
+  run *runs = *runs_;
+  size_t nruns = *nruns_, cap = *cap_;
   char *line = malloc(LINE_MAX_);
   int oom = line == NULL;
   while (!oom && fgets(line, LINE_MAX_, f)) {
@@ -137,6 +116,84 @@ int tp__audit_main (int argc, char **argv) {
     json_decref(o);
   }
   free(line);
+  *runs_ = runs;
+  *nruns_ = nruns;
+  *cap_ = cap;
+  return oom;
+}
+
+json_t *tp__audit_unfinished (const char *file, size_t max) {
+  FILE *f = file ? fopen(file, "r") : NULL;
+  if (f == NULL) return NULL;
+  run *runs = NULL;
+  size_t nruns = 0, cap = 0;
+  int oom = load(f, &runs, &nruns, &cap);
+  fclose(f);
+  json_t *arr = oom ? NULL : json_array();
+  for (size_t i = nruns, n = 0; arr && i-- > 0 && n < max;) {  /* the latest first */
+    run *r = &runs[i];
+    if (r->ended) continue;
+    json_t *calls = json_array();
+    for (size_t k = 0; calls && k < r->ncalls; k++) {
+      call *c = &r->calls[k];
+      json_array_append_new(calls, json_pack("{s:I, s:s, s:I, s:s, s:s}", "seq",
+                            (json_int_t)c->seq, "tool", c->tool, "line", (json_int_t)c->line,
+                            "state", c->state, "code", c->code));
+    }
+    json_array_append_new(arr, json_pack("{s:s, s:s, s:o*}", "run", r->id, "started",
+                                         r->started, "calls", calls));
+    n++;
+  }
+  for (size_t i = 0; i < nruns; i++) free(runs[i].calls);
+  free(runs);
+  return arr;
+}
+
+static void usage_error (const char *msg) {
+  fprintf(stderr, "tidepool: audit: %s\nusage: tidepool audit show FILE [RUN] [--json]\n"
+          "       tidepool audit show --state DIR|sqlite:PATH [RUN] [--json]\n", msg);
+}
+
+int tp__audit_main (int argc, char **argv, char *(*journal_of)(const char *state)) {
+  const char *file = NULL, *want = NULL;
+  char *owned = NULL;  /* --state's journal path */
+  int json_out = 0;
+  if (argc < 1 || strcmp(argv[0], "show") != 0) {
+    usage_error(argc < 1 ? "what to do? (show)" : "unknown command (use show)");
+    return 2;
+  }
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) json_out = 1;
+    else if (strcmp(argv[i], "--state") == 0 && file == NULL && owned == NULL) {
+      if (i + 1 >= argc) { usage_error("--state needs the state location"); return 2; }
+      owned = journal_of ? journal_of(argv[++i]) : NULL;
+      if (owned == NULL) {
+        fprintf(stderr, "tidepool: audit: --state %s keeps no journal file (a Redis or memory "
+                "store): give the servers --audit FILE and read that\n", argv[i]);
+        return 2;
+      }
+      file = owned;
+    }
+    else if (argv[i][0] == '-' && argv[i][1]) {
+      usage_error("unknown option");
+      free(owned);
+      return 2;
+    }
+    else if (file == NULL) file = argv[i];
+    else if (want == NULL) want = argv[i];
+    else { usage_error("too many arguments"); free(owned); return 2; }
+  }
+  if (file == NULL) { usage_error("no FILE given (the --audit file, or --state DIR)"); return 2; }
+  FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "r");
+  if (f == NULL) {
+    fprintf(stderr, "tidepool: audit: cannot open %s: %s%s\n", file, strerror(errno),
+            owned && errno == ENOENT ? " (no run has been journaled in this state yet)" : "");
+    free(owned);
+    return 2;
+  }
+  run *runs = NULL;
+  size_t nruns = 0, cap = 0;
+  int oom = load(f, &runs, &nruns, &cap);
   if (f != stdin) fclose(f);
   int status = 0;
   if (oom) { fprintf(stderr, "tidepool: audit: out of memory\n"); status = 1; }
@@ -205,5 +262,6 @@ int tp__audit_main (int argc, char **argv) {
   }
   for (size_t i = 0; i < nruns; i++) free(runs[i].calls);
   free(runs);
+  free(owned);
   return status;
 }

@@ -44,6 +44,8 @@ static const char usage_head[] =
   "       tidepool config schema          print the config file's JSON Schema\n"
   "       tidepool audit show FILE [RUN]  a run's calls from an --audit file: made, failed,\n"
   "                                       refused, held, in flight when the process died\n"
+  "       tidepool audit show --state DIR [RUN]  the same from --state's own journal\n"
+  "                                       (DIR/journal.jsonl, written when no --audit)\n"
   "       tidepool --version | --help\n"
   "\n"
   "options:\n"
@@ -586,7 +588,8 @@ int main (int argc, char **argv) {
   }
   if (strcmp(cmd, "mcp") == 0) return tp__mcp_main(argc - 2, argv + 2);
   if (strcmp(cmd, "config") == 0) return config_main(argc - 2, argv + 2);
-  if (strcmp(cmd, "audit") == 0) return tp__audit_main(argc - 2, argv + 2);
+  if (strcmp(cmd, "audit") == 0)
+    return tp__audit_main(argc - 2, argv + 2, tp__options_journal_path);
   int check = strcmp(cmd, "check") == 0, describe = strcmp(cmd, "describe") == 0;
   if (!check && !describe && strcmp(cmd, "run") != 0)
     return tp__options_usage_error("unknown command '%s'", cmd);
@@ -818,6 +821,16 @@ int main (int argc, char **argv) {
       tp_engine_destroy(e);
       fprintf(stderr, "tidepool: out of memory\n");
       return 1;
+    }
+    /* without --audit, the call journal goes with the state (tidepool audit show --state) */
+    char *jpath = audit_fd < 0 ? tp__options_journal_path(state) : NULL;
+    if (jpath) {
+      audit_fd = open(jpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+      if (audit_fd < 0)
+        fprintf(stderr, "tidepool: warning: --state: the call journal %s cannot be opened "
+                "(%s): the run is not journaled; give --audit FILE\n", jpath, strerror(errno));
+      else tp_engine_audit_calls(e, audit_fd);
+      free(jpath);
     }
   }
   /* the plugin directories: the built-in ones, the config file's, then --tools */

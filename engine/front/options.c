@@ -127,6 +127,18 @@ char *tp__options_config_dir (const char *path) {
   return n < 0 ? NULL : abs;
 }
 
+char *tp__options_journal_path (const char *state) {
+  char *p = NULL;
+  if (state == NULL || strncmp(state, "redis://", 8) == 0 || strncmp(state, "rediss://", 9) == 0
+      || strncmp(state, "memory:", 7) == 0)
+    return NULL;
+  if (strncmp(state, "sqlite:", 7) == 0) {
+    if (state[7] == '\0') return NULL;
+    return asprintf(&p, "%s.journal.jsonl", state + 7) < 0 ? NULL : p;
+  }
+  return asprintf(&p, "%s/journal.jsonl", state) < 0 ? NULL : p;
+}
+
 /* The built-in tools: $TIDEPOOL_TOOLS_DIR, else the source tree's tools/ when the binary
 ** runs from a build directory (<exe>/../tools or <exe>/../../tools holding time.lua),
 ** else the installed TP_DATADIR/tools. */

@@ -59,6 +59,11 @@ void tp__options_config_problems(FILE *f, const char *prefix, const char *path,
 /* The folder of a config file's path, absolute (relative paths in it are relative to
 ** it); free it. NULL when out of memory. */
 char *tp__options_config_dir(const char *path);
+/* The call journal's file that goes with the state location state (--state) when no
+** --audit is given: DIR/journal.jsonl, or PATH.journal.jsonl for sqlite:PATH; NULL for
+** redis://, rediss:// and memory: (no file of theirs; give --audit) or out of memory.
+** Free it. */
+char *tp__options_journal_path(const char *state);
 
 /* Copies the option name of arg ("--memory=64M" -> "--memory") into name[len]; returns
 ** where the name ends in arg (at '=' or the end), or NULL when the name is too long. */

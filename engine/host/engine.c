@@ -144,6 +144,12 @@ void tp_engine_on_log (tp_engine *e, tp_engine_log_cb cb, void *ud) {
   e->log_ud = cb ? ud : NULL;
 }
 
+void tp_engine_on_tools_changed (tp_engine *e, tp_engine_tools_cb cb, void *ud) {
+  if (e == NULL) return;
+  e->tools_changed = cb;
+  e->tools_changed_ud = cb ? ud : NULL;
+}
+
 void tp__engine_log (const tp_engine *e, tp_log_level level, const char *source,
                      const char *fmt, ...) {
   char buf[4096];

@@ -46,6 +46,8 @@ struct tp_engine {
   char *error;             /* tp_engine_error */
   tp_engine_log_cb log;           /* tp_engine_on_log; NULL: tp_log_stderr */
   void *log_ud;
+  tp_engine_tools_cb tools_changed; /* tp_engine_on_tools_changed, or NULL */
+  void *tools_changed_ud;
   struct uv_loop_s *loop;
   lua_State *H;            /* the host Lua state (host.c), or NULL until needed */
   void *host_state;        /* host.c's own data about H, while H is open */

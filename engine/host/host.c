@@ -858,6 +858,13 @@ static int e_seen_load (lua_State *H) {
   return 0;
 }
 
+/* E.tools_changed(): an upstream server's tools came late or changed (upstream.lua). */
+static int e_tools_changed (lua_State *H) {
+  tp_engine *e = tp__host_get(H)->e;
+  if (e->tools_changed) e->tools_changed(e->tools_changed_ud);
+  return 0;
+}
+
 /* E.upstream_state(server, up, restarted): /metrics' tidepool_upstream_* series. */
 static int e_upstream_state (lua_State *H) {
   tp__metrics_upstream(tp__host_get(H)->e, luaL_checkstring(H, 1), lua_toboolean(H, 2),
@@ -978,6 +985,7 @@ static int open_p (lua_State *H) {
     { "claim", e_claim }, { "annotate", e_annotate }, { "seen", e_seen },
     { "traceparent", e_traceparent }, { "span", e_span }, { "span_start", e_span_start },
     { "seen_load", e_seen_load }, { "upstream_state", e_upstream_state },
+    { "tools_changed", e_tools_changed },
     { "field", e_field }, { "body", e_body }, { "charge", e_charge },
     { "decode", e_decode }, { "peek_id", e_peek_id }, { NULL, NULL } };
   luaL_newlibtable(H, fns);

@@ -771,6 +771,13 @@ typedef void (*tp_engine_log_cb)(void *ud, tp_log_level level, const char *sourc
                                  const char *message);
 /* Sets e's logger; cb NULL restores the default, tp_log_stderr. */
 TP_EXTERN void tp_engine_on_log(tp_engine *e, tp_engine_log_cb cb, void *ud);
+/* Sets what is called (on e's thread, after the change) when e's tools changed other than
+** by tp_engine_load_tools, tp_engine_add_tool or a reload: an upstream MCP server that
+** answered after its start (start_wait_ms), or one whose tool list changed. A server then
+** tells its clients (tidepool mcp: notifications/tools/list_changed). cb NULL: none. It
+** must not call back into e. */
+typedef void (*tp_engine_tools_cb)(void *ud);
+TP_EXTERN void tp_engine_on_tools_changed(tp_engine *e, tp_engine_tools_cb cb, void *ud);
 /* A logger that writes each message and a newline to stderr (ud unused): the default
 ** until front ends set their own, and what the command line uses. */
 TP_EXTERN void tp_log_stderr(void *ud, tp_log_level level, const char *source,

@@ -89,6 +89,63 @@ test('--audit holds the call journal: tidepool audit show lists the run\'s calls
   eq(one.stdout.split('\n').filter((l) => l.includes('say.hi')).length, 2, one.stdout);
 });
 
+test('--state without --audit journals the calls with the state: kill -9 mid-run, audit show --state lists them', async () => {
+  const dir = fs.mkdtempSync(path.join(tmp, 'state-'));
+  const journal = path.join(dir, 'journal.jsonl');
+  const s = mcpServer(['mcp', '--tools', plugins, '--state', dir]);
+  try {
+    await s.initialize();
+    s.start('tools/call', { name: 'run_lua', arguments: {
+      code: 'tools.say.hi{who = "a"} tools.time.sleep{ms = 30000} return 1' } });
+    const t0 = Date.now();  // until the sleep has started, as the journal says
+    while (!(fs.existsSync(journal) && /"ev":"call".*"time\.sleep"/.test(fs.readFileSync(journal, 'utf8')))) {
+      assert(Date.now() - t0 < 20000, `the sleep never started: ${s.stderr()}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally { s.kill(); }
+  eq(await s.exited, 'SIGKILL');
+  const list = spawnSync(tidepool, ['audit', 'show', '--state', dir, '--json'], { encoding: 'utf8' });
+  eq(list.status, 0, list.stderr);
+  const runs = JSON.parse(list.stdout);
+  eq(runs.map((r) => [r.calls, r.ended, r.outcome]), [[2, false, 'died']]);
+  const one = spawnSync(tidepool, ['audit', 'show', '--state', dir, runs[0].run, '--json'], { encoding: 'utf8' });
+  eq(one.status, 0, one.stderr);
+  eq(JSON.parse(one.stdout).calls.map((c) => [c.seq, c.tool, c.state, c.code]), [
+    [1, 'say.hi', 'made', 'ok'], [2, 'time.sleep', 'in flight', '']]);
+  const redis = spawnSync(tidepool, ['audit', 'show', '--state', 'redis://127.0.0.1:6379/0'], { encoding: 'utf8' });
+  eq(redis.status, 2);
+  assert(redis.stderr.includes('keeps no journal file (a Redis or memory store): give the servers --audit FILE'),
+    redis.stderr);
+}, 60000);
+
+test('after kill -9, the operator page of the restarted server shows the journal\'s unfinished run, call by call', async () => {
+  const dir = fs.mkdtempSync(path.join(tmp, 'uistate-'));
+  const journal = path.join(dir, 'journal.jsonl');
+  let srv = await startHttp(['--ui', '--state', dir]);
+  try {
+    const init = await rpc(srv, null, 1, 'initialize', { protocolVersion: '2025-11-25', capabilities: {},
+      clientInfo: { name: 'wire', version: '1' } });
+    // not awaited: the run sleeps until the server is killed
+    rpc(srv, init.sid, 2, 'tools/call', { name: 'run_lua', arguments: {
+      code: 'tools.say.hi{who = "<b>x</b>"} tools.time.sleep{ms = 30000} return 1' } }).catch(() => {});
+    const t0 = Date.now();
+    while (!(fs.existsSync(journal) && /"ev":"call".*"time\.sleep"/.test(fs.readFileSync(journal, 'utf8')))) {
+      assert(Date.now() - t0 < 20000, `the sleep never started: ${srv.stderr()}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally { await stop(srv); }
+  const id = JSON.parse(fs.readFileSync(journal, 'utf8').split('\n')[0]).run;
+  srv = await startHttp(['--ui', '--state', dir]);
+  try {
+    const page = await (await fetch(`${srv.base}/ui`)).text();
+    const sect = page.slice(page.indexOf('<section id="journal">'));
+    assert(sect.includes(`run <code>${id}</code>`), `the died run on the page: ${sect.slice(0, 800)}`);
+    assert(/<code>say\.hi<\/code><\/td><td>1<\/td><td class="state">made<\/td>/.test(sect), sect.slice(0, 800));
+    assert(/<code>time\.sleep<\/code><\/td><td>1<\/td><td class="state">in flight \(no end recorded\)<\/td>/.test(sect),
+      sect.slice(0, 800));
+  } finally { await stop(srv); }
+}, 60000);
+
 test('--otlp needs an http(s) URL: a usage error', async () => {
   const r = spawnSync(tidepool, ['mcp', '--otlp', 'ftp://127.0.0.1/x'], { encoding: 'utf8', input: '' });
   eq(r.status, 2, r.stderr);

@@ -91,6 +91,28 @@ test('mcp serves before a late server answers; its tools come when it does, with
   await p.exited;
 }, 30000);
 
+test('when a late server\'s tools come, mcp sends notifications/tools/list_changed and lists them', async () => {
+  const cfg = configFile({ mcpServers: { late: { command: 'sh', args: ['-c',
+    `sleep 2; exec node '${edge}'`], start_wait_ms: 300 } } });
+  const p = start(['mcp', '--config', cfg]);
+  p.send(INIT);
+  const init = JSON.parse(await p.line(p.out, /"id":1/));
+  eq(init.result.capabilities.tools, { listChanged: true });
+  p.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+  p.send({ jsonrpc: '2.0', id: 2, method: 'tools/list' });
+  const before = JSON.parse(await p.line(p.out, /"id":2/));
+  const desc = (r) => r.result.tools.find((t) => t.name === 'run_lua').description;
+  assert(!desc(before).includes('late.echo'), 'no late tools yet');
+  await p.line(p.err, /mcpServers\.late: answered/);
+  await p.line(p.out, /"method":"notifications\/tools\/list_changed"/);
+  p.send({ jsonrpc: '2.0', id: 3, method: 'tools/list' });
+  const after = JSON.parse(await p.line(p.out, /"id":3/));
+  assert(desc(after).includes('late.echo'), `run_lua lists the late tools: ${desc(after)}`);
+  eq(p.out.filter((l) => l.includes('notifications/tools/list_changed')).length, 1, 'once');
+  p.child.stdin.end();
+  await p.exited;
+}, 30000);
+
 test('mcp with a silent server answers initialize after start_wait_ms, not after 70 s', async () => {
   const p = start(['mcp', '--config', configFile({ mcpServers: { quiet: silent(1000) } })]);
   const t0 = Date.now();

@@ -56,6 +56,7 @@
 
 #include <microhttpd.h>
 
+#include "clock.h"
 #include "tidepool.h"
 #include "auth.h"
 #include "http.h"
@@ -96,12 +97,6 @@ static const struct {
   { "--http-shutdown-grace", "shutdown_grace", TP_UNIT_DURATION, 10000000u, 3600000000u,
     "on SIGTERM, how long requests in flight may finish before they are cancelled" },
 };
-
-static uint64_t mono_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- options --------------------------------------------------------------------- */
 
@@ -521,7 +516,7 @@ static hsess *sess_new (tp__mcp_http *h) {
   hsess *hs = calloc(1, sizeof *hs);
   if (hs == NULL) return NULL;
   for (size_t i = 0; i < sizeof rnd; i++) snprintf(hs->id + 2 * i, 3, "%02x", rnd[i]);
-  hs->used_ns = mono_ns();
+  hs->used_ns = tp__mcp_mono_ns();
   hs->next = h->sessions;
   h->sessions = hs;
   h->nsessions++;
@@ -759,7 +754,7 @@ static enum MHD_Result dispatch (tp__mcp_http *h, hreq *r) {
                        "never existed; send initialize again for a new session", NULL, NULL);
       goto out;
     }
-    hs->used_ns = mono_ns();
+    hs->used_ns = tp__mcp_mono_ns();
     snprintf(r->sid, sizeof r->sid, "%s", hs->id);
   }
   if (method == NULL || id == NULL) {  /* a notification or a response: 202 */
@@ -1099,7 +1094,7 @@ static void on_completed (void *cls, struct MHD_Connection *c, void **con_cls,
   r->counted = 0;
   if (r->cn) {
     r->cn->busy = 0;
-    r->cn->since_ns = mono_ns();
+    r->cn->since_ns = tp__mcp_mono_ns();
   }
   if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
     r->gone = 1;
@@ -1118,7 +1113,7 @@ static void on_connection (void *cls, struct MHD_Connection *c, void **socket_co
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (cn == NULL || ci == NULL) { free(cn); return; }
     cn->fd = ci->connect_fd;
-    cn->since_ns = mono_ns();
+    cn->since_ns = tp__mcp_mono_ns();
     h->nconns++;
     cn->over = h->lim[O_CONNS] && h->nconns > h->lim[O_CONNS];
     cn->next = h->conns;
@@ -1164,7 +1159,7 @@ static void update_timer (tp__mcp_http *h) {
 ** the end of the stream and closes them); idle sessions are forgotten. */
 static void sweep_cb (uv_timer_t *t) {
   tp__mcp_http *h = t->data;
-  uint64_t now = mono_ns(), limit = h->lim[O_REQUEST] * 1000u;
+  uint64_t now = tp__mcp_mono_ns(), limit = h->lim[O_REQUEST] * 1000u;
   for (conn *cn = h->conns; cn; cn = cn->next)
     if (!cn->busy && ((limit && now - cn->since_ns > limit) ||
                       (cn->over && now - cn->since_ns > OVERFLOW_IDLE_NS))) {

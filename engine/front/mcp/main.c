@@ -416,8 +416,20 @@ static int mcp_main (options *o, int argc, char **argv) {
       return TP_EXIT_USAGE;
     }
   }
+  /* --state without --audit: the call journal goes with the state (tidepool audit show
+  ** --state reads it), so what runs did survives a crash wherever their state does */
+  int journal_fd = -1;
+  char *jpath = audit_fd < 0 ? tp__options_journal_path(o->state) : NULL;
+  if (jpath) {
+    journal_fd = open(jpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (journal_fd < 0)
+      fprintf(stderr, "tidepool: warning: --state: the call journal %s cannot be opened (%s): "
+              "runs are not journaled; give --audit FILE\n", jpath, strerror(errno));
+    free(jpath);
+  }
   tp__mcp_entries ent;
-  tp__mcp_server *s = tp__mcp_server_new(o, &worker_ops, kv, owner, audit_fd, &ent);
+  tp__mcp_server *s = tp__mcp_server_new(o, &worker_ops, kv, owner, audit_fd, journal_fd,
+                                         &ent);
   if (s == NULL) {
     fprintf(stderr, "tidepool mcp: out of memory\n");
     return 1;
@@ -429,6 +441,7 @@ static int mcp_main (options *o, int argc, char **argv) {
     if (h == NULL) {
       tp__mcp_server_free(s);
       if (audit_fd >= 0) close(audit_fd);
+      if (journal_fd >= 0) close(journal_fd);
       options_free(o);
       close(out);
       return 1;
@@ -448,6 +461,7 @@ static int mcp_main (options *o, int argc, char **argv) {
   int status = tp__mcp_server_run(s);
   tp__mcp_server_free(s);
   if (audit_fd >= 0) close(audit_fd);
+  if (journal_fd >= 0) close(journal_fd);
   options_free(o);
   close(out);
   return status;

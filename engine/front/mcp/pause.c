@@ -20,6 +20,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "tidepool.h"
 #include "options.h"
 #include "state.h"
@@ -600,14 +601,13 @@ static void rclaim_free (rclaim *c) {
   free(c);
 }
 
-static int64_t wall_ms(void);
 static const char holder_or_unknown[] = "(unnamed)";
 
 /* A restored run whose decisions were refused waits here until its expiry (a run paused
 ** here has its --pause-ttl timer running already). */
 static void keep_till_expiry (req *q) {
   if (q->ax && q->wparked && q->dexp_ms && !uv_is_active((uv_handle_t *)&q->ax->t)) {
-    int64_t left = q->dexp_ms - wall_ms();
+    int64_t left = q->dexp_ms - tp__mcp_wall_ms();
     uv_timer_start(&q->ax->t, ttl_cb, left > 0 ? (uint64_t)left : 1, 0);
   }
 }
@@ -875,12 +875,6 @@ struct dsave {
   char why[300];
 };
 
-static int64_t wall_ms (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void dsave_step (dsave *d);
 
 static void dsave_cb (void *ud, int status, const char *val, size_t len, const char *err) {
@@ -914,7 +908,7 @@ static char *dur_record (worker *w, req *q, size_t *len) {
   if (json_is_integer(json_object_get(first, "seed")))
     seed = json_integer_value(json_object_get(first, "seed"));
   json_decref(first);
-  int64_t now = wall_ms();
+  int64_t now = tp__mcp_wall_ms();
   q->dexp_ms = now + (int64_t)(o->pause_ttl_us / 1000u);
   json_t *rec = json_pack("{s:i, s:s, s:s#, s:o, s:s, s:o, s:I, s:I, s:I}", "v", 1,
     "run", q->ax->run_id, "script", q->code ? q->code : "", q->codelen,
@@ -1116,7 +1110,7 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
              "reads; run the script again", q->run_id);
     dur_refuse(w, q, "run.store_failed", msg);
   }
-  else if (json_integer_value(exp) <= wall_ms()) {
+  else if (json_integer_value(exp) <= tp__mcp_wall_ms()) {
     tp_engine_run_del(w->e, q->run_id, NULL, NULL);
     char ttl[32];
     tp__mcp_approve_format_ttl(w->s->o.pause_ttl_us, ttl, sizeof ttl);

@@ -30,6 +30,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "tidepool.h"
 #include "options.h"
 #include "approve.h"
@@ -39,13 +40,6 @@
 #include "era.h"
 #include "view.h"
 #include "ui.h"
-
-/* CLOCK_MONOTONIC in nanoseconds. */
-static uint64_t now_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void stop_if_drained(server *s);
 
@@ -130,7 +124,7 @@ static session *session_find (server *s, const char *who, const char *id, size_t
 
 static void sweep_cb (uv_timer_t *t) {
   server *s = t->data;
-  uint64_t now = now_ns(), idle = s->o.session_idle_us * 1000u;
+  uint64_t now = tp__mcp_mono_ns(), idle = s->o.session_idle_us * 1000u;
   char why[160];
   for (session *ss = s->sessions, *next; ss; ss = next) {
     next = ss->next;
@@ -333,7 +327,7 @@ static void req_done (server *s, req *q) {
   session *ss = q->sess;
   if (ss != NULL) {
     ss->busy = 0;
-    ss->last_used_ns = now_ns();
+    ss->last_used_ns = tp__mcp_mono_ns();
     if (q->drop_session)
       session_drop(s, ss, q->moved ? "another server holds it (session.moved)"
                                    : "its script went over the session's memory limit");
@@ -586,7 +580,7 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
         return;
       }
       q->sess->busy = 1;
-      q->sess->last_used_ns = now_ns();
+      q->sess->last_used_ns = tp__mcp_mono_ns();
       q->sess_num = q->sess->num;
       q->w = q->sess->w;
     }
@@ -943,6 +937,10 @@ static void server_mail (uv_async_t *a) {
     case M_LOG: tp__mcp_reply_log_from(s, m->level, m->logger, m->text); break;
     case M_READY: ready(s, m); break;
     case M_PARK: park_req(s, m); break;
+    case M_TOOLS:  /* re-list every worker's tools, then notifications/tools/list_changed */
+      s->reload_pending = 1;
+      maybe_reload(s);
+      break;
     }
     tp__mcp_mail_free(m);
   }
@@ -1308,6 +1306,7 @@ static void shutdown_server (server *s) {
 static int server_init (server *s) {
   s->loop = &s->loop_storage;
   s->audit_fd = -1;
+  s->journal_fd = -1;
   if (uv_loop_init(s->loop) != 0) return -1;
   s->level = L_INFO;
   if (tp__mcp_mail_box_init(&s->mb, s->loop, server_mail, s) != 0) return -1;
@@ -1460,7 +1459,7 @@ static void entries_of (server *s, tp__mcp_entries *e) {
 }
 
 tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_worker_ops *wops,
-                                    tp_store *kv, char *owner, int audit_fd,
+                                    tp_store *kv, char *owner, int audit_fd, int journal_fd,
                                     tp__mcp_entries *entries) {
   server *s = calloc(1, sizeof *s);
   if (s == NULL) { tp_store_destroy(kv); free(owner); return NULL; }
@@ -1470,6 +1469,7 @@ tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_work
   s->owner = owner;
   if (server_init(s) != 0) return NULL;  /* the process ends: nothing to give back */
   s->audit_fd = audit_fd;
+  s->journal_fd = journal_fd;
   if (o->ui && (s->ui = tp__mcp_ui_new()) == NULL) return NULL;  /* as server_init */
   if (o->builtin) {
     char buf[4200];

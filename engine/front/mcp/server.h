@@ -21,7 +21,7 @@ typedef struct tp__mcp_server tp__mcp_server;
 ** sessions owner (taken; NULL without --state) and the --audit file audit_fd (-1: none);
 ** its entries for a transport into *entries. NULL when out of memory. */
 tp__mcp_server *tp__mcp_server_new(const tp__mcp_options *o, const tp__mcp_worker_ops *wops,
-                                   tp_store *kv, char *owner, int audit_fd,
+                                   tp_store *kv, char *owner, int audit_fd, int journal_fd,
                                    tp__mcp_entries *entries);
 /* The protocol thread's loop, for the transport. */
 uv_loop_t *tp__mcp_server_loop(tp__mcp_server *s);

@@ -182,7 +182,8 @@ enum {
   M_RUN, M_CANCEL, M_DROP, M_RELOAD, M_STOP,   /* to a worker */
   M_READY, M_DONE, M_LINE, M_LOG,              /* to the protocol thread */
   M_RESUME, M_ANSWER,                          /* approvals: to a worker */
-  M_PARK                                       /* approvals: to the protocol thread */
+  M_PARK,                                      /* approvals: to the protocol thread */
+  M_TOOLS                                      /* an engine's tools changed (late upstream) */
 };
 
 typedef struct mail {
@@ -306,6 +307,7 @@ struct tp__mcp_server {
   options o;
   tp__mcp_worker_ops wops;  /* a worker's life (worker.c's), given by main.c */
   int audit_fd;             /* --audit's file (O_APPEND), or -1 */
+  int journal_fd;           /* without --audit, --state's call journal (O_APPEND), or -1 */
   int quiet;                /* no logs on standard error (fuzzing) */
   tp__mcp_transport t;      /* where messages come from and lines go (transport.h) */
   int has_t;

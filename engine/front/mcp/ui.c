@@ -10,9 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "tidepool.h"
 #include "tidepool_server.h"
 #include "approve.h"
+#include "options.h"
 #include "ui.h"
 
 #define UI_EXCERPT_MAX 600  /* bytes of a run's result or error message kept */
@@ -32,12 +34,6 @@ void tp__mcp_ui_free (tp__mcp_ui *u) {
   if (u == NULL) return;
   for (size_t i = 0; i < TP__MCP_UI_RUNS_MAX; i++) json_decref(u->runs[i].j);
   free(u);
-}
-
-static int64_t wall_ms (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* The error code an envelope starts with ({"ok":false,"error":{"code":"..."), or NULL. */
@@ -91,7 +87,7 @@ void tp__mcp_ui_done (tp__mcp_ui *u, req *q) {
   json_object_set_new(sum, "principal", json_string(q->principal ? q->principal : ""));
   json_object_set_new(sum, "session", sid ? json_string(sid) : json_null());
   json_object_set_new(sum, "tool", json_string(q->tool ? q->tool : q->s->o.name));
-  json_object_set_new(sum, "finished", json_integer(wall_ms()));
+  json_object_set_new(sum, "finished", json_integer(tp__mcp_wall_ms()));
   json_object_set_new(sum, "cancelled", json_boolean(q->cancelled));
   uirun *slot = &u->runs[u->next];
   json_decref(slot->j);
@@ -193,6 +189,11 @@ json_t *tp__mcp_ui_snapshot (server *s) {
   json_object_set_new(root, "waiting", json_integer((json_int_t)s->nwaiting));
   json_object_set_new(root, "sessions", json_integer((json_int_t)s->nsessions));
   json_object_set_new(root, "workers", json_integer((json_int_t)s->nworkers));
+  /* the call journal (--audit's file, or --state's own): what runs did before a crash */
+  char *jpath = s->o.audit ? NULL : tp__options_journal_path(s->o.state);
+  const char *journal = s->o.audit ? s->o.audit : jpath;
+  if (journal) json_object_set_new(root, "journal", json_string(journal));
+  free(jpath);
   return root;
 }
 
@@ -201,13 +202,8 @@ json_t *tp__mcp_ui_snapshot (server *s) {
 static void audit (server *s, const req *q, long long seq, const char *tool, int approve,
                    const char *operator_name) {
   if (s->audit_fd < 0) return;
-  struct timespec ts;
-  struct tm tm;
-  char when[64] = "";
-  clock_gettime(CLOCK_REALTIME, &ts);
-  if (gmtime_r(&ts.tv_sec, &tm))
-    snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+  char when[64];
+  tp__mcp_iso_time(when, sizeof when);
   json_t *line = json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:s, s:o}", "event",
     "operator_decision", "time", when, "run", q->run_id, "seq", (json_int_t)seq, "tool", tool ? tool : "?",
     "approve", approve, "principal", operator_name, "run_principal",

@@ -30,9 +30,11 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "tidepool.h"
 #include "auth.h"
 #include "view.h"
+#include "audit_show.h"
 #include "ui_http.h"
 
 #define UI_SESSIONS_MAX 64
@@ -57,12 +59,6 @@ struct tp__mcp_ui_http {
   uint64_t *classes;
   usess sess[UI_SESSIONS_MAX];
 };
-
-static uint64_t mono_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 tp__mcp_ui_http *tp__mcp_ui_http_new (const tp__mcp_entries *ent, struct tp_auth *auth,
                                       uint64_t *classes) {
@@ -101,7 +97,7 @@ static int same_secret (const char *want, const char *given) {
 
 static usess *sess_find (tp__mcp_ui_http *u, const char *id) {
   if (id == NULL || strlen(id) != 32) return NULL;
-  uint64_t now = mono_ns();
+  uint64_t now = tp__mcp_mono_ns();
   for (size_t i = 0; i < UI_SESSIONS_MAX; i++) {
     usess *s = &u->sess[i];
     if (!s->used) continue;
@@ -127,7 +123,7 @@ static usess *sess_new (tp__mcp_ui_http *u, int signed_in, const char *principal
   s->used = 1;
   s->signed_in = signed_in;
   snprintf(s->principal, sizeof s->principal, "%s", principal ? principal : "");
-  s->born_ns = mono_ns();
+  s->born_ns = tp__mcp_mono_ns();
   return s;
 }
 
@@ -443,6 +439,49 @@ static void runs (buf *b, const json_t *st, long long sel) {
   put(b, "</tbody></table></section>\n");
 }
 
+/* The runs the call journal shows with no end (tidepool audit show reads the same): after
+** a crash, what each did, call by call; also the runs going on now. At most 20. */
+static void unfinished (buf *b, const json_t *st) {
+  const char *journal = jstr(st, "journal");
+  if (!journal[0]) return;
+  json_t *rs = tp__audit_unfinished(journal, 20);
+  put(b, "<section id=\"journal\"><h2>No end recorded (the call journal)</h2>");
+  if (json_array_size(rs) == 0) {
+    put(b, "<p class=\"note\">Every run in the journal ended.</p></section>\n");
+    json_decref(rs);
+    return;
+  }
+  put(b, "<p class=\"note\">Runs still going on, or whose process died: a call in flight may "
+         "or may not have had its effect.</p>");
+  size_t i, k;
+  json_t *r, *c;
+  json_array_foreach(rs, i, r) {
+    put(b, "<div class=\"died\"><p>run <code>");
+    put_esc(b, jstr(r, "run"));
+    put(b, "</code>, started ");
+    put_esc(b, jstr(r, "started"));
+    put(b, "</p><table><thead><tr><th>#</th><th>tool</th><th>line</th><th>state</th>"
+           "</tr></thead><tbody>");
+    json_array_foreach(json_object_get(r, "calls"), k, c) {
+      const char *state = jstr(c, "state");
+      putf(b, "<tr><td>%lld</td><td><code>",
+           (long long)json_integer_value(json_object_get(c, "seq")));
+      put_esc(b, jstr(c, "tool"));
+      putf(b, "</code></td><td>%lld</td><td class=\"state\">",
+           (long long)json_integer_value(json_object_get(c, "line")));
+      put_esc(b, strcmp(state, "in flight") == 0 ? "in flight (no end recorded)" : state);
+      if (jstr(c, "code")[0] && strcmp(state, "made") != 0) {
+        put(b, " ");
+        put_esc(b, jstr(c, "code"));
+      }
+      put(b, "</td></tr>");
+    }
+    put(b, "</tbody></table></div>");
+  }
+  put(b, "</section>\n");
+  json_decref(rs);
+}
+
 /* Run r's calls as an SVG waterfall: a row a call, its bar from start to end, the part
 ** spent waiting for a person drawn over it; calls that overlap ran in parallel. */
 static void waterfall (buf *b, const json_t *r) {
@@ -555,6 +594,7 @@ static enum MHD_Result main_page (tp__mcp_ui_http *u, struct MHD_Connection *c, 
   paused(&b, st, s);
   runs(&b, st, sel);
   waterfall(&b, selected);
+  unfinished(&b, st);
   upstreams(&b, m);
   put(&b, "</main></body></html>\n");
   json_decref(st);

@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "tidepool.h"
 #include "options.h"
 #include "state.h"
@@ -368,16 +369,6 @@ static void progress_text_hook (tp_run *r, const char *tool, const char *text, v
 ** exposed tool), ok, the error's code, and the envelope's full calls record and stats.
 ** One write(2) of the whole line to a file opened O_APPEND, so the workers' lines never
 ** interleave. */
-/* The time of an audit line, "2026-11-23T01:02:03.456Z". */
-static void audit_time (char *when, size_t len) {
-  struct timespec ts;
-  struct tm tm;
-  when[0] = '\0';
-  clock_gettime(CLOCK_REALTIME, &ts);
-  if (gmtime_r(&ts.tv_sec, &tm))
-    snprintf(when, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
-}
 
 /* Writes line (consumed) to the audit log as one write(2). */
 static void audit_line (worker *w, json_t *line) {
@@ -395,13 +386,23 @@ static void audit_line (worker *w, json_t *line) {
 /* One line of the audit log per decision of the config's policy (tp_engine_on_decision):
 ** {"event": "decision", time, session, worker, run, seq, tool, principal, rule (null for
 ** the default), effect, clause, args_sha256}. The arguments' values are never written. */
+/* tp_engine_on_tools_changed: an upstream server's tools came late or changed; the
+** protocol thread re-lists every worker's tools and tells the clients (M_TOOLS). */
+static void tools_changed (void *ud) {
+  worker *w = ud;
+  mail *m = tp__mcp_mail_new(M_TOOLS);
+  if (m == NULL) return;  /* out of memory: the clients hear of it at the next reload */
+  m->w = w;
+  tp__mcp_mail_post(&w->s->mb, m);
+}
+
 static void audit_decision (tp_run *r, const tp_decision *d, void *ud) {
   worker *w = ud;
   const req *q = w->running;
   while (q && q->run != r) q = q->wnext;
   json_t *sid = q && q->sess_info ? json_object_get(q->sess_info, "id") : NULL;
   char when[80];
-  audit_time(when, sizeof when);
+  tp__mcp_iso_time(when, sizeof when);
   json_t *line = json_pack("{s:s, s:s, s:O, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:s, s:s}",
     "event", "decision", "time", when, "session", sid ? sid : json_null(),
     "worker", (json_int_t)w->index, "run", (json_int_t)d->run, "seq", (json_int_t)d->seq,
@@ -416,7 +417,7 @@ static void audit_write (worker *w, const req *q, const char *env, size_t len) {
   if (s->audit_fd < 0 || env == NULL) return;
   json_t *j = tp__mcp_view_parse(env, len);
   char when[80];
-  audit_time(when, sizeof when);
+  tp__mcp_iso_time(when, sizeof when);
   json_t *sid = q->sess_info ? json_object_get(q->sess_info, "id") : NULL;
   json_t *err = json_object_get(j, "error");
   json_t *line = json_pack("{s:s, s:O, s:s, s:O}", "time", when, "session",
@@ -764,10 +765,13 @@ int tp__mcp_worker_open (worker *w) {
     w->e = NULL;
     return -1;
   }
+  tp_engine_on_tools_changed(w->e, tools_changed, w);
   if (s->audit_fd >= 0) {
     tp_engine_on_decision(w->e, audit_decision, w);
     tp_engine_audit_calls(w->e, s->audit_fd);  /* the call journal: tidepool audit show */
   }
+  else if (s->journal_fd >= 0)  /* --state's own journal (main.c) */
+    tp_engine_audit_calls(w->e, s->journal_fd);
   /* --otlp and --trace-file over the config's telemetry section (checked in main.c) */
   if (s->o.otlp && tp_engine_trace_otlp(w->e, s->o.otlp) != TP_OK && w->index == 0)
     tp__mcp_mail_log(w, L_WARNING, "--otlp %s: %s", s->o.otlp, tp_engine_error(w->e));
