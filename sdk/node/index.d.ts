@@ -92,7 +92,14 @@ export interface RunOptions {
   onApproval?: OnApproval;
   messages?: unknown[];
   context?: unknown;
+  /** 'live' (default): each call of a tool runs its execute while the run waits. 'paused': the run returns { status: 'paused', run, pending } instead (execute not needed); answer with resume(). */
+  mode?: 'live' | 'paused';
 }
+
+/** An answer to a pending call of a paused run. */
+export type CallAnswer =
+  | { id: number; result: JSONValue; binding?: string }
+  | { id: number; error: { message: string; code?: string } | Error | string; binding?: string };
 
 export interface ScriptError {
   code: string;
@@ -134,6 +141,8 @@ export class Tidepool {
   constructor(options?: TidepoolOptions);
   readonly bin: string;
   run(code: string, options?: RunOptions): Promise<Envelope>;
+  /** Resumes a paused run with answers to its pending calls (bindings copied from paused.pending); the envelope of its end, or paused again. */
+  resume(paused: Envelope, results?: CallAnswer[], options?: { decisions?: unknown[] }): Promise<Envelope>;
   pid(): Promise<number>;
   /** The script tool a model is given, these tools in its description ('auto' fits 2,048 characters). */
   describe(tools?: ToolSet, mode?: 'auto' | 'full' | 'compact'): { name: 'run_lua'; description: string; inputSchema: JSONSchema };

@@ -167,7 +167,8 @@ function scriptName(name) {
 }
 
 // tools (a { name: tool } object, or a Map) -> { decls, byName }.
-function prepareTools(tools) {
+// paused: the tools are answered by resume() (no execute needed), not while the run waits.
+function prepareTools(tools, paused = false) {
   const decls = [];
   const byName = new Map();
   if (!tools) return { decls, byName };
@@ -177,7 +178,7 @@ function prepareTools(tools) {
       throw new TidepoolError(`tool "${name}": expected { description, inputSchema, execute }`,
         'tool.invalid');
     }
-    if (typeof t.execute !== 'function') {
+    if (!paused && typeof t.execute !== 'function') {
       throw new TidepoolError(`tool "${name}" has no execute function (a provider-executed or ` +
         'client-side tool cannot be called from a script)', 'tool.invalid');
     }
@@ -637,8 +638,12 @@ class Tidepool {
   async runOn(s, code, options, metaLimits) {
     const { tools, session, signal } = options;
     if (typeof code !== 'string') throw new TypeError('run(code): code must be a string');
+    const mode = options.mode === undefined ? 'live' : options.mode;
+    if (mode !== 'live' && mode !== 'paused') {
+      throw new TypeError(`run(code, { mode }): mode is 'live' or 'paused', not ${JSON.stringify(mode)}`);
+    }
     if (signal && signal.aborted) throw abortError(signal);
-    const { decls, byName } = prepareTools(tools);
+    const { decls, byName } = prepareTools(tools, mode === 'paused');
     await s.ready;
     if (signal && signal.aborted) throw abortError(signal);
     if (decls.length && !s.callerTools) {
@@ -653,7 +658,7 @@ class Tidepool {
     if (session !== undefined && session !== null) args.session = String(session);
     const params = { name: 'run_lua', arguments: args };
     if (decls.length || metaLimits) params._meta = {};
-    if (decls.length) params._meta[CALLER_CAP] = { version: 1, mode: 'live', tools: decls };
+    if (decls.length) params._meta[CALLER_CAP] = { version: 1, mode, tools: decls };
     if (metaLimits) params._meta['tidepool/limits'] = metaLimits;
     s.runs.set(id, run);
     let onAbort;
@@ -677,6 +682,46 @@ class Tidepool {
       if (onAbort) signal.removeEventListener('abort', onAbort);
       s.runs.delete(id);
     }
+  }
+
+  // Resumes a run that came back paused (run(code, { mode: 'paused' })): results answer
+  // its pending calls, [{ id, result } | { id, error: { message, code? } }], the binding of
+  // each copied from paused.pending; decisions answer pending approvals as resume_run
+  // takes them. Returns the run's envelope: its end, or paused again with what is left.
+  // With the server's --state (and --secret-file) the run survives a restart of the process.
+  async resume(paused, results = [], options = {}) {
+    if (!paused || typeof paused !== 'object' || typeof paused.run !== 'string') {
+      throw new TypeError('resume(paused, results): paused is the envelope of a paused run ' +
+        '(status "paused", with run and pending)');
+    }
+    if (!Array.isArray(results)) throw new TypeError('resume(paused, results): results is an array');
+    const pending = Array.isArray(paused.pending) ? paused.pending : [];
+    const answers = results.map((r, i) => {
+      if (!r || typeof r !== 'object' || !('id' in r) || (!('result' in r) && !('error' in r))) {
+        throw new TypeError(`resume: results[${i}] is { id, result } or { id, error: { message } }`);
+      }
+      const p = pending.find((q) => q && q.kind === 'call' && q.id === r.id);
+      if (!p && !r.binding) {
+        const ids = pending.filter((q) => q && q.kind === 'call').map((q) => q.id);
+        throw new TidepoolError(`resume: no pending call of run ${paused.run} has id ` +
+          `${JSON.stringify(r.id)} (pending: ${ids.join(', ') || 'none'})`, 'caller.not_pending');
+      }
+      const out = { id: r.id, binding: r.binding || p.binding };
+      if ('error' in r) {
+        const e = r.error;
+        if (e instanceof Error) {
+          out.error = { message: e.message };
+          if (typeof e.code === 'string') out.error.code = e.code;
+        } else out.error = typeof e === 'string' ? { message: e } : e;
+      } else out.result = r.result;
+      return out;
+    });
+    const args = { run: paused.run };
+    if (answers.length) args.results = answers;
+    if (options.decisions) args.decisions = options.decisions;
+    const s = this.server();
+    await s.ready;
+    return envelopeOf(await s.request('tools/call', { name: 'resume_run', arguments: args }));
   }
 
   // The script tool a model is given, with these tools in its description:

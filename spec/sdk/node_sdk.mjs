@@ -282,6 +282,61 @@ test("the config's policy asks onApproval for a caller tool; without one the cal
   fs.rmSync(path.dirname(cfg), { recursive: true });
 });
 
+const WEATHER = { description: 'Current weather for a city.',
+  inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
+
+test("mode 'paused': the run returns its pending calls together; resume() answers them and the run ends", async () => {
+  const code = 'local a, b = parallel(function() return tools.weather{city = "Paris"} end,\n' +
+    '  function() return tools.weather{city = "Oslo"} end)\nreturn a.temp_c - b.temp_c';
+  const paused = await tp.run(code, { tools: { weather: WEATHER }, mode: 'paused' });
+  eq([paused.ok, paused.status], [false, 'paused'], JSON.stringify(paused));
+  eq(paused.pending.map((p) => [p.kind, p.tool, p.args.city]).sort(),
+    [['call', 'weather', 'Oslo'], ['call', 'weather', 'Paris']], 'both calls, together');
+  const byCity = Object.fromEntries(paused.pending.map((p) => [p.args.city, p.id]));
+  // an id that is not pending: refused here; a forged binding: refused by the server
+  let wrong = null;
+  try { await tp.resume(paused, [{ id: 999, result: {} }]); } catch (e) { wrong = e; }
+  assert(wrong instanceof TidepoolError && wrong.code === 'caller.not_pending' &&
+    wrong.message.includes('has id 999 (pending: '), String(wrong));
+  const forged = await tp.resume(paused, [{ id: byCity.Paris, binding: 'ab'.repeat(32), result: {} }]);
+  eq([forged.ok, forged.error && forged.error.code], [false, 'caller.binding'], JSON.stringify(forged));
+  // one answer: still paused, with what is left
+  const half = await tp.resume(paused, [{ id: byCity.Paris, result: { temp_c: 21 } }]);
+  eq([half.status, half.pending.map((p) => p.args.city)], ['paused', ['Oslo']], JSON.stringify(half));
+  const done = await tp.resume(half, [{ id: byCity.Oslo, result: { temp_c: -4 } }]);
+  eq([done.ok, done.result], [true, 25], JSON.stringify(done));
+  // an error answer is the script's tool.failed, with the caller's message
+  const p2 = await tp.run('local ok, e = pcall(tools.weather, {city = "X"}) return e.code .. ": " .. e.message',
+    { tools: { weather: WEATHER }, mode: 'paused' });
+  const failed = await tp.resume(p2, [{ id: p2.pending[0].id, error: new Error('no such city') }]);
+  eq([failed.ok, failed.result], [true, 'tool.failed: tools.weather failed: no such city'], JSON.stringify(failed));
+  let bad = null;
+  try { await tp.run('return 1', { mode: 'later' }); } catch (e) { bad = e; }
+  assert(bad instanceof TypeError && /mode is 'live' or 'paused'/.test(bad.message), String(bad));
+});
+
+test("a paused run survives kill -9 of the process with the server's --state: resume() on the new one", async () => {
+  const dir = fs.mkdtempSync(path.join(root, 'build', 'sdk-state-'));
+  const secret = path.join(dir, 'secret');
+  fs.writeFileSync(secret, 'an-example-secret-of-32-characters-at-least', { mode: 0o600 });
+  const own = new Tidepool({ binary: bin, builtinTools: false, args: ['--state', dir, '--secret-file', secret] });
+  try {
+    const paused = await own.run('return tools.weather{city = "Lima"}.temp_c * 2',
+      { tools: { weather: WEATHER }, mode: 'paused' });
+    eq(paused.status, 'paused', JSON.stringify(paused));
+    const pid = await own.pid();
+    process.kill(pid, 'SIGKILL');
+    for (let i = 0; i < 200 && fs.existsSync(`/proc/${pid}`); i++) await sleep(25);
+    await sleep(50);
+    const done = await own.resume(paused, [{ id: paused.pending[0].id, result: { temp_c: 19 } }]);
+    eq([done.ok, done.result], [true, 38], JSON.stringify(done));
+    assert((await own.pid()) !== pid, 'a new process');
+  } finally {
+    await own.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}, 60000);
+
 test('close() ends the process; the pid is gone', async () => {
   const own = new Tidepool({ binary: bin });
   const pid = await own.pid();

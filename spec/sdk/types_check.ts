@@ -12,7 +12,9 @@ async function main() {
   const ct = createCodeTool({ tools: { weather }, tidepool: tp });
   const r = await generateText({ model: 'x' as any, tools: { run_lua: ct, code: codeModeTool() }, prompt: 'p' });
   const d = tp.describe({ weather });
-  if (env.error) console.log(env.error.code, v, r.text, d.description);
+  const paused = await tp.run('return tools.weather{city = "a"}', { tools: { weather }, mode: 'paused' });
+  const resumed: Envelope = await tp.resume(paused, [{ id: 1, result: { t: 1 } }, { id: 2, error: new Error('x') }]);
+  if (env.error) console.log(env.error.code, v, r.text, d.description, resumed.status);
   try { await tp.close(); } catch (e) { if (e instanceof TidepoolError) console.log(e.code); }
 }
 main();

@@ -398,3 +398,54 @@ def test_a_name_the_script_cannot_write_is_adapted(tp):
     env = tp.run("return tools.lookup_user{ id = 7 }.id + tools.crm.find{}.n",
                  tools={"lookup-user": lambda id: {"id": id}, "crm.find": lambda: {"n": 1}})
     assert env["result"] == 8, env.get("error")
+
+
+def _weather(city: str) -> dict:
+    """Current weather for a city."""
+    raise AssertionError("a paused run never calls its tools")
+
+
+def test_paused_mode_then_resume(tp):
+    code = ('local a, b = parallel(function() return tools.weather{city = "Paris"} end,\n'
+            '  function() return tools.weather{city = "Oslo"} end)\nreturn a.temp_c - b.temp_c')
+    paused = tp.run(code, tools={"weather": _weather}, mode="paused")
+    assert (paused["ok"], paused["status"]) == (False, "paused"), paused
+    assert sorted((p["kind"], p["tool"], p["args"]["city"]) for p in paused["pending"]) == \
+        [("call", "weather", "Oslo"), ("call", "weather", "Paris")]
+    by_city = {p["args"]["city"]: p["id"] for p in paused["pending"]}
+    with pytest.raises(TidepoolError) as e:
+        tp.resume(paused, [{"id": 999, "result": {}}])
+    assert e.value.code == "caller.not_pending" and "has id 999 (pending: " in str(e.value)
+    forged = tp.resume(paused, [{"id": by_city["Paris"], "binding": "ab" * 32, "result": {}}])
+    assert (forged["ok"], forged["error"]["code"]) == (False, "caller.binding"), forged
+    half = tp.resume(paused, [{"id": by_city["Paris"], "result": {"temp_c": 21}}])
+    assert (half["status"], [p["args"]["city"] for p in half["pending"]]) == ("paused", ["Oslo"])
+    done = tp.resume(half, [{"id": by_city["Oslo"], "result": {"temp_c": -4}}])
+    assert (done["ok"], done["result"]) == (True, 25), done
+    p2 = tp.run('local ok, e = pcall(tools.weather, {city = "X"}) return e.code .. ": " .. e.message',
+                tools={"weather": _weather}, mode="paused")
+    failed = tp.resume(p2, [{"id": p2["pending"][0]["id"], "error": ValueError("no such city")}])
+    assert (failed["ok"], failed["result"]) == (True, "tool.failed: tools.weather failed: no such city")
+    with pytest.raises(TypeError, match="mode is 'live' or 'paused'"):
+        tp.run("return 1", mode="later")
+
+
+def test_a_paused_run_survives_kill_9_with_state(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("an-example-secret-of-32-characters-at-least")
+    secret.chmod(0o600)
+    with Tidepool(binary=BIN, builtin_tools=False,
+                  args=["--state", str(tmp_path / "state"), "--secret-file", str(secret)]) as own:
+        paused = own.run('return tools.weather{city = "Lima"}.temp_c * 2',
+                         tools={"weather": _weather}, mode="paused")
+        assert paused["status"] == "paused", paused
+        pid = own.pid
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(200):
+            if not alive(pid):
+                break
+            time.sleep(0.025)
+        time.sleep(0.05)
+        done = own.resume(paused, [{"id": paused["pending"][0]["id"], "result": {"temp_c": 19}}])
+        assert (done["ok"], done["result"]) == (True, 38), done
+        assert own.pid != pid

@@ -447,9 +447,12 @@ class Tidepool:
         return out
 
     def _params(self, server: _Server, rid: int, code: str, tools: dict,
-                session: str | None, meta_limits: dict | None = None) -> dict:
+                session: str | None, meta_limits: dict | None = None,
+                mode: str = "live") -> dict:
         if not isinstance(code, str):
             raise TypeError("run(code): code must be a str")
+        if mode not in ("live", "paused"):
+            raise TypeError(f"run(code, mode=...): mode is 'live' or 'paused', not {mode!r}")
         if tools and not server.caller_tools:
             raise TidepoolError(f"{self.binary} does not offer caller tools (the "
                                 f"\"{CALLER_CAP}\" capability): it is older than this SDK; "
@@ -462,7 +465,7 @@ class Tidepool:
             params["_meta"] = {}
         if tools:
             params["_meta"][CALLER_CAP] = {
-                "version": 1, "mode": "live", "tools": [t.declaration() for t in tools.values()]}
+                "version": 1, "mode": mode, "tools": [t.declaration() for t in tools.values()]}
         if meta_limits:
             params["_meta"]["tidepool/limits"] = meta_limits
         return params
@@ -490,25 +493,70 @@ class Tidepool:
         return _envelope(msg.get("result") or {})
 
     def run(self, code: str, tools: Any = None, session: str | None = None,
-            limits: Mapping[str, Any] | None = None) -> Envelope:
+            limits: Mapping[str, Any] | None = None, mode: str = "live") -> Envelope:
         """Runs code and returns its envelope. tools: a list of functions / Tools, or a
         dict name -> function. Plain functions run on this thread (calls made together
-        with parallel() on a thread pool), async ones on a loop of this object's."""
+        with parallel() on a thread pool), async ones on a loop of this object's.
+        mode="paused": the tools are not called; the run comes back with status
+        "paused" and its pending calls, answered with resume()."""
         tools = self._tools(tools)
         meta = self._meta_limits(limits, session)
         if meta is None:
-            return self._run_on(self._server(limits), code, tools, session, None)
+            return self._run_on(self._server(limits), code, tools, session, None, mode)
         try:
-            return self._run_on(self._server(), code, tools, session, meta)
+            return self._run_on(self._server(), code, tools, session, meta, mode)
         except TidepoolError as e:
             if not self._refused(e):
                 raise
-            return self._run_on(self._server(limits), code, tools, session, None)
+            return self._run_on(self._server(limits), code, tools, session, None, mode)
+
+    def resume(self, paused: Mapping, results: Any = (),
+               decisions: list | None = None) -> Envelope:
+        """Resumes a run that came back paused (run(..., mode="paused")): results answer
+        its pending calls, [{"id": ..., "result": ...} | {"id": ..., "error": {"message":
+        ..., "code": ...}} (or an exception)], each binding copied from paused["pending"];
+        decisions answer pending approvals as resume_run takes them. Returns the run's
+        envelope: its end, or paused again with what is left. With the server's --state
+        (and --secret-file) the run survives a restart of the process."""
+        if not isinstance(paused, Mapping) or not isinstance(paused.get("run"), str):
+            raise TypeError("resume(paused, results): paused is the envelope of a paused run "
+                            "(status \"paused\", with run and pending)")
+        pending = [p for p in (paused.get("pending") or [])
+                   if isinstance(p, Mapping) and p.get("kind") == "call"]
+        answers = []
+        for i, r in enumerate(results):
+            if not isinstance(r, Mapping) or "id" not in r or \
+                    ("result" not in r and "error" not in r):
+                raise TypeError(f"resume: results[{i}] is {{id, result}} or "
+                                f"{{id, error: {{message}}}}")
+            p = next((q for q in pending if q.get("id") == r["id"]), None)
+            if p is None and not r.get("binding"):
+                ids = ", ".join(str(q.get("id")) for q in pending) or "none"
+                raise TidepoolError(f"resume: no pending call of run {paused['run']} has id "
+                                    f"{r['id']!r} (pending: {ids})", "caller.not_pending")
+            out: dict = {"id": r["id"], "binding": r.get("binding") or p["binding"]}
+            if "error" in r:
+                e = r["error"]
+                out["error"] = _error_of(e) if isinstance(e, BaseException) else \
+                    ({"message": e} if isinstance(e, str) else e)
+            else:
+                out["result"] = r["result"]
+            answers.append(out)
+        args: dict = {"run": paused["run"]}
+        if answers:
+            args["results"] = answers
+        if decisions:
+            args["decisions"] = decisions
+        server = self._server()
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        res = server._call_sync("tools/call", {"name": "resume_run", "arguments": args},
+                                _Run(0, {}, q.put), q)
+        return _envelope(res)
 
     def _run_on(self, server: _Server, code: str, tools: dict, session: str | None,
-                meta: dict | None) -> Envelope:
+                meta: dict | None, mode: str = "live") -> Envelope:
         rid = next(server.ids)
-        params = self._params(server, rid, code, tools, session, meta)
+        params = self._params(server, rid, code, tools, session, meta, mode)
         q: queue.SimpleQueue = queue.SimpleQueue()
         run = _Run(rid, tools, q.put)
         server.runs[rid] = run
