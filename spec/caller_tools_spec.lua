@@ -88,6 +88,38 @@ describe("caller tools in the Lua module", function()
     assert.equal("limit.time", env.error.code)
   end)
 
+  it("stops a handler past its own timeout with tool.timeout, and puts the host's hook back", function()
+    local function mine() end
+    debug.sethook(mine, "", 1000000)
+    local env = tidepool.run([[
+      local ok, e = pcall(tools.weather, {city = "x"})
+      return {ok, e.code, e.message, tools.weather{city = "y"}.temp_c}
+    ]], { timeout = 30, caller_tools = with(function(args)
+      if args.city == "x" then while true do end end
+      return { temp_c = 7 }
+    end, { timeout = 0.3 }) })
+    local hook, mask, count = debug.gethook()
+    debug.sethook()
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ false, "tool.timeout",
+                  "tools.weather timed out: the host's handler ran past its timeout of 0.3 s", 7 },
+                env.result)
+    assert.equal(mine, hook)
+    assert.equal("", mask)
+    assert.equal(1000000, count)
+  end)
+
+  it("bounds a handler by the run's tool timeout when the tool has none", function()
+    local env = tidepool.run([[
+      local ok, e = pcall(tools.weather, {city = "x"})
+      return e.code
+    ]], { timeout = 30, tool_timeout = 0.25, caller_tools = with(function()
+      while true do end
+    end) })
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.equal("tool.timeout", env.result)
+  end)
+
   it("refuses bad declarations with a message that names the tool", function()
     assert.has_error(function()
       tidepool.run("return 1", { caller_tools = { weather = { description = "x" } } })

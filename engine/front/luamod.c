@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
@@ -586,8 +587,35 @@ static json_t *lua_to_json (lua_State *L, int idx, int depth, const char **why) 
 
 typedef struct lcaller {
   lua_State *L;
-  int handlers;   /* stack index of a table: name -> handler */
+  int handlers;   /* stack index of a table: name -> {handler, timeout in ms or nil} */
+  uint64_t tool_timeout_us;  /* the run's tool_timeout_us: a tool without its own timeout */
 } lcaller;
+
+/* A handler past its call's timeout: a count hook on the host's state, set for the
+** handler's call (the host program's own hook put back after it), raises tool.timeout.
+** It stops Lua code; a handler blocked inside a C function (a sleep, a socket) is stopped
+** when it comes back to Lua. */
+typedef struct hdeadline { struct timespec at; double secs; } hdeadline;
+static const char deadline_key = 0;  /* registry: light userdata of the call's hdeadline */
+
+static void deadline_hook (lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &deadline_key);
+  hdeadline *d = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (d == NULL) return;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (now.tv_sec < d->at.tv_sec || (now.tv_sec == d->at.tv_sec && now.tv_nsec < d->at.tv_nsec))
+    return;
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &deadline_key);  /* (a nil below the top: once) */
+  lua_createtable(L, 0, 2);
+  lua_pushliteral(L, "tool.timeout");
+  lua_setfield(L, -2, "code");
+  lua_pushfstring(L, "the host's handler ran past its timeout of %f s", d->secs);
+  lua_setfield(L, -2, "message");
+  lua_error(L);
+}
 
 /* One call of a handler, run protected (handler_p): the arguments in, the result's JSON
 ** text out, or why it cannot be JSON. */
@@ -628,8 +656,32 @@ static void lua_caller_call (tp_call *c, void *ud) {
   }
   lua_pushcfunction(L, handler_p);
   lua_getfield(L, lc->handlers, tp_call_tool(c));  /* a plain table of the module's */
+  lua_rawgeti(L, -1, 2);
+  lua_Integer ms = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+  lua_pop(L, 1);
+  lua_rawgeti(L, -1, 1);
+  lua_remove(L, -2);
   lua_pushlightuserdata(L, &h);
+  uint64_t us = ms > 0 ? (uint64_t)ms * 1000u : lc->tool_timeout_us;
+  hdeadline dl;
+  clock_gettime(CLOCK_MONOTONIC, &dl.at);
+  dl.secs = (double)us / 1e6;
+  dl.at.tv_sec += (time_t)(us / 1000000u);
+  dl.at.tv_nsec += (long)(us % 1000000u) * 1000L;
+  if (dl.at.tv_nsec >= 1000000000L) { dl.at.tv_sec++; dl.at.tv_nsec -= 1000000000L; }
+  lua_Hook old = lua_gethook(L);
+  int old_mask = lua_gethookmask(L), old_count = lua_gethookcount(L);
+  if (us) {
+    lua_pushlightuserdata(L, &dl);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &deadline_key);
+    lua_sethook(L, deadline_hook, LUA_MASKCOUNT, 1000);
+  }
   int st = lua_pcall(L, 2, 0, 0);
+  if (us) {
+    lua_sethook(L, old, old_mask, old_count);
+    lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &deadline_key);
+  }
   json_decref(h.args);
   if (st == LUA_OK && h.result) tp_call_complete(c, h.result, strlen(h.result));
   else if (st == LUA_OK) {
@@ -684,6 +736,9 @@ static char *read_caller_tools (lua_State *L, int opts) {
       luaL_error(L, "tidepool: caller_tools: a tool in a list needs a name = \"...\"");
     if (lua_getfield(L, -1, "handler") != LUA_TFUNCTION)
       luaL_error(L, "tidepool: caller_tools.%s.handler must be a function(args)", name);
+    lua_createtable(L, 2, 0);  /* handlers[name] = {handler, timeout in ms or nil} */
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, 1);
     lua_setfield(L, handlers, name);
     json_t *d = json_pack("{s:s}", "name", name);
     if (d == NULL || json_array_append_new(decls, d) != 0)
@@ -713,6 +768,10 @@ static char *read_caller_tools (lua_State *L, int opts) {
         luaL_error(L, "tidepool: caller_tools.%s.timeout must be seconds, more than 0", name);
       json_int_t ms = (json_int_t)(t * 1000 + 0.5);
       json_object_set_new(d, "timeoutMs", json_integer(ms > 0 ? ms : 1));
+      lua_getfield(L, handlers, name);
+      lua_pushinteger(L, (lua_Integer)(ms > 0 ? ms : 1));
+      lua_rawseti(L, -2, 2);
+      lua_pop(L, 1);
     }
     lua_pop(L, 2);
   }
@@ -766,7 +825,7 @@ static int run_or_check (lua_State *L, int check) {
   det_opts det;
   int determined = read_determinism(L, 2, &det) && !check;
   char *decls = check ? NULL : read_caller_tools(L, 2);
-  lcaller lc = { L, lua_gettop(L) };
+  lcaller lc = { L, lua_gettop(L), lim.tool_timeout_us };
   tree_box *box = push_tree_box(L);
   char *envelope = NULL;
   tp_run_opts ro = TP_RUN_OPTS_INIT;
