@@ -284,6 +284,19 @@ test('/metrics shows each upstream server up, and its restarts after it dies; pr
   } finally { await stop(srv); }
 }, 90000);
 
+test('the example alert rules of docs/operations.md pass promtool check rules', async () => {
+  const doc = fs.readFileSync(path.join(path.dirname(new URL(import.meta.url).pathname), '..', '..',
+    'docs', 'operations.md'), 'utf8');
+  const m = doc.match(/```yaml\n(groups:[\s\S]*?)```/);
+  assert(m, 'the alerts block');
+  const file = path.join(tmp, 'alerts.yml');
+  fs.writeFileSync(file, m[1]);
+  const r = spawnSync('promtool', ['check', 'rules', file], { encoding: 'utf8' });
+  eq(r.status, 0, `${r.stdout}${r.stderr}`);
+  const n = (m[1].match(/- alert: /g) || []).length;
+  assert(r.stdout.includes(`SUCCESS: ${n} rules found`), r.stdout);
+});
+
 // A port free now on 127.0.0.1 (Prometheus takes an address, not port 0).
 const freePort = () => new Promise((resolve, reject) => {
   const sv = net.createServer();
