@@ -438,7 +438,7 @@ FUZZ_CFLAGS  = $(filter-out $(OPT) $(SAN_FLAGS),$(CFLAGS_ALL)) $(FUZZ_OPT) $(FUZ
 FUZZ_LUA_OBJS = $(LUA_CORE:%=$(FUZZ_BUILD)/lua-obj/%.o)
 FUZZ_OBJS    = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(notdir $(ENGINE_SRCS))) $(FUZZ_BUILD)/obj/embedded.o \
                $(patsubst engine/front/mcp/%.c,$(FUZZ_BUILD)/obj/mcp/%.o,$(MCP_SRCS)) \
-               $(FUZZ_BUILD)/obj/options.o
+               $(FUZZ_BUILD)/obj/options.o $(FUZZ_BUILD)/obj/audit_show.o
 FUZZERS      = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 
 $(FUZZ_BUILD)/lua-obj/%.o: $(LUA_SRCDIR)/.tidepool-patched engine/core/lua_patch.h
