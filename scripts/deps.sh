@@ -9,6 +9,8 @@
 # libssl-dev (libcrypto): JWT signatures, HMAC of approvals, sealed requestState;
 # openssl: the command, which makes test keys and certificates.
 # prometheus: its promtool checks the text of tidepool's metrics (spec/c/test_metrics.c).
+# sqlite3: the command, with which spec/seen_state_spec.lua writes records into a state
+# database that tidepool itself never would (too long, a NUL byte).
 # chromium: the operator page's tests run in it, headless (spec/ui/operator.mjs, through
 # puppeteer-core from npm).
 # liblua5.4-dev and lua5.4 are Debian's own Lua 5.4.4, never used by tidepool itself: the
@@ -33,7 +35,7 @@ libjansson-dev libpcre2-dev libuv1-dev lua-luv-dev lua-lpeg-dev lua-busted lua-c
 libcurl4-openssl-dev libseccomp-dev libsqlite3-dev libhiredis-dev libmicrohttpd-dev libssl-dev
 redis-server openssl
 liblua5.4-dev lua5.4 valgrind nodejs npm lighttpd lighttpd-modules-lua curl prometheus
-python3 python3-pip python3-pytest chromium"
+python3 python3-pip python3-pytest chromium sqlite3"
 FUZZ_PKGS="clang libclang-rt-dev"
 case ${1:-} in
   deb) PKGS="lintian"; FUZZ_PKGS= ;;

@@ -57,7 +57,7 @@ describe("the shape last seen, with --state", function()
     local _, rc = sh("sqlite3 " .. db .. " \"INSERT INTO runs (id, rec, expires) VALUES "
       .. "('tool-shape:edge.json_text', '{' || printf('%.700c', 'x') || '}', 9999999999999), "
       .. "('tool-shape:edge.echo', CAST(X'737400' AS BLOB), 9999999999999)\"")
-    assert.are.equal(0, rc)
+    assert.are.equal(0, rc, "the sqlite3 command failed (scripts/deps.sh installs it)")
     local after = run(DESCRIBE, state)
     assert.is_nil(after:find("its last result", 1, true), after)
   end)
