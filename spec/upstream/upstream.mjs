@@ -438,7 +438,8 @@ function freePort() {
 // server-everything's Streamable HTTP transport on 127.0.0.1; resolves {url, stop}.
 async function everythingHttp() {
   const port = await freePort();
-  const child = spawn('node', [path.join(mods, 'server-everything', 'dist', 'index.js'), 'streamableHttp'],
+  const child = spawn('node', ['--require', path.join(root, 'spec', 'upstream', 'webcrypto.cjs'),
+    path.join(mods, 'server-everything', 'dist', 'index.js'), 'streamableHttp'],
                       { env: { ...process.env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   await new Promise((resolve, reject) => {
