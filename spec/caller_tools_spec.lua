@@ -88,7 +88,7 @@ describe("caller tools in the Lua module", function()
     assert.equal("limit.time", env.error.code)
   end)
 
-  it("stops a handler past its own timeout with tool.timeout, and puts the host's hook back", function()
+  it("stops a handler past its own timeout with tool.timeout, puts the host's hook back", function()
     local function mine() end
     debug.sethook(mine, "", 1000000)
     local env = tidepool.run([[
