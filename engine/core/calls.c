@@ -960,6 +960,10 @@ static void put_summary (char *out, size_t *o, const tp_calls_summary *s) {
 ** formatting calls; at most 100 records, so it takes microseconds. NULL when out of
 ** memory; *len gets the length. */
 char *tp__run_calls_text (tp_run *r, size_t *len) {
+  return tp__run_calls_text_in(r, len, NULL, 0);
+}
+
+char *tp__run_calls_text_in (tp_run *r, size_t *len, char *buf, size_t bufcap) {
   size_t listed = 0, o = 0, msgroom = 0;
   for (size_t i = 0; i < r->ncallv; i++) {
     if (r->callv[i] != NULL && !is_listed(r->callv[i])) let_go(r, i);
@@ -970,7 +974,7 @@ char *tp__run_calls_text (tp_run *r, size_t *len) {
   ** which glibc gives back to the system at each free (a brk pair a run, 2x a cold run) */
   size_t cap = 3 + listed * (RECORD_ROOM + 1) + (r->summary.calls > 0 ? SUMMARY_ROOM : 0) +
                msgroom;
-  char *out = malloc(cap);
+  char *out = cap <= bufcap ? buf : malloc(cap);
   if (out == NULL) return NULL;
   out[o++] = '[';
   for (size_t i = 0; i < r->ncallv; i++) {
