@@ -654,8 +654,9 @@ static void put_field (char *out, size_t *o, const char *key) {
   *o += n;
 }
 
-static void put_real (char *out, size_t *o, double d) {
-  *o += tp__fmt_json_real(d, out + *o);
+/* A time in ns as the stats give it: milliseconds to the microsecond, a JSON real. */
+static void put_ms (char *out, size_t *o, uint64_t ns) {
+  *o += tp__fmt_json_milli(ns / 1000, out + *o);
 }
 
 /* The text of stats(r, wall), as the dump of that object would write it (keys sorted),
@@ -665,7 +666,7 @@ static size_t stats_text (const tp_run *r, uint64_t wall, char *out) {
   const tp_sandbox *sb = r->sb;
   size_t o = 0;
   put_field(out, &o, "{\"cpu_ms\":");
-  put_real(out, &o, (double)(r->cpu_used_ns / 1000) / 1e3);
+  put_ms(out, &o, r->cpu_used_ns);
   if (sb->instr_limit) {
     put_field(out, &o, ",\"instructions\":");
     put_int(out, &o, (long long)sb->instr_used);
@@ -674,10 +675,10 @@ static size_t stats_text (const tp_run *r, uint64_t wall, char *out) {
   put_int(out, &o, (long long)sb->mem_peak);
   if (r->wait_ns) {
     put_field(out, &o, ",\"wait_ms\":");
-    put_real(out, &o, (double)(r->wait_ns / 1000) / 1e3);
+    put_ms(out, &o, r->wait_ns);
   }
   put_field(out, &o, ",\"wall_ms\":");
-  put_real(out, &o, (double)(wall / 1000) / 1e3);
+  put_ms(out, &o, wall);
   out[o++] = '}';
   out[o] = '\0';
   return o;
@@ -686,24 +687,31 @@ static size_t stats_text (const tp_run *r, uint64_t wall, char *out) {
 /* The envelope's pieces, in their order: "key":<JSON text>. */
 enum { P_OK, P_VALUE, P_WARN, P_LOGS, P_CALLS, P_STATS, P__COUNT };  /* P_WARN: when any */
 /* text is NULL when the piece is lost (out of memory); own is what to free, if any */
-typedef struct piece { const char *key; const char *text; size_t len; char *own; } piece;
+typedef struct piece {
+  const char *key;
+  size_t klen;
+  const char *text;
+  size_t len;
+  char *own;
+} piece;
 
 static size_t envelope_size (const piece *p) {
   size_t n = 2;  /* {} */
   for (int i = 0; i < P__COUNT; i++)
-    if (p[i].key) n += strlen(p[i].key) + p[i].len + 4;  /* ,"k": */
+    if (p[i].key) n += p[i].klen + p[i].len + 4;  /* ,"k": */
   return n;
 }
 
 /* A piece's text from a tree (NULL: the piece is lost, which fails the envelope). */
 static void piece_of (piece *p, const char *key, const json_t *v) {
   p->key = key;
+  p->klen = strlen(key);
   p->text = p->own = tp__json_dumpsn(v, &p->len);
 }
 
 /* A piece of constant text, or of text the piece does not own. */
 static void piece_lit (piece *p, const char *key, const char *text, size_t len) {
-  *p = (piece){ key, text, len, NULL };
+  *p = (piece){ key, strlen(key), text, len, NULL };
 }
 
 static void piece_free (piece *p) {
@@ -742,9 +750,10 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   r->state = ST_DONE;
   tp__run_cancel_calls(r);
   memset(p, 0, sizeof p);
-  p[P_CALLS].key = "calls";
-  p[P_CALLS].text = tp__run_calls_text_in(r, &p[P_CALLS].len, calls_buf, sizeof calls_buf);
-  if (p[P_CALLS].text != calls_buf) p[P_CALLS].own = (char *)p[P_CALLS].text;
+  size_t clen = 0;
+  char *calls = tp__run_calls_text_in(r, &clen, calls_buf, sizeof calls_buf);
+  piece_lit(&p[P_CALLS], "calls", calls, clen);
+  if (calls != calls_buf) p[P_CALLS].own = calls;
   uint64_t wall = sb ? (r->start_ns ? tp__now_ns() - r->start_ns : 0) + r->wait_ns : 0;
   json_t *st = NULL;  /* the tree, for a traced run's span */
   if (r->traced) st = sb ? stats(r, wall) : json_object();
@@ -759,8 +768,10 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
     else piece_lit(&p[P_OK], "ok", "false", 5);
     if (lost) piece_lit(&p[P_VALUE], "error", NULL, 0);  /* no envelope: out of memory */
     else if (error != NULL) piece_of(&p[P_VALUE], "error", error);
-    else if (result_text != NULL) p[P_VALUE] = (piece){ "result", result_text, result_len,
-                                                       result_text };
+    else if (result_text != NULL) {
+      piece_lit(&p[P_VALUE], "result", result_text, result_len);
+      p[P_VALUE].own = result_text;
+    }
     else piece_lit(&p[P_VALUE], "result", "null", 4);
     result_text = NULL;  /* owned by the piece now */
     size_t need = envelope_size(p);
@@ -783,11 +794,10 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   for (int i = 0; i < P__COUNT && buf != NULL; i++) {
     if (p[i].key == NULL) continue;  /* a piece left out (no warnings) */
     if (p[i].text == NULL) { free(buf); buf = NULL; break; }
-    size_t klen = strlen(p[i].key);
     buf[len++] = i ? ',' : '{';
     buf[len++] = '"';
-    memcpy(buf + len, p[i].key, klen);
-    len += klen;
+    memcpy(buf + len, p[i].key, p[i].klen);
+    len += p[i].klen;
     buf[len++] = '"';
     buf[len++] = ':';
     memcpy(buf + len, p[i].text, p[i].len);
