@@ -390,11 +390,33 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
     tp_call **nv = NULL;
     uint64_t *ni = NULL;
     if (ncap != 0 && tp__host_charge(sb, (ncap - r->capcallv) * SLOT_COST) == 0) {
-      nv = realloc(r->callv, ncap * sizeof *nv);
-      if (nv != NULL) r->callv = nv;
-      ni = nv ? realloc(r->callid, ncap * sizeof *ni) : NULL;
-      if (ni != NULL) { r->callid = ni; r->capcallv = ncap; }
-      else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
+      if (r->callv == NULL && ncap <= TP_RUN_CALLS_INLINE) {  /* the run's own slots */
+        nv = r->callv = r->callv_in;
+        ni = r->callid = r->callid_in;
+        r->capcallv = ncap;
+      }
+      else if (r->callv == r->callv_in) {  /* out of them: to the heap */
+        nv = malloc(ncap * sizeof *nv);
+        ni = nv ? malloc(ncap * sizeof *ni) : NULL;
+        if (ni != NULL) {
+          memcpy(nv, r->callv_in, r->ncallv * sizeof *nv);
+          memcpy(ni, r->callid_in, r->ncallv * sizeof *ni);
+          r->callv = nv;
+          r->callid = ni;
+          r->capcallv = ncap;
+        }
+        else {
+          free(nv);
+          tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
+        }
+      }
+      else {
+        nv = realloc(r->callv, ncap * sizeof *nv);
+        if (nv != NULL) r->callv = nv;
+        ni = nv ? realloc(r->callid, ncap * sizeof *ni) : NULL;
+        if (ni != NULL) { r->callid = ni; r->capcallv = ncap; }
+        else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
+      }
     }
     if (ni == NULL) { free(copy); copy = NULL; }
   }
@@ -487,7 +509,9 @@ static void count_same (tp_run *r, const char *name, const json_t *args) {
   if (r->same_calls > 0 && h == r->same_hash) { r->same_calls++; return; }
   r->same_hash = h;
   r->same_calls = 1;
-  snprintf(r->same_tool, sizeof r->same_tool, "%s", name);
+  if (nl >= sizeof r->same_tool) nl = sizeof r->same_tool - 1;  /* as snprintf cut it */
+  memcpy(r->same_tool, name, nl);
+  r->same_tool[nl] = '\0';
 }
 
 void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args) {
@@ -1023,8 +1047,10 @@ void tp__run_free_calls (tp_run *r) {
     tp__host_refund(r->sb, block_cost(strlen(r->summary.by_tool[i].name) + 1));
     free(r->summary.by_tool[i].name);
   }
-  free(r->callv);
-  free(r->callid);
+  if (r->callv != r->callv_in) {
+    free(r->callv);
+    free(r->callid);
+  }
   r->callv = NULL;
   r->callid = NULL;
   r->ncallv = r->capcallv = r->nholes = r->active_from = 0;

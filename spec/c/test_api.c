@@ -799,6 +799,42 @@ TEST(envelope_pieces_are_the_engines_json_form) {
   tp_engine_destroy(e);
 }
 
+/* A run holds its first 16 calls in its own allocation and moves them to the heap past
+** that (calls.c): calls on both sides of the move keep their order and their answers, in
+** a run driven by the engine's loop (whose record of the run lives in the run too). */
+static void count_done (tp_run *r, void *ud) {
+  (void)r;
+  (*(int *)ud)++;
+}
+
+TEST(calls_past_the_runs_own_slots_keep_their_order_and_answers) {
+  tp_engine *e = tp_engine_create();
+  tp_tool_def a = { "t.answer", "Answers 42.", NULL, NULL, answer_fn, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
+  for (int n = 15; n <= 40; n += 25) {
+    char src[200];
+    snprintf(src, sizeof src, "local s = 0 for i = 1, %d do s = s + tools.t.answer{i = i} "
+             "end local ok = pcall(tools.t.nosuch, {}) return s", n);
+    tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+    int done = 0;
+    CHECK_INT(tp_run_start(r, count_done, &done), TP_OK);
+    while (!done) tp_engine_poll(e, 0);
+    const char *env = tp_run_envelope(r);
+    char want[40];
+    snprintf(want, sizeof want, "\"result\":%d", 42 * n);
+    CHECK_HAS(env, want);
+    int records = 0;
+    for (const char *p = env; (p = strstr(p, "{\"tool\":\"t.answer\",\"ok\":true")) != NULL; p++)
+      records++;
+    CHECK_INT(records, n);
+    CHECK_HAS(env, "{\"tool\":\"t.nosuch\",\"ok\":false,\"error\":\"tool.unknown\"");
+    CHECK(strstr(env, "\"tool\":\"t.nosuch\"") > strstr(env, "\"tool\":\"t.answer\""));
+    check_envelope_form(env);
+    tp_run_destroy(r);
+  }
+  tp_engine_destroy(e);
+}
+
 /* ---- tools: one by one, problems, unload and reload ------------------------------------ */
 
 /* A fresh directory under /tmp (dir holds at least 64 bytes). */
@@ -1109,6 +1145,7 @@ int main (int argc, char **argv) {
   RUN(run_ok_is_set_only_when_done_and_succeeded);
   RUN(call_events_come_in_order_once_per_start_and_end);
   RUN(envelope_pieces_are_the_engines_json_form);
+  RUN(calls_past_the_runs_own_slots_keep_their_order_and_answers);
   RUN(tools_are_listed_one_by_one_sorted_with_their_schemas);
   RUN(load_problems_come_one_by_one_in_file_order);
   RUN(unload_then_load_picks_up_a_changed_plugin_dir);
