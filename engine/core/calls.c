@@ -983,10 +983,6 @@ static void put_summary (char *out, size_t *o, const tp_calls_summary *s) {
 ** still held are counted into the summary and let go. Written directly, with no
 ** formatting calls; at most 100 records, so it takes microseconds. NULL when out of
 ** memory; *len gets the length. */
-char *tp__run_calls_text (tp_run *r, size_t *len) {
-  return tp__run_calls_text_in(r, len, NULL, 0);
-}
-
 char *tp__run_calls_text_in (tp_run *r, size_t *len, char *buf, size_t bufcap) {
   size_t listed = 0, o = 0, msgroom = 0;
   for (size_t i = 0; i < r->ncallv; i++) {
