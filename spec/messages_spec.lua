@@ -187,23 +187,26 @@ describe("what run and check print", function()
       .. "\"k17\" would bring it to 17000076 bytes, over its 16777216-byte limit; delete keys "
       .. "(kv.delete) or store less\n", out)
     -- a storage failure (the state database locked by another process once the run has
-    -- opened it: root cannot be refused a file, a lock still holds): no host path either
+    -- stored its first key: root cannot be refused a file, a lock still holds): no host
+    -- path either
     local db = dir .. "/locked.db"
     out = sh("python3 - " .. q(BIN) .. " " .. q(db), [[
-import os, sqlite3, subprocess, sys, time
-tp, db = sys.argv[1], os.path.realpath(sys.argv[2])
+import sqlite3, subprocess, sys, time
+tp, db = sys.argv[1], sys.argv[2]
 p = subprocess.Popen([tp, "run", "--state", "sqlite:" + db, "-"], stdin=subprocess.PIPE,
                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 try:
-    p.stdin.write(b'tools.time.sleep{ms = 3000} '
+    p.stdin.write(b'tools.kv.set{key = "ready", value = 1} tools.time.sleep{ms = 5000} '
                   b'local ok, e = pcall(tools.kv.set, {key = "b", value = 2}) return e.message')
     p.stdin.close()
-    def opened():
-        fds = "/proc/%d/fd" % p.pid
-        try: return any(os.path.realpath(os.path.join(fds, f)) == db for f in os.listdir(fds))
-        except OSError: return False
+    def ready():
+        try:
+            r = sqlite3.connect(db, timeout=5)
+            try: return r.execute("SELECT count(*) FROM kv").fetchone()[0] > 0
+            finally: r.close()
+        except sqlite3.Error: return False
     end = time.time() + 60
-    while not opened() and time.time() < end: time.sleep(0.02)
+    while not ready() and time.time() < end and p.poll() is None: time.sleep(0.02)
     c = sqlite3.connect(db, isolation_level=None, timeout=30)
     c.execute("BEGIN EXCLUSIVE")
     sys.stdout.write(p.stdout.read().decode())
