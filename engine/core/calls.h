@@ -71,7 +71,26 @@ struct tp_call {
                            ** registry reference), or LUA_NOREF */
   size_t charged;          /* what the run's host budget holds for this record */
   char args_sha256[65];    /* tp__call_args_sha256's, once made; "" before */
+  /* The codec's fast path (codec.c): arguments that came as text, with no tree made. */
+  unsigned char args_fast; /* args is made only when asked (tp__call_args_tree), from the
+                           ** script's table while live_L is set, else from fast_text or
+                           ** args_text; args_cost holds the tree's cost all the same */
+  lua_State *live_L;       /* while the script's call runs (ns_call): the arguments are
+                           ** the table at live_idx there */
+  int live_idx;
+  char *fast_text;         /* the arguments' text standing in for the tree (not charged:
+                           ** args_cost is), until a handler's text or the handler has it */
+  size_t fast_len;
+  char *result_text;       /* an answer kept as checked text (no tree; result is NULL):
+                           ** result_counts its containers' sizes (tp__codec_push) */
+  const int *result_counts;
+  size_t result_len;
 };
+
+/* c's argument tree, made now from what the codec's fast path kept when it has none
+** (then charged already, as args_cost). NULL when c has no arguments or the host is out
+** of memory (the run's memory verdict recorded). */
+json_t *tp__call_args_tree(tp_call *c);
 
 /* The SHA-256 (hex) of the JSON text of c's arguments (tp_json_text's form), made at the
 ** first ask and kept: the policy's decisions and the run's call log hash a call once.

@@ -312,7 +312,7 @@ static void host_cancel (tp_engine *e, tp_call *c) {
 /* ---- the provider of Lua plugin tools ---------------------------------------------- */
 
 void tp__lua_dispatch (tp_engine *e, const tp_tool *t, tp_call *c) {
-  host_dispatch(e, c, t, c->args);
+  host_dispatch(e, c, t, tp__call_args_tree(c));  /* made now when the codec made none */
 }
 
 void tp__lua_cancel (tp_engine *e, const tp_tool *t, tp_call *c) {
