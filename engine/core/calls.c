@@ -842,6 +842,69 @@ int tp__call_complete_charged (tp_call *c, json_t *result, size_t cost) {
   return rc;
 }
 
+/* Keeps text (malloc'd, taken: freed here when not kept) as c's result, checked by
+** tp__codec_answer_ok (which gave ncont), with cost charged already: 1, or 0 when it is not kept (then
+** nothing changed and text is freed; the cost is the caller's to refund). */
+static int keep_text (tp_call *c, char *text, size_t len, size_t ncont, size_t cost) {
+  size_t at = (len + 1 + sizeof(int) - 1) / sizeof(int) * sizeof(int);
+  char *block = ncont > 0 && ncont < (1u << 20) ? realloc(text, at + ncont * sizeof(int)) : NULL;
+  if (block == NULL) { free(text); return 0; }
+  block[len] = '\0';
+  tp__codec_answer_counts(block, len, (int *)(void *)(block + at));
+  c->result_text = block;
+  c->result_counts = (const int *)(void *)(block + at);
+  c->result_len = len;
+  c->result_cost = cost;
+  c->charged += cost;
+  c->bytes_out = len;
+  tp__call_finish(c, 1, NULL, NULL, NULL);
+  tp__call_handler_done(c);
+  return 1;
+}
+
+int tp__call_lua_answer (tp_call *c, lua_State *L, int idx, tp__call_answer *a) {
+  if (c == NULL || c->state == CALL_DONE || c->cancelled || c->run == NULL || tp__codec_off ||
+      c->run->rp != NULL || c->tool == NULL || c->tool->out_schema != NULL) return 0;
+  tp_sandbox *sb = c->run->sb;
+  size_t max = sb->limits.tool_bytes;
+  tp__codec_text ct;
+  if (!tp__codec_encode(L, idx, max, 1, &ct)) return 0;
+  size_t ncont;
+  if ((max && ct.len > max) || (ncont = tp__codec_answer_ok(ct.text, ct.len)) == 0 ||
+      (sb->host_cap && (ct.cost > sb->host_cap || sb->host_used > sb->host_cap - ct.cost))) {
+    free(ct.text);  /* the tree path says what is wrong, in its words */
+    return 0;
+  }
+  tp__host_charge(sb, ct.cost);  /* what the walk charges for the tree, in one charge */
+  a->text = ct.text;
+  a->len = ct.len;
+  a->ncont = ncont;
+  a->cost = ct.cost;
+  return 1;
+}
+
+void tp__call_complete_answer (tp_call *c, tp__call_answer *a) {
+  if (c->state == CALL_DONE || c->cancelled || c->run == NULL ||
+      !keep_text(c, a->text, a->len, a->ncont, a->cost)) {  /* kept nothing */
+    if (c->run != NULL) tp__host_refund(c->run->sb, a->cost);
+    if (c->state == CALL_DONE || c->cancelled || c->run == NULL) free(a->text);  /* not kept */
+    else tp__call_failf(c, "tool.failed", "tools.%s: the host ran out of memory while "
+                        "keeping the result", c->name);
+    tp__call_handler_done(c);
+  }
+}
+
+const char *tp__call_args_text_push (tp_call *c, size_t *len, int counts[64]) {
+  if (c->args != NULL || !c->args_fast) return NULL;
+  const char *text = c->fast_text ? c->fast_text : c->args_text;
+  size_t n = text ? strlen(text) : 0;
+  size_t ncont = text ? tp__codec_answer_ok(text, n) : 0;
+  if (ncont == 0 || ncont > 64) return NULL;
+  tp__codec_answer_counts(text, n, counts);
+  *len = n;
+  return text;
+}
+
 int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
   if (c == NULL || result_json == NULL) return TP_EINVAL;
   if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;
@@ -868,20 +931,10 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
     /* kept as text, with its containers' sizes, until the script takes it: what
     ** complete() does with jansson's tree, without the tree (the same cost charged) */
     size_t at = (len + 1 + sizeof(int) - 1) / sizeof(int) * sizeof(int);
-    char *block = malloc(at + ncont * sizeof(int));
-    if (block != NULL) {
-      memcpy(block, result_json, len);
-      block[len] = '\0';
-      tp__codec_answer_counts(block, len, (int *)(void *)(block + at));
-      c->result_text = block;
-      c->result_counts = (const int *)(void *)(block + at);
-      c->result_len = len;
-      c->result_cost = cost;
-      c->charged += cost;
-      c->bytes_out = len;
-      tp__call_finish(c, 1, NULL, NULL, NULL);
-      tp__call_handler_done(c);
-      return TP_OK;
+    char *copy = malloc(at + ncont * sizeof(int));
+    if (copy != NULL) {
+      memcpy(copy, result_json, len);
+      if (keep_text(c, copy, len, ncont, cost)) return TP_OK;
     }
   }
   /* polled: parsing up to tool_bytes of text stops when the run has a verdict */

@@ -131,6 +131,18 @@ int tp__call_complete_tree(tp_call *c, json_t *result);
 /* The same for a tree whose cost (tp__json_tree_cost) its maker charged to the run's host
 ** budget already: c takes over the charge, refunded when the tree is freed. */
 int tp__call_complete_charged(tp_call *c, json_t *result, size_t cost);
+/* A Lua handler's result made into the codec's text (tp__call_lua_answer), charged to the
+** run's host budget, for tp__call_complete_answer. */
+typedef struct tp__call_answer { char *text; size_t len, ncont, cost; } tp__call_answer;
+/* The value at idx of L (a Lua handler's result, in any state) through the codec, with no
+** tree: 1 with *a filled, or 0 when the codec declines it (nothing done: the caller
+** takes the tree path, which gives the messages). Runs nothing and changes nothing of c. */
+int tp__call_lua_answer(tp_call *c, lua_State *L, int idx, tp__call_answer *a);
+/* Completes the handler's call c with a (taken): as tp__call_complete_tree. */
+void tp__call_complete_answer(tp_call *c, tp__call_answer *a);
+/* The arguments of c as the codec's text when it has no tree (*counts: what
+** tp__codec_push needs, room for 64), else NULL: push them with tp__codec_push. */
+const char *tp__call_args_text_push(tp_call *c, size_t *len, int counts[64]);
 /* Completes c, answered from a replayed log, with result (stolen; charged here). */
 void tp__call_complete_logged(tp_call *c, json_t *result);
 /* Run r's call id, or NULL when it has none (let go, or never made). */

@@ -117,7 +117,7 @@ static int refuse_with_object (lua_State *L, tp_run *r, tp_call *c, const char *
 ** past what the codec takes). 0: the tree path must run (it gives the messages). */
 static int fast_args (lua_State *L, tp_sandbox *sb, tp_call *c) {
   tp__codec_text ct;
-  if (!tp__codec_encode(L, 2, sb->limits.tool_bytes, &ct)) return 0;
+  if (!tp__codec_encode(L, 2, sb->limits.tool_bytes, 0, &ct)) return 0;
   if (sb->host_cap && (ct.cost > sb->host_cap || sb->host_used > sb->host_cap - ct.cost)) {
     free(ct.text);  /* refused: the walk is refused too, and says where */
     return 0;

@@ -56,7 +56,7 @@ static int enc_both (lua_State *L, const char *what) {
   char *old = tree ? tp__json_dumpsn(tree, NULL) : NULL;
   tp__codec_text ct;
   int top = lua_gettop(L);
-  int took = tp__codec_encode(L, -1, 0, &ct);
+  int took = tp__codec_encode(L, -1, 0, 0, &ct);
   if (lua_gettop(L) != top) TP_FAIL_AT("%s: the codec changed the stack", what);
   if (took) {
     if (old == NULL || strcmp(old, ct.text) != 0)
@@ -350,7 +350,7 @@ TEST(the_plain_schema_check_passes_only_what_the_validator_passes) {
     snprintf(code, sizeof code, "return %s", args[i]);
     if (!eval(L, code)) { TP_FAIL_AT("cannot evaluate %s", args[i]); continue; }
     tp__codec_text ct;
-    if (!tp__codec_encode(L, -1, 0, &ct)) { TP_FAIL_AT("declined %s", args[i]); lua_pop(L, 1); continue; }
+    if (!tp__codec_encode(L, -1, 0, 0, &ct)) { TP_FAIL_AT("declined %s", args[i]); lua_pop(L, 1); continue; }
     json_t *tree = tp__json_from_lua(L, -1, 0, 0, NULL);
     lua_pop(L, 1);
     int fast = tp__codec_simple_ok(ct.text, ct.len, sh);
