@@ -88,6 +88,22 @@ static int put_string (enc *e, const char *s, size_t len) {
   return put(e, s + run, len - run) && putc1(e, '"');
 }
 
+/* Writes s quoted when it is all printable ASCII (no byte to escape or to check as
+** UTF-8, no NUL) and fits the buffer: 1. Else writes nothing: 0, for the general path. */
+static int put_ascii (enc *e, const char *s, size_t len) {
+  if (e->cap - e->len < len + 2) return 0;
+  char *o = e->p + e->len;
+  o[0] = '"';
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') return 0;
+    o[i + 1] = (char)c;
+  }
+  o[len + 1] = '"';
+  e->len += len + 2;
+  return 1;
+}
+
 static size_t int_width (lua_Integer i) {
   size_t n = i < 0 ? 2 : 1;
   lua_Unsigned u = i < 0 ? 0u - (lua_Unsigned)i : (lua_Unsigned)i;
@@ -170,14 +186,15 @@ static int enc_table (enc *e, int t, int depth) {
         e->bytes += 2;
         if (!count(e, TP_JSON_COST_OBJECT) || !putc1(e, '{')) goto no;
       }
-      if (nm == ENC_MEMBERS || tp__utf8_check((const unsigned char *)k, klen, &why) != klen ||
-          memchr(k, '\0', klen) != NULL) goto no;
+      if (nm == ENC_MEMBERS) goto no;
       e->bytes += klen + 4;
       if (!count(e, TP_JSON_COST_MEMBER + klen)) goto no;
       if (nm > 0 && !putc1(e, ',')) goto no;
       m[nm] = (member){ k, klen, e->len, 0 };
-      if (!put_string(e, k, klen) || !putc1(e, ':') || !enc_value(e, lua_gettop(L), depth + 1))
-        goto no;
+      if (!put_ascii(e, k, klen) &&
+          (tp__utf8_check((const unsigned char *)k, klen, &why) != klen ||
+           memchr(k, '\0', klen) != NULL || !put_string(e, k, klen))) goto no;
+      if (!putc1(e, ':') || !enc_value(e, lua_gettop(L), depth + 1)) goto no;
       m[nm++].end = e->len;
     }
     else if (kt == LUA_TNUMBER && lua_isinteger(L, -2) && !object) {
@@ -236,9 +253,10 @@ static int enc_value (enc *e, int idx, int depth) {
       size_t len;
       const char *s = lua_tolstring(L, idx, &len);
       const char *why;
-      if (tp__utf8_check((const unsigned char *)s, len, &why) != len) return 0;
       e->bytes += len + 2;
-      return count(e, TP_JSON_COST_STRING + len) && put_string(e, s, len);
+      if (!count(e, TP_JSON_COST_STRING + len)) return 0;
+      if (put_ascii(e, s, len)) return 1;
+      return tp__utf8_check((const unsigned char *)s, len, &why) == len && put_string(e, s, len);
     }
     case LUA_TLIGHTUSERDATA:
       if (lua_touserdata(L, idx) != NULL) return 0;
