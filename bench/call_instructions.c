@@ -30,7 +30,8 @@ int main (int argc, char **argv) {
   tp_limits_init(&lim);
   lim.tool_calls = 0;
   tp_engine *e = tp_engine_create();
-  tp_tool_def def = { "bench.echo", "Answers at once.", schema, NULL, echo, NULL, 0 };
+  tp_tool_def def = { .name = "bench.echo", .description = "Answers at once.",
+                      .input_schema = schema, .handler = echo };
   if (e == NULL || tp_engine_add_tool(e, &def) != TP_OK ||
       tp_engine_load_tools(e, argc > 3 ? argv[3] : "bench/plugins") < 1) {
     fprintf(stderr, "call_instructions: cannot set up the engine\n");

@@ -15,6 +15,7 @@ count() {
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 none=$(count none) c=$(count c) lua=$(count lua)
-[ -n "$none" ] && [ -n "$c" ] && [ -n "$lua" ] || { echo "call-instructions: callgrind failed" >&2; exit 1; }
+[ -n "$none" ] && [ -n "$c" ] && [ -n "$lua" ] ||
+  { echo "call-instructions: callgrind failed" >&2; exit 1; }
 echo "c_call_instructions: $(( (c - none) / N ))"
 echo "lua_call_instructions: $(( (lua - none) / N ))"

@@ -492,7 +492,8 @@ static void count_same (tp_run *r, const char *name, const json_t *args, const c
   uint64_t h = 0;
   if (text != NULL) {  /* the codec's text: canonical (sorted keys), so equal values match */
     if (len > 32768) budget = -1;
-    for (size_t i = 0; i < len && budget >= 0; i++) h = (h ^ (unsigned char)text[i]) * 1099511628211u;
+    for (size_t i = 0; i < len && budget >= 0; i++)
+      h = (h ^ (unsigned char)text[i]) * 1099511628211u;
   }
   else h = json_hash(args ? args : json_null(), 0, &budget);
   if (budget < 0) { r->same_calls = 0; return; }  /* too large to tell cheaply */
@@ -843,8 +844,8 @@ int tp__call_complete_charged (tp_call *c, json_t *result, size_t cost) {
 }
 
 /* Keeps text (malloc'd, taken: freed here when not kept) as c's result, checked by
-** tp__codec_answer_ok (which gave ncont), with cost charged already: 1, or 0 when it is not kept (then
-** nothing changed and text is freed; the cost is the caller's to refund). */
+** tp__codec_answer_ok (which gave ncont), with cost charged already: 1, or 0 when it is
+** not kept (then nothing changed and text is freed; the cost is the caller's to refund). */
 static int keep_text (tp_call *c, char *text, size_t len, size_t ncont, size_t cost) {
   size_t at = (len + 1 + sizeof(int) - 1) / sizeof(int) * sizeof(int);
   char *block = ncont > 0 && ncont < (1u << 20) ? realloc(text, at + ncont * sizeof(int)) : NULL;

@@ -279,7 +279,8 @@ int tp__codec_encode (lua_State *L, int idx, size_t max_bytes, int arrays,
   idx = lua_absindex(L, idx);
   int top = lua_gettop(L);
   int ok = lua_type(L, idx) == LUA_TTABLE && enc_value(&e, idx, 0) && e.len > 0 &&
-           (e.p[0] == '{' || (arrays && e.p[0] == '[')) && (max_bytes == 0 || e.bytes <= max_bytes) && putc1(&e, '\0');
+           (e.p[0] == '{' || (arrays && e.p[0] == '[')) &&
+           (max_bytes == 0 || e.bytes <= max_bytes) && putc1(&e, '\0');
   lua_settop(L, top);
   if (ok && e.p == e.inline_buf) {
     char *copy = malloc(e.len);

@@ -26,12 +26,13 @@ typedef struct tp__codec_text {
 } tp__codec_text;
 
 /*
-** The table at idx (an object; or an array too when arrays is set) as JSON text, byte for byte the text
-** tp__json_dumpsn makes of tp__json_from_lua_ex's tree. Returns 1, or 0 (nothing
-** allocated) when the tree path must run: an array at the top (unless arrays), an empty table anywhere
-** (its shape depends on the schema), anything the walk would refuse, a text over
-** max_bytes (0: none), more than a batch of host cost or of nodes (the walk would charge
-** or poll midway), nesting past 32 levels. Raw access only; never raises.
+** The table at idx (an object; an array too when arrays is set) as JSON text, byte for
+** byte the text tp__json_dumpsn makes of tp__json_from_lua_ex's tree. Returns 1, or 0
+** (nothing allocated) when the tree path must run: an array at the top (unless arrays),
+** an empty table anywhere (its shape depends on the schema), anything the walk would
+** refuse, a text over max_bytes (0: none), more than a batch of host cost or of nodes
+** (the walk would charge or poll midway), nesting past 32 levels. Raw access only; never
+** raises.
 */
 int tp__codec_encode(lua_State *L, int idx, size_t max_bytes, int arrays, tp__codec_text *out);
 

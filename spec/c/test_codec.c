@@ -323,7 +323,8 @@ static const char bench_schema[] =
   "{\"type\":\"object\",\"required\":[\"id\",\"name\"],\"additionalProperties\":false,"
   "\"properties\":{\"id\":{\"type\":\"integer\",\"minimum\":0},"
   "\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":3},\"flag\":{\"type\":\"boolean\"},"
-  "\"n\":{\"type\":\"number\",\"maximum\":10},\"any\":{},\"nul\":{\"type\":[\"null\",\"string\"]}}}";
+  "\"n\":{\"type\":\"number\",\"maximum\":10},\"any\":{},"
+  "\"nul\":{\"type\":[\"null\",\"string\"]}}}";
 
 TEST(the_plain_schema_check_passes_only_what_the_validator_passes) {
   lua_State *L = new_state();
@@ -350,7 +351,11 @@ TEST(the_plain_schema_check_passes_only_what_the_validator_passes) {
     snprintf(code, sizeof code, "return %s", args[i]);
     if (!eval(L, code)) { TP_FAIL_AT("cannot evaluate %s", args[i]); continue; }
     tp__codec_text ct;
-    if (!tp__codec_encode(L, -1, 0, 0, &ct)) { TP_FAIL_AT("declined %s", args[i]); lua_pop(L, 1); continue; }
+    if (!tp__codec_encode(L, -1, 0, 0, &ct)) {
+      TP_FAIL_AT("declined %s", args[i]);
+      lua_pop(L, 1);
+      continue;
+    }
     json_t *tree = tp__json_from_lua(L, -1, 0, 0, NULL);
     lua_pop(L, 1);
     int fast = tp__codec_simple_ok(ct.text, ct.len, sh);
@@ -407,9 +412,10 @@ static char *run_env (tp_engine *e, const char *src, size_t memory) {
 
 TEST(runs_give_the_same_envelopes_with_the_codec_on_and_off) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def d1 = { "t.echo", "Echoes its arguments.", NULL, NULL, echo_args, NULL, 0 };
-  tp_tool_def d2 = { "t.checked", "Checks.", bench_schema, NULL, echo_args, NULL, 0 };
-  tp_tool_def d3 = { "t.answer", "Answers text.", NULL, NULL, answer, NULL, 0 };
+  tp_tool_def d1 = { .name = "t.echo", .description = "Echoes.", .handler = echo_args };
+  tp_tool_def d2 = { .name = "t.checked", .description = "Checks.", .input_schema = bench_schema,
+                     .handler = echo_args };
+  tp_tool_def d3 = { .name = "t.answer", .description = "Answers text.", .handler = answer };
   CHECK(tp_engine_add_tool(e, &d1) == TP_OK);
   CHECK(tp_engine_add_tool(e, &d2) == TP_OK);
   CHECK(tp_engine_add_tool(e, &d3) == TP_OK);
