@@ -13,6 +13,7 @@
 #include "lauxlib.h"
 
 #include "calls.h"
+#include "codec.h"
 #include "digest.h"
 #include "replay.h"
 #include "json.h"
@@ -74,6 +75,8 @@ static void call_release (tp_call *c) {
   json_decref(c->args);
   json_decref(c->result);
   free(c->args_text);
+  free(c->fast_text);
+  free(c->result_text);
   free(c->name);
   free(c->code);
   free(c->message);
@@ -85,9 +88,12 @@ static void call_release (tp_call *c) {
 /* Lets go of the argument tree (tree) and text (text) and gives back what they were
 ** charged to the run's host budget. */
 static void args_release (tp_call *c, int tree, int text) {
-  if (tree && c->args != NULL) {
+  if (tree && (c->args != NULL || c->args_fast)) {
     json_decref(c->args);
     c->args = NULL;
+    free(c->fast_text);
+    c->fast_text = NULL;
+    c->args_fast = 0;
     give_back(c, c->args_cost);
     c->args_cost = 0;
   }
@@ -102,6 +108,8 @@ static void args_release (tp_call *c, int tree, int text) {
 static void result_release (tp_call *c) {
   json_decref(c->result);
   c->result = NULL;
+  free(c->result_text);
+  c->result_text = NULL;
   give_back(c, c->result_cost);
   c->result_cost = 0;
 }
@@ -500,9 +508,16 @@ static uint64_t json_hash (const json_t *v, int depth, long *budget) {
 }
 
 /* Counts the calls in a row that are the same tool with the same arguments. */
-static void count_same (tp_run *r, const char *name, const json_t *args) {
+static void count_same (tp_run *r, const char *name, const json_t *args, const char *text,
+                        size_t len) {
   long budget = 4096;
-  uint64_t h = json_hash(args ? args : json_null(), 0, &budget);
+  uint64_t h = 0;
+  if (text != NULL) {  /* the codec's text: canonical (sorted keys), so equal values match */
+    if (len > 32768) budget = -1;
+    for (size_t i = 0; i < len && budget >= 0; i++)
+      h = (h ^ (unsigned char)text[i]) * 1099511628211u;
+  }
+  else h = json_hash(args ? args : json_null(), 0, &budget);
   if (budget < 0) { r->same_calls = 0; return; }  /* too large to tell cheaply */
   size_t nl = strlen(name);
   for (size_t i = 0; i < nl; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211u;
@@ -517,7 +532,7 @@ static void count_same (tp_run *r, const char *name, const json_t *args) {
 void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args) {
   const char *name = c->name;
   c->args = args;
-  count_same(r, name, args);
+  count_same(r, name, args, c->args_fast ? c->fast_text : NULL, c->fast_len);
   if (exact) {
     if (r->rp != NULL && tp__replay_call(r, c)) return;  /* answered from a log */
     tp__hook(r, call, c);
@@ -544,7 +559,15 @@ int tp__call_bind (tp_call *c, const tp__tool_face *t) {
   c->tool = t;
   size_t bytes_in = 0;
   char *args_text = NULL;
-  if (c->args != NULL && t != NULL && (t->flags & TP__TOOL_TREE_ARGS)) {
+  if (c->args == NULL && c->args_fast) {  /* the codec's text: no tree to measure or dump */
+    if (t != NULL && (t->flags & TP__TOOL_TREE_ARGS)) bytes_in = is_listed(c) ? c->fast_len : 0;
+    else {  /* the handler's text: charged as a text, and no longer the tree's stand-in */
+      args_text = c->fast_text;
+      bytes_in = c->fast_len;
+      c->fast_text = NULL;
+    }
+  }
+  else if (c->args != NULL && t != NULL && (t->flags & TP__TOOL_TREE_ARGS)) {
     if (is_listed(c)) bytes_in = tp__json_dump_len(c->args);
   }
   else if (c->args != NULL)
@@ -571,10 +594,22 @@ static void admit (tp_call *c) {
   if (!l->tool_in_flight || r->in_flight < l->tool_in_flight) dispatch(r, c, 0);
 }
 
+/* The fast check stays well under the validator's first poll of the run's verdict
+** (POLL_WORK units of work), so skipping the validator skips no poll. */
+#define FAST_CHECK_COST (16u << 10)
+
 void tp__call_check_admit (tp_call *c) {
   const char *name = c->name;
   tp_schema_errors errs = { 0 };
-  int v = validate_for(c->run, c->tool->in_schema, c->args, &errs);
+  const char *text = c->fast_text ? c->fast_text : c->args_text;
+  size_t tlen = c->fast_text ? c->fast_len : c->bytes_in;
+  if (c->args == NULL && c->args_fast && text != NULL && c->args_cost < FAST_CHECK_COST &&
+      tp__codec_simple_ok(text, tlen, tp__schema_simple(c->tool->in_schema))) {
+    admit(c);  /* surely valid: the validator would find nothing */
+    return;
+  }
+  const json_t *args = tp__call_args_tree(c);
+  int v = args == NULL ? -1 : validate_for(c->run, c->tool->in_schema, args, &errs);
   if (v == -2) {
     tp__call_fail_stopped(c, "the arguments");
     return;
@@ -652,7 +687,9 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
   int ok = c->ok;
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   c->consumed = 1;  /* before anything may raise: the script cannot ask again */
-  if (ok) {
+  if (ok && c->result_text != NULL)  /* may raise: c still owns the text */
+    tp__codec_push(L, c->result_text, c->result_len, c->result_counts);
+  else if (ok) {
     if (json_is_string(c->result) &&
         tp__json_text_like(json_string_value(c->result), json_string_length(c->result)))
       tp__run_note_json_text(r, c->name, json_string_value(c->result),
@@ -687,13 +724,31 @@ int tp_call_progress (tp_call *c, const char *text) {
   return TP_OK;
 }
 
+json_t *tp__call_args_tree (tp_call *c) {
+  if (c->args != NULL || !c->args_fast) return c->args;
+  if (c->live_L != NULL) {  /* the walk the tree path makes; its cost is charged already */
+    tp_json_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_bytes = c->run ? c->run->sb->limits.tool_bytes : 0;
+    c->args = tp__json_from_lua_ex(c->live_L, c->live_idx, &o, NULL);
+  }
+  else {
+    const char *text = c->fast_text ? c->fast_text : c->args_text;
+    if (text != NULL) c->args = tp__json_loads(text, strlen(text), NULL);
+  }
+  if (c->args == NULL && c->run != NULL) tp__sandbox_kill(c->run->sb, TP_KILL_MEMORY);
+  return c->args;
+}
+
 const char *tp__call_args_sha256 (tp_call *c) {
   if (c->args_sha256[0]) return c->args_sha256;
-  if (c->args == NULL) return NULL;
-  if (c->args_text != NULL) {
-    tp__sha256_hex(c->args_text, strlen(c->args_text), c->args_sha256);
+  if (c->args == NULL && !c->args_fast) return NULL;
+  const char *known = c->args_text ? c->args_text : c->args == NULL ? c->fast_text : NULL;
+  if (known != NULL) {
+    tp__sha256_hex(known, strlen(known), c->args_sha256);
     return c->args_sha256;
   }
+  if (tp__call_args_tree(c) == NULL) return NULL;
   size_t len;
   char *text = tp__json_dumpsn(c->args, &len);
   if (text == NULL) return NULL;
@@ -812,6 +867,69 @@ int tp__call_complete_charged (tp_call *c, json_t *result, size_t cost) {
   return rc;
 }
 
+/* Keeps text (malloc'd, taken: freed here when not kept) as c's result, checked by
+** tp__codec_answer_ok (which gave ncont), with cost charged already: 1, or 0 when it is
+** not kept (then nothing changed and text is freed; the cost is the caller's to refund). */
+static int keep_text (tp_call *c, char *text, size_t len, size_t ncont, size_t cost) {
+  size_t at = (len + 1 + sizeof(int) - 1) / sizeof(int) * sizeof(int);
+  char *block = ncont > 0 && ncont < (1u << 20) ? realloc(text, at + ncont * sizeof(int)) : NULL;
+  if (block == NULL) { free(text); return 0; }
+  block[len] = '\0';
+  tp__codec_answer_counts(block, len, (int *)(void *)(block + at));
+  c->result_text = block;
+  c->result_counts = (const int *)(void *)(block + at);
+  c->result_len = len;
+  c->result_cost = cost;
+  c->charged += cost;
+  c->bytes_out = len;
+  tp__call_finish(c, 1, NULL, NULL, NULL);
+  tp__call_handler_done(c);
+  return 1;
+}
+
+int tp__call_lua_answer (tp_call *c, lua_State *L, int idx, tp__call_answer *a) {
+  if (c == NULL || c->state == CALL_DONE || c->cancelled || c->run == NULL || tp__codec_off ||
+      c->run->rp != NULL || c->tool == NULL || c->tool->out_schema != NULL) return 0;
+  tp_sandbox *sb = c->run->sb;
+  size_t max = sb->limits.tool_bytes;
+  tp__codec_text ct;
+  if (!tp__codec_encode(L, idx, max, 1, &ct)) return 0;
+  size_t ncont;
+  if ((max && ct.len > max) || (ncont = tp__codec_answer_ok(ct.text, ct.len)) == 0 ||
+      (sb->host_cap && (ct.cost > sb->host_cap || sb->host_used > sb->host_cap - ct.cost))) {
+    free(ct.text);  /* the tree path says what is wrong, in its words */
+    return 0;
+  }
+  tp__host_charge(sb, ct.cost);  /* what the walk charges for the tree, in one charge */
+  a->text = ct.text;
+  a->len = ct.len;
+  a->ncont = ncont;
+  a->cost = ct.cost;
+  return 1;
+}
+
+void tp__call_complete_answer (tp_call *c, tp__call_answer *a) {
+  if (c->state == CALL_DONE || c->cancelled || c->run == NULL ||
+      !keep_text(c, a->text, a->len, a->ncont, a->cost)) {  /* kept nothing */
+    if (c->run != NULL) tp__host_refund(c->run->sb, a->cost);
+    if (c->state == CALL_DONE || c->cancelled || c->run == NULL) free(a->text);  /* not kept */
+    else tp__call_failf(c, "tool.failed", "tools.%s: the host ran out of memory while "
+                        "keeping the result", c->name);
+    tp__call_handler_done(c);
+  }
+}
+
+const char *tp__call_args_text_push (tp_call *c, size_t *len, int counts[64]) {
+  if (c->args != NULL || !c->args_fast) return NULL;
+  const char *text = c->fast_text ? c->fast_text : c->args_text;
+  size_t n = text ? strlen(text) : 0;
+  size_t ncont = text ? tp__codec_answer_ok(text, n) : 0;
+  if (ncont == 0 || ncont > 64) return NULL;
+  tp__codec_answer_counts(text, n, counts);
+  *len = n;
+  return text;
+}
+
 int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
   if (c == NULL || result_json == NULL) return TP_EINVAL;
   if (c->state == CALL_DONE && !c->handler_owns) return TP_ESTATE;
@@ -829,6 +947,20 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
                   "host memory than the run's memory limit allows", c->name, len);
     tp__call_handler_done(c);
     return TP_OK;
+  }
+  const tp_limits *l = live ? &c->run->sb->limits : NULL;
+  size_t ncont;
+  if (live && !tp__codec_off && c->run->rp == NULL && c->tool->out_schema == NULL &&
+      !(l->tool_bytes && len > l->tool_bytes) &&
+      (ncont = tp__codec_answer_ok(result_json, len)) > 0 && ncont < (1u << 20)) {
+    /* kept as text, with its containers' sizes, until the script takes it: what
+    ** complete() does with jansson's tree, without the tree (the same cost charged) */
+    size_t at = (len + 1 + sizeof(int) - 1) / sizeof(int) * sizeof(int);
+    char *copy = malloc(at + ncont * sizeof(int));
+    if (copy != NULL) {
+      memcpy(copy, result_json, len);
+      if (keep_text(c, copy, len, ncont, cost)) return TP_OK;
+    }
   }
   /* polled: parsing up to tool_bytes of text stops when the run has a verdict */
   json_t *v = tp__json_loads_polled(result_json, len,

@@ -71,7 +71,26 @@ struct tp_call {
                            ** registry reference), or LUA_NOREF */
   size_t charged;          /* what the run's host budget holds for this record */
   char args_sha256[65];    /* tp__call_args_sha256's, once made; "" before */
+  /* The codec's fast path (codec.c): arguments that came as text, with no tree made. */
+  unsigned char args_fast; /* args is made only when asked (tp__call_args_tree), from the
+                           ** script's table while live_L is set, else from fast_text or
+                           ** args_text; args_cost holds the tree's cost all the same */
+  lua_State *live_L;       /* while the script's call runs (ns_call): the arguments are
+                           ** the table at live_idx there */
+  int live_idx;
+  char *fast_text;         /* the arguments' text standing in for the tree (not charged:
+                           ** args_cost is), until a handler's text or the handler has it */
+  size_t fast_len;
+  char *result_text;       /* an answer kept as checked text (no tree; result is NULL):
+                           ** result_counts its containers' sizes (tp__codec_push) */
+  const int *result_counts;
+  size_t result_len;
 };
+
+/* c's argument tree, made now from what the codec's fast path kept when it has none
+** (then charged already, as args_cost). NULL when c has no arguments or the host is out
+** of memory (the run's memory verdict recorded). */
+json_t *tp__call_args_tree(tp_call *c);
 
 /* The SHA-256 (hex) of the JSON text of c's arguments (tp_json_text's form), made at the
 ** first ask and kept: the policy's decisions and the run's call log hash a call once.
@@ -112,6 +131,18 @@ int tp__call_complete_tree(tp_call *c, json_t *result);
 /* The same for a tree whose cost (tp__json_tree_cost) its maker charged to the run's host
 ** budget already: c takes over the charge, refunded when the tree is freed. */
 int tp__call_complete_charged(tp_call *c, json_t *result, size_t cost);
+/* A Lua handler's result made into the codec's text (tp__call_lua_answer), charged to the
+** run's host budget, for tp__call_complete_answer. */
+typedef struct tp__call_answer { char *text; size_t len, ncont, cost; } tp__call_answer;
+/* The value at idx of L (a Lua handler's result, in any state) through the codec, with no
+** tree: 1 with *a filled, or 0 when the codec declines it (nothing done: the caller
+** takes the tree path, which gives the messages). Runs nothing and changes nothing of c. */
+int tp__call_lua_answer(tp_call *c, lua_State *L, int idx, tp__call_answer *a);
+/* Completes the handler's call c with a (taken): as tp__call_complete_tree. */
+void tp__call_complete_answer(tp_call *c, tp__call_answer *a);
+/* The arguments of c as the codec's text when it has no tree (*counts: what
+** tp__codec_push needs, room for 64), else NULL: push them with tp__codec_push. */
+const char *tp__call_args_text_push(tp_call *c, size_t *len, int counts[64]);
 /* Completes c, answered from a replayed log, with result (stolen; charged here). */
 void tp__call_complete_logged(tp_call *c, json_t *result);
 /* Run r's call id, or NULL when it has none (let go, or never made). */

@@ -17,6 +17,7 @@
 #include "lauxlib.h"
 
 #include "calls.h"
+#include "codec.h"
 #include "replay.h"
 #include "json.h"
 
@@ -111,6 +112,27 @@ static int refuse_with_object (lua_State *L, tp_run *r, tp_call *c, const char *
 
 /* __call of a namespace: tools.a.b(args). Every call of a tool is counted first
 ** (call_attempt), then refused or started. */
+/* The codec's fast path (codec.c): the arguments at 2 as text, with no tree, charged
+** to the run's host budget as the tree would be (one charge: the walk charges in batches
+** past what the codec takes). 0: the tree path must run (it gives the messages). */
+static int fast_args (lua_State *L, tp_sandbox *sb, tp_call *c) {
+  tp__codec_text ct;
+  if (!tp__codec_encode(L, 2, sb->limits.tool_bytes, 0, &ct)) return 0;
+  if (sb->host_cap && (ct.cost > sb->host_cap || sb->host_used > sb->host_cap - ct.cost)) {
+    free(ct.text);  /* refused: the walk is refused too, and says where */
+    return 0;
+  }
+  tp__host_charge(sb, ct.cost);
+  c->args_cost = ct.cost;
+  c->charged += ct.cost;
+  c->args_fast = 1;
+  c->fast_text = ct.text;
+  c->fast_len = ct.len;
+  c->live_L = L;
+  c->live_idx = 2;
+  return 1;
+}
+
 static int ns_call (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   tp_run *r = sb->run;
@@ -150,6 +172,14 @@ static int ns_call (lua_State *L) {
     lua_settop(L, 0);
     lua_pushstring(L, msg);
     return lua_error(L);
+  }
+  else if (t == LUA_TTABLE && r->rp == NULL && !tp__codec_off && fast_args(L, sb, c)) {
+    uint64_t id = c->id;
+    tp__call_start(r, c, nlen, exact, NULL);
+    tp_call *still = tp__run_find_call(r, id);
+    if (still != NULL) still->live_L = NULL;  /* the table is the script's again */
+    lua_settop(L, 0);
+    return await_call(L, id, 1);
   }
   else if (t == LUA_TTABLE) {
     tp_json_err jerr;

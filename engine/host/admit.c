@@ -50,7 +50,7 @@ static void on_call (void *ud, tp_call *c) {
                      "the tools there are)", c->name);
     return;
   }
-  if (c->args == NULL) {
+  if (c->args == NULL && !c->args_fast) {
     tp__call_failf(c, "tool.invalid_input", "tools.%s: the arguments could not be read",
                    c->name);
     return;

@@ -56,6 +56,7 @@
 #include "json.h"
 #include "schema.h"
 #include "embedded.h"
+#include "codec.h"
 #include "trace.h"
 
 /* luv and lpeg come from Debian (shared in the CLI and tests, the static liblua5.4-luv.a
@@ -253,6 +254,11 @@ void tp__host_unbind (lua_State *H, tp__host *h, tp__callbox *b, int keep) {
 
 /* Completes c with the handler's value at idx of L (see tp__host_result_tree). */
 static void complete_with (tp_call *c, lua_State *L, int idx) {
+  tp__call_answer a;
+  if (tp__call_lua_answer(c, L, idx, &a)) {  /* no tree: the codec's text */
+    tp__call_complete_answer(c, &a);
+    return;
+  }
   char msg[800];
   size_t cost;
   json_t *v = tp__host_result_tree(c, L, idx, msg, sizeof msg, &cost);
@@ -631,7 +637,7 @@ static int e_peek_id (lua_State *H) {
 
 /* ---- a record's coroutine ------------------------------------------------------------
 ** body(RUN, handler, args) runs one handler per resume: resumed by host.c with tp__host_run_key,
-** the handler and the argument tree (light userdata, valid during that resume), it makes
+** the handler and the arguments (a tp__host_args, valid during that resume), it makes
 ** the arguments' table, calls handler(args, ctx), wipes what the handler left in ctx
 ** (fields, even rawset ones; a metatable it changed) and yields DONE, result. Its frame
 ** holds nothing of a call once it yielded. Upvalues: ctx and ctx's metatable. */
@@ -643,11 +649,13 @@ static int body_start (lua_State *L) {
   if (lua_gettop(L) != 3 || lua_type(L, 1) != LUA_TLIGHTUSERDATA ||
       lua_touserdata(L, 1) != &tp__host_run_key)
     return luaL_error(L, "a tool handler's coroutine was resumed from outside the engine");
-  const json_t *args = lua_touserdata(L, 3);
+  const tp__host_args *args = lua_touserdata(L, 3);
   lua_settop(L, 2);
   lua_pushlightuserdata(L, (void *)&tp__host_done_key);
   lua_replace(L, 1);                        /* DONE, handler */
-  tp__json_push(L, args, 0);                 /* the tree as a table: no JSON text */
+  if (args->text != NULL)                   /* the codec's text, when no tree was made */
+    tp__codec_push(L, args->text, args->len, args->counts);
+  else tp__json_push(L, args->tree, 0);     /* the tree as a table: no JSON text */
   lua_pushvalue(L, lua_upvalueindex(1));    /* ctx */
   lua_callk(L, 2, 1, K_RETURNED, body_k);
   return body_k(L, LUA_OK, K_RETURNED);

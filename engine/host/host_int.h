@@ -48,6 +48,14 @@ typedef struct tp__host {
 /* The key a record's coroutine must be resumed with by host.c, and what it yields when
 ** its handler returned (E.DONE): light userdata no Lua code can make. */
 extern const char tp__host_run_key, tp__host_done_key;
+/* A handler's arguments as host_dispatch hands them to its coroutine: the codec's text
+** (with its containers' sizes) when the call has no tree, else the tree. */
+typedef struct tp__host_args {
+  const json_t *tree;
+  const char *text;
+  size_t len;
+  const int *counts;
+} tp__host_args;
 
 /* host.c */
 /* H's own data (the userdata under host.c's key in H's registry). */

@@ -1595,7 +1595,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *tool) {
     deny_with(P, c, who, -1, "deny", "", "the policy could not be applied: out of memory");
     return 0;
   }
-  const json_t *args = c->args;
+  const json_t *args = tp__call_args_tree(c);  /* made now when the codec made none */
   int ask = -1, allowed = -1;  /* the first allow rule that holds */
   P->stamp++;  /* the memo of argument lookups starts empty */
   prefetch_keys(P, tc, args);

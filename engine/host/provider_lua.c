@@ -237,7 +237,7 @@ static void hand_over (lua_State *H, tp__host *h, tp__callbox *b, int bi, int st
   lua_settop(H, top);
 }
 
-static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const json_t *args) {
+static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t) {
   if (e->H == NULL && tp__host_open(e) != TP_OK) {
     tp_call_fail(c, "tool.failed", "the host Lua state cannot start");
     return;
@@ -263,7 +263,11 @@ static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const jso
   c->host_ref = b->ref;
   lua_pushlightuserdata(co, (void *)&tp__host_run_key);
   lua_rawgeti(co, LUA_REGISTRYINDEX, ((const tp__lua_tool *)t->pdata)->ref);
-  lua_pushlightuserdata(co, (void *)args);
+  int counts[64];
+  tp__host_args args = { NULL, NULL, 0, counts };
+  args.text = tp__call_args_text_push(c, &args.len, counts);
+  if (args.text == NULL) args.tree = tp__call_args_tree(c);  /* made now if the codec made none */
+  lua_pushlightuserdata(co, &args);
   int nres = 0, late;
   uint64_t held;
   int st = tp__host_resume_timed(H, e, c, co, 3, &nres, &held, &late);
@@ -272,9 +276,18 @@ static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t, const jso
     /* returned at once: the result is taken from the coroutine's stack, the record goes
     ** back to the pool, then the call completes (which may start another call) */
     size_t cost;
+    int keep = h->npool < POOL_MAX;
+    tp__call_answer a;
+    if (tp__call_lua_answer(c, co, -1, &a)) {  /* no tree: the codec's text */
+      lua_pop(co, 2);
+      tp__host_unbind(H, h, b, keep);
+      if (keep) h->pool[h->npool++] = b;
+      tp__call_complete_answer(c, &a);
+      lua_settop(H, top);
+      return;
+    }
     json_t *v = tp__host_result_tree(c, co, -1, msg, sizeof msg, &cost);
     lua_pop(co, 2);
-    int keep = h->npool < POOL_MAX;
     tp__host_unbind(H, h, b, keep);
     if (keep) h->pool[h->npool++] = b;
     if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
@@ -312,7 +325,7 @@ static void host_cancel (tp_engine *e, tp_call *c) {
 /* ---- the provider of Lua plugin tools ---------------------------------------------- */
 
 void tp__lua_dispatch (tp_engine *e, const tp_tool *t, tp_call *c) {
-  host_dispatch(e, c, t, c->args);
+  host_dispatch(e, c, t);
 }
 
 void tp__lua_cancel (tp_engine *e, const tp_tool *t, tp_call *c) {

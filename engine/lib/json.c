@@ -69,7 +69,7 @@ static void sb_finish (sbuf *b) {
 ** Returns len when s is valid UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF),
 ** else the offset of the first bad sequence, with *why saying what is wrong.
 */
-static size_t utf8_check (const unsigned char *s, size_t len, const char **why) {
+size_t tp__utf8_check (const unsigned char *s, size_t len, const char **why) {
   size_t i = 0;
   while (i < len) {
     while (i + 8 <= len) {  /* ASCII runs, 8 bytes at a time */
@@ -144,7 +144,7 @@ static int is_ident (const char *k, size_t len) {
 /* A key as a quoted, escaped string of at most about 48 source bytes. */
 static void put_quoted (sbuf *b, const char *k, size_t len) {
   const char *why;
-  int valid = utf8_check((const unsigned char *)k, len, &why) == len;
+  int valid = tp__utf8_check((const unsigned char *)k, len, &why) == len;
   size_t n = len > 48 ? 48 : len;
   if (valid) while (n > 0 && n < len && ((unsigned char)k[n] & 0xC0) == 0x80) n--;
   sb_putc(b, '"');
@@ -394,7 +394,7 @@ static json_t *walk_table (walker *w, int t) {
         if (!charge(w, 2) || !spend(w, TP_JSON_COST_OBJECT)) goto fail;
       }
       w->path[w->depth] = (seg){ k, klen, 0 };
-      size_t bad = utf8_check((const unsigned char *)k, klen, &why);
+      size_t bad = tp__utf8_check((const unsigned char *)k, klen, &why);
       if (bad != klen) {
         here(w, w->depth + 1, path);
         fail(w, "invalid UTF-8 in the object key at %s (byte %zu: %s); keys must be "
@@ -541,7 +541,7 @@ static json_t *walk (walker *w, int idx) {
       size_t len;
       const char *s = lua_tolstring(L, idx, &len);  /* a string: no conversion */
       const char *why;
-      size_t bad = utf8_check((const unsigned char *)s, len, &why);
+      size_t bad = tp__utf8_check((const unsigned char *)s, len, &why);
       if (bad != len) {
         here(w, w->depth, path);
         fail(w, "invalid UTF-8 in the string at %s (byte %zu: %s); JSON strings must "
@@ -764,6 +764,24 @@ int tp__json_is_array (lua_State *L, int idx) {
   }
   return r;
 }
+
+void tp__json_tags (lua_State *L, const void **array_mt, const void **object_mt) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key);
+  *array_mt = lua_topointer(L, -1);  /* NULL unless a table */
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &object_mt_key);
+  *object_mt = lua_topointer(L, -1);
+  lua_pop(L, 2);
+}
+
+int tp__json_push_objects_mt (lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &all_objects_key) == LUA_TTABLE) return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+void tp__json_push_object_mt (lua_State *L) { push_object_mt(L); }
+
+void tp__json_push_null (lua_State *L) { push_null(L); }
 
 /* What a push needs besides the value. */
 typedef struct pusher {
@@ -1109,7 +1127,7 @@ static void loads_message (const json_error_t *je, char *out, size_t cap) {
   size_t len = strnlen(je->text, JSON_ERROR_TEXT_LENGTH);
   memcpy(text, je->text, len);
   text[len] = '\0';
-  if (utf8_check((const unsigned char *)text, len, &why) != len)
+  if (tp__utf8_check((const unsigned char *)text, len, &why) != len)
     for (size_t i = 0; i < len; i++) if ((unsigned char)text[i] >= 0x80) text[i] = '?';
   const char *hint = "";
   if (strstr(text, "too big") != NULL)
@@ -1211,7 +1229,7 @@ json_t *tp__json_string_lossy (const char *s, size_t len, const char *suffix) {
   size_t o = 0, i = 0;
   while (i < len) {
     const char *why;
-    size_t good = utf8_check((const unsigned char *)s + i, len - i, &why);
+    size_t good = tp__utf8_check((const unsigned char *)s + i, len - i, &why);
     memcpy(out + o, s + i, good);
     o += good;
     i += good;

@@ -238,4 +238,22 @@ size_t tp__json_dump_len(const json_t *v);
 char *tp__json_dumps_charged(const json_t *v, const tp_json_budget *budget, size_t *len,
                             size_t *charged, int *refused);
 
+/* ---- for a codec that reads and writes Lua values without a tree (core/codec.c) ---- */
+
+/* Returns len when s[0..len) is valid UTF-8 (no overlongs, no surrogates, nothing past
+** U+10FFFF), else the offset of the first bad sequence, with *why saying what is wrong:
+** the check every string and key crossing the boundary gets. */
+size_t tp__utf8_check(const unsigned char *s, size_t len, const char **why);
+/* The identities of the array and the object metatables of L (NULL when not made yet),
+** as lua_topointer gives them: what tp__json_from_lua compares a table's metatable to. */
+void tp__json_tags(lua_State *L, const void **array_mt, const void **object_mt);
+/* Pushes the metatable every pushed object gets (tp__json_tag_objects) and returns 1, or
+** pushes nothing and returns 0 when objects are not all tagged in L. */
+int tp__json_push_objects_mt(lua_State *L);
+/* Pushes the object metatable (TP_JSON_OBJECT_TAG), creating it if missing. May raise. */
+void tp__json_push_object_mt(lua_State *L);
+/* Pushes json.null as tp__json_push does (the lazy metatable built at the first). May
+** raise (memory). */
+void tp__json_push_null(lua_State *L);
+
 #endif

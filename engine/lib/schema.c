@@ -104,6 +104,7 @@ struct tp_schema {
   pcre2_match_context *mctx;
   mcache *mc;
   int npatterns;
+  tp_schema_simple *simple;  /* the root's plain shape, or NULL */
 };
 
 /* ---- small utilities ------------------------------------------------------------- */
@@ -1136,7 +1137,73 @@ void tp__schema_free (tp_schema *s) {
   free(s->docs);
   pcre2_match_context_free(s->mctx);
   if (s->mc) { pcre2_match_data_free(s->mc->md); free(s->mc); }
+  if (s->simple) free(s->simple->props);
+  free(s->simple);
   free(s);
+}
+
+/* A node with none of the keywords a plain shape leaves out (see tp_schema_simple). */
+static int plain_node (const node *n) {
+  return n->boolv == -1 && !n->fmt_assert && !n->unique && !n->has_max_contains &&
+         !n->multipleOf && !n->xmax && !n->xmin && !n->enum_ && !n->const_ &&
+         n->maxItems < 0 && n->minItems < 0 && n->maxProps < 0 && n->minProps < 0 &&
+         n->minContains < 0 && n->maxContains < 0 && !n->pattern && !n->format &&
+         !n->prefix && !n->items && !n->contains && !n->npprops && !n->propnames &&
+         !n->ndepreq && !n->ndepschemas && !n->nall && !n->nany && !n->none && !n->not_ &&
+         !n->if_ && !n->then_ && !n->else_ && !n->ref && !n->dynref && !n->uneval_props &&
+         !n->uneval_items && !n->res->novalid;
+}
+
+/* An integer bound (a JSON integer, or a real of integral value within int64) in *out. */
+static int int_bound (const json_t *b, long long *out) {
+  if (json_is_integer(b)) { *out = json_integer_value(b); return 1; }
+  return 0;
+}
+
+/* The root's plain shape, or NULL (not one, or out of memory: then nothing is lost). */
+static tp_schema_simple *make_simple (const node *n) {
+  if (n == NULL || !plain_node(n) || n->types != T_OBJ || n->nprops > 64 || n->maxLength >= 0 ||
+      n->minLength >= 0 || n->maximum || n->minimum) return NULL;
+  if (n->addprops && n->addprops->boolv == -1) return NULL;
+  tp_schema_simple *sh = calloc(1, sizeof *sh);
+  if (sh == NULL) return NULL;
+  sh->props = calloc(n->nprops ? n->nprops : 1, sizeof *sh->props);
+  if (sh->props == NULL) { free(sh); return NULL; }
+  sh->nprops = n->nprops;
+  sh->closed = n->addprops && n->addprops->boolv == 0;
+  for (size_t i = 0; i < n->nprops; i++) {
+    const node *p = n->props[i].n;
+    tp_schema_simple_prop *q = &sh->props[i];
+    q->name = n->props[i].name;
+    q->len = strlen(q->name);
+    if (p == NULL || !(p->boolv == 1 || plain_node(p)) || p->addprops || p->nprops ||
+        p->nrequired || (p->types & (T_ARR | T_OBJ))) goto no;
+    if (p->boolv == 1) { q->min_len = q->max_len = -1; continue; }
+    q->types = (p->types & T_NULL ? TP_ST_NULL : 0) | (p->types & T_BOOL ? TP_ST_BOOL : 0) |
+               (p->types & T_INT ? TP_ST_INT : 0) | (p->types & T_NUM ? TP_ST_NUM : 0) |
+               (p->types & T_STR ? TP_ST_STR : 0);
+    q->min_len = p->minLength;
+    q->max_len = p->maxLength;
+    if (p->minimum && !(q->has_min = int_bound(p->minimum, &q->min))) goto no;
+    if (p->maximum && !(q->has_max = int_bound(p->maximum, &q->max))) goto no;
+  }
+  for (size_t i = 0; i < n->nrequired; i++) {
+    tp_schema_simple_prop *q = NULL;
+    for (size_t j = 0; j < sh->nprops && q == NULL; j++)
+      if (strcmp(sh->props[j].name, n->required[i]) == 0) q = &sh->props[j];
+    if (q == NULL) goto no;  /* required but not described: left to the validator */
+    if (!q->required) sh->nrequired++;
+    q->required = 1;
+  }
+  return sh;
+no:
+  free(sh->props);
+  free(sh);
+  return NULL;
+}
+
+const tp_schema_simple *tp__schema_simple (const tp_schema *s) {
+  return s ? s->simple : NULL;
 }
 
 tp_schema *tp__schema_compile (const json_t *schema, tp_dialect default_dialect,
@@ -1190,6 +1257,7 @@ tp_schema *tp__schema_compile (const json_t *schema, tp_dialect default_dialect,
     tp__schema_free(s);
     return NULL;
   }
+  s->simple = make_simple(s->root);
   return s;
 }
 

@@ -113,4 +113,33 @@ json_t *tp__schema_empty_arrays(json_t *v, const json_t *schema,
 */
 int tp__schema_format_check(const char *format, const char *s, size_t n);
 
+/*
+** A plain shape some input schemas have: an object whose named properties each take a
+** scalar (by "type") with at most integer minimum/maximum and minLength/maxLength, with
+** "required" names among them and additionalProperties true, false or absent. The core
+** checks a script's arguments against it directly on the Lua value (core/codec.c), and
+** only when that check passes: anything it fails, or cannot tell, goes to
+** tp__schema_validate, so the errors a script sees come from the one validator. Types are
+** TP_ST_* bits (a property with no "type" takes any value).
+*/
+enum { TP_ST_NULL = 1, TP_ST_BOOL = 2, TP_ST_INT = 4, TP_ST_NUM = 8, TP_ST_STR = 16,
+       TP_ST_ARR = 32, TP_ST_OBJ = 64 };
+typedef struct tp_schema_simple_prop {
+  const char *name;
+  size_t len;
+  unsigned types;               /* 0: any value */
+  int required;
+  int has_min, has_max;
+  long long min, max;           /* inclusive integer bounds of numbers */
+  long long min_len, max_len;   /* of strings, in code points; -1: none */
+} tp_schema_simple_prop;
+typedef struct tp_schema_simple {
+  size_t nprops, nrequired;
+  int closed;                   /* additionalProperties false */
+  tp_schema_simple_prop *props;
+} tp_schema_simple;
+
+/* s's plain shape, or NULL when its root is not one (made when s was compiled). */
+const tp_schema_simple *tp__schema_simple(const tp_schema *s);
+
 #endif
