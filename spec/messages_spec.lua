@@ -193,10 +193,10 @@ describe("what run and check print", function()
     out = sh("python3 - " .. q(BIN) .. " " .. q(db), [[
 import sqlite3, subprocess, sys, time
 tp, db = sys.argv[1], sys.argv[2]
-p = subprocess.Popen([tp, "run", "--state", "sqlite:" + db, "-"], stdin=subprocess.PIPE,
-                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+p = subprocess.Popen([tp, "run", "--timeout", "60s", "--state", "sqlite:" + db, "-"],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 try:
-    p.stdin.write(b'tools.kv.set{key = "ready", value = 1} tools.time.sleep{ms = 5000} '
+    p.stdin.write(b'tools.kv.set{key = "ready", value = 1} tools.time.sleep{ms = 3000} '
                   b'local ok, e = pcall(tools.kv.set, {key = "b", value = 2}) return e.message')
     p.stdin.close()
     def ready():
