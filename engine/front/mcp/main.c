@@ -340,7 +340,8 @@ static int mcp_main (options *o, int argc, char **argv) {
       size_t n = strlen(val);
       if (n == 0 || n > 64 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                      "0123456789_-.") != n)
-        return tp__options_usage_error("--name: '%s' is not a tool name (letters, digits, _ - .)", val);
+        return tp__options_usage_error("--name: '%s' is not a tool name (letters, digits, _ - .)",
+                                       val);
       o->name = val;
     }
     else if (strcmp(name, "--session-idle") == 0) {
@@ -469,7 +470,8 @@ static int mcp_main (options *o, int argc, char **argv) {
 
 /* ---- fuzzing: a server in the calling thread, its lines to a sink (mcp.h) ------------ */
 
-typedef struct fuzz_sink { void (*fn)(void *ud, const char *line, size_t len); void *ud; } fuzz_sink;
+typedef struct tp__mcp_fuzz_sink { void (*fn)(void *ud, const char *line,
+                                              size_t len); void *ud; } fuzz_sink;
 struct tp__mcp_fuzz { tp__mcp_server *s; fuzz_sink sink; };
 
 static void sink_emit (void *ud, void *origin, const char *line, size_t len, int final) {
