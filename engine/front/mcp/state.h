@@ -1,9 +1,8 @@
 /*
 ** state.h: the records both threads of `tidepool mcp` see (server.c, the protocol thread;
-** worker.c and pause.c, the workers; mail.c between them): the options, the request, the
-** worker, the server, and the mail that carries a request from one thread to the other.
-** A request belongs to the worker between M_RUN and M_DONE (see server.c). Not installed,
-** not API.
+** worker.c and pause.c, the workers; mail.c between them): the options, the request in
+** its two halves (req, the protocol thread's; job, its worker's), the worker, the server,
+** and the mail that carries a job from one thread to the other. Not installed, not API.
 **
 ** Threads. The protocol thread owns standard input and output, on a libuv loop of its
 ** own: it parses every line, answers initialize, ping, tools/list and logging/setLevel
@@ -16,8 +15,8 @@
 ** runs, builds the response line (cutting it to size there, off the protocol thread) and
 ** sends it back (M_DONE); progress notifications come back the same way (M_LINE) and
 ** cancellation goes out the same way (M_CANCEL), so tp_run_cancel runs on the run's own
-** thread. A request belongs to the worker between M_RUN and M_DONE: the protocol thread
-** does not touch its run-side fields then. At most RUNS_MAX scripts run at once; more
+** thread. A request's job belongs to the worker between M_RUN and M_DONE: the protocol
+** thread does not touch it then. At most RUNS_MAX scripts run at once; more
 ** wait in order, and past WAITING_MAX waiting ones the server stops reading standard
 ** input until some finish (a flood costs memory only up to that point).
 **
