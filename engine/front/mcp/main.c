@@ -485,7 +485,8 @@ static void sink_serve (void *ud, size_t ntools, unsigned nworkers) {
 }
 static void sink_nothing (void *ud) { (void)ud; }
 
-tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t len), void *ud) {
+tp__mcp_fuzz *tp__mcp_main_fuzz_new (void (*sink)(void *ud, const char *line, size_t len),
+                                    void *ud) {
   tp__mcp_fuzz *f = calloc(1, sizeof *f);
   if (f == NULL) return NULL;
   f->sink.fn = sink;
@@ -513,7 +514,7 @@ tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t 
   return f;
 }
 
-void tp__mcp_fuzz_line (tp__mcp_fuzz *f, const char *line, size_t len) {
+void tp__mcp_main_fuzz_line (tp__mcp_fuzz *f, const char *line, size_t len) {
   char *copy = malloc(len + 1);  /* exactly len bytes and a NUL: ASan sees any overread */
   if (copy == NULL) return;
   memcpy(copy, line, len);
@@ -522,7 +523,7 @@ void tp__mcp_fuzz_line (tp__mcp_fuzz *f, const char *line, size_t len) {
   free(copy);
 }
 
-void tp__mcp_fuzz_free (tp__mcp_fuzz *f) {
+void tp__mcp_main_fuzz_free (tp__mcp_fuzz *f) {
   if (f == NULL) return;
   tp__mcp_server_free(f->s);
   free(f);
