@@ -161,8 +161,9 @@ static double sharded (int rounds) {
     shv[i].n = NRUNS / NSHARDS;
     shv[i].rv = malloc((size_t)shv[i].n * sizeof *shv[i].rv);
     if (shv[i].e == NULL || shv[i].rv == NULL) die("out of memory");
-    tp_tool_def def = { "bench.later", "Answers after 50 ms.", NULL, NULL, later,
-                        tp__engine_loop(shv[i].e), 0 };
+    tp_tool_def def = { .name = "bench.later", .description = "Answers after 50 ms.",
+                        .handler = later,
+                        .ud = tp__engine_loop(shv[i].e) };
     if (tp_engine_add_tool(shv[i].e, &def) != TP_OK) die(tp_engine_error(shv[i].e));
   }
   double *t = malloc((size_t)rounds * sizeof *t);
@@ -183,8 +184,9 @@ int main (int argc, char **argv) {
   if (scale < 1) scale = 1;
   tp_engine *e = tp_engine_create();
   if (e == NULL) die("tp_engine_create failed");
-  tp_tool_def def = { "bench.later", "Answers after 50 ms.", NULL, NULL, later,
-                      tp__engine_loop(e), 0 };
+  tp_tool_def def = { .name = "bench.later", .description = "Answers after 50 ms.",
+                      .handler = later,
+                      .ud = tp__engine_loop(e) };
   if (tp_engine_add_tool(e, &def) != TP_OK) die(tp_engine_error(e));
   enum { ROUNDS = 5 };
   int n = ROUNDS * scale;

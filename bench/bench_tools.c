@@ -136,7 +136,8 @@ int main (int argc, char **argv) {
   tp_limits_init(&lim);
   lim.tool_calls = 0;  /* the loop of tool_call_us makes CALLS calls */
   tp_engine *e = tp_engine_create();
-  tp_tool_def def = { "bench.echo", "Answers at once.", schema, NULL, echo, NULL, 0 };
+  tp_tool_def def = { .name = "bench.echo", .description = "Answers at once.",
+                      .input_schema = schema, .handler = echo };
   if (e == NULL || tp_engine_add_tool(e, &def) != TP_OK) {
     fprintf(stderr, "bench_tools: cannot register the tool: %s\n", tp_engine_error(e));
     return 1;

@@ -58,8 +58,8 @@ if [ "${1:-}" = "--self-test" ]; then
   for want in 'engine/core/normalize.c includes "engine.h" of layer host' \
               'normalize.o (core) uses tp__host_open, defined in host.o (host)' \
               'normalize.o (core) uses uv_now (libuv' \
-              'front: mcp/view.o (floor 0) calls mcp/server.o (floor 4): tp__mcp_server_run' \
-              'front: engine/front/mcp/era.c (floor 0) includes "server.h" (floor 4)'; do
+              'front: mcp/view.o (floor 0) calls mcp/server.o (floor 5): tp__mcp_server_run' \
+              'front: engine/front/mcp/era.c (floor 0) includes "server.h" (floor 5)'; do
     if printf '%s\n' "$out" | grep -qF "$want"; then ok "self-test: reports: $want"
     else not_ok "self-test: reports: $want"; printf '%s\n' "$out" | sed 's/^/#   /'; fi
   done
@@ -148,12 +148,13 @@ else not_ok "calls: $bad upward or forbidden references"; fi
 # ---- (c) engine/front's floors -------------------------------------------------------------
 front_floor() {  # the floor of front file $1 (its name without .c/.o), or "" when it has none
   case "$1" in
-    cli|luamod) echo 9 ;;                  # the commands; the Lua module
-    mcp/main) echo 8 ;;                    # options -> config -> server + one transport
-    mcp/stdio|mcp/http) echo 7 ;;          # the transports (fill transport.h)
-    mcp/ui_http) echo 6 ;;                 # the operator page (--ui), under http.c
-    mcp/auth) echo 5 ;;                    # the HTTP transport's authenticator
-    mcp/server) echo 4 ;;                  # the protocol thread
+    cli|luamod) echo 10 ;;                  # the commands; the Lua module
+    mcp/main) echo 9 ;;                    # options -> config -> server + one transport
+    mcp/stdio|mcp/http) echo 8 ;;          # the transports (fill transport.h)
+    mcp/ui_http) echo 7 ;;                 # the operator page (--ui), under http.c
+    mcp/auth) echo 6 ;;                    # the HTTP transport's authenticator
+    mcp/server) echo 5 ;;                  # the protocol thread
+    mcp/session) echo 4 ;;                 # its table of sessions
     mcp/reply) echo 3 ;;                   # what the protocol thread writes
     mcp/worker) echo 2 ;;                  # a worker thread
     mcp/pause|mcp/ui) echo 1 ;;           # a paused run; what the operator page knows

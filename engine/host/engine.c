@@ -165,6 +165,10 @@ const char *tp_engine_error (const tp_engine *e) {
   return e != NULL && e->error != NULL ? e->error : "";
 }
 
+void tp_tool_def_init (tp_tool_def *def) {
+  if (def != NULL) memset(def, 0, sizeof *def);
+}
+
 int tp_engine_add_tool (tp_engine *e, const tp_tool_def *def) {
   if (e == NULL || def == NULL) return TP_EINVAL;
   return tp__tool_add_def(e, def);
@@ -264,6 +268,7 @@ size_t tp_engine_tool_count (const tp_engine *e) { return e ? e->ntools : 0; }
 int tp_engine_tool_info (const tp_engine *e, size_t i, tp_tool_info *info) {
   if (e == NULL || info == NULL || i >= e->ntools) return TP_EINVAL;
   const tp_tool *t = e->tools[i];
+  memset(info, 0, sizeof *info);
   info->name = t->name;
   info->description = t->description ? t->description : "";
   info->origin = t->origin;

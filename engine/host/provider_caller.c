@@ -183,8 +183,9 @@ static int add_json (tp_engine *e, tp__tool_set **sp, const char *json, size_t l
       rc = TP_EINVAL;
       break;
     }
-    tp_tool_def d = { json_string_value(name), desc ? json_string_value(desc) : NULL, NULL,
-                      NULL, call, ud, tmo ? (uint64_t)json_integer_value(tmo) * 1000u : 0 };
+    tp_tool_def d = { .name = json_string_value(name),
+                      .description = desc ? json_string_value(desc) : NULL, .handler = call,
+                      .ud = ud, .timeout_us = tmo ? (uint64_t)json_integer_value(tmo) * 1000u : 0 };
     if (set_find(*sp, d.name)) {
       tp__engine_set_error(e, "caller tool %s: declared already", d.name);
       rc = TP_EINVAL;

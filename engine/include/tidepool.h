@@ -492,7 +492,16 @@ typedef struct tp_tool_def {
   tp_tool_fn handler;         /* NULL: completed by the embedding program (tp_run_pending) */
   void *ud;                   /* passed to handler */
   uint64_t timeout_us;        /* 0: the run's tool_timeout_us */
+  uint64_t reserved_[8];      /* zero: room for fields to come, so that sizeof(tp_tool_def)
+                              ** and every offset stay those of this version. Set the fields
+                              ** by name ({ .name = ..., .handler = ... }, the rest zero),
+                              ** or call tp_tool_def_init first; never a positional list, and
+                              ** never read or write reserved_. A new field is taken from its
+                              ** end, and zero there means what the library did before. */
 } tp_tool_def;
+
+/* Zeroes *def: every field absent, reserved_ zero (as tp_limits_init does for limits). */
+TP_EXTERN void tp_tool_def_init(tp_tool_def *def);
 
 /* Registers a tool (strings are copied, schemas compiled once). TP_EINVAL on a bad
 ** name, a duplicate, or a schema that does not compile: tp_engine_error says why. */
@@ -578,9 +587,13 @@ typedef struct tp_tool_info {
   const char *description;  /* "" when it has none */
   const char *origin;       /* "dir/file.lua:12" for a plugin tool; NULL for a C tool */
   uint64_t timeout_us;      /* its own deadline; 0: the run's tool_timeout_us */
+  uint64_t reserved_[8];    /* written zero by tp_engine_tool_info: room for fields to come,
+                            ** so that sizeof(tp_tool_info) and every offset stay those of
+                            ** this version (a new field is taken from its end) */
 } tp_tool_info;
 TP_EXTERN size_t tp_engine_tool_count(const tp_engine *e);
-/* TP_OK, or TP_EINVAL when i is past the end or an argument is NULL (info untouched). */
+/* Fills every field of *info (reserved_ zero). TP_OK, or TP_EINVAL when i is past the end
+** or an argument is NULL (info untouched). */
 TP_EXTERN int tp_engine_tool_info(const tp_engine *e, size_t i, tp_tool_info *info);
 /* The input schema (output 0) or output schema (output 1) of tool i as compact JSON text
 ** with sorted keys in *json (caller frees with tp_free). A tool registered without an

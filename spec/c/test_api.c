@@ -693,8 +693,8 @@ TEST(run_ok_is_set_only_when_done_and_succeeded) {
 
 TEST(call_events_come_in_order_once_per_start_and_end) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def a = { "t.answer", "Answers 42.", NULL, NULL, answer_fn, NULL, 0 };
-  tp_tool_def p = { "t.pending", "Completed by the program.", NULL, NULL, NULL, NULL, 0 };
+  tp_tool_def a = { .name = "t.answer", .description = "Answers 42.", .handler = answer_fn };
+  tp_tool_def p = { .name = "t.pending", .description = "Completed by the program." };
   CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
   CHECK_INT(tp_engine_add_tool(e, &p), TP_OK);
   const char *src = "local x = tools.t.answer{} local ok = pcall(tools.t.nosuch, {}) "
@@ -865,12 +865,39 @@ static void on_problem (const char *problem, void *ud) {
   p->n++;
 }
 
+/* tp_tool_def and tp_tool_info end in reserved_ room (tidepool.h): tp_tool_def_init zeroes
+** a definition whatever it held, and tp_tool_info is written whole, its room zero. */
+TEST(tool_structs_keep_room_for_fields_to_come) {
+  tp_tool_def d;
+  memset(&d, 0xab, sizeof d);
+  tp_tool_def_init(&d);
+  CHECK(d.name == NULL && d.description == NULL && d.input_schema == NULL);
+  CHECK(d.output_schema == NULL && d.handler == NULL && d.ud == NULL && d.timeout_us == 0);
+  for (size_t i = 0; i < sizeof d.reserved_ / sizeof d.reserved_[0]; i++)
+    CHECK_INT(d.reserved_[i], 0);
+  d.name = "t.grow";
+  d.handler = answer_fn;
+  tp_engine *e = tp_engine_create();
+  CHECK_INT(tp_engine_add_tool(e, &d), TP_OK);
+  tp_tool_info ti;
+  memset(&ti, 0xab, sizeof ti);
+  CHECK_INT(tp_engine_tool_info(e, 0, &ti), TP_OK);
+  CHECK_STR(ti.name, "t.grow");
+  CHECK_STR(ti.description, "");
+  CHECK(ti.origin == NULL);
+  CHECK_INT(ti.timeout_us, 0);
+  for (size_t i = 0; i < sizeof ti.reserved_ / sizeof ti.reserved_[0]; i++)
+    CHECK_INT(ti.reserved_[i], 0);
+  tp_engine_destroy(e);
+}
+
 TEST(tools_are_listed_one_by_one_sorted_with_their_schemas) {
   tp_engine *e = tp_engine_create();
   CHECK_INT(tp_engine_tool_count(e), 0);
-  tp_tool_def b = { "b.tool", NULL, "{\"type\":\"object\",\"required\":[\"x\"]}",
-                    "{\"type\":\"number\"}", answer_fn, NULL, 2500 };
-  tp_tool_def a = { "a.tool", "First.", NULL, NULL, answer_fn, NULL, 0 };
+  tp_tool_def b = { .name = "b.tool", .input_schema = "{\"type\":\"object\",\"required\":[\"x\"]}",
+                    .output_schema = "{\"type\":\"number\"}", .handler = answer_fn,
+                    .timeout_us = 2500 };
+  tp_tool_def a = { .name = "a.tool", .description = "First.", .handler = answer_fn };
   CHECK_INT(tp_engine_add_tool(e, &b), TP_OK);
   CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
   CHECK_INT(tp_engine_tool_count(e), 2);
@@ -950,7 +977,7 @@ TEST(unload_then_load_picks_up_a_changed_plugin_dir) {
   write_file(dir, "p.lua", "return { name = 'p.v', description = 'Version 1.', "
              "handler = function() return 1 end }\n");
   tp_engine *e = tp_engine_create();
-  tp_tool_def c = { "c.kept", "A C tool.", NULL, NULL, answer_fn, NULL, 0 };
+  tp_tool_def c = { .name = "c.kept", .description = "A C tool.", .handler = answer_fn };
   CHECK_INT(tp_engine_add_tool(e, &c), TP_OK);
   CHECK_INT(tp_engine_load_tools(e, dir), 1);
   tp_tool_info ti;
@@ -1146,6 +1173,7 @@ int main (int argc, char **argv) {
   RUN(call_events_come_in_order_once_per_start_and_end);
   RUN(envelope_pieces_are_the_engines_json_form);
   RUN(calls_past_the_runs_own_slots_keep_their_order_and_answers);
+  RUN(tool_structs_keep_room_for_fields_to_come);
   RUN(tools_are_listed_one_by_one_sorted_with_their_schemas);
   RUN(load_problems_come_one_by_one_in_file_order);
   RUN(unload_then_load_picks_up_a_changed_plugin_dir);

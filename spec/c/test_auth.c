@@ -192,11 +192,11 @@ static void teardown (void) {
 }
 
 /* An authenticator from the section's text; NULL with err. */
-static tp_auth *make (const char *text, char *err, size_t errlen) {
+static tp__mcp_auth *make (const char *text, char *err, size_t errlen) {
   json_error_t je;
   json_t *sec = json_loads(text, 0, &je);
   if (sec == NULL) { printf("#   bad test JSON: %s\n", je.text); abort(); }
-  tp_auth *a = tp__mcp_auth_new(sec, dir, err, errlen);
+  tp__mcp_auth *a = tp__mcp_auth_new(sec, dir, err, errlen);
   json_decref(sec);
   return a;
 }
@@ -210,15 +210,15 @@ static tp_auth *make (const char *text, char *err, size_t errlen) {
   "\"principal\": \"bob\", \"scopes\": [\"tools.read\"]}]," \
   "\"jwt\": {\"issuer\": \"" ISSUER "\", \"jwks_file\": \"keys.json\", \"secret\": \"" SECRET "\"}}"
 
-static tp_auth *std_auth (void) {
+static tp__mcp_auth *std_auth (void) {
   char err[512];
-  tp_auth *a = make(STD, err, sizeof err);
+  tp__mcp_auth *a = make(STD, err, sizeof err);
   if (a == NULL) printf("#   %s\n", err);
   return a;
 }
 
 /* Checks "Bearer <tok>" against a, needing required. */
-static int check_tok (tp_auth *a, const char *tok, const char *required, tp_auth_result *r) {
+static int check_tok (tp__mcp_auth *a, const char *tok, const char *required, tp__mcp_auth_result *r) {
   char *h = NULL;
   if (asprintf(&h, "Bearer %s", tok) < 0) abort();
   int st = tp__mcp_auth_check(a, h, required, NOW, r);
@@ -237,7 +237,7 @@ TEST(no_auth_section_lets_every_caller_in_as_no_one) {
   char err[200] = "x";
   CHECK(tp__mcp_auth_new(NULL, dir, err, sizeof err) == NULL);
   CHECK_STR(err, "");
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   CHECK_INT(tp__mcp_auth_check(NULL, "Bearer whatever", "tools.admin", NOW, &r), 200);
   CHECK_STR(r.principal, "");
   CHECK_STR(r.scopes, "");
@@ -245,8 +245,8 @@ TEST(no_auth_section_lets_every_caller_in_as_no_one) {
 }
 
 TEST(static_token_gives_its_principal_and_scopes) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   CHECK_INT(check_tok(a, "alice-token-0123456789", "tools.call", &r), 200);
   CHECK_RESULT(r, 200, "", "");
   CHECK_STR(r.principal, "alice");
@@ -259,8 +259,8 @@ TEST(static_token_gives_its_principal_and_scopes) {
 }
 
 TEST(static_token_from_a_file_and_from_the_environment) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   CHECK_INT(check_tok(a, "file-token-0123456789abcdef", NULL, &r), 200);
   CHECK_STR(r.principal, "bob");
   CHECK_STR(r.scopes, "tools.read");
@@ -283,8 +283,8 @@ TEST(static_token_from_a_file_and_from_the_environment) {
 }
 
 TEST(unknown_static_token_is_401_invalid_token) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   CHECK_INT(check_tok(a, "alice-token-0123456780", NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "unknown token: not one of the config's tokens, and not a JWT");
   CHECK_STR(r.principal, "");
@@ -297,8 +297,8 @@ TEST(unknown_static_token_is_401_invalid_token) {
 }
 
 TEST(missing_header_is_401_without_error_code) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   CHECK_INT(tp__mcp_auth_check(a, NULL, "tools.call", NOW, &r), 401);
   CHECK_RESULT(r, 401, "", "no credential: send the header Authorization: Bearer <token>");
   CHECK_STR(r.needed, "tools.read tools.call");
@@ -312,8 +312,8 @@ TEST(missing_header_is_401_without_error_code) {
 }
 
 TEST(other_schemes_and_bad_headers_are_401_invalid_request) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   tp__mcp_auth_check(a, "Basic YWxpY2U6cHc=", NULL, NOW, &r);
   CHECK_RESULT(r, 401, "invalid_request", "the Authorization header's scheme is Basic; this "
                "server takes Authorization: Bearer <token>");
@@ -333,8 +333,8 @@ TEST(other_schemes_and_bad_headers_are_401_invalid_request) {
 }
 
 TEST(insufficient_scope_is_403_naming_the_missing_scope) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   CHECK_INT(check_tok(a, "file-token-0123456789abcdef", "tools.call", &r), 403);
   CHECK_RESULT(r, 403, "insufficient_scope", "bob lacks the scope tools.call (it has: tools.read)");
   CHECK_STR(r.principal, "bob");
@@ -350,10 +350,10 @@ TEST(insufficient_scope_is_403_naming_the_missing_scope) {
 
 TEST(required_scopes_of_the_config_apply_to_every_call) {
   char err[300];
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"required_scopes\": [\"mcp\"], "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"required_scopes\": [\"mcp\"], "
                     "\"tokens\": [{\"token\": \"dave-token-0123456789\", \"principal\": \"dave\"}]}",
                     err, sizeof err);
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   CHECK_INT(check_tok(a, "dave-token-0123456789", NULL, &r), 403);
   CHECK_RESULT(r, 403, "insufficient_scope", "dave lacks the scope mcp (it has: none)");
   tp__mcp_auth_free(a);
@@ -363,12 +363,12 @@ TEST(required_scopes_of_the_config_apply_to_every_call) {
 ** required_scopes: tp__mcp_auth_check_scope. */
 TEST(a_scope_check_of_its_own_ignores_required_scopes) {
   char err[300];
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"required_scopes\": [\"mcp\"], "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"required_scopes\": [\"mcp\"], "
                     "\"tokens\": [{\"token\": \"prom-token-0123456789\", \"principal\": \"prom\", "
                     "\"scopes\": [\"metrics\"]}]}", err, sizeof err);
   CHECK(a != NULL);
   if (a == NULL) return;
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   CHECK_INT(tp__mcp_auth_check_scope(a, "Bearer prom-token-0123456789", "metrics", NOW, &r), 200);
   CHECK_STR(r.principal, "prom");
   CHECK_INT(tp__mcp_auth_check_scope(a, "Bearer prom-token-0123456789", "operator", NOW, &r), 403);
@@ -450,8 +450,8 @@ TEST(section_rules_of_the_config) {
 /* ---- JWTs: keys and signatures ------------------------------------------------------- */
 
 TEST(hs256_token_gives_sub_and_scope) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt("HS256", NULL, NULL, claims(""));
   CHECK_INT(check_tok(a, t, "tools.call", &r), 200);
   CHECK_RESULT(r, 200, "", "");
@@ -462,8 +462,8 @@ TEST(hs256_token_gives_sub_and_scope) {
 }
 
 TEST(hs256_with_another_secret_is_a_bad_signature) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt_raw("HS256", NULL, "another-secret-0123456789abcdef-0123",
                     "{\"alg\":\"HS256\"}", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
@@ -481,10 +481,10 @@ TEST(hs256_secret_shorter_than_32_bytes_is_refused) {
              "\"secret\": \"0123456789abcdef0123456789abcde\"}}", err, sizeof err) == NULL);
   CHECK_STR(err, "config: /auth/jwt/secret: 31 bytes; HS256 needs a secret of 32 bytes or more "
             "(openssl rand -hex 32)");
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
                     "\"secret\": \"file:secret.txt\"}}", err, sizeof err);
   CHECK(a != NULL);
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   char *t = jwt("HS256", NULL, NULL, claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   free(t);
@@ -492,8 +492,8 @@ TEST(hs256_secret_shorter_than_32_bytes_is_refused) {
 }
 
 TEST(rs256_and_es256_tokens_pick_their_key_by_kid) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt("RS256", rsa1, "rsa1", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   CHECK_STR(r.principal, "alice");
@@ -516,8 +516,8 @@ TEST(rs256_and_es256_tokens_pick_their_key_by_kid) {
 }
 
 TEST(kid_not_in_the_jwks_is_401_naming_the_keys) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt("RS256", rsa1, "rotated", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "no key with kid rotated (the keys: rsa1, ec1, small); "
@@ -527,8 +527,8 @@ TEST(kid_not_in_the_jwks_is_401_naming_the_keys) {
 }
 
 TEST(alg_that_does_not_fit_the_key_type_is_refused) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt("ES256", ec1, "rsa1", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "alg ES256 does not fit key rsa1, which is an RSA key");
@@ -558,8 +558,8 @@ TEST(alg_that_does_not_fit_the_key_type_is_refused) {
 }
 
 TEST(rsa_key_under_2048_bits_is_refused) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt("RS256", rsa_small, "small", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "key small of keys.json cannot be used: an RSA key of "
@@ -589,14 +589,14 @@ TEST(jwks_keys_that_are_not_keys_are_kept_with_their_reason) {
   free(text);
   free(good);
   char err[300];
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
                     "\"jwks_file\": \"bad.json\", \"algorithms\": [\"ES256\", \"RS256\"]}}", err, sizeof err);
   CHECK(a == NULL);
   CHECK_STR(err, "config: /auth/jwt/algorithms/1: RS256, but no key for it (RS256 needs an RSA key)");
   a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
            "\"jwks_file\": \"bad.json\"}}", err, sizeof err);
   CHECK(a != NULL);
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   char *t = jwt("ES256", ec1, "offcurve", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "key offcurve of bad.json cannot be used: x and y are "
@@ -618,10 +618,10 @@ TEST(jwks_keys_that_are_not_keys_are_kept_with_their_reason) {
 
 TEST(pem_key_file_verifies_tokens_with_or_without_kid) {
   char err[300];
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
                     "\"key_file\": \"ec1.pem\"}}", err, sizeof err);
   CHECK(a != NULL);
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   char *t = jwt("ES256", ec1, NULL, claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   free(t);
@@ -647,8 +647,8 @@ TEST(pem_key_file_verifies_tokens_with_or_without_kid) {
 }
 
 TEST(es256_signature_must_be_jose_r_and_s) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   /* a DER signature where JOSE's 64 bytes belong */
   char *h = b64s("{\"alg\":\"ES256\",\"kid\":\"ec1\"}"), *p = b64s(claims("")), *input = NULL;
   if (asprintf(&input, "%s.%s", h, p) < 0) abort();
@@ -668,8 +668,8 @@ TEST(es256_signature_must_be_jose_r_and_s) {
 }
 
 TEST(tampered_payload_is_a_bad_signature) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt("RS256", rsa1, "rsa1", claims(""));
   char *other = jwt("RS256", rsa1, "rsa1", "{\"sub\":\"mallory\"}");
   /* other's payload under t's signature */
@@ -687,8 +687,8 @@ TEST(tampered_payload_is_a_bad_signature) {
 /* ---- JWTs: the header ------------------------------------------------------------------ */
 
 TEST(alg_none_is_never_accepted) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt_raw("none", NULL, NULL, "{\"alg\":\"none\"}", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "alg none (an unsigned token) is never accepted");
@@ -702,10 +702,10 @@ TEST(alg_none_is_never_accepted) {
 
 TEST(alg_outside_the_allowed_list_is_refused) {
   char err[300];
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
                     "\"jwks_file\": \"keys.json\", \"secret\": \"" SECRET "\", "
                     "\"algorithms\": [\"RS256\"]}}", err, sizeof err);
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   char *t = jwt("HS256", NULL, NULL, claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "alg HS256 is not accepted here (accepted: RS256)");
@@ -718,8 +718,8 @@ TEST(alg_outside_the_allowed_list_is_refused) {
 }
 
 TEST(crit_and_nested_headers_are_refused) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt_raw("HS256", NULL, SECRET, "{\"alg\":\"HS256\",\"crit\":[\"exp\"],\"exp\":1}", claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "the JWT header has crit (extensions this server does "
@@ -743,8 +743,8 @@ TEST(crit_and_nested_headers_are_refused) {
 }
 
 TEST(malformed_tokens_say_which_part_is_wrong) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   CHECK_INT(check_tok(a, "abc.def", NULL, &r), 401);
   CHECK_RESULT(r, 401, "invalid_token", "malformed JWT: expected three base64url parts separated "
                "by dots (header.payload.signature)");
@@ -789,8 +789,8 @@ TEST(malformed_tokens_say_which_part_is_wrong) {
 }
 
 TEST(tokens_over_16_kib_are_refused_unread) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *big = malloc(20001);
   memset(big, 'a', 20000);
   big[20000] = '\0';
@@ -806,9 +806,9 @@ TEST(tokens_over_16_kib_are_refused_unread) {
 /* The HS256 token of these claims, checked by an authenticator of the secret alone. */
 static void claims_case (const char *claimset, int status, const char *desc) {
   char err[300];
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
                     "\"secret\": \"" SECRET "\"}}", err, sizeof err);
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   char *t = jwt("HS256", NULL, NULL, claimset);
   CHECK_INT(check_tok(a, t, NULL, &r), status);
   CHECK_STR(r.error, status == 200 ? "" : "invalid_token");
@@ -839,9 +839,9 @@ TEST(audience_must_name_this_server) {
   claims_case("{" ISS ",\"aud\":[\"https://a.example.com\",\"" RESOURCE "\"],\"sub\":\"a\","
               "\"exp\":1800003600}", 200, "");
   char err[300];  /* jwt.audience replaces the resource */
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
                     "\"secret\": \"" SECRET "\", \"audience\": \"api://tidepool\"}}", err, sizeof err);
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   char *t = jwt("HS256", NULL, NULL, claims(""));
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_STR(r.description, "the audience is " RESOURCE ", this server is api://tidepool");
@@ -879,9 +879,9 @@ TEST(principal_claim_is_required) {
   claims_case("{" ISS "," AUD ",\"sub\":\"a\\nb\",\"exp\":1800003600}", 401,
               "the sub claim (the caller) is not printable");
   char err[300];  /* principal_claim names another */
-  tp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
+  tp__mcp_auth *a = make("{\"resource\": \"" RESOURCE "\", \"jwt\": {\"issuer\": \"" ISSUER "\", "
                     "\"secret\": \"" SECRET "\", \"principal_claim\": \"email\"}}", err, sizeof err);
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   char *t = jwt("HS256", NULL, NULL, claims(",\"email\":\"alice@example.com\""));
   CHECK_INT(check_tok(a, t, NULL, &r), 200);
   CHECK_STR(r.principal, "alice@example.com");
@@ -890,8 +890,8 @@ TEST(principal_claim_is_required) {
 }
 
 TEST(scopes_from_scope_string_or_scp_array) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt("HS256", NULL, NULL, "{" ISS "," AUD ",\"sub\":\"a\",\"exp\":1800003600,"
                 "\"scp\":[\"tools.read\",\"tools.admin\"]}");
   CHECK_INT(check_tok(a, t, "tools.admin", &r), 200);
@@ -928,13 +928,13 @@ TEST(scopes_from_scope_string_or_scp_array) {
 
 /* ---- threads ------------------------------------------------------------------------- */
 
-typedef struct worker { tp_auth *a; char *tokens[4]; int wrong; } worker;
+typedef struct worker { tp__mcp_auth *a; char *tokens[4]; int wrong; } worker;
 
 static void *check_many (void *arg) {
   worker *w = arg;
   static const int want[4] = { 200, 200, 200, 401 };
   for (int i = 0; i < 200; i++) {
-    tp_auth_result r;
+    tp__mcp_auth_result r;
     int k = i % 4;
     if (check_tok(w->a, w->tokens[k], NULL, &r) != want[k] ||
         strcmp(r.principal, k == 3 ? "" : "alice") != 0)
@@ -944,7 +944,7 @@ static void *check_many (void *arg) {
 }
 
 TEST(one_authenticator_serves_several_threads_at_once) {
-  tp_auth *a = std_auth();
+  tp__mcp_auth *a = std_auth();
   char *t[4] = { jwt("RS256", rsa1, "rsa1", claims("")), jwt("ES256", ec1, "ec1", claims("")),
                  jwt("HS256", NULL, NULL, claims("")), jwt("RS256", rsa2, "rsa1", claims("")) };
   worker w[4];
@@ -964,7 +964,7 @@ TEST(one_authenticator_serves_several_threads_at_once) {
 /* ---- the resource server's documents ----------------------------------------------------- */
 
 TEST(resource_metadata_document_is_rfc_9728) {
-  tp_auth *a = std_auth();
+  tp__mcp_auth *a = std_auth();
   char *m = tp__mcp_auth_resource_metadata(a);
   CHECK_STR(m, "{\"resource\":\"" RESOURCE "\",\"authorization_servers\":[\"" ISSUER "\"],"
             "\"scopes_supported\":[\"tools.read\",\"tools.call\",\"tools.admin\"],"
@@ -980,7 +980,7 @@ TEST(resource_metadata_document_is_rfc_9728) {
   CHECK_STR(m, "{\"resource\":\"http://127.0.0.1:8080\",\"bearer_methods_supported\":[\"header\"]}");
   free(m);
   CHECK_STR(tp__mcp_auth_metadata_path(a), "/.well-known/oauth-protected-resource");
-  tp_auth_result r;
+  tp__mcp_auth_result r;
   tp__mcp_auth_check(a, NULL, NULL, NOW, &r);
   char *c = tp__mcp_auth_challenge(a, &r);
   CHECK_STR(c, "Bearer resource_metadata=\"http://127.0.0.1:8080/.well-known/oauth-protected-resource\"");
@@ -989,8 +989,8 @@ TEST(resource_metadata_document_is_rfc_9728) {
 }
 
 TEST(challenge_never_carries_quotes_or_control_characters) {
-  tp_auth *a = std_auth();
-  tp_auth_result r;
+  tp__mcp_auth *a = std_auth();
+  tp__mcp_auth_result r;
   char *t = jwt("HS256", NULL, NULL, "{\"iss\":\"x\\\"y\\\\z\\u0001\"," AUD ",\"sub\":\"a\",\"exp\":1800003600}");
   CHECK_INT(check_tok(a, t, NULL, &r), 401);
   CHECK_STR(r.description, "the issuer is x?y?z?, this server takes tokens of " ISSUER);

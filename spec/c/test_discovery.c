@@ -25,11 +25,11 @@ static void noop (tp_call *c, void *ud) {
 
 static tp_engine *engine_with_tools (void) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def a = { "math.add", "Adds two integers.",
-    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
-    "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]}", NULL, noop, NULL, 0 };
-  tp_tool_def w = { "weather.current", "Current weather for a city; math-free.",
-    NULL, NULL, noop, NULL, 0 };
+  tp_tool_def a = { .name = "math.add", .description = "Adds two integers.",
+    .input_schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+    "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]}", .handler = noop };
+  tp_tool_def w = { .name = "weather.current",
+                    .description = "Current weather for a city; math-free.", .handler = noop };
   CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
   CHECK_INT(tp_engine_add_tool(e, &w), TP_OK);
   return e;

@@ -25,8 +25,10 @@ static void fail (tp_call *c, void *ud) {
 
 static tp_engine *engine (int metrics) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def ok = { "t.echo", "answers", "{\"type\":\"object\"}", NULL, echo, NULL, 0 };
-  tp_tool_def bad = { "t.fail", "fails", "{\"type\":\"object\"}", NULL, fail, NULL, 0 };
+  tp_tool_def ok = { .name = "t.echo", .description = "answers",
+                     .input_schema = "{\"type\":\"object\"}", .handler = echo };
+  tp_tool_def bad = { .name = "t.fail", .description = "fails",
+                      .input_schema = "{\"type\":\"object\"}", .handler = fail };
   const char *cfg = "{\"policy\":{\"rules\":[{\"tools\":\"t.echo\",\"effect\":\"allow\"},"
                     "{\"tools\":\"t.fail\",\"effect\":\"allow\"}],\"default\":\"deny\"}}";
   if (e == NULL || tp_engine_add_tool(e, &ok) != TP_OK || tp_engine_add_tool(e, &bad) != TP_OK ||

@@ -26,7 +26,7 @@ static void done_cb (tp_run *r, void *ud) {
 
 TEST(a_c_tools_reports_reach_the_callback_while_the_call_works_and_not_after) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def p = { "t.slow", "Completed by the program.", NULL, NULL, NULL, NULL, 0 };
+  tp_tool_def p = { .name = "t.slow", .description = "Completed by the program." };
   CHECK_INT(tp_engine_add_tool(e, &p), TP_OK);
   const char *src = "return tools.t.slow{}";
   tp_run *r = tp_run_create(e, src, strlen(src), NULL);

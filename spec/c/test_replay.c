@@ -124,10 +124,10 @@ static void big_fn (tp_call *c, void *ud) {
 ** replaying, the same names failing when called. */
 static tp_engine *engine_with_tools (int replaying) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def echo = { "t.echo", NULL, NULL, NULL, replaying ? fail_fn : echo_fn, NULL, 0 };
-  tp_tool_def other = { "t.other", NULL, NULL, NULL, replaying ? fail_fn : echo_fn, NULL, 0 };
-  tp_tool_def slow = { "t.slow", NULL, NULL, NULL, replaying ? fail_fn : NULL, NULL, 0 };
-  tp_tool_def big = { "t.big", NULL, NULL, NULL, big_fn, NULL, 0 };
+  tp_tool_def echo = { .name = "t.echo", .handler = replaying ? fail_fn : echo_fn };
+  tp_tool_def other = { .name = "t.other", .handler = replaying ? fail_fn : echo_fn };
+  tp_tool_def slow = { .name = "t.slow", .handler = replaying ? fail_fn : NULL };
+  tp_tool_def big = { .name = "t.big", .handler = big_fn };
   CHECK_INT(tp_engine_add_tool(e, &echo), TP_OK);
   CHECK_INT(tp_engine_add_tool(e, &other), TP_OK);
   CHECK_INT(tp_engine_add_tool(e, &slow), TP_OK);

@@ -247,7 +247,7 @@ static void note_done (tp_run *r, void *ud) {
 TEST(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped) {
   enum { N = 100 };
   tp_engine *e = tp_engine_create();
-  tp_tool_def def = { "host.later", NULL, NULL, NULL, NULL, NULL, 0 };
+  tp_tool_def def = { .name = "host.later" };
   CHECK_INT(tp_engine_add_tool(e, &def), TP_OK);
   static const char src[] = "return tools.host.later{}.n";
   tp_run *rv[N];
@@ -324,7 +324,7 @@ TEST(a_new_run_takes_the_chunks_a_destroyed_one_left) {
 ** and ends with limit.time at it. */
 TEST(a_far_deadline_waits_in_the_far_list_and_still_ends_the_run) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def def = { "host.never", NULL, NULL, NULL, NULL, NULL, 0 };
+  tp_tool_def def = { .name = "host.never" };
   CHECK_INT(tp_engine_add_tool(e, &def), TP_OK);
   tp_limits lim;
   tp_limits_init(&lim);

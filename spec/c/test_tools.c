@@ -76,7 +76,8 @@ static void returns (tp_call *c, void *ud) { tp_call_complete(c, ud, 0); }
 
 static int add (tp_engine *e, const char *name, const char *in, const char *out,
                 tp_tool_fn fn, void *ud, uint64_t timeout_us) {
-  tp_tool_def d = { name, "a test tool", in, out, fn, ud, timeout_us };
+  tp_tool_def d = { .name = name, .description = "a test tool", .input_schema = in,
+                    .output_schema = out, .handler = fn, .ud = ud, .timeout_us = timeout_us };
   return tp_engine_add_tool(e, &d);
 }
 

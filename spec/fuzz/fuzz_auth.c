@@ -36,7 +36,7 @@
 #define NOW 1800000000LL
 #define SECRET "0123456789abcdef0123456789abcdef-fuzz"
 
-static tp_auth *auth;
+static tp__mcp_auth *auth;
 static EVP_PKEY *rsa, *ec;
 
 static char *b64url (const unsigned char *p, size_t n) {
@@ -128,7 +128,7 @@ static char *signed_header (int mode, const char *h, size_t hn, const char *p, s
 }
 
 static void check_one (const char *header, const char *required) {
-  tp_auth_result r, r2;
+  tp__mcp_auth_result r, r2;
   int st = tp__mcp_auth_check(auth, header, required, NOW, &r);
   FUZZ_CHECK(st == r.status, "returned %d, status %d", st, r.status);
   FUZZ_CHECK(st == 200 || st == 401 || st == 403, "status %d", st);

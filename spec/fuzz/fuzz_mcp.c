@@ -6,7 +6,7 @@
 ** the response building that cuts oversized results.
 **
 ** Input: lines of text, split at '\n'; each goes to a fresh server (one per input, so a
-** finding replays alone) through tp__mcp_fuzz_line. Asserted for every line the server
+** finding replays alone) through tp__mcp_main_fuzz_line. Asserted for every line the server
 ** writes:
 ** - it is shorter than 10 MiB and holds no '\n';
 ** - it is JSON: an object, or a non-empty array of objects (a batch's answers);
@@ -82,16 +82,16 @@ static void sink (void *ud, const char *line, size_t len) {
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size) {
   if (size > (1u << 20)) return 0;  /* the 16 MiB line cap is not what is fuzzed here */
-  tp__mcp_fuzz *f = tp__mcp_fuzz_new(sink, NULL);
+  tp__mcp_fuzz *f = tp__mcp_main_fuzz_new(sink, NULL);
   if (f == NULL) return 0;
   const char *p = (const char *)data, *end = p + size;
   int lines = 0;
   while (p < end && lines++ < 32) {  /* each line may run a script: keep inputs quick */
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-    tp__mcp_fuzz_line(f, p, n);
+    tp__mcp_main_fuzz_line(f, p, n);
     p += n + (nl != NULL);
   }
-  tp__mcp_fuzz_free(f);
+  tp__mcp_main_fuzz_free(f);
   return 0;
 }

@@ -1,21 +1,6 @@
 /*
-** auth.c: the authenticator of `tidepool mcp --http` (auth.h), on OpenSSL's libcrypto.
-**
-** The config's "auth" section is read once, by tp__mcp_auth_new: static tokens are kept as
-** their SHA-256 (compared in constant time, every one of them, so the time of a check
-** says nothing about which token came close), keys are built into EVP_PKEYs (JWKS: RSA
-** from n and e, EC P-256 from x and y, through EVP_PKEY_fromdata), secrets are read from
-** the environment or a file. After that the object is read only: tp__mcp_auth_check may run
-** on several threads at once.
-**
-** A JWT is taken apart strictly, in this order, each step with its own 401 description:
-** size (16 KiB), three base64url parts (no padding, no stray bits), the header (a JSON
-** object without duplicate keys; alg allowed and never "none"; no crit, no nested JWT;
-** kid naming a key of the alg's type), the signature (RS256: PKCS#1 v1.5 with SHA-256 and
-** a key of 2048 bits or more; ES256: JOSE's r||s over P-256, turned into DER; HS256: HMAC
-** compared in constant time, secrets of 32 bytes or more), then the claims (iss, aud, exp
-** required, nbf and iat with leeway, principal, scopes). Nothing is read from the payload
-** before its signature holds.
+** auth.c: the authenticator of `tidepool mcp --http` (auth.h, which says how it reads
+** the config and checks a token), on OpenSSL's libcrypto.
 */
 #include <errno.h>
 #include <inttypes.h>
@@ -59,7 +44,7 @@ static const struct { const char *name; int alg, kind; } algs[] = {
 };
 static const char *const kind_names[] = { "an RSA key", "an EC P-256 key", "a shared secret" };
 
-typedef struct key {
+typedef struct tp__mcp_key {
   char *kid;                /* NULL: none (a PEM file, a secret, a JWK without kid) */
   char *from;               /* where it came from, for messages ("keys.json") */
   int kind;                 /* KEY_* */
@@ -70,12 +55,12 @@ typedef struct key {
   char *unusable;           /* not NULL: why a JWK of a kind we know cannot be used */
 } key;
 
-typedef struct stoken {
+typedef struct tp__mcp_stoken {
   unsigned char hash[32];   /* SHA-256 of the token */
   char *principal, *scopes;
 } stoken;
 
-struct tp_auth {
+struct tp__mcp_auth {
   char *resource, *metadata_url, *metadata_path;
   json_t *servers, *scopes_supported;  /* arrays of strings, or NULL */
   char *required;                      /* required_scopes, space-separated ("" none) */
@@ -101,9 +86,9 @@ static void fail (char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-static void say (tp_auth_result *r, int status, const char *error, const char *fmt, ...)
+static void say (tp__mcp_auth_result *r, int status, const char *error, const char *fmt, ...)
   __attribute__((format(printf, 4, 5)));
-static void say (tp_auth_result *r, int status, const char *error, const char *fmt, ...) {
+static void say (tp__mcp_auth_result *r, int status, const char *error, const char *fmt, ...) {
   r->status = status;
   snprintf(r->error, sizeof r->error, "%s", error);
   va_list ap;
@@ -243,7 +228,8 @@ static char *slurp (const char *dir, const char *path, size_t max, size_t *len,
   fclose(f);
   if (bad || n > max) {
     if (buf == NULL) fail(err, errlen, "config: %s: out of memory", where);
-    else if (n > max) fail(err, errlen, "config: %s: %s is larger than %zu bytes", where, full, max);
+    else if (n > max) fail(err, errlen, "config: %s: %s is larger than %zu bytes", where, full,
+                           max);
     else fail(err, errlen, "config: %s: cannot read %s", where, full);
     free(buf);
     free(full);
@@ -348,7 +334,7 @@ static int known_members (const json_t *o, const char *const *names, const char 
 }
 
 /* The resource's metadata URL and path (RFC 9728 section 3.1). -1 with err. */
-static int resource_urls (tp_auth *a, char *err, size_t errlen) {
+static int resource_urls (tp__mcp_auth *a, char *err, size_t errlen) {
   const char *r = a->resource, *rest;
   if (strncmp(r, "https://", 8) == 0) rest = r + 8;
   else if (strncmp(r, "http://", 7) == 0) rest = r + 7;
@@ -382,13 +368,15 @@ static int url_list (const json_t *v, const char *where, json_t **out, char *err
   size_t i;
   const json_t *it;
   if (!json_is_array(v)) {
-    fail(err, errlen, "config: %s: expected an array of URLs, e.g. [\"https://auth.example.com\"]", where);
+    fail(err, errlen, "config: %s: expected an array of URLs, e.g. [\"https://auth.example.com\"]",
+         where);
     return -1;
   }
   json_array_foreach(v, i, it) {
     const char *s = json_string_value(it);
     if (s == NULL || (strncmp(s, "https://", 8) != 0 && strncmp(s, "http://", 7) != 0)) {
-      fail(err, errlen, "config: %s/%zu: expected an http(s) URL (the issuer's identifier)", where, i);
+      fail(err, errlen, "config: %s/%zu: expected an http(s) URL (the issuer's identifier)", where,
+           i);
       return -1;
     }
   }
@@ -399,7 +387,8 @@ static int url_list (const json_t *v, const char *where, json_t **out, char *err
   return 0;
 }
 
-static int read_tokens (tp_auth *a, const json_t *list, const char *dir, char *err, size_t errlen) {
+static int read_tokens (tp__mcp_auth *a, const json_t *list, const char *dir, char *err,
+                        size_t errlen) {
   if (list == NULL) return 0;
   if (!json_is_array(list)) {
     fail(err, errlen, "config: /auth/tokens: expected an array of {\"token\", \"principal\", "
@@ -479,7 +468,7 @@ static int read_tokens (tp_auth *a, const json_t *list, const char *dir, char *e
 
 /* ---- keys --------------------------------------------------------------------------- */
 
-static key *new_key (tp_auth *a, int kind, const char *kid, const char *from) {
+static key *new_key (tp__mcp_auth *a, int kind, const char *kid, const char *from) {
   key *nk = realloc(a->keys, (a->nkeys + 1) * sizeof *nk);
   if (nk == NULL) return NULL;
   a->keys = nk;
@@ -524,7 +513,7 @@ static const char *key_problem (EVP_PKEY *pkey, int *kind, char *buf, size_t len
 }
 
 /* A key from the PEM file path (a public key, "BEGIN PUBLIC KEY"). */
-static int read_pem (tp_auth *a, const char *path, const char *dir, char *err, size_t errlen) {
+static int read_pem (tp__mcp_auth *a, const char *path, const char *dir, char *err, size_t errlen) {
   size_t n;
   char *text = slurp(dir, path, KEYFILE_MAX, &n, "/auth/jwt/key_file", err, errlen);
   if (text == NULL) return -1;
@@ -647,7 +636,8 @@ done:
 /* The keys of the JWKS file path. A key of a kind we do not use (OKP, "use": "enc", an
 ** alg other than RS256, ES256, HS256) is skipped; one of our kinds that cannot be used
 ** is kept with the reason, which a token naming its kid is then told. */
-static int read_jwks (tp_auth *a, const char *path, const char *dir, char *err, size_t errlen) {
+static int read_jwks (tp__mcp_auth *a, const char *path, const char *dir, char *err,
+                      size_t errlen) {
   const char *where = "/auth/jwt/jwks_file";
   size_t n;
   char *text = slurp(dir, path, KEYFILE_MAX, &n, where, err, errlen);
@@ -695,7 +685,8 @@ static int read_jwks (tp_auth *a, const char *path, const char *dir, char *err, 
     if (kind == KEY_OCT) {
       secret = jwk_bytes(jwk, "k", &slen, &why);
       if (secret && slen < HS_MIN) {
-        snprintf(whybuf, sizeof whybuf, "a secret of %zu bytes (HS256 needs %d or more)", slen, HS_MIN);
+        snprintf(whybuf, sizeof whybuf, "a secret of %zu bytes (HS256 needs %d or more)", slen,
+                 HS_MIN);
         why = whybuf;
       }
     }
@@ -750,7 +741,7 @@ static int read_jwks (tp_auth *a, const char *path, const char *dir, char *err, 
   return rc;
 }
 
-static int read_jwt (tp_auth *a, const json_t *j, const char *dir, char *err, size_t errlen) {
+static int read_jwt (tp__mcp_auth *a, const json_t *j, const char *dir, char *err, size_t errlen) {
   const char *where = "/auth/jwt";
   static const char *const names[] = {
     "issuer", "audience", "algorithms", "jwks_file", "key_file", "secret", "leeway_s",
@@ -762,8 +753,10 @@ static int read_jwt (tp_auth *a, const json_t *j, const char *dir, char *err, si
   }
   if (known_members(j, names, where, err, errlen) != 0) return -1;
   const char *iss, *aud, *jwks, *pem, *secret, *pclaim, *sclaim;
-  if (str_member(j, "issuer", where, &iss, err, errlen) || str_member(j, "audience", where, &aud, err, errlen) ||
-      str_member(j, "jwks_file", where, &jwks, err, errlen) || str_member(j, "key_file", where, &pem, err, errlen) ||
+  if (str_member(j, "issuer", where, &iss, err, errlen) ||
+      str_member(j, "audience", where, &aud, err, errlen) ||
+      str_member(j, "jwks_file", where, &jwks, err, errlen) ||
+      str_member(j, "key_file", where, &pem, err, errlen) ||
       str_member(j, "secret", where, &secret, err, errlen) ||
       str_member(j, "principal_claim", where, &pclaim, err, errlen) ||
       str_member(j, "scope_claim", where, &sclaim, err, errlen))
@@ -821,14 +814,16 @@ static int read_jwt (tp_auth *a, const json_t *j, const char *dir, char *err, si
   }
   unsigned have = 0;
   for (size_t i = 0; i < a->nkeys; i++)
-    if (!a->keys[i].unusable) have |= a->keys[i].kind == KEY_RSA ? RS256 : a->keys[i].kind == KEY_EC ? ES256 : HS256;
+    if (!a->keys[i].unusable)
+      have |= a->keys[i].kind == KEY_RSA ? RS256 : a->keys[i].kind == KEY_EC ? ES256 : HS256;
   const json_t *al = json_object_get(j, "algorithms");
   if (al == NULL) a->algs = have;
   else {
     size_t i;
     const json_t *it;
     if (!json_is_array(al) || json_array_size(al) == 0) {
-      fail(err, errlen, "config: %s/algorithms: expected a non-empty array, e.g. [\"RS256\", \"ES256\"]", where);
+      fail(err, errlen,
+           "config: %s/algorithms: expected a non-empty array, e.g. [\"RS256\", \"ES256\"]", where);
       return -1;
     }
     json_array_foreach(al, i, it) {
@@ -852,7 +847,7 @@ static int read_jwt (tp_auth *a, const json_t *j, const char *dir, char *err, si
   return 0;
 }
 
-tp_auth *tp__mcp_auth_new (const json_t *section, const char *dir, char *err, size_t errlen) {
+tp__mcp_auth *tp__mcp_auth_new (const json_t *section, const char *dir, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
   if (section == NULL) return NULL;
   if (!json_is_object(section)) {
@@ -863,7 +858,7 @@ tp_auth *tp__mcp_auth_new (const json_t *section, const char *dir, char *err, si
   static const char *const names[] = {
     "resource", "authorization_servers", "scopes_supported", "required_scopes", "tokens",
     "jwt", "description", NULL };
-  tp_auth *a = calloc(1, sizeof *a);
+  tp__mcp_auth *a = calloc(1, sizeof *a);
   if (a == NULL) {
     fail(err, errlen, "config: /auth: out of memory");
     return NULL;
@@ -889,7 +884,8 @@ tp_auth *tp__mcp_auth_new (const json_t *section, const char *dir, char *err, si
                  sizeof scopes, err, errlen) != 0)
     goto bad;
   if (json_object_get(section, "scopes_supported") &&
-      (a->scopes_supported = json_deep_copy(json_object_get(section, "scopes_supported"))) == NULL) {
+      (a->scopes_supported = json_deep_copy(json_object_get(section,
+                                                            "scopes_supported"))) == NULL) {
     fail(err, errlen, "config: /auth: out of memory");
     goto bad;
   }
@@ -915,7 +911,7 @@ bad:
   return NULL;
 }
 
-void tp__mcp_auth_free (tp_auth *a) {
+void tp__mcp_auth_free (tp__mcp_auth *a) {
   if (a == NULL) return;
   for (size_t i = 0; i < a->ntokens; i++) {
     free(a->tokens[i].principal);
@@ -994,9 +990,9 @@ static int verify_hs256 (const key *k, const unsigned char *msg, size_t n,
 /* ---- checking a request ------------------------------------------------------------- */
 
 /* Finds the key for alg and kid and checks the signature. 0, or -1 with r said. */
-static int check_signature (const tp_auth *a, int alg, const char *algname, const char *kid,
+static int check_signature (const tp__mcp_auth *a, int alg, const char *algname, const char *kid,
                             const unsigned char *msg, size_t n, const unsigned char *sig,
-                            size_t slen, tp_auth_result *r) {
+                            size_t slen, tp__mcp_auth_result *r) {
   int kind = alg == RS256 ? KEY_RSA : alg == ES256 ? KEY_EC : KEY_OCT;
   char b[SHOWN_BUF];
   int named = 0;  /* keys with the token's kid */
@@ -1023,7 +1019,8 @@ static int check_signature (const tp_auth *a, int alg, const char *algname, cons
   }
   if (tried) {
     if (kid) say(r, 401, "invalid_token", "bad signature: the token does not verify with key %s "
-                 "(%s); it was altered or signed by another key", shown(kid, strlen(kid), b), algname);
+                 "(%s); it was altered or signed by another key", shown(kid, strlen(kid), b),
+                 algname);
     else say(r, 401, "invalid_token", "bad signature: the token does not verify with any %s "
              "key of the config; it was altered or signed by another key", algname);
     return -1;
@@ -1050,7 +1047,8 @@ static int check_signature (const tp_auth *a, int alg, const char *algname, cons
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "",
                  shown(a->keys[i].kid, strlen(a->keys[i].kid), b));
     say(r, 401, "invalid_token", "no key with kid %s (the keys: %s); the issuer may have "
-        "rotated its keys: update the JWKS file", shown(kid, strlen(kid), b), list[0] ? list : "none with a kid");
+        "rotated its keys: update the JWKS file", shown(kid, strlen(kid), b),
+        list[0] ? list : "none with a kid");
   }
   else say(r, 401, "invalid_token", "no %s key in the config for a token without kid", algname);
   return -1;
@@ -1071,7 +1069,7 @@ static int date_claim (const json_t *payload, const char *name, int64_t *t) {
 }
 
 /* Decodes part n (header or payload) of a token into a JSON object. NULL with r said. */
-static json_t *json_part (const char *s, size_t n, const char *what, tp_auth_result *r) {
+static json_t *json_part (const char *s, size_t n, const char *what, tp__mcp_auth_result *r) {
   unsigned char *buf = malloc(n * 3 / 4 + 1);
   if (buf == NULL) { say(r, 401, "invalid_token", "out of memory"); return NULL; }
   long len = b64url_decode(s, n, buf);
@@ -1098,7 +1096,8 @@ static json_t *json_part (const char *s, size_t n, const char *what, tp_auth_res
 /* The claims of a verified payload: iss, aud, exp, nbf, iat, principal, scopes. A scope
 ** with a comma is left out: the policy would read it as two scopes the issuer never
 ** granted. */
-static int check_claims (const tp_auth *a, const json_t *p, int64_t now, tp_auth_result *r) {
+static int check_claims (const tp__mcp_auth *a, const json_t *p, int64_t now,
+                         tp__mcp_auth_result *r) {
   char b[SHOWN_BUF], b2[SHOWN_BUF], t1[64], t2[32];
   const json_t *iss = json_object_get(p, "iss");
   if (!json_is_string(iss)) {
@@ -1127,19 +1126,23 @@ static int check_claims (const tp_auth *a, const json_t *p, int64_t now, tp_auth
   if (!found) {
     if (aud == NULL) say(r, 401, "invalid_token", "the token has no aud claim; this server is %s",
                          shown(a->audience, strlen(a->audience), b));
-    else if (json_is_string(aud)) say(r, 401, "invalid_token", "the audience is %s, this server is %s",
+    else if (json_is_string(aud)) say(r, 401, "invalid_token",
+                                      "the audience is %s, this server is %s",
                                       shown(json_string_value(aud), json_string_length(aud), b),
                                       shown(a->audience, strlen(a->audience), b2));
     else if (json_is_array(aud) && json_is_string(json_array_get(aud, 0)))
       say(r, 401, "invalid_token", "the audience is %s%s, this server is %s",
-          shown(json_string_value(json_array_get(aud, 0)), json_string_length(json_array_get(aud, 0)), b),
-          json_array_size(aud) > 1 ? " and others" : "", shown(a->audience, strlen(a->audience), b2));
+          shown(json_string_value(json_array_get(aud, 0)),
+                json_string_length(json_array_get(aud, 0)), b),
+          json_array_size(aud) > 1 ? " and others" : "",
+          shown(a->audience, strlen(a->audience), b2));
     else say(r, 401, "invalid_token", "the aud claim is not a string or array of strings; this "
              "server is %s", shown(a->audience, strlen(a->audience), b));
     return -1;
   }
   int64_t exp, nbf, iat;
-  int he = date_claim(p, "exp", &exp), hn = date_claim(p, "nbf", &nbf), hi = date_claim(p, "iat", &iat);
+  int he = date_claim(p, "exp", &exp), hn = date_claim(p, "nbf", &nbf);
+  int hi = date_claim(p, "iat", &iat);
   if (he < 0 || hn < 0 || hi < 0) {
     say(r, 401, "invalid_token", "the %s claim is not a number of seconds since 1970 (NumericDate)",
         he < 0 ? "exp" : hn < 0 ? "nbf" : "iat");
@@ -1219,8 +1222,8 @@ static int check_claims (const tp_auth *a, const json_t *p, int64_t now, tp_auth
 }
 
 /* Checks a JWT (len bytes); 0 with r's principal and scopes, or -1 with r said. */
-static int check_jwt (const tp_auth *a, const char *tok, size_t len, int64_t now,
-                      tp_auth_result *r) {
+static int check_jwt (const tp__mcp_auth *a, const char *tok, size_t len, int64_t now,
+                      tp__mcp_auth_result *r) {
   const char *d1 = memchr(tok, '.', len);
   const char *d2 = d1 ? memchr(d1 + 1, '.', len - (size_t)(d1 + 1 - tok)) : NULL;
   if (d2 == NULL || memchr(d2 + 1, '.', len - (size_t)(d2 + 1 - tok))) {
@@ -1255,7 +1258,8 @@ static int check_jwt (const tp_auth *a, const char *tok, size_t len, int64_t now
     char list[32] = "";
     for (size_t i = 0; i < sizeof algs / sizeof algs[0]; i++)
       if (a->algs & (unsigned)algs[i].alg)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "", algs[i].name);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "",
+                 algs[i].name);
     say(r, 401, "invalid_token", "alg %s is not accepted here (accepted: %s)",
         shown(alg, json_string_length(algv), b), list);
     goto done;
@@ -1276,7 +1280,8 @@ static int check_jwt (const tp_auth *a, const char *tok, size_t len, int64_t now
         typ ? shown(typ, strlen(typ), b) : "(not a string)");
     goto done;
   }
-  if (kidv && (!json_is_string(kidv) || strlen(json_string_value(kidv)) != json_string_length(kidv))) {
+  if (kidv && (!json_is_string(kidv) ||
+               strlen(json_string_value(kidv)) != json_string_length(kidv))) {
     say(r, 401, "invalid_token", "the JWT header's kid is not a string");
     goto done;
   }
@@ -1309,8 +1314,8 @@ done:
 
 /* tp__mcp_auth_check, and tp__mcp_auth_check_scope when config is 0: the scopes needed
 ** are then required's alone, not the config's required_scopes as well. */
-static int check (tp_auth *a, const char *authorization, const char *required, int config,
-                  int64_t now, tp_auth_result *out) {
+static int check (tp__mcp_auth *a, const char *authorization, const char *required, int config,
+                  int64_t now, tp__mcp_auth_result *out) {
   memset(out, 0, sizeof *out);
   out->status = 200;
   if (a == NULL) return 200;
@@ -1407,25 +1412,26 @@ static int check (tp_auth *a, const char *authorization, const char *required, i
   return 200;
 }
 
-int tp__mcp_auth_check (tp_auth *a, const char *authorization, const char *required,
-                        int64_t now, tp_auth_result *out) {
+int tp__mcp_auth_check (tp__mcp_auth *a, const char *authorization, const char *required,
+                        int64_t now, tp__mcp_auth_result *out) {
   return check(a, authorization, required, 1, now, out);
 }
 
-int tp__mcp_auth_check_scope (tp_auth *a, const char *authorization, const char *scope,
-                              int64_t now, tp_auth_result *out) {
+int tp__mcp_auth_check_scope (tp__mcp_auth *a, const char *authorization, const char *scope,
+                              int64_t now, tp__mcp_auth_result *out) {
   return check(a, authorization, scope, 0, now, out);
 }
 
 /* ---- resource server (RFC 9728, RFC 6750) ---------------------------------------------- */
 
-char *tp__mcp_auth_resource_metadata (const tp_auth *a) {
+char *tp__mcp_auth_resource_metadata (const tp__mcp_auth *a) {
   json_t *o = json_object(), *m = json_array();
   int bad = o == NULL || m == NULL;
   if (!bad && a) {
     bad |= json_object_set_new(o, "resource", json_string(a->resource)) != 0;
     if (a->servers) bad |= json_object_set(o, "authorization_servers", a->servers) != 0;
-    if (a->scopes_supported) bad |= json_object_set(o, "scopes_supported", a->scopes_supported) != 0;
+    if (a->scopes_supported) bad |= json_object_set(o, "scopes_supported",
+                                                    a->scopes_supported) != 0;
   }
   bad |= m == NULL || json_array_append_new(m, json_string("header")) != 0;
   if (!bad) {
@@ -1447,7 +1453,7 @@ static size_t quoted (char *out, size_t o, const char *s) {
   return o;
 }
 
-char *tp__mcp_auth_challenge (const tp_auth *a, const tp_auth_result *r) {
+char *tp__mcp_auth_challenge (const tp__mcp_auth *a, const tp__mcp_auth_result *r) {
   const char *url = a ? a->metadata_url : "";
   size_t len = 64 + strlen(url) + sizeof r->error + sizeof r->description + sizeof r->needed;
   char *out = malloc(len);
@@ -1474,10 +1480,10 @@ char *tp__mcp_auth_challenge (const tp_auth *a, const tp_auth_result *r) {
   return out;
 }
 
-const char *tp__mcp_auth_resource (const tp_auth *a) {
+const char *tp__mcp_auth_resource (const tp__mcp_auth *a) {
   return a ? a->resource : NULL;
 }
 
-const char *tp__mcp_auth_metadata_path (const tp_auth *a) {
+const char *tp__mcp_auth_metadata_path (const tp__mcp_auth *a) {
   return a ? a->metadata_path : NULL;
 }

@@ -211,8 +211,8 @@ int tp__mcp_era_stamp (char **line, size_t *len) {
 
 /* ---- subscriptions/listen ------------------------------------------------------------ */
 
-typedef struct sub {
-  struct sub *next;
+typedef struct tp__mcp_sub {
+  struct tp__mcp_sub *next;
   json_t *id;
   int tools;                /* notifications/tools/list_changed */
 } sub;

@@ -1,45 +1,6 @@
 /*
-** mcp_http.c: `tidepool mcp --http ADDR:PORT`, MCP's Streamable HTTP transport on one
-** endpoint, /mcp.
-**
-** HTTP is libmicrohttpd's (Debian's libmicrohttpd12): a maintained HTTP/1.1 server that
-** can run without threads of its own on an epoll descriptor we watch, so the protocol
-** thread's libuv loop drives it (a uv_poll on MHD's epoll descriptor, a uv_timer from
-** MHD_get_timeout, MHD_run on each) and mcp.c's protocol code sees every request on its
-** own thread, with no locks. We parse no HTTP here.
-**
-** One POST carries one JSON-RPC message (a batch is refused). Its answer:
-**   a request: its response, as application/json; or as a text/event-stream (SSE) when
-**     the client accepts one and the request is a tools/call with a progressToken (the
-**     only requests whose runs send notifications: progress), the notifications first
-**     and the response last, then the stream ends;
-**   a notification or a response: 202 Accepted, no body.
-** A response that comes later (a script's run) holds its connection suspended
-** (MHD_suspend_connection) until mcp.c emits it; an SSE stream's body comes from a
-** content reader that suspends the connection while it has nothing to send.
-**
-** Eras. 2025-era clients (MCP-Protocol-Version absent or before 2026-07-28) get a
-** session: initialize's response carries Mcp-Session-Id, every later POST must carry it
-** (400 without, 404 when unknown or ended), DELETE ends it; GET is 405 (no server-sent
-** stream). 2026-07-28 clients have no session: POST only, Mcp-Method must match the
-** body's method and Mcp-Name its params.name (tools/call, resources/read, prompts/get),
-** else 400 (-32020); and a connection closed before its response cancels the run.
-**
-** Guards: Host and Origin are checked against the allowed lists (default: the localhost
-** forms of the bound address; 403 otherwise); bodies past max_body are 413, request
-** headers past max_header 431 (MHD's memory limit); a client has at most max_streams
-** tools/call requests waiting for their responses (429 past it), where a client is a
-** principal with auth and an address without (the address X-Forwarded-For names, when
-** the direct peer is one of server.trusted_proxies); past max_connections open
-** connections, a new one is answered 503 with Retry-After at its first request (MHD
-** accepts OVERFLOW_CONNS more for that, and those that send nothing are shut down
-** after a second) instead of waiting unseen in the listen queue; a connection idle for
-** idle_timeout is closed by MHD, and one that has not sent a whole request within
-** request_timeout of opening or of its last response (slowloris) is shut down here. SSE
-** streams get a comment every keepalive.
-**
-** SIGTERM and SIGINT stop accepting (MHD_quiesce_daemon), let the requests in flight
-** finish for shutdown_grace, cancel the rest, then the server exits with status 0.
+** http.c: `tidepool mcp --http ADDR:PORT`, MCP's Streamable HTTP transport (how it
+** works: http.h).
 */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -214,17 +175,17 @@ int tp__mcp_http_check (const tp__mcp_http_opts *o, const char *config, size_t l
 
 /* ---- state ------------------------------------------------------------------------ */
 
-typedef struct hreq hreq;
-typedef struct conn conn;
+typedef struct tp__mcp_hreq hreq;
+typedef struct tp__mcp_conn conn;
 
-typedef struct hsess {
-  struct hsess *next;
+typedef struct tp__mcp_hsess {
+  struct tp__mcp_hsess *next;
   char id[33];
   char principal[256];        /* who made it: only they may use it */
   uint64_t used_ns;
 } hsess;
 
-struct conn {                 /* one TCP connection (MHD's socket context) */
+struct tp__mcp_conn {                 /* one TCP connection (MHD's socket context) */
   conn *prev, *next;
   int fd;
   uint64_t since_ns;          /* opened, or its last response finished */
@@ -250,7 +211,7 @@ struct tp__mcp_http {
   char **proxies;             /* server.trusted_proxies: their X-Forwarded-For is believed */
   size_t nproxies;
   size_t nconns;
-  tp_auth *auth;               /* the config's "auth" section, or NULL: no one checked */
+  tp__mcp_auth *auth;               /* the config's "auth" section, or NULL: no one checked */
   hsess *sessions;
   size_t nsessions;
   conn *conns;
@@ -260,7 +221,7 @@ struct tp__mcp_http {
 
 enum { R_RECEIVING, R_WAITING, R_ANSWERED };
 
-struct hreq {
+struct tp__mcp_hreq {
   hreq *prev, *next;          /* h->open */
   tp__mcp_http *h;
   struct MHD_Connection *c;
@@ -835,16 +796,18 @@ static enum MHD_Result metrics_answer (tp__mcp_http *h, hreq *r) {
   struct MHD_Connection *c = r->c;
   char why[400];
   if (h->auth) {
-    tp_auth_result ar;
+    tp__mcp_auth_result ar;
     int st = tp__mcp_auth_check_scope(h->auth, header(c, MHD_HTTP_HEADER_AUTHORIZATION),
                                       "metrics", (int64_t)time(NULL), &ar);
     if (st != 200) {
       char *challenge = tp__mcp_auth_challenge(h->auth, &ar);
       snprintf(why, sizeof why, "%s: /metrics needs a token with the \"metrics\" scope: %s",
-               st == 401 ? "Unauthorized" : "Forbidden", ar.description[0] ? ar.description : ar.error);
+               st == 401 ? "Unauthorized" : "Forbidden",
+               ar.description[0] ? ar.description : ar.error);
       enum MHD_Result rc = queue_error(c, st == 401 ? MHD_HTTP_UNAUTHORIZED : MHD_HTTP_FORBIDDEN,
-                                       NULL, -32000, why, challenge ? MHD_HTTP_HEADER_WWW_AUTHENTICATE
-                                       : NULL, challenge);
+                                       NULL, -32000, why,
+                                       challenge ? MHD_HTTP_HEADER_WWW_AUTHENTICATE : NULL,
+                                       challenge);
       free(challenge);
       return rc;
     }
@@ -870,7 +833,8 @@ static enum MHD_Result metrics_answer (tp__mcp_http *h, hreq *r) {
   char *all = text && k > 0 && (size_t)k < sizeof tail ? malloc(len + (size_t)k) : NULL;
   if (all == NULL) {
     free(text);
-    return queue_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603, "out of memory", NULL, NULL);
+    return queue_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, -32603, "out of memory", NULL,
+                       NULL);
   }
   memcpy(all, text, len);
   memcpy(all + len, tail, (size_t)k);
@@ -948,7 +912,7 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
     return queue_error(c, MHD_HTTP_NOT_FOUND, NULL, -32000, why, NULL, NULL);
   }
   if (h->auth) {  /* who calls: the token stays here, only its principal and scopes go on */
-    tp_auth_result ar;
+    tp__mcp_auth_result ar;
     int st = tp__mcp_auth_check(h->auth, header(c, MHD_HTTP_HEADER_AUTHORIZATION), NULL,
                             (int64_t)time(NULL), &ar);
     if (st != 200) {
@@ -956,8 +920,9 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
       snprintf(why, sizeof why, "%s: %s", st == 401 ? "Unauthorized" : "Forbidden",
                ar.description[0] ? ar.description : ar.error);
       enum MHD_Result rc = queue_error(c, st == 401 ? MHD_HTTP_UNAUTHORIZED : MHD_HTTP_FORBIDDEN,
-                                       NULL, -32000, why, challenge ? MHD_HTTP_HEADER_WWW_AUTHENTICATE
-                                       : NULL, challenge);
+                                       NULL, -32000, why,
+                                       challenge ? MHD_HTTP_HEADER_WWW_AUTHENTICATE : NULL,
+                                       challenge);
       free(challenge);
       return rc;
     }
@@ -965,7 +930,8 @@ static enum MHD_Result begin (tp__mcp_http *h, hreq *r, const char *url, const c
     snprintf(r->scopes, sizeof r->scopes, "%s", ar.scopes);
   }
   const char *tph = header(c, "traceparent");  /* the run's parent when _meta has none */
-  if (tph && strlen(tph) < sizeof r->traceparent) snprintf(r->traceparent, sizeof r->traceparent, "%s", tph);
+  if (tph && strlen(tph) < sizeof r->traceparent) snprintf(r->traceparent, sizeof r->traceparent,
+                                                           "%s", tph);
   if (r->principal[0]) snprintf(r->rate_key, sizeof r->rate_key, "principal %s", r->principal);
   else snprintf(r->rate_key, sizeof r->rate_key, "address %s", r->client);
   if (strcmp(method, "DELETE") == 0) {
@@ -1377,7 +1343,8 @@ tp__mcp_http *tp__mcp_http_new (const tp__mcp_entries *ent, uv_loop_t *loop,
                           MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)(h->lim[O_CONNS]
                                                        ? h->lim[O_CONNS] + OVERFLOW_CONNS : 0),
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)((h->lim[O_IDLE] + 999999) / 1000000),
+                          MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned)((h->lim[O_IDLE] + 999999) / 1000000),
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                           MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                           MHD_OPTION_END);

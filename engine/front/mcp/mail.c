@@ -72,6 +72,9 @@ void tp__mcp_mail_free (mail *m) {
   if (m == NULL || m->kind == M_RUN || m->kind == M_DONE) return;
   free(m->text);
   free(m->logger);
+  free(m->summary);
+  free(m->tool);
+  json_decref(m->id);
   free(m);
 }
 
@@ -82,7 +85,7 @@ json_t *tp__mcp_mail_notification (const char *method, json_t *params) {
 /* ---- messages from a worker ------------------------------------------------------------ */
 
 /* Posts msg (stolen), a notification of request q, as a line for the protocol thread. */
-void tp__mcp_mail_line (req *q, json_t *j) {
+void tp__mcp_mail_line (job *q, json_t *j) {
   worker *w = q->w;
   if (j == NULL) return;
   size_t len;
@@ -95,7 +98,7 @@ void tp__mcp_mail_line (req *q, json_t *j) {
     return;
   }
   m->w = w;
-  m->q = q;
+  m->q = q->rq;
   m->text = text;
   m->len = len;
   tp__mcp_mail_post(&w->s->mb, m);

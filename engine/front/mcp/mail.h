@@ -1,5 +1,7 @@
 /*
-** mail.h: the only channel between the protocol thread and the workers (mail.c): a mailbox is a mutex-guarded list of messages and a uv_async_t that wakes the receiving loop. Not installed, not API.
+** mail.h: the only channel between the protocol thread and the workers (mail.c): a
+** mailbox is a mutex-guarded list of messages and a uv_async_t that wakes the receiving
+** loop. Not installed, not API.
 */
 #ifndef tidepool_mcp_mail_h
 #define tidepool_mcp_mail_h
@@ -13,7 +15,7 @@ int tp__mcp_mail_box_empty(mailbox *mb);
 mail *tp__mcp_mail_new(int kind);
 void tp__mcp_mail_free(mail *m);
 json_t *tp__mcp_mail_notification(const char *method, json_t *params);
-void tp__mcp_mail_line(req *q, json_t *j);
+void tp__mcp_mail_line(job *q, json_t *j);
 void tp__mcp_mail_log(worker *w, int level, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 

@@ -340,7 +340,8 @@ static int mcp_main (options *o, int argc, char **argv) {
       size_t n = strlen(val);
       if (n == 0 || n > 64 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                      "0123456789_-.") != n)
-        return tp__options_usage_error("--name: '%s' is not a tool name (letters, digits, _ - .)", val);
+        return tp__options_usage_error("--name: '%s' is not a tool name (letters, digits, _ - .)",
+                                       val);
       o->name = val;
     }
     else if (strcmp(name, "--session-idle") == 0) {
@@ -469,7 +470,8 @@ static int mcp_main (options *o, int argc, char **argv) {
 
 /* ---- fuzzing: a server in the calling thread, its lines to a sink (mcp.h) ------------ */
 
-typedef struct fuzz_sink { void (*fn)(void *ud, const char *line, size_t len); void *ud; } fuzz_sink;
+typedef struct tp__mcp_fuzz_sink { void (*fn)(void *ud, const char *line,
+                                              size_t len); void *ud; } fuzz_sink;
 struct tp__mcp_fuzz { tp__mcp_server *s; fuzz_sink sink; };
 
 static void sink_emit (void *ud, void *origin, const char *line, size_t len, int final) {
@@ -483,7 +485,8 @@ static void sink_serve (void *ud, size_t ntools, unsigned nworkers) {
 }
 static void sink_nothing (void *ud) { (void)ud; }
 
-tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t len), void *ud) {
+tp__mcp_fuzz *tp__mcp_main_fuzz_new (void (*sink)(void *ud, const char *line, size_t len),
+                                    void *ud) {
   tp__mcp_fuzz *f = calloc(1, sizeof *f);
   if (f == NULL) return NULL;
   f->sink.fn = sink;
@@ -511,7 +514,7 @@ tp__mcp_fuzz *tp__mcp_fuzz_new (void (*sink)(void *ud, const char *line, size_t 
   return f;
 }
 
-void tp__mcp_fuzz_line (tp__mcp_fuzz *f, const char *line, size_t len) {
+void tp__mcp_main_fuzz_line (tp__mcp_fuzz *f, const char *line, size_t len) {
   char *copy = malloc(len + 1);  /* exactly len bytes and a NUL: ASan sees any overread */
   if (copy == NULL) return;
   memcpy(copy, line, len);
@@ -520,7 +523,7 @@ void tp__mcp_fuzz_line (tp__mcp_fuzz *f, const char *line, size_t len) {
   free(copy);
 }
 
-void tp__mcp_fuzz_free (tp__mcp_fuzz *f) {
+void tp__mcp_main_fuzz_free (tp__mcp_fuzz *f) {
   if (f == NULL) return;
   tp__mcp_server_free(f->s);
   free(f);

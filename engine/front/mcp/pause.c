@@ -41,8 +41,8 @@
 **   takes the resuming request's id. At --pause-ttl the run ends and its calls are denied.
 ** Every held call is decided once: by an answer, a decision, or apx_end when the run ends. */
 
-typedef struct pend {
-  struct pend *next;
+typedef struct tp__mcp_pend {
+  struct tp__mcp_pend *next;
   tp_call *c;
   uint64_t seq;
   char *tool, *args, *reason;
@@ -52,12 +52,29 @@ typedef struct pend {
                             ** result), not for a person's approval */
 } pend;
 
-typedef struct apx {
-  req *q;                   /* NULL once its run ended (the timer is closing) */
+typedef struct tp__mcp_apx {
+  job *q;                   /* NULL once its run ended (the timer is closing) */
   uv_timer_t t;             /* parks the run, then ends it at --pause-ttl */
   pend *pending;            /* held calls, by seq */
   char run_id[TP__MCP_APPROVE_RUN_ID_MAX];
 } apx;
+
+/* The one way a job's state changes, as curl's multi.c has multistate(): a paused run's
+** wall clock is held exactly while its job is PARKED (M_PARK went, M_RESUME not applied). */
+void tp__mcp_pause_job_to (job *q, tp__mcp_job_state st) {
+  if (q->state == st) return;
+  if (q->run && (q->state == TP__MCP_JOB_PARKED) != (st == TP__MCP_JOB_PARKED))
+    tp_run_hold_wall(q->run, st == TP__MCP_JOB_PARKED);
+  q->state = st;
+}
+
+static int dur_bad (const job *q) {
+  return q->dur == TP__MCP_DUR_BAD || q->dur == TP__MCP_DUR_BAD_SAVED;
+}
+
+static int dur_stored (const job *q) {
+  return q->dur == TP__MCP_DUR_SAVED || q->dur == TP__MCP_DUR_BAD_SAVED;
+}
 
 static void pend_free (pend *p) {
   free(p->tool);
@@ -81,7 +98,7 @@ static void pend_unlink (apx *a, pend *p) {
 
 static void apx_closed (uv_handle_t *h) { free(h->data); }
 
-static apx *apx_get (worker *w, req *q) {
+static apx *apx_get (worker *w, job *q) {
   if (q->ax) return q->ax;
   apx *a = calloc(1, sizeof *a);
   if (a == NULL || uv_timer_init(w->loop, &a->t) != 0) { free(a); return NULL; }
@@ -95,7 +112,7 @@ static apx *apx_get (worker *w, req *q) {
 
 /* Decides every call still held (denied with why, and the elicitations withdrawn unless
 ** quiet) and lets go of the approvals of q, whose run ends. */
-void tp__mcp_pause_apx_end (worker *w, req *q, int quiet, const char *why) {
+void tp__mcp_pause_apx_end (worker *w, job *q, int quiet, const char *why) {
   apx *a = q->ax;
   if (a == NULL) return;
   q->ax = NULL;
@@ -103,7 +120,8 @@ void tp__mcp_pause_apx_end (worker *w, req *q, int quiet, const char *why) {
     pend *p = a->pending;
     a->pending = p->next;
     if (p->eid[0] && !quiet)
-      tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
+      tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/cancelled",
+                                                     json_pack("{s:s, s:s}", "requestId",
             p->eid, "reason", p->call ? "the run ended before the call was answered"
                                       : "the run that asked ended before a person answered")));
     if (p->call) tp_call_fail(p->c, NULL, why);
@@ -116,17 +134,17 @@ void tp__mcp_pause_apx_end (worker *w, req *q, int quiet, const char *why) {
 }
 
 /* durable runs (--state): below, after wdone */
-typedef struct dsave dsave;
-static void dur_note(json_t *view, const req *q);
-static void dur_save(worker *w, req *q);
-static void dur_decide(worker *w, req *q);
-static void dur_forget(worker *w, req *q);
+typedef struct tp__mcp_dsave dsave;
+static void dur_note(json_t *view, const job *q);
+static void dur_save(worker *w, job *q);
+static void dur_decide(worker *w, job *q);
+static void dur_forget(worker *w, job *q);
 
 /* The response of a parked run: its pending calls as a paused result, or for a 2026-07-28
 ** request as an input_required result whose requestState seals the run and the bindings.
 ** brief leaves the arguments out (when they would not fit the line). NULL when out of
 ** memory. */
-static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
+static char *paused_line (worker *w, job *q, int brief, size_t *outlen) {
   apx *a = q->ax;
   const options *o = &w->s->o;
   json_t *pending = json_array(), *inputs = json_object(), *calls = json_array();
@@ -177,7 +195,7 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
         "then call resume_run with {run, results: [{id, binding, result} or {id, binding, "
         "error: {message, code}}]}, one entry a call, id and binding copied from pending "
         "(and decisions for approvals). The run goes on from where it stopped."));
-    if (view && (q->dnote || q->dbad)) dur_note(view, q);
+    if (view && (q->dnote || dur_bad(q))) dur_note(view, q);
     size_t n;
     char *text = view ? tp_json_text(view, &n) : NULL;
     json_decref(view);
@@ -194,8 +212,8 @@ static char *paused_line (worker *w, req *q, int brief, size_t *outlen) {
 
 static void ttl_cb (uv_timer_t *t) {
   apx *a = t->data;
-  req *q = a->q;
-  if (q == NULL || !q->wparked) return;
+  job *q = a->q;
+  if (q == NULL || q->state != TP__MCP_JOB_PARKED) return;
   char ttl[32], why[300];
   tp__mcp_approve_format_ttl(q->w->s->o.pause_ttl_us, ttl, sizeof ttl);
   snprintf(why, sizeof why, "no decision came within the server's --pause-ttl (%s): the run "
@@ -205,14 +223,20 @@ static void ttl_cb (uv_timer_t *t) {
 }
 
 /* Answers q's request with line (consumed; NULL: the paused result) and keeps its run
-** here, its wall clock held; a paused result starts the --pause-ttl clock again. */
-static void park (worker *w, req *q, char *line, size_t len) {
-  int paused = line == NULL;
-  if (paused && q->durable) {  /* what the client sees must be in the store first */
-    if (q->dsave) { free(line); return; }  /* a save under way answers for it */
-    if (!q->dsave_done) { dur_save(w, q); return; }
-    q->dsave_done = 0;
+** here, its wall clock held; a paused result starts the --pause-ttl clock again. A paused
+** result of a run kept in the store is sent once the store has it (dur_save, then
+** park_now). */
+static void park_now(worker *w, job *q, char *line, size_t len);
+static void park (worker *w, job *q, char *line, size_t len) {
+  if (line == NULL && q->dur != TP__MCP_DUR_OFF) {  /* the store first */
+    if (q->dsave == NULL) dur_save(w, q);  /* else a save under way answers for it */
+    return;
   }
+  park_now(w, q, line, len);
+}
+
+static void park_now (worker *w, job *q, char *line, size_t len) {
+  int paused = line == NULL;
   if (paused) line = paused_line(w, q, 0, &len);
   mail *m = tp__mcp_mail_new(M_PARK);
   if (line == NULL || m == NULL) {
@@ -222,31 +246,31 @@ static void park (worker *w, req *q, char *line, size_t len) {
     tp_run_cancel(q->run);
     return;
   }
-  if (q->run_id[0] == '\0')  /* once, before the first M_PARK: the protocol thread reads it */
-    memcpy(q->run_id, q->ax->run_id, sizeof q->run_id);
-  q->wparked = 1;
-  tp_run_hold_wall(q->run, 1);
+  if (q->run_id[0] == '\0') memcpy(q->run_id, q->ax->run_id, sizeof q->run_id);
+  tp__mcp_pause_job_to(q, TP__MCP_JOB_PARKED);
   if (paused) {
     uint64_t ms = (w->s->o.pause_ttl_us + 999) / 1000;
     uv_timer_start(&q->ax->t, ttl_cb, ms ? ms : 1, 0);
   }
   m->w = w;
-  m->q = q;
+  m->q = q->rq;
   m->text = line;
   m->len = len;
+  memcpy(m->run_id, q->run_id, sizeof m->run_id);
+  if (q->tool_from_store && q->tool) m->tool = strdup(q->tool);  /* the protocol's is NULL */
   tp__mcp_mail_post(&w->s->mb, m);
 }
 
 static void park_cb (uv_timer_t *t) {
   apx *a = t->data;
-  req *q = a->q;
-  if (q == NULL || q->wparked || !waits_on_resume(a) || q->run == NULL || q->wcancelled)
+  job *q = a->q;
+  if (q == NULL || q->state != TP__MCP_JOB_RUNNING || !waits_on_resume(a) || q->run == NULL)
     return;
   if (q->restore) { dur_decide(q->w, q); return; }  /* replayed to its held call */
   park(q->w, q, NULL, 0);
 }
 
-static void elicit_send (worker *w, req *q, apx *a, pend *p) {
+static void elicit_send (worker *w, job *q, apx *a, pend *p) {
   snprintf(p->eid, sizeof p->eid, TP__MCP_APPROVE_ELICIT_PREFIX "%u-%llu", w->index,
            (unsigned long long)++w->elicits);
   json_t *params = tp__mcp_approve_elicit_params(p->tool, p->args, p->reason, q->elicit == 2);
@@ -266,9 +290,9 @@ static void elicit_send (worker *w, req *q, apx *a, pend *p) {
 void tp__mcp_pause_on_approval (tp_call *c, const char *reason, void *ud) {
   worker *w = ud;
   tp_run *r = tp_call_run(c);
-  req *q = w->running;
+  job *q = w->running;
   while (q && q->run != r) q = q->wnext;
-  apx *a = q && !q->wcancelled ? apx_get(w, q) : NULL;
+  apx *a = q && q->state != TP__MCP_JOB_CANCELLED ? apx_get(w, q) : NULL;
   pend *p = a ? calloc(1, sizeof *p) : NULL;
   if (p) {
     p->tool = strdup(tp_call_tool(c));
@@ -277,8 +301,9 @@ void tp__mcp_pause_on_approval (tp_call *c, const char *reason, void *ud) {
   }
   if (p == NULL || p->tool == NULL || p->args == NULL || p->reason == NULL) {
     if (p) pend_free(p);
-    tp_call_deny(c, q == NULL || q->wcancelled ? "the request that ran the script was cancelled"
-                                               : "the server could not ask a person (out of memory)");
+    tp_call_deny(c, q == NULL || q->state == TP__MCP_JOB_CANCELLED
+                    ? "the request that ran the script was cancelled"
+                    : "the server could not ask a person (out of memory)");
     return;
   }
   p->c = c;
@@ -288,7 +313,8 @@ void tp__mcp_pause_on_approval (tp_call *c, const char *reason, void *ud) {
   while (*tail) tail = &(*tail)->next;
   *tail = p;
   if (q->elicit) elicit_send(w, q, a, p);
-  else if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);  /* once the step is over */
+  else if (q->state != TP__MCP_JOB_PARKED)
+    uv_timer_start(&a->t, park_cb, 0, 0);  /* once the step is over */
 }
 
 /* ---- caller tools (worker side; docs/caller-tools.md) ------------------------------------
@@ -298,9 +324,9 @@ void tp__mcp_pause_on_approval (tp_call *c, const char *reason, void *ud) {
 ** answer); paused, the run parks and resume_run's results answer it. The call's timeout
 ** and the run's end let go of it (tp__mcp_pause_caller_cancel, apx_end). */
 
-static req *req_of_call (worker *w, tp_call *c) {
+static job *job_of_call (worker *w, tp_call *c) {
   tp_run *r = tp_call_run(c);
-  req *q = w->running;
+  job *q = w->running;
   while (q && q->run != r) q = q->wnext;
   return q;
 }
@@ -308,8 +334,8 @@ static req *req_of_call (worker *w, tp_call *c) {
 /* tp_run_declare_caller_tools's handler: the call passed the policy and its schema. */
 void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
   worker *w = ud;
-  req *q = req_of_call(w, c);
-  apx *a = q && !q->wcancelled ? apx_get(w, q) : NULL;
+  job *q = job_of_call(w, c);
+  apx *a = q && q->state != TP__MCP_JOB_CANCELLED ? apx_get(w, q) : NULL;
   pend *p = a ? calloc(1, sizeof *p) : NULL;
   if (p) {
     p->tool = strdup(tp_call_tool(c));
@@ -318,7 +344,7 @@ void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
   }
   if (p == NULL || p->tool == NULL || p->args == NULL || p->reason == NULL) {
     if (p) pend_free(p);
-    tp_call_fail(c, "tool.unavailable", q == NULL || q->wcancelled
+    tp_call_fail(c, "tool.unavailable", q == NULL || q->state == TP__MCP_JOB_CANCELLED
                  ? "the request that ran the script was cancelled"
                  : "the server could not hand the call to the client (out of memory)");
     return;
@@ -331,7 +357,7 @@ void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
   while (*tail) tail = &(*tail)->next;
   *tail = p;
   if (!q->callers_live) {  /* paused: the run parks once its step is over */
-    if (!q->wparked) uv_timer_start(&a->t, park_cb, 0, 0);
+    if (q->state != TP__MCP_JOB_PARKED) uv_timer_start(&a->t, park_cb, 0, 0);
     return;
   }
   snprintf(p->eid, sizeof p->eid, TP__MCP_CALL_PREFIX "%u-%llu", w->index,
@@ -354,11 +380,12 @@ void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
 /* A call cut short (its timeout, the run's end) while the client has it: withdrawn. */
 void tp__mcp_pause_caller_cancel (tp_call *c, void *ud) {
   worker *w = ud;
-  req *q = req_of_call(w, c);
+  job *q = job_of_call(w, c);
   for (pend *p = q && q->ax ? q->ax->pending : NULL; p; p = p->next) {
     if (p->c != c) continue;
     if (p->eid[0])
-      tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/cancelled", json_pack("{s:s, s:s}", "requestId",
+      tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/cancelled",
+                                                     json_pack("{s:s, s:s}", "requestId",
             p->eid, "reason", "the call timed out or its run ended")));
     pend_unlink(q->ax, p);
     pend_free(p);
@@ -371,7 +398,7 @@ void tp__mcp_pause_caller_cancel (tp_call *c, void *ud) {
 void tp__mcp_pause_elicit_answer (worker *w, const char *text, size_t len) {
   json_t *m = tp_json_parse(text, len, NULL, 0);
   const char *id = json_string_value(json_object_get(m, "id"));
-  for (req *q = w->running; q && id; q = q->wnext) {
+  for (job *q = w->running; q && id; q = q->wnext) {
     for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
       if (strcmp(p->eid, id) != 0) continue;
       if (p->call) {  /* tidepool/callTool's answer: {result} or {error}, or an error */
@@ -395,7 +422,8 @@ void tp__mcp_pause_elicit_answer (worker *w, const char *text, size_t len) {
       const char *em = json_string_value(json_object_get(json_object_get(m, "error"), "message"));
       int ok;
       char note[2300];
-      tp__mcp_approve_elicit_answer(json_is_object(res) ? res : NULL, em ? em : "an error", &ok, note,
+      tp__mcp_approve_elicit_answer(json_is_object(res) ? res : NULL, em ? em : "an error", &ok,
+                                    note,
                             sizeof note);
       tp_call *c = p->c;
       pend_unlink(q->ax, p);
@@ -468,7 +496,8 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
                (unsigned long long)p->seq, a->run_id);
       return "approval.binding";
     }
-    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind), json_string_length(bind))) {
+    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind),
+                                    json_string_length(bind))) {
       snprintf(msg, len, "arguments.decisions[%zu].binding does not match call %llu of run "
                "%s: a binding holds only for the run, seq, tool and arguments it was issued "
                "for; copy it from that run's paused result", i, (unsigned long long)p->seq,
@@ -523,7 +552,8 @@ static const char *check_results (apx *a, json_t *args, char *msg, size_t len) {
                (long long)json_integer_value(id), a->run_id, n ? list : "(none)");
       return "caller.not_pending";
     }
-    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind), json_string_length(bind))) {
+    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind),
+                                    json_string_length(bind))) {
       snprintf(msg, len, "arguments.results[%zu].binding does not match call %llu of run %s: "
                "a binding holds only for the run, id, tool and arguments it was issued for; "
                "copy it from that run's paused result", i, (unsigned long long)p->seq,
@@ -537,7 +567,7 @@ static const char *check_results (apx *a, json_t *args, char *msg, size_t len) {
 /* M_RESUME: decisions for the parked run of request serial (whose id is now the resuming
 ** request's). All or none apply: a bad decision answers with an error and the run stays
 ** parked. */
-static void decide (worker *w, req *q, json_t *args);
+static void decide (worker *w, job *q, json_t *args);
 
 /* Exactly once. With --state, servers that share a store could each resume one paused
 ** run: this one from memory, another restored from the store. Whoever resumes a run first
@@ -547,8 +577,8 @@ static void decide (worker *w, req *q, json_t *args);
 ** may stay paused, and a stdio server's name (its pid) would keep its own restart from
 ** restoring the runs it resumed before it stopped.
 **
-** The steps of a tp__mcp_pause_resume, each of which the store may fail: claim the run; (restored) read
-** its record and log; mark its record "running" (naming this server); apply the
+** The steps of a tp__mcp_pause_resume, each of which the store may fail: claim the run;
+** (restored) read its record and log; mark its record "running" (naming this server); apply the
 ** decisions, whose approved calls run. A claim the store did not answer is never taken
 ** for won: the resume is refused with state.unavailable, nothing runs, and the same
 ** resume_run sent again goes through once the store answers. A run held by a server
@@ -586,12 +616,17 @@ static void store_down_msg (const char *run_id, const char *what, const char *er
 }
 
 /* A resume in flight on the worker: the request by serial (it may end meanwhile). */
-typedef struct rclaim { worker *w; uint64_t serial; json_t *args; int64_t log_entries; } rclaim;
+typedef struct tp__mcp_rclaim {
+  worker *w;
+  uint64_t serial;
+  json_t *args;
+  int64_t log_entries;
+} rclaim;
 
-static req *rclaim_req (rclaim *c) {
+static job *rclaim_req (rclaim *c) {
   worker *w = c->w;
   if (w->stopping) return NULL;
-  req *q = w->running;
+  job *q = w->running;
   while (q && q->serial != c->serial) q = q->wnext;
   return q && q->ax != NULL && q->run != NULL ? q : NULL;
 }
@@ -605,15 +640,16 @@ static const char holder_or_unknown[] = "(unnamed)";
 
 /* A restored run whose decisions were refused waits here until its expiry (a run paused
 ** here has its --pause-ttl timer running already). */
-static void keep_till_expiry (req *q) {
-  if (q->ax && q->wparked && q->dexp_ms && !uv_is_active((uv_handle_t *)&q->ax->t)) {
+static void keep_till_expiry (job *q) {
+  if (q->ax && q->state == TP__MCP_JOB_PARKED && q->dexp_ms &&
+      !uv_is_active((uv_handle_t *)&q->ax->t)) {
     int64_t left = q->dexp_ms - tp__mcp_wall_ms();
     uv_timer_start(&q->ax->t, ttl_cb, left > 0 ? (uint64_t)left : 1, 0);
   }
 }
 
 /* Refuses the resume of q, whose run stays here waiting for decisions. */
-static void refuse_resume (worker *w, req *q, const char *code, const char *msg) {
+static void refuse_resume (worker *w, job *q, const char *code, const char *msg) {
   size_t n;
   char *line = tp__mcp_view_refusal(q->id, code, msg, NULL, q->budget, &n);
   if (line) park(w, q, line, n);
@@ -623,7 +659,7 @@ static void refuse_resume (worker *w, req *q, const char *code, const char *msg)
 static void marked (void *ud, int status, const char *val, size_t len, const char *err) {
   (void)val; (void)len;
   rclaim *c = ud;
-  req *q = rclaim_req(c);
+  job *q = rclaim_req(c);
   if (q != NULL) {
     if (status == TP_STORED_OK) decide(c->w, q, c->args);
     else {
@@ -638,9 +674,9 @@ static void marked (void *ud, int status, const char *val, size_t len, const cha
 /* The decisions are checked; then, for a run kept in the store, its record says "running"
 ** (so that neither a restart nor another server replays it to its approved calls again)
 ** before they apply. Takes c. */
-static void mark_then_decide (worker *w, req *q, rclaim *c) {
+static void mark_then_decide (worker *w, job *q, rclaim *c) {
   char msg[700];
-  if (check_decisions(q->ax, c->args, msg, sizeof msg) != NULL || !q->dsaved) {
+  if (check_decisions(q->ax, c->args, msg, sizeof msg) != NULL || !dur_stored(q)) {
     decide(w, q, c->args);  /* refuses bad decisions; the run stays paused */
     keep_till_expiry(q);
     rclaim_free(c);
@@ -663,7 +699,7 @@ static void resume_claimed (void *ud, int outcome, const char *holder, const cha
 /* A run held by a server whose lease lapsed: its record says what happened there. */
 static void resume_probed (void *ud, int status, const char *val, size_t len, const char *err) {
   rclaim *c = ud;
-  req *q = rclaim_req(c);
+  job *q = rclaim_req(c);
   if (q == NULL) { rclaim_free(c); return; }
   worker *w = c->w;
   char msg[800];
@@ -679,7 +715,7 @@ static void resume_probed (void *ud, int status, const char *val, size_t len, co
     run_interrupted_msg(q->run_id, by, msg, sizeof msg);
     refuse_resume(w, q, "run.interrupted", msg);
   }
-  else if ((status == TP_STORED_NOTFOUND && !q->dsaved) ||
+  else if ((status == TP_STORED_NOTFOUND && !dur_stored(q)) ||
            (rec && json_is_integer(le) && json_integer_value(le) == c->log_entries)) {
     /* still the pause this server holds (or one no other server could restore): the
     ** holder that lapsed decided nothing of it */
@@ -706,14 +742,15 @@ static void resume_probed (void *ud, int status, const char *val, size_t len, co
 
 static void resume_claimed (void *ud, int outcome, const char *holder, const char *err) {
   rclaim *c = ud;
-  req *q = rclaim_req(c);
-  if (q == NULL || !q->wparked) { rclaim_free(c); return; }
+  job *q = rclaim_req(c);
+  if (q == NULL || q->state != TP__MCP_JOB_PARKED) { rclaim_free(c); return; }
   worker *w = c->w;
   char msg[800];
   switch (outcome) {
   case TP_CLAIM_WON: case TP_CLAIM_TAKEN:
     if (outcome == TP_CLAIM_TAKEN)
-      tp__mcp_mail_log(w, L_INFO, "run %s: taken over from %s, whose lease lapsed", q->run_id, holder);
+      tp__mcp_mail_log(w, L_INFO, "run %s: taken over from %s, whose lease lapsed", q->run_id,
+                       holder);
     mark_then_decide(w, q, c);
     return;
   case TP_CLAIM_DEAD:
@@ -731,10 +768,26 @@ static void resume_claimed (void *ud, int outcome, const char *holder, const cha
   rclaim_free(c);
 }
 
-void tp__mcp_pause_resume (worker *w, uint64_t serial, const char *text, size_t len) {
-  req *q = w->running;
+void tp__mcp_pause_resume (worker *w, mail *m) {
+  uint64_t serial = m->n;
+  const char *text = m->text;
+  size_t len = m->len;
+  json_t *id = m->id;
+  size_t budget = m->budget;
+  int era26 = m->era26, live = m->live;
+  m->id = NULL;
+  job *q = w->running;
   while (q && q->serial != serial) q = q->wnext;
-  if (q == NULL || !q->wparked || q->ax == NULL) return;  /* ended: req_done answers */
+  if (q == NULL || q->state != TP__MCP_JOB_PARKED || q->ax == NULL) {
+    json_decref(id);
+    return;  /* ended: req_done answers */
+  }
+  /* the resuming request's: the run answers it from here on */
+  json_decref(q->id);
+  q->id = id;
+  q->budget = budget;
+  q->era26 = era26;
+  q->callers_live = live;
   json_t *args = tp_json_parse(text, len, NULL, 0);
   rclaim *c = args ? calloc(1, sizeof *c) : NULL;
   if (c == NULL) {
@@ -753,7 +806,7 @@ void tp__mcp_pause_resume (worker *w, uint64_t serial, const char *text, size_t 
 }
 
 /* Applies decisions (resume_run's arguments) to q's held calls. */
-static void decide (worker *w, req *q, json_t *args) {
+static void decide (worker *w, job *q, json_t *args) {
   apx *a = q->ax;
   char msg[700];
   const char *code = check_decisions(a, args, msg, sizeof msg);
@@ -792,15 +845,27 @@ static void decide (worker *w, req *q, json_t *args) {
   }
   uv_timer_stop(&a->t);
   if (waits_on_resume(a)) { park(w, q, NULL, 0); return; }  /* undecided: paused again */
-  q->wparked = 0;
-  tp_run_hold_wall(q->run, 0);
+  tp__mcp_pause_job_to(q, TP__MCP_JOB_RUNNING);
 }
 
-void tp__mcp_pause_done (worker *w, req *q) {
-  q->m.kind = M_DONE;
-  q->m.q = q;
-  q->m.w = w;
-  tp__mcp_mail_post(&w->s->mb, &q->m);
+/* Gives q back to the protocol thread (M_DONE) with its outcome: its response line (NULL:
+** none), whether its session goes, and ended_parked (its run ended while paused). */
+void tp__mcp_pause_done (worker *w, job *q, int ended_parked) {
+  mail *m = &q->m;
+  m->kind = M_DONE;
+  m->q = q->rq;
+  m->jb = q;
+  m->w = w;
+  m->text = q->line;
+  m->len = q->line_len;
+  q->line = NULL;
+  m->drop = q->drop;
+  m->ended_parked = ended_parked;
+  m->progressed = q->progress > 0;
+  memcpy(m->run_id, q->run_id, sizeof m->run_id);
+  if (q->tool_from_store && q->tool) m->tool = strdup(q->tool);  /* the protocol's is NULL */
+  tp__mcp_pause_job_to(q, TP__MCP_JOB_DONE);
+  tp__mcp_mail_post(&w->s->mb, m);
 }
 
 /* ---- durable runs (worker side) -----------------------------------------------------
@@ -815,7 +880,7 @@ void tp__mcp_pause_done (worker *w, req *q) {
 ** arguments: the same binding), and the decisions apply as if the run had never left. */
 
 /* Says in a paused result's message why its run does not survive a restart. */
-static void dur_note (json_t *view, const req *q) {
+static void dur_note (json_t *view, const job *q) {
   const char *m = json_string_value(json_object_get(view, "message"));
   char buf[1600];
   if (q->dnote) snprintf(buf, sizeof buf, "%s %s", m ? m : "", q->dnote);
@@ -827,17 +892,17 @@ static void dur_note (json_t *view, const req *q) {
 
 static int dlog_cb (tp_run *r, const char *entry, size_t len, void *ud) {
   (void)r;
-  req *q = ud;
-  if (q->dbad) return 0;  /* not kept any more: the run goes on in memory */
+  job *q = ud;
+  if (dur_bad(q)) return 0;  /* not kept any more: the run goes on in memory */
   if (len > TP_STORED_MAX) {
-    q->dbad = 1;
+    q->dur = dur_stored(q) ? TP__MCP_DUR_BAD_SAVED : TP__MCP_DUR_BAD;
     snprintf(q->dwhy, sizeof q->dwhy, "a call's result is over 1 MiB: have the tool write "
              "large data to a file and pass its path, to keep runs restartable");
     return 0;
   }
   if (q->dn == q->dcap) {
     size_t cap = q->dcap ? q->dcap * 2 : 16;
-    struct dent *d = realloc(q->dents, cap * sizeof *d);
+    struct tp__mcp_dent *d = realloc(q->dents, cap * sizeof *d);
     if (d == NULL) goto oom;
     q->dents = d;
     q->dcap = cap;
@@ -851,25 +916,25 @@ static int dlog_cb (tp_run *r, const char *entry, size_t len, void *ud) {
   q->dn++;
   return 0;
 oom:
-  q->dbad = 1;
+  q->dur = dur_stored(q) ? TP__MCP_DUR_BAD_SAVED : TP__MCP_DUR_BAD;
   snprintf(q->dwhy, sizeof q->dwhy, "the server ran out of memory for its call log");
   return 0;
 }
 
 /* A new run outside a session keeps its log for the store; a session's cannot. */
-void tp__mcp_pause_dur_begin (worker *w, req *q, tp_run *run) {
+void tp__mcp_pause_dur_begin (worker *w, job *q, tp_run *run) {
   if (q->sess_num) {
     q->dnote = "This run is in a session: it does not survive a restart of the server (the "
                "session's globals live in this process).";
     return;
   }
   q->dlim = q->has_lim ? q->lim : w->s->o.lim;
-  if (tp_run_on_log(run, dlog_cb, q) == TP_OK) q->durable = 1;
+  if (tp_run_on_log(run, dlog_cb, q) == TP_OK) q->dur = TP__MCP_DUR_KEPT;
 }
 
-struct dsave {
+struct tp__mcp_dsave {
   worker *w;
-  req *q;                   /* NULL once its run ended */
+  job *q;                   /* NULL once its run ended */
   size_t left, upto;        /* answers to come; log entries written when all came */
   int stage, failed;        /* 0: the log's entries, 1: the record */
   char why[300];
@@ -894,7 +959,7 @@ static void dsave_cb (void *ud, int status, const char *val, size_t len, const c
 }
 
 /* The record of q's paused run as JSON text; NULL when out of memory. */
-static char *dur_record (worker *w, req *q, size_t *len) {
+static char *dur_record (worker *w, job *q, size_t *len) {
   const options *o = &w->s->o;
   json_t *pending = json_array();
   for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
@@ -932,7 +997,7 @@ static char *dur_record (worker *w, req *q, size_t *len) {
 
 /* The next stage of a save: the record after the log; then the paused result. */
 static void dsave_step (dsave *d) {
-  req *q = d->q;
+  job *q = d->q;
   worker *w = d->w;
   if (q == NULL) { free(d); return; }  /* the run ended meanwhile */
   if (d->stage == 0 && !d->failed) {
@@ -949,32 +1014,28 @@ static void dsave_step (dsave *d) {
   q->dsave = NULL;
   if (d->failed) {
     snprintf(q->dwhy, sizeof q->dwhy, "%s", d->why);
-    q->dbad = 1;
     dur_forget(w, q);
   }
   else {
     q->dput = d->upto;
-    q->dsaved = 1;
+    q->dur = TP__MCP_DUR_SAVED;
   }
   free(d);
-  q->dsave_done = 1;
-  park(w, q, NULL, 0);
+  park_now(w, q, NULL, 0);
 }
 
 /* Writes q's log (what is not in the store yet) and its record, then parks it. */
-static void dur_save (worker *w, req *q) {
-  if (q->dbad) {  /* the log is not whole: the run waits here only */
+static void dur_save (worker *w, job *q) {
+  if (dur_bad(q)) {  /* the log is not whole: the run waits here only */
     dur_forget(w, q);
-    q->dsave_done = 1;
-    park(w, q, NULL, 0);
+    park_now(w, q, NULL, 0);
     return;
   }
   dsave *d = calloc(1, sizeof *d);
   if (d == NULL) {
-    q->dbad = 1;
     snprintf(q->dwhy, sizeof q->dwhy, "the server ran out of memory");
-    q->dsave_done = 1;
-    park(w, q, NULL, 0);
+    dur_forget(w, q);
+    park_now(w, q, NULL, 0);
     return;
   }
   d->w = w;
@@ -991,30 +1052,30 @@ static void dur_save (worker *w, req *q) {
   dsave_cb(d, TP_STORED_OK, NULL, 0, NULL);
 }
 
-/* An earlier pause's record of q, now out of date, goes: a restart must not replay to a
-** call decided since. */
-static void dur_forget (worker *w, req *q) {
-  if (q->dsaved && q->run_id[0]) tp_engine_run_del(w->e, q->run_id, NULL, NULL);
-  q->dsaved = 0;
+/* q's run is not kept any more (BAD): an earlier pause's record of it, now out of date,
+** goes: a restart must not replay to a call decided since. */
+static void dur_forget (worker *w, job *q) {
+  if (dur_stored(q) && q->run_id[0]) tp_engine_run_del(w->e, q->run_id, NULL, NULL);
+  q->dur = TP__MCP_DUR_BAD;
 }
 
 /* q's run ended: its stored record and log go (not when the server stops: they are what a
 ** restart resumes). */
-void tp__mcp_pause_dur_end (worker *w, req *q) {
+void tp__mcp_pause_dur_end (worker *w, job *q) {
   if (q->dsave) { q->dsave->q = NULL; q->dsave = NULL; }
-  if (q->dsaved && !w->stopping && q->run_id[0])
+  if (dur_stored(q) && !w->stopping && q->run_id[0])
     tp_engine_run_del(w->e, q->run_id, NULL, NULL);
-  q->dsaved = 0;
+  q->dur = TP__MCP_DUR_OFF;
 }
 
-static void dur_refuse (worker *w, req *q, const char *code, const char *msg) {
+static void dur_refuse (worker *w, job *q, const char *code, const char *msg) {
   q->line = tp__mcp_view_refusal(q->id, code, msg, NULL, q->budget, &q->line_len);
-  tp__mcp_pause_done(w, q);
+  tp__mcp_pause_done(w, q, 0);
 }
 
 /* A restored run replayed to its held call(s): the decisions it was resumed with apply
 ** (its record marked "running" first). */
-static void dur_decide (worker *w, req *q) {
+static void dur_decide (worker *w, job *q) {
   json_t *args = q->restore;
   q->restore = NULL;
   rclaim *c = calloc(1, sizeof *c);
@@ -1032,16 +1093,16 @@ static void dur_got_log (void *ud, int status, const char *val, size_t len, cons
 
 /* The restore of a run (resume_run for a run no request here holds): read its record
 ** (for its principal: another principal's run is not found); with run claims, claim it
-** (DUR_PROBE, then DUR_TAKEOVER from a holder whose lease lapsed before the record said
-** "running") and read the record again, now this server's to tp__mcp_pause_resume (DUR_CLAIMED). */
-enum { DUR_READ, DUR_PROBE, DUR_TAKEOVER, DUR_CLAIMED };
+** (RESTORE_PROBE, then RESTORE_TAKEOVER from a holder whose lease lapsed before the record
+** said "running") and read the record again, now this server's to resume
+** (RESTORE_CLAIMED): the job's state says the step. */
 
 static void dur_load_claimed(void *ud, int outcome, const char *holder, const char *err);
 
 /* Lets the claim of a restore go when it failed before its record said "running" (nothing
 ** of it ran): any server may resume the run then. */
-static void dur_unclaim (worker *w, req *q) {
-  if (q->dstage != DUR_CLAIMED) return;
+static void dur_unclaim (worker *w, job *q) {
+  if (q->state != TP__MCP_JOB_RESTORE_CLAIMED) return;
   char key[TP__MCP_APPROVE_RUN_ID_MAX + 8];
   run_claim_key(q->run_id, key, sizeof key);
   tp_engine_release_session(w->e, key, w->s->owner);
@@ -1049,7 +1110,7 @@ static void dur_unclaim (worker *w, req *q) {
 
 static void dur_got_record (void *ud, int status, const char *val, size_t len,
                             const char *err) {
-  req *q = ud;
+  job *q = ud;
   worker *w = q->w;
   char msg[800];
   if (w->stopping) return;
@@ -1083,12 +1144,12 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
   }
   const char *state = json_string_value(json_object_get(rec, "state"));
   int running = state && strcmp(state, "running") == 0;
-  if (q->dstage == DUR_READ && RUN_CLAIMS(w->s)) {  /* now claim it: see run_claim_key */
+  if (q->state == TP__MCP_JOB_RESTORE_READ && RUN_CLAIMS(w->s)) {  /* claim it: run_claim_key */
     char key[TP__MCP_APPROVE_RUN_ID_MAX + 8];
     run_claim_key(q->run_id, key, sizeof key);
     json_decref(rec);
     q->drunning = running;
-    q->dstage = DUR_PROBE;
+    tp__mcp_pause_job_to(q, TP__MCP_JOB_RESTORE_PROBE);
     if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
                               TP_CLAIM_PROBE, dur_load_claimed, q) != TP_OK)
       dur_load_claimed(q, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));
@@ -1139,6 +1200,7 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
     const char *mcp = json_string_value(json_object_get(rec, "mcp_name"));
     if (tool && mcp) {
       q->tool = strdup(tool);
+      q->tool_from_store = 1;
       q->mcp_name = strdup(mcp);
       json_t *a = json_object_get(rec, "args");
       q->args = json_is_object(a) ? json_incref(a) : json_object();
@@ -1164,20 +1226,21 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
 }
 
 static void dur_got_log (void *ud, int status, const char *val, size_t len, const char *err) {
-  req *q = ud;
+  job *q = ud;
   worker *w = q->w;
   char msg[700], why[400] = "";
   if (w->stopping) return;
   json_t *log = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
   tp_run *run = log ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
   if (run && q->callers &&
-      tp_run_declare_caller_tools(run, q->callers, 0, tp__mcp_pause_caller_call, tp__mcp_pause_caller_cancel, w) != TP_OK)
+      tp_run_declare_caller_tools(run, q->callers, 0, tp__mcp_pause_caller_call,
+                                  tp__mcp_pause_caller_cancel, w) != TP_OK)
     snprintf(why, sizeof why, "its caller tools cannot be declared again: %.300s",
              tp_engine_error(w->e));
   else if (run && tp_run_replay(run, val, len, why, sizeof why) == TP_OK &&
       tp_run_on_log(run, dlog_cb, q) == TP_OK) {
     q->dbase = json_array_size(log);
-    q->durable = q->dsaved = 1;
+    q->dur = TP__MCP_DUR_SAVED;
     json_decref(log);
     w->begin(w, q, run);
     return;
@@ -1196,22 +1259,24 @@ static void dur_got_log (void *ud, int status, const char *val, size_t len, cons
   dur_refuse(w, q, "run.store_failed", msg);
 }
 
-/* M_RUN of a restore: the record first. */
-void tp__mcp_pause_dur_load (worker *w, req *q) {
+/* M_RUN of a restore: the record first (read again once claimed). */
+void tp__mcp_pause_dur_load (worker *w, job *q) {
+  if (q->state == TP__MCP_JOB_NEW) tp__mcp_pause_job_to(q, TP__MCP_JOB_RESTORE_READ);
   if (tp_engine_run_get(w->e, q->run_id, dur_got_record, q) != TP_OK)
     dur_got_record(q, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
 }
 
 static void dur_load_claimed (void *ud, int outcome, const char *holder, const char *err) {
-  req *q = ud;
+  job *q = ud;
   worker *w = q->w;
   char msg[800];
   if (w->stopping) return;  /* the protocol thread frees the request after the join */
   switch (outcome) {
   case TP_CLAIM_WON: case TP_CLAIM_TAKEN:
     if (outcome == TP_CLAIM_TAKEN)
-      tp__mcp_mail_log(w, L_INFO, "run %s: taken over from %s, whose lease lapsed", q->run_id, holder);
-    q->dstage = DUR_CLAIMED;
+      tp__mcp_mail_log(w, L_INFO, "run %s: taken over from %s, whose lease lapsed", q->run_id,
+                       holder);
+    tp__mcp_pause_job_to(q, TP__MCP_JOB_RESTORE_CLAIMED);
     tp__mcp_pause_dur_load(w, q);
     return;
   case TP_CLAIM_HELD:
@@ -1227,7 +1292,7 @@ static void dur_load_claimed (void *ud, int outcome, const char *holder, const c
     /* the holder stopped before it marked the run "running": nothing was decided there */
     char key[TP__MCP_APPROVE_RUN_ID_MAX + 8];
     run_claim_key(q->run_id, key, sizeof key);
-    q->dstage = DUR_TAKEOVER;
+    tp__mcp_pause_job_to(q, TP__MCP_JOB_RESTORE_TAKEOVER);
     if (tp_engine_claim_lease(w->e, key, w->s->owner, RUN_CLAIM_TTL_MS(&w->s->o),
                               TP_CLAIM_TAKEOVER, dur_load_claimed, q) != TP_OK)
       dur_load_claimed(q, TP_CLAIM_FAILED, NULL, tp_engine_error(w->e));

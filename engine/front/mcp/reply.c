@@ -46,7 +46,8 @@ void tp__mcp_reply_batch_add (batch *b, json_t *msg) {
     return;
   }
   json_t *id = json_object_get(msg, "id");
-  json_t *err = tp__mcp_reply_error_msg(id, -32603, "the responses of this batch would pass the 10 MiB a "
+  json_t *err = tp__mcp_reply_error_msg(id, -32603,
+                                        "the responses of this batch would pass the 10 MiB a "
                           "message may have: send this request on its own line");
   json_decref(msg);
   char *t = tp_json_text(err, &n);
@@ -116,12 +117,14 @@ void tp__mcp_reply_log_text (server *s, int level, const char *text) {
 void tp__mcp_reply_log_from (server *s, int level, const char *logger, const char *text) {
   if (logger == NULL) logger = "tidepool";
   if (!s->quiet && (level >= L_INFO || level >= s->level))
-    fprintf(stderr, "tidepool mcp: %s: %s%s%s\n", levels[level], strcmp(logger, "tidepool") ? logger : "",
+    fprintf(stderr, "tidepool mcp: %s: %s%s%s\n", levels[level],
+            strcmp(logger, "tidepool") ? logger : "",
             strcmp(logger, "tidepool") ? ": " : "", text);
   if (!s->initialized && level >= L_WARNING) {
     if (s->early == NULL) s->early = json_array();
     if (json_array_size(s->early) < EARLY_MAX)
-      json_array_append_new(s->early, json_pack("{s:i, s:s, s:s}", "level", level, "text", text, "logger", logger));
+      json_array_append_new(s->early, json_pack("{s:i, s:s, s:s}", "level", level, "text", text,
+                                                "logger", logger));
   }
   if (!s->initialized || level < s->level) return;
   json_t *data = json_string(text);

@@ -40,179 +40,9 @@
 #include "era.h"
 #include "view.h"
 #include "ui.h"
+#include "session.h"
 
 static void stop_if_drained(server *s);
-
-/* ---- sessions (protocol thread) ---------------------------------------------------------- */
-
-static void post_worker (worker *w, int kind, uint64_t n);
-
-static int id_is (const char *a, size_t alen, const char *b, size_t blen) {
-  return a != NULL && alen == blen && memcmp(a, b, alen) == 0;
-}
-
-static char *memdup0 (const char *p, size_t n) {
-  char *d = malloc(n + 1);
-  if (d) { memcpy(d, p, n); d[n] = '\0'; }
-  return d;
-}
-
-/* A session is one principal's: the same id under two principals is two sessions, and
-** nothing of one (its globals, that it exists, why it was dropped, its paused run) reaches
-** another. Without auth every caller is the one local principal, "". */
-static int sess_is (const session *ss, const char *who, const char *id, size_t len) {
-  return id_is(ss->id, ss->idlen, id, len) && strcmp(ss->principal, who) == 0;
-}
-
-static void remember_drop (server *s, const session *ss, const char *why) {
-  size_t k = s->dropped_next++ % DROPPED_MAX;
-  free(s->dropped_id[k]);
-  free(s->dropped_why[k]);
-  free(s->dropped_who[k]);
-  s->dropped_id[k] = memdup0(ss->id, ss->idlen);
-  s->dropped_len[k] = ss->idlen;
-  s->dropped_why[k] = strdup(why);
-  s->dropped_who[k] = strdup(ss->principal);
-}
-
-static const char *dropped_why (server *s, const char *who, const char *id, size_t len) {
-  const char *why = NULL;
-  for (size_t k = 0; k < DROPPED_MAX; k++)  /* the latest wins: scan all */
-    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len) && s->dropped_who[k] &&
-        strcmp(s->dropped_who[k], who) == 0) why = s->dropped_why[k];
-  return why;
-}
-
-static void forget_drop (server *s, const char *who, const char *id, size_t len) {
-  for (size_t k = 0; k < DROPPED_MAX; k++)
-    if (id_is(s->dropped_id[k], s->dropped_len[k], id, len) && s->dropped_who[k] &&
-        strcmp(s->dropped_who[k], who) == 0) {
-      free(s->dropped_id[k]);
-      free(s->dropped_why[k]);
-      free(s->dropped_who[k]);
-      s->dropped_id[k] = s->dropped_why[k] = s->dropped_who[k] = NULL;
-    }
-}
-
-/* Forgets a session that is not busy; its worker destroys the sandbox. */
-static void session_drop (server *s, session *ss, const char *why) {
-  if (why) {
-    remember_drop(s, ss, why);
-    /* over HTTP a log line goes to the request being handled, maybe another principal's:
-    ** the operator's standard error only */
-    void *origin = s->origin;
-    s->origin = NULL;
-    tp__mcp_reply_log(s, L_INFO, "session %s dropped: %s", ss->id, why);
-    s->origin = origin;
-  }
-  if (ss->prev) ss->prev->next = ss->next;
-  else s->sessions = ss->next;
-  if (ss->next) ss->next->prev = ss->prev;
-  s->nsessions--;
-  ss->w->nsess--;
-  if (!s->done) post_worker(ss->w, M_DROP, ss->num);
-  free(ss->id);
-  free(ss->principal);
-  free(ss);
-}
-
-static session *session_find (server *s, const char *who, const char *id, size_t len) {
-  for (session *ss = s->sessions; ss; ss = ss->next)
-    if (sess_is(ss, who, id, len)) return ss;
-  return NULL;
-}
-
-static void sweep_cb (uv_timer_t *t) {
-  server *s = t->data;
-  uint64_t now = tp__mcp_mono_ns(), idle = s->o.session_idle_us * 1000u;
-  char why[160];
-  for (session *ss = s->sessions, *next; ss; ss = next) {
-    next = ss->next;
-    if (!ss->busy && idle && now - ss->last_used_ns > idle) {
-      snprintf(why, sizeof why, "it was idle longer than the idle limit of %.3g s",
-               (double)s->o.session_idle_us / 1e6);
-      session_drop(s, ss, why);
-    }
-  }
-}
-
-/* The worker with the least work, counting sessions when with_sessions; ties go round. */
-static worker *least_loaded (server *s, int with_sessions) {
-  worker *best = NULL;
-  size_t best_load = 0;
-  for (unsigned k = 0; k < s->nworkers; k++) {
-    worker *w = &s->workers[(s->rr + k) % s->nworkers];
-    size_t load = w->load + (with_sessions ? w->nsess : 0);
-    if (best == NULL || load < best_load) { best = w; best_load = load; }
-  }
-  s->rr++;
-  return best;
-}
-
-/* The session for a call, made if needed. NULL with *err (code) and msg set when the call
-** cannot have it. info gets the "session" field of the result. */
-static session *session_for (server *s, const char *who, const char *id, size_t idlen,
-                             json_t **info, const char **err, char *msg, size_t msglen) {
-  session *ss = session_find(s, who, id, idlen);
-  if (ss != NULL) {
-    if (ss->busy) {
-      *err = "session.busy";
-      const req *p = s->parked;
-      while (p && p->sess != ss) p = p->next;
-      if (p)  /* approvals: its run waits for resume_run */
-        snprintf(msg, msglen, "session \"%s\" has a paused run (%s) that waits for a person's "
-                 "decisions: decide it with resume_run first, or use another session id", id,
-                 p->run_id);
-      else
-        snprintf(msg, msglen, "session \"%s\" is running another script; a session runs one "
-                 "script at a time: wait for that call's result, or use another session id", id);
-      return NULL;
-    }
-    *info = json_pack("{s:s%, s:s}", "id", id, idlen, "state", "continued");
-    return ss;
-  }
-  if (s->nsessions >= s->o.max_sessions) {
-    session *lru = NULL;
-    for (session *p = s->sessions; p; p = p->next)
-      if (!p->busy && (lru == NULL || p->last_used_ns < lru->last_used_ns)) lru = p;
-    if (lru == NULL) {
-      *err = "session.full";
-      snprintf(msg, msglen, "all %u sessions are running scripts; try again when one has "
-               "finished, or call without a session", s->o.max_sessions);
-      return NULL;
-    }
-    snprintf(msg, msglen, "it was the least recently used of the %u sessions the server "
-             "keeps, and a new session needed its place", s->o.max_sessions);
-    session_drop(s, lru, msg);
-  }
-  ss = calloc(1, sizeof *ss);
-  if (ss == NULL || (ss->id = memdup0(id, idlen)) == NULL ||
-      (ss->principal = strdup(who)) == NULL) {
-    if (ss) free(ss->id);
-    free(ss);
-    *err = "limit.memory";
-    snprintf(msg, msglen, "the server is out of memory: no new session can be made");
-    return NULL;
-  }
-  ss->idlen = idlen;
-  ss->num = ++s->session_nums;
-  ss->w = least_loaded(s, 1);
-  ss->w->nsess++;
-  ss->next = s->sessions;
-  if (s->sessions) s->sessions->prev = ss;
-  s->sessions = ss;
-  s->nsessions++;
-  const char *why = dropped_why(s, who, id, idlen);
-  if (why) {
-    char m[500];
-    snprintf(m, sizeof m, "session \"%s\" was dropped earlier because %s: this call started "
-             "it afresh, and the globals of earlier calls are gone", id, why);
-    *info = json_pack("{s:s%, s:s, s:s}", "id", id, idlen, "state", "new", "message", m);
-    forget_drop(s, who, id, idlen);
-  }
-  else *info = json_pack("{s:s%, s:s}", "id", id, idlen, "state", "new");
-  return ss;
-}
 
 /* ---- requests (protocol thread) --------------------------------------------------------- */
 
@@ -233,29 +63,30 @@ static void post_worker (worker *w, int kind, uint64_t n) {
   tp__mcp_mail_post(&w->mb, m);
 }
 
-static void req_free (server *s, req *q) {
-  if (q->origin) s->t.release(q->origin);
-  json_decref(q->id);
-  json_decref(q->token);
-  json_decref(q->sess_info);
-  free(q->code);
-  free(q->traceparent);
-  free(q->principal);
-  free(q->scopes);
-  free(q->tool);
-  free(q->mcp_name);
-  free(q->callers);
-  json_decref(q->args);
-  json_decref(q->seen);
-  free(q->line);
-  for (size_t i = 0; i < q->dn; i++) free(q->dents[i].p);
-  free(q->dents);
-  json_decref(q->restore);
-  free(q->ui_summary);
-  json_decref(q->ui_pending);
-  batch *b = q->b;
-  free(q);
-  if (b) batch_unref(s, b);
+/* Frees a job: the protocol thread's before M_RUN, after M_DONE, and once the workers
+** are joined. */
+static void job_free (job *jb) {
+  if (jb == NULL) return;
+  json_decref(jb->id);
+  json_decref(jb->token);
+  json_decref(jb->sess_info);
+  free(jb->code);
+  free(jb->traceparent);
+  free(jb->principal);
+  free(jb->scopes);
+  free(jb->tool);
+  free(jb->mcp_name);
+  free(jb->callers);
+  json_decref(jb->args);
+  json_decref(jb->seen);
+  free(jb->line);
+  for (size_t i = 0; i < jb->dn; i++) free(jb->dents[i].p);
+  free(jb->dents);
+  json_decref(jb->restore);
+  free(jb->m.text);
+  free(jb->m.summary);
+  free(jb->m.tool);
+  free(jb);
 }
 
 static void list_remove (req **head, req *q) {
@@ -270,6 +101,84 @@ static void list_push (req **head, req *q) {
   q->next = *head;
   if (*head) (*head)->prev = q;
   *head = q;
+}
+
+/* Whether a request in state st has its job on a worker (in s->reqs, counted running). */
+static int on_worker (tp__mcp_req_state st) {
+  return st == TP__MCP_RQ_RUNNING || st == TP__MCP_RQ_RESUMED || st == TP__MCP_RQ_CANCELLED;
+}
+
+/* The one way a request's state changes: it leaves the list of its state (and the counts
+** of running and waiting requests) and joins the new one's. */
+static void req_to (server *s, req *q, tp__mcp_req_state st) {
+  tp__mcp_req_state was = q->state;
+  q->state = st;
+  if (on_worker(was) && on_worker(st)) return;  /* the same list */
+  switch (was) {
+  case TP__MCP_RQ_WAITING:
+    if (q == s->waiting_tail) s->waiting_tail = q->prev;
+    list_remove(&s->waiting, q);
+    s->nwaiting--;
+    break;
+  case TP__MCP_RQ_RUNNING: case TP__MCP_RQ_RESUMED: case TP__MCP_RQ_CANCELLED:
+    list_remove(&s->reqs, q);
+    s->nrunning--;
+    q->w->load--;
+    break;
+  case TP__MCP_RQ_PARKED: list_remove(&s->parked, q); break;
+  case TP__MCP_RQ_DEFERRED: list_remove(&s->deferred, q); break;
+  default: break;
+  }
+  switch (st) {
+  case TP__MCP_RQ_WAITING:  /* in order, at the tail */
+    q->prev = s->waiting_tail;
+    q->next = NULL;
+    if (s->waiting_tail) s->waiting_tail->next = q;
+    else s->waiting = q;
+    s->waiting_tail = q;
+    s->nwaiting++;
+    break;
+  case TP__MCP_RQ_RUNNING: case TP__MCP_RQ_RESUMED: case TP__MCP_RQ_CANCELLED:
+    list_push(&s->reqs, q);
+    s->nrunning++;
+    q->w->load++;
+    break;
+  case TP__MCP_RQ_PARKED: list_push(&s->parked, q); break;
+  case TP__MCP_RQ_DEFERRED: list_push(&s->deferred, q); break;
+  default: break;
+  }
+}
+
+/* A new request and its job, for the message being handled (its origin held). */
+static req *req_new (server *s, batch *b, json_t *id) {
+  req *q = calloc(1, sizeof *q);
+  job *jb = q ? calloc(1, sizeof *jb) : NULL;
+  if (jb == NULL) { free(q); return NULL; }
+  q->s = s;
+  q->jb = jb;
+  jb->rq = q;
+  jb->serial = q->serial = ++s->serial;
+  if ((q->origin = s->origin) != NULL) s->t.hold(q->origin);
+  q->id = json_deep_copy(id);
+  jb->id = json_deep_copy(id);
+  jb->budget = q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
+  if ((q->modern = s->modern_req)) jb->budget = q->budget -= TP_MCP_ERA_STAMP_ROOM;
+  return q;
+}
+
+static void req_free (server *s, req *q) {
+  req_to(s, q, TP__MCP_RQ_GONE);
+  if (q->origin) s->t.release(q->origin);
+  json_decref(q->id);
+  free(q->principal);
+  free(q->tool);
+  free(q->line);
+  free(q->ui_summary);
+  json_decref(q->ui_pending);
+  job_free(q->jb);
+  batch *b = q->b;
+  free(q);
+  if (b) batch_unref(s, b);
 }
 
 /* A response line of a request, into its batch or out. */
@@ -287,7 +196,7 @@ static void deferred_closed (uv_handle_t *h) {
 
 /* Sends a deferred response and frees its request. */
 static void defer_flush (server *s, req *q) {
-  list_remove(&s->deferred, q);
+  req_to(s, q, TP__MCP_RQ_GONE);
   s->origin = q->origin;
   if (q->line) tp__mcp_reply_write(s, q->line, q->line_len);
   s->origin = NULL;
@@ -303,49 +212,55 @@ static void defer_cb (uv_timer_t *t) {
   stop_if_drained(s);
 }
 
-/* A worker finished request q (M_DONE): the request is the protocol thread's again. */
-static void req_done (server *s, req *q) {
+/* A worker finished request q (M_DONE, m): the job is the protocol thread's again; its
+** outcome is in m, which goes with the job. */
+static void req_done (server *s, mail *m) {
+  req *q = m->q;
+  q->line = m->text;
+  q->line_len = m->len;
+  m->text = NULL;
+  q->ui_summary = m->summary;
+  m->summary = NULL;
+  if (q->tool == NULL && m->tool) { q->tool = m->tool; m->tool = NULL; }  /* restored */
+  int drop = m->drop, ended_parked = m->ended_parked, progressed = m->progressed;
+  job_free(q->jb);  /* and m with it */
+  q->jb = NULL;
   if (s->ui) tp__mcp_ui_done(s->ui, q);  /* the operator page's recent runs */
-  if (q->parked) {  /* ended at --pause-ttl while parked: nobody waits for it */
-    list_remove(&s->parked, q);
-    q->parked = 0;
-    q->cancelled = 1;
-    list_push(&s->reqs, q);
-    s->nrunning++;
-    q->w->load++;
-  }
-  else if (q->ended_parked && !q->cancelled && !s->done) {  /* resumed as it ended */
+  if (q->state == TP__MCP_RQ_PARKED)  /* ended at --pause-ttl while parked: nobody waits */
+    req_to(s, q, TP__MCP_RQ_CANCELLED);
+  else if (ended_parked && q->state != TP__MCP_RQ_CANCELLED && !s->done) {  /* resumed as
+                                                                         ** it ended */
     free(q->line);
     char msg[300];
     snprintf(msg, sizeof msg, "run %s ended before the decisions came: it waited longer than "
              "the server's --pause-ttl; run the script again", q->run_id);
     q->line = tp__mcp_view_refusal(q->id, "run.unknown", msg, NULL, q->budget, &q->line_len);
   }
-  list_remove(&s->reqs, q);
-  s->nrunning--;
-  q->w->load--;
+  int cancelled = q->state == TP__MCP_RQ_CANCELLED;
+  req_to(s, q, TP__MCP_RQ_NEW);  /* in no list until it is deferred or freed */
   session *ss = q->sess;
   if (ss != NULL) {
     ss->busy = 0;
     ss->last_used_ns = tp__mcp_mono_ns();
-    if (q->drop_session)
-      session_drop(s, ss, q->moved ? "another server holds it (session.moved)"
-                                   : "its script went over the session's memory limit");
+    if (drop != TP__MCP_DROP_NONE)
+      tp__mcp_session_drop(s, ss, drop == TP__MCP_DROP_MOVED
+                          ? "another server holds it (session.moved)"
+                          : "its script went over the session's memory limit");
   }
   tp__mcp_reply_log(s, L_DEBUG, "request %llu %s", (unsigned long long)q->serial,
-          q->cancelled ? "cancelled" : "finished");
-  if (q->cancelled || s->done) { free(q->line); q->line = NULL; }
+          cancelled ? "cancelled" : "finished");
+  if (cancelled || s->done) { free(q->line); q->line = NULL; }
   if (q->line && q->tool) tp__mcp_view_drop_structured(&q->line, &q->line_len);
   if (q->line && q->modern) tp__mcp_era_stamp(&q->line, &q->line_len);
-  if (q->line != NULL && q->progress > 0 && q->b == NULL && s->t.defer_after_progress && !q->origin &&
-      uv_timer_init(s->loop, &q->defer) == 0) {
+  if (q->line != NULL && progressed && q->b == NULL && s->t.defer_after_progress &&
+      !q->origin && uv_timer_init(s->loop, &q->defer) == 0) {
     /* The reference client handles notifications a tick after the response that arrives
     ** in the same read, and drops progress for a request already answered: send the
     ** response a moment after the last progress tp__mcp_mail_notification, long enough for a client
     ** on a loaded machine to have read them first (5 ms was not, at a load of 7 on 2
     ** cores). Only requests with a progressToken wait. */
     q->defer.data = q;
-    list_push(&s->deferred, q);
+    req_to(s, q, TP__MCP_RQ_DEFERRED);
     uv_timer_start(&q->defer, defer_cb, 20, 0);
   }
   else {
@@ -360,33 +275,24 @@ static void req_done (server *s, req *q) {
   stop_if_drained(s);
 }
 
+/* Hands q's job to its worker (M_RUN): the worker's until M_DONE. */
 static void start_req (server *s, req *q) {
-  list_push(&s->reqs, q);
-  s->nrunning++;
-  q->w->load++;
-  q->m.kind = M_RUN;
-  q->m.q = q;
-  tp__mcp_mail_post(&q->w->mb, &q->m);
+  job *jb = q->jb;
+  req_to(s, q, q->restore ? TP__MCP_RQ_RESUMED : TP__MCP_RQ_RUNNING);
+  jb->w = q->w;
+  jb->m.kind = M_RUN;
+  jb->m.q = q;
+  jb->m.jb = jb;
+  tp__mcp_mail_post(&q->w->mb, &jb->m);
 }
 
 static void start_waiting (server *s) {
-  while (s->waiting && s->nrunning < RUNS_MAX && !s->done) {
-    req *q = s->waiting;
-    list_remove(&s->waiting, q);
-    if (s->waiting == NULL) s->waiting_tail = NULL;
-    s->nwaiting--;
-    start_req(s, q);
-  }
+  while (s->waiting && s->nrunning < RUNS_MAX && !s->done) start_req(s, s->waiting);
 }
 
 static void enqueue (server *s, req *q) {
-  if (s->nrunning < RUNS_MAX && s->waiting == NULL) { start_req(s, q); return; }
-  q->prev = s->waiting_tail;
-  q->next = NULL;
-  if (s->waiting_tail) s->waiting_tail->next = q;
-  else s->waiting = q;
-  s->waiting_tail = q;
-  s->nwaiting++;
+  if (s->nrunning < RUNS_MAX && s->waiting == NULL) start_req(s, q);
+  else req_to(s, q, TP__MCP_RQ_WAITING);
 }
 
 /* A refusal of a call (isError result, an envelope with code), into b or out. */
@@ -434,6 +340,7 @@ static char *exposed_script (const char *name, const json_t *args, size_t *len) 
 ** session, tools: [...]} or the bare array. The declarations are checked by the worker's
 ** engine; here their shape and the mode. 0 with why set when refused. */
 static int caller_tools_meta (server *s, req *q, json_t *ct, char *why, size_t len) {
+  job *jb = q->jb;
   json_t *tools = json_is_array(ct) ? ct : json_object_get(ct, "tools");
   json_t *v = json_is_object(ct) ? json_object_get(ct, "version") : NULL;
   json_t *mode = json_is_object(ct) ? json_object_get(ct, "mode") : NULL;
@@ -457,19 +364,20 @@ static int caller_tools_meta (server *s, req *q, json_t *ct, char *why, size_t l
     return 0;
   }
   /* live needs a way to send the client requests: stdio, or this request's SSE stream */
-  int can_live = !q->era26 && (q->origin == NULL || s->t.streams(q->origin));
+  int can_live = !jb->era26 && (q->origin == NULL || s->t.streams(q->origin));
   if (m && strcmp(m, "live") == 0 && !can_live) {
     snprintf(why, len, "mode \"live\" needs requests from the server to reach the client: "
-             "%s; use mode \"paused\" (resume_run)", q->era26 ? "a 2026-07-28 request has "
+             "%s; use mode \"paused\" (resume_run)", jb->era26 ? "a 2026-07-28 request has "
              "none" : "this HTTP request does not accept text/event-stream");
     return 0;
   }
   q->callers_live = m ? strcmp(m, "live") == 0 : can_live && s->client_callers;
-  q->callers_session = json_is_true(sess);
-  q->era26 = 0;  /* held calls come out as a paused result, resumed with resume_run */
+  jb->callers_live = q->callers_live;
+  jb->callers_session = json_is_true(sess);
+  jb->era26 = 0;  /* held calls come out as a paused result, resumed with resume_run */
   size_t n;
-  q->callers = tp_json_text(tools, &n);
-  if (q->callers == NULL) { snprintf(why, len, "out of memory"); return 0; }
+  jb->callers = tp_json_text(tools, &n);
+  if (jb->callers == NULL) { snprintf(why, len, "out of memory"); return 0; }
   return 1;
 }
 
@@ -477,7 +385,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
   json_t *jname = json_object_get(params, "name");
   json_t *args = json_object_get(params, "arguments");
   if (!json_is_string(jname)) {
-    tp__mcp_reply_error(s, b, id, -32602, "Invalid params: tools/call needs params.name (a string)");
+    tp__mcp_reply_error(s, b, id, -32602,
+                        "Invalid params: tools/call needs params.name (a string)");
     return;
   }
   if (args != NULL && !json_is_object(args) && !json_is_null(args)) {
@@ -500,37 +409,35 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     return;
   }
   if (!is_run && real == NULL) {
-    tp__mcp_reply_error(s, b, id, -32602, "Unknown tool: %.200s (tools/list lists the tools)", name);
+    tp__mcp_reply_error(s, b, id, -32602, "Unknown tool: %.200s (tools/list lists the tools)",
+                        name);
     return;
   }
-  req *q = calloc(1, sizeof *q);
+  req *q = req_new(s, b, id);
   if (q == NULL) { tp__mcp_reply_error(s, b, id, -32603, "out of memory"); return; }
-  q->s = s;
-  q->serial = ++s->serial;
-  if ((q->origin = s->origin) != NULL) s->t.hold(q->origin);
+  job *jb = q->jb;
   const char *who, *scopes;
   if (q->origin && s->t.principal(q->origin, &who, &scopes)) {
     q->principal = strdup(who);
-    q->scopes = strdup(scopes);
+    jb->principal = strdup(who);
+    jb->scopes = strdup(scopes);
   }
-  q->id = json_deep_copy(id);
-  q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
-  if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
   json_t *meta = json_object_get(params, "_meta");
   json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
   if ((json_is_string(token) && json_string_length(token) <= 256) || json_is_integer(token))
-    q->token = json_deep_copy(token);
+    jb->token = json_deep_copy(token);
   /* W3C trace context (MCP 2026-07-28 carries it in _meta): the run's parent span; the
   ** worker checks its form (tp_run_set_traceparent), a wrong one leaves a trace of its own */
   json_t *tp = json_is_object(meta) ? json_object_get(meta, "traceparent") : NULL;
-  if (json_is_string(tp) && json_string_length(tp) < 64) q->traceparent = strdup(json_string_value(tp));
+  if (json_is_string(tp) && json_string_length(tp) < 64)
+    jb->traceparent = strdup(json_string_value(tp));
   else if (q->origin && s->t.traceparent && s->t.traceparent(q->origin))  /* the HTTP header */
-    q->traceparent = strdup(s->t.traceparent(q->origin));
-  q->era26 = q->modern;     /* a 2026-07-28 request asks with input_required */
-  q->elicit = q->era26 ? 0 : s->client_elicit;
+    jb->traceparent = strdup(s->t.traceparent(q->origin));
+  jb->era26 = q->modern;    /* a 2026-07-28 request asks with input_required */
+  jb->elicit = jb->era26 ? 0 : s->client_elicit;
   /* over HTTP an elicitation/create can only ride on an SSE stream: a request answered with
   ** JSON is paused instead (resume_run) */
-  if (q->origin && !s->t.streams(q->origin)) q->elicit = 0;
+  if (q->origin && !s->t.streams(q->origin)) jb->elicit = 0;
   if (is_run) {
     json_t *code = json_object_get(args, "code");
     json_t *sid = json_object_get(args, "session");
@@ -539,8 +446,8 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     if (!json_is_string(code))
       bad = code ? "arguments.code must be a string: the Lua script"
                  : "arguments.code is missing: pass the Lua script as {\"code\": \"...\"}";
-    else if (sid != NULL && !json_is_null(sid)) bad = tp__mcp_view_bad_session_id(sid, SESSION_ID_MAX,
-                                                                       why, sizeof why);
+    else if (sid != NULL && !json_is_null(sid))
+      bad = tp__mcp_view_bad_session_id(sid, SESSION_ID_MAX, why, sizeof why);
     if (bad) {
       refuse_call(s, b, id, "tool.invalid_input", bad, NULL);
       req_free(s, q);
@@ -548,10 +455,12 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     }
     json_t *ct = json_is_object(meta) ? json_object_get(meta, "tidepool/callerTools") : NULL;
     /* a session's caller tools, declared by an earlier run, reach the client as it can */
-    q->callers_live = s->client_callers && !q->era26 &&
+    q->callers_live = s->client_callers && !jb->era26 &&
                       (q->origin == NULL || s->t.streams(q->origin));
+    jb->callers_live = q->callers_live;
     if (ct != NULL && !caller_tools_meta(s, q, ct, why, sizeof why)) {
-      tp__mcp_reply_error(s, b, id, -32602, "Invalid params: _meta[\"tidepool/callerTools\"]: %s", why);
+      tp__mcp_reply_error(s, b, id, -32602, "Invalid params: _meta[\"tidepool/callerTools\"]: %s",
+                          why);
       req_free(s, q);
       return;
     }
@@ -559,21 +468,21 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
     if (lm != NULL && ((sid != NULL && !json_is_null(sid))
                        ? (snprintf(why, sizeof why, "a run in a session has the session's "
                                    "limits: leave them out, or the session"), 1)
-                       : !(q->has_lim = tp__options_limits_json(&s->o.lim, lm, &q->lim, why,
-                                                                sizeof why)))) {
+                       : !(jb->has_lim = tp__options_limits_json(&s->o.lim, lm, &jb->lim,
+                                                                 why, sizeof why)))) {
       tp__mcp_reply_error(s, b, id, -32602, "Invalid params: _meta[\"tidepool/limits\"]: %s",
                           why);
       req_free(s, q);
       return;
     }
-    q->codelen = json_string_length(code);
-    q->code = malloc(q->codelen + 1);
-    if (q->code) memcpy(q->code, json_string_value(code), q->codelen + 1);
+    jb->codelen = json_string_length(code);
+    jb->code = malloc(jb->codelen + 1);
+    if (jb->code) memcpy(jb->code, json_string_value(code), jb->codelen + 1);
     if (json_is_string(sid)) {
       const char *err = NULL;
       char text[600];
-      q->sess = session_for(s, q->principal ? q->principal : "", json_string_value(sid),
-                            json_string_length(sid), &q->sess_info, &err, text, sizeof text);
+      q->sess = tp__mcp_session_for(s, q->principal ? q->principal : "", json_string_value(sid),
+                            json_string_length(sid), &jb->sess_info, &err, text, sizeof text);
       if (q->sess == NULL) {
         refuse_call(s, b, id, err, text, NULL);
         req_free(s, q);
@@ -581,25 +490,27 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
       }
       q->sess->busy = 1;
       q->sess->last_used_ns = tp__mcp_mono_ns();
-      q->sess_num = q->sess->num;
+      jb->sess_num = q->sess->num;
       q->w = q->sess->w;
     }
   }
   else {
     q->tool = strdup(real);
-    q->mcp_name = strdup(name);
-    q->args = json_is_object(args) ? json_deep_copy(args) : json_object();
+    jb->tool = strdup(real);
+    jb->mcp_name = strdup(name);
+    jb->args = json_is_object(args) ? json_deep_copy(args) : json_object();
     json_t *empty = json_object();
-    q->code = exposed_script(real, json_is_object(args) ? args : empty, &q->codelen);
+    jb->code = exposed_script(real, json_is_object(args) ? args : empty, &jb->codelen);
     json_decref(empty);
   }
-  if (q->code == NULL || (q->tool && (q->mcp_name == NULL || q->args == NULL))) {
+  if (jb->code == NULL || (jb->tool && (q->tool == NULL || jb->mcp_name == NULL ||
+                                        jb->args == NULL))) {
     if (q->sess) q->sess->busy = 0;
     tp__mcp_reply_error(s, b, id, -32603, "out of memory");
     req_free(s, q);
     return;
   }
-  if (q->w == NULL) q->w = least_loaded(s, 0);
+  if (q->w == NULL) q->w = tp__mcp_session_least_loaded(s, 0);
   if (b) { q->b = b; b->refs++; }
   enqueue(s, q);
 }
@@ -607,17 +518,15 @@ static void tools_call (server *s, batch *b, json_t *id, json_t *params) {
 static void cancel_request (server *s, json_t *rid) {
   if (rid == NULL) return;
   for (req *q = s->reqs; q; q = q->next) {
-    if (!json_equal(q->id, rid) || q->cancelled) continue;
-    q->cancelled = 1;  /* no response; req_done frees it when the worker reports */
+    if (!json_equal(q->id, rid) || q->state == TP__MCP_RQ_CANCELLED) continue;
+    req_to(s, q, TP__MCP_RQ_CANCELLED);  /* no response; req_done frees it at M_DONE */
     post_worker(q->w, M_CANCEL, q->serial);
-    tp__mcp_reply_log(s, L_DEBUG, "request %llu cancelled: its run stops", (unsigned long long)q->serial);
+    tp__mcp_reply_log(s, L_DEBUG, "request %llu cancelled: its run stops",
+                      (unsigned long long)q->serial);
     return;
   }
   for (req *q = s->waiting; q; q = q->next) {
     if (!json_equal(q->id, rid)) continue;
-    if (q == s->waiting_tail) s->waiting_tail = q->prev;
-    list_remove(&s->waiting, q);
-    s->nwaiting--;
     if (q->sess) q->sess->busy = 0;
     req_free(s, q);
     return;
@@ -631,7 +540,10 @@ static void cancel_request (server *s, json_t *rid) {
 ** error about a resume) and keeps its run, waiting for decisions, in s->parked. */
 static void park_req (server *s, mail *m) {
   req *q = m->q;
-  if (s->done || q->cancelled || q->parked) return;  /* cancelled: M_DONE follows */
+  if (s->done || !on_worker(q->state) || q->state == TP__MCP_RQ_CANCELLED)
+    return;  /* cancelled: M_DONE follows */
+  memcpy(q->run_id, m->run_id, sizeof q->run_id);
+  if (q->tool == NULL && m->tool) { q->tool = m->tool; m->tool = NULL; }  /* restored */
   if (s->ui) tp__mcp_ui_parked(q, m->text, m->len);  /* its pending calls, for the page */
   s->origin = q->origin;  /* over HTTP, the answer ends the request that came */
   respond_text(s, q->b, q->id, m->text, m->len);
@@ -645,11 +557,7 @@ static void park_req (server *s, mail *m) {
     q->b = NULL;
     batch_unref(s, b);
   }
-  list_remove(&s->reqs, q);
-  s->nrunning--;
-  q->w->load--;
-  q->parked = 1;
-  list_push(&s->parked, q);
+  req_to(s, q, TP__MCP_RQ_PARKED);
   tp__mcp_reply_log(s, L_DEBUG, "request %llu answered: run %s waits for decisions",
           (unsigned long long)q->serial, q->run_id);
   start_waiting(s);
@@ -664,24 +572,23 @@ static int restore_req (server *s, batch *b, json_t *id, const char *run_id, jso
   /* approvals' paused runs, and caller tools' (which need no policy) */
   if (run_id[0] == '\0' || strlen(run_id) >= TP__MCP_APPROVE_RUN_ID_MAX) return 0;
   if (strchr(run_id, ':') != NULL) return 0;  /* the store's other records ("tool-shape:") */
-  req *q = calloc(1, sizeof *q);
-  if (q == NULL || (q->restore = json_deep_copy(args)) == NULL) {
-    free(q);
+  req *q = req_new(s, b, id);
+  if (q == NULL || (q->jb->restore = json_deep_copy(args)) == NULL) {
+    if (q) req_free(s, q);
     tp__mcp_reply_error(s, b, id, -32603, "out of memory");
     return 1;
   }
-  q->s = s;
-  q->serial = ++s->serial;
-  if ((q->origin = s->origin) != NULL) s->t.hold(q->origin);
+  job *jb = q->jb;
   const char *who, *scopes;  /* the caller: the run's record must name the same principal */
-  if (q->origin && s->t.principal(q->origin, &who, &scopes)) q->principal = strdup(who);
-  q->id = json_deep_copy(id);
-  q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
-  if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
-  q->era26 = era26;
-  q->resumed = 1;
+  if (q->origin && s->t.principal(q->origin, &who, &scopes)) {
+    q->principal = strdup(who);
+    jb->principal = strdup(who);
+  }
+  jb->era26 = era26;
+  q->restore = 1;
   snprintf(q->run_id, sizeof q->run_id, "%s", run_id);
-  q->w = least_loaded(s, 0);
+  memcpy(jb->run_id, q->run_id, sizeof jb->run_id);
+  q->w = tp__mcp_session_least_loaded(s, 0);
   if (b) { q->b = b; b->refs++; }
   tp__mcp_reply_log(s, L_DEBUG, "request %llu: run %s is restored from the state store",
           (unsigned long long)q->serial, run_id);
@@ -705,7 +612,8 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
   if (q == NULL) {
     char msg[500];
     for (req *r = s->reqs; r; r = r->next)
-      if (r->resumed && strcmp(r->run_id, run_id) == 0 && tp__mcp_approve_same_principal(r->principal, who)) {
+      if (r->state == TP__MCP_RQ_RESUMED && strcmp(r->run_id, run_id) == 0 &&
+          tp__mcp_approve_same_principal(r->principal, who)) {
         snprintf(msg, sizeof msg, "run %s is not paused: it is running with the decisions it "
                  "was given; its result answers the call that resumed it", run_id);
         refuse_call(s, b, id, "run.not_paused", msg, NULL);
@@ -721,31 +629,33 @@ static void resume_run_req (server *s, batch *b, json_t *id, const char *run_id,
   size_t n;
   char *text = tp_json_text(args, &n);
   mail *m = text ? tp__mcp_mail_new(M_RESUME) : NULL;
-  if (m == NULL) {
+  json_t *newid = m ? json_deep_copy(id) : NULL;
+  if (m) m->id = json_deep_copy(id);
+  if (newid == NULL || m->id == NULL) {
     free(text);
+    json_decref(newid);
+    tp__mcp_mail_free(m);
     tp__mcp_reply_error(s, b, id, -32603, "out of memory");
     return;
   }
-  list_remove(&s->parked, q);
-  q->parked = 0;
-  q->resumed = 1;
+  req_to(s, q, TP__MCP_RQ_RESUMED);
   json_decref(q->id);
-  q->id = json_deep_copy(id);
+  q->id = newid;
   q->b = b;
   if (b) b->refs++;
   q->budget = b ? BATCH_CALL_MAX : LINE_OUT_MAX;
   if ((q->modern = s->modern_req)) q->budget -= TP_MCP_ERA_STAMP_ROOM;
-  q->era26 = era26;
   if ((q->origin = s->origin) != NULL) s->t.hold(q->origin);  /* answers it */
   /* caller tools' calls from here on go live only where requests can reach the client */
   if (q->callers_live && (era26 || operator_name || (q->origin && !s->t.streams(q->origin))))
     q->callers_live = 0;
-  list_push(&s->reqs, q);
-  s->nrunning++;
-  q->w->load++;
+  /* the job answers the resuming request from here on: it learns so by mail */
   m->n = q->serial;
   m->text = text;
   m->len = n;
+  m->budget = q->budget;
+  m->era26 = era26;
+  m->live = q->callers_live;
   tp__mcp_mail_post(&q->w->mb, m);
 }
 
@@ -770,7 +680,8 @@ static void resume_state (server *s, batch *b, json_t *id, json_t *params) {
     return;
   }
   if (resp != NULL && !json_is_object(resp)) {
-    tp__mcp_reply_error(s, b, id, -32602, "Invalid params: inputResponses must be an object with an "
+    tp__mcp_reply_error(s, b, id, -32602,
+                        "Invalid params: inputResponses must be an object with an "
                "answer for each key of the input_required result's inputRequests");
     return;
   }
@@ -925,7 +836,7 @@ static void server_mail (uv_async_t *a) {
   for (mail *m = tp__mcp_mail_take_all(&s->mb), *next; m; m = next) {
     next = m->next;
     switch (m->kind) {
-    case M_DONE: req_done(s, m->q); continue;  /* frees the request with its message */
+    case M_DONE: req_done(s, m); continue;  /* frees the job with its message */
     case M_LINE:
       if (s->done) break;
       s->origin = m->q ? m->q->origin : NULL;  /* the request is alive until its M_DONE */
@@ -958,7 +869,8 @@ static int level_of (const char *name) {
 ** _meta named its version and the client's capabilities. */
 static void handle_modern (server *s, batch *b, json_t *id, const char *method, json_t *params) {
   if (b != NULL) {
-    tp__mcp_reply_error(s, b, id, -32600, "Invalid Request: a " TP_MCP_MODERN_VERSION " request must "
+    tp__mcp_reply_error(s, b, id, -32600,
+                        "Invalid Request: a " TP_MCP_MODERN_VERSION " request must "
                "not be part of a batch: send each message on a line of its own");
     return;
   }
@@ -969,14 +881,17 @@ static void handle_modern (server *s, batch *b, json_t *id, const char *method, 
                                              : json_pack("{s:[]}", "tools"), 1));
   else if (strcmp(method, "tools/call") == 0) {
     s->modern_req = 1;
-    if (params == NULL) tp__mcp_reply_error(s, b, id, -32602, "Invalid params: tools/call needs params");
+    if (params == NULL) tp__mcp_reply_error(s, b, id, -32602,
+                                            "Invalid params: tools/call needs params");
     else tools_call(s, b, id, params);
     s->modern_req = 0;
   }
   else if (strcmp(method, "subscriptions/listen") == 0) {
     json_t *err = NULL, *ack = tp__mcp_era_listen_open(s->listen, id, params, &err);
-    if (ack) tp__mcp_reply_msg(s, NULL, ack);  /* the stream stays open: no response until it ends */
-    else if (err) tp__mcp_reply_msg(s, NULL, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id,
+    if (ack) tp__mcp_reply_msg(s, NULL,
+                               ack);  /* the stream stays open: no response until it ends */
+    else if (err) tp__mcp_reply_msg(s, NULL, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
+                                                       id,
                                               "error", err));
     else tp__mcp_reply_error(s, b, id, -32603, "out of memory");
   }
@@ -1003,7 +918,8 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
   if (era_of > 0) { handle_modern(s, b, id, method, params); return; }
   if (strcmp(method, "initialize") == 0) {
     if (b != NULL) {
-      tp__mcp_reply_error(s, b, id, -32600, "Invalid Request: initialize must not be part of a batch");
+      tp__mcp_reply_error(s, b, id, -32600,
+                          "Invalid Request: initialize must not be part of a batch");
       return;
     }
     json_t *v = json_object_get(params, "protocolVersion");
@@ -1033,9 +949,10 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
     json_array_foreach(s->early, i, w) {
       int level = (int)json_integer_value(json_object_get(w, "level"));
       json_t *data = json_copy(json_object_get(w, "text"));
+      const char *logger = json_string_value(json_object_get(w, "logger"));
       if (level >= s->level && data)
         tp__mcp_reply_notify(s, "notifications/message", json_pack("{s:s, s:s, s:o}", "level",
-               levels[level], "logger", json_string_value(json_object_get(w, "logger")) ? json_string_value(json_object_get(w, "logger")) : "tidepool", "data", data));
+               levels[level], "logger", logger ? logger : "tidepool", "data", data));
       else json_decref(data);
     }
     json_decref(s->early);
@@ -1043,9 +960,11 @@ static void handle_request (server *s, batch *b, json_t *id, const char *method,
   }
   else if (strcmp(method, "ping") == 0) tp__mcp_reply_result(s, b, id, NULL);
   else if (strcmp(method, "tools/list") == 0)
-    tp__mcp_reply_result(s, b, id, s->tools ? json_deep_copy(s->tools) : json_pack("{s:[]}", "tools"));
+    tp__mcp_reply_result(s, b, id, s->tools ? json_deep_copy(s->tools)
+                                            : json_pack("{s:[]}", "tools"));
   else if (strcmp(method, "tools/call") == 0) {
-    if (params == NULL) tp__mcp_reply_error(s, b, id, -32602, "Invalid params: tools/call needs params");
+    if (params == NULL) tp__mcp_reply_error(s, b, id, -32602,
+                                            "Invalid params: tools/call needs params");
     else tools_call(s, b, id, params);
   }
   else if (strcmp(method, "logging/setLevel") == 0) {
@@ -1103,7 +1022,8 @@ static void handle_message (server *s, batch *b, json_t *msg) {
     return;
   }
   if (!json_is_string(method) || strlen(json_string_value(method)) != json_string_length(method)) {
-    tp__mcp_reply_error(s, b, id, -32600, "Invalid Request: \"method\" must be a string without NUL");
+    tp__mcp_reply_error(s, b, id, -32600,
+                        "Invalid Request: \"method\" must be a string without NUL");
     return;
   }
   if (id == NULL) {
@@ -1128,17 +1048,20 @@ static void handle_batch (server *s, json_t *msg) {
   }
   if (!tp__mcp_era_batches(s->version)) {
     if (s->version)
-      tp__mcp_reply_error(s, NULL, NULL, -32600, "Invalid Request: JSON-RPC batches are not supported: "
+      tp__mcp_reply_error(s, NULL, NULL, -32600,
+                          "Invalid Request: JSON-RPC batches are not supported: "
                  "batching was removed from MCP in protocol version 2025-06-18, and this "
                  "connection uses %s. Send each message on a line of its own", s->version);
     else
-      tp__mcp_reply_error(s, NULL, NULL, -32600, "Invalid Request: JSON-RPC batches are not supported: "
+      tp__mcp_reply_error(s, NULL, NULL, -32600,
+                          "Invalid Request: JSON-RPC batches are not supported: "
                  "batching was removed from MCP in protocol version 2025-06-18, and no version "
                  "was negotiated yet (initialize first). Send each message on a line of its own");
     return;
   }
   if (n > BATCH_MAX) {
-    tp__mcp_reply_error(s, NULL, NULL, -32600, "Invalid Request: a batch holds at most %d messages; "
+    tp__mcp_reply_error(s, NULL, NULL, -32600,
+                        "Invalid Request: a batch holds at most %d messages; "
                "this one has %zu. Send fewer at once", BATCH_MAX, n);
     return;
   }
@@ -1189,16 +1112,13 @@ static void entry_handle (void *ud, void *origin, json_t *msg) {
 static void entry_cancel (void *ud, void *origin) {
   server *s = ud;
   for (req *q = s->reqs; q; q = q->next)
-    if (q->origin == origin && !q->cancelled) {
-      q->cancelled = 1;
+    if (q->origin == origin && q->state != TP__MCP_RQ_CANCELLED) {
+      req_to(s, q, TP__MCP_RQ_CANCELLED);
       post_worker(q->w, M_CANCEL, q->serial);
       return;
     }
   for (req *q = s->waiting; q; q = q->next)
     if (q->origin == origin) {
-      if (q == s->waiting_tail) s->waiting_tail = q->prev;
-      list_remove(&s->waiting, q);
-      s->nwaiting--;
       if (q->sess) q->sess->busy = 0;
       req_free(s, q);
       return;
@@ -1214,7 +1134,8 @@ static void entry_stop (void *ud) {
 static void entry_line (void *ud, const char *text, size_t len) {
   server *s = ud;
   if (text == NULL)
-    tp__mcp_reply_error(s, NULL, NULL, -32600, "Invalid Request: the line is longer than the %u MiB "
+    tp__mcp_reply_error(s, NULL, NULL, -32600,
+                        "Invalid Request: the line is longer than the %u MiB "
                "a message may have; it was skipped", LINE_IN_MAX >> 20);
   else handle_line(s, text, len);
   if (s->nwaiting > WAITING_MAX && s->t.pause) s->t.pause(s->t.ud);
@@ -1254,12 +1175,12 @@ static void drain_cb (uv_timer_t *t) {
   snprintf(msg, sizeof msg, "the call was cancelled: standard input closed, and it did not "
            "finish within the %.0f s that followed", (double)uv_timer_get_repeat(t) / 1000.0);
   for (req *q = s->reqs; q; q = q->next) {
-    if (q->cancelled) continue;
+    if (q->state == TP__MCP_RQ_CANCELLED) continue;
     size_t n;
     char *line = tp__mcp_view_refusal(q->id, "cancelled", msg, NULL, q->budget, &n);
     if (line) respond_text(s, q->b, q->id, line, n);
     free(line);
-    q->cancelled = 1;
+    req_to(s, q, TP__MCP_RQ_CANCELLED);
   }
   shutdown_server(s);
 }
@@ -1293,13 +1214,7 @@ static void shutdown_server (server *s) {
   if (s->done) return;
   s->done = 1;
   if (s->has_t) s->t.stop(s->t.ud);
-  while (s->waiting) {
-    req *q = s->waiting;
-    list_remove(&s->waiting, q);
-    req_free(s, q);
-  }
-  s->waiting_tail = NULL;
-  s->nwaiting = 0;
+  while (s->waiting) req_free(s, s->waiting);
   while (s->deferred) defer_flush(s, s->deferred);
 }
 
@@ -1339,17 +1254,9 @@ static void server_close (server *s) {
     next = m->next;
     tp__mcp_mail_free(m);
   }
-  while (s->reqs) {
-    req *q = s->reqs;
-    list_remove(&s->reqs, q);
-    req_free(s, q);
-  }
-  while (s->parked) {
-    req *q = s->parked;
-    list_remove(&s->parked, q);
-    req_free(s, q);
-  }
-  while (s->sessions) session_drop(s, s->sessions, NULL);
+  while (s->reqs) req_free(s, s->reqs);
+  while (s->parked) req_free(s, s->parked);
+  while (s->sessions) tp__mcp_session_drop(s, s->sessions, NULL);
   for (size_t i = 0; i < s->nwatch; i++) uv_close((uv_handle_t *)&s->watch[i], NULL);
   if (s->nwatch || s->watch) {
     uv_close((uv_handle_t *)&s->reload_timer, NULL);
@@ -1403,7 +1310,8 @@ static char *entry_metrics (void *sv, size_t *len) {
     "# HELP tidepool_mcp_sessions Sessions the server holds.\n"
     "# TYPE tidepool_mcp_sessions gauge\n"
     "tidepool_mcp_sessions %zu\n"
-    "# HELP tidepool_mcp_paused_runs Runs answered \"paused\" that wait for decisions or caller tools.\n"
+    "# HELP tidepool_mcp_paused_runs Runs answered \"paused\" that wait for decisions or "
+    "caller tools.\n"
     "# TYPE tidepool_mcp_paused_runs gauge\n"
     "tidepool_mcp_paused_runs %zu\n"
     "# HELP tidepool_mcp_requests_running Tool calls whose runs are on a worker now.\n"
@@ -1480,7 +1388,8 @@ tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_work
     uv_fs_event_init(s->loop, &s->watch[i]);
     s->watch[i].data = s;
     if (uv_fs_event_start(&s->watch[i], fs_event_cb, o->dirs[i], 0) != 0)
-      tp__mcp_reply_log(s, L_WARNING, "cannot watch %s: changes will not reload its tools", o->dirs[i]);
+      tp__mcp_reply_log(s, L_WARNING, "cannot watch %s: changes will not reload its tools",
+                        o->dirs[i]);
     s->nwatch++;
   }
   uv_timer_init(s->loop, &s->reload_timer);
@@ -1490,7 +1399,7 @@ tp__mcp_server *tp__mcp_server_new (const tp__mcp_options *o, const tp__mcp_work
   uint64_t every = s->o.session_idle_us / 4000;  /* ms */
   if (every < 10) every = 10;
   if (every > 1000) every = 1000;
-  if (s->o.session_idle_us) uv_timer_start(&s->sweep, sweep_cb, every, every);
+  if (s->o.session_idle_us) uv_timer_start(&s->sweep, tp__mcp_session_sweep, every, every);
   entries_of(s, entries);
   return s;
 }

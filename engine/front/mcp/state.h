@@ -1,9 +1,8 @@
 /*
 ** state.h: the records both threads of `tidepool mcp` see (server.c, the protocol thread;
-** worker.c and pause.c, the workers; mail.c between them): the options, the request, the
-** worker, the server, and the mail that carries a request from one thread to the other.
-** A request belongs to the worker between M_RUN and M_DONE (see server.c). Not installed,
-** not API.
+** worker.c and pause.c, the workers; mail.c between them): the options, the request in
+** its two halves (req, the protocol thread's; job, its worker's), the worker, the server,
+** and the mail that carries a job from one thread to the other. Not installed, not API.
 **
 ** Threads. The protocol thread owns standard input and output, on a libuv loop of its
 ** own: it parses every line, answers initialize, ping, tools/list and logging/setLevel
@@ -16,8 +15,8 @@
 ** runs, builds the response line (cutting it to size there, off the protocol thread) and
 ** sends it back (M_DONE); progress notifications come back the same way (M_LINE) and
 ** cancellation goes out the same way (M_CANCEL), so tp_run_cancel runs on the run's own
-** thread. A request belongs to the worker between M_RUN and M_DONE: the protocol thread
-** does not touch its run-side fields then. At most RUNS_MAX scripts run at once; more
+** thread. A request's job belongs to the worker between M_RUN and M_DONE: the protocol
+** thread does not touch it then. At most RUNS_MAX scripts run at once; more
 ** wait in order, and past WAITING_MAX waiting ones the server stops reading standard
 ** input until some finish (a flood costs memory only up to that point).
 **
@@ -158,7 +157,7 @@ enum { L_DEBUG, L_INFO, L_NOTICE, L_WARNING, L_ERROR };
 
 
 /* The responses of one batch; sent as one array once no request of it is running. */
-typedef struct batch {
+typedef struct tp__mcp_batch {
   json_t *responses;
   size_t bytes;             /* of the responses' JSON text so far */
   int refs;
@@ -186,50 +185,133 @@ enum {
   M_TOOLS                                      /* an engine's tools changed (late upstream) */
 };
 
-typedef struct mail {
-  struct mail *next;
+/* Why a job's session goes (M_DONE's drop). */
+enum { TP__MCP_DROP_NONE, TP__MCP_DROP_MEMORY, TP__MCP_DROP_MOVED };
+
+typedef struct tp__mcp_job job;
+
+typedef struct tp__mcp_mail {
+  struct tp__mcp_mail *next;
   int kind;
   worker *w;                /* the sender of a message to the protocol thread */
-  req *q;                   /* M_RUN, M_DONE */
-  uint64_t n;               /* M_CANCEL: the request's serial; M_DROP: the session's number */
+  req *q;                   /* M_DONE, M_LINE, M_PARK: the request (the worker only names it) */
+  job *jb;                  /* M_RUN, M_DONE: the job, the request's worker half */
+  uint64_t n;               /* M_CANCEL, M_RESUME: the request's serial; M_DROP: the
+                            ** session's number */
   int level;                /* M_LOG */
   char *logger;             /* M_LOG: who speaks (the engine logger's source), or NULL */
   int fail;                 /* M_READY: the worker could not start */
-  char *text;               /* M_LINE, M_LOG; M_READY: the tools' JSON (worker 0) */
+  char *text;               /* M_LINE, M_LOG, M_PARK, M_RESUME; M_DONE: the response line
+                            ** (NULL: none); M_READY: the tools' JSON (worker 0) */
   size_t len;
+  /* M_DONE: the rest of the job's outcome */
+  int drop;                 /* its session goes (TP__MCP_DROP_*) */
+  int ended_parked;         /* its run ended while paused: nobody waits for its result */
+  int progressed;           /* progress notifications went before the response */
+  char *summary;            /* the operator page's summary of the run (--ui), or NULL */
+  /* M_PARK, M_DONE: the run's id ("" before it had one), and the exposed tool it calls
+  ** when a restore read it from the store (else NULL) */
+  char run_id[TP__MCP_APPROVE_RUN_ID_MAX];
+  char *tool;
+  /* M_RESUME: what of the resuming request the run answers with */
+  json_t *id;
+  size_t budget;
+  int era26, live;
 } mail;
 
-typedef struct mailbox {
+typedef struct tp__mcp_mailbox {
   pthread_mutex_t mu;
   mail *head, *tail;
   uv_async_t async;
   int inited;
 } mailbox;
 
+/* A request, protocol side: its state is where it is (server.c's req_to moves it). */
+typedef enum tp__mcp_req_state {
+  TP__MCP_RQ_NEW,           /* being made */
+  TP__MCP_RQ_WAITING,       /* in s->waiting: RUNS_MAX scripts run already */
+  TP__MCP_RQ_RUNNING,       /* in s->reqs: its job is the worker's (M_RUN, M_RESUME) */
+  TP__MCP_RQ_RESUMED,       /* as RUNNING, a paused run going on (resume_run, a restore) */
+  TP__MCP_RQ_CANCELLED,     /* as RUNNING, but no response is wanted (M_CANCEL went) */
+  TP__MCP_RQ_PARKED,        /* in s->parked: answered "paused" (M_PARK), its run waits */
+  TP__MCP_RQ_DEFERRED,      /* in s->deferred: answered a moment after its progress */
+  TP__MCP_RQ_GONE           /* in no list: being freed */
+} tp__mcp_req_state;
+
+/* A request, protocol side: written and read by the protocol thread only. Its worker half,
+** the job, goes to the worker with M_RUN and comes back with M_DONE; between them this
+** thread does not touch it, and what else crosses goes by mail. */
 struct tp__mcp_req {
-  /* protocol side */
-  req *prev, *next;         /* s->reqs (sent to a worker), s->waiting or s->deferred */
+  req *prev, *next;         /* the list of its state */
+  tp__mcp_req_state state;
   server *s;
   worker *w;
+  job *jb;                  /* its worker half (see above) */
   json_t *id;
   batch *b;
   session *sess;
-  void *origin;             /* the HTTP request it came in (mcp_http.c), or NULL: stdio */
+  void *origin;             /* the HTTP request it came in (http.c), or NULL: stdio */
   uint64_t serial;
-  int cancelled;            /* no response is wanted */
+  int restore;              /* it resumes a run from the store (RESUMED once it runs) */
+  int modern;               /* a 2026-07-28 request: its result gets resultType */
+  size_t budget;            /* the response line's size cap */
+  char *tool;               /* the exposed tool called, or NULL for run_lua */
+  char *principal;          /* who called over HTTP with auth, or NULL */
+  int callers_live;         /* its caller tools' calls go to the client as requests */
+  char run_id[TP__MCP_APPROVE_RUN_ID_MAX];  /* its run's id, from M_PARK (or a restore) */
+  char *line;               /* the response, from M_DONE, while deferred */
+  size_t line_len;
   uv_timer_t defer;         /* holds the response back after progress notifications */
-  /* set before M_RUN, read by the worker */
+  /* the operator page (--ui, ui.c): the run's summary and timeline (JSON text, from
+  ** M_DONE), and the pending calls of its last paused result */
+  char *ui_summary;
+  json_t *ui_pending;
+};
+
+/* A job, the worker half of a request: made by the protocol thread with the request and
+** the worker's from M_RUN to M_DONE (then the protocol thread frees it); written and read
+** by the worker only in between. Its state is where its run is (tp__mcp_job_to). */
+typedef enum tp__mcp_job_state {
+  TP__MCP_JOB_NEW,          /* given (M_RUN) */
+  TP__MCP_JOB_CLAIMING,     /* its session's claim is asked of the store (--state) */
+  TP__MCP_JOB_RESTORE_READ, /* a restore reads the run's record from the store, */
+  TP__MCP_JOB_RESTORE_PROBE,    /* probes the run's claim (servers sharing the store), */
+  TP__MCP_JOB_RESTORE_TAKEOVER, /* takes it over from a holder whose lease lapsed, */
+  TP__MCP_JOB_RESTORE_CLAIMED,  /* reads it again, claimed, and its call log */
+  TP__MCP_JOB_RUNNING,      /* its run is on the engine (in w->running) */
+  TP__MCP_JOB_PARKED,       /* answered "paused" (M_PARK): its run waits for M_RESUME */
+  TP__MCP_JOB_CANCELLED,    /* its run ends without a response (M_CANCEL, --pause-ttl) */
+  TP__MCP_JOB_DONE          /* M_DONE went: the protocol thread's again */
+} tp__mcp_job_state;
+
+/* A paused run's record in the state store (--state, pause.c): its own state. */
+typedef enum tp__mcp_dur_state {
+  TP__MCP_DUR_OFF,          /* not kept (a session's run, no --state): dnote says why */
+  TP__MCP_DUR_KEPT,         /* its call log is kept; nothing in the store yet */
+  TP__MCP_DUR_SAVED,        /* its log and record are in the store (up to dput) */
+  TP__MCP_DUR_BAD,          /* not kept any more (dwhy): it waits in memory only */
+  TP__MCP_DUR_BAD_SAVED     /* as BAD, with an earlier record in the store to delete */
+} tp__mcp_dur_state;
+
+struct tp__mcp_job {
+  tp__mcp_job_state state;
+  req *rq;                  /* its request: only named in mail, never read here */
+  worker *w;
+  uint64_t serial;
+  mail m;                   /* M_RUN out, M_DONE back: never in two mailboxes at once */
+  /* given with M_RUN (id, budget, era26 and callers_live again with each M_RESUME) */
+  json_t *id;
+  size_t budget;            /* the response line's size cap */
   char *code;
-  char *traceparent;        /* params._meta.traceparent: the run's parent span, or NULL */
   size_t codelen;
+  char *traceparent;        /* params._meta.traceparent: the run's parent span, or NULL */
   char *tool;               /* the exposed tool called, or NULL for run_lua */
   char *mcp_name;           /* its MCP name (fs_read for fs.read) */
   json_t *args;             /* its arguments, as the client sent them */
   uint64_t sess_num;        /* 0: no session */
+  json_t *sess_info;        /* the "session" field of the result */
   json_t *token;            /* progressToken, or NULL */
   char *principal, *scopes; /* who called over HTTP with auth (the policy's), or NULL */
-  int modern;               /* a 2026-07-28 request: its result gets resultType */
-  size_t budget;            /* the response line's size cap */
   int elicit;               /* ask with elicitation/create (2: with "mode") */
   int era26;                /* a 2026-07-28 request: ask with an input_required result */
   char *callers;            /* caller tools: the run's declarations (JSON text), or NULL */
@@ -238,50 +320,38 @@ struct tp__mcp_req {
   int callers_session;      /* the declarations are kept by the run's session */
   int has_lim;              /* _meta["tidepool/limits"]: lim is this run's (lower) limits */
   tp_limits lim;
-  /* approvals, protocol side: parked (answered "paused", in s->parked; M_PARK), resumed
-  ** (by resume_run or a requestState: id, b and budget are the resuming request's) and
-  ** run_id (written by the worker before its first M_PARK, read after it) */
-  int parked, resumed;
-  char run_id[TP__MCP_APPROVE_RUN_ID_MAX];
-  /* worker side between M_RUN and M_DONE; read by the protocol thread after M_DONE */
-  struct apx *ax;           /* its held calls (approvals), or NULL */
-  int wparked, ended_parked;/* answered "paused" and waiting; ended while so */
+  json_t *restore;          /* a restore: resume_run's arguments, until applied */
+  int tool_from_store;      /* a restore read tool from the run's record */
+  char run_id[TP__MCP_APPROVE_RUN_ID_MAX];  /* a restore's run, or the first park's */
+  /* the run */
+  struct tp__mcp_apx *ax;           /* its held calls (approvals, caller tools), or NULL */
   json_t *seen;             /* calls made so far, by tool (for a paused result) */
-  req *wprev, *wnext;       /* the worker's running requests */
+  job *wprev, *wnext;       /* the worker's running jobs */
   tp_run *run;
-  json_t *sess_info;        /* the "session" field of the result */
   uint64_t progress;
-  int wcancelled, drop_session;
-  int claimed;              /* its session's claim was asked of the store (--state) */
-  int moved;                /* another server holds its session: dropped here */
+  int drop;                 /* its session goes (TP__MCP_DROP_*) */
   char *line;               /* the response, or NULL (cancelled) */
   size_t line_len;
-  mail m;                   /* M_RUN out, M_DONE back: never in two mailboxes at once */
   /* durable runs (--state, not in a session): the call log as tp_run_on_log tells it,
-  ** entries [0, dput) of it in the store at positions dbase + i; restore: a run resumed
-  ** from the store (set by the protocol thread: resume_run's arguments, until applied) */
-  struct dent { char *p; size_t n; } *dents;
+  ** entries [0, dput) of it in the store at positions dbase + i */
+  tp__mcp_dur_state dur;
+  struct tp__mcp_dent { char *p; size_t n; } *dents;
   size_t dn, dcap, dput, dbase;
-  int durable, dsaved, dbad, dsave_done;
-  int dstage, drunning;     /* a restore's step (DUR_READ...), and its record said "running" */
-  struct dsave *dsave;      /* a save under way */
+  int drunning;             /* a restore's record said "running" */
+  struct tp__mcp_dsave *dsave;      /* a save under way */
   const char *dnote;        /* why the paused run does not survive a restart, or NULL */
   char dwhy[300];
   tp_limits dlim;           /* the limits it runs with */
-  json_t *restore;
   int64_t dexp_ms;
-  /* the operator page (--ui, ui.c): the run's summary and timeline (JSON text, written by
-  ** the worker before M_DONE), and the pending calls of its last paused result */
-  char *ui_summary;
-  json_t *ui_pending;
 };
 
-typedef struct sleeper sleeper;
-typedef struct wsess { struct wsess *next; uint64_t num; tp_session *ts; } wsess;
+
+typedef struct tp__mcp_sleeper sleeper;
+typedef struct tp__mcp_wsess { struct tp__mcp_wsess *next; uint64_t num; tp_session *ts; } wsess;
 
 struct tp__mcp_worker {
   server *s;
-  void (*begin)(worker *w, req *q, tp_run *run);  /* starts a run (worker.c's) */
+  void (*begin)(worker *w, job *q, tp_run *run);  /* starts a run (worker.c's) */
   unsigned index;
   pthread_t thread;
   int threaded, thread_started;
@@ -289,7 +359,7 @@ struct tp__mcp_worker {
   /* worker side */
   tp_engine *e;
   uv_loop_t *loop;
-  req *running;
+  job *running;
   wsess *sessions;
   sleeper *sleepers;
   char *desc;               /* run_lua's description, cached */

@@ -159,7 +159,8 @@ static void read_cb (uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   tp__mcp_stdio *st = s->data;
   if (n > 0) feed(st, buf->base, (size_t)n);
   else if (n < 0) {
-    if (n != UV_EOF) fprintf(stderr, "tidepool mcp: reading standard input: %s\n", uv_strerror((int)n));
+    if (n != UV_EOF) fprintf(stderr, "tidepool mcp: reading standard input: %s\n",
+                             uv_strerror((int)n));
     stop_reading(st);
     on_eof(st);
   }

@@ -19,7 +19,7 @@
 
 #define UI_EXCERPT_MAX 600  /* bytes of a run's result or error message kept */
 
-typedef struct uirun {
+typedef struct tp__mcp_uirun {
   json_t *j;                /* {serial, run, principal, session, tool, finished, ok, ...} */
 } uirun;
 
@@ -55,7 +55,8 @@ char *tp__mcp_ui_summary (tp_run *run, const char *env) {
   int ok = tp_run_ok(run);
   json_object_set_new(j, "ok", json_boolean(ok));
   json_t *code = ok ? NULL : envelope_code(env);
-  if (!ok) json_object_set_new(j, "code", code ? code : json_string(env ? "error" : "limit.memory"));
+  if (!ok) json_object_set_new(j, "code",
+                               code ? code : json_string(env ? "error" : "limit.memory"));
   /* the result or the error's message, cut to UI_EXCERPT_MAX bytes, for a glance */
   json_t *e = env ? tp_json_parse(env, strlen(env), NULL, 0) : NULL;
   json_t *what = ok ? json_object_get(e, "result")
@@ -88,7 +89,7 @@ void tp__mcp_ui_done (tp__mcp_ui *u, req *q) {
   json_object_set_new(sum, "session", sid ? json_string(sid) : json_null());
   json_object_set_new(sum, "tool", json_string(q->tool ? q->tool : q->s->o.name));
   json_object_set_new(sum, "finished", json_integer(tp__mcp_wall_ms()));
-  json_object_set_new(sum, "cancelled", json_boolean(q->cancelled));
+  json_object_set_new(sum, "cancelled", json_boolean(q->state == TP__MCP_RQ_CANCELLED));
   uirun *slot = &u->runs[u->next];
   json_decref(slot->j);
   slot->j = sum;
@@ -205,7 +206,8 @@ static void audit (server *s, const req *q, long long seq, const char *tool, int
   char when[64];
   tp__mcp_iso_time(when, sizeof when);
   json_t *line = json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:s, s:o}", "event",
-    "operator_decision", "time", when, "run", q->run_id, "seq", (json_int_t)seq, "tool", tool ? tool : "?",
+    "operator_decision", "time", when, "run", q->run_id, "seq", (json_int_t)seq,
+    "tool", tool ? tool : "?",
     "approve", approve, "principal", operator_name, "run_principal",
     q->principal ? json_string(q->principal) : json_null());
   size_t n;

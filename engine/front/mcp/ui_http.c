@@ -46,7 +46,7 @@ static const char csp[] =
   "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
   "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'";
 
-typedef struct usess {
+typedef struct tp__mcp_usess {
   int used, signed_in;
   char id[33], csrf[33];
   char principal[256];      /* the operator ("" without auth: a loopback client) */
@@ -55,12 +55,12 @@ typedef struct usess {
 
 struct tp__mcp_ui_http {
   tp__mcp_entries ent;
-  struct tp_auth *auth;
+  struct tp__mcp_auth *auth;
   uint64_t *classes;
   usess sess[UI_SESSIONS_MAX];
 };
 
-tp__mcp_ui_http *tp__mcp_ui_http_new (const tp__mcp_entries *ent, struct tp_auth *auth,
+tp__mcp_ui_http *tp__mcp_ui_http_new (const tp__mcp_entries *ent, struct tp__mcp_auth *auth,
                                       uint64_t *classes) {
   tp__mcp_ui_http *u = calloc(1, sizeof *u);
   if (u == NULL) return NULL;
@@ -209,7 +209,8 @@ static enum MHD_Result reply (tp__mcp_ui_http *u, struct MHD_Connection *c, unsi
   MHD_add_response_header(r, "Content-Security-Policy", csp);
   MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
   MHD_add_response_header(r, "X-Frame-Options", "DENY");
-  MHD_add_response_header(r, "Referrer-Policy", "same-origin");  /* no-referrer makes a form post's Origin "null" */
+  MHD_add_response_header(r, "Referrer-Policy",
+                          "same-origin");  /* no-referrer makes a form post's Origin "null" */
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
   if (cookie) MHD_add_response_header(r, MHD_HTTP_HEADER_SET_COOKIE, cookie);
   if (location) MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, location);
@@ -432,7 +433,8 @@ static void runs (buf *b, const json_t *st, long long sel) {
     struct tm tm;
     char when[32] = "";
     if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%H:%M:%S", &tm);
-    putf(b, "<tr class=\"run%s\" data-serial=\"%lld\"><td><a href=\"/ui?run=%lld#waterfall\">%lld</a>"
+    putf(b,
+         "<tr class=\"run%s\" data-serial=\"%lld\"><td><a href=\"/ui?run=%lld#waterfall\">%lld</a>"
             "</td><td>%s</td><td>", serial == sel ? " selected" : "", serial, serial, serial, when);
     put_esc(b, jstr(r, "principal")[0] ? jstr(r, "principal") : "(local)");
     put(b, "</td><td>");
@@ -498,7 +500,8 @@ static void waterfall (buf *b, const json_t *r) {
     put(b, "Calls of a run</h2><p class=\"note\">Pick a run above.</p></section>\n");
     return;
   }
-  putf(b, "Calls of run #%lld</h2><p>", (long long)json_integer_value(json_object_get(r, "serial")));
+  putf(b, "Calls of run #%lld</h2><p>",
+       (long long)json_integer_value(json_object_get(r, "serial")));
   put(b, "Outcome ");
   outcome(b, r);
   putf(b, ", %.1f ms.", jnum(r, "ms"));
@@ -617,7 +620,7 @@ static enum MHD_Result main_page (tp__mcp_ui_http *u, struct MHD_Connection *c, 
 
 /* ---- forms ----------------------------------------------------------------------------- */
 
-typedef struct field { char *name, *value; } field;
+typedef struct tp__mcp_field { char *name, *value; } field;
 
 static int unhex (int ch) {
   if (ch >= '0' && ch <= '9') return ch - '0';
@@ -700,7 +703,8 @@ static const char app_js[] =
   "  if (new URLSearchParams(location.search).get('refresh') === '0') return;\n"
   "  if (!document.getElementById('main')) return;  // the sign-in form: nothing live\n"
   "  var typing = false;\n"
-  "  document.addEventListener('focusin', function (e) { typing = e.target.tagName === 'INPUT'; });\n"
+  "  document.addEventListener('focusin', function (e) {\n"
+  "    typing = e.target.tagName === 'INPUT'; });\n"
   "  document.addEventListener('focusout', function () { typing = false; });\n"
   "  setInterval(function () {\n"
   "    if (typing || document.hidden) return;\n"
@@ -718,7 +722,8 @@ static const char app_js[] =
 
 static const char app_css[] =
   "body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2733;background:#f6f7f9}\n"
-  "header{display:flex;gap:1em;align-items:center;padding:.6em 1.2em;background:#16324f;color:#fff}\n"
+  "header{display:flex;gap:1em;align-items:center;padding:.6em 1.2em;background:#16324f;"
+  "color:#fff}\n"
   "header h1{font-size:1.1em;margin:0}header form{margin-left:auto}\n"
   "main{padding:0 1.2em 2em}section{background:#fff;border:1px solid #dde2e8;border-radius:6px;"
   "padding:.4em 1em 1em;margin-top:1em}\n"
@@ -726,11 +731,13 @@ static const char app_css[] =
   "th,td{text-align:left;padding:.3em .5em;border-bottom:1px solid #eef1f4;vertical-align:top}\n"
   "th{font-weight:600;color:#4a5a6a}pre.args{margin:0;max-width:32em;max-height:8em;overflow:auto;"
   "white-space:pre-wrap;word-break:break-all;background:#f3f5f8;padding:.3em}\n"
-  "dl{display:flex;flex-wrap:wrap;gap:.6em;margin:0}.fig{border:1px solid #e3e7ec;border-radius:4px;"
+  "dl{display:flex;flex-wrap:wrap;gap:.6em;margin:0}"
+  ".fig{border:1px solid #e3e7ec;border-radius:4px;"
   "padding:.3em .8em;min-width:7em}dt{color:#5b6b7b;font-size:.85em}dd{margin:0;font-size:1.4em}\n"
   ".ok{color:#17703a}.bad{color:#b3261e}.note{color:#6b7785}#flash{background:#e7f4ea;"
   "padding:.5em 1em;border-radius:4px}\n"
-  "button{font:inherit;padding:.2em .8em;border-radius:4px;border:1px solid #8a97a5;background:#fff;"
+  "button{font:inherit;padding:.2em .8em;border-radius:4px;border:1px solid #8a97a5;"
+  "background:#fff;"
   "cursor:pointer}button.approve{border-color:#17703a;color:#17703a}"
   "button.deny{border-color:#b3261e;color:#b3261e}\n"
   "form.decide{display:flex;gap:.3em;flex-wrap:wrap}form.decide input{width:10em}\n"
@@ -755,7 +762,8 @@ enum MHD_Result tp__mcp_ui_http_answer (tp__mcp_ui_http *u, const tp__mcp_ui_req
   int post = strcmp(rq->method, "POST") == 0;
   char why[500];
   if (get && strcmp(url, "/ui/app.js") == 0)
-    return reply(u, c, 200, "text/javascript; charset=utf-8", app_js, sizeof app_js - 1, NULL, NULL);
+    return reply(u, c, 200, "text/javascript; charset=utf-8", app_js, sizeof app_js - 1, NULL,
+                 NULL);
   if (get && strcmp(url, "/ui/app.css") == 0)
     return reply(u, c, 200, "text/css; charset=utf-8", app_css, sizeof app_css - 1, NULL, NULL);
   if (!get && !post)
@@ -784,7 +792,7 @@ enum MHD_Result tp__mcp_ui_http_answer (tp__mcp_ui_http *u, const tp__mcp_ui_req
     const char *authz = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                     MHD_HTTP_HEADER_AUTHORIZATION);
     if (authz == NULL) return signin_page(u, c, s, 200, NULL);
-    tp_auth_result ar;
+    tp__mcp_auth_result ar;
     int st = tp__mcp_auth_check_scope(u->auth, authz, "operator", (int64_t)time(NULL), &ar);
     if (st != 200) {
       snprintf(why, sizeof why, "the operator page needs a token with the \"operator\" scope: %s",
@@ -834,7 +842,7 @@ enum MHD_Result tp__mcp_ui_http_answer (tp__mcp_ui_http *u, const tp__mcp_ui_req
       goto out;
     }
     char *authz = malloc(strlen(token) + 8);
-    tp_auth_result ar;
+    tp__mcp_auth_result ar;
     int st = 500;
     if (authz) {
       snprintf(authz, strlen(token) + 8, "Bearer %s", token);

@@ -17,13 +17,13 @@
 /* A form post's body past this is refused (413). */
 #define TP__MCP_UI_BODY_MAX 16384
 
-struct tp_auth;
+struct tp__mcp_auth;
 typedef struct tp__mcp_ui_http tp__mcp_ui_http;
 
 /* The page of the server behind ent; auth the "auth" section's authenticator (NULL:
 ** none, then loopback clients only), classes the transport's responses by class (1xx to
 ** 5xx, counted here too). NULL when out of memory. */
-tp__mcp_ui_http *tp__mcp_ui_http_new(const tp__mcp_entries *ent, struct tp_auth *auth,
+tp__mcp_ui_http *tp__mcp_ui_http_new(const tp__mcp_entries *ent, struct tp__mcp_auth *auth,
                                      uint64_t *classes);
 void tp__mcp_ui_http_free(tp__mcp_ui_http *u);
 

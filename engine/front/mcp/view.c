@@ -175,8 +175,8 @@ json_t *tp__mcp_view_parse (const char *env, size_t len) {
 ** logs, "calls": the number of calls by tool, and "failed_calls": each failed or refused
 ** call in full (tool, line, code, message; "times": n when the same failure came back n
 ** times, as in a loop), when any, but the one that ended the run, which is the error
-** (its earlier repeats stay, "same_as_error" instead of the message) ("failed_unlisted": how many more
-** failed past the envelope's listed calls). The calls record (ms, bytes, one record a
+** (its earlier repeats stay, "same_as_error" instead of the message) ("failed_unlisted":
+** how many more failed past the envelope's listed calls). The calls record (ms, bytes, one record a
 ** call) and stats stay out: a model reads every byte of this, and they go to the result's
 ** _meta and the audit log instead. The session and truncated fields pass through. New
 ** reference; NULL when out of memory. */
@@ -298,7 +298,8 @@ char *tp__mcp_view_wrap (const json_t *id, const char *env, size_t len, int ok,
   tp__mcp_view_buf b = { 0 };
   tp__mcp_view_str(&b, "{\"id\":");
   sb_json(&b, id);
-  tp__mcp_view_str(&b, ",\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
+  tp__mcp_view_str(&b,
+                   ",\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
   sb_quoted(&b, env, len);
   tp__mcp_view_str(&b, "}],\"isError\":");
   tp__mcp_view_str(&b, ok ? "false" : "true");
@@ -485,13 +486,15 @@ char *tp__mcp_view_exposed (const json_t *id, const char *env, size_t len, int o
   }
   json_t *j = tp__mcp_view_parse(env, len);
   json_t *result = j ? json_object_get(j, "result") : NULL;
-  if (result == NULL) { json_decref(j); return tp__mcp_view_call(id, env, len, 1, NULL, max, outlen); }
+  if (result == NULL) { json_decref(j); return tp__mcp_view_call(id, env, len, 1, NULL, max,
+                                                                 outlen); }
   size_t n;
   char *text = tp_json_text(result, &n);
   tp__mcp_view_buf b = { 0 };
   tp__mcp_view_str(&b, "{\"id\":");
   sb_json(&b, id);
-  tp__mcp_view_str(&b, ",\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
+  tp__mcp_view_str(&b,
+                   ",\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
   if (text) sb_quoted(&b, text, n);
   else tp__mcp_view_str(&b, "\"\"");
   tp__mcp_view_str(&b, "}],\"isError\":false");

@@ -28,7 +28,7 @@
 #include "worker.h"
 #include "ui.h"
 
-static void worker_begin(worker *w, req *q, tp_run *run);
+static void worker_begin(worker *w, job *q, tp_run *run);
 
 static int has_lua_files (const char *dir) {
   DIR *d = opendir(dir);
@@ -196,7 +196,8 @@ static char *tools_report (worker *w) {
     exposed_name(t->name, names, mcp_name);
     exposed_name(t->name, NULL, plain);
     if (strcmp(mcp_name, plain) != 0 && w->index == 0)
-      tp__mcp_mail_log(w, L_WARNING, "--expose-tools: tool %s is listed as %s: %s was taken", t->name,
+      tp__mcp_mail_log(w, L_WARNING, "--expose-tools: tool %s is listed as %s: %s was taken",
+                       t->name,
            mcp_name, plain);
     json_object_set_new(names, mcp_name, json_string(t->name));
     /* not listed when the config's tool_settings keep it for scripts: its name stays
@@ -237,11 +238,11 @@ static char *tools_report (worker *w) {
 ** test.echo returns its arguments; test.sleep{ms=} completes after ms milliseconds on the
 ** worker's loop, or at once with an error once its run is cancelled. */
 
-struct sleeper {
+struct tp__mcp_sleeper {
   uv_timer_t t;
   tp_call *c;
   worker *w;
-  struct sleeper *next;
+  struct tp__mcp_sleeper *next;
   int ms;
 };
 
@@ -300,11 +301,15 @@ static void sleepers_stop (worker *w) {
 }
 
 static int add_test_tools (worker *w) {
-  tp_tool_def echo = { "test.echo", "Returns its arguments.", NULL, NULL, echo_fn, NULL, 0 };
-  tp_tool_def slp = { "test.sleep", "Waits ms milliseconds, then returns {slept = true}.",
-    "{\"type\":\"object\",\"properties\":{\"ms\":{\"type\":\"integer\",\"minimum\":0,"
-    "\"maximum\":60000}},\"required\":[\"ms\"]}",
-    "{\"type\":\"object\",\"properties\":{\"slept\":{\"type\":\"boolean\"}}}", sleep_fn, w, 0 };
+  tp_tool_def echo = { .name = "test.echo", .description = "Returns its arguments.",
+                       .handler = echo_fn };
+  tp_tool_def slp = {
+    .name = "test.sleep",
+    .description = "Waits ms milliseconds, then returns {slept = true}.",
+    .input_schema = "{\"type\":\"object\",\"properties\":{\"ms\":{\"type\":\"integer\","
+                    "\"minimum\":0,\"maximum\":60000}},\"required\":[\"ms\"]}",
+    .output_schema = "{\"type\":\"object\",\"properties\":{\"slept\":{\"type\":\"boolean\"}}}",
+    .handler = sleep_fn, .ud = w };
   if (tp_engine_add_tool(w->e, &echo) != TP_OK || tp_engine_add_tool(w->e, &slp) != TP_OK)
     return -1;
   return 0;
@@ -312,7 +317,7 @@ static int add_test_tools (worker *w) {
 
 /* ---- the worker side ------------------------------------------------------------------- */
 
-static void wreq_remove (worker *w, req *q) {
+static void wreq_remove (worker *w, job *q) {
   if (q->wprev) q->wprev->wnext = q->wnext;
   else w->running = q->wnext;
   if (q->wnext) q->wnext->wprev = q->wprev;
@@ -336,13 +341,13 @@ static void wsess_drop (worker *w, uint64_t num) {
 
 static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
   (void)r;
-  req *q = ud;
+  job *q = ud;
   if (!done && tool && (q->w->s->o.asks || q->callers)) {  /* a paused result's "calls" */
     if (q->seen == NULL) q->seen = json_object();
     json_int_t had = json_integer_value(json_object_get(q->seen, tool));
     json_object_set_new(q->seen, tool, json_integer(had + 1));
   }
-  if (q->wcancelled || q->token == NULL) return;
+  if (q->state == TP__MCP_JOB_CANCELLED || q->token == NULL) return;
   char text[200];
   snprintf(text, sizeof text, "tools.%.150s %s", tool ? tool : "?", done ? "returned" : "called");
   tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/progress",
@@ -354,8 +359,8 @@ static void progress_hook (tp_run *r, const char *tool, int done, void *ud) {
 ** notification "tools.<tool>: <text>" (text cut at 500 bytes). */
 static void progress_text_hook (tp_run *r, const char *tool, const char *text, void *ud) {
   (void)r;
-  req *q = ud;
-  if (q->wcancelled || q->token == NULL) return;
+  job *q = ud;
+  if (q->state == TP__MCP_JOB_CANCELLED || q->token == NULL) return;
   char msg[680];
   snprintf(msg, sizeof msg, "tools.%.150s: %.500s", tool ? tool : "?", text);
   json_t *m = json_string(msg);
@@ -377,7 +382,8 @@ static void audit_line (worker *w, json_t *line) {
   if (text) {
     text[n] = '\n';  /* tp_json_text's NUL: the buffer holds n + 1 bytes */
     ssize_t wr = write(w->s->audit_fd, text, n + 1);
-    if (wr != (ssize_t)(n + 1)) tp__mcp_mail_log(w, L_WARNING, "--audit: could not write the audit log");
+    if (wr != (ssize_t)(n + 1)) tp__mcp_mail_log(w, L_WARNING,
+                                                 "--audit: could not write the audit log");
   }
   free(text);
   json_decref(line);
@@ -398,7 +404,7 @@ static void tools_changed (void *ud) {
 
 static void audit_decision (tp_run *r, const tp_decision *d, void *ud) {
   worker *w = ud;
-  const req *q = w->running;
+  const job *q = w->running;
   while (q && q->run != r) q = q->wnext;
   json_t *sid = q && q->sess_info ? json_object_get(q->sess_info, "id") : NULL;
   char when[80];
@@ -412,7 +418,7 @@ static void audit_decision (tp_run *r, const tp_decision *d, void *ud) {
   audit_line(w, line);
 }
 
-static void audit_write (worker *w, const req *q, const char *env, size_t len) {
+static void audit_write (worker *w, const job *q, const char *env, size_t len) {
   server *s = w->s;
   if (s->audit_fd < 0 || env == NULL) return;
   json_t *j = tp__mcp_view_parse(env, len);
@@ -434,21 +440,23 @@ static void audit_write (worker *w, const req *q, const char *env, size_t len) {
 }
 
 static void run_done (tp_run *run, void *ud) {
-  req *q = ud;
+  job *q = ud;
   worker *w = q->w;
   tp_run_on_call(run, NULL, NULL);
   tp_run_on_progress(run, NULL, NULL);
   wreq_remove(w, q);
   tp__mcp_pause_apx_end(w, q, 0, "the run ended before a person decided");
   tp__mcp_pause_dur_end(w, q);
-  if (q->wparked) q->ended_parked = q->wcancelled = 1;  /* nobody waits for its result */
+  int ended_parked = q->state == TP__MCP_JOB_PARKED;
+  if (ended_parked) tp__mcp_pause_job_to(q, TP__MCP_JOB_CANCELLED);  /* nobody waits for
+                                                                    ** its result */
   const char *env = tp_run_envelope(run);
   size_t len = env ? strlen(env) : 0;
   int ok = tp_run_ok(run);
   if (q->sess_num) {
     static const char mem[] = "{\"ok\":false,\"error\":{\"code\":\"limit.memory\"";
     if (!ok && env && strncmp(env, mem, sizeof mem - 1) == 0) {
-      q->drop_session = 1;
+      q->drop = TP__MCP_DROP_MEMORY;
       json_t *sid = json_object_get(q->sess_info, "id");
       json_t *info = json_pack("{s:O, s:s, s:s}", "id", sid ? sid : json_null(),
         "state", "dropped", "message", "the session was dropped because the script went "
@@ -459,8 +467,8 @@ static void run_done (tp_run *run, void *ud) {
     }
   }
   audit_write(w, q, env, len);
-  if (w->s->o.ui) q->ui_summary = tp__mcp_ui_summary(run, env);  /* the operator page's */
-  if (!q->wcancelled) {
+  if (w->s->o.ui) q->m.summary = tp__mcp_ui_summary(run, env);  /* the operator page's */
+  if (q->state != TP__MCP_JOB_CANCELLED) {
     if (env == NULL) q->line = tp__mcp_view_minimal(q->id, 0, "limit.memory", &q->line_len);
     else q->line = q->tool ? tp__mcp_view_exposed(q->id, env, len, ok, q->tool, q->mcp_name,
                                                   q->args, q->budget, &q->line_len)
@@ -469,8 +477,8 @@ static void run_done (tp_run *run, void *ud) {
   }
   tp_run_destroy(run);
   q->run = NULL;
-  if (q->drop_session) wsess_drop(w, q->sess_num);
-  tp__mcp_pause_done(w, q);
+  if (q->drop != TP__MCP_DROP_NONE) wsess_drop(w, q->sess_num);
+  tp__mcp_pause_done(w, q, ended_parked);
 }
 
 /* The key of a session's claim in a shared store: the id itself for the local principal
@@ -487,16 +495,17 @@ static int session_key (const char *principal, const char *sid, char *out, size_
 /* The store's answer to the claim of q's session (--state: servers that share it hold
 ** each session in one of them): ours, run it; another's, session.moved naming it; the
 ** store failing, run it here (the session's globals are this server's meanwhile). */
-static void worker_run (worker *w, req *q);
+static void worker_run (worker *w, job *q);
 static void session_claimed (void *ud, int outcome, const char *holder, const char *err) {
-  req *q = ud;
+  job *q = ud;
   worker *w = q->w;
   if (w->stopping) return;  /* the protocol thread frees the request after the join */
   json_t *sid = json_object_get(q->sess_info, "id");
   const char *id = json_string_value(sid) ? json_string_value(sid) : "";
   char msg[1400];
   if (outcome == TP_CLAIM_FAILED)
-    tp__mcp_mail_log(w, L_WARNING, "the session's claim in the state store failed (%s): run here", err);
+    tp__mcp_mail_log(w, L_WARNING, "the session's claim in the state store failed (%s): run here",
+                     err);
   if (outcome == TP_CLAIM_TAKEN) {  /* its holder died: the session starts afresh here */
     wsess_drop(w, q->sess_num);
     snprintf(msg, sizeof msg, "session \"%s\" was held by another tidepool server, %s, "
@@ -513,28 +522,28 @@ static void session_claimed (void *ud, int outcome, const char *holder, const ch
            "does), or use another session id here; the claim lapses after --session-idle "
            "without calls, or once that server's lease lapses (--lease) if it stops", id,
            holder);
-  q->moved = 1;
-  q->drop_session = 1;
+  q->drop = TP__MCP_DROP_MOVED;
   q->line = tp__mcp_view_refusal(q->id, "session.moved", msg, q->sess_info, q->budget,
                              &q->line_len);
-  tp__mcp_pause_done(w, q);
+  tp__mcp_pause_done(w, q, 0);
 }
 
 /* Caller tools the engine refused (a bad declaration, a name it has a tool of). */
-static void callers_refused (worker *w, req *q) {
+static void callers_refused (worker *w, job *q) {
   char msg[900];
   snprintf(msg, sizeof msg, "_meta[\"tidepool/callerTools\"]: %s", tp_engine_error(w->e));
   q->line = tp__mcp_view_refusal(q->id, "tool.invalid_input", msg, q->sess_info, q->budget,
                              &q->line_len);
-  tp__mcp_pause_done(w, q);
+  tp__mcp_pause_done(w, q, 0);
 }
 
-static void worker_run (worker *w, req *q) {
+static void worker_run (worker *w, job *q) {
   tp_run *run = NULL;
-  if (q->restore) { tp__mcp_pause_dur_load(w, q); return; }  /* a paused run of an earlier process */
+  if (q->restore) { tp__mcp_pause_dur_load(w,
+                                           q); return; }  /* a paused run of an earlier process */
   const tp_limits *lim = q->has_lim ? &q->lim : &w->s->o.lim;
-  if (q->sess_num && w->s->owner && !q->claimed) {
-    q->claimed = 1;
+  if (q->sess_num && w->s->owner && q->state == TP__MCP_JOB_NEW) {
+    tp__mcp_pause_job_to(q, TP__MCP_JOB_CLAIMING);
     const char *sid = json_string_value(json_object_get(q->sess_info, "id"));
     char key[SESSION_KEY_MAX];
     int64_t ttl = (int64_t)(w->s->o.session_idle_us / 1000);
@@ -551,7 +560,8 @@ static void worker_run (worker *w, req *q) {
     }
     if (*p && q->callers && q->callers_session) {  /* kept for the session's later runs */
       tp_session_clear_caller_tools((*p)->ts);
-      if (tp_session_declare_caller_tools((*p)->ts, q->callers, 0, tp__mcp_pause_caller_call, tp__mcp_pause_caller_cancel,
+      if (tp_session_declare_caller_tools((*p)->ts, q->callers, 0, tp__mcp_pause_caller_call,
+                                          tp__mcp_pause_caller_cancel,
                                           w) != TP_OK) {
         callers_refused(w, q);
         return;
@@ -561,7 +571,8 @@ static void worker_run (worker *w, req *q) {
   }
   else run = tp_run_create(w->e, q->code, q->codelen, lim);
   if (run && q->callers && !(q->callers_session && q->sess_num) &&
-      tp_run_declare_caller_tools(run, q->callers, 0, tp__mcp_pause_caller_call, tp__mcp_pause_caller_cancel, w) != TP_OK) {
+      tp_run_declare_caller_tools(run, q->callers, 0, tp__mcp_pause_caller_call,
+                                  tp__mcp_pause_caller_cancel, w) != TP_OK) {
     tp_run_destroy(run);
     callers_refused(w, q);
     return;
@@ -569,7 +580,7 @@ static void worker_run (worker *w, req *q) {
   if (run == NULL) {
     q->line = tp__mcp_view_refusal(q->id, "limit.memory", "the server is out of memory: the "
                                "script could not start", q->sess_info, q->budget, &q->line_len);
-    tp__mcp_pause_done(w, q);
+    tp__mcp_pause_done(w, q, 0);
     return;
   }
   /* a run that may pause (approvals, or caller tools answered by resume_run) is kept in
@@ -580,8 +591,9 @@ static void worker_run (worker *w, req *q) {
 }
 
 /* Starts q's run (new, or made from the store). */
-static void worker_begin (worker *w, req *q, tp_run *run) {
+static void worker_begin (worker *w, job *q, tp_run *run) {
   q->run = run;
+  tp__mcp_pause_job_to(q, TP__MCP_JOB_RUNNING);
   if (q->principal && q->scopes) tp_run_set_principal(run, q->principal, q->scopes);
   if (q->traceparent) tp_run_set_traceparent(run, q->traceparent);  /* a wrong one: own trace */
   tp_run_trace_attr(run, "tidepool.principal", q->principal ? q->principal : "");
@@ -605,7 +617,7 @@ static void worker_begin (worker *w, req *q, tp_run *run) {
   }
 }
 
-typedef struct load_ctx { worker *w; const char *dir; } load_ctx;
+typedef struct tp__mcp_load_ctx { worker *w; const char *dir; } load_ctx;
 
 /* A plugin refused: one warning each (notifications/message and standard error). */
 static void load_problem (const char *problem, void *ud) {
@@ -652,7 +664,7 @@ void tp__mcp_worker_load (worker *w) {
 static void worker_stop (worker *w) {
   w->stopping = 1;
   while (w->running) {
-    req *q = w->running;
+    job *q = w->running;
     wreq_remove(w, q);
     tp_run_on_call(q->run, NULL, NULL);
     tp_run_cancel(q->run);
@@ -676,17 +688,17 @@ static void worker_mail (uv_async_t *a) {
     next = m->next;
     if (w->stopping) { tp__mcp_mail_free(m); continue; }
     switch (m->kind) {
-    case M_RUN: worker_run(w, m->q); continue;  /* m is the request's: it may be gone */
+    case M_RUN: worker_run(w, m->jb); continue;  /* m is the job's: it may be gone */
     case M_CANCEL:
-      for (req *q = w->running; q; q = q->wnext)
+      for (job *q = w->running; q; q = q->wnext)
         if (q->serial == m->n) {
-          q->wcancelled = 1;  /* run_done sends no response line */
+          tp__mcp_pause_job_to(q, TP__MCP_JOB_CANCELLED);  /* run_done sends no line */
           tp_run_cancel(q->run);
           break;
         }
       break;
     case M_DROP: wsess_drop(w, m->n); break;
-    case M_RESUME: tp__mcp_pause_resume(w, m->n, m->text, m->len); break;
+    case M_RESUME: tp__mcp_pause_resume(w, m); break;
     case M_ANSWER: tp__mcp_pause_elicit_answer(w, m->text, m->len); break;
     case M_RELOAD:
       tp_engine_unload_tools(w->e);  /* TP_ESTATE while runs are alive */
@@ -706,14 +718,16 @@ static void lease_renewed (void *ud, int outcome, const char *holder, const char
   if (w->stopping) return;
   if (outcome == TP_CLAIM_FAILED) {
     if (!w->lease_failing)
-      tp__mcp_mail_log(w, L_WARNING, "the server's lease could not be renewed in the state store (%s): "
+      tp__mcp_mail_log(w, L_WARNING,
+                       "the server's lease could not be renewed in the state store (%s): "
            "once it lapses (--lease), other servers take over its sessions", err);
     w->lease_failing = 1;
     uv_timer_start(&w->lease, lease_cb, 500, 0);
     return;
   }
   if (outcome == TP_CLAIM_HELD && !w->lease_failing)
-    tp__mcp_mail_log(w, L_ERROR, "another process holds the lease of this server's name (%s): give each "
+    tp__mcp_mail_log(w, L_ERROR,
+                     "another process holds the lease of this server's name (%s): give each "
          "server its own --advertise", holder);
   if (w->lease_failing && outcome == TP_CLAIM_WON)
     tp__mcp_mail_log(w, L_INFO, "the server's lease is renewed again");

@@ -1,5 +1,7 @@
 /*
-** worker.h: a worker of `tidepool mcp` (worker.c): its engine, loading, runs, progress, audit; its life, for main.c to hand to the server (tp__mcp_worker_ops). Not installed, not API.
+** worker.h: a worker of `tidepool mcp` (worker.c): its engine, loading, runs, progress,
+** audit; its life, for main.c to hand to the server (tp__mcp_worker_ops). Not installed,
+** not API.
 */
 #ifndef tidepool_mcp_worker_h
 #define tidepool_mcp_worker_h
