@@ -765,7 +765,7 @@ static void check_envelope_form (const char *env) {
 
 TEST(envelope_pieces_are_the_engines_json_form) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def a = { "t.answer", "Answers 42.", NULL, NULL, answer_fn, NULL, 0 };
+  tp_tool_def a = { .name = "t.answer", .description = "Answers 42.", .handler = answer_fn };
   CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
   static const char *const scripts[] = {
     "return 1",
@@ -809,7 +809,7 @@ static void count_done (tp_run *r, void *ud) {
 
 TEST(calls_past_the_runs_own_slots_keep_their_order_and_answers) {
   tp_engine *e = tp_engine_create();
-  tp_tool_def a = { "t.answer", "Answers 42.", NULL, NULL, answer_fn, NULL, 0 };
+  tp_tool_def a = { .name = "t.answer", .description = "Answers 42.", .handler = answer_fn };
   CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
   for (int n = 15; n <= 40; n += 25) {
     char src[200];
