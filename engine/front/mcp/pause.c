@@ -374,7 +374,7 @@ void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
                  "(out of memory)");
     return;
   }
-  tp__mcp_mail_line(q, m);
+  tp__mcp_mail_line_now(q, m);
 }
 
 /* A call cut short (its timeout, the run's end) while the client has it: withdrawn. */

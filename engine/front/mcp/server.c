@@ -831,8 +831,8 @@ static void ready (server *s, mail *m) {
   s->t.serve(s->t.ud, s->ntools, s->nworkers);
 }
 
-static void server_mail (uv_async_t *a) {
-  server *s = a->data;
+static void server_mail (void *data) {
+  server *s = data;
   for (mail *m = tp__mcp_mail_take_all(&s->mb), *next; m; m = next) {
     next = m->next;
     switch (m->kind) {
@@ -1263,12 +1263,12 @@ static void server_close (server *s) {
     uv_close((uv_handle_t *)&s->sweep, NULL);
   }
   if (s->drain_on) uv_close((uv_handle_t *)&s->drain, NULL);
-  if (s->mb.inited) uv_close((uv_handle_t *)&s->mb.async, NULL);
+  tp__mcp_mail_box_close(&s->mb);
   if (s->has_t) s->t.free(s->t.ud);  /* after every request: they hold its origins */
   s->has_t = 0;
   uv_run(s->loop, UV_RUN_DEFAULT);
   uv_loop_close(s->loop);
-  if (s->mb.inited) pthread_mutex_destroy(&s->mb.mu);
+  tp__mcp_mail_box_destroy(&s->mb);
   tp_store_destroy(s->kv);
   free(s->owner);
   json_decref(s->tools);

@@ -5,12 +5,14 @@
 ** and the mail that carries a job from one thread to the other. Not installed, not API.
 **
 ** Threads. The protocol thread owns standard input and output, on a libuv loop of its
-** own: it parses every line, answers initialize, ping, tools/list and logging/setLevel
-** itself, keeps the sessions' table, and never runs a script. Scripts run on a pool of
-** worker threads (--workers, default one per core), each with its own engine (an engine
-** is single-threaded; its host Lua state, luv loop, watchdog and sandboxes are its own).
-** The two sides talk through mailboxes: a mutex-guarded list of messages plus a
-** uv_async_t that wakes the receiving loop. A tools/call becomes a request that goes to
+** own (a worker writes one kind of line itself: its caller tools' calls, through the
+** transport's emit_any, one thread hop shorter): it parses every line, answers
+** initialize, ping, tools/list and logging/setLevel itself, keeps the sessions' table,
+** and never runs a script. Scripts run on a pool of worker threads (--workers, default
+** one per core), each with its own engine (an engine is single-threaded; its host Lua
+** state, luv loop, watchdog and sandboxes are its own).
+** The two sides talk through mailboxes: a mutex-guarded list of messages plus an eventfd
+** that wakes the receiving loop. A tools/call becomes a request that goes to
 ** a worker (M_RUN); the worker runs it on its engine's driver, time-sliced with its other
 ** runs, builds the response line (cutting it to size there, off the protocol thread) and
 ** sends it back (M_DONE); progress notifications come back the same way (M_LINE) and
@@ -219,10 +221,17 @@ typedef struct tp__mcp_mail {
   int era26, live;
 } mail;
 
+/* The receiver's wake-up is an eventfd watched by a uv_poll_t, written only when the list
+** goes from empty to not empty: not a uv_async_t, whose receiver spins (997 pauses, then
+** sched_yield, again) while a sender preempted inside uv_async_send holds it busy, which
+** on two loaded cores cost a caller tool's round trip tens of microseconds. */
 typedef struct tp__mcp_mailbox {
   pthread_mutex_t mu;
   mail *head, *tail;
-  uv_async_t async;
+  uv_poll_t poll;
+  int fd;                   /* the eventfd; -1 once destroyed */
+  void (*cb)(void *data);   /* on the receiver's loop, when mail may have come */
+  void *data;
   int inited;
 } mailbox;
 

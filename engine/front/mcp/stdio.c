@@ -4,6 +4,7 @@
 */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,9 @@ struct tp__mcp_stdio {
   tp__mcp_entries ent;
   uv_loop_t *loop;
   int out;                  /* the protocol's fd (a duplicate of the original fd 1) */
-  int out_broken;
+  pthread_mutex_t out_mu;   /* one line at a time: workers write too (emit_any) */
+  int out_broken;           /* under out_mu */
+  int out_stopped;          /* under out_mu: emit_any drops lines */
   size_t line_max;          /* a longer line is skipped (the server answers -32600) */
   int in_file;              /* read with uv_fs_read (a file, /dev/null...) */
   union { uv_pipe_t pipe; uv_tty_t tty; } in;
@@ -51,16 +54,31 @@ static void write_all (tp__mcp_stdio *st, const char *p, size_t n) {
   }
 }
 
+static void emit_line (tp__mcp_stdio *st, const char *text, size_t len) {
+  char *buf = malloc(len + 1);
+  pthread_mutex_lock(&st->out_mu);
+  if (buf == NULL) { write_all(st, text, len); write_all(st, "\n", 1); }
+  else {
+    memcpy(buf, text, len);
+    buf[len] = '\n';
+    write_all(st, buf, len + 1);
+  }
+  pthread_mutex_unlock(&st->out_mu);
+  free(buf);
+}
+
 static void stdio_emit (void *ud, void *origin, const char *text, size_t len, int final) {
   (void)origin;
   (void)final;
+  emit_line(ud, text, len);
+}
+
+static void stdio_emit_any (void *ud, const char *text, size_t len) {
   tp__mcp_stdio *st = ud;
-  char *buf = malloc(len + 1);
-  if (buf == NULL) { write_all(st, text, len); write_all(st, "\n", 1); return; }
-  memcpy(buf, text, len);
-  buf[len] = '\n';
-  write_all(st, buf, len + 1);
-  free(buf);
+  pthread_mutex_lock(&st->out_mu);
+  int stopped = st->out_stopped;
+  pthread_mutex_unlock(&st->out_mu);
+  if (!stopped) emit_line(st, text, len);
 }
 
 /* ---- input ------------------------------------------------------------------------- */
@@ -143,6 +161,7 @@ static void on_eof (tp__mcp_stdio *st) {
 
 static void stdio_release (tp__mcp_stdio *st) {
   if (--st->pending > 0) return;
+  pthread_mutex_destroy(&st->out_mu);
   free(st->line);
   free(st->stash);
   free(st);
@@ -231,6 +250,9 @@ static void stdio_stop (void *ud) {
   tp__mcp_stdio *st = ud;
   st->stopped = 1;
   stop_reading(st);
+  pthread_mutex_lock(&st->out_mu);
+  st->out_stopped = 1;
+  pthread_mutex_unlock(&st->out_mu);
 }
 
 static void in_closed (uv_handle_t *h) { stdio_release(h->data); }
@@ -269,6 +291,7 @@ tp__mcp_stdio *tp__mcp_stdio_new (const tp__mcp_entries *ent, void *loop, int ou
                                   size_t line_max) {
   tp__mcp_stdio *st = calloc(1, sizeof *st);
   if (st == NULL) return NULL;
+  if (pthread_mutex_init(&st->out_mu, NULL) != 0) { free(st); return NULL; }
   st->ent = *ent;
   st->loop = loop;
   st->out = out;
@@ -281,6 +304,7 @@ void tp__mcp_stdio_transport (tp__mcp_stdio *st, tp__mcp_transport *t) {
   memset(t, 0, sizeof *t);
   t->ud = st;
   t->emit = stdio_emit;
+  t->emit_any = stdio_emit_any;
   t->pause = stdio_pause;
   t->resume = stdio_resume;
   t->serve = stdio_serve;

@@ -20,6 +20,11 @@ typedef struct tp__mcp_transport {
   /* Writes a line for origin: final, the response of its message; else a notification
   ** or a request of the server. A transport of origins drops a line for origin NULL. */
   void (*emit)(void *ud, void *origin, const char *line, size_t len, int final);
+  /* A transport of one origin (standard input and output) may also write a line from any
+  ** thread, at once (NULL: lines go through the protocol thread's emit). A worker sends
+  ** its caller tools' calls this way, a thread hop shorter (docs/caller-tools.md); the
+  ** line is dropped once the transport stopped. */
+  void (*emit_any)(void *ud, const char *line, size_t len);
   /* A request of the server keeps origin alive (hold) until it is done (release). */
   void (*hold)(void *origin);
   void (*release)(void *origin);

@@ -679,11 +679,11 @@ static void worker_stop (worker *w) {
     uv_close((uv_handle_t *)&w->lease, NULL);
     tp_engine_end_lease(w->e, w->s->owner);
   }
-  uv_close((uv_handle_t *)&w->mb.async, NULL);
+  tp__mcp_mail_box_close(&w->mb);
 }
 
-static void worker_mail (uv_async_t *a) {
-  worker *w = a->data;
+static void worker_mail (void *data) {
+  worker *w = data;
   for (mail *m = tp__mcp_mail_take_all(&w->mb), *next; m; m = next) {
     next = m->next;
     if (w->stopping) { tp__mcp_mail_free(m); continue; }
@@ -818,7 +818,7 @@ void tp__mcp_worker_close (worker *w) {
   w->e = NULL;
   free(w->desc);
   w->desc = NULL;
-  pthread_mutex_destroy(&w->mb.mu);
+  tp__mcp_mail_box_destroy(&w->mb);
 }
 
 void *tp__mcp_worker_main (void *arg) {
