@@ -257,6 +257,19 @@ extern char tp__readonly_key; /* in a metatable: rawset refuses the table */
 const char *tp__sandbox_foreign_say(const char *name);
 int tp__sandbox_globals_index_is_ours(lua_CFunction f);
 
+/* Libraries built when first touched (sandbox.c): a session's sandbox builds each library
+** (string, table, math, utf8, coroutine, os, json, getmetatable("")'s copy) the first
+** time it is read through; a pool's is built in full. tp__sandbox_full set (tests only)
+** builds every sandbox in full, to compare. */
+extern int tp__sandbox_full;
+/* The real table behind the read-only library proxy on top of L, built if it was still
+** waiting, pushed: 1; or 0, nothing pushed, for any other value and for json (its
+** __index is a function). May raise (memory). */
+int tp__sandbox_library(lua_State *L);
+/* Pushes the registry's LOADED[name] of a sandbox state, the library built first if it
+** was still waiting; returns its type. May raise (memory). */
+int tp__sandbox_loaded(lua_State *L, const char *name);
+
 /* Opens tools, parallel into the sandbox's new globals table on top of L. */
 void tp__tools_open(lua_State *L);
 
