@@ -120,6 +120,8 @@ typedef struct tp_sandbox {
                            ** the code's */
   struct tp_run *run;      /* owner, for tool calls */
 
+  int t_seen;              /* a script got T as a value (coroutine.running): a session's
+                           ** next run gets a new thread, not T again (tp__sandbox_reset) */
   struct tp_snap *snap;    /* a pool's sandbox: its state as built, or NULL */
   struct tp_sandbox *next_idle;
 } tp_sandbox;

@@ -404,11 +404,48 @@ TEST(a_session_keeps_its_libraries_from_run_to_run) {
   tp_engine_destroy(e);
 }
 
+/* A session's next run reuses the script's thread when nothing can tell (its run
+** returned, the script never held it): one that held it (coroutine.running) sees it
+** apart from its own, finished with its results on its stack (so "suspended", as Lua
+** calls such a thread), as with a new thread every run; after an error, a yield
+** left pending or an open upvalue, the next run runs as usual. */
+TEST(a_session_run_cannot_tell_its_thread_from_a_new_one) {
+  tp_engine *e = engine();
+  CHECK(e != NULL);
+  if (e == NULL) return;
+  tp_session *s = session(e, 0);
+  static const char *const steps[][2] = {
+    { "t1 = coroutine.running() return coroutine.status(t1)", "\"result\":\"running\"" },
+    { "return coroutine.status(t1), rawequal(t1, coroutine.running()), coroutine.resume(t1)",
+      "\"result\":[\"suspended\",false,false,\"attempt to call a string value\"]" },
+    { "return 1", "\"result\":1" },
+    { "error('x')", "\"ok\":false" },
+    { "local x = 1 f = function() return x end return f()", "\"result\":1" },
+    { "local c <close> = setmetatable({}, { __close = function() closed = true end }) return 2",
+      "\"result\":2" },
+    { "return closed, f(), select(2, coroutine.running())", "\"result\":[true,1,true]" },
+    { "while true do end", "limit.instructions" },
+    { "t2 = coroutine.running() return t2 ~= t1", "\"result\":true" },
+    { "return coroutine.status(t2), coroutine.isyieldable(), coroutine.yield == nil",
+      "\"result\":[\"suspended\",false,false]" },
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    char *r = session_run(e, s, steps[i][0]);
+    CHECK(r != NULL);
+    if (r && strstr(r, steps[i][1]) == NULL)
+      TP_FAIL_AT("step %zu: %s, expected %s", i, r, steps[i][1]);
+    free(r);
+  }
+  tp_session_destroy(s);
+  tp_engine_destroy(e);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(lazy_and_full_sessions_give_the_same_envelopes);
   RUN(a_session_builds_a_library_when_first_touched);
   RUN(nothing_of_a_session_is_visible_to_another);
   RUN(a_session_keeps_its_libraries_from_run_to_run);
+  RUN(a_session_run_cannot_tell_its_thread_from_a_new_one);
   return tp_test_end();
 }
