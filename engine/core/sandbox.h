@@ -126,13 +126,15 @@ typedef struct tp_sandbox {
   struct tp_sandbox *next_idle;
 } tp_sandbox;
 
-/* Creates the sandbox state with the allowlisted library. Returns NULL when out of
+/* Creates the sandbox state with the allowlisted library, each library built when a
+** script first touches it (a session's: see tp__sandbox_full). Returns NULL when out of
 ** memory (host or cap). */
 tp_sandbox *tp__sandbox_create(const tp_limits *limits);
 /* The same with its chunks taken from and given back to pool (NULL: none), which must
 ** outlive the sandbox. A pool also keeps sandboxes: tp__sandbox_destroy puts a pool's
 ** sandbox back exactly as it was built (every byte of its state), and this hands it
-** out again, which costs a copy of its memory instead of building it. */
+** out again, which costs a copy of its memory instead of building it. A pool's sandbox
+** is built in full. */
 tp_sandbox *tp__sandbox_create_in(const tp_limits *limits, tp_arena_pool *pool);
 void tp__sandbox_destroy(tp_sandbox *sb);
 /* Readies a session's sandbox for its next run: a new script thread, empty logs,
