@@ -186,6 +186,33 @@ describe("what run and check print", function()
     assert.are.equal("tools.kv.set failed: the kv store is full: storing 1000002 bytes under "
       .. "\"k17\" would bring it to 17000076 bytes, over its 16777216-byte limit; delete keys "
       .. "(kv.delete) or store less\n", out)
+    -- a storage failure (the state database locked by another process once the run has
+    -- opened it: root cannot be refused a file, a lock still holds): no host path either
+    local db = dir .. "/locked.db"
+    out = sh("python3 - " .. q(BIN) .. " " .. q(db), [[
+import os, sqlite3, subprocess, sys, time
+tp, db = sys.argv[1], os.path.realpath(sys.argv[2])
+p = subprocess.Popen([tp, "run", "--state", "sqlite:" + db, "-"], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+try:
+    p.stdin.write(b'tools.time.sleep{ms = 3000} '
+                  b'local ok, e = pcall(tools.kv.set, {key = "b", value = 2}) return e.message')
+    p.stdin.close()
+    def opened():
+        fds = "/proc/%d/fd" % p.pid
+        try: return any(os.path.realpath(os.path.join(fds, f)) == db for f in os.listdir(fds))
+        except OSError: return False
+    end = time.time() + 60
+    while not opened() and time.time() < end: time.sleep(0.02)
+    c = sqlite3.connect(db, isolation_level=None, timeout=30)
+    c.execute("BEGIN EXCLUSIVE")
+    sys.stdout.write(p.stdout.read().decode())
+    p.wait(timeout=60)
+finally:
+    if p.poll() is None: p.kill(); p.wait()
+]])
+    assert.are.equal("tools.kv.set failed: the kv store could not store \"b\": the state database "
+      .. "failed to begin a write: database is locked\n", out)
     local tools = dir .. "/oops"
     assert(os.execute("mkdir -p " .. q(tools)))
     write(tools .. "/oops.lua", [[return { name = "oops.nil", handler = function(args)

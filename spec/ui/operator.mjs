@@ -136,6 +136,16 @@ test('the page is behind sign-in; a wrong token is 401 and a token without the o
   const r3 = await fetch(`${srv.base}/ui`, { headers: { authorization: `Bearer ${AGENT}` } });
   eq(r3.status, 403);
   assert((await r3.text()).includes('operator'), 'says which scope');
+  // the sign-in form looked at again (a reload, or the page's script refreshing it) keeps
+  // its signed-out session and CSRF token: a form shown earlier still posts
+  const csrfOf = (html) => html.match(/name="csrf" value="([0-9a-f]{32})"/)[1];
+  const f1 = await fetch(`${srv.base}/ui`);
+  const ck = f1.headers.get('set-cookie').split(';')[0];
+  const csrf1 = csrfOf(await f1.text());
+  const f2 = await fetch(`${srv.base}/ui`, { headers: { cookie: ck } });
+  eq(f2.status, 200);
+  eq(f2.headers.get('set-cookie'), null);
+  eq(csrfOf(await f2.text()), csrf1);
 });
 
 test('sign in with the operator token: an HttpOnly SameSite=Strict session cookie, a strict CSP', async () => {

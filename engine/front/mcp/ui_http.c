@@ -241,8 +241,8 @@ static enum MHD_Result problem (tp__mcp_ui_http *u, struct MHD_Connection *c, un
   put(&b, "</p><p><a href=\"/ui\">Back to the operator page</a></p></main></body></html>\n");
   enum MHD_Result rc = b.oom ? reply(u, c, 500, "text/plain; charset=utf-8", "out of memory", 13,
                                     NULL, NULL)
-                             : reply(u, c, status, "text/html; charset=utf-8", b.p, b.len, cookie,
-                                    NULL);
+                             : reply(u, c, status, "text/html; charset=utf-8", b.p, b.len,
+                                     cookie[0] ? cookie : NULL, NULL);
   free(b.p);
   return rc;
 }
@@ -258,12 +258,20 @@ static void csrf_field (buf *b, const usess *s) {
   put(b, "\">");
 }
 
-static enum MHD_Result signin_page (tp__mcp_ui_http *u, struct MHD_Connection *c,
+/* The sign-in form, in the browser's signed-out session s when it has one: a second look
+** at the form (a reload, the page's own refresh, a refused token) keeps the session and
+** its CSRF token, so a form shown earlier still posts. Else in a new one, whose cookie the
+** answer sets. */
+static enum MHD_Result signin_page (tp__mcp_ui_http *u, struct MHD_Connection *c, usess *s,
                                     unsigned status, const char *why) {
-  usess *s = sess_new(u, 0, NULL);
-  if (s == NULL) return problem(u, c, 500, "Out of memory", "no session could be made", NULL);
   char cookie[200];
-  cookie_of(s, cookie, sizeof cookie);
+  if (s == NULL || s->signed_in) {
+    if ((s = sess_new(u, 0, NULL)) == NULL)
+      return problem(u, c, 500, "Out of memory", "no session could be made", NULL);
+    cookie_of(s, cookie, sizeof cookie);
+  } else {
+    cookie[0] = '\0';
+  }
   buf b = { 0 };
   head(&b, "tidepool operator: sign in");
   put(&b, "<main class=\"signin\"><h1>tidepool operator page</h1>");
@@ -281,8 +289,8 @@ static enum MHD_Result signin_page (tp__mcp_ui_http *u, struct MHD_Connection *c
           "session cookie for 8 hours.</p></main></body></html>\n");
   enum MHD_Result rc = b.oom ? problem(u, c, 500, "Out of memory", "the page could not be made",
                                        NULL)
-                             : reply(u, c, status, "text/html; charset=utf-8", b.p, b.len, cookie,
-                                    NULL);
+                             : reply(u, c, status, "text/html; charset=utf-8", b.p, b.len,
+                                     cookie[0] ? cookie : NULL, NULL);
   free(b.p);
   return rc;
 }
@@ -690,6 +698,7 @@ static const char app_js[] =
   "// being typed, nor with ?refresh=0). The server escapes every text it renders.\n"
   "(function () {\n"
   "  if (new URLSearchParams(location.search).get('refresh') === '0') return;\n"
+  "  if (!document.getElementById('main')) return;  // the sign-in form: nothing live\n"
   "  var typing = false;\n"
   "  document.addEventListener('focusin', function (e) { typing = e.target.tagName === 'INPUT'; });\n"
   "  document.addEventListener('focusout', function () { typing = false; });\n"
@@ -774,7 +783,7 @@ enum MHD_Result tp__mcp_ui_http_answer (tp__mcp_ui_http *u, const tp__mcp_ui_req
     }
     const char *authz = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                     MHD_HTTP_HEADER_AUTHORIZATION);
-    if (authz == NULL) return signin_page(u, c, 200, NULL);
+    if (authz == NULL) return signin_page(u, c, s, 200, NULL);
     tp_auth_result ar;
     int st = tp__mcp_auth_check_scope(u->auth, authz, "operator", (int64_t)time(NULL), &ar);
     if (st != 200) {
@@ -821,7 +830,7 @@ enum MHD_Result tp__mcp_ui_http_answer (tp__mcp_ui_http *u, const tp__mcp_ui_req
       goto out;
     }
     if (token == NULL || *token == '\0' || strlen(token) > 8000) {
-      rc = signin_page(u, c, 400, "Give the token (at most 8,000 characters).");
+      rc = signin_page(u, c, s, 400, "Give the token (at most 8,000 characters).");
       goto out;
     }
     char *authz = malloc(strlen(token) + 8);
@@ -837,7 +846,7 @@ enum MHD_Result tp__mcp_ui_http_answer (tp__mcp_ui_http *u, const tp__mcp_ui_req
       snprintf(why, sizeof why, "%s: %s", st == 403 ? "This token lacks the \"operator\" scope"
                : "The token was not accepted", st == 500 ? "out of memory"
                : ar.description[0] ? ar.description : ar.error);
-      rc = signin_page(u, c, st == 403 ? 403 : 401, why);
+      rc = signin_page(u, c, s, st == 403 ? 403 : 401, why);
       goto out;
     }
     s->used = 0;  /* a new id once signed in: a planted cookie stays signed out */
