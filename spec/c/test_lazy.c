@@ -45,7 +45,7 @@ static tp_limits limits (void) {
   tp_limits lim;
   tp_limits_init(&lim);
   lim.memory = 8u << 20;
-  lim.instructions = 5000000;  /* ends the endless loops: not the clocks, which a slow */
+  lim.instructions = 1000000;  /* ends the endless loops: not the clocks, which a slow */
   lim.cpu_us = 600000000u;     /* machine or valgrind would make end them elsewhere */
   lim.wall_us = 600000000u;
   lim.output = 4096;
