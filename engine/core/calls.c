@@ -390,11 +390,33 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
     tp_call **nv = NULL;
     uint64_t *ni = NULL;
     if (ncap != 0 && tp__host_charge(sb, (ncap - r->capcallv) * SLOT_COST) == 0) {
-      nv = realloc(r->callv, ncap * sizeof *nv);
-      if (nv != NULL) r->callv = nv;
-      ni = nv ? realloc(r->callid, ncap * sizeof *ni) : NULL;
-      if (ni != NULL) { r->callid = ni; r->capcallv = ncap; }
-      else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
+      if (r->callv == NULL && ncap <= TP_RUN_CALLS_INLINE) {  /* the run's own slots */
+        nv = r->callv = r->callv_in;
+        ni = r->callid = r->callid_in;
+        r->capcallv = ncap;
+      }
+      else if (r->callv == r->callv_in) {  /* out of them: to the heap */
+        nv = malloc(ncap * sizeof *nv);
+        ni = nv ? malloc(ncap * sizeof *ni) : NULL;
+        if (ni != NULL) {
+          memcpy(nv, r->callv_in, r->ncallv * sizeof *nv);
+          memcpy(ni, r->callid_in, r->ncallv * sizeof *ni);
+          r->callv = nv;
+          r->callid = ni;
+          r->capcallv = ncap;
+        }
+        else {
+          free(nv);
+          tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
+        }
+      }
+      else {
+        nv = realloc(r->callv, ncap * sizeof *nv);
+        if (nv != NULL) r->callv = nv;
+        ni = nv ? realloc(r->callid, ncap * sizeof *ni) : NULL;
+        if (ni != NULL) { r->callid = ni; r->capcallv = ncap; }
+        else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
+      }
     }
     if (ni == NULL) { free(copy); copy = NULL; }
   }
@@ -487,7 +509,9 @@ static void count_same (tp_run *r, const char *name, const json_t *args) {
   if (r->same_calls > 0 && h == r->same_hash) { r->same_calls++; return; }
   r->same_hash = h;
   r->same_calls = 1;
-  snprintf(r->same_tool, sizeof r->same_tool, "%s", name);
+  if (nl >= sizeof r->same_tool) nl = sizeof r->same_tool - 1;  /* as snprintf cut it */
+  memcpy(r->same_tool, name, nl);
+  r->same_tool[nl] = '\0';
 }
 
 void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args) {
@@ -959,7 +983,7 @@ static void put_summary (char *out, size_t *o, const tp_calls_summary *s) {
 ** still held are counted into the summary and let go. Written directly, with no
 ** formatting calls; at most 100 records, so it takes microseconds. NULL when out of
 ** memory; *len gets the length. */
-char *tp__run_calls_text (tp_run *r, size_t *len) {
+char *tp__run_calls_text_in (tp_run *r, size_t *len, char *buf, size_t bufcap) {
   size_t listed = 0, o = 0, msgroom = 0;
   for (size_t i = 0; i < r->ncallv; i++) {
     if (r->callv[i] != NULL && !is_listed(r->callv[i])) let_go(r, i);
@@ -970,7 +994,7 @@ char *tp__run_calls_text (tp_run *r, size_t *len) {
   ** which glibc gives back to the system at each free (a brk pair a run, 2x a cold run) */
   size_t cap = 3 + listed * (RECORD_ROOM + 1) + (r->summary.calls > 0 ? SUMMARY_ROOM : 0) +
                msgroom;
-  char *out = malloc(cap);
+  char *out = cap <= bufcap ? buf : malloc(cap);
   if (out == NULL) return NULL;
   out[o++] = '[';
   for (size_t i = 0; i < r->ncallv; i++) {
@@ -1019,8 +1043,10 @@ void tp__run_free_calls (tp_run *r) {
     tp__host_refund(r->sb, block_cost(strlen(r->summary.by_tool[i].name) + 1));
     free(r->summary.by_tool[i].name);
   }
-  free(r->callv);
-  free(r->callid);
+  if (r->callv != r->callv_in) {
+    free(r->callv);
+    free(r->callid);
+  }
   r->callv = NULL;
   r->callid = NULL;
   r->ncallv = r->capcallv = r->nholes = r->active_from = 0;

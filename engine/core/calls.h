@@ -122,7 +122,11 @@ void tp__call_handler_done(tp_call *c);
 
 /* ---- what the run holds ------------------------------------------------------------ */
 
-char *tp__run_calls_text(tp_run *r, size_t *len);
+/* The envelope's "calls" (see calls.c), written into buf (cap bytes) when it surely fits
+** there, else malloc'd (NULL when out of memory): the caller frees what is not buf.
+** TP_CALLS_TEXT_STACK bytes hold a few calls' records. */
+#define TP_CALLS_TEXT_STACK 4096
+char *tp__run_calls_text_in(tp_run *r, size_t *len, char *buf, size_t cap);
 void tp__run_cancel_calls(tp_run *r);
 /* The run lets go of every call it holds (at its destruction); handlers that still own
 ** a call keep it until they complete it. */

@@ -42,7 +42,7 @@ static const char *ns_prefix (lua_State *L, int idx, size_t *len) {
   return p;
 }
 
-static void push_namespace (lua_State *L, const char *prefix, size_t len);
+static void push_namespace (lua_State *L, int name, int mt);
 
 /* Fails a call that is refused before it starts; the script gets the error directly. */
 static void call_refuse (tp_run *r, tp_call *c, const char *code, const char *msg) {
@@ -193,21 +193,32 @@ static int ns_call (lua_State *L) {
 
 /* tools.a.b: a namespace named "a.b", made in the sandbox (the script's memory). The
 ** name is not limited here; the host copies at most TP_TOOL_NAME_MAX bytes of it when
-** it is called. */
+** it is called. Each namespace is made once per run: the parent keeps it (a raw field),
+** so the next tools.a.b finds it without calling this. The dotted name is put together
+** on the C stack when it is short (a tool name is at most 128 bytes), and the metatable
+** is this closure's upvalue: resolving a path was a tenth of a run calling one tool. */
 static int ns_index (lua_State *L) {
   size_t plen, klen;
   const char *prefix = ns_prefix(L, 1, &plen);
   if (prefix == NULL || lua_type(L, 2) != LUA_TSTRING) return 0;
   const char *key = lua_tolstring(L, 2, &klen);
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  luaL_addlstring(&b, prefix, plen);
-  if (plen > 0) luaL_addchar(&b, '.');
-  luaL_addlstring(&b, key, klen);
-  luaL_pushresult(&b);
-  size_t flen;
-  const char *full = lua_tolstring(L, -1, &flen);
-  push_namespace(L, full, flen);
+  char name[TP_TOOL_NAME_MAX];
+  if (plen < sizeof name && klen < sizeof name - plen - 1) {
+    memcpy(name, prefix, plen);
+    size_t n = plen;
+    if (plen > 0) name[n++] = '.';
+    memcpy(name + n, key, klen);
+    lua_pushlstring(L, name, n + klen);
+  }
+  else {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addlstring(&b, prefix, plen);
+    if (plen > 0) luaL_addchar(&b, '.');
+    luaL_addlstring(&b, key, klen);
+    luaL_pushresult(&b);
+  }
+  push_namespace(L, -1, lua_upvalueindex(1));
   lua_pushvalue(L, 2);
   lua_pushvalue(L, -2);
   lua_rawset(L, 1);  /* cache */
@@ -224,11 +235,16 @@ static int ns_tostring (lua_State *L) {
   return 1;
 }
 
-static void push_namespace (lua_State *L, const char *prefix, size_t len) {
-  lua_createtable(L, 0, 1);
-  lua_pushlstring(L, prefix, len);
+/* Pushes a namespace proxy whose dotted name is the string at index name, with the
+** metatable at index mt. Room for two fields: the name, and the first namespace made
+** under it (ns_index keeps it there), so that one does not grow the table. */
+static void push_namespace (lua_State *L, int name, int mt) {
+  name = lua_absindex(L, name);
+  mt = lua_absindex(L, mt);
+  lua_createtable(L, 0, 2);
+  lua_pushvalue(L, name);
   lua_rawsetp(L, -2, &ns_key);
-  luaL_getmetatable(L, "tidepool.ns");
+  lua_pushvalue(L, mt);
   lua_setmetatable(L, -2);
 }
 
@@ -463,7 +479,8 @@ static int sb_parallel (lua_State *L) {
 void tp__tools_open (lua_State *L) {
   int G = lua_gettop(L);
   if (luaL_newmetatable(L, "tidepool.ns")) {
-    lua_pushcfunction(L, ns_index);
+    lua_pushvalue(L, -1);
+    lua_pushcclosure(L, ns_index, 1);  /* the metatable of the namespaces it makes */
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, ns_newindex);
     lua_setfield(L, -2, "__newindex");
@@ -484,8 +501,11 @@ void tp__tools_open (lua_State *L) {
     lua_setfield(L, -2, "__metatable");
   }
   lua_pop(L, 1);
-  push_namespace(L, "", 0);
+  luaL_getmetatable(L, "tidepool.ns");
+  lua_pushliteral(L, "");
+  push_namespace(L, -1, -2);
   lua_setfield(L, G, "tools");  /* tools.list, .describe, .search: see discovery_of */
+  lua_pop(L, 2);
   lua_pushcfunction(L, sb_parallel);
   lua_setfield(L, G, "parallel");
 }

@@ -24,6 +24,7 @@
 #include "normalize.h"
 #include "precheck.h"
 #include "json.h"
+#include "numfmt.h"
 #include "limits_table.h"
 
 #define SOURCE_LINE_MAX 200
@@ -622,14 +623,13 @@ static json_t *error_from_thread (tp_run *r, lua_State *co, int status) {
   return err;
 }
 
-static json_t *stats (const tp_run *r) {
+static json_t *stats (const tp_run *r, uint64_t wall) {
   const tp_sandbox *sb = r->sb;
   json_t *s = json_object();
   if (s == NULL) return NULL;
   if (sb->instr_limit) json_object_set_new(s, "instructions", json_integer((json_int_t)sb->instr_used));
   /* milliseconds to the microsecond, so they print short */
   json_object_set_new(s, "cpu_ms", json_real((double)(r->cpu_used_ns / 1000) / 1e3));
-  uint64_t wall = (r->start_ns ? tp__now_ns() - r->start_ns : 0) + r->wait_ns;
   json_object_set_new(s, "wall_ms", json_real((double)(wall / 1000) / 1e3));
   if (r->wait_ns)  /* of wall_ms: before the run began (upstream servers starting) */
     json_object_set_new(s, "wait_ms", json_real((double)(r->wait_ns / 1000) / 1e3));
@@ -637,21 +637,87 @@ static json_t *stats (const tp_run *r) {
   return s;
 }
 
+/* Appends the decimal digits of x to out at *o. */
+static void put_int (char *out, size_t *o, long long x) {
+  char tmp[24];
+  unsigned long long u = x < 0 ? 0ull - (unsigned long long)x : (unsigned long long)x;
+  int n = (int)sizeof tmp;
+  do { tmp[--n] = (char)('0' + u % 10); u /= 10; } while (u != 0);
+  if (x < 0) tmp[--n] = '-';
+  memcpy(out + *o, tmp + n, sizeof tmp - (size_t)n);
+  *o += sizeof tmp - (size_t)n;
+}
+
+static void put_field (char *out, size_t *o, const char *key) {
+  size_t n = strlen(key);
+  memcpy(out + *o, key, n);
+  *o += n;
+}
+
+/* A time in ns as the stats give it: milliseconds to the microsecond, a JSON real. */
+static void put_ms (char *out, size_t *o, uint64_t ns) {
+  *o += tp__fmt_json_milli(ns / 1000, out + *o);
+}
+
+/* The text of stats(r, wall), as the dump of that object would write it (keys sorted),
+** without the tree: into out (STATS_ROOM bytes); returns its length. */
+#define STATS_ROOM (96 + 2 * 24 + 3 * TP_NUMFMT_MAX)
+static size_t stats_text (const tp_run *r, uint64_t wall, char *out) {
+  const tp_sandbox *sb = r->sb;
+  size_t o = 0;
+  put_field(out, &o, "{\"cpu_ms\":");
+  put_ms(out, &o, r->cpu_used_ns);
+  if (sb->instr_limit) {
+    put_field(out, &o, ",\"instructions\":");
+    put_int(out, &o, (long long)sb->instr_used);
+  }
+  put_field(out, &o, ",\"memory_peak\":");
+  put_int(out, &o, (long long)sb->mem_peak);
+  if (r->wait_ns) {
+    put_field(out, &o, ",\"wait_ms\":");
+    put_ms(out, &o, r->wait_ns);
+  }
+  put_field(out, &o, ",\"wall_ms\":");
+  put_ms(out, &o, wall);
+  out[o++] = '}';
+  out[o] = '\0';
+  return o;
+}
+
 /* The envelope's pieces, in their order: "key":<JSON text>. */
 enum { P_OK, P_VALUE, P_WARN, P_LOGS, P_CALLS, P_STATS, P__COUNT };  /* P_WARN: when any */
-typedef struct piece { const char *key; char *text; size_t len; } piece;
+/* text is NULL when the piece is lost (out of memory); own is what to free, if any */
+typedef struct piece {
+  const char *key;
+  size_t klen;
+  const char *text;
+  size_t len;
+  char *own;
+} piece;
 
 static size_t envelope_size (const piece *p) {
   size_t n = 2;  /* {} */
   for (int i = 0; i < P__COUNT; i++)
-    if (p[i].key) n += strlen(p[i].key) + p[i].len + 4;  /* ,"k": */
+    if (p[i].key) n += p[i].klen + p[i].len + 4;  /* ,"k": */
   return n;
 }
 
 /* A piece's text from a tree (NULL: the piece is lost, which fails the envelope). */
 static void piece_of (piece *p, const char *key, const json_t *v) {
   p->key = key;
-  p->text = tp__json_dumpsn(v, &p->len);
+  p->klen = strlen(key);
+  p->text = p->own = tp__json_dumpsn(v, &p->len);
+}
+
+/* A piece of constant text, or of text the piece does not own. */
+static void piece_lit (piece *p, const char *key, const char *text, size_t len) {
+  *p = (piece){ key, strlen(key), text, len, NULL };
+}
+
+static void piece_free (piece *p) {
+  free(p->own);
+  p->own = NULL;
+  p->text = NULL;
 }
 
 /*
@@ -662,10 +728,14 @@ static void piece_of (piece *p, const char *key, const json_t *v) {
 ** limit.memory instead and the result is left out, while logs and calls stay (each is
 ** bounded by its own cap, and side effects must be reported). Bounded in time by size
 ** caps: every piece is capped (result, output, calls), and joining them is a copy.
+** The pieces of a plain run are written without trees or allocations of their own (the
+** verdict and null as constants, no logs as [], the stats and a few calls' records in
+** buffers on the stack): the envelope was a quarter of a run waiting on one tool call.
 */
 static void finish (tp_run *r, char *result_text, size_t result_len, json_t *error) {
   tp_sandbox *sb = r->sb;
   piece p[P__COUNT];
+  char stats_buf[STATS_ROOM], calls_buf[TP_CALLS_TEXT_STACK];
   int lost = 0;  /* an error whose object the host could not make (make_error) */
   if (error == NULL && result_text == NULL && sb != NULL) {
     int why = atomic_load(&sb->kill);
@@ -677,24 +747,32 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
       lost = error == NULL;
     }
   }
-  json_t *logs = sb ? json_incref(sb->logs) : json_array();
   r->state = ST_DONE;
   tp__run_cancel_calls(r);
   memset(p, 0, sizeof p);
-  p[P_CALLS].key = "calls";
-  p[P_CALLS].text = tp__run_calls_text(r, &p[P_CALLS].len);
-  json_t *st = sb ? stats(r) : json_object();
+  size_t clen = 0;
+  char *calls = tp__run_calls_text_in(r, &clen, calls_buf, sizeof calls_buf);
+  piece_lit(&p[P_CALLS], "calls", calls, clen);
+  if (calls != calls_buf) p[P_CALLS].own = calls;
+  uint64_t wall = sb ? (r->start_ns ? tp__now_ns() - r->start_ns : 0) + r->wait_ns : 0;
+  json_t *st = NULL;  /* the tree, for a traced run's span */
+  if (r->traced) st = sb ? stats(r, wall) : json_object();
+  if (sb != NULL) piece_lit(&p[P_STATS], "stats", stats_buf, stats_text(r, wall, stats_buf));
+  else piece_lit(&p[P_STATS], "stats", "{}", 2);
   if (json_array_size(r->warnings) > 0) piece_of(&p[P_WARN], "warnings", r->warnings);
-  piece_of(&p[P_LOGS], "logs", logs);
-  piece_of(&p[P_STATS], "stats", st);
-  json_decref(logs);
+  if (sb == NULL || json_array_size(sb->logs) == 0) piece_lit(&p[P_LOGS], "logs", "[]", 2);
+  else piece_of(&p[P_LOGS], "logs", sb->logs);
   for (int pass = 0; pass < 2; pass++) {
     r->ok = error == NULL && !lost;
-    piece_of(&p[P_OK], "ok", r->ok ? json_true() : json_false());
-    if (lost) p[P_VALUE] = (piece){ "error", NULL, 0 };  /* no envelope: out of memory */
+    if (r->ok) piece_lit(&p[P_OK], "ok", "true", 4);
+    else piece_lit(&p[P_OK], "ok", "false", 5);
+    if (lost) piece_lit(&p[P_VALUE], "error", NULL, 0);  /* no envelope: out of memory */
     else if (error != NULL) piece_of(&p[P_VALUE], "error", error);
-    else if (result_text != NULL) p[P_VALUE] = (piece){ "result", result_text, result_len };
-    else piece_of(&p[P_VALUE], "result", json_null());
+    else if (result_text != NULL) {
+      piece_lit(&p[P_VALUE], "result", result_text, result_len);
+      p[P_VALUE].own = result_text;
+    }
+    else piece_lit(&p[P_VALUE], "result", "null", 4);
     result_text = NULL;  /* owned by the piece now */
     size_t need = envelope_size(p);
     if (sb == NULL) break;
@@ -706,8 +784,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
     }
     if (tp__host_charge(sb, need) == 0) { r->envelope_cost = need; break; }
     /* an ok envelope past the budget: the verdict is limit.memory now */
-    free(p[P_OK].text);
-    free(p[P_VALUE].text);
+    piece_free(&p[P_VALUE]);
     char msg[TP_KILL_NOTE_MAX];
     tp__kill_message(sb, TP_KILL_MEMORY, msg, sizeof msg);
     error = make_error(r, "limit.memory", msg, strlen(msg), 0, tp__kill_hint(TP_KILL_MEMORY));
@@ -717,11 +794,10 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
   for (int i = 0; i < P__COUNT && buf != NULL; i++) {
     if (p[i].key == NULL) continue;  /* a piece left out (no warnings) */
     if (p[i].text == NULL) { free(buf); buf = NULL; break; }
-    size_t klen = strlen(p[i].key);
     buf[len++] = i ? ',' : '{';
     buf[len++] = '"';
-    memcpy(buf + len, p[i].key, klen);
-    len += klen;
+    memcpy(buf + len, p[i].key, p[i].klen);
+    len += p[i].klen;
     buf[len++] = '"';
     buf[len++] = ':';
     memcpy(buf + len, p[i].text, p[i].len);
@@ -731,7 +807,7 @@ static void finish (tp_run *r, char *result_text, size_t result_len, json_t *err
     buf[len++] = '}';
     buf[len] = '\0';
   }
-  for (int i = 0; i < P__COUNT; i++) free(p[i].text);
+  for (int i = 0; i < P__COUNT; i++) free(p[i].own);
   if (r->traced) {
     const char *code = r->ok ? NULL : json_string_value(json_object_get(error, "code"));
     tp__hook(r, trace_run, r, r->ok ? NULL : code ? code : "limit.memory", st);

@@ -93,6 +93,9 @@ typedef struct tp_core {
 #define TP_CORE_CHUNKS 1024
 #define TP_CORE_SANDBOXES 4  /* pooled sandboxes per engine (sandbox.h), each with a copy */
 
+#define TP_RUN_HOST_SPACE 192  /* bytes of tp_run.host_space */
+#define TP_RUN_CALLS_INLINE 16 /* call slots a run holds in its own allocation */
+
 #define tp__core(e) ((tp_core *)(void *)(e))
 /* Tells the host through callback fn of run r's engine: tp__hook(r, wake, r). */
 #define tp__hook(r, fn, ...) (tp__core((r)->e)->hooks->fn(tp__core((r)->e)->ud, __VA_ARGS__))
@@ -157,6 +160,9 @@ struct tp_run {
   tp_call **callv;         /* the calls held, by increasing id; NULL where let go */
   uint64_t *callid;        /* callid[i]: the id of callv[i], kept where callv[i] is NULL */
   size_t ncallv, capcallv, nholes;
+  /* the first TP_RUN_CALLS_INLINE slots of callv and callid, in the run's allocation */
+  tp_call *callv_in[TP_RUN_CALLS_INLINE];
+  uint64_t callid_in[TP_RUN_CALLS_INLINE];
   size_t active_from;      /* callv[i] for i below this are all done or let go */
   uint32_t ready_count;    /* done calls the script has not taken yet */
   struct { const void *tool; uint32_t n; } *per_tool;  /* calls per tool, when limited */
@@ -167,7 +173,10 @@ struct tp_run {
   tp_calls_summary summary;/* the calls past the listed ones that were let go */
   int waiting;             /* the script is blocked on calls (2: look again) */
   void *host_data;         /* what the host keeps for the run (its driver's queue links
-                           ** and timer) */
+                           ** and timer), in host_space when it fits */
+  /* room for host_data, in the run's own allocation: a record made and freed apart was
+  ** two of the driver's mallocs and frees a run of many at once */
+  _Alignas(16) unsigned char host_space[TP_RUN_HOST_SPACE];
   json_t *pending_error;   /* an error decided before the run started */
   char *envelope;
   size_t envelope_cost;    /* what the envelope was charged to the host budget */

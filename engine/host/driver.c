@@ -6,6 +6,7 @@
 ** move. The core tells the driver through tp__host_hooks.wake and .run_gone.
 */
 #include <stdlib.h>
+#include <string.h>
 
 #include <uv.h>
 
@@ -15,11 +16,17 @@
 
 static void idle_start(tp_engine *e);
 
-/* What the driver keeps for r, made at the first need; NULL when out of memory. */
+_Static_assert(sizeof(tp__drv_run) <= TP_RUN_HOST_SPACE, "the driver's record fits in the "
+               "room a run keeps for it");
+_Static_assert(_Alignof(tp__drv_run) <= 16, "and its alignment");
+
+/* What the driver keeps for r, made at the first need in the run's host_space (so it
+** never fails: NULL is not returned any more, though callers still handle it). */
 tp__drv_run *tp__driver_of (tp_run *r) {
   tp__drv_run *d = r->host_data;
   if (d == NULL) {
-    if ((d = calloc(1, sizeof *d)) == NULL) return NULL;
+    d = (tp__drv_run *)(void *)r->host_space;
+    memset(d, 0, sizeof *d);
     d->r = r;
     r->host_data = d;
   }
@@ -233,8 +240,7 @@ void tp__driver_run_gone (void *ud, tp_run *r) {
   if (d->timer) uv_close((uv_handle_t *)d->timer, (uv_close_cb)free);
   tp__policy_run_free(d->policy);
   json_decref(d->attrs);
-  free(d);
-  r->host_data = NULL;
+  r->host_data = NULL;  /* d is in the run's host_space: it goes with the run */
 }
 
 /* One call takes runs from the front of the ready queue and steps each for a slice,

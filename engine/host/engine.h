@@ -104,8 +104,8 @@ void tp__driver_run_gone(void *ud, tp_run *r); /* tp__host_hooks.run_gone */
 void tp__driver_wait(tp_run *r);
 /* Closes the driver's handles and the loop (tp_engine_destroy). */
 void tp__driver_close(tp_engine *e);
-/* What the driver keeps for r (r->host_data), made at the first need; NULL when out of
-** memory. */
+/* What the driver keeps for r (r->host_data), made at the first need in the run's own
+** room for it (tp_run.host_space). */
 tp__drv_run *tp__driver_of(tp_run *r);
 
 #endif

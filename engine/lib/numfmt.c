@@ -269,3 +269,21 @@ size_t tp__fmt_json_real (double d, char *buf) {
   }
   return n;
 }
+
+size_t tp__fmt_json_milli (uint64_t n, char *buf) {
+  if (n >= (1ull << 51)) return tp__fmt_json_real((double)n / 1e3, buf);
+  char tmp[20], *p = buf;
+  uint64_t u = n / 1000;
+  unsigned f = (unsigned)(n % 1000);
+  int k = 0;
+  do { tmp[k++] = (char)('0' + u % 10); u /= 10; } while (u);
+  while (k) *p++ = tmp[--k];
+  *p++ = '.';
+  *p++ = (char)('0' + f / 100);
+  if (f % 100) {  /* no trailing zeros: "0.5", "0.25", "0.125"; "3.0" when whole */
+    *p++ = (char)('0' + f / 10 % 10);
+    if (f % 10) *p++ = (char)('0' + f % 10);
+  }
+  *p = '\0';
+  return (size_t)(p - buf);
+}

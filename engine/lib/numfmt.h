@@ -6,6 +6,7 @@
 #define tidepool_numfmt_h
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Room enough for any output of the functions below, with the NUL. */
 #define TP_NUMFMT_MAX 32
@@ -24,5 +25,12 @@ size_t tp__fmt_double(double d, char *buf);
 ** ("3.0", "-0.0"), else tp__fmt_double's text with ".0" added when it has neither a dot
 ** nor an exponent. Not finite: "null" (JSON has no such number). */
 size_t tp__fmt_json_real(double d, char *buf);
+
+/* The same text as tp__fmt_json_real((double)n / 1e3), a count of thousandths (the
+** envelope's times: milliseconds to the microsecond), written from n's digits: below
+** 2^51 the decimal n/1000 itself is the shortest text that reads back to that double
+** (two decimals with three places or fewer are 0.001 apart, more than the double's
+** whole rounding interval), so no search is needed. */
+size_t tp__fmt_json_milli(uint64_t n, char *buf);
 
 #endif

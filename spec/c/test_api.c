@@ -726,6 +726,115 @@ TEST(call_events_come_in_order_once_per_start_and_end) {
   tp_engine_destroy(e);
 }
 
+/* The envelope is written piece by piece without trees (run.c): each piece must be the
+** engine's own JSON form of its value (tp_json_text: keys sorted, shortest reals), in the
+** envelope's fixed order. Parsing the envelope and writing each piece again gives back
+** the same text, for plain runs, logs, warnings, errors and instruction counts (the
+** calls' records keep their own order and are taken as they are). */
+static void check_envelope_form (const char *env) {
+  static const char *const order[] = { "ok", "result", "error", "warnings", "logs", "calls",
+                                       "stats" };
+  char why[256] = "";
+  struct json_t *v = env ? tp_json_parse(env, strlen(env), why, sizeof why) : NULL;
+  CHECK(v != NULL);
+  if (v == NULL) return;
+  char expected[8192];
+  size_t o = 0;
+  int keys = 0;
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    json_t *piece = json_object_get((json_t *)v, order[i]);
+    if (piece == NULL) continue;
+    char *t = NULL;
+    if (strcmp(order[i], "calls") == 0) {  /* records in their own order (calls.c): as is */
+      const char *a = strstr(env, ",\"calls\":"), *b = strstr(env, ",\"stats\":");
+      CHECK(a != NULL && b != NULL && a < b);
+      if (a != NULL && b != NULL && a < b) t = strndup(a + 9, (size_t)(b - a - 9));
+    }
+    else t = tp_json_text(piece, NULL);
+    CHECK(t != NULL);
+    o += (size_t)snprintf(expected + o, sizeof expected - o, "%s\"%s\":%s", keys ? "," : "{",
+                          order[i], t ? t : "");
+    tp_free(t);
+    keys++;
+  }
+  snprintf(expected + o, sizeof expected - o, "}");
+  CHECK_INT(keys, json_object_size((json_t *)v));
+  CHECK_STR(env, expected);
+  json_decref((json_t *)v);
+}
+
+TEST(envelope_pieces_are_the_engines_json_form) {
+  tp_engine *e = tp_engine_create();
+  tp_tool_def a = { "t.answer", "Answers 42.", NULL, NULL, answer_fn, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
+  static const char *const scripts[] = {
+    "return 1",
+    "return",
+    "return nil",
+    "return {x = 1.5, y = {1, 2, 3}, s = 'a\\tb'}",
+    "print('one') print('two\\n', 2.5) return 'x'",
+    "local n = 0 for i = 1, 20000 do n = n + i end return n",
+    "error('boom')",
+    "error({code = 'mine', message = 'a table'})",
+    "return tools.t.answer{} + tools.t.answer{n = 1}",
+    "local ok = pcall(tools.t.nosuch, {}) return ok",
+    "local x = tools.t.answer{} error('after a call')",
+    "local t = {a = 1} for _, v in ipairs(t) do end return t.length",
+  };
+  tp_limits lim;
+  tp_limits_init(&lim);
+  for (int counted = 0; counted < 2; counted++) {
+    lim.instructions = counted ? 10000000 : 0;  /* stats.instructions when there is a limit */
+    for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++) {
+      char *env = NULL;
+      int ok = 0;
+      CHECK_INT(tp_engine_run(e, scripts[i], strlen(scripts[i]), &lim, &env, &ok), TP_OK);
+      check_envelope_form(env);
+      CHECK_HAS(env, "\"stats\":{\"cpu_ms\":");
+      if (counted) CHECK_HAS(env, ",\"instructions\":");
+      else CHECK(env == NULL || strstr(env, "\"instructions\"") == NULL);
+      tp_free(env);
+    }
+  }
+  tp_engine_destroy(e);
+}
+
+/* A run holds its first 16 calls in its own allocation and moves them to the heap past
+** that (calls.c): calls on both sides of the move keep their order and their answers, in
+** a run driven by the engine's loop (whose record of the run lives in the run too). */
+static void count_done (tp_run *r, void *ud) {
+  (void)r;
+  (*(int *)ud)++;
+}
+
+TEST(calls_past_the_runs_own_slots_keep_their_order_and_answers) {
+  tp_engine *e = tp_engine_create();
+  tp_tool_def a = { "t.answer", "Answers 42.", NULL, NULL, answer_fn, NULL, 0 };
+  CHECK_INT(tp_engine_add_tool(e, &a), TP_OK);
+  for (int n = 15; n <= 40; n += 25) {
+    char src[200];
+    snprintf(src, sizeof src, "local s = 0 for i = 1, %d do s = s + tools.t.answer{i = i} "
+             "end local ok = pcall(tools.t.nosuch, {}) return s", n);
+    tp_run *r = tp_run_create(e, src, strlen(src), NULL);
+    int done = 0;
+    CHECK_INT(tp_run_start(r, count_done, &done), TP_OK);
+    while (!done) tp_engine_poll(e, 0);
+    const char *env = tp_run_envelope(r);
+    char want[40];
+    snprintf(want, sizeof want, "\"result\":%d", 42 * n);
+    CHECK_HAS(env, want);
+    int records = 0;
+    for (const char *p = env; (p = strstr(p, "{\"tool\":\"t.answer\",\"ok\":true")) != NULL; p++)
+      records++;
+    CHECK_INT(records, n);
+    CHECK_HAS(env, "{\"tool\":\"t.nosuch\",\"ok\":false,\"error\":\"tool.unknown\"");
+    CHECK(strstr(env, "\"tool\":\"t.nosuch\"") > strstr(env, "\"tool\":\"t.answer\""));
+    check_envelope_form(env);
+    tp_run_destroy(r);
+  }
+  tp_engine_destroy(e);
+}
+
 /* ---- tools: one by one, problems, unload and reload ------------------------------------ */
 
 /* A fresh directory under /tmp (dir holds at least 64 bytes). */
@@ -1035,6 +1144,8 @@ int main (int argc, char **argv) {
   RUN(parse_value_and_format_value);
   RUN(run_ok_is_set_only_when_done_and_succeeded);
   RUN(call_events_come_in_order_once_per_start_and_end);
+  RUN(envelope_pieces_are_the_engines_json_form);
+  RUN(calls_past_the_runs_own_slots_keep_their_order_and_answers);
   RUN(tools_are_listed_one_by_one_sorted_with_their_schemas);
   RUN(load_problems_come_one_by_one_in_file_order);
   RUN(unload_then_load_picks_up_a_changed_plugin_dir);

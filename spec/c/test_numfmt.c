@@ -143,6 +143,44 @@ TEST(tp_number_text_cuts_to_the_buffer_and_says_the_length) {
   CHECK_INT(tp_number_text(1, NULL, 0), 1);
 }
 
+/* The envelope's times (thousandths written from their digits) are the text the general
+** way writes for the same double: every n below 300000, random ones up to 2^51, the powers
+** of two and ten, and past 2^51 (the general way itself). */
+static int milli_mismatches;
+static void check_milli (uint64_t n) {
+  char want[TP_NUMFMT_MAX], got[TP_NUMFMT_MAX];
+  size_t wn = tp__fmt_json_real((double)n / 1e3, want), gn = tp__fmt_json_milli(n, got);
+  if (wn != gn || strcmp(want, got) != 0) {
+    if (milli_mismatches++ < 10)
+      TP_FAIL_AT("%llu: got %s, want %s", (unsigned long long)n, got, want);
+  }
+}
+
+TEST(thousandths_are_written_as_the_general_way_writes_them) {
+  milli_mismatches = 0;
+  for (uint64_t n = 0; n < 300000; n++) check_milli(n);
+  for (int i = 0; i < 200000; i++) check_milli(next_u64() >> (13 + i % 40));
+  for (int e = 0; e < 64; e++) {
+    check_milli(1ull << e);
+    check_milli((1ull << e) - 1);
+    check_milli((1ull << e) + 1);
+  }
+  for (uint64_t p = 1; p < 10000000000000000000ull; p *= 10) {
+    check_milli(p);
+    check_milli(p - 1);
+    check_milli(p + 1);
+  }
+  check_milli(UINT64_MAX);
+  CHECK_INT(milli_mismatches, 0);
+  char buf[TP_NUMFMT_MAX];
+  CHECK_INT(tp__fmt_json_milli(12, buf), 5);
+  CHECK_STR(buf, "0.012");
+  tp__fmt_json_milli(50000, buf);
+  CHECK_STR(buf, "50.0");
+  tp__fmt_json_milli(1500, buf);
+  CHECK_STR(buf, "1.5");
+}
+
 int main (void) {
   RUN(random_bit_patterns_match_the_printf_reference);
   RUN(ordinary_values_match_the_printf_reference);
@@ -150,5 +188,6 @@ int main (void) {
   RUN(edge_cases_read_as_printf_writes_them);
   RUN(json_reals_always_read_as_reals);
   RUN(tp_number_text_cuts_to_the_buffer_and_says_the_length);
+  RUN(thousandths_are_written_as_the_general_way_writes_them);
   return tp_test_end();
 }

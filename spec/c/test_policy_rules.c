@@ -13,6 +13,8 @@
 #include <jansson.h>
 
 #include "tp_test.h"
+#include "digest.h"
+#include "util.h"
 
 /* policy.c: the buckets' clock (internal, for tests). */
 void tp__policy_set_clock(tp_engine *e, uint64_t (*now_ns)(void *ud), void *ud);
@@ -441,6 +443,44 @@ TEST(the_policy_schema_agrees_with_the_loader) {
   free(schema);
 }
 
+/* The hash the decisions carry: SHA-256 of known texts; a context used for one hash
+** gives the next the digest a fresh one gives (libcrypto's SHA-256 functions and the
+** EVP context each thread keeps agree at every length around the block edges, in any
+** order); and the hex is two lower-case digits a byte. */
+TEST(the_arguments_hash_is_the_same_fresh_and_reused) {
+  char h[65], g[65];
+  tp__sha256_hex("", 0, h);
+  CHECK_STR(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  tp__sha256_hex("abc", 3, h);
+  CHECK_STR(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  tp__sha256_hex_evp("abc", 3, g);
+  CHECK_STR(g, h);
+  const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  tp__sha256_hex(two, strlen(two), h);
+  CHECK_STR(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  static char text[1100];
+  for (size_t i = 0; i < sizeof text; i++) text[i] = (char)(i * 131 + 7);
+  int differ = 0;
+  for (size_t n = 0; n <= sizeof text; n += n < 200 ? 1 : 97) {
+    tp__sha256_hex(text, n, h);
+    tp__sha256_hex_evp(text, n, g);
+    differ += strcmp(h, g) != 0;
+    tp__sha256_hex_evp(text, n, g);  /* the kept context again, right after itself */
+    differ += strcmp(h, g) != 0;
+    tp__sha256_hex(text, n, g);
+    differ += strcmp(h, g) != 0;
+  }
+  CHECK_INT(differ, 0);
+  unsigned char all[256];
+  char hex[513], want[513];
+  for (int i = 0; i < 256; i++) {
+    all[i] = (unsigned char)i;
+    snprintf(want + 2 * i, 3, "%02x", i);
+  }
+  tp__hex(all, sizeof all, hex);
+  CHECK_STR(hex, want);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(glob_star_matches_one_part_and_double_star_any_number);
@@ -453,6 +493,7 @@ int main (int argc, char **argv) {
   RUN(requires_denies_a_caller_without_the_scopes);
   RUN(load_errors_name_the_rule_the_field_and_the_column);
   RUN(every_decision_reaches_the_callback_with_a_hash_of_the_arguments);
+  RUN(the_arguments_hash_is_the_same_fresh_and_reused);
   RUN(the_policy_schema_agrees_with_the_loader);
   return tp_test_end();
 }
