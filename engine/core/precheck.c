@@ -413,16 +413,9 @@ static void undefined_global (pcx *x, const Proto *p, int pc, const TString *ts,
         "and the script never assigns one), so %s fails", name, name, what);
 }
 
-/* The real table behind a read-only library proxy on top of L (pushed), or 0. */
-static int library_table (lua_State *L) {
-  if (lua_type(L, -1) != LUA_TTABLE || !lua_getmetatable(L, -1)) return 0;
-  if (lua_rawgetp(L, -1, &tp__readonly_key) == LUA_TNIL) { lua_pop(L, 2); return 0; }
-  lua_pop(L, 1);
-  lua_pushliteral(L, "__index");
-  if (lua_rawget(L, -2) != LUA_TTABLE) { lua_pop(L, 2); return 0; }
-  lua_remove(L, -2);
-  return 1;
-}
+/* The real table behind a read-only library proxy on top of L (pushed), or 0; a library
+** a session has not built yet is built (sandbox.c). */
+static int library_table (lua_State *L) { return tp__sandbox_library(L); }
 
 /* lib.<field> at pc+1, lib being the library on top of L. */
 static void library_field (pcx *x, const Proto *p, int pc, const char *lib) {
@@ -724,6 +717,21 @@ static int precheck_protected (lua_State *L) {
   return 0;
 }
 
+int tp__precheck_needed (const tp_run *r) {
+  lua_State *T = r->sb->T;
+  if (lua_gettop(T) < 1) return 0;
+  const TValue *o = s2v(T->top.p - 1);
+  if (!ttisLclosure(o)) return 0;
+  const Proto *p = clLvalue(o)->p;
+  if (p->sizep > 0) return 1;  /* functions inside: the full check */
+  for (int pc = 0; pc < p->sizecode; pc++)
+    switch (GET_OPCODE(p->code[pc])) {
+      case OP_GETTABUP: case OP_SETTABUP: case OP_GETUPVAL: case OP_SETUPVAL: return 1;
+      default: break;
+    }
+  return 0;
+}
+
 int tp__precheck (tp_run *r, tp_findings *out) {
   out->n = 0;
   out->more = 0;
@@ -731,8 +739,13 @@ int tp__precheck (tp_run *r, tp_findings *out) {
   if (lua_gettop(T) < 1) return 0;
   const TValue *o = s2v(T->top.p - 1);
   if (!ttisLclosure(o)) return 0;
-  pcx *x = calloc(1, sizeof *x);
+  /* 9 KiB of lists, read only up to their counts: zeroing them (calloc) was a third of
+  ** a warm run of a trivial script */
+  pcx *x = malloc(sizeof *x);
   if (x == NULL) return 0;
+  x->L = NULL;
+  x->G = x->globals = x->depth = x->kv_get = x->nnil = 0;
+  x->nassigned = x->nprobed = 0;
   x->r = r;
   x->out = out;
   pcall_ud u = { x, clLvalue(o)->p };

@@ -30,6 +30,10 @@ typedef struct tp_findings {
 ** number of findings kept in out; 0 also when the check could not be made (out of
 ** memory), which never stops a run. */
 int tp__precheck(tp_run *r, tp_findings *out);
+/* 0 when the chunk on top of r's script thread has nothing the check reads (no global,
+** no upvalue, no function inside: `return 1`), so that tp__precheck would find nothing;
+** 1 otherwise. A few instructions of the chunk looked at. */
+int tp__precheck_needed(const tp_run *r);
 
 /* How Lua does what a function of another language did (string.split, table.join,
 ** s:trim()...): the advice, or NULL. lib is "string", "table", "math", "os" for a

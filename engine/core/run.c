@@ -1076,7 +1076,7 @@ static int compile (tp_run *r) {
   r->cpu_used_ns += r->compile_ns;
   if (status == LUA_OK) {
     r->return_line = return_line(T);
-    tp_findings *fs = malloc(sizeof *fs);
+    tp_findings *fs = tp__precheck_needed(r) ? malloc(sizeof *fs) : NULL;
     int found = fs != NULL && tp__precheck(r, fs) > 0;
     uint64_t checked = tp__now_ns() - t0 - r->compile_ns;  /* charged like the compile */
     r->compile_ns += checked;

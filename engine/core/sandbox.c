@@ -757,7 +757,16 @@ static const char *show (lua_State *L, int idx, size_t *len) {
         if (lua_type(L, -1) == LUA_TSTRING) kind = lua_tostring(L, -1);
         lua_pop(L, 1);  /* still referenced by the metatable */
       }
-      lua_rawgetp(L, LUA_REGISTRYINDEX, &ids_key);
+      if (lua_rawgetp(L, LUA_REGISTRYINDEX, &ids_key) != LUA_TTABLE) {
+        lua_pop(L, 1);  /* made at the first value shown */
+        lua_newtable(L);
+        lua_createtable(L, 0, 1);
+        lua_pushliteral(L, "k");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+        lua_pushvalue(L, -1);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &ids_key);
+      }
       lua_pushvalue(L, idx);
       lua_rawget(L, -2);
       lua_Integer id = lua_tointeger(L, -1);
@@ -1794,6 +1803,7 @@ static int sb_co_close (lua_State *L) {
 static int sb_co_running (lua_State *L) {
   tp_sandbox *sb = tp__sandbox_of(L);
   lua_pushthread(L);
+  if (L == sb->T) sb->t_seen = 1;
   lua_pushboolean(L, L == sb->T);
   return 2;
 }
@@ -1975,25 +1985,23 @@ static int readonly_pairs (lua_State *L) {
   return 3;
 }
 
-/* Replaces the table on top with a read-only proxy of it. */
-static void make_readonly (lua_State *L) {
-  lua_newtable(L);                      /* real proxy */
-  lua_createtable(L, 0, 5);             /* real proxy mt */
-  lua_pushvalue(L, -3);
+/* Pushes the metatable that makes an empty table a read-only proxy of the table at real:
+** reads and pairs reach real, writes raise, getmetatable answers false. */
+static void push_readonly_mt (lua_State *L, int real) {
+  real = lua_absindex(L, real);
+  lua_createtable(L, 0, 5);
+  lua_pushvalue(L, real);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, readonly_newindex);
   lua_setfield(L, -2, "__newindex");
-  lua_pushvalue(L, -3);
+  lua_pushvalue(L, real);
   lua_pushcclosure(L, readonly_pairs, 1);
   lua_setfield(L, -2, "__pairs");
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable");
   lua_pushboolean(L, 1);
   lua_rawsetp(L, -2, &tp__readonly_key);
-  lua_setmetatable(L, -2);              /* real proxy */
-  lua_remove(L, -2);
 }
-
 
 /* ---- foreign names -----------------------------------------------------------------
 ** Models write JavaScript and Python words into Lua: `null`, `None`, `await`, `console`.
@@ -2080,14 +2088,189 @@ static int json_index (lua_State *L) {
   return 1;
 }
 
-/* Opens the allowed libraries into the fresh state. Runs in protected mode. */
+/* ---- libraries built when first touched -------------------------------------------
+** A library the script sees (string, table, math, utf8, coroutine, os, json, and the
+** copy of the string metatable that getmetatable("") answers) is an empty proxy table
+** from the start, in the globals under its name as always, so pairs(_G), rawget and
+** rawequal see what they would see in a sandbox built in full. Until a script (or the
+** host) first reads through it, the proxy's metatable is a shared one whose __index and
+** __pairs build the library: its real table, filled from the allowlist, entered in the
+** registry's LOADED table (for error messages' names), and the proxy's own read-only
+** metatable over it; then the read is done again through that. Writes raise as they do
+** once it is built (no need to build for that), # is 0 and next() finds nothing either
+** way. The string metatable's __index is the string proxy until the string library is
+** built, then its real table. A session's sandbox is built so (most scripts touch a few
+** libraries); a pool's sandbox is built in full once and copied (tp_snap). */
+static char lazy_key;  /* registry: a table of the proxies, by lazy library number */
+#define LZ_JSON ((int)NLIBS)       /* 1 .. NLIBS - 1: libs[i]; then json, then the */
+#define LZ_SMT ((int)NLIBS + 1)    /* copy of the string metatable */
+#define NLAZY LZ_SMT
+
+int tp__sandbox_full;              /* tests: build every sandbox in full (see sandbox.h) */
+
+static int lazy_index (lua_State *L);
+
+/* The lazy library number of the proxy at idx, or 0. */
+static int lazy_find (lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &lazy_key) != LUA_TTABLE) { lua_pop(L, 1); return 0; }
+  int found = 0;
+  for (int i = 1; i <= NLAZY && !found; i++) {
+    lua_rawgeti(L, -1, i);
+    if (lua_rawequal(L, -1, idx)) found = i;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return found;
+}
+
+/* Whether the read-only proxy at idx still waits for its library. */
+static int lazy_pending (lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  lua_pushliteral(L, "__index");
+  lua_rawget(L, -2);
+  int pending = lua_tocfunction(L, -1) == lazy_index;
+  lua_pop(L, 2);
+  return pending;
+}
+
+/* Builds lazy library i behind its proxy at idx (see above). May raise (memory). */
+static void lazy_build (lua_State *L, int i, int proxy) {
+  proxy = lua_absindex(L, proxy);
+  int top = lua_gettop(L);
+  luaL_checkstack(L, 8, NULL);
+  if (i == LZ_JSON) {
+    tp__json_open(L);
+    push_readonly_mt(L, -1);
+    lua_pushvalue(L, -2);  /* reading json.null builds its metatable first */
+    lua_pushcclosure(L, json_index, 1);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, proxy);
+    lua_settop(L, top);
+    return;
+  }
+  if (i == LZ_SMT) {  /* __index: the script's (read-only) string table, as rawequal as in
+                      ** Lua; the arithmetic metamethods of the real one */
+    lua_createtable(L, 0, (int)NSTRING_ARITH + 1);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &lazy_key);
+    lua_rawgeti(L, -1, 1);  /* libs[1] is string */
+    lua_setfield(L, -3, "__index");
+    lua_pop(L, 1);
+    for (size_t m = 0; m < NSTRING_ARITH; m++) {
+      lua_pushcfunction(L, orig_string_arith[m]);
+      lua_setfield(L, -2, string_arith[m]);
+    }
+    push_readonly_mt(L, -1);
+    lua_setmetatable(L, proxy);
+    lua_settop(L, top);
+    return;
+  }
+  const char *name = libs[i].name;
+  int src = 0;
+  if (lib_open[i]) {  /* a library whose values must be taken from it (see plan_slots) */
+    if (i == 1) luaL_error(L, "allowlist: string would be opened again");  /* its metatable */
+    lua_pushcfunction(L, libs[i].open);
+    lua_call(L, 0, 1);
+    src = lua_gettop(L);
+  }
+  lua_createtable(L, 0, lib_size[i]);
+  int dst = lua_gettop(L);
+  for (size_t k = 0; k < TP_ALLOWLIST_LEN; k++) {
+    const slot *sl = &slots[k];
+    if (sl->lib != i || sl->kind == V_NONE) continue;
+    const tp_allow *a = &tp__allowlist[k];
+    switch (sl->kind) {
+      case V_CFUNC:
+        if (sl->fn == NULL) luaL_error(L, "allowlist: no wrapper for %s.%s", name, a->name);
+        lua_pushcfunction(L, sl->fn);
+        break;
+      case V_INT: lua_pushinteger(L, sl->i); break;
+      case V_NUM: lua_pushnumber(L, sl->n); break;
+      case V_STR: lua_pushlstring(L, sl->s, sl->slen); break;
+      default: lua_getfield(L, src, a->name); break;
+    }
+    lua_setfield(L, dst, a->name);
+  }
+  if (i == 1) {  /* string methods: the real table from now on */
+    lua_pushliteral(L, "");
+    lua_getmetatable(L, -1);
+    lua_pushvalue(L, dst);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 2);
+  }
+  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);  /* the real table, for error */
+  lua_pushvalue(L, dst);                                 /* messages' names */
+  lua_setfield(L, -2, name);
+  lua_pop(L, 1);
+  push_readonly_mt(L, dst);
+  lua_setmetatable(L, proxy);
+  lua_settop(L, top);
+}
+
+static int lazy_index (lua_State *L) {
+  int i = lazy_find(L, 1);
+  if (i == 0) return 0;
+  lazy_build(L, i, 1);
+  lua_settop(L, 2);
+  lua_gettable(L, 1);
+  return 1;
+}
+
+static int lazy_pairs (lua_State *L) {
+  int i = lazy_find(L, 1);
+  if (i == 0) return luaL_error(L, "not a library");
+  lazy_build(L, i, 1);
+  luaL_getmetafield(L, 1, "__pairs");
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 3);
+  return 3;
+}
+
+int tp__sandbox_library (lua_State *L) {
+  int idx = lua_gettop(L);
+  if (lua_type(L, idx) != LUA_TTABLE || !lua_getmetatable(L, idx)) return 0;
+  if (lua_rawgetp(L, -1, &tp__readonly_key) == LUA_TNIL) { lua_pop(L, 2); return 0; }
+  lua_pop(L, 2);
+  if (lazy_pending(L, idx)) {
+    int i = lazy_find(L, idx);
+    if (i == 0 || i == LZ_JSON) return 0;  /* json's __index is a function either way */
+    lazy_build(L, i, idx);
+  }
+  lua_getmetatable(L, idx);
+  lua_pushliteral(L, "__index");
+  if (lua_rawget(L, -2) != LUA_TTABLE) { lua_pop(L, 2); return 0; }
+  lua_remove(L, -2);
+  return 1;
+}
+
+int tp__sandbox_loaded (lua_State *L, const char *name) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  if (lua_getfield(L, -1, name) == LUA_TNIL) {
+    lua_pop(L, 1);
+    for (int i = 1; i < (int)NLIBS; i++) {
+      if (strcmp(libs[i].name, name) != 0) continue;
+      lua_rawgetp(L, LUA_REGISTRYINDEX, &lazy_key);
+      lua_rawgeti(L, -1, i);
+      lua_remove(L, -2);
+      if (lua_type(L, -1) == LUA_TTABLE && lazy_pending(L, -1)) lazy_build(L, i, -1);
+      lua_pop(L, 1);
+      break;
+    }
+    lua_getfield(L, -1, name);
+  }
+  lua_remove(L, -2);
+  return lua_type(L, -1);
+}
+
+/* Opens the allowed libraries into the fresh state, in full or lazily (see above). Runs
+** in protected mode. */
 static int open_sandbox (lua_State *L) {
+  int lazy = lua_toboolean(L, 1);
   /* a fresh state holds only what is built here, so collecting now would find nothing */
   lua_gc(L, LUA_GCSTOP);
-  /* the libraries that values must be taken from (see plan_slots) */
-  for (size_t i = 0; i < NLIBS; i++) {
-    if (!lib_open[i]) continue;
-    luaL_requiref(L, libs[i].name, libs[i].open, 1);
+  /* base values that must be taken from Lua's base library (see plan_slots) */
+  if (lib_open[0]) {
+    luaL_requiref(L, libs[0].name, libs[0].open, 1);
     lua_pop(L, 1);
   }
   /* The registry's LOADED table: luaL_argerror names a function ("bad argument #1 to
@@ -2100,88 +2283,78 @@ static int open_sandbox (lua_State *L) {
   /* the new globals, filled from the allowlist */
   lua_createtable(L, 0, lib_size[0] + (int)NLIBS + 2);
   int NG = lua_gettop(L);
-  for (size_t i = 0; i < NLIBS; i++) {
-    const char *name = libs[i].name;
-    int is_base = i == 0;
-    int src = 0;
-    if (lib_open[i]) {
-      if (is_base) src = G;
-      else { lua_getfield(L, G, name); src = lua_gettop(L); }
+  for (size_t k = 0; k < TP_ALLOWLIST_LEN; k++) {
+    const slot *sl = &slots[k];
+    if (sl->lib != 0 || sl->kind == V_NONE) continue;
+    const tp_allow *a = &tp__allowlist[k];
+    switch (sl->kind) {
+      case V_CFUNC:
+        if (sl->fn == NULL) return luaL_error(L, "allowlist: no wrapper for _G.%s", a->name);
+        lua_pushcfunction(L, sl->fn);
+        break;
+      case V_INT: lua_pushinteger(L, sl->i); break;
+      case V_NUM: lua_pushnumber(L, sl->n); break;
+      case V_STR: lua_pushlstring(L, sl->s, sl->slen); break;
+      default: lua_getfield(L, G, a->name); break;
     }
-    int dst;
-    if (is_base) dst = NG;
-    else { lua_createtable(L, 0, lib_size[i]); dst = lua_gettop(L); }
-    for (size_t k = 0; k < TP_ALLOWLIST_LEN; k++) {
-      const slot *sl = &slots[k];
-      if (sl->lib != (int)i || sl->kind == V_NONE) continue;
-      const tp_allow *a = &tp__allowlist[k];
-      switch (sl->kind) {
-        case V_CFUNC:
-          if (sl->fn == NULL) return luaL_error(L, "allowlist: no wrapper for %s.%s", name, a->name);
-          lua_pushcfunction(L, sl->fn);
-          break;
-        case V_INT: lua_pushinteger(L, sl->i); break;
-        case V_NUM: lua_pushnumber(L, sl->n); break;
-        case V_STR: lua_pushlstring(L, sl->s, sl->slen); break;
-        default: lua_getfield(L, src, a->name); break;
-      }
-      lua_setfield(L, dst, a->name);
-    }
-    if (!is_base) {
-      int is_string = strcmp(name, "string") == 0;
-      if (is_string) {
-        /* Lua's string metatable: methods from the filtered table, and the arithmetic
-        ** metamethods that coerce numeric strings ("10" + 1 == 11). */
-        lua_pushliteral(L, "");
-        lua_createtable(L, 0, (int)NSTRING_ARITH + 2);
-        lua_pushvalue(L, dst);
-        lua_setfield(L, -2, "__index");
-        for (size_t m = 0; m < NSTRING_ARITH; m++) {
-          lua_pushcfunction(L, orig_string_arith[m]);
-          lua_setfield(L, -2, string_arith[m]);
-        }
-        lua_setmetatable(L, -2);
-        lua_pop(L, 1);
-      }
-      lua_pushvalue(L, dst);          /* the real table, for error messages' names */
-      lua_setfield(L, loaded, name);
-      make_readonly(L);
-      if (is_string) {
-        /* getmetatable("") answers a read-only copy of it whose __index is the script's
-        ** (read-only) string table, as rawequal as in Lua; the real one stays out of
-        ** reach, so string methods cannot be changed. */
-        int proxy = lua_gettop(L);
-        lua_pushliteral(L, "");
-        lua_getmetatable(L, -1);
-        int mt = lua_gettop(L);
-        lua_createtable(L, 0, (int)NSTRING_ARITH + 1);
-        lua_pushvalue(L, proxy);
-        lua_setfield(L, -2, "__index");
-        for (size_t m = 0; m < NSTRING_ARITH; m++) {
-          lua_getfield(L, mt, string_arith[m]);
-          lua_setfield(L, -2, string_arith[m]);
-        }
-        make_readonly(L);
-        lua_setfield(L, mt, "__metatable");
-        lua_settop(L, proxy);
-      }
-      lua_setfield(L, NG, name);
-      if (src) lua_pop(L, 1);
-    }
+    lua_setfield(L, NG, a->name);
   }
-  tp__json_open(L);
+  /* the libraries' proxies, waiting for their libraries */
+  lua_createtable(L, 0, 5);
+  int pending = lua_gettop(L);
+  lua_pushcfunction(L, lazy_index);
+  lua_setfield(L, pending, "__index");
+  lua_pushcfunction(L, readonly_newindex);
+  lua_setfield(L, pending, "__newindex");
+  lua_pushcfunction(L, lazy_pairs);
+  lua_setfield(L, pending, "__pairs");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, pending, "__metatable");
+  lua_pushboolean(L, 1);
+  lua_rawsetp(L, pending, &tp__readonly_key);
+  lua_createtable(L, NLAZY, 0);
+  int proxies = lua_gettop(L);
+  lua_pushvalue(L, proxies);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &lazy_key);
+  for (int i = 1; i <= NLAZY; i++) {
+    lua_createtable(L, 0, 0);
+    lua_pushvalue(L, pending);
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, proxies, i);
+    if (i < (int)NLIBS) lua_setfield(L, NG, libs[i].name);
+    else if (i == LZ_JSON) lua_setfield(L, NG, "json");
+    else lua_pop(L, 1);
+  }
+  /* Lua's string metatable: methods through the string library, the arithmetic
+  ** metamethods that coerce numeric strings ("10" + 1 == 11), and for getmetatable("")
+  ** a read-only copy; the real one stays out of reach, so string methods cannot be
+  ** changed. */
+  lua_pushliteral(L, "");
+  lua_createtable(L, 0, (int)NSTRING_ARITH + 2);
+  lua_rawgeti(L, proxies, 1);
+  lua_setfield(L, -2, "__index");
+  for (size_t m = 0; m < NSTRING_ARITH; m++) {
+    lua_pushcfunction(L, orig_string_arith[m]);
+    lua_setfield(L, -2, string_arith[m]);
+  }
+  lua_rawgeti(L, proxies, LZ_SMT);
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+  lua_pop(L, 1);
   tp__json_tag_objects(L, tp__sb_objlen);  /* #t of a JSON object warns (warnings.c) */
   tp__json_tag_arrays(L, tp__sb_arrindex);  /* t.length of a JSON array warns */
-  make_readonly(L);
   /* json.null's metatable is built when a null first reaches the script: a tool's
   ** result or json.decode (json.c), or the script reading json.null (json_index) */
   tp__json_null_meta_lazy(L);
-  lua_getmetatable(L, -1);  /* the json proxy's: its __index becomes json_index */
-  lua_getfield(L, -1, "__index");
-  lua_pushcclosure(L, json_index, 1);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
-  lua_setfield(L, NG, "json");
+  lua_pushvalue(L, loaded);
+  lua_setfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  if (!lazy)
+    for (int i = 1; i <= NLAZY; i++) {
+      lua_rawgeti(L, proxies, i);
+      lazy_build(L, i, -1);
+      lua_pop(L, 1);
+    }
   lua_createtable(L, 0, 1);  /* the globals' metatable: foreign names */
   lua_pushcfunction(L, globals_index);
   lua_setfield(L, -2, "__index");
@@ -2199,15 +2372,6 @@ static int open_sandbox (lua_State *L) {
   /* what luaL_requiref left in package.loaded (unfiltered libraries) goes */
   lua_pushvalue(L, NG);
   lua_setfield(L, loaded, LUA_GNAME);
-  lua_pushvalue(L, loaded);
-  lua_setfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  /* display numbers for tostring */
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "k");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &ids_key);
   /* the script's thread, anchored in the registry */
   tp__sandbox_of(L)->T = lua_newthread(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &thread_key);
@@ -2261,8 +2425,11 @@ tp_sandbox *tp__sandbox_create_in (const tp_limits *limits, tp_arena_pool *pool)
   atomic_store(&sb->running, L);
   lua_setwarnf(L, NULL, NULL);
   if (gc_aggressive) lua_gc(L, LUA_GCINC, 0, 1000, 0);  /* no pause, big steps */
+  /* a pool's sandbox is copied as built: in full; a session's is built as it is used */
+  int full = pool != NULL || tp__sandbox_full;
   lua_pushcfunction(L, open_sandbox);
-  if (lua_pcall(L, 0, 0, 0) != LUA_OK) goto fail;  /* out of memory, or below the cap */
+  lua_pushboolean(L, !full);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) goto fail;  /* out of memory, or below the cap */
   if (pool && pool->sandboxes < pool->sandboxes_max && !seeded &&
       snap_take(sb) == 0)
     pool->sandboxes++;
@@ -2497,6 +2664,16 @@ static int new_thread (lua_State *L) {
   return 0;
 }
 
+/* Whether the script's thread T can serve the next run as it is: its run returned (no
+** error, nothing left open: a fresh thread's state but for its stack's size), and the
+** script never held it as a value, so nothing can tell it from a new one. Making a new
+** thread for every run was a third of the garbage of a warm run of a short script. */
+static int thread_reusable (const tp_sandbox *sb) {
+  lua_State *T = sb->T;
+  return !sb->t_seen && T != NULL && lua_status(T) == LUA_OK && T->ci == &T->base_ci &&
+         T->openupval == NULL && T->tbclist.p == T->stack.p && T->errfunc == 0;
+}
+
 int tp__sandbox_reset (tp_sandbox *sb) {
   json_t *logs = json_array();
   if (logs == NULL) return -1;
@@ -2506,11 +2683,18 @@ int tp__sandbox_reset (tp_sandbox *sb) {
   sb->fail_armed = 0;
   sb->kill_note[0] = '\0';
   lua_sethook(sb->L, NULL, 0, 0);
-  lua_pushcfunction(sb->L, new_thread);
-  if (lua_pcall(sb->L, 0, 0, 0) != LUA_OK) {
-    lua_pop(sb->L, 1);
-    json_decref(logs);
-    return -1;
+  if (thread_reusable(sb)) {
+    lua_settop(sb->T, 0);
+    lua_sethook(sb->T, NULL, 0, 0);  /* as a new thread takes L's */
+  }
+  else {
+    lua_pushcfunction(sb->L, new_thread);
+    if (lua_pcall(sb->L, 0, 0, 0) != LUA_OK) {
+      lua_pop(sb->L, 1);
+      json_decref(logs);
+      return -1;
+    }
+    sb->t_seen = 0;
   }
   json_decref(sb->logs);
   sb->logs = logs;

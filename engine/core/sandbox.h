@@ -120,17 +120,21 @@ typedef struct tp_sandbox {
                            ** the code's */
   struct tp_run *run;      /* owner, for tool calls */
 
+  int t_seen;              /* a script got T as a value (coroutine.running): a session's
+                           ** next run gets a new thread, not T again (tp__sandbox_reset) */
   struct tp_snap *snap;    /* a pool's sandbox: its state as built, or NULL */
   struct tp_sandbox *next_idle;
 } tp_sandbox;
 
-/* Creates the sandbox state with the allowlisted library. Returns NULL when out of
+/* Creates the sandbox state with the allowlisted library, each library built when a
+** script first touches it (a session's: see tp__sandbox_full). Returns NULL when out of
 ** memory (host or cap). */
 tp_sandbox *tp__sandbox_create(const tp_limits *limits);
 /* The same with its chunks taken from and given back to pool (NULL: none), which must
 ** outlive the sandbox. A pool also keeps sandboxes: tp__sandbox_destroy puts a pool's
 ** sandbox back exactly as it was built (every byte of its state), and this hands it
-** out again, which costs a copy of its memory instead of building it. */
+** out again, which costs a copy of its memory instead of building it. A pool's sandbox
+** is built in full. */
 tp_sandbox *tp__sandbox_create_in(const tp_limits *limits, tp_arena_pool *pool);
 void tp__sandbox_destroy(tp_sandbox *sb);
 /* Readies a session's sandbox for its next run: a new script thread, empty logs,
@@ -256,6 +260,19 @@ extern char tp__readonly_key; /* in a metatable: rawset refuses the table */
 ** of a foreign name (`null`, `await`...) or NULL, and whether f is that __index. */
 const char *tp__sandbox_foreign_say(const char *name);
 int tp__sandbox_globals_index_is_ours(lua_CFunction f);
+
+/* Libraries built when first touched (sandbox.c): a session's sandbox builds each library
+** (string, table, math, utf8, coroutine, os, json, getmetatable("")'s copy) the first
+** time it is read through; a pool's is built in full. tp__sandbox_full set (tests only)
+** builds every sandbox in full, to compare. */
+extern int tp__sandbox_full;
+/* The real table behind the read-only library proxy on top of L, built if it was still
+** waiting, pushed: 1; or 0, nothing pushed, for any other value and for json (its
+** __index is a function). May raise (memory). */
+int tp__sandbox_library(lua_State *L);
+/* Pushes the registry's LOADED[name] of a sandbox state, the library built first if it
+** was still waiting; returns its type. May raise (memory). */
+int tp__sandbox_loaded(lua_State *L, const char *name);
 
 /* Opens tools, parallel into the sandbox's new globals table on top of L. */
 void tp__tools_open(lua_State *L);
