@@ -68,22 +68,8 @@ static int put_string (enc *e, const char *s, size_t len) {
     if (c >= 0x20 && c != '"' && c != '\\') continue;
     if (!put(e, s + run, i - run)) return 0;
     run = i + 1;
-    char esc[6] = { '\\', 0, 0, 0, 0, 0 };
-    size_t n = 2;
-    switch (c) {
-      case '"': esc[1] = '"'; break;
-      case '\\': esc[1] = '\\'; break;
-      case '\n': esc[1] = 'n'; break;
-      case '\r': esc[1] = 'r'; break;
-      case '\t': esc[1] = 't'; break;
-      case '\b': esc[1] = 'b'; break;
-      case '\f': esc[1] = 'f'; break;
-      default:
-        esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
-        esc[4] = tp__hex_digit(c >> 4); esc[5] = tp__hex_digit(c);
-        n = 6;
-    }
-    if (!put(e, esc, n)) return 0;
+    char esc[6];
+    if (!put(e, esc, tp__json_escape(c, esc))) return 0;
   }
   return put(e, s + run, len - run) && putc1(e, '"');
 }

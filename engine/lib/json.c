@@ -942,21 +942,8 @@ static void dump_string (dbuf *b, const char *s, size_t len) {
     if (c >= 0x20 && c != '"' && c != '\\') continue;
     db_put(b, s + run, i - run);
     run = i + 1;
-    char esc[6] = { '\\', 0, 0, 0, 0, 0 };
-    size_t n = 2;
-    switch (c) {
-      case '"': esc[1] = '"'; break;
-      case '\\': esc[1] = '\\'; break;
-      case '\n': esc[1] = 'n'; break;
-      case '\r': esc[1] = 'r'; break;
-      case '\t': esc[1] = 't'; break;
-      case '\b': esc[1] = 'b'; break;
-      case '\f': esc[1] = 'f'; break;
-      default:
-        esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = tp__hex_digit(c >> 4); esc[5] = tp__hex_digit(c);
-        n = 6;
-    }
-    db_put(b, esc, n);
+    char esc[6];
+    db_put(b, esc, tp__json_escape(c, esc));
   }
   db_put(b, s + run, len - run);
   db_putc(b, '"');

@@ -70,4 +70,24 @@ void tp__hex(const void *p, size_t n, char *out);
 /* The lower-case hex digit of v & 15. */
 static inline char tp__hex_digit (unsigned v) { return "0123456789abcdef"[v & 15]; }
 
+/* The JSON escape of byte c (a control byte, '"' or '\\') into esc: \" \\ \n \r \t \b \f,
+** else \u00XX. Returns its length, 2 or 6. One writer of JSON strings' escapes for json.c's
+** dump and the core's codec, which must write the same bytes. */
+static inline size_t tp__json_escape (unsigned char c, char esc[6]) {
+  esc[0] = '\\';
+  switch (c) {
+    case '"': esc[1] = '"'; return 2;
+    case '\\': esc[1] = '\\'; return 2;
+    case '\n': esc[1] = 'n'; return 2;
+    case '\r': esc[1] = 'r'; return 2;
+    case '\t': esc[1] = 't'; return 2;
+    case '\b': esc[1] = 'b'; return 2;
+    case '\f': esc[1] = 'f'; return 2;
+    default:
+      esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
+      esc[4] = tp__hex_digit(c >> 4u); esc[5] = tp__hex_digit(c);
+      return 6;
+  }
+}
+
 #endif
