@@ -135,6 +135,9 @@ export interface Envelope {
 export class TidepoolError extends Error {
   code: string | number;
   data?: unknown;
+  /** process.exited of a live run the server keeps in its state store (--state): the run,
+   *  paused at the calls that were in flight, for resume(error.paused, results). */
+  paused?: Envelope;
 }
 
 export class Tidepool {

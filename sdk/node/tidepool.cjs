@@ -448,7 +448,11 @@ class Server {
       toolCallId: `${p.run || 'run'}:${p.id}`, messages: run.messages || [],
       context: run.context, tidepool: { run: p.run, id: p.id, tool: p.tool },
     };
-    run.inflight.set(msg.id, { abort: (reason) => controller().abort(reason) });
+    // a run the server keeps in its state store (--state) sends each call's binding: what
+    // resume() takes for it when the process dies while the call is here (onExit)
+    run.inflight.set(msg.id, { abort: (reason) => controller().abort(reason), run: p.run,
+      pending: typeof p.binding === 'string' ? { kind: 'call', id: p.id, tool: p.tool,
+        args: p.args, binding: p.binding } : null });
     if (entry.validate || entry.tool.needsApproval) {
       this.callChecked(msg.id, run, entry, p.args, call);
       return;
@@ -553,7 +557,19 @@ class Server {
   onExit(how) {
     this.exited = how;
     const err = this.exitError();
-    for (const id of [...this.pending.keys()]) this.settle(id).reject(err);
+    for (const id of [...this.pending.keys()]) {
+      const p = this.settle(id);
+      // a stored run whose calls were here: it is paused at them in the store, and
+      // resume(error.paused, results) answers them through a new process
+      const calls = p.run ? [...p.run.inflight.values()].filter((c) => c.pending) : [];
+      if (!calls.length) { p.reject(err); continue; }
+      const e = new TidepoolError(`${err.message}; run ${calls[0].run} is kept in the ` +
+        'state store, paused at its calls in flight: resume(error.paused, results) answers ' +
+        'them', err.code);
+      e.paused = { ok: false, status: 'paused', run: calls[0].run,
+        pending: calls.map((c) => c.pending) };
+      p.reject(e);
+    }
     for (const run of this.runs.values()) for (const ac of run.inflight.values()) ac.abort(err);
     if (this.onGone) this.onGone();
   }

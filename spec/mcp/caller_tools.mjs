@@ -256,6 +256,39 @@ test('paused with --state: the run survives kill -9 and a new server resumes it 
   }
 });
 
+test('live with --state: killed -9 while the client has a call, the run comes back paused at it; resume_run with the call\'s binding finishes it', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const secret = path.join(tmp, 'secret');
+  fs.writeFileSync(secret, 'k'.repeat(48));
+  const args = ['--state', tmp, '--secret-file', secret];
+  try {
+    const a = server({ args });
+    await a.ready;
+    const id = a.runLua(`local x = tools.weather{city = "A"}
+      local y = tools.weather{city = "B"}
+      return {x.temp_c, y.temp_c, math.random(1000)}`, meta([WEATHER]));
+    const r1 = await a.callRequest();
+    eq(Object.keys(r1.params).sort(), ['args', 'binding', 'id', 'request', 'run', 'tool'], 'a stored run\'s call carries its binding');
+    eq([r1.params.request, r1.params.id, r1.params.args.city], [id, 1, 'A'], 'the first call');
+    assert(/^[0-9a-f]{64}$/.test(r1.params.binding), `binding ${r1.params.binding}`);
+    a.answer(r1, { result: { result: { temp_c: 1 } } });
+    const r2 = await a.callRequest();
+    eq([r2.params.run, r2.params.id, r2.params.args.city], [r1.params.run, 2, 'B'], 'the second call');
+    eq(await a.kill(), 'SIGKILL', 'killed while the client has the second call');
+    const b = server({ args });
+    await b.ready;
+    const stale = await b.request('tools/call', { name: 'resume_run', arguments: { run: r1.params.run,
+      results: [{ id: 1, binding: r1.params.binding, result: { temp_c: 9 } }] } });
+    eq([stale.result.isError, stale.result.structuredContent.error.code], [true, 'caller.not_pending'], 'the answered call is not pending');
+    const done = view(await b.request('tools/call', { name: 'resume_run', arguments: { run: r1.params.run,
+      results: [{ id: 2, binding: r2.params.binding, result: { temp_c: 2 } }] } }));
+    eq([done.ok, done.result?.[0], done.result?.[1]], [true, 1, 2], `the first answer from the log, the second from the resume: ${JSON.stringify(done)}`);
+    await b.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
 // ---- HTTP: the official SDK client, the call on the run request's SSE stream ----------
 
 function startHttp() {

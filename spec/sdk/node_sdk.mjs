@@ -337,6 +337,41 @@ test("a paused run survives kill -9 of the process with the server's --state: re
   }
 }, 60000);
 
+test("a live run survives kill -9 with --state: the run rejects with error.paused, resume() on the new process finishes it", async () => {
+  const dir = fs.mkdtempSync(path.join(root, 'build', 'sdk-state-'));
+  const secret = path.join(dir, 'secret');
+  fs.writeFileSync(secret, 'an-example-secret-of-32-characters-at-least', { mode: 0o600 });
+  const own = new Tidepool({ binary: bin, builtinTools: false, args: ['--state', dir, '--secret-file', secret] });
+  const seen = [];
+  let pid;
+  const tools = { weather: { ...WEATHER, execute: async ({ city }, { signal }) => {
+    seen.push(city);
+    if (city === 'Oslo') {  // the process dies while the call is here
+      process.kill(pid, 'SIGKILL');
+      await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+    }
+    return { temp_c: 10 };
+  } } };
+  try {
+    pid = await own.pid();
+    let err = null;
+    try {
+      await own.run('local a = tools.weather{city = "Lima"} local b = tools.weather{city = "Oslo"} ' +
+        'return a.temp_c + b.temp_c', { tools });
+    } catch (e) { err = e; }
+    assert(err instanceof TidepoolError && err.code === 'process.exited', `rejected: ${err}`);
+    eq([err.paused?.status, err.paused?.pending.map((c) => [c.kind, c.id, c.tool, c.args.city])],
+      ['paused', [['call', 2, 'weather', 'Oslo']]], `error.paused: ${JSON.stringify(err.paused)}`);
+    assert(/kept in the state store, paused at its calls in flight/.test(err.message), err.message);
+    const done = await own.resume(err.paused, [{ id: 2, result: { temp_c: 5 } }]);
+    eq([done.ok, done.result, seen], [true, 15, ['Lima', 'Oslo']], `Lima's answer from the log: ${JSON.stringify(done)}`);
+    assert((await own.pid()) !== pid, 'a new process');
+  } finally {
+    await own.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}, 60000);
+
 test('close() ends the process; the pid is gone', async () => {
   const own = new Tidepool({ binary: bin });
   const pid = await own.pid();

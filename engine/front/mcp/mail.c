@@ -169,6 +169,27 @@ void tp__mcp_mail_line_now (job *q, json_t *j) {
   free(text);
 }
 
+/* Sends text (len bytes, taken) as tp__mcp_mail_line_now does. */
+void tp__mcp_mail_text_now (job *q, char *text, size_t len) {
+  const tp__mcp_transport *t = &q->w->s->t;
+  if (t->emit_any != NULL && len < LINE_OUT_MAX) {
+    t->emit_any(t->ud, text, len);
+    free(text);
+    return;
+  }
+  mail *m = tp__mcp_mail_new(M_LINE);
+  if (m == NULL) {
+    free(text);
+    fprintf(stderr, "tidepool mcp: out of memory (a caller tool's call)\n");
+    return;
+  }
+  m->w = q->w;
+  m->q = q->rq;
+  m->text = text;
+  m->len = len;
+  tp__mcp_mail_post(&q->w->s->mb, m);
+}
+
 void tp__mcp_mail_log (worker *w, int level, const char *fmt, ...) {
   char text[1000];
   va_list ap;

@@ -19,6 +19,7 @@ void tp__mcp_mail_free(mail *m);
 json_t *tp__mcp_mail_notification(const char *method, json_t *params);
 void tp__mcp_mail_line(job *q, json_t *j);
 void tp__mcp_mail_line_now(job *q, json_t *j);
+void tp__mcp_mail_text_now(job *q, char *text, size_t len);
 void tp__mcp_mail_log(worker *w, int level, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 

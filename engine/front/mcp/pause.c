@@ -50,6 +50,11 @@ typedef struct tp__mcp_pend {
   char eid[64];             /* its elicitation (or tidepool/callTool) request's id, or "" */
   int call;                 /* a caller tool's call, held for the client's answer (its
                             ** result), not for a person's approval */
+  char *line;               /* a live call of a stored run: its tidepool/callTool request,
+                            ** sent once the store has the run paused at it (live_save) */
+  size_t line_len;
+  int stored;               /* in the record of the save under way */
+  json_t *answer;           /* the client's answer, applied once the record says "running" */
 } pend;
 
 typedef struct tp__mcp_apx {
@@ -77,6 +82,8 @@ static int dur_stored (const job *q) {
 }
 
 static void pend_free (pend *p) {
+  free(p->line);
+  json_decref(p->answer);
   free(p->tool);
   free(p->args);
   free(p->reason);
@@ -94,6 +101,15 @@ static int waits_on_resume (const apx *a) {
 static void pend_unlink (apx *a, pend *p) {
   for (pend **pp = &a->pending; *pp; pp = &(*pp)->next)
     if (*pp == p) { *pp = p->next; return; }
+}
+
+/* p's binding, made when first needed: a live caller tool's call is answered by its
+** request's id and needs none unless its run pauses with it pending (an HMAC costs
+** microseconds a call). "" (matching nothing) when out of memory. */
+static const char *pend_binding (const apx *a, pend *p) {
+  if (p->binding[0] == '\0' && a->q != NULL)
+    tp__mcp_approve_binding(a->run_id, p->seq, p->tool, p->args, a->q->principal, p->binding);
+  return p->binding;
 }
 
 static void apx_closed (uv_handle_t *h) { free(h->data); }
@@ -119,7 +135,7 @@ void tp__mcp_pause_apx_end (worker *w, job *q, int quiet, const char *why) {
   while (a->pending) {
     pend *p = a->pending;
     a->pending = p->next;
-    if (p->eid[0] && !quiet)
+    if (p->eid[0] && p->line == NULL && !quiet)  /* sent: withdrawn */
       tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/cancelled",
                                                      json_pack("{s:s, s:s}", "requestId",
             p->eid, "reason", p->call ? "the run ended before the call was answered"
@@ -136,7 +152,11 @@ void tp__mcp_pause_apx_end (worker *w, job *q, int quiet, const char *why) {
 /* durable runs (--state): below, after wdone */
 typedef struct tp__mcp_dsave dsave;
 static void dur_note(json_t *view, const job *q);
-static void dur_save(worker *w, job *q);
+static void dur_save(worker *w, job *q, int live);
+static void live_save(worker *w, job *q);
+static void live_send(worker *w, job *q, int all);
+static int live_unsent(const apx *a);
+static void live_then_park(dsave *d);
 static void dur_decide(worker *w, job *q);
 static void dur_forget(worker *w, job *q);
 
@@ -155,12 +175,12 @@ static char *paused_line (worker *w, job *q, int brief, size_t *outlen) {
       json_t *args = tp_json_parse(at, strlen(at), NULL, 0);
       json_array_append_new(pending, json_pack("{s:s, s:I, s:s, s:o, s:s}", "kind", "call",
                             "id", (json_int_t)p->seq, "tool", p->tool, "args",
-                            args ? args : json_string(at), "binding", p->binding));
+                            args ? args : json_string(at), "binding", pend_binding(a, p)));
       calls_held++;
       continue;
     }
     json_t *e = tp__mcp_approve_pending_entry(p->seq, p->tool, brief ? "\"(too large to show)\"" :
-                                      p->args, p->reason, p->binding);
+                                      p->args, p->reason, pend_binding(a, p));
     json_array_append_new(pending, e);
     char key[40];
     snprintf(key, sizeof key, "approve-%llu", (unsigned long long)p->seq);
@@ -168,7 +188,7 @@ static char *paused_line (worker *w, job *q, int brief, size_t *outlen) {
       "params", tp__mcp_approve_elicit_params(p->tool, brief ? "(too large to show)" : p->args,
                                       p->reason, 1)));
     json_array_append_new(calls, json_pack("{s:I, s:s}", "seq", (json_int_t)p->seq,
-                                           "binding", p->binding));
+                                           "binding", pend_binding(a, p)));
   }
   char *line = NULL;
   if (q->era26) {
@@ -229,7 +249,8 @@ static void ttl_cb (uv_timer_t *t) {
 static void park_now(worker *w, job *q, char *line, size_t len);
 static void park (worker *w, job *q, char *line, size_t len) {
   if (line == NULL && q->dur != TP__MCP_DUR_OFF) {  /* the store first */
-    if (q->dsave == NULL) dur_save(w, q);  /* else a save under way answers for it */
+    if (q->dsave) live_then_park(q->dsave);  /* a save under way answers for it */
+    else dur_save(w, q, 0);
     return;
   }
   park_now(w, q, line, len);
@@ -264,8 +285,9 @@ static void park_now (worker *w, job *q, char *line, size_t len) {
 static void park_cb (uv_timer_t *t) {
   apx *a = t->data;
   job *q = a->q;
-  if (q == NULL || q->state != TP__MCP_JOB_RUNNING || !waits_on_resume(a) || q->run == NULL)
-    return;
+  if (q == NULL || q->state != TP__MCP_JOB_RUNNING || q->run == NULL) return;
+  if (live_unsent(a)) live_save(q->w, q);  /* live calls of a stored run */
+  if (q->state != TP__MCP_JOB_RUNNING || !waits_on_resume(a)) return;
   if (q->restore) { dur_decide(q->w, q); return; }  /* replayed to its held call */
   park(q->w, q, NULL, 0);
 }
@@ -351,8 +373,7 @@ void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
   }
   p->c = c;
   p->call = 1;
-  p->seq = tp_call_id(c);
-  tp__mcp_approve_binding(a->run_id, p->seq, p->tool, p->args, q->principal, p->binding);
+  p->seq = tp_call_id(c);  /* its binding: pend_binding, when first needed */
   pend **tail = &a->pending;
   while (*tail) tail = &(*tail)->next;
   *tail = p;
@@ -367,6 +388,15 @@ void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
                                "2.0", "id", p->eid, "method", "tidepool/callTool", "params",
                                "run", a->run_id, "request", q->id, "id", (json_int_t)p->seq,
                                "tool", p->tool, "args", args) : NULL;
+  /* a run kept in the store (--state): the request goes once the store has the run paused
+  ** at this call, with the binding resume_run takes for it after a restart */
+  int keep = q->dur != TP__MCP_DUR_OFF && !dur_bad(q);
+  if (m && keep && (json_object_set_new(json_object_get(m, "params"), "binding",
+                                        json_string(pend_binding(a, p))) != 0 ||
+                    (p->line = tp_json_text(m, &p->line_len)) == NULL)) {
+    json_decref(m);
+    m = NULL;
+  }
   if (m == NULL) {
     pend_unlink(a, p);
     pend_free(p);
@@ -374,7 +404,12 @@ void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
                  "(out of memory)");
     return;
   }
-  tp__mcp_mail_line_now(q, m);
+  if (!keep) { tp__mcp_mail_line_now(q, m); return; }
+  json_decref(m);
+  if (q->run_id[0] == '\0')  /* the store's key (read by the protocol thread after M_PARK) */
+    memcpy(q->run_id, a->run_id, sizeof q->run_id);
+  if (q->state != TP__MCP_JOB_PARKED)  /* saved once the step is over */
+    uv_timer_start(&a->t, park_cb, 0, 0);
 }
 
 /* A call cut short (its timeout, the run's end) while the client has it: withdrawn. */
@@ -383,7 +418,7 @@ void tp__mcp_pause_caller_cancel (tp_call *c, void *ud) {
   job *q = job_of_call(w, c);
   for (pend *p = q && q->ax ? q->ax->pending : NULL; p; p = p->next) {
     if (p->c != c) continue;
-    if (p->eid[0])
+    if (p->eid[0] && p->line == NULL)
       tp__mcp_mail_line(q, tp__mcp_mail_notification("notifications/cancelled",
                                                      json_pack("{s:s, s:s}", "requestId",
             p->eid, "reason", "the call timed out or its run ended")));
@@ -394,6 +429,81 @@ void tp__mcp_pause_caller_cancel (tp_call *c, void *ud) {
   }
 }
 
+/* Applies m, the client's response to tidepool/callTool, to p's call; p goes. */
+static void caller_answered (job *q, pend *p, json_t *m) {
+  json_t *res = json_object_get(m, "result");
+  const char *em = json_string_value(json_object_get(json_object_get(m, "error"), "message"));
+  tp_call *c = p->c;
+  pend_unlink(q->ax, p);
+  if (res) tp_call_answer_tree(c, res);
+  else {
+    json_t *e = json_pack("{s:{s:s}}", "error", "message", em ? em : "the client "
+                          "answered tidepool/callTool with an error");
+    if (e == NULL || tp_call_answer_tree(c, e) == TP_EINVAL) tp_call_fail(c, NULL, "?");
+    json_decref(e);
+  }
+  pend_free(p);
+}
+
+/* Job serial's run, if it still runs here. */
+static job *job_by_serial (worker *w, uint64_t serial) {
+  job *q = w->stopping ? NULL : w->running;
+  while (q && q->serial != serial) q = q->wnext;
+  return q && q->ax != NULL && q->run != NULL ? q : NULL;
+}
+
+typedef struct lmark { worker *w; uint64_t serial; } lmark;
+
+/* The record says "running": the answers that waited for it apply. Else their calls fail:
+** applied with the store still saying "paused at these calls", a restart could replay the
+** run past them, making its later calls twice. */
+static void live_marked (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)val; (void)len;
+  lmark *k = ud;
+  job *q = job_by_serial(k->w, k->serial);
+  free(k);
+  if (q == NULL) return;
+  char msg[600];
+  snprintf(msg, sizeof msg, "the state store failed to mark run %s as running (%.300s): the "
+           "client's answer was not applied, so that a restart cannot replay the run past it; "
+           "the call may be made again", q->run_id, err ? err : "closed");
+  q->dmark = status == TP_STORED_OK ? TP__MCP_DMARK_RUNNING : TP__MCP_DMARK_PAUSED;
+  for (pend *p = q->ax->pending, *next; p; p = next) {
+    next = p->next;
+    if (p->answer == NULL) continue;
+    if (status == TP_STORED_OK) { caller_answered(q, p, p->answer); continue; }
+    tp_call *c = p->c;
+    pend_unlink(q->ax, p);
+    pend_free(p);
+    tp_call_fail(c, "tool.unavailable", msg);
+  }
+}
+
+/* A stored run's first answer since it was saved: its record says "running" (as for an
+** approval's decisions, mark_then_decide) before any answer applies. */
+static void live_mark (worker *w, job *q) {
+  json_t *rec = json_pack("{s:s, s:s, s:s, s:i}", "run", q->run_id, "state", "running",
+                          "by", w->s->owner ? w->s->owner : "", "v", 1);
+  if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
+  size_t n;
+  char *text = rec ? tp_json_text(rec, &n) : NULL;
+  json_decref(rec);
+  lmark *k = malloc(sizeof *k);
+  q->dmark = TP__MCP_DMARK_MARKING;
+  if (k == NULL) {  /* its answers wait for the next one's mark */
+    free(text);
+    q->dmark = TP__MCP_DMARK_PAUSED;
+    return;
+  }
+  *k = (lmark){ w, q->serial };
+  uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__MCP_APPROVE_GRACE_MS;
+  if (text == NULL)
+    live_marked(k, TP_STORED_ERROR, NULL, 0, "out of memory");
+  else if (tp_engine_run_put(w->e, q->run_id, text, n, ttl, live_marked, k) != TP_OK)
+    live_marked(k, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
+  free(text);
+}
+
 /* M_ANSWER: the client's response to an elicitation (the whole message as text). */
 void tp__mcp_pause_elicit_answer (worker *w, const char *text, size_t len) {
   json_t *m = tp_json_parse(text, len, NULL, 0);
@@ -402,18 +512,13 @@ void tp__mcp_pause_elicit_answer (worker *w, const char *text, size_t len) {
     for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
       if (strcmp(p->eid, id) != 0) continue;
       if (p->call) {  /* tidepool/callTool's answer: {result} or {error}, or an error */
-        json_t *res = json_object_get(m, "result");
-        const char *em = json_string_value(json_object_get(json_object_get(m, "error"),
-                                                          "message"));
-        tp_call *c = p->c;
-        pend_unlink(q->ax, p);
-        pend_free(p);
-        if (res) tp_call_answer_tree(c, res);
-        else {
-          json_t *e = json_pack("{s:{s:s}}", "error", "message", em ? em : "the client "
-                                "answered tidepool/callTool with an error");
-          if (e == NULL || tp_call_answer_tree(c, e) == TP_EINVAL) tp_call_fail(c, NULL, "?");
-          json_decref(e);
+        if (p->line == NULL && p->answer == NULL) {
+          if (dur_stored(q) && q->dmark != TP__MCP_DMARK_RUNNING) {  /* paused at it */
+            p->answer = m;
+            if (q->dmark == TP__MCP_DMARK_PAUSED) live_mark(w, q);
+            return;
+          }
+          caller_answered(q, p, m);
         }
         json_decref(m);
         return;
@@ -496,7 +601,7 @@ static const char *check_decisions (apx *a, json_t *args, char *msg, size_t len)
                (unsigned long long)p->seq, a->run_id);
       return "approval.binding";
     }
-    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind),
+    if (!tp__mcp_approve_binding_eq(pend_binding(a, p), json_string_value(bind),
                                     json_string_length(bind))) {
       snprintf(msg, len, "arguments.decisions[%zu].binding does not match call %llu of run "
                "%s: a binding holds only for the run, seq, tool and arguments it was issued "
@@ -552,7 +657,7 @@ static const char *check_results (apx *a, json_t *args, char *msg, size_t len) {
                (long long)json_integer_value(id), a->run_id, n ? list : "(none)");
       return "caller.not_pending";
     }
-    if (!tp__mcp_approve_binding_eq(p->binding, json_string_value(bind),
+    if (!tp__mcp_approve_binding_eq(pend_binding(a, p), json_string_value(bind),
                                     json_string_length(bind))) {
       snprintf(msg, len, "arguments.results[%zu].binding does not match call %llu of run %s: "
                "a binding holds only for the run, id, tool and arguments it was issued for; "
@@ -937,6 +1042,7 @@ struct tp__mcp_dsave {
   job *q;                   /* NULL once its run ended */
   size_t left, upto;        /* answers to come; log entries written when all came */
   int stage, failed;        /* 0: the log's entries, 1: the record */
+  int live, park;           /* for live calls (live_save); park when it ends */
   char why[300];
 };
 
@@ -963,7 +1069,9 @@ static char *dur_record (worker *w, job *q, size_t *len) {
   const options *o = &w->s->o;
   json_t *pending = json_array();
   for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
-    json_t *e = tp__mcp_approve_pending_entry(p->seq, p->tool, p->args, p->reason, p->binding);
+    json_t *e = tp__mcp_approve_pending_entry(p->seq, p->tool, p->args, p->reason,
+                                              pend_binding(q->ax, p));
+    if (p->line) p->stored = 1;
     if (e && p->call) json_object_set_new(e, "kind", json_string("call"));
     json_array_append_new(pending, e);
   }
@@ -1019,27 +1127,59 @@ static void dsave_step (dsave *d) {
   else {
     q->dput = d->upto;
     q->dur = TP__MCP_DUR_SAVED;
+    q->dmark = TP__MCP_DMARK_PAUSED;  /* the record says paused at its calls */
   }
+  int live = d->live, then_park = d->park;
   free(d);
-  park_now(w, q, NULL, 0);
-}
-
-/* Writes q's log (what is not in the store yet) and its record, then parks it. */
-static void dur_save (worker *w, job *q) {
-  if (dur_bad(q)) {  /* the log is not whole: the run waits here only */
-    dur_forget(w, q);
-    park_now(w, q, NULL, 0);
+  live_send(w, q, !live);
+  if (live && !then_park) {
+    if (live_unsent(q->ax) && q->state == TP__MCP_JOB_RUNNING)
+      uv_timer_start(&q->ax->t, park_cb, 0, 0);
     return;
   }
-  dsave *d = calloc(1, sizeof *d);
-  if (d == NULL) {
-    snprintf(q->dwhy, sizeof q->dwhy, "the server ran out of memory");
+  if (live) dur_save(w, q, 0);  /* a live save's record may lack the held call: again */
+  else park_now(w, q, NULL, 0);
+}
+
+/* Sends the requests of q's live calls that the store has (or, all: every one). */
+static void live_send (worker *w, job *q, int all) {
+  (void)w;
+  for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
+    if (p->line == NULL || !(p->stored || all || dur_bad(q))) continue;
+    char *line = p->line;
+    p->line = NULL;
+    tp__mcp_mail_text_now(q, line, p->line_len);
+  }
+}
+
+static int live_unsent (const apx *a) {
+  for (const pend *p = a ? a->pending : NULL; p; p = p->next)
+    if (p->line) return 1;
+  return 0;
+}
+
+static void live_then_park (dsave *d) { d->park = 1; }
+
+/* Saves q for the live calls made since its last save; their requests go once it is. */
+static void live_save (worker *w, job *q) {
+  if (q->dsave) return;  /* its end saves again for what it lacks */
+  dur_save(w, q, 1);
+}
+
+/* Writes q's log (what is not in the store yet) and its record, then parks it (live: sends
+** its live calls' requests). */
+static void dur_save (worker *w, job *q, int live) {
+  dsave *d = dur_bad(q) ? NULL : calloc(1, sizeof *d);
+  if (d == NULL) {  /* the log is not whole (or no memory): the run waits here only */
+    if (!dur_bad(q)) snprintf(q->dwhy, sizeof q->dwhy, "the server ran out of memory");
     dur_forget(w, q);
-    park_now(w, q, NULL, 0);
+    live_send(w, q, 1);
+    if (!live) park_now(w, q, NULL, 0);
     return;
   }
   d->w = w;
   d->q = q;
+  d->live = live;
   d->upto = q->dn;
   d->left = 1;  /* this function's own, so that answers at once do not finish it early */
   q->dsave = d;

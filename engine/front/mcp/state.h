@@ -302,6 +302,14 @@ typedef enum tp__mcp_dur_state {
   TP__MCP_DUR_BAD_SAVED     /* as BAD, with an earlier record in the store to delete */
 } tp__mcp_dur_state;
 
+/* A stored run with live caller tools' calls: what its record says (pause.c's live_mark);
+** the client's answers apply once it says "running". */
+typedef enum tp__mcp_dmark {
+  TP__MCP_DMARK_PAUSED,     /* paused at its calls (as saved) */
+  TP__MCP_DMARK_MARKING,    /* being marked "running": answers wait */
+  TP__MCP_DMARK_RUNNING     /* "running": answers apply */
+} tp__mcp_dmark;
+
 struct tp__mcp_job {
   tp__mcp_job_state state;
   req *rq;                  /* its request: only named in mail, never read here */
@@ -347,6 +355,7 @@ struct tp__mcp_job {
   struct tp__mcp_dent { char *p; size_t n; } *dents;
   size_t dn, dcap, dput, dbase;
   int drunning;             /* a restore's record said "running" */
+  tp__mcp_dmark dmark;       /* live calls: what the stored record says (live_mark) */
   struct tp__mcp_dsave *dsave;      /* a save under way */
   const char *dnote;        /* why the paused run does not survive a restart, or NULL */
   char dwhy[300];

@@ -583,9 +583,9 @@ static void worker_run (worker *w, job *q) {
     tp__mcp_pause_done(w, q, 0);
     return;
   }
-  /* a run that may pause (approvals, or caller tools answered by resume_run) is kept in
-  ** the store while paused */
-  if (w->s->o.state && (w->s->o.asks || (q->callers && !q->callers_live)))
+  /* a run that may pause (approvals, or caller tools: answered by resume_run, or live,
+  ** whose calls a restart turns into a paused run's) is kept in the store while paused */
+  if (w->s->o.state && (w->s->o.asks || q->callers))
     tp__mcp_pause_dur_begin(w, q, run);
   worker_begin(w, q, run);
 }
@@ -663,6 +663,7 @@ void tp__mcp_worker_load (worker *w) {
 ** protocol thread frees the requests after joining the worker. */
 static void worker_stop (worker *w) {
   w->stopping = 1;
+  uv_stop(w->loop);  /* tp__mcp_worker_main's uv_run returns */
   while (w->running) {
     job *q = w->running;
     wreq_remove(w, q);
@@ -829,7 +830,11 @@ void *tp__mcp_worker_main (void *arg) {
     return NULL;
   }
   tp__mcp_worker_load(w);
-  while (!w->stopping) uv_run(w->loop, UV_RUN_ONCE);
+  /* UV_RUN_DEFAULT, not a loop of UV_RUN_ONCE: libuv decides whether a ONCE turn may
+  ** block before its idle phase, so a turn that steps a ready run (the driver's idle
+  ** handle) ends with a poll that cannot block, and the next turn polls again: a system
+  ** call more for every tool call's answer */
+  while (!w->stopping) uv_run(w->loop, UV_RUN_DEFAULT);
   tp__mcp_worker_close(w);
   return NULL;
 }

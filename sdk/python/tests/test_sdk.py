@@ -430,6 +430,41 @@ def test_paused_mode_then_resume(tp):
         tp.run("return 1", mode="later")
 
 
+def test_a_live_run_survives_kill_9_with_state(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("an-example-secret-of-32-characters-at-least")
+    secret.chmod(0o600)
+    seen = []
+    with Tidepool(binary=BIN, builtin_tools=False,
+                  args=["--state", str(tmp_path / "state"), "--secret-file", str(secret)]) as own:
+        pid = own.pid
+
+        def weather(city: str) -> dict:
+            """Current weather for a city."""
+            seen.append(city)
+            if city == "Oslo":  # the process dies while the call is here
+                os.kill(pid, signal.SIGKILL)
+                for _ in range(200):
+                    if not alive(pid):
+                        break
+                    time.sleep(0.025)
+                time.sleep(0.3)
+            return {"temp_c": 10}
+
+        with pytest.raises(TidepoolError) as caught:
+            own.run('local a = tools.weather{city = "Lima"} local b = tools.weather{city = "Oslo"} '
+                    'return a.temp_c + b.temp_c', tools={"weather": weather})
+        err = caught.value
+        assert err.code == "process.exited", err
+        assert "kept in the state store, paused at its calls in flight" in str(err), str(err)
+        assert err.paused is not None and err.paused["status"] == "paused", err.paused
+        assert [(c["kind"], c["id"], c["tool"], c["args"]["city"]) for c in err.paused["pending"]] == \
+            [("call", 2, "weather", "Oslo")], err.paused
+        done = own.resume(err.paused, [{"id": 2, "result": {"temp_c": 5}}])
+        assert (done["ok"], done["result"], seen) == (True, 15, ["Lima", "Oslo"]), done
+        assert own.pid != pid
+
+
 def test_a_paused_run_survives_kill_9_with_state(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("an-example-secret-of-32-characters-at-least")

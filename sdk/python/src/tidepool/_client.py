@@ -43,6 +43,9 @@ class TidepoolError(Exception):
         super().__init__(message)
         self.code = code
         self.data = data
+        # process.exited of a live run the server keeps in its state store (--state): the
+        # run paused at the calls that were in flight, for resume(error.paused, results)
+        self.paused: Envelope | None = None
 
 
 class Envelope(dict):
@@ -158,7 +161,7 @@ def _error_of(e: BaseException) -> dict:
 
 
 class _Run:
-    __slots__ = ("id", "tools", "put", "calls", "server_run", "loop")
+    __slots__ = ("id", "tools", "put", "calls", "server_run", "loop", "held")
 
     def __init__(self, rid: int, tools: dict, put: Callable):
         self.id = rid
@@ -167,6 +170,7 @@ class _Run:
         self.calls: dict = {}   # request id -> a cancel hook (future or task)
         self.server_run = None
         self.loop = None
+        self.held: dict = {}    # request id -> its pending entry (a stored run's call)
 
 
 class _Server:
@@ -216,24 +220,28 @@ class _Server:
             raise TidepoolError(e.get("message", "error"), e.get("code"), e.get("data"))
         return msg.get("result") or {}
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: dict) -> bool:
         line = (json.dumps(msg, separators=(",", ":"), ensure_ascii=False,
                            default=_jsonable) + "\n").encode()
         with self.lock:
             if self.exited is not None:
-                return
+                return False
             try:
                 self.out.write(line)
                 self.out.flush()
+                return True
             except (BrokenPipeError, ValueError, OSError):
-                pass
+                return False
 
     def answer(self, rid: Any, payload: dict) -> None:
         try:
-            self.send({"jsonrpc": "2.0", "id": rid, "result": payload})
+            sent = self.send({"jsonrpc": "2.0", "id": rid, "result": payload})
         except (TypeError, ValueError) as e:
-            self.send({"jsonrpc": "2.0", "id": rid, "result": {"error": {
+            sent = self.send({"jsonrpc": "2.0", "id": rid, "result": {"error": {
                 "message": f"the tool's result is not JSON: {e}", "code": "tool.failed"}}})
+        if sent:
+            for r in list(self.runs.values()):
+                r.held.pop(rid, None)
 
     def _read(self) -> None:
         f = self.proc.stdout
@@ -284,6 +292,10 @@ class _Server:
                 self.answer(msg["id"], {"error": {"message": f"no caller tool {p.get('tool')} "
                                                   f"in this run", "code": "tool.unavailable"}})
                 return
+            if isinstance(p.get("binding"), str):  # a stored run's: see exit_error
+                run.held[msg["id"]] = {"kind": "call", "id": p.get("id"), "tool": p.get("tool"),
+                                       "args": p.get("args"), "binding": p["binding"],
+                                       "run": p.get("run")}
             try:
                 run.put(("call", msg))
             except RuntimeError:  # an arun whose event loop is closed
@@ -325,12 +337,22 @@ class _Server:
         self.send({"jsonrpc": "2.0", "id": msg["id"],
                    "result": {"action": "accept", "content": content}})
 
-    def exit_error(self) -> TidepoolError:
+    def exit_error(self, run: _Run | None = None) -> TidepoolError:
         tail = "\n".join(self.stderr.strip().splitlines()[-5:])
         how = f"signal {-self.exited}" if (self.exited or 0) < 0 else f"status {self.exited}"
-        return TidepoolError(f"the tidepool process exited ({how})" + (f": {tail}" if tail
-                                                                       else ""),
-                             "process.exited")
+        msg = f"the tidepool process exited ({how})" + (f": {tail}" if tail else "")
+        calls = list(run.held.values()) if run is not None else []
+        if not calls:
+            return TidepoolError(msg, "process.exited")
+        # a stored run whose calls were here: the store has it paused at them
+        e = TidepoolError(f"{msg}; run {calls[0]['run']} is kept in the state store, paused "
+                          "at its calls in flight: resume(error.paused, results) answers them",
+                          "process.exited")
+        paused = Envelope(ok=False, status="paused", run=calls[0]["run"],
+                          pending=[{k: v for k, v in c.items() if k != "run"} for c in calls])
+        paused.update(logs=[], calls=[], stats={})
+        e.paused = paused
+        return e
 
     def close(self, grace: float = 2.0) -> None:
         with self.lock:
@@ -568,7 +590,7 @@ class Tidepool:
                 if kind == "response":
                     return self._result(server, msg)
                 if kind == "exit":
-                    raise server.exit_error()
+                    raise server.exit_error(run)
                 # a call: run it here unless more are waiting (parallel): then on the pool
                 calls = [msg]
                 while True:
@@ -681,7 +703,7 @@ class Tidepool:
                 if kind == "response":
                     return self._result(server, msg)
                 if kind == "exit":
-                    raise server.exit_error()
+                    raise server.exit_error(run)
                 task = loop.create_task(self._acall_one(server, run, msg))
                 tasks.add(task)
                 run.calls[msg["id"]] = lambda task=task: loop.call_soon_threadsafe(task.cancel)
