@@ -170,7 +170,9 @@ if [ -z "${1:-}" ] && [ -z "${TP_LANE:-}" ] && [ "${TEST_LANES:-2}" != 1 ]; then
   trap 'rm -f "$log" "$tot1" "$tot2"' EXIT
   TP_LANE=1 TP_LANE_TOTALS=$tot1 sh "$0" &
   pid1=$!
-  TP_LANE=2 TP_LANE_TOTALS=$tot2 sh "$0" &
+  # lane 2's make install and make deb relink build/tidepool, which lane 1's suites run:
+  # they wait for lane 1 to end (its totals written, or its process gone)
+  TP_LANE=2 TP_LANE_TOTALS=$tot2 TP_LANE1_TOTALS=$tot1 TP_LANE1_PID=$pid1 sh "$0" &
   pid2=$!
   trap 'kill -TERM "$pid1" "$pid2" 2>/dev/null; wait; exit 130' INT TERM HUP
   wait "$pid1"
@@ -435,6 +437,9 @@ if in_lane 2; then  # fuzz
   # make install into a temporary root, then build docs/c-api.md's C example against the
   # installed header and libraries, as a user of the library would.
   # (Only for the plain build: the sanitize build's objects carry other flags.)
+fi
+if [ -n "${TP_LANE1_PID:-}" ]; then  # lane 2: lane 1 must be over first (see above)
+  while [ ! -s "$TP_LANE1_TOTALS" ] && kill -0 "$TP_LANE1_PID" 2>/dev/null; do sleep 1; done
 fi
 if in_lane 2; then  # install, lighttpd, make deb
   inst=$(mktemp -d)
