@@ -479,15 +479,22 @@ static void live_marked (void *ud, int status, const char *val, size_t len, cons
   }
 }
 
-/* A stored run's first answer since it was saved: its record says "running" (as for an
-** approval's decisions, mark_then_decide) before any answer applies. */
-static void live_mark (worker *w, job *q) {
+/* The record that says q's stored run is "running" here (before a decision or an answer
+** applies), as JSON text, or NULL when out of memory. */
+static char *running_record (worker *w, const job *q, size_t *n) {
   json_t *rec = json_pack("{s:s, s:s, s:s, s:i}", "run", q->run_id, "state", "running",
                           "by", w->s->owner ? w->s->owner : "", "v", 1);
   if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
-  size_t n;
-  char *text = rec ? tp_json_text(rec, &n) : NULL;
+  char *text = rec ? tp_json_text(rec, n) : NULL;
   json_decref(rec);
+  return text;
+}
+
+/* A stored run's first answer since it was saved: its record says "running" (as for an
+** approval's decisions, mark_then_decide) before any answer applies. */
+static void live_mark (worker *w, job *q) {
+  size_t n;
+  char *text = running_record(w, q, &n);
   lmark *k = malloc(sizeof *k);
   q->dmark = TP__MCP_DMARK_MARKING;
   if (k == NULL) {  /* its answers wait for the next one's mark */
@@ -787,12 +794,8 @@ static void mark_then_decide (worker *w, job *q, rclaim *c) {
     rclaim_free(c);
     return;
   }
-  json_t *rec = json_pack("{s:s, s:s, s:s, s:i}", "run", q->run_id, "state", "running",
-                          "by", w->s->owner ? w->s->owner : "", "v", 1);
-  if (rec && q->principal) json_object_set_new(rec, "principal", json_string(q->principal));
   size_t n;
-  char *text = rec ? tp_json_text(rec, &n) : NULL;
-  json_decref(rec);
+  char *text = running_record(w, q, &n);
   uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__MCP_APPROVE_GRACE_MS;
   if (text == NULL || tp_engine_run_put(w->e, q->run_id, text, n, ttl, marked, c) != TP_OK)
     marked(c, TP_STORED_ERROR, NULL, 0, text ? tp_engine_error(w->e) : "out of memory");
