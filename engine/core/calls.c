@@ -1185,3 +1185,36 @@ void tp__run_free_calls (tp_run *r) {
   memset(&r->summary, 0, sizeof r->summary);
 }
 
+/* ---- JSON text used as a table (the hint is run.c's json_text_hint) ------------------ */
+
+uint64_t tp__json_text_hash (const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+  for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
+  return h;
+}
+
+int tp__json_text_like (const char *s, size_t n) {
+  size_t a = 0, b = n;
+  while (a < b && strchr(" \t\r\n", s[a]) && s[a]) a++;
+  while (b > a && strchr(" \t\r\n", s[b - 1]) && s[b - 1]) b--;
+  return b - a >= 2 && ((s[a] == '{' && s[b - 1] == '}') || (s[a] == '[' && s[b - 1] == ']'));
+}
+
+void tp__run_note_json_text (tp_run *r, const char *tool, const char *s, size_t n) {
+  if (r == NULL || tool == NULL) return;
+  if (r->json_texts == NULL &&
+      (r->json_texts = malloc(TP_JSON_TEXTS_MAX * sizeof *r->json_texts)) == NULL) return;
+  int i = r->njson_texts < TP_JSON_TEXTS_MAX ? r->njson_texts++
+        : (int)(tp__json_text_hash(s, n) % TP_JSON_TEXTS_MAX);
+  r->json_texts[i].hash = tp__json_text_hash(s, n);
+  r->json_texts[i].len = n;
+  snprintf(r->json_texts[i].tool, sizeof r->json_texts[i].tool, "%s", tool);
+}
+
+/* ---- waking the host ------------------------------------------------------------------ */
+
+void tp__run_wake (tp_run *r) {
+  if (r == NULL || !r->async) return;
+  r->waiting = r->waiting ? 2 : 0;  /* 2: look again */
+  tp__hook(r, wake, r);
+}

@@ -183,4 +183,18 @@ int tp__call_consume(tp_run *r, uint64_t id, lua_State *L);
 /* The error object a script gets: {code=, message=, tool=} with a tostring. */
 void tp__push_error_object(lua_State *L, const char *code, const char *msg, const char *tool);
 
+/* A call of r completed or a deadline passed: tells the host when it drives r (the
+** engine's wake hook; calls.c, under run.c, so that completing a call can wake). */
+void tp__run_wake(tp_run *r);
+
+/* Whether s looks like JSON text of an object or an array ({...} or [...], blanks
+** around): a string a script may take for a table. */
+int tp__json_text_like(const char *s, size_t n);
+
+/* Remembers that tool (a tool's name) returned the string s, which looks like JSON text,
+** so that an error where the script uses it as a table names the tool. */
+void tp__run_note_json_text(tp_run *r, const char *tool, const char *s, size_t n);
+/* The FNV-1a hash of s under which tp__run_note_json_text remembers it. */
+uint64_t tp__json_text_hash(const char *s, size_t n);
+
 #endif

@@ -452,7 +452,7 @@ math:
   return 0;
 }
 
-int tp__replay_begin (tp_run *r) {
+int tp__replay_begin (tp_run *r, int (*reseed)(tp_run *r, unsigned int seed)) {
   tp_replay *rp = r->rp;
   if (!rp->has_seed) {  /* drawn, and logged when there is a log */
     uint64_t s = 0;
@@ -463,7 +463,7 @@ int tp__replay_begin (tp_run *r) {
     rp->has_seed = 1;
   }
   uint64_t x = rp->seed ^ UINT64_C(0x5851f42d4c957f2d);
-  if (tp__run_reseed(r, (unsigned int)splitmix(&x)) != 0) {
+  if (reseed(r, (unsigned int)splitmix(&x)) != 0) {
     tp__sandbox_kill(r->sb, TP_KILL_MEMORY);
     return -1;
   }

@@ -70,8 +70,9 @@ typedef struct tp_replay {
 int  tp__replay_get(tp_run *r, tp_replay **out);
 void tp__replay_free(tp_replay *rp);
 /* At r's first step: seeds math.random, puts the run's clock into os.time, os.clock and
-** os.date, and logs the seed. 0, or -1 with the verdict recorded (out of memory). */
-int  tp__replay_begin(tp_run *r);
+** os.date, and logs the seed. reseed is run.c's tp__run_reseed, passed down (replay.c
+** sits under run.c). 0, or -1 with the verdict recorded (out of memory). */
+int  tp__replay_begin(tp_run *r, int (*reseed)(tp_run *r, unsigned int seed));
 /* Before the host sees call c (arguments read, name exact): answers it from the log
 ** (returns 1: c is complete), ends the run with replay.divergence (returns 1), or logs
 ** its first entry and returns 0 (the host goes on with it). */

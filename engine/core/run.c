@@ -431,30 +431,6 @@ static int rawget_noalloc (lua_State *co, const char *key) {
 
 /* ---- JSON text used as a table --------------------------------------------------------- */
 
-static uint64_t text_hash (const char *s, size_t n) {
-  uint64_t h = 1469598103934665603ull;  /* FNV-1a */
-  for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
-  return h;
-}
-
-int tp__json_text_like (const char *s, size_t n) {
-  size_t a = 0, b = n;
-  while (a < b && strchr(" \t\r\n", s[a]) && s[a]) a++;
-  while (b > a && strchr(" \t\r\n", s[b - 1]) && s[b - 1]) b--;
-  return b - a >= 2 && ((s[a] == '{' && s[b - 1] == '}') || (s[a] == '[' && s[b - 1] == ']'));
-}
-
-void tp__run_note_json_text (tp_run *r, const char *tool, const char *s, size_t n) {
-  if (r == NULL || tool == NULL) return;
-  if (r->json_texts == NULL &&
-      (r->json_texts = malloc(TP_JSON_TEXTS_MAX * sizeof *r->json_texts)) == NULL) return;
-  int i = r->njson_texts < TP_JSON_TEXTS_MAX ? r->njson_texts++
-        : (int)(text_hash(s, n) % TP_JSON_TEXTS_MAX);
-  r->json_texts[i].hash = text_hash(s, n);
-  r->json_texts[i].len = n;
-  snprintf(r->json_texts[i].tool, sizeof r->json_texts[i].tool, "%s", tool);
-}
-
 /* Pushes the variable name (len n) visible in the frame ar of co: a local (the innermost
 ** of that name), an upvalue of the frame's function, or a global; 0 (nothing pushed) when
 ** there is none. Pushes no new strings: runs outside any protected call. */
@@ -524,7 +500,7 @@ static const char *json_text_hint (tp_run *r, lua_State *co, const char *msg, in
       if (s != NULL && tp__json_text_like(s, sl) &&
           ((*q == '.' && fe > f) || *q == '[' || strmsg)) {
         const char *tool = NULL;
-        uint64_t h = text_hash(s, sl);
+        uint64_t h = tp__json_text_hash(s, sl);
         for (int i = 0; r->json_texts && i < r->njson_texts && i < TP_JSON_TEXTS_MAX; i++)
           if (r->json_texts[i].hash == h && r->json_texts[i].len == sl)
             tool = r->json_texts[i].tool;
@@ -1323,7 +1299,7 @@ int tp_run_step (tp_run *r, uint64_t budget_us, uint64_t budget_instructions) {
   if (r == NULL) return TP_EINVAL;
   if (r->state == ST_DONE) return TP_ESTATE;
   if (r->state == ST_READY && r->rp != NULL && !r->rp->began)
-    tp__replay_begin(r);  /* may make the sandbox again; failing: limit.memory */
+    tp__replay_begin(r, tp__run_reseed);  /* may make the sandbox again; failing: limit.memory */
   tp_sandbox *sb = r->sb;
   if (!r->compiled) {
     json_t *err = r->pending_error;
@@ -1483,12 +1459,6 @@ void tp_run_destroy (tp_run *r) {
 }
 
 /* ---- driven by the host ------------------------------------------------------------- */
-
-void tp__run_wake (tp_run *r) {
-  if (r == NULL || !r->async) return;
-  r->waiting = r->waiting ? 2 : 0;  /* 2: look again */
-  tp__hook(r, wake, r);
-}
 
 int tp_run_start (tp_run *r, tp_run_done_cb done, void *ud) {
   if (r == NULL) return TP_EINVAL;

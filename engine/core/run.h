@@ -226,8 +226,6 @@ tp_run *tp__run_new(tp_engine *e, tp_sandbox *sb, const char *source, size_t len
 ** in it (a replayable run: replay.c). Only before r's first step, and not in a session.
 ** 0, or -1 when out of memory (r keeps its sandbox). */
 int tp__run_reseed(tp_run *r, unsigned int seed);
-/* A call of r completed or a deadline passed: tells the host when it drives r. */
-void tp__run_wake(tp_run *r);
 /* The pre-run check of r again, now that it has tools of its own (a caller tool was
 ** declared, or it joined a session that has some): a finding that named a tool it did
 ** not know then is dropped if the tool is known now. Only before r's first step. */
@@ -240,13 +238,5 @@ void tp__run_finish_unstarted(tp_run *r);
 ** it must not touch the run or the engine. NULL clears it. */
 void tp__run_set_call_hook(tp_run *r, void (*hook)(tp_run *r, const char *tool,
                            int done, void *ud), void *ud);
-
-/* Whether s looks like JSON text of an object or an array ({...} or [...], blanks
-** around): a string a script may take for a table. */
-int tp__json_text_like(const char *s, size_t n);
-
-/* Remembers that tool (a tool's name) returned the string s, which looks like JSON text,
-** so that an error where the script uses it as a table names the tool. */
-void tp__run_note_json_text(tp_run *r, const char *tool, const char *s, size_t n);
 
 #endif
