@@ -120,7 +120,7 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
   if (c->state == CALL_DONE) { json_decref(result); return; }
   tp_run *r = c->run;
   if (c->logged && r != NULL) {  /* its second entry in the run's log */
-    if (tp__replay_end(r, c, ok, result, code, msg)) {  /* too large to log */
+    if (r->rp->on_end(r, c, ok, result, code, msg)) {  /* too large to log */
       char buf[TP_MSG_MAX];
       json_decref(result);
       give_back(c, c->result_cost);
@@ -534,7 +534,7 @@ void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args
   c->args = args;
   count_same(r, name, args, c->args_fast ? c->fast_text : NULL, c->fast_len);
   if (exact) {
-    if (r->rp != NULL && tp__replay_call(r, c)) return;  /* answered from a log */
+    if (r->rp != NULL && r->rp->on_call(r, c)) return;  /* answered from a log */
     tp__hook(r, call, c);
     if (r->rp != NULL) r->rp->starting = NULL;
     return;
@@ -1217,4 +1217,14 @@ void tp__run_wake (tp_run *r) {
   if (r == NULL || !r->async) return;
   r->waiting = r->waiting ? 2 : 0;  /* 2: look again */
   tp__hook(r, wake, r);
+}
+
+/* ---- a result too large for a run's log (replay.c) ------------------------------------ */
+
+void tp__replay_too_large (tp_call *c, char *buf, size_t len) {
+  snprintf(buf, len, "tools.%s returned %zu bytes of JSON: a run whose calls are logged "
+           "keeps each result whole in its log, at most %u bytes (1 MiB), and never cuts "
+           "one. Ask the tool for less (a page, a filter, a summary), or have the data "
+           "written to a file and pass its path instead of the data", c->name,
+           c->bytes_out, TP_LOG_VALUE_MAX);
 }

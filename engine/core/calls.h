@@ -197,4 +197,8 @@ void tp__run_note_json_text(tp_run *r, const char *tool, const char *s, size_t n
 /* The FNV-1a hash of s under which tp__run_note_json_text remembers it. */
 uint64_t tp__json_text_hash(const char *s, size_t n);
 
+/* The words a logged call fails with when its result is over TP_LOG_VALUE_MAX as JSON
+** (replay.h's tp__replay_end returned 1). */
+void tp__replay_too_large(tp_call *c, char *buf, size_t len);
+
 #endif

@@ -31,6 +31,8 @@ int tp__replay_get (tp_run *r, tp_replay **out) {
     r->rp = calloc(1, sizeof *r->rp);
     if (r->rp == NULL) return TP_ENOMEM;
     r->rp->gating = 1;
+    r->rp->on_call = tp__replay_call;
+    r->rp->on_end = tp__replay_end;
   }
   *out = r->rp;
   return TP_OK;
@@ -547,14 +549,6 @@ int tp__replay_call (tp_run *r, tp_call *c) {
   c->logged = rp->log_cb != NULL;
   rp->starting = c;
   return 0;
-}
-
-void tp__replay_too_large (tp_call *c, char *buf, size_t len) {
-  snprintf(buf, len, "tools.%s returned %zu bytes of JSON: a run whose calls are logged "
-           "keeps each result whole in its log, at most %u bytes (1 MiB), and never cuts "
-           "one. Ask the tool for less (a page, a filter, a summary), or have the data "
-           "written to a file and pass its path instead of the data", c->name,
-           c->bytes_out, TP_LOG_VALUE_MAX);
 }
 
 int tp__replay_end (tp_run *r, tp_call *c, int ok, const json_t *result, const char *code,

@@ -64,6 +64,11 @@ typedef struct tp_replay {
   int gating;              /* replayed calls wait for their turn in the order */
   int held;                /* a replayed call, complete, was held back in this step */
   int began;
+  /* replay.c's tp__replay_call and tp__replay_end, set when the state is made: calls.c
+  ** (under replay.c) reaches the log through them, never by name. */
+  int (*on_call)(tp_run *r, tp_call *c);
+  int (*on_end)(tp_run *r, tp_call *c, int ok, const json_t *result, const char *code,
+                const char *msg);
 } tp_replay;
 
 /* r's replay state, made on first use (TP_ENOMEM when out of memory). */
@@ -79,10 +84,9 @@ int  tp__replay_begin(tp_run *r, int (*reseed)(tp_run *r, unsigned int seed));
 int  tp__replay_call(tp_run *r, tp_call *c);
 /* c, logged, completes with this outcome: its second entry. Returns 1 when the result
 ** is too large for the log (over TP_LOG_VALUE_MAX as JSON): the caller fails the call
-** with tp__replay_too_large's words instead, which logs that. */
+** with tp__replay_too_large's words (calls.c) instead, which logs that. */
 int  tp__replay_end(tp_run *r, tp_call *c, int ok, const json_t *result, const char *code,
                     const char *msg);
-void tp__replay_too_large(tp_call *c, char *buf, size_t len);
 /* Whether the script may take call id now, where a parallel branch or a coroutine of
 ** the script would wait for it (first: its first look, right after the call started;
 ** else a pass of parallel over its branches). Logs the order of live calls. */
