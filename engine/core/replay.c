@@ -422,7 +422,7 @@ static int rp_randomseed (lua_State *L) {  /* math.randomseed; upvalue 1: Lua's 
 ** the run that uses the sandbox, if it has a tp_replay, and are Lua's own otherwise. */
 static int patch_sandbox (lua_State *L) {
   tp_run *r = lua_touserdata(L, 1);
-  tp__sandbox_loaded(L, "os");  /* a session may not have built it yet */
+  tp__sandbox_of(L)->loaded(L, "os");  /* a session may not have built it yet */
   int os = lua_gettop(L);
   lua_getfield(L, os, "time");
   if (lua_tocfunction(L, -1) == rp_time) goto math;  /* wrapped already */
@@ -438,7 +438,7 @@ static int patch_sandbox (lua_State *L) {
   lua_pushcclosure(L, rp_date, 2);
   lua_setfield(L, os, "date");
 math:
-  tp__sandbox_loaded(L, "math");
+  tp__sandbox_of(L)->loaded(L, "math");
   int math = lua_gettop(L);
   lua_getfield(L, math, "randomseed");
   int wrapped = lua_tocfunction(L, -1) == rp_randomseed;

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <jansson.h>
 
+#include <limits.h>
+
 #include "lua.h"
 #include "lua_patch.h"
 #include "tidepool.h"
@@ -124,6 +126,8 @@ typedef struct tp_sandbox {
                            ** next run gets a new thread, not T again (tp__sandbox_reset) */
   struct tp_snap *snap;    /* a pool's sandbox: its state as built, or NULL */
   struct tp_sandbox *next_idle;
+  /* sandbox.c's tp__sandbox_loaded, for the files under sandbox.c (replay.c) */
+  int (*loaded)(lua_State *L, const char *name);
 } tp_sandbox;
 
 /* Creates the sandbox state with the allowlisted library, each library built when a
@@ -276,5 +280,14 @@ int tp__sandbox_loaded(lua_State *L, const char *name);
 
 /* Opens tools, parallel into the sandbox's new globals table on top of L. */
 void tp__tools_open(lua_State *L);
+
+/* ---- verdict.c: the count hook and the VM's ticks (sandbox.c sets them up) ---- */
+#define METER_STEPS 4096       /* pattern steps between checks */
+#define TICK_OFF (LONG_MAX / 2)  /* a meter's tickdown while no time slice is polled */
+/* Sets co's count hook to period (see verdict.c). */
+void tp__sandbox_count_hook(lua_State *co, int period);
+/* tp_meter's tick and refill (lua_patch.h) of every sandbox. */
+void tp__sandbox_meter_tick(lua_State *L, tp_meter *m);
+void tp__sandbox_meter_refill(lua_State *L, tp_meter *m);
 
 #endif
