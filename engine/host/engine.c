@@ -19,7 +19,6 @@
 #include "store_int.h"
 
 const char *tp_version (void) { return TP_VERSION; }
-void tp_free (void *p) { free(p); }
 
 tp_engine *tp_engine_create (void) {
   tp_engine *e = calloc(1, sizeof *e);
@@ -123,46 +122,10 @@ int tp_engine_check (tp_engine *e, const char *source, size_t len, const tp_limi
   return tp_engine_run_with(e, source, len, &o, envelope, script_ok);
 }
 
-void tp__engine_set_error (tp_engine *e, const char *fmt, ...) {
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  free(e->error);
-  e->error = strdup(buf);
-}
-
-void tp_log_stderr (void *ud, tp_log_level level, const char *source, const char *message) {
-  (void)ud; (void)level; (void)source;
-  fprintf(stderr, "%s\n", message);
-}
-
-void tp_engine_on_log (tp_engine *e, tp_engine_log_cb cb, void *ud) {
-  if (e == NULL) return;
-  e->log = cb;
-  e->log_ud = cb ? ud : NULL;
-}
-
 void tp_engine_on_tools_changed (tp_engine *e, tp_engine_tools_cb cb, void *ud) {
   if (e == NULL) return;
   e->tools_changed = cb;
   e->tools_changed_ud = cb ? ud : NULL;
-}
-
-void tp__engine_log (const tp_engine *e, tp_log_level level, const char *source,
-                     const char *fmt, ...) {
-  char buf[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  if (e != NULL && e->log != NULL) e->log(e->log_ud, level, source, buf);
-  else tp_log_stderr(NULL, level, source, buf);
-}
-
-const char *tp_engine_error (const tp_engine *e) {
-  return e != NULL && e->error != NULL ? e->error : "";
 }
 
 void tp_tool_def_init (tp_tool_def *def) {
@@ -295,25 +258,4 @@ int tp_engine_set_store (tp_engine *e, tp_store *s) {
   tp__store_unref(e->store);
   e->store = s;
   return TP_OK;
-}
-
-tp_store_conn *tp__engine_store_conn (tp_engine *e) {
-  if (e->store_conn != NULL) return e->store_conn;
-  if (e->store == NULL && (e->store = tp__store_memory_new()) == NULL) {
-    tp__engine_set_error(e, "out of memory");
-    return NULL;
-  }
-  char err[512];
-  tp_store_conn *c = tp__store_connect(e->store, e->loop, err, sizeof err);
-  if (c == NULL) {
-    tp__engine_set_error(e, "the state store (%s) cannot be reached: %s",
-                         tp__store_kind(e->store), err);
-    return NULL;
-  }
-  /* every operation timed for /metrics (store_timed.c) */
-  if ((e->store_conn = tp__store_timed(e, c)) == NULL) {
-    tp__store_close(c);
-    tp__engine_set_error(e, "out of memory");
-  }
-  return e->store_conn;
 }
