@@ -966,10 +966,6 @@ const char *tp_engine_config_state (const tp_engine *e) {
   return e ? json_string_value(tp__config_section(e, "state")) : NULL;
 }
 
-const json_t *tp__config_section (const tp_engine *e, const char *name) {
-  return e->config ? json_object_get(e->config, name) : NULL;
-}
-
 const char *tp_engine_config_warnings (const tp_engine *e) {
   return e ? e->config_warnings : NULL;
 }

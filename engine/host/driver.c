@@ -20,19 +20,6 @@ _Static_assert(sizeof(tp__drv_run) <= TP_RUN_HOST_SPACE, "the driver's record fi
                "room a run keeps for it");
 _Static_assert(_Alignof(tp__drv_run) <= 16, "and its alignment");
 
-/* What the driver keeps for r, made at the first need in the run's host_space (so it
-** never fails: NULL is not returned any more, though callers still handle it). */
-tp__drv_run *tp__driver_of (tp_run *r) {
-  tp__drv_run *d = r->host_data;
-  if (d == NULL) {
-    d = (tp__drv_run *)(void *)r->host_space;
-    memset(d, 0, sizeof *d);
-    d->r = r;
-    r->host_data = d;
-  }
-  return d;
-}
-
 /* d's deadline timer, made at the first need; NULL when it cannot be. */
 static uv_timer_t *drv_timer (tp__drv_run *d) {
   if (d->timer == NULL) {
@@ -289,5 +276,3 @@ void tp__driver_close (tp_engine *e) {
   free(e->loop);
 }
 
-/* The engine's libuv loop, for host.c, the MCP server and tests (not public API). */
-void *tp__engine_loop (tp_engine *e) { return e ? e->loop : NULL; }

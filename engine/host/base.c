@@ -1,7 +1,8 @@
 /*
-** elog.c: an engine's last error and its logger (tp_engine_error, tp_engine_on_log), and
-** tp_free: the small utilities every file of the host uses, kept at the bottom of the
-** host's floors (engine.c, the public API, sits at the top and calls everything).
+** base.c: the small utilities every file of the host uses, kept at the bottom of the
+** host's floors (engine.c, the public API, sits at the top and calls everything): an
+** engine's last error and its logger (tp_engine_error, tp_engine_on_log), tp_free, and
+** accessors: the engine's loop, a section of its config, the driver's record of a run.
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,4 +47,26 @@ void tp__engine_log (const tp_engine *e, tp_log_level level, const char *source,
 
 const char *tp_engine_error (const tp_engine *e) {
   return e != NULL && e->error != NULL ? e->error : "";
+}
+
+/* ---- accessors ------------------------------------------------------------------- */
+
+/* The engine's libuv loop, for host.c, the MCP server and tests (not public API). */
+void *tp__engine_loop (tp_engine *e) { return e ? e->loop : NULL; }
+
+const json_t *tp__config_section (const tp_engine *e, const char *name) {
+  return e->config ? json_object_get(e->config, name) : NULL;
+}
+
+/* What the driver keeps for r, made at the first need in the run's host_space (so it
+** never fails: NULL is not returned any more, though callers still handle it). */
+tp__drv_run *tp__driver_of (tp_run *r) {
+  tp__drv_run *d = r->host_data;
+  if (d == NULL) {
+    d = (tp__drv_run *)(void *)r->host_space;
+    memset(d, 0, sizeof *d);
+    d->r = r;
+    r->host_data = d;
+  }
+  return d;
 }
