@@ -293,8 +293,26 @@ static void args_example (void *ud, const tp_run *r, const char *tool, char *buf
   snprintf(buf + o, len - o, "}");
 }
 
+/* The end of a call and of a run, told to every observer: the journal (--state), the
+** metrics, then the trace's spans (trace.c), which sits under the other two. */
+static void call_end (void *ud, tp_call *c) {
+  tp_engine *e = ud;
+  if (c->run != NULL) {
+    if (e->audit_on) tp__journal_end(e, c);
+    if (e->metrics) tp__metrics_call(e, c);
+  }
+  tp__trace_call_end(ud, c);
+}
+
+static void run_end (void *ud, tp_run *r, const char *code, const json_t *stats) {
+  tp_engine *e = ud;
+  if (e->audit_on) tp__journal_run(e, r, code);
+  if (e->metrics) tp__metrics_run(e, r, code);
+  tp__trace_run_end(ud, r, code, stats);
+}
+
 const tp__host_hooks tp__engine_hooks = {
   on_call, on_dispatch, on_cancel, tp__driver_wake, run_gone,
   tool_count, tool_name, describe, search, precheck_call, args_example,
-  tp__caller_session_gone, tp__trace_call_end, tp__trace_run_end
+  tp__caller_session_gone, call_end, run_end
 };

@@ -353,8 +353,6 @@ void tp__trace_call_end (void *ud, tp_call *c) {
   tracer *t = e->tracer;
   tp_run *r = c->run;
   if (r == NULL) return;
-  if (e->audit_on) tp__journal_end(e, c);
-  if (e->metrics) tp__metrics_call(e, c);
   if (!exporting(t)) return;
   tp__drv_run *d = run_ids(t, r);
   span *s = d ? slot(t) : NULL;
@@ -471,8 +469,6 @@ static char *attrs_text (const json_t *attrs) {
 void tp__trace_run_end (void *ud, tp_run *r, const char *code, const json_t *stats) {
   tp_engine *e = ud;
   tracer *t = e->tracer;
-  if (e->audit_on) tp__journal_run(e, r, code);
-  if (e->metrics) tp__metrics_run(e, r, code);
   if (!exporting(t)) return;
   tp__drv_run *d = run_ids(t, r);
   span *s = d ? slot(t) : NULL;
