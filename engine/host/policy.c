@@ -18,8 +18,9 @@
 **
 ** The cost per call is what the per-tool cache leaves: the indexes of the rules whose
 ** glob matches are kept on the tool (made at its first call after the policy changed),
-** and conditions are evaluated without allocating: on the arguments' JSON text when the
-** codec kept them as text (no tree is made for a decision), else on the jansson tree.
+** and conditions are evaluated without allocating (P->sbuf, kept, decodes strings with
+** escapes): on the arguments' JSON text when the codec kept them as text (no tree is made
+** for a decision), else on the jansson tree.
 ** Decisions reach a callback (tp_engine_on_decision) for audit logs. A call that an ask
 ** rule applies to is held (tp__call_hold) and handed to tp_engine_on_approval's callback;
 ** tp_call_approve / tp_call_deny end the hold (tp_call_decide). Without that callback it
@@ -1278,9 +1279,10 @@ static char tx_num (const char *p, const char *end, json_int_t *i, double *d) {
   if (p < end && *p != ',' && *p != '}' && *p != ']') return 0;
   if (!real) {
     uint64_t u = 0, lim = neg ? (uint64_t)1 << 63 : ((uint64_t)1 << 63) - 1;
+    int wide = iend - idig > 18;  /* 18 digits cannot pass json_int_t */
     for (const char *q = idig; q < iend; q++) {
       unsigned dg = (unsigned)(*q - '0');
-      if (u > (lim - dg) / 10) return 0;
+      if (wide && u > (lim - dg) / 10) return 0;
       u = u * 10 + dg;
     }
     *i = neg ? (json_int_t)(0 - u) : (json_int_t)u;
