@@ -381,7 +381,9 @@ function gateProxy(port, redisPort) {
 // call: a server that sent the call at the end of that save left it out of the store) or
 // at its first log entry (the call comes before the record is made: a server that made
 // the record then put the call in it without the log entries before it, so a restart made
-// count.bump again).
+// count.bump again). holdAt null: nothing is held, and branch 2 goes on once the run was
+// answered paused at the approval (a server that left the call unsent while its run was
+// parked kept the client waiting).
 async function saveUnderWay(holdAt) {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
   const secret = path.join(tmp, 'secret'), cfg = path.join(tmp, 'policy.json');
@@ -414,7 +416,7 @@ async function saveUnderWay(holdAt) {
     await a.ready;
     // the first save is the approval's (branch 1 is held at once); its record is held in
     // the proxy, and only then does branch 2 go on (the gate file) to its caller call
-    const held = gate.arm((c) => c[0] === 'EVALSHA' && (c[3] || '').startsWith(`race:${holdAt}:`));
+    const held = holdAt && gate.arm((c) => c[0] === 'EVALSHA' && (c[3] || '').startsWith(`race:${holdAt}:`));
     const id = a.start('tools/call', { name: 'run_lua', arguments: { code: `
       local e, t = parallel(
         function() return tools.test.echo{x = 1} end,
@@ -425,10 +427,14 @@ async function saveUnderWay(holdAt) {
         end)
       return {e.x, t}` },
     _meta: { progressToken: 'race', ...meta([WEATHER])._meta } });
-    await held;
+    if (holdAt) await held;
+    else {
+      const v = view(await a.response(id));
+      eq([v.status, v.pending.map((p) => p.seq)], ['paused', [1]], 'answered paused at the approval');
+    }
     fs.writeFileSync(gateFile, '');
     await a.other((m) => m.method === 'notifications/progress' && m.params.message === 'tools.weather called');
-    assert(!a.has((m) => m.method === 'tidepool/callTool'), 'no call went out while the save was held');
+    assert(!holdAt || !a.has((m) => m.method === 'tidepool/callTool'), 'no call went out while the save was held');
     gate.release();
     const req = await a.callRequest();
     eq([req.params.id, req.params.tool, req.params.args], [4, 'weather', { city: 'C' }], 'the caller call');
@@ -448,7 +454,6 @@ async function saveUnderWay(holdAt) {
       decisions: [{ seq: 1, approve: true, binding: r1.pending[0].binding }] } }));
     eq([done.ok, done.result], [true, [1, 107]], `finished: ${JSON.stringify(done)}`);
     eq(fs.readFileSync(countFile, 'utf8'), 'b\n', 'count.bump was made once');
-    void id;
     await b.close();
   } finally {
     for (const srv of servers) await srv.kill();
@@ -464,6 +469,36 @@ for (const holdAt of ['run', 'log']) {
   test(`live with --state: a call made while an approval's save is under way (held at its ${holdAt === 'run' ? 'record' : 'log'}) goes out only once a save that has it is done; after kill -9 it is resumed, nothing made twice`,
     () => saveUnderWay(holdAt));
 }
+test('live with --state: a call made by another branch of a run parked at an approval goes out once a save has it; after kill -9 it is resumed',
+  () => saveUnderWay(null));
+
+test('paused with --state: answering one of two calls keeps the run paused (stored) at the other', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const secret = path.join(tmp, 'secret');
+  fs.writeFileSync(secret, 'k'.repeat(48));
+  const args = ['--state', tmp, '--secret-file', secret];
+  try {
+    const a = server({ args });
+    await a.ready;
+    const id = a.runLua(`local x, y = parallel(function() return tools.weather{city = "A"} end,
+        function() return tools.weather{city = "B"} end)
+      return {x.temp_c, y.temp_c}`, meta([WEATHER], { mode: 'paused' }));
+    const v1 = view(await a.response(id));
+    eq(v1.pending.map((p) => [p.id, p.args.city]), [[1, 'A'], [2, 'B']], 'both calls');
+    const v2 = view(await a.request('tools/call', { name: 'resume_run', arguments: { run: v1.run,
+      results: [{ id: 1, binding: v1.pending[0].binding, result: { temp_c: 1 } }] } }));
+    eq([v2.status, v2.pending.map((p) => p.id)], ['paused', [2]], 'paused at the other');
+    eq(await a.kill(), 'SIGKILL', 'killed');
+    const b = server({ args });
+    await b.ready;
+    const done = view(await b.request('tools/call', { name: 'resume_run', arguments: { run: v1.run,
+      results: [{ id: 2, binding: v2.pending[0].binding, result: { temp_c: 2 } }] } }));
+    eq([done.ok, done.result], [true, [1, 2]], `the first answer from the log: ${JSON.stringify(done)}`);
+    await b.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
 
 // ---- HTTP: the official SDK client, the call on the run request's SSE stream ----------
 

@@ -1261,7 +1261,8 @@ static void dur_next (worker *w, job *q) {
   }
   if (q->dpark == 0) return;
   q->dpark = 0;
-  if (q->state == TP__MCP_JOB_RUNNING && waits_on_resume(a)) park_now(w, q, NULL, 0);
+  if (waits_on_resume(a)) park_now(w, q, NULL, 0);
+  else tp__mcp_pause_job_to(q, TP__MCP_JOB_RUNNING);  /* what it waited on went meanwhile */
 }
 
 /* q's run is not kept any more (BAD): an earlier pause's record of it, now out of date,
