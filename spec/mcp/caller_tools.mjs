@@ -472,6 +472,50 @@ for (const holdAt of ['run', 'log']) {
 test('live with --state: a call made by another branch of a run parked at an approval goes out once a save has it; after kill -9 it is resumed',
   () => saveUnderWay(null));
 
+test('with --state: a run saved while another branch\'s call was running is not replayed after kill -9 (run.interrupted): that call may have been made', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const secret = path.join(tmp, 'secret'), cfg = path.join(tmp, 'policy.json');
+  const countFile = path.join(tmp, 'count.txt'), gateFile = path.join(tmp, 'gate');
+  fs.writeFileSync(secret, 'k'.repeat(48));
+  fs.writeFileSync(countFile, '');
+  fs.writeFileSync(cfg, JSON.stringify({ policy: { default: 'allow', rules: [
+    { tools: 'test.echo', effect: 'ask', reason: 'echo needs a person' }] } }));
+  const args = ['--state', tmp, '--secret-file', secret, '--config', cfg, '--test-tools',
+    '--tools', path.join(root, 'spec/mcp/cluster_plugins'), '--tools', path.join(root, 'spec/mcp/caller_plugins')];
+  const env = { TP_COUNT_FILE: countFile };
+  const start = () => {
+    const srv = mcpServer(['mcp', '--no-builtin-tools', '--workers', '1', ...args], { env });
+    srv.ready = srv.initialize({ name: 'caller-spec' });
+    return srv;
+  };
+  try {
+    const a = start();
+    await a.ready;
+    const id = a.start('tools/call', { name: 'run_lua', arguments: { code: `
+      local e, n = parallel(
+        function() return tools.test.echo{x = 1} end,
+        function()
+          tools.gate.wait{path = ${JSON.stringify(gateFile)}}
+          return tools.count.bump{tag = "b"}.n
+        end)
+      return {e.x, n}` } });
+    const v = view(await a.response(id));
+    eq([v.status, v.pending.map((p) => p.seq)], ['paused', [1]], 'paused at the approval while gate.wait runs');
+    eq(await a.kill(), 'SIGKILL', 'killed');
+    const b = start();
+    await b.ready;
+    const r = await b.request('tools/call', { name: 'resume_run', arguments: { run: v.run,
+      decisions: [{ seq: 1, approve: true, binding: v.pending[0].binding }] } });
+    const err = r.result.structuredContent.error;
+    eq([r.result.isError, err.code], [true, 'run.interrupted'], JSON.stringify(r.result.structuredContent));
+    assert(/its call 2 \(tools\.gate\.wait\) was running in another branch/.test(err.message), err.message);
+    eq(fs.readFileSync(countFile, 'utf8'), '', 'count.bump was not made');
+    await b.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
 test('paused with --state: answering one of two calls keeps the run paused (stored) at the other', async () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
   const secret = path.join(tmp, 'secret');

@@ -1444,13 +1444,65 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
   json_decref(rec);
 }
 
+/* A call that was running, not held, when the run was last saved (another branch of the
+** script went on while it waited): the log has it asked (phase 0) and not answered, and the
+** record does not hold it. A replay would make it again, and it may have been made. Its
+** seq (with *tool), or 0 when there is none; -1 when out of memory. */
+static json_int_t dur_in_flight (json_t *log, json_t *pending, const char **tool) {
+  json_int_t *open = NULL, found = 0;
+  const char **names = NULL;
+  size_t n = 0, cap = 0, i;
+  json_t *e;
+  json_array_foreach(log, i, e) {  /* the calls asked and not answered, in one pass */
+    const char *type = json_string_value(json_object_get(e, "type"));
+    if (type == NULL || strcmp(type, "call") != 0) continue;
+    json_int_t seq = json_integer_value(json_object_get(e, "seq"));
+    if (json_integer_value(json_object_get(e, "phase")) != 0) {
+      for (size_t k = 0; k < n; k++)
+        if (open[k] == seq) { open[k] = open[--n]; names[k] = names[n]; break; }
+      continue;
+    }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      json_int_t *o = realloc(open, cap * sizeof *o);
+      if (o) open = o;
+      const char **m = o ? realloc(names, cap * sizeof *m) : NULL;
+      if (m) names = m;
+      if (o == NULL || m == NULL) { found = -1; goto out; }
+    }
+    open[n] = seq;
+    names[n++] = json_string_value(json_object_get(e, "tool"));
+  }
+  for (size_t k = 0; k < n && found == 0; k++) {
+    size_t j;
+    json_array_foreach(pending, j, e)
+      if (json_integer_value(json_object_get(e, "seq")) == open[k]) break;
+    if (j == json_array_size(pending)) { found = open[k]; *tool = names[k] ? names[k] : "?"; }
+  }
+out:
+  free(open);
+  free(names);
+  return found;
+}
+
 static void dur_got_log (void *ud, int status, const char *val, size_t len, const char *err) {
   job *q = ud;
   worker *w = q->w;
   char msg[700], why[400] = "";
   if (w->stopping) return;
   json_t *log = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
-  tp_run *run = log ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
+  const char *tool = NULL;
+  json_int_t ran = log ? dur_in_flight(log, q->dpending, &tool) : 0;
+  if (ran > 0) {
+    snprintf(msg, sizeof msg, "run %s cannot be resumed: its call %lld (tools.%.100s) was "
+             "running in another branch of the script when the run was last saved, so it may "
+             "have been made, and a replay would make it again. Check what it did, then run "
+             "the script again if needed", q->run_id, (long long)ran, tool);
+    json_decref(log);
+    dur_refuse(w, q, "run.interrupted", msg);
+    return;
+  }
+  tp_run *run = log && ran == 0 ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
   if (run && q->callers &&
       tp_run_declare_caller_tools(run, q->callers, 0, tp__mcp_pause_caller_call,
                                   tp__mcp_pause_caller_cancel, w) != TP_OK)
