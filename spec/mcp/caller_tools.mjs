@@ -383,8 +383,9 @@ function gateProxy(port, redisPort) {
 // the record then put the call in it without the log entries before it, so a restart made
 // count.bump again). holdAt null: nothing is held, and branch 2 goes on once the run was
 // answered paused at the approval (a server that left the call unsent while its run was
-// parked kept the client waiting).
-async function saveUnderWay(holdAt) {
+// parked kept the client waiting); then the store may be SQLite (whose writes answer at
+// once, from inside the call's own dispatch there).
+async function saveUnderWay(holdAt, store = 'redis') {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
   const secret = path.join(tmp, 'secret'), cfg = path.join(tmp, 'policy.json');
   const countFile = path.join(tmp, 'count.txt'), gateFile = path.join(tmp, 'gate');
@@ -393,11 +394,12 @@ async function saveUnderWay(holdAt) {
   fs.writeFileSync(cfg, JSON.stringify({ policy: { default: 'allow', rules: [
     { tools: 'test.echo', effect: 'ask', reason: 'echo needs a person' }] } }));
   const redisPort = await freePort(), proxyPort = await freePort();
-  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
+  const redis = store === 'redis' && spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
     '--save', '', '--appendonly', 'no', '--dir', tmp], { stdio: 'ignore' });
-  const redisGone = new Promise((r) => redis.on('exit', r));
-  const gate = await gateProxy(proxyPort, redisPort);
-  const args = ['--state', `redis://127.0.0.1:${proxyPort}/0?prefix=race:`, '--secret-file', secret,
+  const redisGone = redis && new Promise((r) => redis.on('exit', r));
+  const gate = redis && await gateProxy(proxyPort, redisPort);
+  const where = redis ? `redis://127.0.0.1:${proxyPort}/0?prefix=race:` : path.join(tmp, 'state');
+  const args = ['--state', where, '--secret-file', secret,
     '--config', cfg, '--test-tools', '--tools', path.join(root, 'spec/mcp/cluster_plugins'),
     '--tools', path.join(root, 'spec/mcp/caller_plugins')];
   const env = { TP_COUNT_FILE: countFile };
@@ -411,7 +413,7 @@ async function saveUnderWay(holdAt) {
     return srv;
   };
   try {
-    await waitPort(redisPort, redis);
+    if (redis) await waitPort(redisPort, redis);
     const a = start();
     await a.ready;
     // the first save is the approval's (branch 1 is held at once); its record is held in
@@ -435,11 +437,13 @@ async function saveUnderWay(holdAt) {
     fs.writeFileSync(gateFile, '');
     await a.other((m) => m.method === 'notifications/progress' && m.params.message === 'tools.weather called');
     assert(!holdAt || !a.has((m) => m.method === 'tidepool/callTool'), 'no call went out while the save was held');
-    gate.release();
+    if (gate) gate.release();
     const req = await a.callRequest();
     eq([req.params.id, req.params.tool, req.params.args], [4, 'weather', { city: 'C' }], 'the caller call');
     eq(await a.kill(), 'SIGKILL', 'killed as soon as the client has the call');
-    const got = spawnSync('redis-cli', ['-p', String(redisPort), '--raw', 'GET', `race:run:${req.params.run}`], { encoding: 'utf8' });
+    const got = redis
+      ? spawnSync('redis-cli', ['-p', String(redisPort), '--raw', 'GET', `race:run:${req.params.run}`], { encoding: 'utf8' })
+      : spawnSync('sqlite3', [path.join(tmp, 'state', 'tidepool.db'), `SELECT rec FROM runs WHERE id = '${req.params.run}'`], { encoding: 'utf8' });
     const stored = JSON.parse(got.stdout || 'null');
     eq([stored?.state ?? 'paused', stored?.pending?.map((p) => [p.seq, p.kind || 'approval']).sort()],
       ['paused', [[1, 'approval'], [4, 'call']]], 'the store has the run paused at the approval and at the call the client has');
@@ -457,10 +461,12 @@ async function saveUnderWay(holdAt) {
     await b.close();
   } finally {
     for (const srv of servers) await srv.kill();
-    gate.release();
-    gate.server.close();
-    redis.kill('SIGKILL');
-    await redisGone;
+    if (redis) {
+      gate.release();
+      gate.server.close();
+      redis.kill('SIGKILL');
+      await redisGone;
+    }
     fs.rmSync(tmp, { recursive: true, force: true });
   }
 }
@@ -469,8 +475,10 @@ for (const holdAt of ['run', 'log']) {
   test(`live with --state: a call made while an approval's save is under way (held at its ${holdAt === 'run' ? 'record' : 'log'}) goes out only once a save that has it is done; after kill -9 it is resumed, nothing made twice`,
     () => saveUnderWay(holdAt));
 }
-test('live with --state: a call made by another branch of a run parked at an approval goes out once a save has it; after kill -9 it is resumed',
-  () => saveUnderWay(null));
+for (const store of ['redis', 'sqlite']) {
+  test(`live with --state (${store}): a call made by another branch of a run parked at an approval goes out once a save has it; after kill -9 it is resumed`,
+    () => saveUnderWay(null, store));
+}
 
 test('with --state: a run saved while another branch\'s call was running is not replayed after kill -9 (run.interrupted): that call may have been made', async () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
