@@ -473,11 +473,11 @@ async function saveUnderWay(holdAt, store = 'redis') {
 
 for (const holdAt of ['run', 'log']) {
   test(`live with --state: a call made while an approval's save is under way (held at its ${holdAt === 'run' ? 'record' : 'log'}) goes out only once a save that has it is done; after kill -9 it is resumed, nothing made twice`,
-    () => saveUnderWay(holdAt));
+    () => saveUnderWay(holdAt), 30000);
 }
 for (const store of ['redis', 'sqlite']) {
   test(`live with --state (${store}): a call made by another branch of a run parked at an approval goes out once a save has it; after kill -9 it is resumed`,
-    () => saveUnderWay(null, store));
+    () => saveUnderWay(null, store), 30000);
 }
 
 test('with --state: a run saved while another branch\'s call was running is not replayed after kill -9 (run.interrupted): that call may have been made', async () => {
