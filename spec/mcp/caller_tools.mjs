@@ -386,6 +386,8 @@ function gateProxy(port, redisPort) {
 // parked kept the client waiting); then the store may be SQLite (whose writes answer at
 // once, from inside the call's own dispatch there).
 async function saveUnderWay(holdAt, store = 'redis') {
+  if (store === 'redis' && spawnSync('redis-server', ['--version']).status !== 0)
+    throw new Error('redis-server is not installed (sh scripts/deps.sh installs it)');
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
   const secret = path.join(tmp, 'secret'), cfg = path.join(tmp, 'policy.json');
   const countFile = path.join(tmp, 'count.txt'), gateFile = path.join(tmp, 'gate');
