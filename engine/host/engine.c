@@ -25,6 +25,7 @@ tp_engine *tp_engine_create (void) {
   if (e == NULL) return NULL;
   e->loop = malloc(sizeof *e->loop);
   if (e->loop == NULL || uv_loop_init(e->loop) != 0) { free(e->loop); free(e); return NULL; }
+  e->after_policy = tp__admit_after_policy;
   if (tp__core_init(&e->core, &tp__engine_hooks, e) != 0) {
     uv_loop_close(e->loop);
     free(e->loop);

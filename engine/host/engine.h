@@ -70,6 +70,9 @@ struct tp_engine {
   struct tp_http *http;    /* http.c's multi handle and requests, made on first use */
   tp_policy_fn policy;     /* tp_engine_set_policy; NULL allows every call */
   void *policy_ud;
+  /* admit.c's tp__admit_after_policy, set by tp_engine_create: policy.c (under admit.c)
+  ** admits a call it decided later, after its store answered, through it */
+  void (*after_policy)(struct tp_engine *e, tp_call *c);
   struct tp__policy *pol;  /* the config's policy, principal, buckets (policy.c), or NULL */
   struct tp__tracer *tracer; /* spans and their export (trace.c), or NULL */
   int audit_fd, audit_on;  /* tp_engine_audit_calls (journal.c) */

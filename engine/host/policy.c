@@ -2035,7 +2035,7 @@ static int store_conclude (spend *sp, int later) {
   }
   if (P->on_decision) tell(P, c, who, sp->allowed, "allow", P->rules[sp->allowed].where ?
                            P->rules[sp->allowed].where : "");
-  if (later) tp__admit_after_policy(e, c);
+  if (later) e->after_policy(e, c);
   return 1;
 }
 
