@@ -262,20 +262,20 @@ core_floor() {  # the floor of core file $1 (its name without .c/.o), or "" when
   esac
 }
 # The host files that still call each other in one circle (see (d) above).
-host_knot="host http kvstore provider_lua provider_upstream registry"
+host_knot="host provider_lua provider_upstream registry"
 host_floor() {  # the floor of host file $1, or "" when it has none
   case "$1" in
     engine) echo 10 ;;                     # the public tp_engine_* API
     admit) echo 9 ;;                       # a new call: lookup, policy, schema, dispatch
     provider_caller) echo 8 ;;             # caller tools
-    host|http|kvstore|provider_lua|provider_upstream|registry)
-      echo 7 ;;                            # host_knot: the host state, providers, tools
+    host|provider_lua|provider_upstream|registry)
+      echo 7 ;;                            # host_knot: loading plugins, providers, tools
     callers|config|driver) echo 6 ;;       # who may call a tool; the config; the driver
-    policy|runstore|session_claim) echo 5 ;;  # the config's policy; runs, sessions kept
+    kvstore|policy|runstore|session_claim) echo 5 ;;  # kv tools; the policy; kept runs
     store_conn) echo 4 ;;                  # an engine's connection to its store
     store_timed) echo 3 ;;                 # store operations timed into the metrics
-    journal|metrics|store_open) echo 2 ;;  # the journal, /metrics; tp_store_open
-    trace|store_memory|store_redis|store_sqlite) echo 1 ;;  # spans; the store's backends
+    http|journal|metrics|store_open) echo 2 ;;  # egress; the journal, /metrics; opener
+    host_state|trace|store_memory|store_redis|store_sqlite) echo 1 ;;  # H's basics; spans
     base|fs|handles|proc|provider_c|store) echo 0 ;;  # leaves: errors, log, accessors
     *) echo "" ;;
   esac

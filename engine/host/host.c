@@ -75,102 +75,8 @@ int luaopen_lpeg(lua_State *L);
 extern FILE *tp__luv_stderr;
 FILE *tp__luv_stderr;
 
-static const char host_key = 0;
-
-const char tp__host_run_key = 0, tp__host_done_key = 0;
-
-tp__host *tp__host_get (lua_State *H) {
-  lua_rawgetp(H, LUA_REGISTRYINDEX, &host_key);
-  tp__host *h = lua_touserdata(H, -1);
-  lua_pop(H, 1);
-  return h;
-}
-
-int tp__host_take_ref (lua_State *H) {
-  int ref = luaL_ref(H, LUA_REGISTRYINDEX);
-  if (ref != LUA_REFNIL && ref != LUA_NOREF) tp__host_get(H)->nrefs++;
-  return ref;
-}
-
-static void drop_ref (lua_State *H, int *ref) {
-  if (*ref == LUA_NOREF || *ref == LUA_REFNIL) { *ref = LUA_NOREF; return; }
-  luaL_unref(H, LUA_REGISTRYINDEX, *ref);
-  tp__host_get(H)->nrefs--;
-  *ref = LUA_NOREF;
-}
-
-/* Message handler: keeps strings and error tables as they are; anything else becomes
-** a string. */
-static int msgh (lua_State *L) {
-  int t = lua_type(L, 1);
-  if (t != LUA_TSTRING && t != LUA_TTABLE)
-    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  return 1;
-}
-
-/* lua_pcall with msgh; the error (if any) is left on top, as a string when possible. */
-int tp__host_pcall (lua_State *H, int nargs, int nres) {
-  int base = lua_gettop(H) - nargs;
-  lua_pushcfunction(H, msgh);
-  lua_insert(H, base);
-  int st = lua_pcall(H, nargs, nres, base);
-  lua_remove(H, base);
-  return st;
-}
-
-const char *tp__host_error_text (lua_State *H, int idx) {
-  if (lua_type(H, idx) == LUA_TTABLE) {
-    lua_getfield(H, idx, "message");
-    const char *m = lua_tostring(H, -1);
-    lua_pop(H, 1);  /* still referenced by the table */
-    if (m) return m;
-  }
-  const char *s = lua_tostring(H, idx);
-  return s ? s : "unknown error";
-}
-
-/* ---- the luv callback runner --------------------------------------------------------
-** luv calls this with the callback and its nargs arguments on top of H. It must leave
-** the results (returning their count) or, on error, nothing (returning -status), and
-** never exit the process. An error goes to the call that owns the callback when
-** host.lua knows it (callbacks made by ctx), else to stderr; stdout is the program's. */
-static int cb_pcall (lua_State *L, int nargs, int nresults, int flags) {
-  (void)flags;
-  int fn = lua_gettop(L) - nargs;
-  lua_pushvalue(L, fn);            /* a copy of the callback, to find its owner */
-  lua_insert(L, fn);
-  lua_pushcfunction(L, msgh);
-  lua_insert(L, fn + 1);           /* copy, msgh, callback, args */
-  int st = lua_pcall(L, nargs, nresults, fn + 1);
-  if (st == LUA_OK) {
-    lua_remove(L, fn + 1);
-    lua_remove(L, fn);
-    return nresults == LUA_MULTRET ? lua_gettop(L) - fn + 1 : nresults;
-  }
-  /* stack: copy, msgh, error */
-  tp__host *h = tp__host_get(L);
-  int routed = 0;
-  if (h != NULL && h->rt != LUA_NOREF && lua_checkstack(L, 6)) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, h->rt);
-    lua_getfield(L, -1, "callback_error");
-    lua_remove(L, -2);
-    lua_pushvalue(L, fn);
-    lua_pushstring(L, tp__host_error_text(L, fn + 2));
-    if (lua_pcall(L, 2, 1, 0) == LUA_OK) routed = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-  }
-  if (!routed)
-    tp__engine_log(h ? h->e : NULL, TP_LOG_ERROR, "host",
-                   "tidepool: error in a luv callback of the host state: %s",
-                   tp__host_error_text(L, fn + 2));
-  lua_settop(L, fn - 1);
-  return -st;
-}
-
-int tp__host_callback (lua_State *H, int nargs) {
-  int st = cb_pcall(H, nargs, 0, 0);
-  return st < 0 ? -st : LUA_OK;
-}
+/* The host state's basics (its record, references, pcall, the luv callback runner):
+** host_state.c, under the providers that use them. */
 
 /* ---- schemas and results given as Lua tables ----------------------------------------- */
 
@@ -941,7 +847,7 @@ static int open_p (lua_State *H) {
   h->ws_max = 0;
   h->ws_told = 0;
   h->upstream = 0;
-  lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
+  lua_rawsetp(H, LUA_REGISTRYINDEX, &tp__host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
   lua_gc(H, LUA_GCGEN, 0, 0);
@@ -958,7 +864,7 @@ static int open_p (lua_State *H) {
     lua_pop(H, 1);
   }
   luv_set_loop(H, e->loop);
-  luv_set_callback(H, cb_pcall);
+  luv_set_callback(H, tp__host_cb_pcall);
   luaL_requiref(H, "luv", luaopen_luv, 0);
   luaL_requiref(H, "lpeg", luaopen_lpeg, 0);
   luaL_requiref(H, "json", tp__json_open, 1);  /* also a global: plugins use json.array */
@@ -1102,8 +1008,8 @@ void tp__host_close (tp_engine *e) {
     if (e->tools[i]->prov->release) e->tools[i]->prov->release(e, e->tools[i]);
   tp__host *h = tp__host_get(H);
   while (h->npool > 0) tp__host_unbind(H, h, h->pool[--h->npool], 0);
-  drop_ref(H, &h->resumed);
-  drop_ref(H, &h->rt);
+  tp__host_drop_ref(H, &h->resumed);
+  tp__host_drop_ref(H, &h->rt);
   free(h->ws);
   h->ws = NULL;
   assert(h->nrefs == 0 && "host.c: registry references leaked");

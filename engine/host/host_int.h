@@ -59,6 +59,12 @@ typedef struct tp__host_args {
 
 /* host.c */
 /* H's own data (the userdata under host.c's key in H's registry). */
+/* host_state.c: H's record lives in its registry under &tp__host_key (host.c sets it);
+** drop_ref unrefs *ref (counted in nrefs) and sets it to LUA_NOREF; cb_pcall is the luv
+** callback runner host.c gives luv_set_callback. */
+extern const char tp__host_key;
+void tp__host_drop_ref(lua_State *H, int *ref);
+int  tp__host_cb_pcall(lua_State *L, int nargs, int nresults, int flags);
 tp__host *tp__host_get(lua_State *H);
 /* luaL_ref of the value on top, counted (a debug build asserts none is left at close). */
 int  tp__host_take_ref(lua_State *H);
