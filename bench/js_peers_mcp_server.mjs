@@ -1,8 +1,9 @@
 // The Node MCP server bench/js_peers.mjs measures `tidepool mcp` against: the official
 // TypeScript SDK's McpServer over stdio with one tool of tidepool's run_lua shape,
 // run_js {code}, whose code runs as the body of an async function in a fresh node:vm
-// context per call (1 s timeout for its synchronous part) and answers as run_lua does: the
-// envelope {ok, result} (or {ok: false, error}) as text content and as structuredContent.
+// context per call (a 10 s timeout on its synchronous part, tidepool's default time
+// limit) and answers as run_lua does: the envelope {ok, result} (or {ok: false, error})
+// as text content and as structuredContent.
 //   node bench/js_peers_mcp_server.mjs DIR   (DIR: where bench/js_peers/package.json's
 //                                              packages are installed)
 import path from 'node:path';
@@ -24,7 +25,7 @@ server.registerTool('run_js', {
   let envelope;
   try {
     const result = await vm.runInContext(`(async () => {\n${code}\n})()`, vm.createContext({}),
-      { timeout: 1000 });
+      { timeout: 10000 });
     envelope = { ok: true, result };
   } catch (e) {
     envelope = { ok: false, error: { message: String(e && e.message || e) } };
