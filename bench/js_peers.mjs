@@ -7,7 +7,7 @@
 // per system per round (200), ROUNDS rounds (3) after a warm-up round, INFLIGHT calls in
 // flight for the throughput figure (16).
 //
-// The systems (a sandbox is built from nothing and thrown away for every run):
+// The systems (every run gets a new sandbox, thrown away after it):
 //   tidepool      bench/js_peers_tp.c: the C API on one engine, tp_run_create from the
 //                 source text, steps to the end, the envelope (JSON text), tp_run_destroy;
 //                 timed in that process with CLOCK_MONOTONIC, run by run. Its sandbox
