@@ -759,7 +759,7 @@ const char *tp__call_args_sha256 (tp_call *c) {
 
 const char *tp_call_args (tp_call *c) {
   if (c == NULL) return NULL;
-  if (c->args_text == NULL && c->args != NULL) {
+  if (c->args_text == NULL && tp__call_args_tree(c) != NULL) {
     c->args_text = tp__json_dumps(c->args);
     if (c->args_text) charge(c, block_cost(strlen(c->args_text) + 1));
   }
