@@ -81,7 +81,7 @@ if [ "${1:-}" = "--self-test" ]; then
               'front: mcp/view.o (floor 0) calls mcp/server.o (floor 5): tp__mcp_server_run' \
               'front: engine/front/mcp/era.c (floor 0) includes "server.h" (floor 5)' \
               'core: verdict.o (floor 1) calls run.o (floor 7): tp__run_new' \
-              'host: base.o (floor 0) calls host.o (floor 7): tp__host_close'; do
+              'host: base.o (floor 0) calls host.o (floor 8): tp__host_close'; do
     if printf '%s\n' "$out" | grep -qF "$want"; then ok "self-test: reports: $want"
     else not_ok "self-test: reports: $want"; printf '%s\n' "$out" | sed 's/^/#   /'; fi
   done
@@ -262,14 +262,15 @@ core_floor() {  # the floor of core file $1 (its name without .c/.o), or "" when
   esac
 }
 # The host files that still call each other in one circle (see (d) above).
-host_knot="host provider_lua provider_upstream registry"
+host_knot="host provider_lua provider_upstream"
 host_floor() {  # the floor of host file $1, or "" when it has none
   case "$1" in
-    engine) echo 10 ;;                     # the public tp_engine_* API
-    admit) echo 9 ;;                       # a new call: lookup, policy, schema, dispatch
-    provider_caller) echo 8 ;;             # caller tools
-    host|provider_lua|provider_upstream|registry)
-      echo 7 ;;                            # host_knot: loading plugins, providers, tools
+    engine) echo 11 ;;                     # the public tp_engine_* API
+    admit) echo 10 ;;                      # a new call: lookup, policy, schema, dispatch
+    provider_caller) echo 9 ;;             # caller tools
+    host|provider_lua|provider_upstream)
+      echo 8 ;;                            # host_knot: the host state, Lua and upstream tools
+    registry) echo 7 ;;                    # the tools: lookup, search, suggestions
     callers|config|driver) echo 6 ;;       # who may call a tool; the config; the driver
     kvstore|policy|runstore|session_claim) echo 5 ;;  # kv tools; the policy; kept runs
     store_conn) echo 4 ;;                  # an engine's connection to its store

@@ -1401,3 +1401,41 @@ char *tp__host_tool_api (tp_engine *e, const char *tool) {
   return text;
 }
 
+/* ---- what tools.describe tells a script --------------------------------------------
+** Each tool's annotations are made once, when it is registered (after a C tool's
+** tp_engine_add_tool, after a plugin directory's load), by describe.lua in the host
+** state under a cap on its work; so a script's tools.describe reads data and runs no
+** Lua. A tool whose annotations cannot be made (past the cap, or the host state out of
+** memory) gets a short text saying so, made here. (Here, in host.c, above registry.c:
+** making them runs describe.lua in the host state.)
+*/
+static char *short_api (const tp_tool *t) {
+  const char *d = t->description;
+  size_t dl = strcspn(d, "\r\n");
+  if (dl > 200) dl = 200;
+  size_t n = strlen(t->name) + dl + 160;
+  char *s = malloc(n);
+  if (s == NULL) return NULL;
+  snprintf(s, n, "%s%.*s%s---@param args table (its schema is too large to annotate)\n"
+           "---@return any\nfunction tools.%s(args) end\n", dl ? "---" : "", (int)dl, d,
+           dl ? "\n" : "", t->name);
+  return s;
+}
+
+void tp__tools_annotate (tp_engine *e) {
+  for (size_t i = 0; i < e->ntools; i++) {
+    tp_tool *t = e->tools[i];
+    if (t->lua_api != NULL || t->api_tried) continue;
+    t->api_tried = 1;
+    t->lua_api = tp__host_tool_api(e, t->name);
+    if (t->lua_api == NULL) t->lua_api = short_api(t);
+  }
+}
+
+void tp__tool_annotate_one (tp_engine *e, tp_tool *t) {
+  if (t->lua_api != NULL || t->api_tried) return;
+  t->api_tried = 1;
+  t->lua_api = tp__host_tool_api_of(e, t);
+  if (t->lua_api == NULL) t->lua_api = short_api(t);
+}
+

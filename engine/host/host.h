@@ -71,4 +71,9 @@ int tp__open_fs(lua_State *L);
 /* proc.c: pushes the table of helpers of the proc.run tool (host state only). */
 int tp__open_proc(lua_State *L);
 
+/* Makes t's annotations (t outside the registry: a caller tool). host.c. */
+void tp__tool_annotate_one(tp_engine *e, struct tp_tool *t);
+/* Makes the annotations of the tools that have none yet (host.c: describe.lua in H). */
+void tp__tools_annotate(tp_engine *e);
+
 #endif

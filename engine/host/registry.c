@@ -177,25 +177,6 @@ json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool,
   return doc;
 }
 
-int tp__tool_add_def (tp_engine *e, const tp_tool_def *def) {
-  int bad;
-  const char *name = def->name ? def->name : "";
-  json_t *in = tp__tool_parse_schema(e, def->input_schema, name, "input", &bad);
-  if (bad) return TP_EINVAL;
-  json_t *out = tp__tool_parse_schema(e, def->output_schema, name, "output", &bad);
-  if (bad) { json_decref(in); return TP_EINVAL; }
-  const tp__provider *prov = def->handler ? &tp__c_provider : &tp__external_provider;
-  void *pdata = def->handler ? tp__c_tool_new(def->handler, def->ud) : NULL;
-  int rc = def->handler && pdata == NULL ? TP_ENOMEM
-                                         : tp__tool_add(e, def, in, out, prov, pdata, NULL);
-  if (rc != TP_OK) free(pdata);
-  if (rc == TP_OK) tp__tools_annotate(e);
-  json_decref(in);
-  json_decref(out);
-  return rc;
-}
-
-
 size_t tp__engine_drop_plugin_tools (tp_engine *e) {
   size_t kept = 0, dropped = 0;
   for (size_t i = 0; i < e->ntools; i++) {
@@ -273,42 +254,7 @@ void tp__tool_suggest (const tp_engine *e, const char *name, char *buf, size_t l
 }
 
 
-/* ---- what tools.describe tells a script --------------------------------------------
-** Each tool's annotations are made once, when it is registered (after a C tool's
-** tp_engine_add_tool, after a plugin directory's load), by describe.lua in the host
-** state under a cap on its work; so a script's tools.describe reads data and runs no
-** Lua. A tool whose annotations cannot be made (past the cap, or the host state out of
-** memory) gets a short text saying so, made here.
-*/
-static char *short_api (const tp_tool *t) {
-  const char *d = t->description;
-  size_t dl = strcspn(d, "\r\n");
-  if (dl > 200) dl = 200;
-  size_t n = strlen(t->name) + dl + 160;
-  char *s = malloc(n);
-  if (s == NULL) return NULL;
-  snprintf(s, n, "%s%.*s%s---@param args table (its schema is too large to annotate)\n"
-           "---@return any\nfunction tools.%s(args) end\n", dl ? "---" : "", (int)dl, d,
-           dl ? "\n" : "", t->name);
-  return s;
-}
-
-void tp__tools_annotate (tp_engine *e) {
-  for (size_t i = 0; i < e->ntools; i++) {
-    tp_tool *t = e->tools[i];
-    if (t->lua_api != NULL || t->api_tried) continue;
-    t->api_tried = 1;
-    t->lua_api = tp__host_tool_api(e, t->name);
-    if (t->lua_api == NULL) t->lua_api = short_api(t);
-  }
-}
-
-void tp__tool_annotate_one (tp_engine *e, tp_tool *t) {
-  if (t->lua_api != NULL || t->api_tried) return;
-  t->api_tried = 1;
-  t->lua_api = tp__host_tool_api_of(e, t);
-  if (t->lua_api == NULL) t->lua_api = short_api(t);
-}
+/* ---- what tools.describe tells a script: host.c (tp__tools_annotate) ------------- */
 
 /* ---- search: tools.search from a script, over the registry's data ------------------
 ** The tools ranked by the query's words (the first SEARCH_WORDS distinct runs of ASCII

@@ -56,8 +56,6 @@ int tp__tools_insert(tp_tool ***tools, size_t *n, size_t *cap, tp_tool *t, size_
 ** engine's error then says why). */
 json_t *tp__tool_parse_schema(tp_engine *e, const char *text, const char *tool,
                               const char *which, int *bad);
-/* Makes t's annotations (t outside the registry: a caller tool). */
-void tp__tool_annotate_one(tp_engine *e, tp_tool *t);
 /* tp__tool_search over the engine's tools and nextra more. */
 char *tp__tool_search_with(const tp_engine *e, const tp_tool *const *extra, size_t nextra,
                            const char *query);
@@ -85,8 +83,6 @@ void tp__engine_free_tools(tp_engine *e);
 ** so the plugin directories can be loaded again (mcp.c, when a directory changes).
 ** Only while no run is alive, since calls point at their tools. Returns how many. */
 size_t tp__engine_drop_plugin_tools(tp_engine *e);
-/* Makes the annotations of the tools that have none yet (registry.c). */
-void tp__tools_annotate(tp_engine *e);
 /* tools.search from a script: the ranked tools as JSON text [{name, score,
 ** description}...] (malloc'd), or NULL when out of memory. Runs no Lua. */
 char *tp__tool_search(const tp_engine *e, const char *query);
