@@ -209,6 +209,8 @@ void tp__signal_interrupt(pthread_t thread);
 ** verdict is pending the timer fires again every 2 ms (the script may be in host code,
 ** or its hook replaced), until the step ends. */
 #define TP_POLL_LEAD_NS 200000u     /* the ticks read the clock from this before the end */
+#define TP_STEP_LATE_NS 500000u     /* a step handed to the ticks and still running this
+                                    ** long after its end is ended by the timer */
 typedef struct tp_step_clock {
   tp_sandbox *sb;
   uint64_t poll_at_ns;     /* CLOCK_MONOTONIC: when the hook starts reading the clock
@@ -218,6 +220,8 @@ typedef struct tp_step_clock {
   uint64_t cpu_end_ns;     /* CLOCK_THREAD_CPUTIME_ID of this thread: limit.cpu; 0 = none */
   uint64_t start_ns, cpu_start_ns; /* the step's start on both clocks */
   uint64_t wake_ns;        /* when the timer is armed to fire */
+  int handed;              /* the timer handed the step's end to the ticks: it fires again
+                           ** TP_STEP_LATE_NS after the end should the ticks miss it */
   struct tp_step_clock *prev; /* the step this one is nested in, on this thread */
 } tp_step_clock;
 
