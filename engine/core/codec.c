@@ -131,11 +131,12 @@ static int count (enc *e, size_t cost) {
 
 static int enc_value (enc *e, int idx, int depth);
 
-typedef struct member {
+typedef struct member {   /* 24 bytes: the sort moves them. The text stays far below 4 GiB:
+                           ** count() stops the walk past TP_JSON_CHARGE_BATCH of cost */
   const char *k;
-  size_t klen;
-  size_t at, end;
-  int c0, c1;              /* its containers' slots in counts, while exact */
+  uint32_t klen;
+  uint32_t at, end;
+  int16_t c0, c1;          /* its containers' slots in counts, while exact */
 } member;
 
 static int member_cmp (const member *x, const member *y) {
@@ -145,8 +146,9 @@ static int member_cmp (const member *x, const member *y) {
 }
 
 /* Writes the members of an object (n of them, at m[], each "key":value written in the
-** order lua_next gave) in key order, as dump_value does, with commas. */
-static int order_members (enc *e, member *m, int n, size_t start) {
+** order lua_next gave) in key order, as dump_value does, with commas; and their
+** containers' counts in that order too (first: the slot of the first member's first). */
+static int order_members (enc *e, member *m, int n, size_t start, int first) {
   int sorted = 1;
   for (int a = 1; a < n; a++) {  /* insertion sort by key, as dump_value sorts */
     member t = m[a];
@@ -168,15 +170,11 @@ static int order_members (enc *e, member *m, int n, size_t start) {
     o += piece;
   }
   if (tmp != small) free(tmp);
-  if (e->exact) {  /* the members' containers move with them (their slots in counts) */
-    int c0 = e->ncont, saved[TP_CODEC_COUNTS], w;
-    for (int j = 0; j < n; j++) if (m[j].c0 < c0) c0 = m[j].c0;
-    memcpy(saved, e->counts + c0, (size_t)(e->ncont - c0) * sizeof(int));
-    w = c0;
-    for (int j = 0; j < n; j++) {
-      memcpy(e->counts + w, saved + (m[j].c0 - c0), (size_t)(m[j].c1 - m[j].c0) * sizeof(int));
-      w += m[j].c1 - m[j].c0;
-    }
+  if (e->exact && e->ncont > first) {  /* the members' containers move with them */
+    int saved[TP_CODEC_COUNTS], w = first;
+    memcpy(saved, e->counts + first, (size_t)(e->ncont - first) * sizeof(int));
+    for (int j = 0; j < n; j++)
+      for (int i = m[j].c0; i < m[j].c1; i++) e->counts[w++] = saved[i - first];
   }
   return 1;
 }
@@ -217,13 +215,14 @@ static int enc_table (enc *e, int t, int depth) {
       e->bytes += klen + 4;
       if (!count(e, TP_JSON_COST_MEMBER + klen)) goto no;
       if (nm > 0 && !putc1(e, ',')) goto no;
-      m[nm] = (member){ k, klen, e->len, 0, e->exact ? e->ncont : -1, 0 };
+      m[nm] = (member){ k, (uint32_t)klen, (uint32_t)e->len, 0,
+                         (int16_t)(e->exact ? e->ncont : -1), 0 };
       if (!put_ascii(e, k, klen) &&
           (tp__utf8_check((const unsigned char *)k, klen, &why) != klen ||
            memchr(k, '\0', klen) != NULL || !put_string(e, k, klen, 1))) goto no;
       if (!putc1(e, ':') || !enc_value(e, lua_gettop(L), depth + 1)) goto no;
-      m[nm].c1 = e->ncont;
-      m[nm++].end = e->len;
+      m[nm].c1 = (int16_t)e->ncont;
+      m[nm++].end = (uint32_t)e->len;
     }
     else if (kt == LUA_TNUMBER && lua_isinteger(L, -2) && !object) {
       lua_Integer k = lua_tointeger(L, -2);
@@ -235,7 +234,7 @@ static int enc_table (enc *e, int t, int depth) {
   }
   if (object) {
     if (e->exact) e->counts[slot] = nm;
-    return order_members(e, m, nm, start) && putc1(e, '}');
+    return order_members(e, m, nm, start, slot + 1) && putc1(e, '}');
   }
   if (items != n || (n == 0 && tagged <= 0)) return 0;  /* holes; {} or [] by the schema */
   e->bytes += 2;
@@ -341,8 +340,9 @@ int tp__codec_encode (lua_State *L, int idx, size_t max_bytes, int arrays,
   out->ncont = e.exact ? (size_t)e.ncont : 0;
   out->counts = NULL;
   if (e.exact) {
-    memcpy(e.p + at, e.counts, (size_t)e.ncont * sizeof(int));
-    out->counts = (const int *)(void *)(e.p + at);
+    int *counts = (int *)(void *)(e.p + at);
+    for (int i = 0; i < e.ncont; i++) counts[i] = e.counts[i];  /* mostly one or two */
+    out->counts = counts;
   }
   return 1;
 }
