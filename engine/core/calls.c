@@ -135,7 +135,7 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
   int was_running = c->state == CALL_RUNNING;
   if (!was_running && !c->handler_owns) args_release(c, 1, 1);  /* no handler will read them */
   c->state = CALL_DONE;
-  c->end_ns = tp__now_ns();
+  if (c->end_ns == 0) c->end_ns = tp__now_ns();  /* else its provider read the clock then */
   c->ok = ok;
   c->result = ok ? (result ? result : json_null()) : NULL;
   if (!ok) {

@@ -61,7 +61,8 @@ struct tp_call {
   int64_t retry_after_ms;  /* tool.rate_limited: when to try again (the error object's
                            ** retry_after_ms); 0: not said */
   int line;
-  uint64_t start_ns, end_ns, deadline_ns;
+  uint64_t start_ns, end_ns, deadline_ns; /* end_ns: 0 until it ends, unless its provider
+                           ** set it just before it completes it (provider_lua.c) */
   uint64_t hold_start_ns, hold_end_ns; /* a policy's hold: when it began and was decided */
   uint64_t timeout_us;     /* what deadline_ns was set from, for the timeout's message */
   int timeout_own;         /* 1: the tool's own timeout_ms, 0: the tool_timeout limit */

@@ -416,6 +416,7 @@ int tp__host_resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State 
   }
   *held = t1 - t0;
   *late = deadline != 0 && t1 >= deadline;
+  if (e->host_state != NULL) ((tp__host *)e->host_state)->resume_end_ns = t1;
   if (r != NULL && *held >= BLOCK_NOTE_NS) note_block(r, c->name, *held);
   return st;
 }
@@ -679,7 +680,7 @@ static int body_k (lua_State *L, int status, lua_KContext k) {
     }
   }
   if (!lua_getmetatable(L, ctx)) lua_pushnil(L);
-  if (lua_topointer(L, -1) != lua_topointer(L, mt)) {
+  if (!lua_rawequal(L, -1, mt)) {
     lua_pushvalue(L, mt);
     lua_setmetatable(L, ctx);
   }
@@ -926,7 +927,7 @@ static void push_mcp_versions (lua_State *H) {
 #define HEAP_CACHE   ((size_t)256 << 10)
 
 typedef struct host_heap {
-  void *free[HEAP_CLASSES + 1];         /* by k: blocks of at least 16k + 8 bytes */
+  void *free[HEAP_CLASSES + 1];         /* by k: blocks of 16k + 8 usable bytes */
   size_t cached;                        /* bytes on the lists */
 } host_heap;
 
@@ -951,9 +952,9 @@ static void *host_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
   if (nsize > HEAP_SMALL) return malloc(nsize);
   size_t k = nsize <= 24 ? 1 : (nsize - 8 + 15) >> 4;
   void *p = hp->free[k];
-  if (p != NULL) {
+  if (p != NULL) {  /* list k holds blocks of exactly 16k + 8 usable bytes */
     hp->free[k] = *(void **)p;
-    hp->cached -= malloc_usable_size(p);
+    hp->cached -= 16 * k + 8;
     return p;
   }
   return malloc(16 * k + 8);
@@ -1000,6 +1001,7 @@ static int open_p (lua_State *H) {
   h->ws_max = 0;
   h->ws_told = 0;
   h->upstream = 0;
+  h->resume_end_ns = 0;
   lua_rawsetp(H, LUA_REGISTRYINDEX, &host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
