@@ -109,6 +109,28 @@ return strng.format("%d", r.number)]]))
       HINT_INPUT, 1 }, finding("tools.gh.create_issue{body = 'no title'}"))
   end)
 
+  it("reads a plain schema's fields the same way, with or without a finding", function()
+    assert.same({ "tool.invalid_input", "tools.gh.lock: invalid arguments: $.resaon: "
+      .. "unexpected property \"resaon\" (allowed: \"number\", \"reason\") "
+      .. "(tools.describe(\"gh.lock\") shows what it takes)", HINT_INPUT, 2 },
+      finding("local n = 1\ntools.gh.lock{number = n, resaon = 'dup'}"))
+    assert.same({ "tool.invalid_input", "tools.gh.lock: invalid arguments: $: missing "
+      .. "required property \"number\"; $.why: unexpected property \"why\" (allowed: "
+      .. "\"number\", \"reason\") (tools.describe(\"gh.lock\") shows what it takes)",
+      HINT_INPUT, 1 }, finding("tools.gh.lock{reason = 'dup', why = 1}"))
+    -- clean calls run; a field that may be nil is not surely sent, and a table that is not
+    -- a literal may hold anything: neither is a finding
+    local env = run([[
+local maybe = tools.gh.calls{}.nothing
+local a = tools.gh.lock{number = 2, reason = "done"}
+local b = tools.gh.lock{number = 3, extra = maybe}
+local args = {number = 4}
+local c = tools.gh.lock(args)
+return {a.locked, b.locked, c.locked}]])
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ 2, 3, 4 }, env.result)
+  end)
+
   it("lists every finding, in line order, the first as the error", function()
     local env = run([[
 local x = strng.upper("a")

@@ -452,9 +452,37 @@ static const char *skip_ws (const char *p, const char *end) {
   return p;
 }
 
+/* The code point of the \uXXXX at p ('\\'), or -1 when it is not 4 hex digits. */
+static long hex4 (const char *p, const char *end) {
+  if (end - p < 6) return -1;
+  long v = 0;
+  for (int i = 2; i < 6; i++) {
+    char c = p[i];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+/* The \u escape at p: its length (6, or 12 for a surrogate pair), its code point in *cp;
+** 0 when jansson would refuse it (a lone or reversed surrogate, not hex). \u0000 is
+** taken: the tree path loads with JSON_ALLOW_NUL. */
+static int u_escape (const char *p, const char *end, long *cp) {
+  long hi = hex4(p, end);
+  if (hi < 0 || (hi >= 0xDC00 && hi <= 0xDFFF)) return 0;
+  if (hi < 0xD800 || hi > 0xDBFF) { *cp = hi; return 6; }
+  if (end - p < 12 || p[6] != '\\' || p[7] != 'u') return 0;
+  long lo = hex4(p + 6, end);
+  if (lo < 0xDC00 || lo > 0xDFFF) return 0;
+  *cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+  return 12;
+}
+
 /* A string at p ('"'): its end past the closing quote, or NULL when the fast path
-** declines it (\u escapes, control bytes, invalid UTF-8, unterminated). *plain: no
-** escapes at all. */
+** declines it (an escape jansson refuses, control bytes, invalid UTF-8, unterminated).
+** *plain: no escapes at all. */
 static const char *scan_string (const char *p, const char *end, int *plain) {
   const char *s = ++p;
   *plain = 1;
@@ -471,9 +499,16 @@ static const char *scan_string (const char *p, const char *end, int *plain) {
     if (c == '\\') {
       if (p + 1 >= end) return NULL;
       char x = p[1];
+      *plain = 0;
+      if (x == 'u') {
+        long cp;
+        int n = u_escape(p, end, &cp);
+        if (n == 0) return NULL;
+        p += n;
+        continue;
+      }
       if (!(x == '"' || x == '\\' || x == '/' || x == 'b' || x == 'f' || x == 'n' ||
             x == 'r' || x == 't')) return NULL;
-      *plain = 0;
       p += 2;
       continue;
     }
@@ -610,10 +645,33 @@ static const char *push_string (dec *d, const char *p) {
   int escaped = 0;
   while (*q != '"') { if (*q == '\\') { escaped = 1; q++; } q++; }
   if (!escaped) { lua_pushlstring(d->L, s, (size_t)(q - s)); return q + 1; }
-  char buf[ESC_MAX];  /* pushed from C memory as jansson's string is: the same Lua allocations */
+  char buf[ESC_MAX];  /* pushed from C memory as jansson's string is: the same Lua allocations;
+                      ** what an escape stands for is never longer than the escape */
   size_t n = 0;
   for (const char *r = s; r < q; r++) {
     char ch = *r;
+    if (ch == '\\' && r[1] == 'u') {  /* checked by scan_string: to UTF-8 */
+      long cp = 0;
+      int len = u_escape(r, q, &cp);
+      r += len - 1;
+      if (cp < 0x80) buf[n++] = (char)cp;
+      else if (cp < 0x800) {
+        buf[n++] = (char)(0xC0 | (cp >> 6));
+        buf[n++] = (char)(0x80 | (cp & 0x3F));
+      }
+      else if (cp < 0x10000) {
+        buf[n++] = (char)(0xE0 | (cp >> 12));
+        buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        buf[n++] = (char)(0x80 | (cp & 0x3F));
+      }
+      else {
+        buf[n++] = (char)(0xF0 | (cp >> 18));
+        buf[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        buf[n++] = (char)(0x80 | (cp & 0x3F));
+      }
+      continue;
+    }
     if (ch == '\\') {
       ch = *++r;
       ch = ch == 'b' ? '\b' : ch == 'f' ? '\f' : ch == 'n' ? '\n' : ch == 'r' ? '\r' :

@@ -179,6 +179,30 @@ static void key_path (const char *key, char *buf, size_t len) {
   else snprintf(buf, len, "$[\"%s\"]", key);
 }
 
+/* 1 when the schema has a plain shape (schema.h, made at compile) and the call surely
+** passes the checks below: a call with no finding, the common case, then reads no JSON.
+** 0 when it cannot tell; the checks below then decide, and write the message. */
+static int plain_clean (const tp_schema_simple *sh, const char *const *keys,
+                        const unsigned char *sure, size_t nkeys, int closed) {
+  if (sh == NULL) return 0;
+  for (size_t i = 0; i < sh->nprops; i++) {
+    const tp_schema_simple_prop *q = &sh->props[i];
+    if (!closed || !q->required) continue;
+    size_t k = 0;
+    while (k < nkeys && strcmp(keys[k], q->name) != 0) k++;
+    if (k == nkeys) return 0;  /* a required field missing */
+  }
+  if (!sh->closed) return 1;
+  for (size_t k = 0; k < nkeys; k++) {
+    if (!sure[k]) continue;
+    size_t i = 0, kl = strlen(keys[k]);
+    while (i < sh->nprops &&
+           !(sh->props[i].len == kl && memcmp(sh->props[i].name, keys[k], kl) == 0)) i++;
+    if (i == sh->nprops) return 0;  /* a field the schema forbids */
+  }
+  return 1;
+}
+
 static const char *precheck_call (void *ud, const tp_run *r, const char *tool,
                                   const char *const *keys, const unsigned char *sure,
                                   size_t nkeys, int literal, int closed, char *msg,
@@ -198,6 +222,7 @@ static const char *precheck_call (void *ud, const tp_run *r, const char *tool,
     return "tool.unknown";
   }
   if (!literal || t->input == NULL) return NULL;
+  if (plain_clean(tp__schema_simple(t->in_schema), keys, sure, nkeys, closed)) return NULL;
   int hops = 0;
   const json_t *s = tp__schema_deref(t->input, t->input, &hops);
   if (!json_is_object(s)) return NULL;
@@ -221,19 +246,26 @@ static const char *precheck_call (void *ud, const tp_run *r, const char *tool,
   const json_t *props = json_object_get(s, "properties");
   if (json_is_false(json_object_get(s, "additionalProperties")) &&
       json_object_get(s, "patternProperties") == NULL) {
-    char allowed[300];  /* sorted, as the validator lists them */
-    size_t a = 0, np = 0;
-    const char *pk, *names[64];
-    const json_t *pv;
+    size_t k = 0;
+    while (k < nkeys && (!sure[k] || json_object_get(props, keys[k]) != NULL)) k++;
+    char allowed[300];  /* sorted, as the validator lists them; made only when needed */
     allowed[0] = '\0';
-    json_object_foreach((json_t *)props, pk, pv) if (np < 64) names[np++] = pk;
-    qsort(names, np, sizeof names[0], cmp_str);
-    for (size_t q = 0; q < np; q++) {
-      if (a + 40 >= sizeof allowed) { snprintf(allowed + a, sizeof allowed - a, ", ..."); break; }
-      a += (size_t)snprintf(allowed + a, sizeof allowed - a, "%s\"%s\"", a ? ", " : "",
-                            names[q]);
+    if (k < nkeys) {
+      size_t a = 0, np = 0;
+      const char *pk, *names[64];
+      const json_t *pv;
+      json_object_foreach((json_t *)props, pk, pv) if (np < 64) names[np++] = pk;
+      qsort(names, np, sizeof names[0], cmp_str);
+      for (size_t q = 0; q < np; q++) {
+        if (a + 40 >= sizeof allowed) {
+          snprintf(allowed + a, sizeof allowed - a, ", ...");
+          break;
+        }
+        a += (size_t)snprintf(allowed + a, sizeof allowed - a, "%s\"%s\"", a ? ", " : "",
+                              names[q]);
+      }
     }
-    for (size_t k = 0; k < nkeys; k++) {
+    for (; k < nkeys; k++) {
       if (!sure[k] || json_object_get(props, keys[k]) != NULL || o >= sizeof errs - 1) continue;
       key_path(keys[k], path, sizeof path);
       if (allowed[0])

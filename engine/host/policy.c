@@ -18,7 +18,9 @@
 **
 ** The cost per call is what the per-tool cache leaves: the indexes of the rules whose
 ** glob matches are kept on the tool (made at its first call after the policy changed),
-** and conditions are evaluated on the jansson tree in place, without allocating.
+** and conditions are evaluated without allocating (P->sbuf, kept, decodes strings with
+** escapes): on the arguments' JSON text when the codec kept them as text (no tree is made
+** for a decision), else on the jansson tree.
 ** Decisions reach a callback (tp_engine_on_decision) for audit logs. A call that an ask
 ** rule applies to is held (tp__call_hold) and handed to tp_engine_on_approval's callback;
 ** tp_call_approve / tp_call_deny end the hold (tp_call_decide). Without that callback it
@@ -35,7 +37,9 @@
 */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
+#include <locale.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +62,8 @@
 
 int luaopen_lpeg(lua_State *L);
 
+int tp__policy_text_off;
+
 #define WHERE_MAX 4096     /* bytes of one condition */
 #define DEPTH_MAX 64       /* nesting of a condition */
 #define RULES_MAX 10000
@@ -68,7 +74,8 @@ enum { N_AND, N_OR, N_NOT, N_CMP, N_IN, N_STARTS, N_ENDS, N_CONTAINS, N_MATCHES,
        N_TRUTH };
 enum { OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE };
 enum { LT_STR, LT_NUM, LT_BOOL, LT_NULL };
-enum { R_FALSE = 0, R_TRUE = 1, R_UNKNOWN = 2 };
+enum { R_FALSE = 0, R_TRUE = 1, R_UNKNOWN = 2,
+       R_TREE = 3 };   /* the text cannot say: ask the tree (conditions on the text) */
 
 static const char *const effect_names[] = { "allow", "ask", "deny" };
 static const char *const key_names[] = { "run", "session", "principal", "global" };
@@ -167,6 +174,10 @@ struct tp__policy {
   const json_t **memo;     /* memo[k]: the argument keys[k] of the call being decided, */
   uint64_t *memo_at;       /* looked up when memo_at[k] == stamp */
   uint64_t stamp;          /* counts decisions */
+  const char **tmemo;      /* the same for the arguments' text: where the value of */
+  uint64_t *tmemo_at;      /* keys[k] begins in it */
+  char *sbuf;              /* a string of the text with escapes, decoded */
+  size_t sbufcap;
   bentry *tab;             /* open addressing; ntab a power of 2 */
   size_t ntab, used;
   tcache *tools;           /* per tool: open addressing by serial; ntools a power of 2 */
@@ -282,6 +293,9 @@ void tp__policy_free (tp_engine *e) {
   free(P->keylen);
   free(P->memo);
   free(P->memo_at);
+  free(P->tmemo);
+  free(P->tmemo_at);
+  free(P->sbuf);
   caller_free(&P->who);
   pcre2_match_data_free(P->md);
   pcre2_match_context_free(P->mctx);
@@ -834,14 +848,17 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
   char **keys = NULL;
   uint32_t nkeys = 0;
   const json_t **memo = NULL;
-  uint64_t *memo_at = NULL;
+  uint64_t *memo_at = NULL, *tmemo_at = NULL;
+  const char **tmemo = NULL;
   size_t *keylen = NULL;
   int rc = section ? load(&ld, section, &rules, &nrules, &deny) : TP_OK;
   if (ld.L) lua_close(ld.L);
   if (rc == TP_OK) rc = number_keys(rules, nrules, &keys, &nkeys);
   if (rc == TP_OK && nkeys && ((memo = calloc(nkeys, sizeof *memo)) == NULL ||
                                (memo_at = calloc(nkeys, sizeof *memo_at)) == NULL ||
-                               (keylen = calloc(nkeys, sizeof *keylen)) == NULL))
+                               (keylen = calloc(nkeys, sizeof *keylen)) == NULL ||
+                               (tmemo = calloc(nkeys, sizeof *tmemo)) == NULL ||
+                               (tmemo_at = calloc(nkeys, sizeof *tmemo_at)) == NULL))
     rc = TP_ENOMEM;
   for (uint32_t k = 0; rc == TP_OK && k < nkeys; k++) keylen[k] = strlen(keys[k]);
   if (rc == TP_OK && section && P->md == NULL) {
@@ -855,6 +872,8 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
     keys_free(keys, nkeys);
     free(memo);
     free(memo_at);
+    free(tmemo);
+    free(tmemo_at);
     free(keylen);
     if (rc == TP_ENOMEM) tp__engine_set_error(e, "config: out of memory reading the policy");
     else tp__engine_set_error(e, "config: %s", ld.err);
@@ -867,11 +886,15 @@ int tp__policy_load (tp_engine *e, const json_t *section) {
   free(P->keylen);
   free(P->memo);
   free(P->memo_at);
+  free(P->tmemo);
+  free(P->tmemo_at);
   P->keylen = keylen;
   P->keys = keys;
   P->nkeys = nkeys;
   P->memo = memo;
   P->memo_at = memo_at;
+  P->tmemo = tmemo;
+  P->tmemo_at = tmemo_at;
   P->stamp = 0;
   P->rules = rules;
   P->nrules = nrules;
@@ -1064,10 +1087,485 @@ static int leaf (struct tp__policy *P, const prule *ru, const pnode *n,
   }
 }
 
+/* ---- conditions on the arguments' text -----------------------------------------------
+** A call whose arguments the codec kept as text (codec.c: no tree made) is decided on
+** that text: making the tree was most of a decision's cost. The text is the codec's
+** (tp__codec_encode): compact JSON of a Lua table, its keys strings, unique and sorted,
+** its strings valid UTF-8 escaped only where dump_string escapes, integers exact, reals
+** with '.' or an exponent. A clause reads the value at its path as the tree path reads
+** the node (tval), and gives what leaf() gives on the tree. A text not of that form, a
+** number the reading would not give exactly, or no memory for a string with escapes
+** makes the clause R_TREE: the rule is evaluated on the tree instead, so the two ways
+** cannot differ. Messages describe values from the tree (value_text). */
+
+/* Where a decision reads the arguments: text (text..end) or, when text is NULL, tree. */
+typedef struct asrc {
+  const json_t *tree;
+  const char *text, *end;
+} asrc;
+
+/* A value of the text: its kind ('s' string, 'i' integer, 'r' real, 't' true, 'f' false,
+** 'n' null, '[' an array, '{' an object), its first byte, and what it holds. */
+typedef struct tval {
+  char t;
+  const char *p;
+  const char *s;           /* a string's bytes (in the text, or decoded into P->sbuf) */
+  size_t len;
+  json_int_t i;
+  double d;
+} tval;
+
+static locale_t c_locale (void) {
+  static locale_t loc;
+  if (loc == (locale_t)0) loc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+  return loc;
+}
+
+/* Past the closing quote of the string at p ('"'), or NULL when it has none; *esc set
+** when it has escapes. Short strings (most arguments a rule reads) byte by byte, the rest
+** of a long one with memchr. */
+static const char *tx_string_end (const char *p, const char *end, int *esc) {
+  const char *q = p + 1, *stop = end - q > 64 ? q + 64 : end;
+  *esc = 0;
+  for (; q < stop; q++) {
+    if (*q == '"') return q + 1;
+    if (*q == '\\') { *esc = 1; q++; }
+  }
+  const char *from = q;  /* every byte before it is read (no escape pair cut in two) */
+  for (;;) {
+    if (q >= end) return NULL;
+    const char *r = memchr(q, '"', (size_t)(end - q));
+    if (r == NULL) return NULL;
+    size_t bs = 0;  /* an odd number of backslashes before it escapes it */
+    while (r - bs > q && r[-1 - (ptrdiff_t)bs] == '\\') bs++;
+    q = r + 1;
+    if (bs % 2 == 0) break;
+  }
+  if (!*esc && memchr(from, '\\', (size_t)(q - 1 - from)) != NULL) *esc = 1;
+  return q;
+}
+
+/* Past the value at p, or NULL when the text is not as expected. */
+static const char *tx_skip (const char *p, const char *end) {
+  int depth = 0;
+  do {
+    if (p >= end) return NULL;
+    char ch = *p;
+    if (ch == '"') {
+      int esc;
+      if ((p = tx_string_end(p, end, &esc)) == NULL) return NULL;
+    }
+    else if (ch == '{' || ch == '[') { depth++; p++; }
+    else if (ch == '}' || ch == ']') {
+      if (--depth < 0) return NULL;
+      p++;
+    }
+    else if (ch == ',' || ch == ':') {
+      if (depth == 0) return NULL;
+      p++;
+    }
+    else {  /* a number or a literal */
+      const char *s = p;
+      while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ':') p++;
+      if (p == s) return NULL;
+    }
+  } while (depth > 0);
+  return p;
+}
+
+static int hex4 (const char *p, unsigned *u) {
+  *u = 0;
+  for (int i = 0; i < 4; i++) {
+    char h = p[i];
+    unsigned d = h >= '0' && h <= '9' ? (unsigned)(h - '0') : h >= 'a' && h <= 'f'
+               ? (unsigned)(h - 'a' + 10) : h >= 'A' && h <= 'F' ? (unsigned)(h - 'A' + 10)
+               : 16u;
+    if (d == 16) return 0;
+    *u = *u << 4 | d;
+  }
+  return 1;
+}
+
+/* The bytes of the string at p ('"'): in the text when it has no escapes, else decoded
+** (as jansson decodes them) into P->sbuf. *next: past it. 0 when the text is not as
+** expected or there is no memory for the decoding. */
+static int tx_str (struct tp__policy *P, const char *p, const char *end, const char **s,
+                   size_t *len, const char **next) {
+  int esc;
+  const char *e = tx_string_end(p, end, &esc);
+  if (e == NULL) return 0;
+  *next = e;
+  const char *a = p + 1, *b = e - 1;
+  if (!esc) {
+    *s = a;
+    *len = (size_t)(b - a);
+    return 1;
+  }
+  if (tp__grow(&P->sbuf, &P->sbufcap, (size_t)(b - a) + 1, 1, 256) != 0) return 0;
+  char *o = P->sbuf;
+  while (a < b) {
+    if (*a != '\\') { *o++ = *a++; continue; }
+    if (b - a < 2) return 0;
+    char x = a[1];
+    a += 2;
+    switch (x) {
+      case '"': *o++ = '"'; break;
+      case '\\': *o++ = '\\'; break;
+      case '/': *o++ = '/'; break;
+      case 'b': *o++ = '\b'; break;
+      case 'f': *o++ = '\f'; break;
+      case 'n': *o++ = '\n'; break;
+      case 'r': *o++ = '\r'; break;
+      case 't': *o++ = '\t'; break;
+      case 'u': {
+        unsigned u, lo;
+        if (b - a < 4 || !hex4(a, &u)) return 0;
+        a += 4;
+        if (u >= 0xDC00 && u <= 0xDFFF) return 0;  /* a lone low surrogate */
+        if (u >= 0xD800 && u <= 0xDBFF) {
+          if (b - a < 6 || a[0] != '\\' || a[1] != 'u' || !hex4(a + 2, &lo) ||
+              lo < 0xDC00 || lo > 0xDFFF) return 0;
+          a += 6;
+          u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        if (u < 0x80) *o++ = (char)u;
+        else if (u < 0x800) {
+          *o++ = (char)(0xC0 | u >> 6);
+          *o++ = (char)(0x80 | (u & 0x3F));
+        }
+        else if (u < 0x10000) {
+          *o++ = (char)(0xE0 | u >> 12);
+          *o++ = (char)(0x80 | (u >> 6 & 0x3F));
+          *o++ = (char)(0x80 | (u & 0x3F));
+        }
+        else {
+          *o++ = (char)(0xF0 | u >> 18);
+          *o++ = (char)(0x80 | (u >> 12 & 0x3F));
+          *o++ = (char)(0x80 | (u >> 6 & 0x3F));
+          *o++ = (char)(0x80 | (u & 0x3F));
+        }
+        break;
+      }
+      default: return 0;
+    }
+  }
+  *s = P->sbuf;
+  *len = (size_t)(o - P->sbuf);
+  return 1;
+}
+
+/* The number at p..end (JSON's grammar) as jansson reads it: an integer (no fraction or
+** exponent; 'i') or a real ('r'). 0 when it is not one, or an integer past json_int_t
+** (jansson refuses it). */
+static char tx_num (const char *p, const char *end, json_int_t *i, double *d) {
+  const char *s = p;
+  int neg = p < end && *p == '-', real = 0;
+  p += neg;
+  if (p >= end || *p < '0' || *p > '9') return 0;
+  if (*p == '0') p++;
+  else while (p < end && *p >= '0' && *p <= '9') p++;
+  const char *idig = s + neg, *iend = p;
+  if (p < end && *p == '.') {
+    real = 1;
+    if (++p >= end || *p < '0' || *p > '9') return 0;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    real = 1;
+    if (++p < end && (*p == '+' || *p == '-')) p++;
+    if (p >= end || *p < '0' || *p > '9') return 0;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+  }
+  if (p < end && *p != ',' && *p != '}' && *p != ']') return 0;
+  if (!real) {
+    uint64_t u = 0, lim = neg ? (uint64_t)1 << 63 : ((uint64_t)1 << 63) - 1;
+    int wide = iend - idig > 18;  /* 18 digits cannot pass json_int_t */
+    for (const char *q = idig; q < iend; q++) {
+      unsigned dg = (unsigned)(*q - '0');
+      if (wide && u > (lim - dg) / 10) return 0;
+      u = u * 10 + dg;
+    }
+    *i = neg ? (json_int_t)(0 - u) : (json_int_t)u;
+    return 'i';
+  }
+  char tmp[64];
+  size_t n = (size_t)(p - s);
+  if (n >= sizeof tmp || c_locale() == (locale_t)0) return 0;
+  memcpy(tmp, s, n);
+  tmp[n] = '\0';
+  *d = strtod_l(tmp, NULL, c_locale());
+  return isfinite(*d) ? 'r' : 0;  /* jansson refuses a real that overflows */
+}
+
+/* Reads the value at p into *v. 0 when the text is not as expected. */
+static int tx_read (struct tp__policy *P, const char *p, const char *end, tval *v) {
+  const char *next;
+  v->p = p;
+  if (p >= end) return 0;
+  switch (*p) {
+    case '"': v->t = 's'; return tx_str(P, p, end, &v->s, &v->len, &next);
+    case '{': case '[': v->t = *p; return 1;
+    case 't': v->t = 't'; return end - p >= 4 && memcmp(p, "true", 4) == 0;
+    case 'f': v->t = 'f'; return end - p >= 5 && memcmp(p, "false", 5) == 0;
+    case 'n': v->t = 'n'; return end - p >= 4 && memcmp(p, "null", 4) == 0;
+    default: return (v->t = tx_num(p, end, &v->i, &v->d)) != 0;
+  }
+}
+
+/* The value of key k in the object at p ('{'), or NULL when it has none; *bad set when
+** the text is not as expected. */
+static const char *tx_member (struct tp__policy *P, const char *p, const char *end,
+                              const char *k, size_t klen, int *bad) {
+  if (++p < end && *p == '}') return NULL;
+  for (;;) {
+    const char *ks, *next;
+    size_t kl;
+    if (p >= end || *p != '"' || !tx_str(P, p, end, &ks, &kl, &next) || next >= end ||
+        *next != ':') break;
+    if (kl == klen && memcmp(ks, k, klen) == 0) return next + 1;
+    if ((p = tx_skip(next + 1, end)) == NULL || p >= end) break;
+    if (*p == '}') return NULL;
+    if (*p++ != ',') break;
+  }
+  *bad = 1;
+  return NULL;
+}
+
+/* Item i (from 0) of the array at p ('['), or NULL when it has fewer; *bad as above. */
+static const char *tx_item (const char *p, const char *end, int64_t i, int *bad) {
+  if (++p < end && *p == ']') return NULL;
+  for (;; i--) {
+    if (i == 0) return p;
+    if ((p = tx_skip(p, end)) == NULL || p >= end) break;
+    if (*p == ']') return NULL;
+    if (*p++ != ',') break;
+  }
+  *bad = 1;
+  return NULL;
+}
+
+/* The items of the array or members of the object at p; -1 when the text is not as
+** expected. */
+static int64_t tx_count (const char *p, const char *end) {
+  char close = *p == '{' ? '}' : ']';
+  int64_t n = 0;
+  if (++p < end && *p == close) return 0;
+  for (;;) {
+    if (close == '}') {
+      int esc;
+      const char *k = p < end && *p == '"' ? tx_string_end(p, end, &esc) : NULL;
+      if (k == NULL || k >= end || *k != ':') return -1;
+      p = k + 1;
+    }
+    if ((p = tx_skip(p, end)) == NULL || p >= end) return -1;
+    n++;
+    if (*p == close) return n;
+    if (*p++ != ',') return -1;
+  }
+}
+
+/* Looks up at once the first keys of t's conditions in the arguments' object (the text
+** memo, as prefetch_keys for the tree). */
+static void tx_prefetch (struct tp__policy *P, const tcache *t, const asrc *a) {
+  uint64_t mask = t->keys;
+  if (mask == 0) return;
+  for (uint64_t m = mask; m; m &= m - 1) {
+    int k = __builtin_ctzll(m);
+    P->tmemo[k] = NULL;
+    P->tmemo_at[k] = P->stamp;
+  }
+  const char *p = a->text, *end = a->end;
+  if (p >= end || *p != '{' || (++p < end && *p == '}')) return;
+  for (;;) {
+    const char *ks, *next;
+    size_t kl;
+    if (p >= end || *p != '"' || !tx_str(P, p, end, &ks, &kl, &next) || next >= end ||
+        *next != ':')
+      break;
+    for (uint64_t m = mask; m; m &= m - 1) {
+      int k = __builtin_ctzll(m);
+      if (P->keylen[k] == kl && memcmp(P->keys[k], ks, kl) == 0) {
+        P->tmemo[k] = next + 1;
+        break;
+      }
+    }
+    if ((p = tx_skip(next + 1, end)) == NULL || p >= end) break;
+    if (*p == '}') return;
+    if (*p++ != ',') break;
+  }
+  for (uint64_t m = mask; m; m &= m - 1) P->tmemo_at[__builtin_ctzll(m)] = 0;  /* look up
+                                                                ** again, and find it bad */
+}
+
+/* The value at n's path in the text, or NULL; *bad set when the text is not as
+** expected. */
+static const char *tx_resolve (struct tp__policy *P, const prule *ru, const pnode *n,
+                               const asrc *a, int *bad) {
+  const char *v = a->text, *end = a->end;
+  uint32_t i = 0;
+  if (n->key0) {
+    uint32_t k = n->key0 - 1;
+    if (P->tmemo_at[k] != P->stamp) {
+      const pstep *st = &ru->steps[n->path];
+      P->tmemo[k] = *v == '{' ? tx_member(P, v, end, ru->pool + st->key, st->klen, bad)
+                              : NULL;
+      if (*bad) return NULL;
+      P->tmemo_at[k] = P->stamp;
+    }
+    v = P->tmemo[k];
+    i = 1;
+  }
+  for (; i < n->npath && v != NULL && !*bad; i++) {
+    const pstep *st = &ru->steps[n->path + i];
+    if (st->index >= 0) v = *v == '[' ? tx_item(v, end, st->index, bad) : NULL;
+    else v = *v == '{' ? tx_member(P, v, end, ru->pool + st->key, st->klen, bad) : NULL;
+  }
+  return *bad ? NULL : v;
+}
+
+/* equals() on a value of the text. */
+static int tx_equals (const prule *ru, const plit *l, const tval *v) {
+  switch (l->t) {
+    case LT_NULL: return v->t == 'n' ? R_TRUE : R_FALSE;
+    case LT_STR:
+      if (v->t != 's') return R_UNKNOWN;
+      return v->len == l->len && memcmp(v->s, ru->pool + l->s, l->len) == 0;
+    case LT_NUM:
+      if (v->t != 'i' && v->t != 'r') return R_UNKNOWN;
+      if (l->isint && v->t == 'i') return v->i == l->i;
+      return (v->t == 'i' ? (double)v->i : v->d) == l->d;
+    default:
+      if (v->t != 't' && v->t != 'f') return R_UNKNOWN;
+      return (v->t == 't') == l->b;
+  }
+}
+
+/* order() on a value of the text. */
+static int tx_order (const prule *ru, const plit *l, const tval *v, int *ok) {
+  *ok = 1;
+  if (l->t == LT_NUM && (v->t == 'i' || v->t == 'r')) {
+    if (l->isint && v->t == 'i') return v->i < l->i ? -1 : v->i > l->i;
+    double a = v->t == 'i' ? (double)v->i : v->d;
+    return a < l->d ? -1 : a > l->d;
+  }
+  if (l->t == LT_STR && v->t == 's') {
+    size_t a = v->len, b = l->len;
+    int c = memcmp(v->s, ru->pool + l->s, a < b ? a : b);
+    return c ? c : a < b ? -1 : a > b;
+  }
+  *ok = 0;
+  return 0;
+}
+
+/* length_of() on a value of the text; -1 for other values, -2 when the text is not as
+** expected. */
+static int64_t tx_length (const tval *v, const char *end) {
+  if (v->t == 's') {
+    int64_t chars = 0;
+    for (size_t i = 0; i < v->len; i++) chars += ((unsigned char)v->s[i] & 0xC0) != 0x80;
+    return chars;
+  }
+  if (v->t == '[' || v->t == '{') {
+    int64_t n = tx_count(v->p, end);
+    return n < 0 ? -2 : n;
+  }
+  return -1;
+}
+
+/* compare() on a value of the text. */
+static int tx_compare (const prule *ru, const pnode *n, const tval *v, const char *end) {
+  const plit *l = &ru->lits[n->lit];
+  int c;
+  if (n->len) {
+    int64_t len = tx_length(v, end);
+    if (len == -2) return R_TREE;
+    if (len < 0) return R_UNKNOWN;
+    double a = (double)len;
+    c = l->isint ? (len < l->i ? -1 : len > l->i) : (a < l->d ? -1 : a > l->d);
+    if (n->op == OP_EQ) return c == 0;
+    if (n->op == OP_NE) return c != 0;
+  }
+  else if (n->op == OP_EQ || n->op == OP_NE) {
+    int r = tx_equals(ru, l, v);
+    if (r == R_UNKNOWN || n->op == OP_EQ) return r;
+    return !r;
+  }
+  else {
+    int ok;
+    c = tx_order(ru, l, v, &ok);
+    if (!ok) return R_UNKNOWN;
+  }
+  switch (n->op) {
+    case OP_LT: return c < 0;
+    case OP_LE: return c <= 0;
+    case OP_GT: return c > 0;
+    default: return c >= 0;
+  }
+}
+
+/* leaf() on the text. */
+static int tx_leaf (struct tp__policy *P, const prule *ru, const pnode *n, const asrc *a) {
+  int bad = 0;
+  const char *at = tx_resolve(P, ru, n, a, &bad);
+  if (bad) return R_TREE;
+  if (n->kind == N_EXISTS) return at != NULL;
+  if (at == NULL) return R_UNKNOWN;
+  tval v;
+  if (!tx_read(P, at, a->end, &v)) return R_TREE;
+  const plit *l = ru->lits ? &ru->lits[n->lit] : NULL;  /* none for truth and in */
+  switch (n->kind) {
+    case N_CMP: return tx_compare(ru, n, &v, a->end);
+    case N_TRUTH: return v.t == 't' ? R_TRUE : v.t == 'f' ? R_FALSE : R_UNKNOWN;
+    case N_IN: {
+      int typed = 0;
+      for (uint32_t i = 0; i < n->n; i++) {
+        const plit *m = &ru->lits[n->a + i];
+        int r = tx_equals(ru, m, &v);
+        if (r == R_TRUE) return R_TRUE;
+        if (m->t != LT_NULL && r != R_UNKNOWN) typed = 1;
+      }
+      return typed ? R_FALSE : R_UNKNOWN;
+    }
+    case N_STARTS: case N_ENDS: {
+      if (v.t != 's') return R_UNKNOWN;
+      if (v.len < l->len) return R_FALSE;
+      const char *s = v.s + (n->kind == N_ENDS ? v.len - l->len : 0);
+      return memcmp(s, ru->pool + l->s, l->len) == 0;
+    }
+    case N_CONTAINS:
+      if (v.t == 's') {
+        if (l->t != LT_STR) return R_UNKNOWN;
+        if (l->len == 0) return R_TRUE;
+        return memmem(v.s, v.len, ru->pool + l->s, l->len) != NULL;
+      }
+      if (v.t == '[') {
+        const char *p = at + 1, *end = a->end;
+        if (p < end && *p == ']') return R_FALSE;
+        for (;;) {
+          tval item;
+          if (!tx_read(P, p, end, &item)) return R_TREE;
+          if (tx_equals(ru, l, &item) == R_TRUE) return R_TRUE;
+          if ((p = tx_skip(p, end)) == NULL || p >= end) return R_TREE;
+          if (*p == ']') return R_FALSE;
+          if (*p++ != ',') return R_TREE;
+        }
+      }
+      return R_UNKNOWN;
+    case N_MATCHES: {
+      if (v.t != 's') return R_UNKNOWN;
+      int rc = pcre2_match(n->re, (PCRE2_SPTR)v.s, v.len, 0, 0, P->md, P->mctx);
+      if (rc >= 0) return R_TRUE;
+      return rc == PCRE2_ERROR_NOMATCH ? R_FALSE : R_UNKNOWN;
+    }
+    default: return R_UNKNOWN;
+  }
+}
+
 /* The value of node ni: R_TRUE, R_FALSE or R_UNKNOWN (Kleene's logic); *culprit: the
-** clause that made it so (a leaf, or the `not` or `or` node whose result it is). */
-static int eval (struct tp__policy *P, const prule *ru, uint32_t ni,
-                 const json_t *args, uint32_t *culprit) {
+** clause that made it so (a leaf, or the `not` or `or` node whose result it is). R_TREE
+** (on the text only): evaluate it on the tree. */
+static int eval (struct tp__policy *P, const prule *ru, uint32_t ni, const asrc *a,
+                 uint32_t *culprit) {
   const pnode *n = &ru->nodes[ni];
   switch (n->kind) {
     case N_AND: {
@@ -1075,8 +1573,8 @@ static int eval (struct tp__policy *P, const prule *ru, uint32_t ni,
       uint32_t unk = ni;
       for (uint32_t i = 0; i < n->n; i++) {
         uint32_t c;
-        int r = eval(P, ru, ru->kids[n->a + i], args, &c);
-        if (r == R_FALSE) { *culprit = c; return R_FALSE; }
+        int r = eval(P, ru, ru->kids[n->a + i], a, &c);
+        if (r == R_FALSE || r == R_TREE) { *culprit = c; return r; }
         if (r == R_UNKNOWN && res == R_TRUE) { res = R_UNKNOWN; unk = c; }
       }
       *culprit = unk;
@@ -1087,8 +1585,8 @@ static int eval (struct tp__policy *P, const prule *ru, uint32_t ni,
       uint32_t unk = ni;
       for (uint32_t i = 0; i < n->n; i++) {
         uint32_t c;
-        int r = eval(P, ru, ru->kids[n->a + i], args, &c);
-        if (r == R_TRUE) { *culprit = c; return R_TRUE; }
+        int r = eval(P, ru, ru->kids[n->a + i], a, &c);
+        if (r == R_TRUE || r == R_TREE) { *culprit = c; return r; }
         if (r == R_UNKNOWN && res == R_FALSE) { res = R_UNKNOWN; unk = c; }
       }
       *culprit = unk;
@@ -1096,13 +1594,13 @@ static int eval (struct tp__policy *P, const prule *ru, uint32_t ni,
     }
     case N_NOT: {
       uint32_t c;
-      int r = eval(P, ru, ru->kids[n->a], args, &c);
-      *culprit = r == R_UNKNOWN ? c : ni;
-      return r == R_UNKNOWN ? R_UNKNOWN : !r;
+      int r = eval(P, ru, ru->kids[n->a], a, &c);
+      *culprit = r == R_UNKNOWN || r == R_TREE ? c : ni;
+      return r == R_UNKNOWN || r == R_TREE ? r : !r;
     }
     default:
       *culprit = ni;
-      return leaf(P, ru, n, args);
+      return a->text ? tx_leaf(P, ru, n, a) : leaf(P, ru, n, a->tree);
   }
 }
 
@@ -1439,6 +1937,36 @@ static void prefetch_keys (struct tp__policy *P, const tcache *t, const json_t *
   }
 }
 
+/* Where the decision of c reads its arguments (asrc): the text, when the codec kept them
+** as text and made no tree, else the tree (made now if need be); their first keys looked
+** up. */
+static void args_open (struct tp__policy *P, const tcache *tc, tp_call *c, asrc *a) {
+  const char *text = c->fast_text ? c->fast_text : c->args_text;
+  size_t len = c->fast_text ? c->fast_len : c->bytes_in;
+  a->tree = NULL;
+  a->text = a->end = NULL;
+  if (c->args == NULL && c->args_fast && text != NULL && len > 0 && !tp__policy_text_off) {
+    a->text = text;
+    a->end = text + len;
+    tx_prefetch(P, tc, a);
+    return;
+  }
+  a->tree = tp__call_args_tree(c);  /* made now when the codec made none */
+  prefetch_keys(P, tc, a->tree);
+}
+
+/* The tree of c's arguments, for a rule the text cannot decide and for messages (from
+** then on the decision reads the tree). */
+static const json_t *args_tree (struct tp__policy *P, const tcache *tc, tp_call *c,
+                                asrc *a) {
+  if (a->text != NULL) {
+    a->text = a->end = NULL;
+    a->tree = tp__call_args_tree(c);
+    prefetch_keys(P, tc, a->tree);
+  }
+  return a->tree;
+}
+
 static const char *clause_text (const prule *ru, uint32_t ni, char *buf, size_t len) {
   const pnode *n = &ru->nodes[ni];
   snprintf(buf, len, "%.*s", (int)n->textlen, ru->pool + n->text);
@@ -1595,10 +2123,10 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *tool) {
     deny_with(P, c, who, -1, "deny", "", "the policy could not be applied: out of memory");
     return 0;
   }
-  const json_t *args = tp__call_args_tree(c);  /* made now when the codec made none */
   int ask = -1, allowed = -1;  /* the first allow rule that holds */
   P->stamp++;  /* the memo of argument lookups starts empty */
-  prefetch_keys(P, tc, args);
+  asrc a;
+  args_open(P, tc, c, &a);
   char ctext[300], vtext[600];
   for (uint32_t i = 0; i < tc->n; i++) {
     uint32_t k = tc->rules[i];
@@ -1614,7 +2142,11 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *tool) {
       return 0;
     }
     uint32_t cul = 0;
-    int r = ru->nnodes ? eval(P, ru, ru->root, args, &cul) : R_TRUE;
+    int r = R_TRUE;
+    if (ru->nnodes && (r = eval(P, ru, ru->root, &a, &cul)) == R_TREE) {
+      args_tree(P, tc, c, &a);
+      r = eval(P, ru, ru->root, &a, &cul);
+    }
     if (ru->effect == EF_DENY && r != R_FALSE) {
       if (ru->nnodes == 0)
         deny_with(P, c, who, (int)k, "deny", "", "policy rule %u denies tools.%s", k,
@@ -1623,7 +2155,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *tool) {
         deny_with(P, c, who, (int)k, "deny", clause_text(ru, ru->root, ctext, sizeof ctext),
                   "policy rule %u denies it when `%s`, and that holds", k, ru->where);
       else {
-        value_text(P, ru, cul, args, vtext, sizeof vtext);
+        value_text(P, ru, cul, args_tree(P, tc, c, &a), vtext, sizeof vtext);
         deny_with(P, c, who, (int)k, "deny", clause_text(ru, cul, ctext, sizeof ctext),
                   "policy rule %u denies it when `%s`, and `%s` cannot be checked: %s", k,
                   ru->where, ctext, vtext);
@@ -1633,7 +2165,7 @@ int tp__policy_decide (tp_engine *e, tp_call *c, tp_tool *tool) {
     if (ru->effect == EF_ASK && r != R_FALSE && ask < 0) ask = (int)k;
     if (ru->effect == EF_ALLOW) {
       if (r != R_TRUE) {
-        value_text(P, ru, cul, args, vtext, sizeof vtext);
+        value_text(P, ru, cul, args_tree(P, tc, c, &a), vtext, sizeof vtext);
         clause_text(ru, cul, ctext, sizeof ctext);
         deny_with(P, c, who, (int)k, "deny", ctext, "policy rule %u allows tools.%s only "
                   "when `%s`; `%s` %s%s%s", k, c->name, ru->where, ctext,

@@ -54,4 +54,9 @@ void tp__policy_free(tp_engine *e);
 ** it back): the C tests drive buckets with a fake clock instead of sleeping. */
 void tp__policy_set_clock(tp_engine *e, uint64_t (*now_ns)(void *ud), void *ud);
 
+/* Nonzero: conditions are evaluated on the arguments' tree even when the codec kept them
+** as text (for the differential test, which decides the same calls both ways; never set
+** in production). */
+extern int tp__policy_text_off;
+
 #endif

@@ -4,14 +4,15 @@
 // lines; HTTP on the request's SSE stream, through the official SDK client's request
 // handlers), and the answer resumes the run. Paused: the run returns status "paused" with
 // the pending calls, and resume_run's results resume it, bound to run, id and arguments.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { z } from 'zod';
-import { test, run, assert, eq, sleep, tidepool, mcpServer } from './harness.mjs';
+import { test, run, assert, eq, sleep, tidepool, mcpServer, root } from './harness.mjs';
 
 const WEATHER = {
   name: 'weather', description: 'Current weather for a city.',
@@ -283,6 +284,270 @@ test('live with --state: killed -9 while the client has a call, the run comes ba
     const done = view(await b.request('tools/call', { name: 'resume_run', arguments: { run: r1.params.run,
       results: [{ id: 2, binding: r2.params.binding, result: { temp_c: 2 } }] } }));
     eq([done.ok, done.result?.[0], done.result?.[1]], [true, 1, 2], `the first answer from the log, the second from the resume: ${JSON.stringify(done)}`);
+    await b.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+// ---- a live call and a save under way (Redis: its writes answer later) ------------------
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
+  });
+}
+
+async function waitPort(port, proc) {
+  for (let i = 0; i < 200; i++) {
+    if (proc.exitCode !== null) throw new Error(`redis-server exited (status ${proc.exitCode})`);
+    const ok = await new Promise((resolve) => {
+      const c = net.connect(port, '127.0.0.1', () => { c.end(); resolve(true); });
+      c.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    await sleep(50);
+  }
+  throw new Error(`redis-server did not listen on 127.0.0.1:${port}`);
+}
+
+// RESP commands (arrays of bulk strings, as hiredis sends them) at the front of buf:
+// [{args, bytes}] and the bytes left over.
+function respCommands(buf) {
+  const out = [];
+  let at = 0;
+  for (;;) {
+    const start = at;
+    if (at >= buf.length || buf[at] !== 0x2a) break;
+    let nl = buf.indexOf('\r\n', at);
+    if (nl < 0) break;
+    const n = Number(buf.toString('latin1', at + 1, nl));
+    at = nl + 2;
+    const args = [];
+    let whole = true;
+    for (let i = 0; i < n; i++) {
+      nl = buf.indexOf('\r\n', at);
+      if (nl < 0) { whole = false; break; }
+      const len = Number(buf.toString('latin1', at + 1, nl));
+      if (nl + 2 + len + 2 > buf.length) { whole = false; break; }
+      args.push(buf.toString('latin1', nl + 2, nl + 2 + len));
+      at = nl + 2 + len + 2;
+    }
+    if (!whole) { at = start; break; }
+    out.push({ args, bytes: buf.subarray(start, at) });
+  }
+  return { out, rest: buf.subarray(at) };
+}
+
+// A TCP proxy in front of redis-server that can hold a connection's commands: once armed
+// with match, the first command that matches, and every later one of its connection (a
+// connection's order is kept), waits in the proxy until release(). held resolves when the
+// first one is held. A connection that closes drops what it held.
+function gateProxy(port, redisPort) {
+  const g = { match: null, held: null, releases: [] };
+  g.arm = (match) => new Promise((held) => { g.match = match; g.held = held; });
+  g.release = () => { for (const r of g.releases.splice(0)) r(); };
+  g.server = net.createServer((client) => {
+    const up = net.connect(redisPort, '127.0.0.1');
+    let buf = Buffer.alloc(0), queue = [], holding = false, open = false, early = [];
+    up.on('connect', () => { open = true; for (const b of early) up.write(b); early = []; });
+    const send = (b) => { if (open) up.write(b); else early.push(b); };
+    up.on('data', (d) => client.write(d));
+    const end = () => { queue = []; client.destroy(); up.destroy(); };
+    up.on('error', end); up.on('close', end);
+    client.on('error', end); client.on('close', end);
+    client.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      const { out, rest } = respCommands(buf);
+      buf = Buffer.from(rest);
+      for (const c of out) {
+        if (!holding && g.match && g.match(c.args)) {
+          g.match = null;
+          holding = true;
+          g.releases.push(() => { holding = false; for (const b of queue.splice(0)) send(b); });
+          g.held(c.args);
+        }
+        if (holding) queue.push(c.bytes);
+        else send(c.bytes);
+      }
+    });
+  });
+  return new Promise((resolve) => g.server.listen(port, '127.0.0.1', () => resolve(g)));
+}
+
+// The approval's save is held in the proxy at its record (the record was made before the
+// call: a server that sent the call at the end of that save left it out of the store) or
+// at its first log entry (the call comes before the record is made: a server that made
+// the record then put the call in it without the log entries before it, so a restart made
+// count.bump again). holdAt null: nothing is held, and branch 2 goes on once the run was
+// answered paused at the approval (a server that left the call unsent while its run was
+// parked kept the client waiting); then the store may be SQLite (whose writes answer at
+// once, from inside the call's own dispatch there).
+async function saveUnderWay(holdAt, store = 'redis') {
+  if (store === 'redis' && spawnSync('redis-server', ['--version']).status !== 0)
+    throw new Error('redis-server is not installed (sh scripts/deps.sh installs it)');
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const secret = path.join(tmp, 'secret'), cfg = path.join(tmp, 'policy.json');
+  const countFile = path.join(tmp, 'count.txt'), gateFile = path.join(tmp, 'gate');
+  fs.writeFileSync(secret, 'k'.repeat(48));
+  fs.writeFileSync(countFile, '');
+  fs.writeFileSync(cfg, JSON.stringify({ policy: { default: 'allow', rules: [
+    { tools: 'test.echo', effect: 'ask', reason: 'echo needs a person' }] } }));
+  const redisPort = await freePort(), proxyPort = await freePort();
+  const redis = store === 'redis' && spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
+    '--save', '', '--appendonly', 'no', '--dir', tmp], { stdio: 'ignore' });
+  const redisGone = redis && new Promise((r) => redis.on('exit', r));
+  const gate = redis && await gateProxy(proxyPort, redisPort);
+  const where = redis ? `redis://127.0.0.1:${proxyPort}/0?prefix=race:` : path.join(tmp, 'state');
+  const args = ['--state', where, '--secret-file', secret,
+    '--config', cfg, '--test-tools', '--tools', path.join(root, 'spec/mcp/cluster_plugins'),
+    '--tools', path.join(root, 'spec/mcp/caller_plugins')];
+  const env = { TP_COUNT_FILE: countFile };
+  const servers = [];
+  const start = () => {
+    const srv = mcpServer(['mcp', '--no-builtin-tools', '--workers', '1', ...args], { env });
+    srv.callRequest = (ms) => srv.other((m) => m.method === 'tidepool/callTool', ms);
+    srv.ready = srv.initialize({ name: 'caller-spec',
+      capabilities: { experimental: { 'tidepool/callerTools': { version: 1 } } } });
+    servers.push(srv);
+    return srv;
+  };
+  try {
+    if (redis) await waitPort(redisPort, redis);
+    const a = start();
+    await a.ready;
+    // the first save is the approval's (branch 1 is held at once); its record is held in
+    // the proxy, and only then does branch 2 go on (the gate file) to its caller call
+    const held = holdAt && gate.arm((c) => c[0] === 'EVALSHA' && (c[3] || '').startsWith(`race:${holdAt}:`));
+    const id = a.start('tools/call', { name: 'run_lua', arguments: { code: `
+      local e, t = parallel(
+        function() return tools.test.echo{x = 1} end,
+        function()
+          tools.gate.wait{path = ${JSON.stringify(gateFile)}}
+          local n = tools.count.bump{tag = "b"}.n
+          return tools.weather{city = "C"}.temp_c + 100 * n
+        end)
+      return {e.x, t}` },
+    _meta: { progressToken: 'race', ...meta([WEATHER])._meta } });
+    if (holdAt) await held;
+    else {
+      const v = view(await a.response(id));
+      eq([v.status, v.pending.map((p) => p.seq)], ['paused', [1]], 'answered paused at the approval');
+    }
+    fs.writeFileSync(gateFile, '');
+    await a.other((m) => m.method === 'notifications/progress' && m.params.message === 'tools.weather called');
+    assert(!holdAt || !a.has((m) => m.method === 'tidepool/callTool'), 'no call went out while the save was held');
+    if (gate) gate.release();
+    const req = await a.callRequest();
+    eq([req.params.id, req.params.tool, req.params.args], [4, 'weather', { city: 'C' }], 'the caller call');
+    eq(await a.kill(), 'SIGKILL', 'killed as soon as the client has the call');
+    const got = redis
+      ? spawnSync('redis-cli', ['-p', String(redisPort), '--raw', 'GET', `race:run:${req.params.run}`], { encoding: 'utf8' })
+      : spawnSync('sqlite3', [path.join(tmp, 'state', 'tidepool.db'), `SELECT rec FROM runs WHERE id = '${req.params.run}'`], { encoding: 'utf8' });
+    const stored = JSON.parse(got.stdout || 'null');
+    eq([stored?.state ?? 'paused', stored?.pending?.map((p) => [p.seq, p.kind || 'approval']).sort()],
+      ['paused', [[1, 'approval'], [4, 'call']]], 'the store has the run paused at the approval and at the call the client has');
+    // so a new server resumes it with the call's binding, without calling count.bump again
+    const b = start();
+    await b.ready;
+    const r1 = view(await b.request('tools/call', { name: 'resume_run', arguments: { run: req.params.run,
+      results: [{ id: req.params.id, binding: req.params.binding, result: { temp_c: 7 } }] } }));
+    eq([r1.status, r1.pending?.map((p) => [p.seq, p.tool])], ['paused', [[1, 'test.echo']]],
+      `the answer is taken; the run waits on the approval: ${JSON.stringify(r1)}`);
+    const done = view(await b.request('tools/call', { name: 'resume_run', arguments: { run: req.params.run,
+      decisions: [{ seq: 1, approve: true, binding: r1.pending[0].binding }] } }));
+    eq([done.ok, done.result], [true, [1, 107]], `finished: ${JSON.stringify(done)}`);
+    eq(fs.readFileSync(countFile, 'utf8'), 'b\n', 'count.bump was made once');
+    await b.close();
+  } finally {
+    for (const srv of servers) await srv.kill();
+    if (redis) {
+      gate.release();
+      gate.server.close();
+      redis.kill('SIGKILL');
+      await redisGone;
+    }
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+for (const holdAt of ['run', 'log']) {
+  test(`live with --state: a call made while an approval's save is under way (held at its ${holdAt === 'run' ? 'record' : 'log'}) goes out only once a save that has it is done; after kill -9 it is resumed, nothing made twice`,
+    () => saveUnderWay(holdAt), 30000);
+}
+for (const store of ['redis', 'sqlite']) {
+  test(`live with --state (${store}): a call made by another branch of a run parked at an approval goes out once a save has it; after kill -9 it is resumed`,
+    () => saveUnderWay(null, store), 30000);
+}
+
+test('with --state: a run saved while another branch\'s call was running is not replayed after kill -9 (run.interrupted): that call may have been made', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const secret = path.join(tmp, 'secret'), cfg = path.join(tmp, 'policy.json');
+  const countFile = path.join(tmp, 'count.txt'), gateFile = path.join(tmp, 'gate');
+  fs.writeFileSync(secret, 'k'.repeat(48));
+  fs.writeFileSync(countFile, '');
+  fs.writeFileSync(cfg, JSON.stringify({ policy: { default: 'allow', rules: [
+    { tools: 'test.echo', effect: 'ask', reason: 'echo needs a person' }] } }));
+  const args = ['--state', tmp, '--secret-file', secret, '--config', cfg, '--test-tools',
+    '--tools', path.join(root, 'spec/mcp/cluster_plugins'), '--tools', path.join(root, 'spec/mcp/caller_plugins')];
+  const env = { TP_COUNT_FILE: countFile };
+  const start = () => {
+    const srv = mcpServer(['mcp', '--no-builtin-tools', '--workers', '1', ...args], { env });
+    srv.ready = srv.initialize({ name: 'caller-spec' });
+    return srv;
+  };
+  try {
+    const a = start();
+    await a.ready;
+    const id = a.start('tools/call', { name: 'run_lua', arguments: { code: `
+      local e, n = parallel(
+        function() return tools.test.echo{x = 1} end,
+        function()
+          tools.gate.wait{path = ${JSON.stringify(gateFile)}}
+          return tools.count.bump{tag = "b"}.n
+        end)
+      return {e.x, n}` } });
+    const v = view(await a.response(id));
+    eq([v.status, v.pending.map((p) => p.seq)], ['paused', [1]], 'paused at the approval while gate.wait runs');
+    eq(await a.kill(), 'SIGKILL', 'killed');
+    const b = start();
+    await b.ready;
+    const r = await b.request('tools/call', { name: 'resume_run', arguments: { run: v.run,
+      decisions: [{ seq: 1, approve: true, binding: v.pending[0].binding }] } });
+    const err = r.result.structuredContent.error;
+    eq([r.result.isError, err.code], [true, 'run.interrupted'], JSON.stringify(r.result.structuredContent));
+    assert(/its call 2 \(tools\.gate\.wait\) was running in another branch/.test(err.message), err.message);
+    eq(fs.readFileSync(countFile, 'utf8'), '', 'count.bump was not made');
+    await b.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+test('paused with --state: answering one of two calls keeps the run paused (stored) at the other', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tp-caller-'));
+  const secret = path.join(tmp, 'secret');
+  fs.writeFileSync(secret, 'k'.repeat(48));
+  const args = ['--state', tmp, '--secret-file', secret];
+  try {
+    const a = server({ args });
+    await a.ready;
+    const id = a.runLua(`local x, y = parallel(function() return tools.weather{city = "A"} end,
+        function() return tools.weather{city = "B"} end)
+      return {x.temp_c, y.temp_c}`, meta([WEATHER], { mode: 'paused' }));
+    const v1 = view(await a.response(id));
+    eq(v1.pending.map((p) => [p.id, p.args.city]), [[1, 'A'], [2, 'B']], 'both calls');
+    const v2 = view(await a.request('tools/call', { name: 'resume_run', arguments: { run: v1.run,
+      results: [{ id: 1, binding: v1.pending[0].binding, result: { temp_c: 1 } }] } }));
+    eq([v2.status, v2.pending.map((p) => p.id)], ['paused', [2]], 'paused at the other');
+    eq(await a.kill(), 'SIGKILL', 'killed');
+    const b = server({ args });
+    await b.ready;
+    const done = view(await b.request('tools/call', { name: 'resume_run', arguments: { run: v1.run,
+      results: [{ id: 2, binding: v2.pending[0].binding, result: { temp_c: 2 } }] } }));
+    eq([done.ok, done.result], [true, [1, 2]], `the first answer from the log: ${JSON.stringify(done)}`);
     await b.close();
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });

@@ -51,9 +51,10 @@ typedef struct tp__mcp_pend {
   int call;                 /* a caller tool's call, held for the client's answer (its
                             ** result), not for a person's approval */
   char *line;               /* a live call of a stored run: its tidepool/callTool request,
-                            ** sent once the store has the run paused at it (live_save) */
+                            ** sent once a save whose record has it is done (live_send) */
   size_t line_len;
-  int stored;               /* in the record of the save under way */
+  int rec;                  /* in a record of the run: 0 in none yet, 1 in the save under
+                            ** way's, 2 in a save that is done */
   json_t *answer;           /* the client's answer, applied once the record says "running" */
 } pend;
 
@@ -152,11 +153,8 @@ void tp__mcp_pause_apx_end (worker *w, job *q, int quiet, const char *why) {
 /* durable runs (--state): below, after wdone */
 typedef struct tp__mcp_dsave dsave;
 static void dur_note(json_t *view, const job *q);
-static void dur_save(worker *w, job *q, int live);
-static void live_save(worker *w, job *q);
-static void live_send(worker *w, job *q, int all);
-static int live_unsent(const apx *a);
-static void live_then_park(dsave *d);
+static void dur_next(worker *w, job *q);
+static void live_send(worker *w, job *q);
 static void dur_decide(worker *w, job *q);
 static void dur_forget(worker *w, job *q);
 
@@ -230,6 +228,20 @@ static char *paused_line (worker *w, job *q, int brief, size_t *outlen) {
   return line;
 }
 
+/* Whether a restored run holds again every call its record was paused at (calls held in
+** different steps come back in different steps of the replay). */
+static int replayed_all (const job *q) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(q->dpending, i, e) {
+    json_int_t seq = json_integer_value(json_object_get(e, "seq"));
+    const pend *p = q->ax->pending;
+    while (p && (json_int_t)p->seq != seq) p = p->next;
+    if (p == NULL) return 0;
+  }
+  return 1;
+}
+
 static void ttl_cb (uv_timer_t *t) {
   apx *a = t->data;
   job *q = a->q;
@@ -244,13 +256,13 @@ static void ttl_cb (uv_timer_t *t) {
 
 /* Answers q's request with line (consumed; NULL: the paused result) and keeps its run
 ** here, its wall clock held; a paused result starts the --pause-ttl clock again. A paused
-** result of a run kept in the store is sent once the store has it (dur_save, then
-** park_now). */
+** result of a run kept in the store is sent once a save begun after this is done (dpark:
+** dur_next saves, then parks). */
 static void park_now(worker *w, job *q, char *line, size_t len);
 static void park (worker *w, job *q, char *line, size_t len) {
   if (line == NULL && q->dur != TP__MCP_DUR_OFF) {  /* the store first */
-    if (q->dsave) live_then_park(q->dsave);  /* a save under way answers for it */
-    else dur_save(w, q, 0);
+    if (q->dpark == 0) q->dpark = 1;
+    dur_next(w, q);
     return;
   }
   park_now(w, q, line, len);
@@ -286,9 +298,11 @@ static void park_cb (uv_timer_t *t) {
   apx *a = t->data;
   job *q = a->q;
   if (q == NULL || q->state != TP__MCP_JOB_RUNNING || q->run == NULL) return;
-  if (live_unsent(a)) live_save(q->w, q);  /* live calls of a stored run */
-  if (q->state != TP__MCP_JOB_RUNNING || !waits_on_resume(a)) return;
-  if (q->restore) { dur_decide(q->w, q); return; }  /* replayed to its held call */
+  if (!waits_on_resume(a)) { dur_next(q->w, q); return; }  /* live calls of a stored run */
+  if (q->restore) {  /* replayed to its held calls: every one the record has */
+    if (replayed_all(q)) dur_decide(q->w, q);
+    return;
+  }
   park(q->w, q, NULL, 0);
 }
 
@@ -406,10 +420,9 @@ void tp__mcp_pause_caller_call (tp_call *c, void *ud) {
   }
   if (!keep) { tp__mcp_mail_line_now(q, m); return; }
   json_decref(m);
-  if (q->run_id[0] == '\0')  /* the store's key (read by the protocol thread after M_PARK) */
-    memcpy(q->run_id, a->run_id, sizeof q->run_id);
   if (q->state != TP__MCP_JOB_PARKED)  /* saved once the step is over */
     uv_timer_start(&a->t, park_cb, 0, 0);
+  else dur_next(w, q);  /* a branch of a parked run (its timer is the --pause-ttl's) */
 }
 
 /* A call cut short (its timeout, the run's end) while the client has it: withdrawn. */
@@ -454,29 +467,41 @@ static job *job_by_serial (worker *w, uint64_t serial) {
 
 typedef struct lmark { worker *w; uint64_t serial; } lmark;
 
-/* The record says "running": the answers that waited for it apply. Else their calls fail:
-** applied with the store still saying "paused at these calls", a restart could replay the
-** run past them, making its later calls twice. */
-static void live_marked (void *ud, int status, const char *val, size_t len, const char *err) {
-  (void)val; (void)len;
-  lmark *k = ud;
-  job *q = job_by_serial(k->w, k->serial);
-  free(k);
-  if (q == NULL) return;
+/* The client's answers that waited apply (ok), or their calls fail with why. */
+static void answers_apply (job *q, int ok, const char *why) {
   char msg[600];
   snprintf(msg, sizeof msg, "the state store failed to mark run %s as running (%.300s): the "
            "client's answer was not applied, so that a restart cannot replay the run past it; "
-           "the call may be made again", q->run_id, err ? err : "closed");
-  q->dmark = status == TP_STORED_OK ? TP__MCP_DMARK_RUNNING : TP__MCP_DMARK_PAUSED;
-  for (pend *p = q->ax->pending, *next; p; p = next) {
+           "the call may be made again", q->run_id, why ? why : "closed");
+  for (pend *p = q->ax ? q->ax->pending : NULL, *next; p; p = next) {
     next = p->next;
     if (p->answer == NULL) continue;
-    if (status == TP_STORED_OK) { caller_answered(q, p, p->answer); continue; }
+    if (ok) { caller_answered(q, p, p->answer); continue; }
     tp_call *c = p->c;
     pend_unlink(q->ax, p);
     pend_free(p);
     tp_call_fail(c, "tool.unavailable", msg);
   }
+}
+
+/* The "running" mark of q's record is done (ok) or failed (why): the answers that waited
+** for it apply; else their calls fail: applied with the store still saying "paused at
+** these calls", a restart could replay the run past them, making its later calls twice.
+** Then the next write, if one waits. */
+static void live_settle (worker *w, job *q, int ok, const char *why) {
+  q->dmark = ok ? TP__MCP_DMARK_RUNNING : TP__MCP_DMARK_PAUSED;
+  if (q->dpark == 2) q->dpark = 1;  /* the record changed since that save began */
+  answers_apply(q, ok, why);
+  dur_next(w, q);
+}
+
+static void live_marked (void *ud, int status, const char *val, size_t len, const char *err) {
+  (void)val; (void)len;
+  lmark *k = ud;
+  worker *w = k->w;
+  job *q = job_by_serial(w, k->serial);
+  free(k);
+  if (q != NULL) live_settle(w, q, status == TP_STORED_OK, err);
 }
 
 /* The record that says q's stored run is "running" here (before a decision or an answer
@@ -491,24 +516,29 @@ static char *running_record (worker *w, const job *q, size_t *n) {
 }
 
 /* A stored run's first answer since it was saved: its record says "running" (as for an
-** approval's decisions, mark_then_decide) before any answer applies. */
+** approval's decisions, mark_then_decide) before any answer applies (dur_next). */
 static void live_mark (worker *w, job *q) {
   size_t n;
   char *text = running_record(w, q, &n);
-  lmark *k = malloc(sizeof *k);
-  q->dmark = TP__MCP_DMARK_MARKING;
-  if (k == NULL) {  /* its answers wait for the next one's mark */
+  lmark *k = text ? malloc(sizeof *k) : NULL;
+  if (k == NULL) {
     free(text);
-    q->dmark = TP__MCP_DMARK_PAUSED;
+    live_settle(w, q, 0, "out of memory");
     return;
   }
   *k = (lmark){ w, q->serial };
+  q->dmark = TP__MCP_DMARK_MARKING;
   uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__MCP_APPROVE_GRACE_MS;
-  if (text == NULL)
-    live_marked(k, TP_STORED_ERROR, NULL, 0, "out of memory");
-  else if (tp_engine_run_put(w->e, q->run_id, text, n, ttl, live_marked, k) != TP_OK)
+  if (tp_engine_run_put(w->e, q->run_id, text, n, ttl, live_marked, k) != TP_OK)
     live_marked(k, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
   free(text);
+}
+
+/* Whether the client's answers to q's live calls wait for its record to say "running":
+** the store has (or is being given) the run paused at them. */
+static int answers_wait (const job *q) {
+  return q->dmark != TP__MCP_DMARK_RUNNING && !dur_bad(q) &&
+         (q->dur == TP__MCP_DUR_SAVED || q->dsave != NULL);
 }
 
 /* M_ANSWER: the client's response to an elicitation (the whole message as text). */
@@ -520,9 +550,9 @@ void tp__mcp_pause_elicit_answer (worker *w, const char *text, size_t len) {
       if (strcmp(p->eid, id) != 0) continue;
       if (p->call) {  /* tidepool/callTool's answer: {result} or {error}, or an error */
         if (p->line == NULL && p->answer == NULL) {
-          if (dur_stored(q) && q->dmark != TP__MCP_DMARK_RUNNING) {  /* paused at it */
+          if (answers_wait(q)) {  /* the store has the run paused at it */
             p->answer = m;
-            if (q->dmark == TP__MCP_DMARK_PAUSED) live_mark(w, q);
+            dur_next(w, q);
             return;
           }
           caller_answered(q, p, m);
@@ -773,12 +803,15 @@ static void marked (void *ud, int status, const char *val, size_t len, const cha
   rclaim *c = ud;
   job *q = rclaim_req(c);
   if (q != NULL) {
+    q->dmark = status == TP_STORED_OK ? TP__MCP_DMARK_RUNNING : TP__MCP_DMARK_PAUSED;
+    if (q->dpark == 2) q->dpark = 1;
     if (status == TP_STORED_OK) decide(c->w, q, c->args);
     else {
       char msg[800];
       store_down_msg(q->run_id, "mark the run as running", err, msg, sizeof msg);
       refuse_resume(c->w, q, "state.unavailable", msg);
     }
+    if (rclaim_req(c) == q) dur_next(c->w, q);  /* what waited for the mark */
   }
   rclaim_free(c);
 }
@@ -794,6 +827,12 @@ static void mark_then_decide (worker *w, job *q, rclaim *c) {
     rclaim_free(c);
     return;
   }
+  if (q->dsave || q->dmark == TP__MCP_DMARK_MARKING) {  /* after the write under way */
+    if (q->dresume) rclaim_free(q->dresume);
+    q->dresume = c;
+    return;
+  }
+  q->dmark = TP__MCP_DMARK_MARKING;
   size_t n;
   char *text = running_record(w, q, &n);
   uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__MCP_APPROVE_GRACE_MS;
@@ -1045,7 +1084,8 @@ struct tp__mcp_dsave {
   job *q;                   /* NULL once its run ended */
   size_t left, upto;        /* answers to come; log entries written when all came */
   int stage, failed;        /* 0: the log's entries, 1: the record */
-  int live, park;           /* for live calls (live_save); park when it ends */
+  char *rec;                /* the record, made when the save began (with the log up to upto) */
+  size_t rec_len;
   char why[300];
 };
 
@@ -1074,7 +1114,6 @@ static char *dur_record (worker *w, job *q, size_t *len) {
   for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
     json_t *e = tp__mcp_approve_pending_entry(p->seq, p->tool, p->args, p->reason,
                                               pend_binding(q->ax, p));
-    if (p->line) p->stored = 1;
     if (e && p->call) json_object_set_new(e, "kind", json_string("call"));
     json_array_append_new(pending, e);
   }
@@ -1106,93 +1145,124 @@ static char *dur_record (worker *w, job *q, size_t *len) {
   return text;
 }
 
-/* The next stage of a save: the record after the log; then the paused result. */
+/* The next stage of a save: the record after the log; then what waited for it (dur_next). */
 static void dsave_step (dsave *d) {
   job *q = d->q;
   worker *w = d->w;
-  if (q == NULL) { free(d); return; }  /* the run ended meanwhile */
+  if (q == NULL) { free(d->rec); free(d); return; }  /* the run ended meanwhile */
   if (d->stage == 0 && !d->failed) {
     d->stage = 1;
-    size_t n;
-    char *rec = dur_record(w, q, &n);
     uint64_t ttl = w->s->o.pause_ttl_us / 1000u + TP__MCP_APPROVE_GRACE_MS;
     d->left = 1;
-    if (rec == NULL || tp_engine_run_put(w->e, q->ax->run_id, rec, n, ttl, dsave_cb, d) != TP_OK)
-      dsave_cb(d, TP_STORED_ERROR, NULL, 0, rec ? tp_engine_error(w->e) : "out of memory");
-    free(rec);
+    if (tp_engine_run_put(w->e, q->run_id, d->rec, d->rec_len, ttl, dsave_cb, d) != TP_OK)
+      dsave_cb(d, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
     return;
   }
   q->dsave = NULL;
+  q->dmark = TP__MCP_DMARK_PAUSED;  /* the record says paused at its calls */
   if (d->failed) {
     snprintf(q->dwhy, sizeof q->dwhy, "%s", d->why);
-    dur_forget(w, q);
+    q->dur = dur_stored(q) ? TP__MCP_DUR_BAD_SAVED : TP__MCP_DUR_BAD;
   }
   else {
     q->dput = d->upto;
-    q->dur = TP__MCP_DUR_SAVED;
-    q->dmark = TP__MCP_DMARK_PAUSED;  /* the record says paused at its calls */
+    /* the log went bad during the save (dlog_cb): the record just written goes too */
+    q->dur = dur_bad(q) ? TP__MCP_DUR_BAD_SAVED : TP__MCP_DUR_SAVED;
+    for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next)
+      if (p->rec == 1) p->rec = 2;
   }
-  int live = d->live, then_park = d->park;
+  free(d->rec);
   free(d);
-  live_send(w, q, !live);
-  if (live && !then_park) {
-    if (live_unsent(q->ax) && q->state == TP__MCP_JOB_RUNNING)
-      uv_timer_start(&q->ax->t, park_cb, 0, 0);
-    return;
-  }
-  if (live) dur_save(w, q, 0);  /* a live save's record may lack the held call: again */
-  else park_now(w, q, NULL, 0);
+  live_send(w, q);
+  dur_next(w, q);
 }
 
-/* Sends the requests of q's live calls that the store has (or, all: every one). */
-static void live_send (worker *w, job *q, int all) {
+/* Sends the requests of q's live calls that a done save has (all of them when the run is
+** not kept any more). */
+static void live_send (worker *w, job *q) {
   (void)w;
   for (pend *p = q->ax ? q->ax->pending : NULL; p; p = p->next) {
-    if (p->line == NULL || !(p->stored || all || dur_bad(q))) continue;
+    if (p->line == NULL || (p->rec != 2 && !dur_bad(q))) continue;
     char *line = p->line;
     p->line = NULL;
     tp__mcp_mail_text_now(q, line, p->line_len);
   }
 }
 
-static int live_unsent (const apx *a) {
-  for (const pend *p = a ? a->pending : NULL; p; p = p->next)
-    if (p->line) return 1;
-  return 0;
-}
-
-static void live_then_park (dsave *d) { d->park = 1; }
-
-/* Saves q for the live calls made since its last save; their requests go once it is. */
-static void live_save (worker *w, job *q) {
-  if (q->dsave) return;  /* its end saves again for what it lacks */
-  dur_save(w, q, 1);
-}
-
-/* Writes q's log (what is not in the store yet) and its record, then parks it (live: sends
-** its live calls' requests). */
-static void dur_save (worker *w, job *q, int live) {
-  dsave *d = dur_bad(q) ? NULL : calloc(1, sizeof *d);
-  if (d == NULL) {  /* the log is not whole (or no memory): the run waits here only */
-    if (!dur_bad(q)) snprintf(q->dwhy, sizeof q->dwhy, "the server ran out of memory");
-    dur_forget(w, q);
-    live_send(w, q, 1);
-    if (!live) park_now(w, q, NULL, 0);
+/* Writes q's log (what is not in the store yet), then its record as it is now (its
+** pending calls, the log up to here): what dur_next asks for. */
+static void dur_save (worker *w, job *q) {
+  dsave *d = calloc(1, sizeof *d);
+  if (d) d->rec = dur_record(w, q, &d->rec_len);
+  if (d == NULL || d->rec == NULL) {  /* the run waits here only */
+    free(d);
+    snprintf(q->dwhy, sizeof q->dwhy, "the server ran out of memory");
+    q->dur = dur_stored(q) ? TP__MCP_DUR_BAD_SAVED : TP__MCP_DUR_BAD;
+    dur_next(w, q);
     return;
   }
+  for (pend *p = q->ax->pending; p; p = p->next)
+    if (p->rec == 0) p->rec = 1;
+  if (q->dpark) q->dpark = 2;
   d->w = w;
   d->q = q;
-  d->live = live;
   d->upto = q->dn;
   d->left = 1;  /* this function's own, so that answers at once do not finish it early */
   q->dsave = d;
+  q->dmark = TP__MCP_DMARK_SAVING;
   for (size_t i = q->dput; i < q->dn && !d->failed; i++) {
     d->left++;
-    if (tp_engine_log_put(w->e, q->ax->run_id, q->dbase + i, q->dents[i].p, q->dents[i].n,
+    if (tp_engine_log_put(w->e, q->run_id, q->dbase + i, q->dents[i].p, q->dents[i].n,
                           dsave_cb, d) != TP_OK)
       dsave_cb(d, TP_STORED_ERROR, NULL, 0, tp_engine_error(w->e));
   }
   dsave_cb(d, TP_STORED_OK, NULL, 0, NULL);
+}
+
+/* The one place that starts a write of q's stored record, and only when none is under way
+** (the store keeps them in the order they are sent, and each one's outcome moves dmark):
+** - a resume's "running" mark that waited for the write before it (dresume);
+** - the "running" mark the client's answers wait for (or, the record saying "running"
+**   or the run not kept, the answers apply);
+** - a save, when a live call is in no record yet, or the paused result waits for a save
+**   begun after it was asked (dpark 1), or a call came since that one began;
+** - that save done, the paused result.
+** So a live call's request goes (live_send) only once a save whose record has it is done,
+** and no answer applies while a save of the record that still holds its call is under
+** way. A run not kept any more (BAD) sends its calls and its paused result at once. */
+static void dur_next (worker *w, job *q) {
+  apx *a = q->ax;
+  if (a == NULL || q->dur == TP__MCP_DUR_OFF || q->dsave || q->dmark == TP__MCP_DMARK_MARKING)
+    return;
+  if (q->run_id[0] == '\0')  /* the store's key (read by the protocol thread after M_PARK) */
+    memcpy(q->run_id, a->run_id, sizeof q->run_id);
+  if (q->dresume) {
+    rclaim *c = q->dresume;
+    q->dresume = NULL;
+    mark_then_decide(w, q, c);
+    return;
+  }
+  int answered = 0, unsaved = 0;
+  for (pend *p = a->pending; p; p = p->next) {
+    if (p->answer) answered = 1;
+    if (p->rec == 0 && (p->line || q->dpark)) unsaved = 1;
+  }
+  if (answered) {
+    if (answers_wait(q)) { live_mark(w, q); return; }
+    answers_apply(q, 1, NULL);  /* the record says "running", or there is none to mind */
+  }
+  if (dur_bad(q)) {
+    dur_forget(w, q);
+    live_send(w, q);
+  }
+  else if (unsaved || q->dpark == 1) {
+    dur_save(w, q);
+    return;
+  }
+  if (q->dpark == 0) return;
+  q->dpark = 0;
+  if (waits_on_resume(a)) park_now(w, q, NULL, 0);
+  else tp__mcp_pause_job_to(q, TP__MCP_JOB_RUNNING);  /* what it waited on went meanwhile */
 }
 
 /* q's run is not kept any more (BAD): an earlier pause's record of it, now out of date,
@@ -1206,6 +1276,9 @@ static void dur_forget (worker *w, job *q) {
 ** restart resumes). */
 void tp__mcp_pause_dur_end (worker *w, job *q) {
   if (q->dsave) { q->dsave->q = NULL; q->dsave = NULL; }
+  if (q->dresume) { rclaim_free(q->dresume); q->dresume = NULL; }
+  q->dpark = 0;
+  q->dmark = TP__MCP_DMARK_PAUSED;
   if (dur_stored(q) && !w->stopping && q->run_id[0])
     tp_engine_run_del(w->e, q->run_id, NULL, NULL);
   q->dur = TP__MCP_DUR_OFF;
@@ -1349,6 +1422,9 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
       q->args = json_is_object(a) ? json_incref(a) : json_object();
     }
     q->dexp_ms = json_integer_value(exp);
+    json_t *pending = json_object_get(rec, "pending");
+    json_decref(q->dpending);
+    q->dpending = json_is_array(pending) ? json_incref(pending) : NULL;
     const char *callers = json_string_value(json_object_get(rec, "caller_tools"));
     free(q->callers);
     q->callers = callers ? strdup(callers) : NULL;  /* answered by resume_run's results */
@@ -1368,13 +1444,65 @@ static void dur_got_record (void *ud, int status, const char *val, size_t len,
   json_decref(rec);
 }
 
+/* A call that was running, not held, when the run was last saved (another branch of the
+** script went on while it waited): the log has it asked (phase 0) and not answered, and the
+** record does not hold it. A replay would make it again, and it may have been made. Its
+** seq (with *tool), or 0 when there is none; -1 when out of memory. */
+static json_int_t dur_in_flight (json_t *log, json_t *pending, const char **tool) {
+  json_int_t *open = NULL, found = 0;
+  const char **names = NULL;
+  size_t n = 0, cap = 0, i;
+  json_t *e;
+  json_array_foreach(log, i, e) {  /* the calls asked and not answered, in one pass */
+    const char *type = json_string_value(json_object_get(e, "type"));
+    if (type == NULL || strcmp(type, "call") != 0) continue;
+    json_int_t seq = json_integer_value(json_object_get(e, "seq"));
+    if (json_integer_value(json_object_get(e, "phase")) != 0) {
+      for (size_t k = 0; k < n; k++)
+        if (open[k] == seq) { open[k] = open[--n]; names[k] = names[n]; break; }
+      continue;
+    }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      json_int_t *o = realloc(open, cap * sizeof *o);
+      if (o) open = o;
+      const char **m = o ? realloc(names, cap * sizeof *m) : NULL;
+      if (m) names = m;
+      if (o == NULL || m == NULL) { found = -1; goto out; }
+    }
+    open[n] = seq;
+    names[n++] = json_string_value(json_object_get(e, "tool"));
+  }
+  for (size_t k = 0; k < n && found == 0; k++) {
+    size_t j;
+    json_array_foreach(pending, j, e)
+      if (json_integer_value(json_object_get(e, "seq")) == open[k]) break;
+    if (j == json_array_size(pending)) { found = open[k]; *tool = names[k] ? names[k] : "?"; }
+  }
+out:
+  free(open);
+  free(names);
+  return found;
+}
+
 static void dur_got_log (void *ud, int status, const char *val, size_t len, const char *err) {
   job *q = ud;
   worker *w = q->w;
   char msg[700], why[400] = "";
   if (w->stopping) return;
   json_t *log = status == TP_STORED_OK ? tp_json_parse(val, len, NULL, 0) : NULL;
-  tp_run *run = log ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
+  const char *tool = NULL;
+  json_int_t ran = log ? dur_in_flight(log, q->dpending, &tool) : 0;
+  if (ran > 0) {
+    snprintf(msg, sizeof msg, "run %s cannot be resumed: its call %lld (tools.%.100s) was "
+             "running in another branch of the script when the run was last saved, so it may "
+             "have been made, and a replay would make it again. Check what it did, then run "
+             "the script again if needed", q->run_id, (long long)ran, tool);
+    json_decref(log);
+    dur_refuse(w, q, "run.interrupted", msg);
+    return;
+  }
+  tp_run *run = log && ran == 0 ? tp_run_create(w->e, q->code, q->codelen, &q->dlim) : NULL;
   if (run && q->callers &&
       tp_run_declare_caller_tools(run, q->callers, 0, tp__mcp_pause_caller_call,
                                   tp__mcp_pause_caller_cancel, w) != TP_OK)

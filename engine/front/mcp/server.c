@@ -83,6 +83,7 @@ static void job_free (job *jb) {
   for (size_t i = 0; i < jb->dn; i++) free(jb->dents[i].p);
   free(jb->dents);
   json_decref(jb->restore);
+  json_decref(jb->dpending);
   free(jb->m.text);
   free(jb->m.summary);
   free(jb->m.tool);

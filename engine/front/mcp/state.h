@@ -302,10 +302,13 @@ typedef enum tp__mcp_dur_state {
   TP__MCP_DUR_BAD_SAVED     /* as BAD, with an earlier record in the store to delete */
 } tp__mcp_dur_state;
 
-/* A stored run with live caller tools' calls: what its record says (pause.c's live_mark);
-** the client's answers apply once it says "running". */
+/* A stored run's record: what the store says of it, or the one write of it under way
+** (pause.c's dur_next starts each write, one at a time, and its end moves this on). A live
+** caller call goes to the client once a save whose record has it is done; the client's
+** answers apply once the record says "running". */
 typedef enum tp__mcp_dmark {
-  TP__MCP_DMARK_PAUSED,     /* paused at its calls (as saved) */
+  TP__MCP_DMARK_PAUSED,     /* paused at its calls (as saved), or nothing saved yet */
+  TP__MCP_DMARK_SAVING,     /* a save (log, then the paused record) is under way: dsave */
   TP__MCP_DMARK_MARKING,    /* being marked "running": answers wait */
   TP__MCP_DMARK_RUNNING     /* "running": answers apply */
 } tp__mcp_dmark;
@@ -338,6 +341,8 @@ struct tp__mcp_job {
   int has_lim;              /* _meta["tidepool/limits"]: lim is this run's (lower) limits */
   tp_limits lim;
   json_t *restore;          /* a restore: resume_run's arguments, until applied */
+  json_t *dpending;         /* a restore: the record's pending calls, which its replay
+                            ** holds again before the arguments apply */
   int tool_from_store;      /* a restore read tool from the run's record */
   char run_id[TP__MCP_APPROVE_RUN_ID_MAX];  /* a restore's run, or the first park's */
   /* the run */
@@ -355,8 +360,12 @@ struct tp__mcp_job {
   struct tp__mcp_dent { char *p; size_t n; } *dents;
   size_t dn, dcap, dput, dbase;
   int drunning;             /* a restore's record said "running" */
-  tp__mcp_dmark dmark;       /* live calls: what the stored record says (live_mark) */
-  struct tp__mcp_dsave *dsave;      /* a save under way */
+  tp__mcp_dmark dmark;      /* the stored record, or its write under way (dur_next) */
+  struct tp__mcp_dsave *dsave;      /* the save under way (dmark SAVING), or NULL */
+  struct tp__mcp_rclaim *dresume;   /* a resume's "running" mark waiting for the write
+                                    ** under way (dur_next), or NULL */
+  int dpark;                /* the paused result waits for a save: 1 asked, 2 a save begun
+                            ** since is under way (dur_next) */
   const char *dnote;        /* why the paused run does not survive a restart, or NULL */
   char dwhy[300];
   tp_limits dlim;           /* the limits it runs with */
