@@ -77,8 +77,8 @@ static int putc1 (enc *e, char c) {
 }
 
 /* s as json.c's dump_string writes it. The text stays exact (tp__codec_answer_ok would
-** take it) unless s is a key with escapes, or has a \\u escape or escapes in a text
-** longer than the decoder's buffer (codec.c's ESC_MAX). */
+** take it) unless s is a key with escapes, or a string whose text has escapes and is
+** longer than the decoder's buffer (ESC_MAX). */
 static int put_string (enc *e, const char *s, size_t len, int key) {
   size_t run = 0, from = e->len;
   int escaped = 0;
@@ -89,8 +89,7 @@ static int put_string (enc *e, const char *s, size_t len, int key) {
     if (!put(e, s + run, i - run)) return 0;
     run = i + 1;
     char esc[6];
-    size_t n = tp__json_escape(c, esc);
-    if (n != 2) e->exact = 0;
+    size_t n = tp__json_escape(c, esc);  /* \u00XX for other controls: decoded too */
     escaped = 1;
     if (!put(e, esc, n)) return 0;
   }
