@@ -53,8 +53,7 @@ typedef struct enc {
 static int open_count (enc *e) {
   if (!e->exact) return -1;
   if (e->ncont == TP_CODEC_COUNTS) { e->exact = 0; return -1; }
-  e->counts[e->ncont] = 0;
-  return e->ncont++;
+  return e->ncont++;  /* its count is written when the container is done */
 }
 
 static int put (enc *e, const char *s, size_t n) {
@@ -135,7 +134,7 @@ typedef struct member {   /* 24 bytes: the sort moves them. The text stays far b
   const char *k;
   uint32_t klen;
   uint32_t at, end;
-  int16_t c0, c1;          /* its containers' slots in counts, while exact */
+  int16_t c0, c1;          /* its containers' slots in counts (read only while exact) */
 } member;
 
 static int member_cmp (const member *x, const member *y) {
@@ -214,8 +213,7 @@ static int enc_table (enc *e, int t, int depth) {
       e->bytes += klen + 4;
       if (!count(e, TP_JSON_COST_MEMBER + klen)) goto no;
       if (nm > 0 && !putc1(e, ',')) goto no;
-      m[nm] = (member){ k, (uint32_t)klen, (uint32_t)e->len, 0,
-                         (int16_t)(e->exact ? e->ncont : -1), 0 };
+      m[nm] = (member){ k, (uint32_t)klen, (uint32_t)e->len, 0, (int16_t)e->ncont, 0 };
       if (!put_ascii(e, k, klen) &&
           (tp__utf8_check((const unsigned char *)k, klen, &why) != klen ||
            memchr(k, '\0', klen) != NULL || !put_string(e, k, klen, 1))) goto no;
