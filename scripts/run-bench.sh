@@ -29,6 +29,12 @@
 #                              tools and with four common servers' 56 (see its header)
 #   build/bench/bench_sched    concurrent_10k_ms, poll_max_ms: 10,000 started runs each
 #                              waiting 50 ms on an async C tool (see its header)
+#   bench/js_peers.mjs         js_*: tidepool against JavaScript sandboxes (node:vm,
+#                              quickjs-emscripten, isolated-vm, the `run` package of
+#                              @ai-sdk/code-mode) and a Node MCP server on the official SDK,
+#                              side by side in one sitting (see its header); reported, no
+#                              target. Its npm packages (bench/js_peers/package.json, pinned)
+#                              are installed into $BUILD/js-peers on first use
 #   build/tests/test_hostile   host_rss_ratio: the peak RSS of the worst hostile script
 #                              (spec/c/test_hostile.c, --memory 16M) divided by --memory
 # Targets (checked here, reported as "target_...: met|missed"): cold_run_us <= 10,
@@ -76,6 +82,22 @@ fi
 "$BUILD/bench/bench_step" "$SCALE" | tee -a "$out" || status=1
 BUILD="$BUILD" sh bench/describe/run.sh | tee -a "$out" || status=1
 "$BUILD/bench/bench_sched" "$SCALE" | tee -a "$out" || status=1
+js_peers() {
+  command -v npm >/dev/null 2>&1 ||
+    { echo "js_cold_ratio: not measured (npm is not installed)"; return; }
+  d="$BUILD/js-peers"
+  if ! cmp -s bench/js_peers/package.json "$d/package.json.installed"; then
+    # isolated-vm is a native addon: npm builds it with node-gyp (a few minutes of CPU)
+    mkdir -p "$d" && cp bench/js_peers/package.json "$d/package.json" &&
+      (cd "$d" && npm install --no-audit --no-fund --no-package-lock >npm.log 2>&1) &&
+      cp bench/js_peers/package.json "$d/package.json.installed" ||
+      { echo "js_cold_ratio: not measured (npm install of bench/js_peers/package.json failed, see $d/npm.log)"
+        return; }
+  fi
+  node bench/js_peers.mjs "$BUILD" $((200 * SCALE)) 3 | tee -a "$out" || status=1
+}
+if command -v node >/dev/null 2>&1; then js_peers
+else echo "js_cold_ratio: not measured (node is not installed)"; fi
 "$BUILD/tests/test_hostile" --bench | grep '^host_rss_ratio:' | tee -a "$out"
 grep -q '^host_rss_ratio:' "$out" || { echo "host_rss_ratio: not measured"; status=1; }
 
