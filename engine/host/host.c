@@ -929,7 +929,26 @@ static void push_mcp_versions (lua_State *H) {
 typedef struct host_heap {
   void *free[HEAP_CLASSES + 1];         /* by k: blocks of 16k + 8 usable bytes */
   size_t cached;                        /* bytes on the lists */
+  tp_engine *e;                         /* for a plugin's warn() (host_warn) */
+  char warn[512];                       /* a warning's pieces so far, cut at 511 bytes */
+  size_t nwarn;
 } host_heap;
+
+/* A plugin's warn("...") goes to the engine's log as a warning from "plugin", never to
+** stderr (luaL_newstate's warning function prints there once a plugin says "@on"): the
+** library never prints. Control messages ("@on", "@off") mean nothing here. */
+static void host_warn (void *ud, const char *msg, int tocont) {
+  host_heap *hp = ud;
+  if (hp->nwarn == 0 && !tocont && msg[0] == '@') return;
+  size_t n = strlen(msg), room = sizeof hp->warn - 1 - hp->nwarn;
+  if (n > room) n = room;
+  memcpy(hp->warn + hp->nwarn, msg, n);
+  hp->nwarn += n;
+  if (tocont) return;
+  hp->warn[hp->nwarn] = '\0';
+  hp->nwarn = 0;
+  tp__engine_log(hp->e, TP_LOG_WARN, "plugin", "%s", hp->warn);
+}
 
 static void *host_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
   (void)osize;  /* the type of a new object when ptr is NULL; unused otherwise here */
@@ -1087,6 +1106,8 @@ int tp__host_open (tp_engine *e) {
     return TP_ENOMEM;
   }
   lua_setallocf(H, host_alloc, hp);
+  hp->e = e;
+  lua_setwarnf(H, host_warn, hp);
   *(void **)lua_getextraspace(H) = NULL;  /* no pattern meter here (lua_patch.h) */
   lua_pushcfunction(H, open_p);
   lua_pushlightuserdata(H, e);
