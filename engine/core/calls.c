@@ -761,6 +761,14 @@ const char *tp__call_args_sha256 (tp_call *c) {
 
 const char *tp_call_args (tp_call *c) {
   if (c == NULL) return NULL;
+  /* the codec's text is what the tree's would be (tp__call_args_sha256 hashes either), but
+  ** it lives only until the handler has it: a copy, charged as the tree's text is */
+  if (c->args_text == NULL && c->args == NULL && c->args_fast && c->fast_text != NULL) {
+    c->args_text = strdup(c->fast_text);
+    if (c->args_text) charge(c, block_cost(strlen(c->args_text) + 1));
+    return c->args_text;
+  }
+  if (c->args_text == NULL && c->args == NULL && c->args_fast) tp__call_args_tree(c);
   if (c->args_text == NULL && c->args != NULL) {
     c->args_text = tp__json_dumps(c->args);
     if (c->args_text) charge(c, block_cost(strlen(c->args_text) + 1));
