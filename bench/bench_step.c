@@ -6,6 +6,10 @@
 **                      of 50 us of a CPU-bound script (an endless loop), one run;
 **                      step_overshoot_p50_us its median (and p90), which preemption on
 **                      a loaded machine moves far less
+**   step_overshoot_floor_us  the p99 of the same for a bare C loop that reads the clock
+**                      every ~0.1 us until 50 us have passed, one after each step (so
+**                      both see the same machine): what the machine itself adds. Above
+**                      it, the engine's own share (entry, the ticks' ~1 us reads, exit)
 **   frame_500_ms       the longest frame when 500 runs of CPU-bound scripts are each
 **                      stepped once per frame with an equal share of a 16 ms frame
 **                      (32 us each); a frame is the wall time of its 500 steps
@@ -14,10 +18,11 @@
 **                      one unbounded step; the median of 5 pairs (target <= 1.2)
 **
 ** Runs use the default limits except a wall and CPU limit of 120 s, so that no run ends
-** during the measurement. On a shared VM the p99 has a floor of its own: a bare C loop
-** that reads the clock every few hundred cycles overshoots 50 us by 25-29 us at p99
-** here (the thread is preempted), against 0.1 us at p50. usage: bench_step [scale], scale 1 by default (the numbers of
-** steps and frames are multiplied by it).
+** during the measurement. On a VM the p99 has a floor of its own (step_overshoot_floor_us):
+** the vCPU stops for 20-60 us about 1000-3000 times a second (no context switch in the
+** guest, no guest interrupt: the host's), and a stop that straddles a slice's end
+** overshoots it by what is left of the stop, whatever ends the slice. usage: bench_step
+** [scale], scale 1 by default (the numbers of steps and frames are multiplied by it).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,25 +54,40 @@ static void step (tp_run *r, uint64_t budget_us) {
   if (tp_run_step(r, budget_us, 0) != TP_YIELD) die("a step did not yield");
 }
 
-static double overshoot_p50, overshoot_p90;
+static double overshoot_p50, overshoot_p90, overshoot_floor;
+
+/* A slice of budget_us of a bare C loop: what a step would overshoot with no engine. */
+static double bare_slice (double budget_us) {
+  volatile unsigned long x = 0;
+  double t0 = bench_now_us(), end = t0 + budget_us;
+  for (;;) {
+    for (int j = 0; j < 30; j++) x++;
+    if (bench_now_us() >= end) break;
+  }
+  return bench_now_us() - t0 - budget_us;
+}
 
 static double step_overshoot (tp_engine *e, int scale) {
   int n = 5000 * scale;
-  double *d = malloc((size_t)n * sizeof *d);
-  if (d == NULL) die("out of memory");
+  double *d = malloc((size_t)n * sizeof *d), *b = malloc((size_t)n * sizeof *b);
+  if (d == NULL || b == NULL) die("out of memory");
   tp_run *r = spinner(e);
   for (int i = 0; i < 50; i++) step(r, 50);  /* warm up */
   for (int i = 0; i < n; i++) {
     double t0 = bench_now_us();
     step(r, 50);
     d[i] = bench_now_us() - t0 - 50;
+    b[i] = bare_slice(50);
   }
   tp_run_destroy(r);
   qsort(d, (size_t)n, sizeof *d, bench_cmp_double);
+  qsort(b, (size_t)n, sizeof *b, bench_cmp_double);
   double p99 = d[(size_t)((double)n * 0.99)];
   overshoot_p50 = d[n / 2];
   overshoot_p90 = d[(size_t)((double)n * 0.9)];
+  overshoot_floor = b[(size_t)((double)n * 0.99)];
   free(d);
+  free(b);
   return p99;
 }
 
@@ -129,6 +149,8 @@ int main (int argc, char **argv) {
   if (e == NULL) die("tp_engine_create failed");
   printf("step_overshoot_us: %.1f us\n", step_overshoot(e, scale));
   printf("step_overshoot_p50_us: %.1f us (p90 %.1f)\n", overshoot_p50, overshoot_p90);
+  printf("step_overshoot_floor_us: %.1f us (a bare C loop's p99, between the steps)\n",
+         overshoot_floor);
   fflush(stdout);
   printf("frame_500_ms: %.1f ms\n", frame_500(e, scale));
   fflush(stdout);

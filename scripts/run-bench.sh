@@ -22,7 +22,8 @@
 #   build/bench/bench_http     http_fetch_us, http_parallel_100_ms: tools.http.fetch against
 #                              a server on 127.0.0.1 (see its header)
 #   build/bench/bench_step     step_overshoot_us, frame_500_ms, step_cpu_tax: time-budgeted steps of
-#                              CPU-bound scripts (see its header)
+#                              CPU-bound scripts (see its header); step_overshoot_floor_us
+#                              beside the overshoot: a bare C loop's p99 in the same run
 #   bench/describe/run.sh      describe_tokens_ratio: the tokens of the description of 13
 #                              tools, tidepool / Cloudflare's codemode; describe_builtin_chars,
 #                              describe_56_chars: run_lua's description with the built-in

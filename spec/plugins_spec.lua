@@ -95,6 +95,20 @@ describe("a plugin tool", function()
     assert.equal(2, env.error.line)
   end)
 
+  it("a plugin's warn() goes to the engine's log, not to stderr as Lua's", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write("return tools.w.say{}\n")
+    f:close()
+    local p = io.popen("build/tidepool run --tools spec/fixtures/warn " .. path
+      .. " 2>&1 >/dev/null; echo rc=$?")
+    local out = p:read("a")
+    p:close()
+    os.remove(path)
+    assert.equal("low disk\nstill logged\n", out:gsub("%-%- [^\n]*\n", ""):gsub("rc=0\n$", ""))
+    assert.matches("rc=0\n$", out)
+  end)
+
   it("logs into the run's logs with ctx.log", function()
     local env = run([[print("before"); tools.test.log{n = 7}; print("after")]])
     assert.is_true(env.ok)
@@ -445,6 +459,47 @@ describe("a reused handler record (coroutine and ctx of a call that returned)", 
     assert.not_equal(env.result.seen.leave_timer, env.result.nap.co)
     assert.equal(2, env.result.nap.after.call_id)
   end)
+
+  it("hands each call a table of its own: the tables a handler keeps stay as they came",
+    function()
+      -- 300 calls with arguments of many shapes and sizes (nested tables, lists, reals,
+      -- escapes, keys the fast path declines): the host state frees and reuses blocks all
+      -- along, and none of a kept table may change
+      local env = rrun([[
+        local sent = {}
+        tools.reuse.kept{}  -- what earlier runs of this engine left
+        for i = 1, 300 do
+          local a = { i = i, s = ("x"):rep(i % 40) .. "\n\"", flag = i % 2 == 0,
+                      list = { i, i + 0.5, "\u{e9}", { i } }, nested = { deep = { k = i } } }
+          if i % 3 == 0 then a["odd\tkey"] = i end
+          if i % 5 == 0 then a.big = { ("y"):rep(300), ("z"):rep(i) } end
+          sent[i] = a
+          if tools.reuse.keep(a).n ~= i then error("call " .. i .. " kept a wrong count") end
+        end
+        return { sent = sent, kept = tools.reuse.kept{} }]])
+      assert.is_true(env.ok, env.error and env.error.message)
+      assert.equal(300, #env.result.kept)
+      assert.same(env.result.sent, env.result.kept)
+    end)
+
+  it("after a handler raised, the next calls run whole, with the exact message each time",
+    function()
+      local env = rrun([[
+        local out = {}
+        tools.reuse.kept{}
+        for i = 1, 40 do
+          local ok, err = pcall(tools.reuse.fail, {})
+          out[#out + 1] = tostring(ok) .. " " .. err.code .. " " .. err.message
+          out[#out + 1] = tools.reuse.keep{ i = i }.n
+        end
+        return out]])
+      assert.is_true(env.ok, env.error and env.error.message)
+      for i = 1, 40 do
+        assert.equal("false tool.failed tools.reuse.fail failed: reuse.lua:60: failing on purpose",
+          env.result[2 * i - 1])
+        assert.equal(i, env.result[2 * i])
+      end
+    end)
 
   it("gives each of many parallel calls its own run_id, call_id, tool and deadline", function()
     local env = rrun([[

@@ -93,6 +93,7 @@ static void args_release (tp_call *c, int tree, int text) {
     c->args = NULL;
     free(c->fast_text);
     c->fast_text = NULL;
+    c->fast_counts = NULL;
     c->args_fast = 0;
     give_back(c, c->args_cost);
     c->args_cost = 0;
@@ -134,7 +135,7 @@ void tp__call_finish (tp_call *c, int ok, json_t *result, const char *code, cons
   int was_running = c->state == CALL_RUNNING;
   if (!was_running && !c->handler_owns) args_release(c, 1, 1);  /* no handler will read them */
   c->state = CALL_DONE;
-  c->end_ns = tp__now_ns();
+  if (c->end_ns == 0) c->end_ns = tp__now_ns();  /* else its provider read the clock then */
   c->ok = ok;
   c->result = ok ? (result ? result : json_null()) : NULL;
   if (!ok) {
@@ -565,6 +566,7 @@ int tp__call_bind (tp_call *c, const tp__tool_face *t) {
       args_text = c->fast_text;
       bytes_in = c->fast_len;
       c->fast_text = NULL;
+      c->fast_counts = NULL;
     }
   }
   else if (c->args != NULL && t != NULL && (t->flags & TP__TOOL_TREE_ARGS)) {
@@ -759,7 +761,15 @@ const char *tp__call_args_sha256 (tp_call *c) {
 
 const char *tp_call_args (tp_call *c) {
   if (c == NULL) return NULL;
-  if (c->args_text == NULL && tp__call_args_tree(c) != NULL) {
+  /* the codec's text is what the tree's would be (tp__call_args_sha256 hashes either), but
+  ** it lives only until the handler has it: a copy, charged as the tree's text is */
+  if (c->args_text == NULL && c->args == NULL && c->args_fast && c->fast_text != NULL) {
+    c->args_text = strdup(c->fast_text);
+    if (c->args_text) charge(c, block_cost(strlen(c->args_text) + 1));
+    return c->args_text;
+  }
+  if (c->args_text == NULL && c->args == NULL && c->args_fast) tp__call_args_tree(c);
+  if (c->args_text == NULL && c->args != NULL) {
     c->args_text = tp__json_dumps(c->args);
     if (c->args_text) charge(c, block_cost(strlen(c->args_text) + 1));
   }
@@ -869,13 +879,16 @@ int tp__call_complete_charged (tp_call *c, json_t *result, size_t cost) {
 
 /* Keeps text (malloc'd, taken: freed here when not kept) as c's result, checked by
 ** tp__codec_answer_ok (which gave ncont), with cost charged already: 1, or 0 when it is
-** not kept (then nothing changed and text is freed; the cost is the caller's to refund). */
-static int keep_text (tp_call *c, char *text, size_t len, size_t ncont, size_t cost) {
+** not kept (then nothing changed and text is freed; the cost is the caller's to refund).
+** counted: the block holds the containers' sizes already (tp__codec_encode's). */
+static int keep_text (tp_call *c, char *text, size_t len, size_t ncont, size_t cost,
+                      int counted) {
   size_t at = (len + 1 + sizeof(int) - 1) / sizeof(int) * sizeof(int);
-  char *block = ncont > 0 && ncont < (1u << 20) ? realloc(text, at + ncont * sizeof(int)) : NULL;
+  char *block = counted ? text
+              : ncont > 0 && ncont < (1u << 20) ? realloc(text, at + ncont * sizeof(int)) : NULL;
   if (block == NULL) { free(text); return 0; }
   block[len] = '\0';
-  tp__codec_answer_counts(block, len, (int *)(void *)(block + at));
+  if (!counted) tp__codec_answer_counts(block, len, (int *)(void *)(block + at));
   c->result_text = block;
   c->result_counts = (const int *)(void *)(block + at);
   c->result_len = len;
@@ -894,8 +907,9 @@ int tp__call_lua_answer (tp_call *c, lua_State *L, int idx, tp__call_answer *a) 
   size_t max = sb->limits.tool_bytes;
   tp__codec_text ct;
   if (!tp__codec_encode(L, idx, max, 1, &ct)) return 0;
-  size_t ncont;
-  if ((max && ct.len > max) || (ncont = tp__codec_answer_ok(ct.text, ct.len)) == 0 ||
+  size_t ncont = ct.counts != NULL ? ct.ncont : 0;  /* counted while encoding */
+  if ((max && ct.len > max) ||
+      (ncont == 0 && (ncont = tp__codec_answer_ok(ct.text, ct.len)) == 0) ||
       (sb->host_cap && (ct.cost > sb->host_cap || sb->host_used > sb->host_cap - ct.cost))) {
     free(ct.text);  /* the tree path says what is wrong, in its words */
     return 0;
@@ -905,12 +919,13 @@ int tp__call_lua_answer (tp_call *c, lua_State *L, int idx, tp__call_answer *a) 
   a->len = ct.len;
   a->ncont = ncont;
   a->cost = ct.cost;
+  a->counted = ct.counts != NULL;
   return 1;
 }
 
 void tp__call_complete_answer (tp_call *c, tp__call_answer *a) {
   if (c->state == CALL_DONE || c->cancelled || c->run == NULL ||
-      !keep_text(c, a->text, a->len, a->ncont, a->cost)) {  /* kept nothing */
+      !keep_text(c, a->text, a->len, a->ncont, a->cost, a->counted)) {  /* kept nothing */
     if (c->run != NULL) tp__host_refund(c->run->sb, a->cost);
     if (c->state == CALL_DONE || c->cancelled || c->run == NULL) free(a->text);  /* not kept */
     else tp__call_failf(c, "tool.failed", "tools.%s: the host ran out of memory while "
@@ -921,6 +936,11 @@ void tp__call_complete_answer (tp_call *c, tp__call_answer *a) {
 
 const char *tp__call_args_text_push (tp_call *c, size_t *len, int counts[64]) {
   if (c->args != NULL || !c->args_fast) return NULL;
+  if (c->fast_text != NULL && c->fast_counts != NULL && c->fast_ncont <= 64) {
+    memcpy(counts, c->fast_counts, c->fast_ncont * sizeof(int));  /* the encoder's count */
+    *len = c->fast_len;
+    return c->fast_text;
+  }
   const char *text = c->fast_text ? c->fast_text : c->args_text;
   size_t n = text ? strlen(text) : 0;
   size_t ncont = text ? tp__codec_answer_ok(text, n) : 0;
@@ -959,7 +979,7 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
     char *copy = malloc(at + ncont * sizeof(int));
     if (copy != NULL) {
       memcpy(copy, result_json, len);
-      if (keep_text(c, copy, len, ncont, cost)) return TP_OK;
+      if (keep_text(c, copy, len, ncont, cost, 0)) return TP_OK;
     }
   }
   /* polled: parsing up to tool_bytes of text stops when the run has a verdict */

@@ -61,7 +61,8 @@ struct tp_call {
   int64_t retry_after_ms;  /* tool.rate_limited: when to try again (the error object's
                            ** retry_after_ms); 0: not said */
   int line;
-  uint64_t start_ns, end_ns, deadline_ns;
+  uint64_t start_ns, end_ns, deadline_ns; /* end_ns: 0 until it ends, unless its provider
+                           ** set it just before it completes it (provider_lua.c) */
   uint64_t hold_start_ns, hold_end_ns; /* a policy's hold: when it began and was decided */
   uint64_t timeout_us;     /* what deadline_ns was set from, for the timeout's message */
   int timeout_own;         /* 1: the tool's own timeout_ms, 0: the tool_timeout limit */
@@ -81,6 +82,10 @@ struct tp_call {
   char *fast_text;         /* the arguments' text standing in for the tree (not charged:
                            ** args_cost is), until a handler's text or the handler has it */
   size_t fast_len;
+  const int *fast_counts;  /* in fast_text's block: its containers' sizes, as
+                           ** tp__codec_answer_counts finds them (tp__codec_text.counts),
+                           ** or NULL; fast_ncont of them */
+  size_t fast_ncont;
   char *result_text;       /* an answer kept as checked text (no tree; result is NULL):
                            ** result_counts its containers' sizes (tp__codec_push) */
   const int *result_counts;
@@ -133,7 +138,11 @@ int tp__call_complete_tree(tp_call *c, json_t *result);
 int tp__call_complete_charged(tp_call *c, json_t *result, size_t cost);
 /* A Lua handler's result made into the codec's text (tp__call_lua_answer), charged to the
 ** run's host budget, for tp__call_complete_answer. */
-typedef struct tp__call_answer { char *text; size_t len, ncont, cost; } tp__call_answer;
+typedef struct tp__call_answer {
+  char *text;
+  size_t len, ncont, cost;
+  int counted;   /* the containers' sizes lie in text's block already (tp__codec_text) */
+} tp__call_answer;
 /* The value at idx of L (a Lua handler's result, in any state) through the codec, with no
 ** tree: 1 with *a filled, or 0 when the codec declines it (nothing done: the caller
 ** takes the tree path, which gives the messages). Runs nothing and changes nothing of c. */

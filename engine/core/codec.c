@@ -29,6 +29,10 @@ int tp__codec_off;
 
 #define ENC_INLINE 512  /* the text is built here, and copied out once, when it fits */
 
+#define DEC_DEPTH 64
+#define DEC_KEYS  64
+#define ESC_MAX   256  /* a string with escapes longer than this takes the tree path */
+
 typedef struct enc {
   lua_State *L;
   char *p;                 /* inline, or malloc'd once the text outgrew it */
@@ -37,8 +41,20 @@ typedef struct enc {
   unsigned nodes;
   const void *array_mt, *object_mt;
   int mt_read;
+  /* what tp__codec_answer_counts would find in the text, in the order the containers
+  ** open, while exact: the text is one tp__codec_answer_ok accepts as it is */
+  int exact;
+  int ncont;
+  int counts[TP_CODEC_COUNTS];
   char inline_buf[ENC_INLINE];
 } enc;
+
+/* A container opens: its slot in counts (-1 once the text is not exact). */
+static int open_count (enc *e) {
+  if (!e->exact) return -1;
+  if (e->ncont == TP_CODEC_COUNTS) { e->exact = 0; return -1; }
+  return e->ncont++;  /* its count is written when the container is done */
+}
 
 static int put (enc *e, const char *s, size_t n) {
   if (e->cap - e->len < n) {
@@ -59,9 +75,12 @@ static int putc1 (enc *e, char c) {
   return put(e, &c, 1);
 }
 
-/* s as json.c's dump_string writes it. */
-static int put_string (enc *e, const char *s, size_t len) {
-  size_t run = 0;
+/* s as json.c's dump_string writes it. The text stays exact (tp__codec_answer_ok would
+** take it) unless s is a key with escapes, or a string whose text has escapes and is
+** longer than the decoder's buffer (ESC_MAX). */
+static int put_string (enc *e, const char *s, size_t len, int key) {
+  size_t run = 0, from = e->len;
+  int escaped = 0;
   if (!putc1(e, '"')) return 0;
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -69,9 +88,13 @@ static int put_string (enc *e, const char *s, size_t len) {
     if (!put(e, s + run, i - run)) return 0;
     run = i + 1;
     char esc[6];
-    if (!put(e, esc, tp__json_escape(c, esc))) return 0;
+    size_t n = tp__json_escape(c, esc);  /* \u00XX for other controls: decoded too */
+    escaped = 1;
+    if (!put(e, esc, n)) return 0;
   }
-  return put(e, s + run, len - run) && putc1(e, '"');
+  if (!put(e, s + run, len - run) || !putc1(e, '"')) return 0;
+  if (escaped && (key || e->len - from - 2 > ESC_MAX)) e->exact = 0;
+  return 1;
 }
 
 /* Writes s quoted when it is all printable ASCII (no byte to escape or to check as
@@ -106,7 +129,13 @@ static int count (enc *e, size_t cost) {
 
 static int enc_value (enc *e, int idx, int depth);
 
-typedef struct member { const char *k; size_t klen; size_t at, end; } member;
+typedef struct member {   /* 24 bytes: the sort moves them. The text stays far below 4 GiB:
+                           ** count() stops the walk past TP_JSON_CHARGE_BATCH of cost */
+  const char *k;
+  uint32_t klen;
+  uint32_t at, end;
+  int16_t c0, c1;          /* its containers' slots in counts (read only while exact) */
+} member;
 
 static int member_cmp (const member *x, const member *y) {
   size_t n = x->klen < y->klen ? x->klen : y->klen;
@@ -115,8 +144,9 @@ static int member_cmp (const member *x, const member *y) {
 }
 
 /* Writes the members of an object (n of them, at m[], each "key":value written in the
-** order lua_next gave) in key order, as dump_value does, with commas. */
-static int order_members (enc *e, member *m, int n, size_t start) {
+** order lua_next gave) in key order, as dump_value does, with commas; and their
+** containers' counts in that order too (first: the slot of the first member's first). */
+static int order_members (enc *e, member *m, int n, size_t start, int first) {
   int sorted = 1;
   for (int a = 1; a < n; a++) {  /* insertion sort by key, as dump_value sorts */
     member t = m[a];
@@ -138,6 +168,12 @@ static int order_members (enc *e, member *m, int n, size_t start) {
     o += piece;
   }
   if (tmp != small) free(tmp);
+  if (e->exact && e->ncont > first) {  /* the members' containers move with them */
+    int saved[TP_CODEC_COUNTS], w = first;
+    memcpy(saved, e->counts + first, (size_t)(e->ncont - first) * sizeof(int));
+    for (int j = 0; j < n; j++)
+      for (int i = m[j].c0; i < m[j].c1; i++) e->counts[w++] = saved[i - first];
+  }
   return 1;
 }
 
@@ -157,7 +193,7 @@ static int enc_table (enc *e, int t, int depth) {
   }
   lua_Unsigned n = lua_rawlen(L, t);
   member m[ENC_MEMBERS];
-  int nm = 0, object = 0;
+  int nm = 0, object = 0, slot = -1;
   lua_Unsigned items = 0;
   size_t start = e->len + 1;
   lua_pushnil(L);
@@ -170,18 +206,20 @@ static int enc_table (enc *e, int t, int depth) {
       if (!object) {
         object = 1;
         e->bytes += 2;
+        slot = open_count(e);
         if (!count(e, TP_JSON_COST_OBJECT) || !putc1(e, '{')) goto no;
       }
       if (nm == ENC_MEMBERS) goto no;
       e->bytes += klen + 4;
       if (!count(e, TP_JSON_COST_MEMBER + klen)) goto no;
       if (nm > 0 && !putc1(e, ',')) goto no;
-      m[nm] = (member){ k, klen, e->len, 0 };
+      m[nm] = (member){ k, (uint32_t)klen, (uint32_t)e->len, 0, (int16_t)e->ncont, 0 };
       if (!put_ascii(e, k, klen) &&
           (tp__utf8_check((const unsigned char *)k, klen, &why) != klen ||
-           memchr(k, '\0', klen) != NULL || !put_string(e, k, klen))) goto no;
+           memchr(k, '\0', klen) != NULL || !put_string(e, k, klen, 1))) goto no;
       if (!putc1(e, ':') || !enc_value(e, lua_gettop(L), depth + 1)) goto no;
-      m[nm++].end = e->len;
+      m[nm].c1 = (int16_t)e->ncont;
+      m[nm++].end = (uint32_t)e->len;
     }
     else if (kt == LUA_TNUMBER && lua_isinteger(L, -2) && !object) {
       lua_Integer k = lua_tointeger(L, -2);
@@ -192,10 +230,13 @@ static int enc_table (enc *e, int t, int depth) {
     lua_pop(L, 1);
   }
   if (object) {
-    return order_members(e, m, nm, start) && putc1(e, '}');
+    if (e->exact) e->counts[slot] = nm;
+    return order_members(e, m, nm, start, slot + 1) && putc1(e, '}');
   }
   if (items != n || (n == 0 && tagged <= 0)) return 0;  /* holes; {} or [] by the schema */
   e->bytes += 2;
+  slot = open_count(e);
+  if (e->exact) e->counts[slot] = (int)n;
   if (!count(e, TP_JSON_COST_ARRAY) || !putc1(e, '[')) return 0;
   for (lua_Unsigned i = 1; i <= n; i++) {
     lua_rawgeti(L, t, (lua_Integer)i);
@@ -228,6 +269,7 @@ static int enc_value (enc *e, int idx, int depth) {
         do { tmp[--k] = (char)('0' + u % 10); u /= 10; } while (u != 0);
         if (x < 0) tmp[--k] = '-';
         e->bytes += int_width(x);
+        if (sizeof tmp - (size_t)k - (x < 0) > 18) e->exact = 0;  /* the decoder declines */
         return put(e, tmp + k, sizeof tmp - (size_t)k);
       }
       double d = (double)lua_tonumber(L, idx);
@@ -242,7 +284,8 @@ static int enc_value (enc *e, int idx, int depth) {
       e->bytes += len + 2;
       if (!count(e, TP_JSON_COST_STRING + len)) return 0;
       if (put_ascii(e, s, len)) return 1;
-      return tp__utf8_check((const unsigned char *)s, len, &why) == len && put_string(e, s, len);
+      return tp__utf8_check((const unsigned char *)s, len, &why) == len &&
+             put_string(e, s, len, 0);
     }
     case LUA_TLIGHTUSERDATA:
       if (lua_touserdata(L, idx) != NULL) return 0;
@@ -258,21 +301,30 @@ static int enc_value (enc *e, int idx, int depth) {
 int tp__codec_encode (lua_State *L, int idx, size_t max_bytes, int arrays,
                       tp__codec_text *out) {
   enc e;
-  memset(&e, 0, offsetof(enc, inline_buf));
+  memset(&e, 0, offsetof(enc, counts));
   e.L = L;
   e.p = e.inline_buf;
   e.cap = sizeof e.inline_buf;
+  e.exact = 1;
   idx = lua_absindex(L, idx);
   int top = lua_gettop(L);
   int ok = lua_type(L, idx) == LUA_TTABLE && enc_value(&e, idx, 0) && e.len > 0 &&
            (e.p[0] == '{' || (arrays && e.p[0] == '[')) &&
            (max_bytes == 0 || e.bytes <= max_bytes) && putc1(&e, '\0');
   lua_settop(L, top);
+  /* the counts after the text, where keep_text and tp__call_args_text_push read them */
+  size_t at = (e.len + sizeof(int) - 1) / sizeof(int) * sizeof(int);
+  size_t block = e.exact ? at + (size_t)e.ncont * sizeof(int) : e.len;
   if (ok && e.p == e.inline_buf) {
-    char *copy = malloc(e.len);
+    char *copy = malloc(block);
     if (copy != NULL) memcpy(copy, e.p, e.len);
     e.p = copy;
     ok = copy != NULL;
+  }
+  else if (ok && e.exact && block > e.cap) {
+    char *p = realloc(e.p, block);
+    if (p != NULL) e.p = p;
+    else e.exact = 0;
   }
   if (!ok) {
     if (e.p != e.inline_buf) free(e.p);
@@ -282,6 +334,13 @@ int tp__codec_encode (lua_State *L, int idx, size_t max_bytes, int arrays,
   out->len = e.len - 1;
   out->bytes = e.bytes;
   out->cost = e.cost;
+  out->ncont = e.exact ? (size_t)e.ncont : 0;
+  out->counts = NULL;
+  if (e.exact) {
+    int *counts = (int *)(void *)(e.p + at);
+    for (int i = 0; i < e.ncont; i++) counts[i] = e.counts[i];  /* mostly one or two */
+    out->counts = counts;
+  }
   return 1;
 }
 
@@ -378,10 +437,6 @@ int tp__codec_simple_ok (const char *text, size_t len, const tp_schema_simple *s
 }
 
 /* ---- text -> Lua --------------------------------------------------------------------- */
-
-#define DEC_DEPTH 64
-#define DEC_KEYS  64
-#define ESC_MAX   256  /* a string with escapes longer than this takes the tree path */
 
 static locale_t c_locale (void) {
   static locale_t loc;

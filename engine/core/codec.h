@@ -17,12 +17,21 @@
 ** scripts both ways; never set in production). */
 extern int tp__codec_off;
 
+/* The most containers whose sizes tp__codec_encode records (TP_CODEC_COUNTS). */
+#define TP_CODEC_COUNTS 64
+
 /* The arguments' text made by tp__codec_encode. */
 typedef struct tp__codec_text {
   char *text;      /* malloc'd, NUL-terminated: tp__json_dumpsn's text of the tree */
   size_t len;
   size_t bytes;    /* what tp__json_from_lua_ex counts against max_bytes */
   size_t cost;     /* what it charges the host budget for the tree (tp__json_tree_cost) */
+  /* When not NULL, the text is one tp__codec_answer_ok takes, and counts what
+  ** tp__codec_answer_counts would write for it (ncont of them, what tp__codec_answer_ok
+  ** would return): they lie in text's block, after the NUL, at the next multiple of
+  ** sizeof(int) (where keep_text in calls.c puts them), and go with it. */
+  const int *counts;
+  size_t ncont;
 } tp__codec_text;
 
 /*
@@ -32,7 +41,8 @@ typedef struct tp__codec_text {
 ** an empty table anywhere (its shape depends on the schema), anything the walk would
 ** refuse, a text over max_bytes (0: none), more than a batch of host cost or of nodes
 ** (the walk would charge or poll midway), nesting past 32 levels. Raw access only; never
-** raises.
+** raises. While it writes, it counts the items of each container, so that a text it made
+** need not be scanned again to be pushed (out->counts).
 */
 int tp__codec_encode(lua_State *L, int idx, size_t max_bytes, int arrays, tp__codec_text *out);
 

@@ -128,6 +128,8 @@ static int fast_args (lua_State *L, tp_sandbox *sb, tp_call *c) {
   c->args_fast = 1;
   c->fast_text = ct.text;
   c->fast_len = ct.len;
+  c->fast_counts = ct.counts;
+  c->fast_ncont = ct.ncont;
   c->live_L = L;
   c->live_idx = 2;
   return 1;

@@ -313,6 +313,8 @@ static __thread timer_t thread_timer __attribute__((tls_model("initial-exec")));
 static __thread int thread_timer_state __attribute__((tls_model("initial-exec")));
 static __thread tp_step_clock *volatile armed __attribute__((tls_model("initial-exec")));
 static __thread uint64_t timer_at __attribute__((tls_model("initial-exec"))); /* 0: stopped */
+static __thread int timer_late __attribute__((tls_model("initial-exec"))); /* timer_at is a
+                           ** step's TP_STEP_LATE_NS backstop: the next step arms anew */
 static pthread_key_t timer_key;
 static pthread_once_t timer_key_once = PTHREAD_ONCE_INIT;
 static int timer_key_ok;
@@ -353,6 +355,7 @@ static void timer_set (uint64_t at_ns) {
   its.it_value.tv_sec = (time_t)(at_ns / 1000000000u);
   its.it_value.tv_nsec = (long)(at_ns % 1000000000u);
   timer_at = at_ns;
+  timer_late = 0;
   timer_settime(thread_timer, TIMER_ABSTIME, &its, NULL);
 }
 
@@ -369,6 +372,11 @@ static void timer_set_before (uint64_t at_ns) {
 static uint64_t clock_next (const tp_step_clock *c, uint64_t now, uint64_t cpu) {
   uint64_t next = c->deadline_ns;
   if (c->poll_at_ns && (next == 0 || c->poll_at_ns < next)) next = c->poll_at_ns;
+  if (c->handed && c->step_end_ns) {  /* the backstop of a hand-over, then every REFIRE_NS */
+    uint64_t at = c->step_end_ns + TP_STEP_LATE_NS;
+    if (now >= at) at = now + REFIRE_NS;
+    if (next == 0 || at < next) next = at;
+  }
   if (c->cpu_end_ns) {
     uint64_t at = now + (c->cpu_end_ns > cpu ? c->cpu_end_ns - cpu : 0);
     if (next == 0 || at < next) next = at;
@@ -377,7 +385,9 @@ static uint64_t clock_next (const tp_step_clock *c, uint64_t now, uint64_t cpu) 
 }
 
 /* The timer fired for c: records what has passed, or hands the last stretch of the
-** step to the hook (poll_end_ns). While a verdict is pending the timer fires again every
+** step to the hook (poll_end_ns). A hand-over can be lost (the VM clears the mark of the
+** frame it runs by a hook mask it read before the signal came), so the timer comes back
+** TP_STEP_LATE_NS after the step's end, and ends the step then if it still runs. While a verdict is pending the timer fires again every
 ** REFIRE_NS (the hook that raises it may have been replaced, or the script is in host
 ** code); otherwise it is re-armed at the next check (the CPU limit comes later when the
 ** thread was off the CPU). Returns 1 when the running thread needs its hook set now. */
@@ -392,6 +402,7 @@ static int clock_fire (tp_step_clock *c) {
   if (c->step_end_ns && now >= c->step_end_ns) atomic_store(&sb->slice_over, 1);
   if (c->poll_at_ns && now >= c->poll_at_ns) {
     c->poll_at_ns = 0;
+    c->handed = 1;
     atomic_store(&sb->poll_end_ns, c->step_end_ns);
     hook = 1;
   }
@@ -401,6 +412,7 @@ static int clock_fire (tp_step_clock *c) {
   }
   c->wake_ns = clock_next(c, now, c->cpu_end_ns ? tp__thread_cpu_ns() : 0);
   timer_set(c->wake_ns);
+  timer_late = c->handed;
   return hook || atomic_load(&sb->slice_over);
 }
 
@@ -477,11 +489,18 @@ void tp__signal_interrupt (pthread_t thread) {
 int tp__step_timer_arm (tp_step_clock *c) {
   if (timer_get() != 0) return -1;
   c->prev = armed;
+  c->handed = 0;
   c->wake_ns = clock_next(c, c->start_ns, c->cpu_start_ns);
   atomic_signal_fence(memory_order_seq_cst);  /* c is complete before the handler sees it */
   armed = c;
   atomic_signal_fence(memory_order_seq_cst);
-  timer_set_before(c->wake_ns);
+  /* a backstop left by the last step would fire early in this one: a system call now
+  ** costs less than the signal */
+  if (timer_late && c->wake_ns) {
+    timer_late = 0;
+    timer_set(c->wake_ns);
+  }
+  else timer_set_before(c->wake_ns);
   return 0;
 }
 
@@ -519,7 +538,10 @@ void tp__sandbox_enter (tp_sandbox *sb) {
   atomic_signal_fence(memory_order_seq_cst);
   active = sb;
   atomic_signal_fence(memory_order_seq_cst);
-  set_stop_hook(sb, 0);  /* a verdict or slice end recorded before now is not lost */
+  /* A verdict, slice end or hand-over to the ticks that the timer recorded before now,
+  ** when the handler had no sandbox to set the hook in, is not lost. */
+  tp__sandbox_tick_arm(sb);
+  set_stop_hook(sb, 0);
 }
 
 void tp__sandbox_leave (void) {
@@ -1461,10 +1483,12 @@ static int do_resume (lua_State *L, lua_State *co, int narg, int mode) {
     if (sb->instr_limit || sb->instr_step_end || atomic_load(&sb->poll_end_ns))
       tp__sandbox_sethook(sb, co);  /* a period counted from now, not from its creation */
     atomic_store(&sb->running, co);
+    tp__sandbox_tick_arm(sb);  /* a hand-over whose hook the signal set in L, before co ran */
     if (atomic_load(&sb->kill) != TP_KILL_NONE || atomic_load(&sb->slice_over))
       lua_sethook(co, tp__sandbox_hook, LUA_MASKCOUNT, 1);  /* what the signal would do */
     status = lua_resume(co, L, narg, &nres);
     atomic_store(&sb->running, L);
+    tp__sandbox_tick_arm(sb);  /* one whose hook it set in co as co ended */
     tp__sandbox_charge(sb, co);
     tp__sandbox_check(L, sb);
     if (status != LUA_YIELD) break;

@@ -213,6 +213,8 @@ void tp__signal_interrupt(pthread_t thread);
 ** verdict is pending the timer fires again every 2 ms (the script may be in host code,
 ** or its hook replaced), until the step ends. */
 #define TP_POLL_LEAD_NS 200000u     /* the ticks read the clock from this before the end */
+#define TP_STEP_LATE_NS 500000u     /* a step handed to the ticks and still running this
+                                    ** long after its end is ended by the timer */
 typedef struct tp_step_clock {
   tp_sandbox *sb;
   uint64_t poll_at_ns;     /* CLOCK_MONOTONIC: when the hook starts reading the clock
@@ -222,6 +224,8 @@ typedef struct tp_step_clock {
   uint64_t cpu_end_ns;     /* CLOCK_THREAD_CPUTIME_ID of this thread: limit.cpu; 0 = none */
   uint64_t start_ns, cpu_start_ns; /* the step's start on both clocks */
   uint64_t wake_ns;        /* when the timer is armed to fire */
+  int handed;              /* the timer handed the step's end to the ticks: it fires again
+                           ** TP_STEP_LATE_NS after the end should the ticks miss it */
   struct tp_step_clock *prev; /* the step this one is nested in, on this thread */
 } tp_step_clock;
 
@@ -285,6 +289,8 @@ void tp__tools_open(lua_State *L);
 #define METER_STEPS 4096       /* pattern steps between checks */
 #define TICK_OFF (LONG_MAX / 2)  /* a meter's tickdown while no time slice is polled */
 /* Sets co's count hook to period (see verdict.c). */
+/* Arms the VM's ticks when a time slice is polled (poll_end_ns), else turns them off. */
+void tp__sandbox_tick_arm(tp_sandbox *sb);
 void tp__sandbox_count_hook(lua_State *co, int period);
 /* tp_meter's tick and refill (lua_patch.h) of every sandbox. */
 void tp__sandbox_meter_tick(lua_State *L, tp_meter *m);

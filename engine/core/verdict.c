@@ -95,7 +95,7 @@ static int hook_period (const tp_sandbox *sb) {
 #define TP_TICK_NS 1000u
 #define TICK_PERIOD_MAX 65536
 
-static void tick_arm (tp_sandbox *sb) {
+void tp__sandbox_tick_arm (tp_sandbox *sb) {
   if (atomic_load_explicit(&sb->poll_end_ns, memory_order_relaxed) == 0)
     sb->meter.tickdown = TICK_OFF;
   else if (sb->meter.tickdown >= TICK_OFF / 2) {  /* off until now: from this moment */
@@ -148,20 +148,39 @@ void tp__sandbox_meter_tick (lua_State *L, tp_meter *m) {
 ** thread already, every Lua frame is marked still (Lua clears a mark only when no line
 ** or count hook is set), so only the count needs setting: what lua_sethook itself
 ** writes, and as safe in a signal handler. */
+/* One frame may have lost its mark all the same: luaG_traceexec reads the mask (0, the
+** hook just cleared), the signal sets the hook and marks the frames, then the VM clears
+** the running frame's mark by the mask it read. With the mask already ours, no later
+** signal marked it again, and a loop that calls only C functions ran on past its wall
+** limit. The topmost Lua frame is marked here every time: a frame called from it is
+** marked at its entry, and one it returns to at the return. */
 void tp__sandbox_count_hook (lua_State *co, int period) {
   if (co->hook == tp__sandbox_hook && co->hookmask == LUA_MASKCOUNT) {
     co->basehookcount = period;
     co->hookcount = period;
+    for (CallInfo *ci = co->ci; ci != NULL; ci = ci->previous)
+      if (isLua(ci)) {
+        ci->u.l.trap = 1;
+        break;
+      }
   }
   else lua_sethook(co, tp__sandbox_hook, LUA_MASKCOUNT, period);
 }
 
+/* The timer's signal may come between tick_arm and the hook's write here: the count-1
+** hook it set for the ticks' hand-over (or a verdict) is overwritten, and the ticks stay
+** off, so the step ran on to its wall limit. Both are looked at again after the write
+** (the handler only ever sets poll_end_ns, kill and slice_over; this thread clears them). */
 void tp__sandbox_sethook (tp_sandbox *sb, lua_State *co) {
   int period = hook_period(sb);
-  tick_arm(sb);
+  tp__sandbox_tick_arm(sb);
   co->ci->callstatus &= ~CIST_HOOKYIELD;
   if (period) tp__sandbox_count_hook(co, period);
   else lua_sethook(co, NULL, 0, 0);
+  atomic_signal_fence(memory_order_seq_cst);
+  tp__sandbox_tick_arm(sb);
+  if (atomic_load(&sb->kill) != TP_KILL_NONE || atomic_load(&sb->slice_over))
+    tp__sandbox_count_hook(co, 1);
 }
 
 /*

@@ -38,6 +38,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -321,6 +322,7 @@ int tp__host_resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State 
   }
   *held = t1 - t0;
   *late = deadline != 0 && t1 >= deadline;
+  if (e->host_state != NULL) ((tp__host *)e->host_state)->resume_end_ns = t1;
   if (r != NULL && *held >= BLOCK_NOTE_NS) note_block(r, c->name, *held);
   return st;
 }
@@ -584,7 +586,7 @@ static int body_k (lua_State *L, int status, lua_KContext k) {
     }
   }
   if (!lua_getmetatable(L, ctx)) lua_pushnil(L);
-  if (lua_topointer(L, -1) != lua_topointer(L, mt)) {
+  if (!lua_rawequal(L, -1, mt)) {
     lua_pushvalue(L, mt);
     lua_setmetatable(L, ctx);
   }
@@ -816,6 +818,83 @@ static void push_mcp_versions (lua_State *H) {
   }
 }
 
+/* ---- H's allocator ------------------------------------------------------------------
+** Every tool call makes a few small blocks in H (the arguments' table and its slots, the
+** handler's result) that the collector frees in batches: glibc's per-thread cache holds
+** 7 blocks of a size, so most of those frees and the next allocations took its slow
+** paths. H keeps its own lists of freed small blocks, by size, up to HEAP_CACHE bytes in
+** all. A block is filed by its usable size (malloc_usable_size), never by the size Lua
+** says it has, so blocks from luaL_newstate's allocator (before this one was set) and
+** blocks glibc made larger than asked go to the right list or back to free(). Resizes
+** are plain realloc. Under AddressSanitizer nothing is kept, so it still sees every
+** use after free in H. */
+#define HEAP_CLASSES 16                 /* usable sizes 24, 40, ..., 264: 16k + 8 */
+#define HEAP_SMALL   (16 * HEAP_CLASSES + 8)
+#define HEAP_CACHE   ((size_t)256 << 10)
+
+typedef struct host_heap {
+  void *free[HEAP_CLASSES + 1];         /* by k: blocks of 16k + 8 usable bytes */
+  size_t cached;                        /* bytes on the lists */
+  tp_engine *e;                         /* for a plugin's warn() (host_warn) */
+  char warn[512];                       /* a warning's pieces so far, cut at 511 bytes */
+  size_t nwarn;
+} host_heap;
+
+/* A plugin's warn("...") goes to the engine's log as a warning from "plugin", never to
+** stderr (luaL_newstate's warning function prints there once a plugin says "@on"): the
+** library never prints. Control messages ("@on", "@off") mean nothing here. */
+static void host_warn (void *ud, const char *msg, int tocont) {
+  host_heap *hp = ud;
+  if (hp->nwarn == 0 && !tocont && msg[0] == '@') return;
+  size_t n = strlen(msg), room = sizeof hp->warn - 1 - hp->nwarn;
+  if (n > room) n = room;
+  memcpy(hp->warn + hp->nwarn, msg, n);
+  hp->nwarn += n;
+  if (tocont) return;
+  hp->warn[hp->nwarn] = '\0';
+  hp->nwarn = 0;
+  tp__engine_log(hp->e, TP_LOG_WARN, "plugin", "%s", hp->warn);
+}
+
+static void *host_alloc (void *ud, void *ptr, size_t osize, size_t nsize) {
+  (void)osize;  /* the type of a new object when ptr is NULL; unused otherwise here */
+  host_heap *hp = ud;
+  if (nsize == 0) {
+    if (ptr == NULL) return NULL;
+#if !defined(__SANITIZE_ADDRESS__)
+    size_t u = malloc_usable_size(ptr);
+    if (u >= 24 && u <= HEAP_SMALL && (u & 15) == 8 && hp->cached + u <= HEAP_CACHE) {
+      *(void **)ptr = hp->free[u >> 4];
+      hp->free[u >> 4] = ptr;
+      hp->cached += u;
+      return NULL;
+    }
+#endif
+    free(ptr);
+    return NULL;
+  }
+  if (ptr != NULL) return realloc(ptr, nsize);
+  if (nsize > HEAP_SMALL) return malloc(nsize);
+  size_t k = nsize <= 24 ? 1 : (nsize - 8 + 15) >> 4;
+  void *p = hp->free[k];
+  if (p != NULL) {  /* list k holds blocks of exactly 16k + 8 usable bytes */
+    hp->free[k] = *(void **)p;
+    hp->cached -= 16 * k + 8;
+    return p;
+  }
+  return malloc(16 * k + 8);
+}
+
+static void host_heap_free (host_heap *hp) {
+  for (size_t k = 1; k <= HEAP_CLASSES; k++)
+    while (hp->free[k] != NULL) {
+      void *p = hp->free[k];
+      hp->free[k] = *(void **)p;
+      free(p);
+    }
+  free(hp);
+}
+
 /* ---- opening and closing H ------------------------------------------------------ */
 
 /* A Lua C module binds to the lua_* of the process's global scope. libtidepool.so and
@@ -847,6 +926,7 @@ static int open_p (lua_State *H) {
   h->ws_max = 0;
   h->ws_told = 0;
   h->upstream = 0;
+  h->resume_end_ns = 0;
   lua_rawsetp(H, LUA_REGISTRYINDEX, &tp__host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
@@ -925,14 +1005,22 @@ static int open_p (lua_State *H) {
 
 int tp__host_open (tp_engine *e) {
   if (e->H != NULL) return TP_OK;
-  lua_State *H = luaL_newstate();
-  if (H == NULL) return TP_ENOMEM;
+  host_heap *hp = calloc(1, sizeof *hp);
+  lua_State *H = hp != NULL ? luaL_newstate() : NULL;
+  if (H == NULL) {
+    free(hp);
+    return TP_ENOMEM;
+  }
+  lua_setallocf(H, host_alloc, hp);
+  hp->e = e;
+  lua_setwarnf(H, host_warn, hp);
   *(void **)lua_getextraspace(H) = NULL;  /* no pattern meter here (lua_patch.h) */
   lua_pushcfunction(H, open_p);
   lua_pushlightuserdata(H, e);
   if (tp__host_pcall(H, 1, 0) != LUA_OK) {
     tp__engine_set_error(e, "the host Lua state cannot start: %s", tp__host_error_text(H, -1));
     lua_close(H);
+    host_heap_free(hp);
     /* luv may have started nothing yet; anything it did start is closed by the engine */
     return TP_ENOMEM;
   }
@@ -1013,7 +1101,10 @@ void tp__host_close (tp_engine *e) {
   free(h->ws);
   h->ws = NULL;
   assert(h->nrefs == 0 && "host.c: registry references leaked");
+  void *hp;
+  lua_getallocf(H, &hp);
   lua_close(H);
+  host_heap_free(hp);
   e->H = NULL;
   e->host_state = NULL;
 }

@@ -43,6 +43,8 @@ typedef struct tp__host {
   int npool;
   tp__callbox *pool[POOL_MAX];
   int upstream;  /* lua/upstream.lua was started (tp__host_upstream) */
+  uint64_t resume_end_ns;  /* when the last resume of a handler (tp__host_resume_timed)
+                           ** gave the thread back: a call that returned at once ends then */
 } tp__host;
 
 /* The key a record's coroutine must be resumed with by host.c, and what it yields when

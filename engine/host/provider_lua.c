@@ -279,6 +279,7 @@ static void host_dispatch (tp_engine *e, tp_call *c, const tp_tool *t) {
     int keep = h->npool < POOL_MAX;
     tp__call_answer a;
     if (tp__call_lua_answer(c, co, -1, &a)) {  /* no tree: the codec's text */
+      c->end_ns = h->resume_end_ns;  /* it ended with the resume (it is not over yet) */
       lua_pop(co, 2);
       tp__host_unbind(H, h, b, keep);
       if (keep) h->pool[h->npool++] = b;

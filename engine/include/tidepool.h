@@ -304,11 +304,12 @@ TP_EXTERN int tp_run_step(tp_run *r, uint64_t budget_us, uint64_t budget_instruc
 ** unloaded. A timed step arms a POSIX timer of its own thread (timer_create with
 ** SIGEV_THREAD_ID on CLOCK_MONOTONIC, one per thread that steps runs, deleted when the
 ** thread exits), so the step ends on time whatever other threads do; the last 200 us of
-** a step are ended by the VM's count hook reading the clock. While a limit's verdict
-** waits for the script, the signal repeats every 2 ms. The timer stays armed between
-** steps (one system call less per step): a thread that stops stepping gets at most one
-** more signal, at the earliest deadline of the runs it stepped, unless it destroys the
-** engine. Plugin handlers' deadlines are signalled by one helper thread per engine. The
+** a step are ended by the VM itself reading the clock (should the signal's hand-over to
+** it be lost, the timer fires again 500 us after the step's end and ends the step then).
+** While a limit's verdict waits for the script, the signal repeats every 2 ms. The timer
+** stays armed between steps (one system call less per step): a thread that stops
+** stepping gets at most one more signal, 500 us after its last step of over 200 us or at
+** the earliest deadline of the runs it stepped, unless it destroys the engine. Plugin handlers' deadlines are signalled by one helper thread per engine. The
 ** signal must not be blocked in a thread that steps runs, or a script that loops is
 ** stopped only by its instruction limit. System calls it interrupts are restarted
 ** (EINTR only where the system never restarts, e.g. poll with a timeout).

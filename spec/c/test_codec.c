@@ -42,6 +42,29 @@ static size_t charged;
 static int count_charge (void *ud, size_t n) { (void)ud; charged += n; return 0; }
 static void count_refund (void *ud, size_t n) { (void)ud; charged -= n; }
 
+/* The containers' sizes the encoder counted as it wrote (ct->counts) are there exactly
+** when the decoder's own check takes the text with at most TP_CODEC_COUNTS containers,
+** and are what that check and tp__codec_answer_counts find. */
+static size_t counted_texts;
+static void check_counts (const tp__codec_text *ct, const char *what) {
+  size_t ncont = tp__codec_answer_ok(ct->text, ct->len);
+  int want = ncont > 0 && ncont <= TP_CODEC_COUNTS;
+  if ((ct->counts != NULL) != want) {
+    TP_FAIL_AT("%s: counts %s, the check gives %zu containers for %s", what,
+               ct->counts ? "given" : "not given", ncont, ct->text);
+    return;
+  }
+  if (!want) return;
+  counted_texts++;
+  if (ct->ncont != ncont) TP_FAIL_AT("%s: %zu containers counted, %zu found", what, ct->ncont, ncont);
+  int found[TP_CODEC_COUNTS];
+  tp__codec_answer_counts(ct->text, ct->len, found);
+  for (size_t i = 0; i < ncont && i < ct->ncont; i++)
+    if (found[i] != ct->counts[i])
+      TP_FAIL_AT("%s: container %zu counted %d, found %d in %s", what, i, ct->counts[i],
+                 found[i], ct->text);
+}
+
 /* The value on top through both encoders: returns 1 when the codec took it (and checks it
 ** agrees), 0 when it declined (then the tree path must either fail or meet an empty table
 ** or a top-level array). Pops the value. */
@@ -66,6 +89,7 @@ static int enc_both (lua_State *L, const char *what) {
     if (ct.bytes != o.bytes) TP_FAIL_AT("%s: bytes %zu, tree %zu", what, ct.bytes, o.bytes);
     if (tree && ct.cost != tp__json_tree_cost(tree))
       TP_FAIL_AT("%s: cost %zu, tree_cost %zu", what, ct.cost, tp__json_tree_cost(tree));
+    check_counts(&ct, what);
     free(ct.text);
   }
   free(old);
@@ -159,6 +183,7 @@ TEST(random_values_give_the_same_text_cost_and_count_both_ways) {
     took += enc_both(L, what);
   }
   CHECK(took > 2500);  /* the generator makes no empty tables: nearly all are taken */
+  CHECK(counted_texts > 500);  /* and many of them need no scan to be pushed */
   lua_close(L);
 }
 

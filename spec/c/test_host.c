@@ -130,7 +130,7 @@ TEST(a_handler_can_complete_while_the_script_is_stepped_by_hand) {
 ** record in use, and an engine destroyed with records in the pool. */
 TEST(pooled_handler_records_leak_nothing_through_errors_cancels_and_engine_destroy) {
   tp_engine *e = tp_engine_create();
-  CHECK_INT(tp_engine_load_tools(e, REUSE), 8);
+  CHECK_INT(tp_engine_load_tools(e, REUSE), 10);
   const char *src =
     "local n = 0\n"
     "for i = 1, 300 do\n"

@@ -7,13 +7,17 @@
 ** waits in the engine's far list; a new run takes the sandbox chunks a destroyed one
 ** left to the engine. No timing is asserted, except a wall limit of 0.5 s that only the
 ** signal can enforce and one of 1.5 s reached from the far list (generous: the run must
-** end, with limit.time, between 1.4 and 4 s).
+** end, with limit.time, between 1.4 and 4 s). A step longer than TP_POLL_LEAD_NS is handed
+** to the VM's ticks by the timer's signal; steps shared with a busy thread on one CPU must
+** all yield (a lost hand-over ran the step on to the run's wall limit).
 */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <uv.h>
 
@@ -351,6 +355,72 @@ TEST(a_far_deadline_waits_in_the_far_list_and_still_ends_the_run) {
   tp_engine_destroy(e);
 }
 
+/* A thread that wakes every few microseconds on the stepping thread's CPU, so that the
+** stepping thread is preempted at arbitrary points, among them those between arming its
+** timer and entering the script. */
+static atomic_int hog_stop;
+
+static void *hog (void *arg) {
+  volatile unsigned long x = 0;
+  struct timespec nap = { 0, 1000 };
+  (void)arg;
+  while (!atomic_load(&hog_stop)) {
+    for (int i = 0; i < 20000; i++) x++;
+    nanosleep(&nap, NULL);
+  }
+  return NULL;
+}
+
+/* Steps of 250 us: the timer hands the last 200 us to the VM's ticks (tp__sandbox_poll
+** through the signal's hook). A signal that came after the step armed its timer but before
+** it entered the script, or while the hook was being rewritten, or as a coroutine was being
+** resumed, left the ticks off: the step ran on to the run's wall limit (73 of 100000 steps
+** here with such a neighbour). Each run gets a wall limit of 5 s and 200 steps (50 ms of
+** budget): every step must yield. */
+TEST(a_step_handed_to_the_ticks_ends_even_when_its_thread_is_preempted) {
+  static const char *const srcs[] = {
+    "local x = 0 while true do x = x + 1 end",
+    "local co = coroutine.wrap(function () local x = 0 while true do x = x + 1 end end) co()",
+  };
+  cpu_set_t old, one;
+  int pinned = sched_getaffinity(0, sizeof old, &old) == 0 && sched_getcpu() >= 0;
+  if (pinned) {
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    pinned = sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  atomic_store(&hog_stop, 0);
+  pthread_t t;
+  CHECK_INT(pthread_create(&t, NULL, hog, NULL), 0);  /* inherits the one CPU */
+  tp_engine *e = tp_engine_create();
+  tp_limits lim;
+  tp_limits_init(&lim);
+  lim.wall_us = lim.cpu_us = 5u * 1000000u;
+  int yields = 0, steps = 0;
+  char first_end[200] = "";
+  for (int k = 0; k < 40; k++) {
+    const char *src = srcs[k % 2];
+    tp_run *r = tp_run_create(e, src, strlen(src), &lim);
+    for (int i = 0; i < 200; i++, steps++) {
+      int rc = tp_run_step(r, 250, 0);
+      yields += rc == TP_YIELD;
+      if (rc != TP_YIELD) {
+        if (first_end[0] == 0 && tp_run_envelope(r))
+          snprintf(first_end, sizeof first_end, "%s", tp_run_envelope(r));
+        break;
+      }
+    }
+    tp_run_destroy(r);
+  }
+  atomic_store(&hog_stop, 1);
+  pthread_join(t, NULL);
+  if (pinned) sched_setaffinity(0, sizeof old, &old);
+  tp_engine_destroy(e);
+  CHECK_STR(first_end, "");
+  CHECK_INT(yields, 8000);
+  CHECK_INT(steps, 8000);
+}
+
 int main (int argc, char **argv) {
   tp_test_args(argc, argv);
   RUN(the_chosen_signal_is_used_instead_of_sigurg);
@@ -364,5 +434,6 @@ int main (int argc, char **argv) {
   RUN(a_completed_call_queues_its_run_alone_and_waiting_runs_are_not_stepped);
   RUN(a_new_run_takes_the_chunks_a_destroyed_one_left);
   RUN(a_far_deadline_waits_in_the_far_list_and_still_ends_the_run);
+  RUN(a_step_handed_to_the_ticks_ends_even_when_its_thread_is_preempted);
   return tp_test_end();
 }
