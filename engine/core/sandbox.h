@@ -169,7 +169,10 @@ int tp__sandbox_load(tp_sandbox *sb, lua_State *L, lua_Reader reader, void *ud,
                      const char *name, uint64_t deadline_ns);
 
 /* The sandbox of a sandbox state (any of its threads), or NULL for other states. */
-tp_sandbox *tp__sandbox_of(lua_State *L);
+static inline tp_sandbox *tp__sandbox_of (lua_State *L) {
+  tp_meter *m = *(tp_meter **)lua_getextraspace(L);
+  return (tp_sandbox *)m;  /* meter is the first member */
+}
 
 /* Records the first verdict and arms the stopping hook on the running thread. Callable
 ** from the run's thread only (a signal handler counts). */

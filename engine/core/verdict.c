@@ -39,10 +39,7 @@ void tp__host_refund (tp_sandbox *sb, size_t n) {
 
 /* ---- verdicts and the hook -------------------------------------------------------- */
 
-tp_sandbox *tp__sandbox_of (lua_State *L) {
-  tp_meter *m = *(tp_meter **)lua_getextraspace(L);
-  return (tp_sandbox *)m;  /* meter is the first member */
-}
+/* tp__sandbox_of: sandbox.h (inline: sandbox.c's libraries call it on every use) */
 
 void tp__sandbox_kill (tp_sandbox *sb, tp_kill why) {
   int expected = TP_KILL_NONE;
