@@ -136,12 +136,8 @@ void tp_tool_def_init (tp_tool_def *def) {
 /* A C tool (or one the embedder completes) registered and annotated: above registry.c,
 ** since annotating runs describe.lua in the host state (host.c). */
 int tp__tool_add_def (tp_engine *e, const tp_tool_def *def) {
-  int bad;
-  const char *name = def->name ? def->name : "";
-  json_t *in = tp__tool_parse_schema(e, def->input_schema, name, "input", &bad);
-  if (bad) return TP_EINVAL;
-  json_t *out = tp__tool_parse_schema(e, def->output_schema, name, "output", &bad);
-  if (bad) { json_decref(in); return TP_EINVAL; }
+  json_t *in, *out;
+  if (tp__tool_parse_schemas(e, def, &in, &out) != TP_OK) return TP_EINVAL;
   const tp__provider *prov = def->handler ? &tp__c_provider : &tp__external_provider;
   void *pdata = def->handler ? tp__c_tool_new(def->handler, def->ud) : NULL;
   int rc = def->handler && pdata == NULL ? TP_ENOMEM

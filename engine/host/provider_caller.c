@@ -129,12 +129,8 @@ static int set_add (tp_engine *e, tp__tool_set **sp, const tp_tool_def *def, con
 
 static int add_def (tp_engine *e, tp__tool_set **sp, const tp_tool_def *def,
                     void (*cancel)(tp_call *, void *)) {
-  int bad;
-  const char *name = def->name ? def->name : "";
-  json_t *in = tp__tool_parse_schema(e, def->input_schema, name, "input", &bad);
-  if (bad) return TP_EINVAL;
-  json_t *out = tp__tool_parse_schema(e, def->output_schema, name, "output", &bad);
-  if (bad) { json_decref(in); return TP_EINVAL; }
+  json_t *in, *out;
+  if (tp__tool_parse_schemas(e, def, &in, &out) != TP_OK) return TP_EINVAL;
   int rc = set_add(e, sp, def, in, out, cancel);
   json_decref(in);
   json_decref(out);

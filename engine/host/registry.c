@@ -163,8 +163,8 @@ int tp__tools_insert (tp_tool ***tools, size_t *n, size_t *cap, tp_tool *t, size
   return 0;
 }
 
-json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool, const char *which,
-                             int *bad) {
+static json_t *parse_schema (tp_engine *e, const char *text, const char *tool,
+                             const char *which, int *bad) {
   *bad = 0;
   if (text == NULL) return NULL;
   json_error_t jerr;
@@ -175,6 +175,17 @@ json_t *tp__tool_parse_schema (tp_engine *e, const char *text, const char *tool,
     *bad = 1;
   }
   return doc;
+}
+
+int tp__tool_parse_schemas (tp_engine *e, const tp_tool_def *def, json_t **in, json_t **out) {
+  int bad;
+  const char *name = def->name ? def->name : "";
+  *out = NULL;
+  *in = parse_schema(e, def->input_schema, name, "input", &bad);
+  if (bad) return TP_EINVAL;
+  *out = parse_schema(e, def->output_schema, name, "output", &bad);
+  if (bad) { json_decref(*in); *in = NULL; return TP_EINVAL; }
+  return TP_OK;
 }
 
 size_t tp__engine_drop_plugin_tools (tp_engine *e) {

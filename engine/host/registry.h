@@ -52,10 +52,10 @@ void tp__tool_free(tp_engine *e, tp_tool *t);
 /* Puts t into the name-sorted array *tools of *n (growing it, *cap, first: tp__grow).
 ** 0, or -1 when out of memory (t then not in it). */
 int tp__tools_insert(tp_tool ***tools, size_t *n, size_t *cap, tp_tool *t, size_t first);
-/* A schema's JSON text as a tree (NULL for NULL text); *bad when it is not JSON (the
-** engine's error then says why). */
-json_t *tp__tool_parse_schema(tp_engine *e, const char *text, const char *tool,
-                              const char *which, int *bad);
+/* def's input and output schemas' JSON text as trees in *in and *out (NULL for no text):
+** TP_OK, or TP_EINVAL when one is not JSON (the engine's error then says why; nothing is
+** kept). */
+int tp__tool_parse_schemas(tp_engine *e, const tp_tool_def *def, json_t **in, json_t **out);
 /* tp__tool_search over the engine's tools and nextra more. */
 char *tp__tool_search_with(const tp_engine *e, const tp_tool *const *extra, size_t nextra,
                            const char *query);
