@@ -1003,21 +1003,25 @@ static int64_t length_of (const json_t *v) {
   return -1;
 }
 
+/* Whether op holds of a comparison's outcome c (<0, 0, >0), the tree's and the text's. */
+static int holds (int op, int c) {
+  switch (op) {
+    case OP_EQ: return c == 0;
+    case OP_NE: return c != 0;
+    case OP_LT: return c < 0;
+    case OP_LE: return c <= 0;
+    case OP_GT: return c > 0;
+    default: return c >= 0;
+  }
+}
+
 static int compare (const prule *ru, const pnode *n, const json_t *v) {
   const plit *l = &ru->lits[n->lit];
   if (n->len) {
     int64_t len = length_of(v);
     if (len < 0) return R_UNKNOWN;
     double a = (double)len;
-    int c = l->isint ? (len < l->i ? -1 : len > l->i) : (a < l->d ? -1 : a > l->d);
-    switch (n->op) {
-      case OP_EQ: return c == 0;
-      case OP_NE: return c != 0;
-      case OP_LT: return c < 0;
-      case OP_LE: return c <= 0;
-      case OP_GT: return c > 0;
-      default: return c >= 0;
-    }
+    return holds(n->op, l->isint ? (len < l->i ? -1 : len > l->i) : (a < l->d ? -1 : a > l->d));
   }
   if (n->op == OP_EQ || n->op == OP_NE) {
     int r = equals(ru, l, v);
@@ -1026,13 +1030,7 @@ static int compare (const prule *ru, const pnode *n, const json_t *v) {
   }
   int ok;
   int c = order(ru, l, v, &ok);
-  if (!ok) return R_UNKNOWN;
-  switch (n->op) {
-    case OP_LT: return c < 0;
-    case OP_LE: return c <= 0;
-    case OP_GT: return c > 0;
-    default: return c >= 0;
-  }
+  return ok ? holds(n->op, c) : R_UNKNOWN;
 }
 
 static int leaf (struct tp__policy *P, const prule *ru, const pnode *n,
@@ -1482,8 +1480,6 @@ static int tx_compare (const prule *ru, const pnode *n, const tval *v, const cha
     if (len < 0) return R_UNKNOWN;
     double a = (double)len;
     c = l->isint ? (len < l->i ? -1 : len > l->i) : (a < l->d ? -1 : a > l->d);
-    if (n->op == OP_EQ) return c == 0;
-    if (n->op == OP_NE) return c != 0;
   }
   else if (n->op == OP_EQ || n->op == OP_NE) {
     int r = tx_equals(ru, l, v);
@@ -1495,12 +1491,7 @@ static int tx_compare (const prule *ru, const pnode *n, const tval *v, const cha
     c = tx_order(ru, l, v, &ok);
     if (!ok) return R_UNKNOWN;
   }
-  switch (n->op) {
-    case OP_LT: return c < 0;
-    case OP_LE: return c <= 0;
-    case OP_GT: return c > 0;
-    default: return c >= 0;
-  }
+  return holds(n->op, c);
 }
 
 /* leaf() on the text. */
