@@ -304,6 +304,7 @@ $(BUILD)/tests/test_auth: $(BUILD)/obj/mcp/auth.o
 
 # test_http and bench_http share a small HTTP server on 127.0.0.1.
 $(BUILD)/tests/test_http $(BUILD)/bench/bench_http: spec/c/http_server.h
+$(BUILD)/tests/test_pool $(BUILD)/tests/test_lazy: spec/c/fingerprint.h
 
 # test_confine_cgroup drives tidepool-confine's choice of a cgroup on a fake cgroup root.
 $(BUILD)/tests/test_confine_cgroup: libexec/confine_cgroup.h
