@@ -70,7 +70,10 @@ CFLAGS_ALL  = -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(WARN_STRICT) $(SAN_F
               -DTP_VERSION='"$(VERSION)"' -DTP_DATADIR='"$(DATADIR)"' \
               -DTP_LIBEXECDIR='"$(LIBEXECDIR)"' -Iengine/include $(LAYER_INC) -I$(LUA_SRC) $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SAN_FLAGS) $(SAN_LDFLAGS) $(LDFLAGS)
-LIBS_ALL    = $(PKG_LIBS) -lpthread -ldl -lm
+# libcurl is opened on first use (engine/lib/curl_dl.c): nothing built here links it but
+# the tests and benchmarks whose own code is an HTTP client (CURL_LIBS).
+LIBS_ALL    = $(filter-out -lcurl,$(PKG_LIBS)) -lpthread -ldl -lm
+CURL_LIBS   = -lcurl
 
 # ---- sources ------------------------------------------------------------------------
 LUA_CORE    = lapi lcode lctype ldebug ldo ldump lfunc lgc llex lmem lobject lopcodes \
@@ -289,14 +292,14 @@ $(PCFILE): Makefile $(PATHS_STAMP) $(CONFIG_MK)
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
 	  'Name: tidepool' 'Description: code-mode execution engine for agents (sandboxed Lua 5.4)' \
 	  'Version: $(VERSION)' \
-	  'Libs: -L$${libdir} -ltidepool' 'Libs.private: $(strip $(PKG_LIBS)) -lpthread -ldl -lm' \
+	  'Libs: -L$${libdir} -ltidepool' 'Libs.private: $(strip $(filter-out -lcurl,$(PKG_LIBS))) -lpthread -ldl -lm' \
 	  'Cflags: -I$${includedir}' > $@
 
 # ---- tests and benchmarks -------------------------------------------------------------
 $(BUILD)/tests/%: spec/c/%.c spec/c/tp_test.h $(LIB_INT)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Ispec/c $(LDFLAGS_ALL) $(CTEST_LDFLAGS) -Wl,-E -o $@ $< $(CTEST_OBJS) \
-	  $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
+	  $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL) $(CURL_LIBS)
 
 # test_auth tests a front end's own object, the HTTP authenticator (engine/front/mcp/auth.c).
 $(BUILD)/tests/test_auth: CTEST_OBJS = $(BUILD)/obj/mcp/auth.o
@@ -316,7 +319,7 @@ $(BUILD)/tests/test_alloc_fail: CTEST_LDFLAGS = \
 
 $(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB_INT)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL) $(CURL_LIBS)
 
 # A program that uses Debian's own Lua (liblua5.4, 5.4.4) and embeds tidepool, linked four
 # ways: Debian's shared Lua ahead of libtidepool.so, after it, with libtidepool.a, and

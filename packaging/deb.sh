@@ -119,11 +119,19 @@ for p in $PACKAGES; do
   chmod 644 "$root/usr/share/lintian/overrides/$p"
 done
 
-tp_depends=$(shlibs_depends tidepool)
+# libcurl is opened with dlopen on a run's first HTTP request (engine/lib/curl_dl.c), so no
+# ELF file names it and dpkg-shlibdeps cannot see it: its package, by the name the build
+# machine's shlibs give soname libcurl.so.4 (libcurl4, trixie's libcurl4t64), from 7.80
+# (the functions curl_dl.c looks up), is added to both packages that run the engine.
+curl_pkg=$(cat /var/lib/dpkg/info/*.shlibs 2>/dev/null | awk '$1 == "libcurl" && $2 == "4" { print $3; exit }')
+[ -n "$curl_pkg" ] || { echo "deb.sh: no package gives libcurl.so.4 (shlibs): install libcurl" >&2; exit 1; }
+with_curl() { case $1 in *"$curl_pkg "*) echo "$1" ;; *) echo "$1, $curl_pkg (>= 7.80.0)" ;; esac; }
+
+tp_depends=$(with_curl "$(shlibs_depends tidepool)")
 case $tp_depends in *libseccomp2*) ;; *)
   echo "deb.sh: tidepool's Depends lacks libseccomp2 (tidepool-confine): $tp_depends" >&2; exit 1 ;;
 esac
-lib_depends=$(shlibs_depends libtidepool0)
+lib_depends=$(with_curl "$(shlibs_depends libtidepool0)")
 dev_depends="libtidepool0 (= $full)"
 for d in $(dev_depends); do dev_depends="$dev_depends, $d"; done
 

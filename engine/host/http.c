@@ -64,11 +64,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <uv.h>
 
 #include "util.h"
+#include "curl_dl.h"
 #include "lauxlib.h"
 
 #include "engine.h"
@@ -659,6 +659,11 @@ static void on_nudge (uv_async_t *a) {
 static tp_http *http_state (tp_engine *e, char *why, size_t wlen) {
   if (e->http == &closed_state) { snprintf(why, wlen, "the engine is closing"); return NULL; }
   if (e->http) return e->http;
+  char lw[400];
+  if (tp__curl_load(lw, sizeof lw) != 0) {  /* libcurl is opened on the first request */
+    snprintf(why, wlen, "http.unavailable: %.*s", (int)(wlen > 40 ? wlen - 40 : 0), lw);
+    return NULL;
+  }
   pthread_once(&curl_once, curl_init);
   if (curl_init_rc != CURLE_OK) {
     snprintf(why, wlen, "libcurl cannot start: %s", curl_easy_strerror(curl_init_rc));

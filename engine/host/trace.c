@@ -22,10 +22,10 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <uv.h>
 
+#include "curl_dl.h"
 #include "engine.h"
 #include "calls.h"
 #include "trace.h"
@@ -749,6 +749,7 @@ static void take (tracer *t) {
   }
   put(&body, "]}]}]}");
   if (body.oom) { t->dropped += n; free(body.p); return; }
+  if (tp__curl_load(NULL, 0) != 0) { t->dropped += n; free(body.p); return; }
   pthread_once(&curl_once, curl_init);
   if (t->multi == NULL) t->multi = curl_multi_init();
   if (t->headers == NULL)
@@ -835,7 +836,7 @@ void tp__trace_close (tp_engine *e) {
     for (size_t i = 0; i < t->count; i++) free(t->ring[(t->head + i) % RING_MAX].extra);
   }
   if (t->multi) curl_multi_cleanup(t->multi);
-  curl_slist_free_all(t->headers);
+  if (t->headers) curl_slist_free_all(t->headers);
   if (t->timer) uv_close((uv_handle_t *)t->timer, free_handle);
   if (t->file) fclose(t->file);
   free(t->ring);

@@ -178,6 +178,19 @@ test('a host no http.allow entry matches is tool.denied, and no request leaves',
   eq(seen.length, before, 'requests the server saw');
 });
 
+test('libcurl is opened on first use: when it cannot be, the warning names it and why', async () => {
+  // TIDEPOOL_LIBCURL names the library engine/lib/curl_dl.c opens (libcurl.so.4).
+  const e = await fails(`return tools.http.fetch{url = "${U}/echo"}`, local,
+                        { env: { TIDEPOOL_LIBCURL: 'libcurl-missing-for-test.so.4' } });
+  // the http section is checked when the tool loads, which opens libcurl: the tool is then
+  // not offered, and the warning says why
+  eq(e.code, 'tool.unknown');
+  assert(e.r.err.includes('tools/http.lua:1: http.unavailable: libcurl-missing-for-test.so.4 ' +
+    'could not be loaded: libcurl-missing-for-test.so.4: cannot open shared object file'),
+  e.r.err);
+  // a run that makes no request does not need it
+  eq(await ok('return 1 + 1', local, { env: { TIDEPOOL_LIBCURL: 'libcurl-missing.so.4' } }), 2);
+});
 test('host globs: *.example.test matches a subdomain, not the bare name', async () => {
   const sec = { allow: ['*.public.test'], resolve: RESOLVE, allow_private: ['127.0.0.0/8'] };
   const e = await fails(`return tools.http.fetch{url = "http://public.test:${PORT}/echo"}`, sec);
