@@ -38,7 +38,8 @@ typedef struct tp__codec_text {
 ** The table at idx (an object; an array too when arrays is set) as JSON text, byte for
 ** byte the text tp__json_dumpsn makes of tp__json_from_lua_ex's tree. Returns 1, or 0
 ** (nothing allocated) when the tree path must run: an array at the top (unless arrays),
-** an empty table anywhere (its shape depends on the schema), anything the walk would
+** an empty table anywhere but at the top without arrays (its shape depends on the
+** schema; the arguments' {} is an object), anything the walk would
 ** refuse, a text over max_bytes (0: none), more than a batch of host cost or of nodes
 ** (the walk would charge or poll midway), nesting past 32 levels. Raw access only; never
 ** raises. While it writes, it counts the items of each container, so that a text it made
