@@ -77,8 +77,7 @@ static void call_release (tp_call *c) {
   free(c->args_text);
   free(c->fast_text);
   free(c->result_text);
-  free(c->name);
-  free(c->code);
+  free(c->code);  /* the name is in c's own block (tp__call_attempt) */
   free(c->message);
   free(c);
 }
@@ -391,9 +390,13 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
   tp_sandbox *sb = r->sb;
   const tp_limits *l = &sb->limits;
   r->ncalls++;
-  tp_call *c = calloc(1, sizeof *c);
   size_t take = tp__cut_utf8(name, nlen, TP_TOOL_NAME_MAX);
-  char *copy = c ? malloc(take + 1) : NULL;
+  tp_call *c = malloc(sizeof *c + take + 1);  /* the name's copy right after the record */
+  char *copy = NULL;
+  if (c != NULL) {
+    memset(c, 0, sizeof *c);
+    copy = (char *)(c + 1);
+  }
   if (copy != NULL && r->ncallv == r->capcallv) {
     size_t ncap = tp__grow_cap(r->capcallv, r->ncallv + 1, sizeof(tp_call *) + sizeof(uint64_t), 16);
     tp_call **nv = NULL;
@@ -427,7 +430,7 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
         else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
       }
     }
-    if (ni == NULL) { free(copy); copy = NULL; }
+    if (ni == NULL) copy = NULL;
   }
   if (copy == NULL) {
     free(c);
