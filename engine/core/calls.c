@@ -680,7 +680,7 @@ void tp__push_error_object (lua_State *L, const char *code, const char *msg,
   else lua_pop(L, 1);
 }
 
-int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
+int tp__call_consume (tp_run *r, uint64_t id, lua_State *L, int omt) {
   tp_call *c = find_call(r, id);
   if (c == NULL || c->consumed) {
     tp__push_error_object(L, "tool.failed", "the call's result was lost", "?");
@@ -690,7 +690,7 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   c->consumed = 1;  /* before anything may raise: the script cannot ask again */
   if (ok && c->result_text != NULL)  /* may raise: c still owns the text */
-    tp__codec_push(L, c->result_text, c->result_len, c->result_counts);
+    tp__codec_push(L, c->result_text, c->result_len, c->result_counts, omt);
   else if (ok) {
     if (json_is_string(c->result) &&
         tp__json_text_like(json_string_value(c->result), json_string_length(c->result)))

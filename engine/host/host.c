@@ -562,7 +562,7 @@ static int body_start (lua_State *L) {
   lua_pushlightuserdata(L, (void *)&tp__host_done_key);
   lua_replace(L, 1);                        /* DONE, handler */
   if (args->text != NULL)                   /* the codec's text, when no tree was made */
-    tp__codec_push(L, args->text, args->len, args->counts);
+    tp__codec_push(L, args->text, args->len, args->counts, lua_upvalueindex(3));
   else tp__json_push(L, args->tree, 0);     /* the tree as a table: no JSON text */
   lua_pushvalue(L, lua_upvalueindex(1));    /* ctx */
   lua_callk(L, 2, 1, K_RETURNED, body_k);
@@ -594,12 +594,15 @@ static int body_k (lua_State *L, int status, lua_KContext k) {
   return lua_yieldk(L, 2, K_RESUMED, body_k);
 }
 
-/* E.body(ctx, mt) -> body with its upvalues, the function of a new record's coroutine. */
+/* E.body(ctx, mt) -> body with its upvalues, the function of a new record's coroutine:
+** ctx, mt, and the objects' tag, which body_start's push of the arguments then does not
+** look up in the registry at every call. */
 static int e_body (lua_State *H) {
   luaL_checktype(H, 1, LUA_TTABLE);
   luaL_checktype(H, 2, LUA_TTABLE);
   lua_settop(H, 2);
-  lua_pushcclosure(H, body_start, 2);
+  if (!tp__json_push_objects_mt(H)) lua_pushnil(H);
+  lua_pushcclosure(H, body_start, 3);
   return 1;
 }
 
