@@ -252,28 +252,49 @@ static int e_emit (lua_State *H) {
 ** A handler that sleeps or waits in C, or loops in Lua, holds the engine's thread: no
 ** other run, call or timer moves meanwhile. E.resume times each resume, and host.lua
 ** ends the call with tool.timeout when the call's deadline passed by the end of one.
-** A handler busy in Lua is stopped at the deadline: a watch of the engine's watchdog
-** signals the thread, and the signal handler sets a count-1 hook on the handler's
+** A handler busy in Lua is stopped at the deadline: the host's watch on the engine's
+** watchdog signals the thread, and the signal handler sets a count-1 hook on the handler's
 ** coroutine that raises, at every instruction, so the handler's own pcall cannot keep
 ** it going. A handler blocked in C cannot be interrupted; it is charged when it comes
 ** back. A resume of BLOCK_NOTE_NS or more is also noted on the run, so that a time
-** limit it explains gets a hint about blocking handlers, not about endless loops. */
+** limit it explains gets a hint about blocking handlers, not about endless loops.
+**
+** The watch is armed once and kept, not armed and disarmed around each resume (two
+** lock pairs, a sixth of a Lua tool call's time). A resume publishes its deadline in
+** h->resume_deadline, the innermost resume's (a nested one's replaces its caller's until
+** it returns), and takes the watchdog's lock only when the watch would wake after that
+** deadline (watch.wake_seen, 0 when not armed). When the watch wakes it reads the
+** deadline: none, and it disarms; a later one, and it sleeps until then; one that has
+** passed, and it signals the thread, again every 100 ms (each signal makes a handler's
+** blocking poll or select return EINTR). The signal handler stops the resume only when
+** its own target's deadline has passed, so a signal meant for an earlier resume is
+** harmless. A caller's deadline is watched again once its nested resume returns. */
 #define BLOCK_NOTE_NS ((uint64_t)100 * 1000000)
+#define RESIGNAL_NS ((uint64_t)100 * 1000000)
 
-typedef struct host_watch {
-  tp_watch watch;          /* first: the watchdog hands this back */
-  tp_host_target target;
-  pthread_t thread;
-} host_watch;
-
+/* Called by the watchdog with its lock held. It writes wake_seen before it reads the
+** deadline again: a resume that published an earlier deadline meanwhile either sees this
+** wake_seen (later than its deadline, so it arms the watch itself, under the lock) or
+** is seen here. */
 static uint64_t host_watch_fire (tp_watch *w, uint64_t now) {
-  host_watch *hw = (host_watch *)w;
-  atomic_store(&hw->target.expired, 1);
-  tp__signal_interrupt(hw->thread);
-  /* One signal sets the hook (expired is set first, the target is in place during the
-  ** resume); again every 100 ms only in case a nested resume held the target then. Not
-  ** more often: each signal makes a handler's blocking poll or select return EINTR. */
-  return now + 100000000;
+  tp__host *h = (tp__host *)(void *)((char *)w - offsetof(tp__host, watch));
+  for (;;) {
+    uint64_t d = atomic_load(&h->resume_deadline);
+    uint64_t next = d == 0 ? 0 : d > now ? d : now + RESIGNAL_NS;
+    if (d != 0 && d <= now) tp__signal_interrupt(atomic_load(&h->resume_thread));
+    atomic_store(&w->wake_seen, next);
+    if (atomic_load(&h->resume_deadline) == d) return next;
+  }
+}
+
+/* Publishes deadline (0: none) as the innermost resume's; arms the watch when it would
+** wake later than that. */
+static void watch_deadline (tp_engine *e, tp__host *h, uint64_t deadline) {
+  atomic_store(&h->resume_deadline, deadline);
+  if (deadline == 0) return;
+  uint64_t seen = atomic_load(&h->watch.wake_seen);
+  if ((seen == 0 || seen > deadline) && tp__signal_install() == 0)
+    (void)tp__watch_arm(&e->core.wd, &h->watch, deadline);  /* fails: the handler runs on */
 }
 
 static void stop_hook (lua_State *L, lua_Debug *ar) {
@@ -296,33 +317,30 @@ int tp__host_resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State 
                          int *nres, uint64_t *held, int *late) {
   tp_run *r = c ? c->run : NULL;
   uint64_t deadline = c ? c->deadline_ns : 0;
-  host_watch hw;
-  int armed = 0;
-  tp_host_target *prev = NULL;
+  tp__host *h = e->host_state;
+  tp_host_target target, *prev = NULL;
+  uint64_t outer = 0;
   if (deadline) {
-    memset(&hw, 0, sizeof hw);
-    hw.watch.fire = host_watch_fire;
-    hw.target.co = co;
-    hw.target.hook = stop_hook;
-    hw.thread = pthread_self();
-    armed = tp__signal_install() == 0 && tp__watch_arm(&e->core.wd, &hw.watch, deadline) == 0;
-    if (armed) {
-      prev = tp__signal_host_target(&hw.target);
-      if (atomic_load(&hw.target.expired))  /* fired before the target was in place */
-        lua_sethook(co, stop_hook, LUA_MASKCOUNT, 1);
-    }
+    target.co = co;
+    atomic_init(&target.expired, 0);
+    target.hook = stop_hook;
+    target.deadline_ns = deadline;
+    prev = tp__signal_host_target(&target);  /* before the deadline is published */
+    outer = atomic_load(&h->resume_deadline);
+    atomic_store(&h->resume_thread, pthread_self());
+    watch_deadline(e, h, deadline);
   }
   uint64_t t0 = tp__now_ns();
   int st = lua_resume(co, from, nargs, nres);
   uint64_t t1 = tp__now_ns();
-  if (armed) {
-    tp__watch_disarm(&e->core.wd, &hw.watch);   /* no fire after this */
+  if (deadline) {
     tp__signal_host_target(prev);           /* a late signal no longer reaches co */
-    if (atomic_load(&hw.target.expired)) lua_sethook(co, NULL, 0, 0);
+    watch_deadline(e, h, outer);            /* the caller's, if nested */
+    if (atomic_load(&target.expired)) lua_sethook(co, NULL, 0, 0);
   }
   *held = t1 - t0;
   *late = deadline != 0 && t1 >= deadline;
-  if (e->host_state != NULL) ((tp__host *)e->host_state)->resume_end_ns = t1;
+  if (h != NULL) h->resume_end_ns = t1;
   if (r != NULL && *held >= BLOCK_NOTE_NS) note_block(r, c->name, *held);
   return st;
 }
@@ -930,6 +948,11 @@ static int open_p (lua_State *H) {
   h->ws_told = 0;
   h->upstream = 0;
   h->resume_end_ns = 0;
+  memset(&h->watch, 0, sizeof h->watch);
+  h->watch.fire = host_watch_fire;
+  atomic_init(&h->watch.wake_seen, 0);
+  atomic_init(&h->resume_deadline, 0);
+  atomic_init(&h->resume_thread, pthread_self());
   lua_rawsetp(H, LUA_REGISTRYINDEX, &tp__host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
@@ -1098,6 +1121,7 @@ void tp__host_close (tp_engine *e) {
   for (size_t i = 0; i < e->ntools; i++)  /* the tools outlive H, without handlers */
     if (e->tools[i]->prov->release) e->tools[i]->prov->release(e, e->tools[i]);
   tp__host *h = tp__host_get(H);
+  tp__watch_disarm(&e->core.wd, &h->watch);  /* the watchdog outlives H: it lets go of h */
   while (h->npool > 0) tp__host_unbind(H, h, h->pool[--h->npool], 0);
   tp__host_drop_ref(H, &h->resumed);
   tp__host_drop_ref(H, &h->rt);

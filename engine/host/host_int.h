@@ -12,6 +12,7 @@
 #include "lua.h"
 #include "tidepool.h"
 #include "registry.h"
+#include "watchdog.h"
 
 #define CALLBOX "tidepool.callbox"
 #define TP_WORKSPACE_MAX_DEFAULT ((uint64_t)1 << 30)
@@ -45,6 +46,12 @@ typedef struct tp__host {
   int upstream;  /* lua/upstream.lua was started (tp__host_upstream) */
   uint64_t resume_end_ns;  /* when the last resume of a handler (tp__host_resume_timed)
                            ** gave the thread back: a call that returned at once ends then */
+  /* The time-limit watch of handlers' resumes, armed at the first and kept: a resume
+  ** publishes its deadline in resume_deadline (the innermost one; 0: none) and takes the
+  ** watchdog's lock only when the watch would wake after it (host.c). */
+  tp_watch watch;
+  _Atomic uint64_t resume_deadline;
+  _Atomic(pthread_t) resume_thread;
 } tp__host;
 
 /* The key a record's coroutine must be resumed with by host.c, and what it yields when
