@@ -77,7 +77,7 @@ static void call_release (tp_call *c) {
   free(c->args_text);
   free(c->fast_text);
   free(c->result_text);
-  free(c->name);
+  if (c->name != c->name_in) free(c->name);
   free(c->code);
   free(c->message);
   free(c);
@@ -396,7 +396,7 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
   r->ncalls++;
   tp_call *c = calloc(1, sizeof *c);
   size_t take = tp__cut_utf8(name, nlen, TP_TOOL_NAME_MAX);
-  char *copy = c ? malloc(take + 1) : NULL;
+  char *copy = c == NULL ? NULL : take < sizeof c->name_in ? c->name_in : malloc(take + 1);
   if (copy != NULL && r->ncallv == r->capcallv) {
     size_t ncap = tp__grow_cap(r->capcallv, r->ncallv + 1, sizeof(tp_call *) + sizeof(uint64_t), 16);
     tp_call **nv = NULL;
@@ -430,7 +430,10 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
         else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
       }
     }
-    if (ni == NULL) { free(copy); copy = NULL; }
+    if (ni == NULL) {
+      if (copy != c->name_in) free(copy);
+      copy = NULL;
+    }
   }
   if (copy == NULL) {
     free(c);
@@ -995,7 +998,9 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
     char *copy = malloc(at + ncont * sizeof(int));
     if (copy != NULL) {
       memcpy(copy, result_json, len);
-      if (keep_text(c, copy, len, ncont, cost, 0)) return TP_OK;
+      copy[len] = '\0';
+      tp__codec_answer_counts(copy, len, (int *)(void *)(copy + at));
+      if (keep_text(c, copy, len, ncont, cost, 1)) return TP_OK;
     }
   }
   /* polled: parsing up to tool_bytes of text stops when the run has a verdict */

@@ -90,6 +90,7 @@ struct tp_call {
                            ** result_counts its containers' sizes (tp__codec_push) */
   const int *result_counts;
   size_t result_len;
+  char name_in[32];        /* name, when it fits: no block of its own */
 };
 
 /* c's argument tree, made now from what the codec's fast path kept when it has none
