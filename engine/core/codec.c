@@ -764,12 +764,15 @@ static const char *dec_value (dec *d, const char *p) {
   }
 }
 
-void tp__codec_push (lua_State *L, const char *s, size_t len, const int *counts) {
+void tp__codec_push (lua_State *L, const char *s, size_t len, const int *counts, int omt) {
   const char *end = s + len;
   luaL_checkstack(L, 5, "JSON value too deep");
   int base = lua_gettop(L);
   dec d = { L, end, counts, 0, 0, 0, 0 };
-  if (tp__json_push_objects_mt(L)) d.omt = lua_gettop(L);
+  if (omt != 0) {
+    if (lua_type(L, omt) == LUA_TTABLE) d.omt = omt;
+  }
+  else if (tp__json_push_objects_mt(L)) d.omt = lua_gettop(L);
   lua_pushnil(L);
   d.amt = lua_gettop(L);
   dec_value(&d, skip_ws(s, end));

@@ -70,8 +70,11 @@ void tp__codec_answer_counts(const char *s, size_t len, int *counts);
 
 /*
 ** Pushes the value of the checked answer s onto L, tagged as tp__json_push tags it. May
-** raise (memory), like tp__json_push; allocates nothing outside L.
+** raise (memory), like tp__json_push; allocates nothing outside L. omt: the index of a
+** slot (an upvalue, say) holding what tp__json_push_objects_mt would push, or nil when
+** objects are not all tagged in L; 0 to look it up in the registry instead (a lookup by
+** pointer, about a tenth of a small answer's push).
 */
-void tp__codec_push(lua_State *L, const char *s, size_t len, const int *counts);
+void tp__codec_push(lua_State *L, const char *s, size_t len, const int *counts, int omt);
 
 #endif

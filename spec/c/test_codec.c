@@ -252,7 +252,7 @@ static int push_codec (lua_State *L, const char *s, size_t len) {
   if (n == 0) return 0;
   int *counts = malloc(n * sizeof *counts);
   tp__codec_answer_counts(s, len, counts);
-  tp__codec_push(L, s, len, counts);
+  tp__codec_push(L, s, len, counts, 0);
   free(counts);
   return 1;
 }
