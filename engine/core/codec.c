@@ -397,16 +397,18 @@ static int text_prop_ok (const char *p, const char *q, const tp_schema_simple_pr
              (pr->max_len < 0 || cp <= (size_t)pr->max_len);
     }
     case '{': case '[': return pr->types == 0 && pr->min_len < 0 && pr->max_len < 0;
-    default: {  /* a number */
-      int real = 0;
-      for (const char *r = p; r < q; r++) real |= *r == '.' || *r == 'e' || *r == 'E';
+    default: {  /* a number: an integer of at most 19 digits (the encoder's), or a real */
+      int neg = *p == '-', real = 0;
+      uint64_t u = 0;
+      for (const char *r = p + neg; r < q; r++) {  /* one pass: digits, or '.', 'e', ... */
+        unsigned d = (unsigned)(*r - '0');
+        if (d < 10) u = u * 10 + d;
+        else real = 1;
+      }
       if (real)  /* an integral real is an integer to the validator: bounds are left to it */
         return (pr->types == 0 || (pr->types & TP_ST_NUM)) && !pr->has_min && !pr->has_max;
       if (pr->types && !(pr->types & (TP_ST_INT | TP_ST_NUM))) return 0;
-      int neg = *p == '-';
-      uint64_t u = 0;
-      for (const char *r = p + neg; r < q; r++) u = u * 10 + (uint64_t)(*r - '0');
-      if (u > (uint64_t)INT64_MAX + neg) return 0;
+      if (q - p - neg > 19 || u > (uint64_t)INT64_MAX + neg) return 0;
       long long x = neg ? (long long)(0 - u) : (long long)u;
       return (!pr->has_min || x >= pr->min) && (!pr->has_max || x <= pr->max);
     }
@@ -417,7 +419,8 @@ int tp__codec_simple_ok (const char *text, size_t len, const tp_schema_simple *s
   if (sh == NULL || sh->nprops > 64 || len < 2 || text[0] != '{') return 0;
   const char *p = text + 1, *end = text + len;
   uint64_t seen = 0;
-  size_t required = 0;
+  size_t required = 0, from = 0;  /* keys come sorted: a schema listing its properties in
+                                  ** that order finds each at the first try from here */
   if (*p == '}') return sh->nrequired == 0;
   for (;;) {
     const char *k = p + 1, *ke = k;
@@ -426,10 +429,11 @@ int tp__codec_simple_ok (const char *text, size_t len, const tp_schema_simple *s
     size_t klen = (size_t)(ke - k);
     const char *v = ke + 2, *ve = skip_value(v, end);  /* past '":' */
     const tp_schema_simple_prop *pr = NULL;
-    size_t i = 0;
-    for (; i < sh->nprops; i++)
+    size_t i = from;
+    for (size_t n = 0; n < sh->nprops; n++, i = i + 1 == sh->nprops ? 0 : i + 1)
       if (sh->props[i].len == klen && memcmp(sh->props[i].name, k, klen) == 0) {
         pr = &sh->props[i];
+        from = i + 1 == sh->nprops ? 0 : i + 1;
         break;
       }
     if (pr == NULL) { if (sh->closed) return 0; }
