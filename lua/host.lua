@@ -1,7 +1,8 @@
--- host.lua: the runtime of the engine's host Lua state (trusted; see engine/host/host.c).
+-- host.lua: the runtime of the engine's host Lua state (trusted; see engine/host/host.c,
+-- which opens it and builds E, host_call.c and host_handler.c, which run the calls).
 --
 -- It loads plugin files and keeps each call's record: its handler's coroutine, its ctx,
--- its box (the call as host.c sees it) and the handles its ctx opened. host.c drives the
+-- its box (the call as C sees it) and the handles its ctx opened. host_handler.c drives the
 -- common call itself: it takes an idle record from its pool, resumes the record's
 -- coroutine with the handler and the argument tree, and when the handler returns at
 -- once, converts the result and completes the call in C; none of this file runs then.
@@ -14,11 +15,11 @@
 -- to ctx.track) is closed when the call ends, however it ends, so nothing of it runs
 -- afterwards.
 --
--- A record goes back to host.c's pool only when its handler returned without waiting,
+-- A record goes back to the C pool only when its handler returned without waiting,
 -- tracking a handle or handing a function to luv (E.claim: records that did may be
 -- reachable from a callback that outlives the call), and never when its handler raised,
 -- timed out, was cancelled or yielded on its own. Reuse cannot carry what a handler
--- wrote into ctx or ctx's metatable (host.c wipes them when the handler returns); a
+-- wrote into ctx or ctx's metatable (C wipes them when the handler returns); a
 -- coroutine left with a debug hook is not taken again. ctx's per-call fields (run_id,
 -- call_id, tool, deadline_ms) are read from the call's box when asked for, so a call
 -- costs no Lua here. A ctx is valid during its call only: one a handler keeps past its
@@ -179,7 +180,7 @@ local function finish(rec, ok, value, code)
   E_complete(rec.box, ok, value, code)
 end
 
--- Acts on how a resume of the handler's coroutine stopped (E.resume's results; host.c
+-- Acts on how a resume of the handler's coroutine stopped (E.resume's results; C
 -- calls it for anything but a handler that returned at once). The time a resume holds
 -- the thread is the call's: a handler that blocks (sleeps in C, loops in Lua) past its
 -- call's deadline ends the call with tool.timeout, and its coroutine is closed (its
@@ -249,7 +250,7 @@ end
 -- A record's ctx. ctx itself is an empty table: what it shows is read through its
 -- metatable from the record's functions (made once per record) and, for the per-call
 -- fields, from the call's box, so whatever a handler writes into ctx (even with rawset)
--- lands in ctx itself, and host.c wipes it (and restores a metatable the handler
+-- lands in ctx itself, and C wipes it (and restores a metatable the handler
 -- changed) when the handler returns.
 local function make_ctx(rec)
   local fns = {}
@@ -399,10 +400,10 @@ local function make_ctx(rec)
   rec.ctx = setmetatable({}, rec.mt)
 end
 
--- ---- called by host.c ------------------------------------------------------------------
+-- ---- called from C (host_handler.c) -------------------------------------------------
 
--- A new record (host.c's pool had none idle); returns its box. Its coroutine runs
--- host.c's body: one handler per resume by host.c, yielding DONE, result after each.
+-- A new record (the C pool had none idle); returns its box. Its coroutine runs
+-- host_call.c's body: one handler per resume from C, yielding DONE, result after each.
 function M.new_record()
   local rec = { handles = {}, done = false, cancelled = false }
   make_ctx(rec)
@@ -412,12 +413,12 @@ function M.new_record()
   return rec.box
 end
 
--- The engine's workspace changed (host.c): what ctx shows from now on.
+-- The engine's workspace changed (host_handler.c): what ctx shows from now on.
 function M.set_workspace(dir, max)
   ws_dir, ws_max = dir, max
 end
 
--- The call is over for the engine (box emptied already); host.c closes the coroutine.
+-- The call is over for the engine (box emptied already); C closes the coroutine.
 function M.cancel(rec)
   rec.cancelled = true
   rec.wait = nil
@@ -434,7 +435,7 @@ function M.callback_error(fn, msg)
   return false
 end
 
--- ---- upstream MCP servers (lua/upstream.lua; host.c's tp__host_upstream) -------------
+-- ---- upstream MCP servers (lua/upstream.lua; host_load.c's tp__host_upstream) --------
 
 local upstream
 function M.upstream_start()

@@ -2,7 +2,7 @@
 --
 -- Runs in the engine's host Lua state (trusted) on luv, so nothing here blocks the loop:
 -- every read, write, timer and process is a luv handle, and a tool call waits through its
--- ctx (ctx.await). host.c starts this module at the engine's first plugin load or
+-- ctx (ctx.await). host_load.c starts this module at the engine's first plugin load or
 -- description (tp__host_upstream) and runs the loop until every server has listed its
 -- tools (M.pending), so that the namespace and the descriptions have them; it stops it in
 -- tp_engine_destroy (M.stop, then the loop while M.stopping).

@@ -339,6 +339,19 @@ describe("a blocking handler (one that sleeps in C or loops instead of waiting)"
     assert.is_true(env.calls[1].ms < 5000, "stopped after " .. env.calls[1].ms .. " ms")
   end)
 
+  it("that loops in Lua is stopped at its own deadline after calls with later ones", function()
+    -- the host's watch is kept between resumes, set to wake at the first call's deadline
+    -- (20 s out); the spin's 500 ms deadline must bring it forward
+    local env = run([[
+      local quick = tools.block.quick{}.quick and tools.block.quick{}.quick
+      local ok, err = pcall(tools.block.spin, {})
+      return { quick = quick, ok = ok, code = err.code }]], { tools = { BLOCKING }, timeout = 30 })
+    assert.is_true(env.ok, env.error and env.error.message)
+    assert.same({ quick = true, ok = false, code = "tool.timeout" }, env.result)
+    assert.is_true(env.calls[3].ms >= 450, "stopped after " .. env.calls[3].ms .. " ms")
+    assert.is_true(env.calls[3].ms < 5000, "stopped after " .. env.calls[3].ms .. " ms")
+  end)
+
   it("that blocks, then waits, is closed: it never resumes and its <close> runs", function()
     local env = run([[
       local ok, err = pcall(tools.block.sleep_then_wait, {})

@@ -77,7 +77,7 @@ static void call_release (tp_call *c) {
   free(c->args_text);
   free(c->fast_text);
   free(c->result_text);
-  free(c->name);
+  if (c->name != c->name_in) free(c->name);
   free(c->code);
   free(c->message);
   free(c);
@@ -307,6 +307,9 @@ static int is_listed (const tp_call *c) { return c->id <= TP_CALLS_LISTED; }
 /* The index of call id in callv, or -1. */
 static long call_index (const tp_run *r, uint64_t id) {
   size_t lo = 0, hi = r->ncallv;
+  /* a script's call is mostly its newest one, looked up three times while it is made and
+  ** taken: the last slot first, before the search over the listed calls and the holes */
+  if (hi > 0 && r->callid[hi - 1] == id) return r->callv[hi - 1] != NULL ? (long)(hi - 1) : -1;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (r->callid[mid] < id) lo = mid + 1;
@@ -393,7 +396,7 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
   r->ncalls++;
   tp_call *c = calloc(1, sizeof *c);
   size_t take = tp__cut_utf8(name, nlen, TP_TOOL_NAME_MAX);
-  char *copy = c ? malloc(take + 1) : NULL;
+  char *copy = c == NULL ? NULL : take < sizeof c->name_in ? c->name_in : malloc(take + 1);
   if (copy != NULL && r->ncallv == r->capcallv) {
     size_t ncap = tp__grow_cap(r->capcallv, r->ncallv + 1, sizeof(tp_call *) + sizeof(uint64_t), 16);
     tp_call **nv = NULL;
@@ -427,7 +430,10 @@ tp_call *tp__call_attempt (tp_run *r, const char *name, size_t nlen, int line) {
         else tp__host_refund(sb, (ncap - r->capcallv) * SLOT_COST);
       }
     }
-    if (ni == NULL) { free(copy); copy = NULL; }
+    if (ni == NULL) {
+      if (copy != c->name_in) free(copy);
+      copy = NULL;
+    }
   }
   if (copy == NULL) {
     free(c);
@@ -509,19 +515,32 @@ static uint64_t json_hash (const json_t *v, int depth, long *budget) {
 }
 
 /* Counts the calls in a row that are the same tool with the same arguments. */
-static void count_same (tp_run *r, const char *name, const json_t *args, const char *text,
-                        size_t len) {
+/* Mixes n bytes at s into h eight at a time: count_same only tells calls apart, and a
+** byte at a time was a fifth of a plain call's own instructions. */
+static uint64_t mix_bytes (uint64_t h, const char *s, size_t n) {
+  uint64_t w;
+  for (; n >= 8; s += 8, n -= 8) {
+    memcpy(&w, s, 8);
+    h = (h ^ w) * 0x9e3779b97f4a7c15u;
+    h ^= h >> 29;
+  }
+  w = n;  /* the tail, with its length: "a" and "a\0" differ */
+  memcpy((char *)&w + 1, s, n);
+  h = (h ^ w) * 0x9e3779b97f4a7c15u;
+  return h ^ (h >> 29);
+}
+
+static void count_same (tp_run *r, const char *name, size_t nl, const json_t *args,
+                        const char *text, size_t len) {
   long budget = 4096;
   uint64_t h = 0;
   if (text != NULL) {  /* the codec's text: canonical (sorted keys), so equal values match */
     if (len > 32768) budget = -1;
-    for (size_t i = 0; i < len && budget >= 0; i++)
-      h = (h ^ (unsigned char)text[i]) * 1099511628211u;
+    else h = mix_bytes(1469598103934665603u, text, len);
   }
   else h = json_hash(args ? args : json_null(), 0, &budget);
   if (budget < 0) { r->same_calls = 0; return; }  /* too large to tell cheaply */
-  size_t nl = strlen(name);
-  for (size_t i = 0; i < nl; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211u;
+  h = mix_bytes(h, name, nl);
   if (r->same_calls > 0 && h == r->same_hash) { r->same_calls++; return; }
   r->same_hash = h;
   r->same_calls = 1;
@@ -533,7 +552,7 @@ static void count_same (tp_run *r, const char *name, const json_t *args, const c
 void tp__call_start (tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args) {
   const char *name = c->name;
   c->args = args;
-  count_same(r, name, args, c->args_fast ? c->fast_text : NULL, c->fast_len);
+  count_same(r, name, strlen(name), args, c->args_fast ? c->fast_text : NULL, c->fast_len);
   if (exact) {
     if (r->rp != NULL && r->rp->on_call(r, c)) return;  /* answered from a log */
     tp__hook(r, call, c);
@@ -680,7 +699,7 @@ void tp__push_error_object (lua_State *L, const char *code, const char *msg,
   else lua_pop(L, 1);
 }
 
-int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
+int tp__call_consume (tp_run *r, uint64_t id, lua_State *L, int omt) {
   tp_call *c = find_call(r, id);
   if (c == NULL || c->consumed) {
     tp__push_error_object(L, "tool.failed", "the call's result was lost", "?");
@@ -690,7 +709,7 @@ int tp__call_consume (tp_run *r, uint64_t id, lua_State *L) {
   if (c->state == CALL_DONE && r->ready_count > 0) r->ready_count--;
   c->consumed = 1;  /* before anything may raise: the script cannot ask again */
   if (ok && c->result_text != NULL)  /* may raise: c still owns the text */
-    tp__codec_push(L, c->result_text, c->result_len, c->result_counts);
+    tp__codec_push(L, c->result_text, c->result_len, c->result_counts, omt);
   else if (ok) {
     if (json_is_string(c->result) &&
         tp__json_text_like(json_string_value(c->result), json_string_length(c->result)))
@@ -979,7 +998,9 @@ int tp_call_complete (tp_call *c, const char *result_json, size_t len) {
     char *copy = malloc(at + ncont * sizeof(int));
     if (copy != NULL) {
       memcpy(copy, result_json, len);
-      if (keep_text(c, copy, len, ncont, cost, 0)) return TP_OK;
+      copy[len] = '\0';
+      tp__codec_answer_counts(copy, len, (int *)(void *)(copy + at));
+      if (keep_text(c, copy, len, ncont, cost, 1)) return TP_OK;
     }
   }
   /* polled: parsing up to tool_bytes of text stops when the run has a verdict */

@@ -90,6 +90,7 @@ struct tp_call {
                            ** result_counts its containers' sizes (tp__codec_push) */
   const int *result_counts;
   size_t result_len;
+  char name_in[32];        /* name, when it fits: no block of its own */
 };
 
 /* c's argument tree, made now from what the codec's fast path kept when it has none
@@ -187,8 +188,8 @@ void tp__call_start(tp_run *r, tp_call *c, size_t nlen, int exact, json_t *args)
 ** timeout passed fails with tool.timeout here. */
 int tp__call_ready(tp_run *r, uint64_t id);
 /* Pushes the result (returns 1) or the error object (returns 0) of a ready call onto L
-** and forgets it. */
-int tp__call_consume(tp_run *r, uint64_t id, lua_State *L);
+** and forgets it. omt: as tp__codec_push's (0: looked up). */
+int tp__call_consume(tp_run *r, uint64_t id, lua_State *L, int omt);
 /* The error object a script gets: {code=, message=, tool=} with a tostring. */
 void tp__push_error_object(lua_State *L, const char *code, const char *msg, const char *tool);
 

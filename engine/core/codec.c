@@ -41,6 +41,7 @@ typedef struct enc {
   unsigned nodes;
   const void *array_mt, *object_mt;
   int mt_read;
+  int top_object;          /* the value at the top is the arguments: an object ({} too) */
   /* what tp__codec_answer_counts would find in the text, in the order the containers
   ** open, while exact: the text is one tp__codec_answer_ok accepts as it is */
   int exact;
@@ -233,6 +234,14 @@ static int enc_table (enc *e, int t, int depth) {
     if (e->exact) e->counts[slot] = nm;
     return order_members(e, m, nm, start, slot + 1) && putc1(e, '}');
   }
+  if (n == 0 && tagged <= 0 && depth == 0 && e->top_object) {
+    /* the arguments' {}: an object whatever the schema says (the tree path keeps the
+    ** top an object too), so there is nothing to decide; tools.x.y{} is common */
+    e->bytes += 2;
+    slot = open_count(e);
+    if (e->exact) e->counts[slot] = 0;
+    return count(e, TP_JSON_COST_OBJECT) && put(e, "{}", 2);
+  }
   if (items != n || (n == 0 && tagged <= 0)) return 0;  /* holes; {} or [] by the schema */
   e->bytes += 2;
   slot = open_count(e);
@@ -306,6 +315,7 @@ int tp__codec_encode (lua_State *L, int idx, size_t max_bytes, int arrays,
   e.p = e.inline_buf;
   e.cap = sizeof e.inline_buf;
   e.exact = 1;
+  e.top_object = !arrays;
   idx = lua_absindex(L, idx);
   int top = lua_gettop(L);
   int ok = lua_type(L, idx) == LUA_TTABLE && enc_value(&e, idx, 0) && e.len > 0 &&
@@ -387,16 +397,18 @@ static int text_prop_ok (const char *p, const char *q, const tp_schema_simple_pr
              (pr->max_len < 0 || cp <= (size_t)pr->max_len);
     }
     case '{': case '[': return pr->types == 0 && pr->min_len < 0 && pr->max_len < 0;
-    default: {  /* a number */
-      int real = 0;
-      for (const char *r = p; r < q; r++) real |= *r == '.' || *r == 'e' || *r == 'E';
+    default: {  /* a number: an integer of at most 19 digits (the encoder's), or a real */
+      int neg = *p == '-', real = 0;
+      uint64_t u = 0;
+      for (const char *r = p + neg; r < q; r++) {  /* one pass: digits, or '.', 'e', ... */
+        unsigned d = (unsigned)(*r - '0');
+        if (d < 10) u = u * 10 + d;
+        else real = 1;
+      }
       if (real)  /* an integral real is an integer to the validator: bounds are left to it */
         return (pr->types == 0 || (pr->types & TP_ST_NUM)) && !pr->has_min && !pr->has_max;
       if (pr->types && !(pr->types & (TP_ST_INT | TP_ST_NUM))) return 0;
-      int neg = *p == '-';
-      uint64_t u = 0;
-      for (const char *r = p + neg; r < q; r++) u = u * 10 + (uint64_t)(*r - '0');
-      if (u > (uint64_t)INT64_MAX + neg) return 0;
+      if (q - p - neg > 19 || u > (uint64_t)INT64_MAX + neg) return 0;
       long long x = neg ? (long long)(0 - u) : (long long)u;
       return (!pr->has_min || x >= pr->min) && (!pr->has_max || x <= pr->max);
     }
@@ -407,7 +419,8 @@ int tp__codec_simple_ok (const char *text, size_t len, const tp_schema_simple *s
   if (sh == NULL || sh->nprops > 64 || len < 2 || text[0] != '{') return 0;
   const char *p = text + 1, *end = text + len;
   uint64_t seen = 0;
-  size_t required = 0;
+  size_t required = 0, from = 0;  /* keys come sorted: a schema listing its properties in
+                                  ** that order finds each at the first try from here */
   if (*p == '}') return sh->nrequired == 0;
   for (;;) {
     const char *k = p + 1, *ke = k;
@@ -416,10 +429,11 @@ int tp__codec_simple_ok (const char *text, size_t len, const tp_schema_simple *s
     size_t klen = (size_t)(ke - k);
     const char *v = ke + 2, *ve = skip_value(v, end);  /* past '":' */
     const tp_schema_simple_prop *pr = NULL;
-    size_t i = 0;
-    for (; i < sh->nprops; i++)
+    size_t i = from;
+    for (size_t n = 0; n < sh->nprops; n++, i = i + 1 == sh->nprops ? 0 : i + 1)
       if (sh->props[i].len == klen && memcmp(sh->props[i].name, k, klen) == 0) {
         pr = &sh->props[i];
+        from = i + 1 == sh->nprops ? 0 : i + 1;
         break;
       }
     if (pr == NULL) { if (sh->closed) return 0; }
@@ -754,12 +768,15 @@ static const char *dec_value (dec *d, const char *p) {
   }
 }
 
-void tp__codec_push (lua_State *L, const char *s, size_t len, const int *counts) {
+void tp__codec_push (lua_State *L, const char *s, size_t len, const int *counts, int omt) {
   const char *end = s + len;
   luaL_checkstack(L, 5, "JSON value too deep");
   int base = lua_gettop(L);
   dec d = { L, end, counts, 0, 0, 0, 0 };
-  if (tp__json_push_objects_mt(L)) d.omt = lua_gettop(L);
+  if (omt != 0) {
+    if (lua_type(L, omt) == LUA_TTABLE) d.omt = omt;
+  }
+  else if (tp__json_push_objects_mt(L)) d.omt = lua_gettop(L);
   lua_pushnil(L);
   d.amt = lua_gettop(L);
   dec_value(&d, skip_ws(s, end));

@@ -38,7 +38,8 @@ typedef struct tp__codec_text {
 ** The table at idx (an object; an array too when arrays is set) as JSON text, byte for
 ** byte the text tp__json_dumpsn makes of tp__json_from_lua_ex's tree. Returns 1, or 0
 ** (nothing allocated) when the tree path must run: an array at the top (unless arrays),
-** an empty table anywhere (its shape depends on the schema), anything the walk would
+** an empty table anywhere but at the top without arrays (its shape depends on the
+** schema; the arguments' {} is an object), anything the walk would
 ** refuse, a text over max_bytes (0: none), more than a batch of host cost or of nodes
 ** (the walk would charge or poll midway), nesting past 32 levels. Raw access only; never
 ** raises. While it writes, it counts the items of each container, so that a text it made
@@ -69,8 +70,11 @@ void tp__codec_answer_counts(const char *s, size_t len, int *counts);
 
 /*
 ** Pushes the value of the checked answer s onto L, tagged as tp__json_push tags it. May
-** raise (memory), like tp__json_push; allocates nothing outside L.
+** raise (memory), like tp__json_push; allocates nothing outside L. omt: the index of a
+** slot (an upvalue, say) holding what tp__json_push_objects_mt would push, or nil when
+** objects are not all tagged in L; 0 to look it up in the registry instead (a lookup by
+** pointer, about a tenth of a small answer's push).
 */
-void tp__codec_push(lua_State *L, const char *s, size_t len, const int *counts);
+void tp__codec_push(lua_State *L, const char *s, size_t len, const int *counts, int omt);
 
 #endif

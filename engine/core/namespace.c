@@ -15,6 +15,9 @@
 #include <string.h>
 
 #include "lauxlib.h"
+#include "lobject.h"
+#include "lstate.h"
+#include "ldebug.h"
 
 #include "calls.h"
 #include "codec.h"
@@ -25,11 +28,18 @@
 
 static char ns_key;  /* namespace proxies: [ns_key] = the dotted prefix ("" at the root) */
 
+/* The line of the script's innermost frame below the running C function, or 0: what
+** lua_getstack and lua_getinfo(L, "Sl") say, read off the frames directly, since "S"
+** formats the source's short name on every call (a fifth of a call's own instructions). */
 static int current_line (lua_State *L) {
-  lua_Debug ar;
-  for (int level = 1; lua_getstack(L, level, &ar); level++) {
-    if (!lua_getinfo(L, "Sl", &ar)) break;
-    if (ar.currentline > 0 && strcmp(ar.source, "=script") == 0) return ar.currentline;
+  for (CallInfo *ci = L->ci->previous; ci != NULL && ci != &L->base_ci; ci = ci->previous) {
+    if (!isLua(ci)) continue;
+    const Proto *p = ci_func(ci)->p;
+    const TString *src = p->source;
+    if (src == NULL || tsslen(src) != sizeof "=script" - 1 ||
+        memcmp(getstr(src), "=script", sizeof "=script" - 1) != 0) continue;
+    int line = luaG_getfuncline(p, pcRel(ci->u.l.savedpc, p));
+    if (line > 0) return line;
   }
   return 0;
 }
@@ -91,7 +101,8 @@ static int await_call (lua_State *L, uint64_t id, int first) {
     lua_pushinteger(L, (lua_Integer)id);
     return lua_yieldk(L, 2, (lua_KContext)id, tool_k);
   }
-  if (tp__call_consume(sb->run, id, L)) return 1;
+  /* ns_call's upvalue: the objects' tag, found once (tp__tools_open), not at each call */
+  if (tp__call_consume(sb->run, id, L, lua_upvalueindex(1))) return 1;
   tp__sandbox_check(L, sb);  /* limit.tool_calls is a verdict, not an error object */
   return lua_error(L);
 }
@@ -516,7 +527,8 @@ void tp__tools_open (lua_State *L) {
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, ns_newindex);
     lua_setfield(L, -2, "__newindex");
-    lua_pushcfunction(L, ns_call);
+    if (!tp__json_push_objects_mt(L)) lua_pushnil(L);  /* tagged before the tools open */
+    lua_pushcclosure(L, ns_call, 1);
     lua_setfield(L, -2, "__call");
     lua_pushcfunction(L, ns_tostring);
     lua_setfield(L, -2, "__tostring");

@@ -810,6 +810,27 @@ static void finish_ok (tp_run *r, int nres) {
   tp_json_opts o;
   json_t *result;
   size_t cap = sb->limits.result;
+  /* Nothing, or a boolean (`return r.ok`): the text is a constant. The host budget is
+  ** charged as the walk and the dump below would charge it, the walk's scalar given back
+  ** before the envelope and the dump's first buffer held while it is made, whenever both
+  ** fit; at the budget's edge, or with a verdict already in, the way below runs. */
+  int lit = nres == 0 ? 0 : nres == 1 && lua_type(T, -1) == LUA_TBOOLEAN
+            ? (lua_toboolean(T, -1) ? 1 : 2) : -1;
+  if (lit >= 0 && (cap == 0 || cap >= 5) && atomic_load(&sb->kill) == TP_KILL_NONE) {
+    static const char *const words[] = { "null", "true", "false" };
+    size_t n = strlen(words[lit]), walk_cost = lit ? TP_JSON_COST_SCALAR : 0;
+    size_t text_cost = tp__grow_cap(0, n, 1, 256);  /* tp__json_dumps_charged's buffer */
+    char *text = sb->host_cap == 0 || (sb->host_used <= sb->host_cap &&
+                 walk_cost + text_cost <= sb->host_cap - sb->host_used)
+                 ? malloc(n + 1) : NULL;
+    if (text != NULL) {
+      memcpy(text, words[lit], n + 1);
+      tp__host_charge(sb, text_cost);
+      finish(r, text, n, NULL);
+      tp__host_refund(sb, text_cost);
+      return;
+    }
+  }
   memset(&jerr, 0, sizeof jerr);
   memset(&o, 0, sizeof o);
   o.max_bytes = cap;

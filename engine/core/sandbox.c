@@ -428,8 +428,10 @@ static void on_signal (int sig, siginfo_t *info, void *uc) {
   tp_host_target *ht = host_target;
   tp_step_clock *c = armed;
   tp_sandbox *sb = active;
-  if (ht != NULL && atomic_load(&ht->expired))
+  if (ht != NULL && (atomic_load(&ht->expired) || tp__now_ns() >= ht->deadline_ns)) {
+    atomic_store(&ht->expired, 1);  /* clock_gettime is async-signal-safe */
     lua_sethook(ht->co, ht->hook, LUA_MASKCOUNT, 1);
+  }
   else {
     int hook = c != NULL && clock_fire(c);
     if (sb != NULL) set_stop_hook(sb, hook && c->sb == sb);

@@ -245,14 +245,16 @@ void tp__step_timer_disarm(tp_step_clock *c);
 /* Stops this thread's timer when no step is armed (it is left armed between steps). */
 void tp__step_timer_stop(void);
 
-/* A plugin handler's coroutine that host.c resumes on this thread: once expired is set
-** (its call's deadline passed; the watchdog then signals the thread), the signal handler
-** sets hook on co with a count of 1, so a handler busy in Lua stops. Installs t (NULL:
-** none) and returns the previous one, for nesting. */
+/* A plugin handler's coroutine that host.c resumes on this thread: when the thread is
+** signalled (the watchdog does so once the innermost resume's deadline passed) and
+** deadline_ns has passed, the signal handler sets expired and sets hook on co with a
+** count of 1, so a handler busy in Lua stops. Installs t (NULL: none) and returns the
+** previous one, for nesting. */
 typedef struct tp_host_target {
   lua_State *co;
   atomic_int expired;
   lua_Hook hook;
+  uint64_t deadline_ns;
 } tp_host_target;
 tp_host_target *tp__signal_host_target(tp_host_target *t);
 

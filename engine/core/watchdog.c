@@ -21,6 +21,7 @@ static void *watch_loop (void *arg) {
       nx = w->next;
       if (w->wake_ns <= now) {
         w->wake_ns = w->fire(w, now);
+        atomic_store(&w->wake_seen, w->wake_ns);
         if (w->wake_ns == 0) {  /* disarm */
           w->prev->next = w->next;
           w->next->prev = w->prev;
@@ -76,6 +77,7 @@ int tp__watch_arm (tp_watchdog *wd, tp_watch *w, uint64_t wake_ns) {
   }
   if (rc == 0) {
     w->wake_ns = wake_ns;
+    atomic_store(&w->wake_seen, wake_ns);
     if (w->next == NULL) {
       w->next = &wd->head;
       w->prev = wd->head.prev;
@@ -98,5 +100,6 @@ void tp__watch_disarm (tp_watchdog *wd, tp_watch *w) {
     w->next->prev = w->prev;
     w->next = w->prev = NULL;
   }
+  atomic_store(&w->wake_seen, 0);
   pthread_mutex_unlock(&wd->mu);
 }

@@ -8,12 +8,17 @@
 #include "util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct tp_watch tp_watch;
 struct tp_watch {
   tp_watch *prev, *next;  /* in the watchdog's list while armed */
   uint64_t wake_ns;       /* CLOCK_MONOTONIC time of the next check */
+  /* wake_ns as the watch's owner may read it without the lock: 0 while not armed. The
+  ** watchdog writes it under its lock with wake_ns; a fire function may write it too,
+  ** before it looks at what its owner publishes (see host.c's resume watch). */
+  _Atomic uint64_t wake_seen;
   /* Called by the watchdog thread with its lock held when wake_ns has passed. Returns
   ** the next wake time, or 0 to disarm. */
   uint64_t (*fire)(tp_watch *w, uint64_t now_ns);

@@ -1,45 +1,23 @@
 /*
 ** host.c: the engine's host Lua state H (trusted, one per engine, opened on first need):
 ** plugin tools written in Lua, their handlers run as coroutines, luv on the engine's
-** loop, lpeg, and the runtime lua/host.lua, which does the Lua side of all this.
+** loop, lpeg, and the runtime lua/host.lua, which does the Lua side of all this. Here H
+** is opened (its allocator, its libraries, E: what host.lua may call) and closed, E's
+** functions about the engine and its tools live (E.add_tool registers a tool with the Lua
+** or the upstream provider), and describe.lua makes the tools' annotations.
 **
-** A call's record (host.lua: its coroutine, ctx, box and handles) is seen from C through
-** its box, a userdata whose user value is the record: the call while bound, the
-** coroutine, and a registry reference to the box held while the record is bound to a
-** call or idle in the pool.
-**
-** The life of a Lua tool call (provider_lua.c):
-**   host_dispatch       takes an idle record from the pool (host.lua makes a new one when
-**                       there is none), binds it (the box gets the call, c->host_ref the
-**                       box's reference) and resumes its coroutine with the handler and
-**                       the argument tree: body() makes the arguments' Lua table from the
-**                       tree inside the coroutine (no JSON text, no pcall of its own) and
-**                       calls the handler with the record's ctx.
-**   it returns at once  the common case, all in C: body wipes what the handler wrote into
-**                       ctx and yields DONE, result; the result is converted straight from
-**                       the coroutine's stack, the record goes back to the pool and the
-**                       call is completed (tp__call_complete_tree: schema checks).
-**   anything else       (an error, a wait, a timeout, a record that handed luv a function)
-**                       goes to host.lua's M.resumed, which ends the call through
-**                       E.complete(box, ok, value) or leaves it waiting: ctx.sleep /
-**                       ctx.await yield the coroutine and a luv callback resumes it later,
-**                       through the callback runner below (never exits). Such a record
-**                       is not reused: its box is unbound and its reference dropped.
-**   it is cut short     host_cancel (call timeout, run finished or destroyed): the box
-**                       is emptied, the call's luv handles closed, its coroutine closed
-**                       (lua_closethread), and the handler's ownership of the call ends.
+** Around it: host_state.c (H's record, references, pcall, the luv callback runner) and
+** host_call.c (a call's box, E's functions on it, the timed resume) below, with the
+** providers (host_handler.c runs a Lua handler's call for provider_lua.c and
+** provider_upstream.c); host_load.c above (plugin files, upstream MCP servers).
 **
 ** Registry references of boxes and of the runtime are counted; a debug build asserts
 ** none is left when H closes. A tool's handler reference belongs to its provider's data
-** (provider_lua.c) and goes with it. The upstream MCP servers (lua/upstream.lua) run in H
-** too: provider_upstream.c starts and stops them.
+** (provider_lua.c) and goes with it.
 */
 #include <assert.h>
-#include <dirent.h>
 #include <dlfcn.h>
-#include <errno.h>
 #include <malloc.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,9 +33,7 @@
 #include "host.h"
 #include "host_int.h"
 #include "json.h"
-#include "schema.h"
 #include "embedded.h"
-#include "codec.h"
 #include "trace.h"
 
 /* luv and lpeg come from Debian (shared in the CLI and tests, the static liblua5.4-luv.a
@@ -76,8 +52,6 @@ int luaopen_lpeg(lua_State *L);
 extern FILE *tp__luv_stderr;
 FILE *tp__luv_stderr;
 
-/* The host state's basics (its record, references, pcall, the luv callback runner):
-** host_state.c, under the providers that use them. */
 
 /* ---- schemas and results given as Lua tables ----------------------------------------- */
 
@@ -89,7 +63,7 @@ static int in_list (const char *k, const char *const *list) {
 /* An empty Lua table converts to {}; where a schema keyword takes an array (required,
 ** enum, type, allOf, ...) it is [] instead. Walks subschemas only, never into data
 ** (const, default, examples' items). */
-void tp__host_fix_schema (json_t *s, int depth) {
+static void fix_schema (json_t *s, int depth) {
   static const char *const arrays[] = { "required", "enum", "type", "allOf", "anyOf",
     "oneOf", "prefixItems", "examples", NULL };
   static const char *const one[] = { "items", "additionalProperties", "not", "if", "then",
@@ -107,16 +81,16 @@ void tp__host_fix_schema (json_t *s, int depth) {
       json_object_set_new(s, k, json_array());
       continue;
     }
-    if (in_list(k, one)) tp__host_fix_schema(v, depth + 1);
+    if (in_list(k, one)) fix_schema(v, depth + 1);
     if (in_list(k, maps) && json_is_object(v)) {
       const char *k2;
       json_t *v2;
-      json_object_foreach(v, k2, v2) tp__host_fix_schema(v2, depth + 1);
+      json_object_foreach(v, k2, v2) fix_schema(v2, depth + 1);
     }
     if (in_list(k, lists) && json_is_array(v)) {
       size_t i;
       json_t *v2;
-      json_array_foreach(v, i, v2) tp__host_fix_schema(v2, depth + 1);
+      json_array_foreach(v, i, v2) fix_schema(v2, depth + 1);
     }
     if (strcmp(k, "dependentRequired") == 0 && json_is_object(v)) {
       const char *k2;
@@ -128,113 +102,120 @@ void tp__host_fix_schema (json_t *s, int depth) {
   }
 }
 
-/* ---- E: what host.lua may call ---------------------------------------------------- */
+/* ---- E.add_tool: Lua plugin and upstream tools --------------------------------------- */
 
-/* The call box at idx. E's functions have CALLBOX's metatable as their upvalue 1: one
-** pointer comparison per call instead of luaL_checkudata's registry lookup by name. */
-static tp__callbox *check_box (lua_State *L, int idx) {
-  tp__callbox *b = lua_touserdata(L, idx);
-  if (b == NULL || !lua_getmetatable(L, idx) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
-    luaL_typeerror(L, idx, CALLBOX);
-  lua_pop(L, 1);
-  return b;
+static json_t *schema_arg (lua_State *H, const char *field, const char *tool, int *bad,
+                           char *err, size_t errlen) {
+  json_t *doc = NULL;
+  *bad = 0;
+  lua_getfield(H, 1, field);
+  if (lua_type(H, -1) == LUA_TSTRING) {
+    size_t len;
+    const char *text = lua_tolstring(H, -1, &len);
+    json_error_t jerr;
+    doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL) {
+      snprintf(err, errlen, "tool %s: the %s schema is not JSON: %s at line %d column %d",
+               tool, field, jerr.text, jerr.line, jerr.column);
+      *bad = 1;
+    }
+  }
+  else if (lua_type(H, -1) == LUA_TTABLE) {
+    tp_json_err jerr;
+    doc = tp__json_from_lua(H, -1, 0, 0, &jerr);
+    if (doc == NULL) {
+      snprintf(err, errlen, "tool %s: the %s schema cannot be read as JSON: %s", tool, field,
+               jerr.message);
+      *bad = 1;
+    }
+    else fix_schema(doc, 0);
+  }
+  lua_pop(H, 1);
+  return doc;
 }
 
-
-/* Lets go of b's call: the box is emptied and c->host_ref cleared. keep: the box's
-** reference stays (the record goes back to the pool); else it is dropped, and the record
-** lives on only as long as Lua code can reach it. */
-void tp__host_unbind (lua_State *H, tp__host *h, tp__callbox *b, int keep) {
-  if (b->held && b->c != NULL && b->c->run != NULL) {
-    const tp_json_budget *bg = tp__sandbox_budget(b->c->run->sb);
-    bg->refund(bg->ud, b->held);
+/* E.add_tool{name=, description=, input=, output=, handler=, timeout_ms=, origin=,
+** alias=, upstream=} -> true | nil, message. Fields are checked by host.lua (upstream.lua
+** for upstream tools: upstream = true, their own provider, kept across plugin reloads;
+** alias, another name that reaches the tool, or a list of up to 8 of them); schemas are
+** JSON text or tables. */
+static int add_tool (lua_State *H) {
+  tp__host *h = tp__host_get(H);
+  luaL_checktype(H, 1, LUA_TTABLE);
+  lua_getfield(H, 1, "name");
+  const char *name = luaL_checkstring(H, -1);
+  lua_getfield(H, 1, "description");
+  const char *desc = lua_tostring(H, -1);
+  lua_getfield(H, 1, "origin");
+  const char *origin = lua_tostring(H, -1);
+  lua_getfield(H, 1, "timeout_ms");
+  lua_Number tmo = lua_tonumber(H, -1);
+  lua_pop(H, 1);
+  lua_getfield(H, 1, "alias");  /* a string, or a list of them; kept on the stack */
+  int alias_at = lua_gettop(H);
+  lua_getfield(H, 1, "upstream");
+  const tp__provider *prov = lua_toboolean(H, -1) ? &tp__upstream_provider : &tp__lua_provider;
+  lua_pop(H, 1);
+  char err[1024];
+  const tp_tool *old = tp__tool_find(h->e, name);
+  if (old != NULL) {
+    luaL_pushfail(H);
+    if (old->origin)  /* a plugin's: the provider says where */
+      lua_pushfstring(H, "tool %s is defined already (at %s)", name, old->prov->describe(old));
+    else
+      lua_pushfstring(H, "tool %s is registered already", name);
+    return 2;
   }
-  b->held = 0;
-  if (b->c != NULL) b->c->host_ref = LUA_NOREF;
-  b->c = NULL;
-  if (!keep && b->ref != LUA_NOREF) {
-    luaL_unref(H, LUA_REGISTRYINDEX, b->ref);
-    h->nrefs--;
-    b->ref = LUA_NOREF;
+  int bad;
+  json_t *in = schema_arg(H, "input", name, &bad, err, sizeof err);
+  if (bad) { luaL_pushfail(H); lua_pushstring(H, err); return 2; }
+  json_t *out = schema_arg(H, "output", name, &bad, err, sizeof err);
+  if (bad) { json_decref(in); luaL_pushfail(H); lua_pushstring(H, err); return 2; }
+  lua_getfield(H, 1, "handler");
+  luaL_checktype(H, -1, LUA_TFUNCTION);
+  int ref = luaL_ref(H, LUA_REGISTRYINDEX);
+  void *pdata = prov == &tp__upstream_provider ? tp__upstream_tool_new(ref)
+                                               : tp__lua_tool_new(ref);
+  if (pdata == NULL) {
+    luaL_unref(H, LUA_REGISTRYINDEX, ref);
+    json_decref(in);
+    json_decref(out);
+    luaL_pushfail(H);
+    lua_pushstring(H, "out of memory");
+    return 2;
   }
-}
-
-/* Completes c with the handler's value at idx of L (see tp__host_result_tree). */
-static void complete_with (tp_call *c, lua_State *L, int idx) {
-  tp__call_answer a;
-  if (tp__call_lua_answer(c, L, idx, &a)) {  /* no tree: the codec's text */
-    tp__call_complete_answer(c, &a);
-    return;
+  tp_tool_def def = { 0 };
+  def.name = name;
+  def.description = desc;
+  def.timeout_us = tmo > 0 ? (uint64_t)(tmo * 1000.0) : 0;
+  int rc = tp__tool_add(h->e, &def, in, out, prov, pdata, origin);
+  json_decref(in);
+  json_decref(out);
+  if (rc != TP_OK) {  /* the pdata is still ours */
+    luaL_unref(H, LUA_REGISTRYINDEX, ref);
+    free(pdata);
+    luaL_pushfail(H);
+    lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
+    return 2;
   }
-  char msg[800];
-  size_t cost;
-  json_t *v = tp__host_result_tree(c, L, idx, msg, sizeof msg, &cost);
-  if (v == NULL) tp_call_fail(c, "tool.invalid_output", msg);
-  else if (cost == NOT_CHARGED) tp__call_complete_tree(c, v);
-  else tp__call_complete_charged(c, v, cost);
-}
-
-/* *cost: what the tree is charged to the run's host budget (the conversion's charge, kept
-** when there is no output schema to shape it), or NOT_CHARGED (complete() charges it). */
-json_t *tp__host_result_tree (tp_call *c, lua_State *L, int idx, char *msg, size_t msglen,
-                            size_t *cost) {
-  tp_json_opts o;
-  memset(&o, 0, sizeof o);
-  o.max_bytes = c->run ? c->run->sb->limits.tool_bytes : 0;
-  o.budget = c->run ? tp__sandbox_budget(c->run->sb) : NULL;
-  tp_json_err jerr;
-  *cost = NOT_CHARGED;
-  if (lua_isnoneornil(L, idx)) return json_null();
-  json_t *v = tp__json_from_lua_ex(L, idx, &o, &jerr);
-  if (v == NULL) {
-    snprintf(msg, msglen, "the handler's result cannot be sent as JSON: %s%s%s%s",
-             jerr.message, jerr.path[0] ? " (at " : "", jerr.path, jerr.path[0] ? ")" : "");
-    return NULL;
-  }
-  const json_t *out = c->tool ? ((const tp_tool *)c->tool)->output : NULL;
-  if (out == NULL) {  /* the tree as converted: its charge is its cost */
-    *cost = o.cost;
-    return v;
-  }
-  if (o.cost) o.budget->refund(o.budget->ud, o.cost);
-  json_t *n = tp__schema_empty_arrays(v, out, NULL, NULL);
-  if (n) { json_decref(v); v = n; }
-  return v;
-}
-
-/* E.complete(box, ok, value [, code]) -> true when the call took the outcome. ok: value
-** is the result; not ok: value is the message, code a tool.* code (tool.failed). */
-static int e_complete (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  tp_call *c = b->c;
-  if (c == NULL) { lua_pushboolean(H, 0); return 1; }
-  int ok = lua_toboolean(H, 2);
-  tp__host_unbind(H, tp__host_get(H), b, 0);  /* the record lets go of the call */
-  if (ok) complete_with(c, H, 3);
-  else {
-    const char *code = luaL_optstring(H, 4, "tool.failed");
-    tp_call_fail(c, code, luaL_optstring(H, 3, "the handler failed"));
+  int nalias = lua_istable(H, alias_at) ? (int)luaL_len(H, alias_at) : 1;
+  for (int k = 1; k <= nalias && nalias <= 8; k++) {
+    if (lua_istable(H, alias_at)) lua_rawgeti(H, alias_at, k);
+    else lua_pushvalue(H, alias_at);
+    const char *alias = lua_tostring(H, -1);
+    if (alias != NULL && strcmp(alias, name) != 0 &&
+        (rc = tp__upstream_set_alias(h->e, name, alias)) != TP_OK) {
+      luaL_pushfail(H);  /* the tool stays, reachable by its name */
+      lua_pushstring(H, rc == TP_ENOMEM ? "out of memory" : tp_engine_error(h->e));
+      return 2;
+    }
+    lua_pop(H, 1);
   }
   lua_pushboolean(H, 1);
   return 1;
 }
 
-/* E.progress(box, text): a progress report of the box's call (tp_call_progress). */
-static int e_progress (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  const char *s = luaL_checkstring(H, 2);
-  if (b->c) tp_call_progress(b->c, s);
-  return 0;
-}
-
-/* E.log(box, text): a line in the run's logs. */
-static int e_log (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  size_t len;
-  const char *s = luaL_checklstring(H, 2, &len);
-  if (b->c && b->c->run && b->c->run->sb) tp__sandbox_log_host(b->c->run->sb, s, len);
-  return 0;
-}
+/* ---- E: what host.lua may call about the engine and its tools ------------------------ */
 
 /* E.emit(level, source, text): a message for the engine's logger (tp_engine_on_log);
 ** level "error", "warn", "info" or "debug". */
@@ -246,246 +227,6 @@ static int e_emit (lua_State *H) {
   const char *text = luaL_checkstring(H, 3);
   tp__engine_log(tp__host_get(H)->e, level, source, "%s", text);
   return 0;
-}
-
-/* ---- resuming a handler: its time on the thread is its call's ------------------------
-** A handler that sleeps or waits in C, or loops in Lua, holds the engine's thread: no
-** other run, call or timer moves meanwhile. E.resume times each resume, and host.lua
-** ends the call with tool.timeout when the call's deadline passed by the end of one.
-** A handler busy in Lua is stopped at the deadline: a watch of the engine's watchdog
-** signals the thread, and the signal handler sets a count-1 hook on the handler's
-** coroutine that raises, at every instruction, so the handler's own pcall cannot keep
-** it going. A handler blocked in C cannot be interrupted; it is charged when it comes
-** back. A resume of BLOCK_NOTE_NS or more is also noted on the run, so that a time
-** limit it explains gets a hint about blocking handlers, not about endless loops. */
-#define BLOCK_NOTE_NS ((uint64_t)100 * 1000000)
-
-typedef struct host_watch {
-  tp_watch watch;          /* first: the watchdog hands this back */
-  tp_host_target target;
-  pthread_t thread;
-} host_watch;
-
-static uint64_t host_watch_fire (tp_watch *w, uint64_t now) {
-  host_watch *hw = (host_watch *)w;
-  atomic_store(&hw->target.expired, 1);
-  tp__signal_interrupt(hw->thread);
-  /* One signal sets the hook (expired is set first, the target is in place during the
-  ** resume); again every 100 ms only in case a nested resume held the target then. Not
-  ** more often: each signal makes a handler's blocking poll or select return EINTR. */
-  return now + 100000000;
-}
-
-static void stop_hook (lua_State *L, lua_Debug *ar) {
-  (void)ar;
-  luaL_error(L, "stopped: the handler ran past its call's time limit");
-}
-
-static void note_block (tp_run *r, const char *tool, uint64_t held) {
-  r->blocked_ns += held;
-  snprintf(r->blocked_hint, sizeof r->blocked_hint, "tools.%s held the engine for %.1f s "
-           "without waiting: its plugin handler blocks (sleeps or reads in C, or loops in "
-           "Lua) instead of waiting with ctx.sleep, ctx.await or luv. Call it less or with "
-           "less work, and report the tool to its author.", tool, (double)held / 1e9);
-}
-
-/* lua_resume of call c's handler coroutine co (nargs values pushed on it), timed and
-** stopped at c's deadline (see above). *held: the nanoseconds it held the thread; *late:
-** c's deadline had passed when it stopped. c may be NULL (a call that is over). */
-int tp__host_resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State *co, int nargs,
-                         int *nres, uint64_t *held, int *late) {
-  tp_run *r = c ? c->run : NULL;
-  uint64_t deadline = c ? c->deadline_ns : 0;
-  host_watch hw;
-  int armed = 0;
-  tp_host_target *prev = NULL;
-  if (deadline) {
-    memset(&hw, 0, sizeof hw);
-    hw.watch.fire = host_watch_fire;
-    hw.target.co = co;
-    hw.target.hook = stop_hook;
-    hw.thread = pthread_self();
-    armed = tp__signal_install() == 0 && tp__watch_arm(&e->core.wd, &hw.watch, deadline) == 0;
-    if (armed) {
-      prev = tp__signal_host_target(&hw.target);
-      if (atomic_load(&hw.target.expired))  /* fired before the target was in place */
-        lua_sethook(co, stop_hook, LUA_MASKCOUNT, 1);
-    }
-  }
-  uint64_t t0 = tp__now_ns();
-  int st = lua_resume(co, from, nargs, nres);
-  uint64_t t1 = tp__now_ns();
-  if (armed) {
-    tp__watch_disarm(&e->core.wd, &hw.watch);   /* no fire after this */
-    tp__signal_host_target(prev);           /* a late signal no longer reaches co */
-    if (atomic_load(&hw.target.expired)) lua_sethook(co, NULL, 0, 0);
-  }
-  *held = t1 - t0;
-  *late = deadline != 0 && t1 >= deadline;
-  if (e->host_state != NULL) ((tp__host *)e->host_state)->resume_end_ns = t1;
-  if (r != NULL && *held >= BLOCK_NOTE_NS) note_block(r, c->name, *held);
-  return st;
-}
-
-/* After a resume that ran out of memory: host.lua may not manage to report it, out of
-** memory too, so the call fails here, or it would wait for its deadline (and a run
-** without one, for ever). */
-void tp__host_fail_errmem (lua_State *H, tp__host *h, tp__callbox *b) {
-  tp_call *c = b->c;
-  if (c == NULL) return;
-  tp__host_unbind(H, h, b, 0);
-  tp_call_fail(c, "tool.failed", "the host ran out of memory while the handler ran");
-}
-
-/* Moves the first two of the nres values a resume left on co (or its error object, st
-** an error) to L as ok, value, result, and pops the rest. L has room for 3 values. */
-void tp__host_move_outcome (lua_State *co, lua_State *L, int st, int nres) {
-  if (st == LUA_OK || st == LUA_YIELD) {
-    lua_pushboolean(L, 1);
-    if (nres > 2) lua_pop(co, nres - 2);
-    if (nres >= 2) lua_xmove(co, L, 2);
-    else if (nres == 1) { lua_xmove(co, L, 1); lua_pushnil(L); }
-    else { lua_pushnil(L); lua_pushnil(L); }
-  }
-  else {
-    lua_pushboolean(L, 0);
-    lua_xmove(co, L, 1);
-    lua_pushnil(L);
-  }
-}
-
-/* E.resume(box, co, ...) -> ok, value, result, held_ms, late
-** coroutine.resume of a call's handler coroutine: ok and its first two results (or its
-** error), the milliseconds it held the thread, and whether the call's deadline had
-** passed when it stopped. */
-static int e_resume (lua_State *L) {
-  tp__callbox *b = check_box(L, 1);
-  lua_State *co = lua_tothread(L, 2);
-  luaL_argcheck(L, co != NULL && co != L, 2, "a handler coroutine expected");
-  int nargs = lua_gettop(L) - 2;
-  if (!lua_checkstack(co, nargs + 1) || !lua_checkstack(L, 6))
-    return luaL_error(L, "too many arguments to resume");
-  tp__host *h = tp__host_get(L);
-  lua_xmove(L, co, nargs);
-  int nres = 0, late;
-  uint64_t held;
-  int st = tp__host_resume_timed(L, h->e, b->c, co, nargs, &nres, &held, &late);
-  lua_settop(L, 2);
-  if (st == LUA_ERRMEM) tp__host_fail_errmem(L, h, b);
-  tp__host_move_outcome(co, L, st, nres);
-  lua_pushnumber(L, (lua_Number)held / 1e6);
-  lua_pushboolean(L, late);
-  return 5;
-}
-
-/* E.new_box(rec, co) -> the box of a new record rec whose coroutine is co: empty, not
-** referenced (host.c references it when it binds it). */
-static int e_new_box (lua_State *H) {
-  luaL_checktype(H, 1, LUA_TTABLE);
-  lua_State *co = lua_tothread(H, 2);
-  luaL_argcheck(H, co != NULL && co != H, 2, "a coroutine expected");
-  tp__callbox *b = lua_newuserdatauv(H, sizeof *b, 1);
-  b->c = NULL;
-  b->co = co;
-  b->ref = LUA_NOREF;
-  b->claimed = 0;
-  b->held = 0;
-  lua_pushvalue(H, 1);
-  lua_setiuservalue(H, -2, 1);
-  luaL_setmetatable(H, CALLBOX);
-  return 1;
-}
-
-/* E.claim(box): something of the box's call may outlive it (a function handed to luv, a
-** handle tracked, a wait): its record is not reused. */
-static int e_claim (lua_State *H) {
-  check_box(H, 1)->claimed = 1;
-  return 0;
-}
-
-/* E.field(box, k) -> ctx's per-call field k (run_id, call_id, tool, deadline_ms) of the
-** box's call; nil for another k, or when the box is empty. */
-static int e_field (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  const char *k = lua_tostring(H, 2);
-  tp_call *c = b->c;
-  if (c == NULL || k == NULL) return 0;
-  if (strcmp(k, "run_id") == 0) lua_pushinteger(H, c->run ? (lua_Integer)c->run->id : 0);
-  else if (strcmp(k, "call_id") == 0) lua_pushinteger(H, (lua_Integer)c->id);
-  else if (strcmp(k, "tool") == 0) lua_pushstring(H, c->name);
-  else if (strcmp(k, "tool_bytes") == 0 || strcmp(k, "memory") == 0) {
-    if (c->run == NULL) return 0;
-    const tp_limits *l = &c->run->sb->limits;
-    size_t v = k[0] == 't' ? l->tool_bytes : l->memory;
-    if (v == 0) return 0;
-    lua_pushinteger(H, v > (size_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)v);
-  }
-  else if (strcmp(k, "deadline_ms") == 0) {
-    if (c->deadline_ns == 0) return 0;
-    uint64_t now = tp__now_ns();
-    uint64_t left = c->deadline_ns > now ? c->deadline_ns - now : 0;
-    lua_pushnumber(H, (lua_Number)(left / 1000) / 1e3);
-  }
-  else return 0;
-  return 1;
-}
-
-/* Charges n bytes to the run of b's call, held until the box lets go of the call. 0, or
-** -1 when the run cannot hold them (its verdict is then limit.memory, told by what). */
-static int hold (tp__callbox *b, size_t n, const char *what) {
-  if (b->c == NULL || b->c->run == NULL) return -1;
-  const tp_json_budget *bg = tp__sandbox_budget(b->c->run->sb);
-  if (bg->charge(bg->ud, n) != 0) {
-    if (bg->note) bg->note(bg->ud, what);
-    return -1;
-  }
-  b->held += n;
-  return 0;
-}
-
-/* E.charge(box, n) -> true | nil, message: n more bytes that the handler keeps for its call
-** (an HTTP body as it arrives), charged to the run's host budget until the call ends. */
-static int e_charge (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  lua_Integer n = luaL_checkinteger(H, 2);
-  luaL_argcheck(H, n >= 0, 2, "bytes >= 0 expected");
-  char m[200];
-  snprintf(m, sizeof m, "a tool's data (%s) came to more than the run's memory limit "
-           "allows", b->c ? b->c->name : "its call");
-  if (hold(b, (size_t)n, m) == 0) { lua_pushboolean(H, 1); return 1; }
-  lua_pushnil(H);
-  lua_pushstring(H, b->c ? m : "the call is over");
-  return 2;
-}
-
-/* E.decode(box, text) -> value: json.decode of text under the budget of the run of box's
-** call: the tree as it is built, and the Lua value, held until the call ends (its cost
-** estimated from the text, tp__json_text_cost). Raises when the run cannot hold it (its
-** verdict is then limit.memory) or the text is not JSON. */
-static int e_decode (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  size_t len;
-  const char *s = luaL_checklstring(H, 2, &len);
-  if (b->c == NULL || b->c->run == NULL) return luaL_error(H, "the call is over");
-  size_t cost = tp__json_text_cost(s, len);
-  char m[240];
-  snprintf(m, sizeof m, "the answer to %s (%zu bytes of JSON) would take about %zu bytes "
-           "of memory once decoded, more than the run's memory limit allows", b->c->name,
-           len, cost);
-  if (hold(b, cost, m) != 0) {
-    lua_pushstring(H, m);
-    return lua_error(H);
-  }
-  const tp_json_budget *bg = tp__sandbox_budget(b->c->run->sb);
-  lua_getfield(H, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  lua_getfield(H, -1, "json");
-  lua_getfield(H, -1, "decode");
-  lua_pushvalue(H, 2);
-  tp__json_set_budget(H, bg);
-  int st = lua_pcall(H, 1, 1, 0);
-  tp__json_set_budget(H, NULL);
-  if (st != LUA_OK) return lua_error(H);
-  return 1;
 }
 
 /* E.peek_id(text) -> the "id" member of the JSON object that text begins with (an integer,
@@ -543,106 +284,6 @@ static int e_peek_id (lua_State *H) {
   return 0;
 }
 
-/* ---- a record's coroutine ------------------------------------------------------------
-** body(RUN, handler, args) runs one handler per resume: resumed by host.c with tp__host_run_key,
-** the handler and the arguments (a tp__host_args, valid during that resume), it makes
-** the arguments' table, calls handler(args, ctx), wipes what the handler left in ctx
-** (fields, even rawset ones; a metatable it changed) and yields DONE, result. Its frame
-** holds nothing of a call once it yielded. Upvalues: ctx and ctx's metatable. */
-enum { K_RESUMED, K_RETURNED };
-
-static int body_k (lua_State *L, int status, lua_KContext k);
-
-static int body_start (lua_State *L) {
-  if (lua_gettop(L) != 3 || lua_type(L, 1) != LUA_TLIGHTUSERDATA ||
-      lua_touserdata(L, 1) != &tp__host_run_key)
-    return luaL_error(L, "a tool handler's coroutine was resumed from outside the engine");
-  const tp__host_args *args = lua_touserdata(L, 3);
-  lua_settop(L, 2);
-  lua_pushlightuserdata(L, (void *)&tp__host_done_key);
-  lua_replace(L, 1);                        /* DONE, handler */
-  if (args->text != NULL)                   /* the codec's text, when no tree was made */
-    tp__codec_push(L, args->text, args->len, args->counts);
-  else tp__json_push(L, args->tree, 0);     /* the tree as a table: no JSON text */
-  lua_pushvalue(L, lua_upvalueindex(1));    /* ctx */
-  lua_callk(L, 2, 1, K_RETURNED, body_k);
-  return body_k(L, LUA_OK, K_RETURNED);
-}
-
-static int body_k (lua_State *L, int status, lua_KContext k) {
-  (void)status;
-  if (k == K_RESUMED) return body_start(L);
-  /* stack: DONE, the handler's result */
-  int ctx = lua_upvalueindex(1), mt = lua_upvalueindex(2);
-  lua_pushnil(L);
-  if (lua_next(L, ctx)) {                   /* the handler wrote into ctx */
-    lua_pop(L, 2);
-    lua_pushnil(L);
-    while (lua_next(L, ctx)) {              /* clearing fields while traversing is allowed */
-      lua_pop(L, 1);
-      lua_pushvalue(L, -1);
-      lua_pushnil(L);
-      lua_rawset(L, ctx);
-    }
-  }
-  if (!lua_getmetatable(L, ctx)) lua_pushnil(L);
-  if (!lua_rawequal(L, -1, mt)) {
-    lua_pushvalue(L, mt);
-    lua_setmetatable(L, ctx);
-  }
-  lua_settop(L, 2);
-  return lua_yieldk(L, 2, K_RESUMED, body_k);
-}
-
-/* E.body(ctx, mt) -> body with its upvalues, the function of a new record's coroutine. */
-static int e_body (lua_State *H) {
-  luaL_checktype(H, 1, LUA_TTABLE);
-  luaL_checktype(H, 2, LUA_TTABLE);
-  lua_settop(H, 2);
-  lua_pushcclosure(H, body_start, 2);
-  return 1;
-}
-
-/* E.deadline_ms(box) -> milliseconds left before the call times out, or nil. */
-static int e_deadline_ms (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  if (b->c == NULL || b->c->deadline_ns == 0) return 0;
-  uint64_t now = tp__now_ns();
-  uint64_t left = b->c->deadline_ns > now ? b->c->deadline_ns - now : 0;
-  lua_pushnumber(H, (lua_Number)(left / 1000) / 1e3);
-  return 1;
-}
-
-/* E.fs_quota(box) -> left, quota: the bytes the call's run may still write through the
-** fs tools, and its whole quota; nothing when the run has no quota. A call that is over
-** (box emptied) has 0 left. */
-static int e_fs_quota (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  if (b->c == NULL || b->c->run == NULL) {
-    lua_pushinteger(H, 0);
-    lua_pushinteger(H, 0);
-    return 2;
-  }
-  const tp_run *r = b->c->run;
-  uint64_t q = r->sb->limits.fs_bytes;
-  if (q == 0) return 0;
-  uint64_t left = r->fs_used < q ? q - r->fs_used : 0;
-  lua_pushinteger(H, (lua_Integer)(left > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : left));
-  lua_pushinteger(H, (lua_Integer)(q > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : q));
-  return 2;
-}
-
-/* E.fs_charge(box, bytes): counts bytes written by the call against its run's quota. */
-static int e_fs_charge (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  lua_Integer n = luaL_checkinteger(H, 2);
-  if (n > 0 && b->c != NULL && b->c->run != NULL) {
-    tp_run *r = b->c->run;
-    r->fs_used = (uint64_t)n > UINT64_MAX - r->fs_used ? UINT64_MAX : r->fs_used + (uint64_t)n;
-  }
-  return 0;
-}
-
 /* E.workspace_max() -> the engine's cap on the workspace's growth in bytes (0: none). */
 static int e_workspace_max (lua_State *H) {
   const tp_engine *e = tp__host_get(H)->e;
@@ -679,17 +320,6 @@ static int e_config (lua_State *H) {
 static int e_annotate (lua_State *H) {
   tp__tools_annotate(tp__host_get(H)->e);
   return 0;
-}
-
-/* E.traceparent(box): the W3C traceparent of the box's call span, for the work the call
-** causes (an HTTP fetch, an upstream request) to name as its parent; nil when the run is
-** not traced or the config keeps context in (telemetry.propagate false). */
-static int e_traceparent (lua_State *H) {
-  tp__callbox *b = check_box(H, 1);
-  char tp[TP__TRACEPARENT_LEN + 1];
-  if (b->c == NULL || !tp__trace_call_parent(tp__host_get(H)->e, b->c, tp)) return 0;
-  lua_pushstring(H, tp);
-  return 1;
 }
 
 /* E.span(parent, name, start_ns, ok, code, server): a span ending now under the span of
@@ -927,6 +557,7 @@ static int open_p (lua_State *H) {
   h->ws_told = 0;
   h->upstream = 0;
   h->resume_end_ns = 0;
+  tp__host_watch_init(h);
   lua_rawsetp(H, LUA_REGISTRYINDEX, &tp__host_key);
   tp__luv_stderr = stderr;
   luaL_openlibs(H);
@@ -970,21 +601,16 @@ static int open_p (lua_State *H) {
   if (luaL_loadbufferx(H, src->data, src->len, "=lua/host.lua", "t") != LUA_OK)
     return lua_error(H);
   static const luaL_Reg fns[] = {
-    { "add_tool", tp__lua_add_tool }, { "complete", e_complete }, { "log", e_log },
-    { "emit", e_emit },
-    { "progress", e_progress },
-    { "deadline_ms", e_deadline_ms }, { "fs_quota", e_fs_quota }, { "resume", e_resume },
-    { "fs_charge", e_fs_charge }, { "workspace_max", e_workspace_max },
-    { "workspace", e_workspace }, { "config", e_config }, { "new_box", e_new_box },
-    { "claim", e_claim }, { "annotate", e_annotate }, { "seen", e_seen },
-    { "traceparent", e_traceparent }, { "span", e_span }, { "span_start", e_span_start },
+    { "add_tool", add_tool }, { "emit", e_emit }, { "workspace_max", e_workspace_max },
+    { "workspace", e_workspace }, { "config", e_config }, { "annotate", e_annotate },
+    { "seen", e_seen }, { "span", e_span }, { "span_start", e_span_start },
     { "seen_load", e_seen_load }, { "upstream_state", e_upstream_state },
-    { "tools_changed", e_tools_changed },
-    { "field", e_field }, { "body", e_body }, { "charge", e_charge },
-    { "decode", e_decode }, { "peek_id", e_peek_id }, { NULL, NULL } };
-  luaL_newlibtable(H, fns);
+    { "tools_changed", e_tools_changed }, { "peek_id", e_peek_id }, { NULL, NULL } };
+  lua_createtable(H, 0, 32);    /* E: these and host_call.c's tp__host_call_fns */
   luaL_getmetatable(H, CALLBOX);
   luaL_setfuncs(H, fns, 1);     /* upvalue 1 of each: for check_box */
+  luaL_getmetatable(H, CALLBOX);
+  luaL_setfuncs(H, tp__host_call_fns, 1);
   lua_pushlightuserdata(H, (void *)&tp__host_done_key);
   lua_setfield(H, -2, "DONE");
   push_mcp_versions(H);
@@ -1027,16 +653,6 @@ int tp__host_open (tp_engine *e) {
   e->H = H;
   e->host_state = tp__host_get(H);
   return TP_OK;
-}
-
-/* Calls host.lua's rt[name] with the nargs values on top; leaves nres results. */
-int tp__host_rt_call (lua_State *H, const char *name, int nargs, int nres) {
-  tp__host *h = tp__host_get(H);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
-  lua_getfield(H, -1, name);
-  lua_remove(H, -2);
-  lua_insert(H, -1 - nargs);
-  return tp__host_pcall(H, nargs, nres);
 }
 
 /* luv's data of a handle (luv/lhandle.h and luv/luv.h of lua-luv-dev 1.44; luv.h itself
@@ -1088,13 +704,14 @@ static void close_luv_handles (lua_State *H) {
 void tp__host_close (tp_engine *e) {
   lua_State *H = e->H;
   if (H == NULL) return;
-  tp__host_upstream_stop(e);
+  assert(!tp__host_get(H)->upstream && "host.c: tp__host_upstream_stop first");
   if (tp__host_rt_call(H, "shutdown", 0, 0) != LUA_OK) lua_pop(H, 1);  /* closes luv handles */
   close_luv_handles(H);  /* those shutdown could not close */
   uv_run(e->loop, UV_RUN_NOWAIT);  /* their close callbacks, while H still exists */
   for (size_t i = 0; i < e->ntools; i++)  /* the tools outlive H, without handlers */
     if (e->tools[i]->prov->release) e->tools[i]->prov->release(e, e->tools[i]);
   tp__host *h = tp__host_get(H);
+  tp__watch_disarm(&e->core.wd, &h->watch);  /* the watchdog outlives H: it lets go of h */
   while (h->npool > 0) tp__host_unbind(H, h, h->pool[--h->npool], 0);
   tp__host_drop_ref(H, &h->resumed);
   tp__host_drop_ref(H, &h->rt);
@@ -1107,124 +724,6 @@ void tp__host_close (tp_engine *e) {
   host_heap_free(hp);
   e->H = NULL;
   e->host_state = NULL;
-}
-
-/* ---- plugins ------------------------------------------------------------------------ */
-
-static int cmp_str (const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Appends one problem line to a growing buffer. -1 when out of memory. */
-static int add_problem (char **buf, size_t *len, const char *line) {
-  size_t n = strlen(line);
-  char *nb = realloc(*buf, *len + n + 2);
-  if (nb == NULL) return -1;
-  *buf = nb;
-  if (*len) (*buf)[(*len)++] = '\n';
-  memcpy(*buf + *len, line, n);
-  *len += n;
-  (*buf)[*len] = '\0';
-  return 0;
-}
-
-/* The problems of the upstream servers' start go with the plugin problems of the load. */
-typedef struct upstream_problems {
-  char **buf;
-  size_t *len;
-  void (*problem)(const char *, void *);
-  void *ud;
-  int nomem;
-} upstream_problems;
-
-static void upstream_problem (const char *line, void *ud) {
-  upstream_problems *up = ud;
-  if (add_problem(up->buf, up->len, line) != 0) up->nomem = 1;
-  else if (up->problem) up->problem(line, up->ud);
-}
-
-/* load_file_p(dir, dlen, name): host.lua's load_file of "dir/name", the C strings given
-** as light userdata, so that making the path (which may raise) is protected. */
-static int load_file_p (lua_State *H) {
-  const char *dir = lua_touserdata(H, 1), *name = lua_touserdata(H, 3);
-  size_t dlen = (size_t)lua_tointeger(H, 2);
-  lua_settop(H, 0);
-  lua_rawgeti(H, LUA_REGISTRYINDEX, tp__host_get(H)->rt);
-  lua_getfield(H, -1, "load_file");
-  lua_pushfstring(H, "%s/%s", lua_pushlstring(H, dir, dlen), name);
-  lua_remove(H, -2);
-  lua_call(H, 1, 2);
-  return 2;
-}
-
-int tp__host_load_dir (tp_engine *e, const char *dir,
-                       void (*problem)(const char *, void *), void *ud) {
-  if (e == NULL || dir == NULL) return TP_EINVAL;
-  DIR *d = opendir(dir);
-  if (d == NULL) {
-    tp__engine_set_error(e, "cannot read the tools directory %s: %s", dir, strerror(errno));
-    return TP_EINVAL;
-  }
-  char **names = NULL;
-  size_t n = 0, cap = 0;
-  struct dirent *de;
-  int rc = TP_OK;
-  while ((de = readdir(d)) != NULL) {
-    size_t len = strlen(de->d_name);
-    if (de->d_name[0] == '.' || len < 5 || strcmp(de->d_name + len - 4, ".lua") != 0) continue;
-    if (tp__grow(&names, &cap, n + 1, sizeof *names, 16) != 0) { rc = TP_ENOMEM; break; }
-    if ((names[n] = strdup(de->d_name)) == NULL) { rc = TP_ENOMEM; break; }
-    n++;
-  }
-  closedir(d);
-  if (rc == TP_OK && (rc = tp__host_open(e)) == TP_OK && n > 1)
-    qsort(names, n, sizeof *names, cmp_str);
-  char *problems = NULL;
-  size_t plen = 0;
-  if (rc == TP_OK) {
-    upstream_problems up = { &problems, &plen, problem, ud, 0 };
-    tp__host_upstream(e, upstream_problem, &up);
-    if (up.nomem) rc = TP_ENOMEM;
-  }
-  int added = 0;
-  size_t dlen = strlen(dir);
-  while (dlen > 1 && dir[dlen - 1] == '/') dlen--;
-  for (size_t i = 0; rc == TP_OK && i < n; i++) {
-    lua_State *H = e->H;
-    int top = lua_gettop(H);
-    lua_pushcfunction(H, load_file_p);
-    lua_pushlightuserdata(H, (void *)dir);
-    lua_pushinteger(H, (lua_Integer)dlen);
-    lua_pushlightuserdata(H, names[i]);
-    if (tp__host_pcall(H, 3, 2) != LUA_OK) {
-      if (add_problem(&problems, &plen, tp__host_error_text(H, -1)) != 0) rc = TP_ENOMEM;
-      else if (problem) problem(tp__host_error_text(H, -1), ud);
-    }
-    else {
-      added += (int)lua_tointeger(H, -2);
-      lua_Integer np = (lua_Integer)lua_rawlen(H, -1);
-      for (lua_Integer k = 1; k <= np; k++) {
-        lua_rawgeti(H, -1, k);
-        if (lua_type(H, -1) == LUA_TSTRING) {
-          if (add_problem(&problems, &plen, lua_tostring(H, -1)) != 0) rc = TP_ENOMEM;
-          else if (problem) problem(lua_tostring(H, -1), ud);
-        }
-        lua_pop(H, 1);
-      }
-    }
-    lua_settop(H, top);
-  }
-  for (size_t i = 0; i < n; i++) free(names[i]);
-  free(names);
-  if (rc != TP_OK) {
-    free(problems);
-    if (rc == TP_ENOMEM && e->error == NULL) tp__engine_set_error(e, "out of memory");
-    return rc;
-  }
-  free(e->error);
-  e->error = problems;  /* NULL reads as "" */
-  tp__tools_annotate(e);
-  return added;
 }
 
 /* ---- describe and search: lua/describe.lua over the registry ------------------------ */
@@ -1462,14 +961,8 @@ static char *describe_call (tp_engine *e, const char *what, const char *arg, int
   return out;
 }
 
-char *tp__host_describe (tp_engine *e, const char *format, const char *arg) {
-  tp__host_upstream(e, NULL, NULL);  /* the upstream servers' tools are described too */
-  return describe_call(e, format, arg, 1);
-}
-
-char *tp__host_describe_extra (tp_engine *e, const char *format, const char *arg,
-                               const tp_tool *const *extra, size_t nextra) {
-  tp__host_upstream(e, NULL, NULL);
+char *tp__host_describe_now (tp_engine *e, const char *format, const char *arg,
+                             const tp_tool *const *extra, size_t nextra) {
   extra_tools = extra;
   nextra_tools = nextra;
   char *text = describe_call(e, format, arg, 1);
@@ -1529,4 +1022,3 @@ void tp__tool_annotate_one (tp_engine *e, tp_tool *t) {
   t->lua_api = tp__host_tool_api_of(e, t);
   if (t->lua_api == NULL) t->lua_api = short_api(t);
 }
-

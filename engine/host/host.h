@@ -1,5 +1,6 @@
 /*
-** host.h: the engine's host Lua state and what runs in it (host.c, fs.c, kvstore.c, proc.c).
+** host.h: the engine's host Lua state and what runs in it (host.c, host_load.c, fs.c,
+** kvstore.c, proc.c, http.c).
 */
 #ifndef tidepool_host_h
 #define tidepool_host_h
@@ -7,6 +8,8 @@
 #include "lua.h"
 #include "tidepool.h"
 
+/* host.c: opens e's host state (once; TP_OK when it is open) and closes it, after
+** tp__host_upstream_stop (tp_engine_destroy). */
 int  tp__host_open(tp_engine *e);
 void tp__host_close(tp_engine *e);
 /* handles.c. Counts the handles of e's loop that are neither closing nor the engine's
@@ -17,8 +20,8 @@ size_t tp__engine_count_open_handles(tp_engine *e);
 /* The number counted over the process's life, and through *what (may be NULL) the types
 ** of the last engine's ("timer (active), ..."); for the C tests (spec/c/tp_test.h). */
 size_t tp__engine_open_handles(const char **what);
-/* Loads the plugin files of dir (tp_engine_load_tools), telling problem (may be NULL)
-** each problem as it is met. */
+/* host_load.c. Loads the plugin files of dir (tp_engine_load_tools), telling problem
+** (may be NULL) each problem as it is met. */
 int  tp__host_load_dir(tp_engine *e, const char *dir, void (*problem)(const char *, void *),
                        void *ud);
 /* Starts the upstream MCP servers of e's config (mcpServers) once, and waits until each
@@ -33,18 +36,19 @@ int  tp__host_tools_settled(const tp_engine *e);
 ** gone (tp_engine_destroy, before the handles are counted). */
 void tp__host_upstream_stop(tp_engine *e);
 /* Discovery: describe.lua over the registry, for the engine's callers (never for a
-** script). format "lua" or "compact": the preamble and every tool in full or one line
-** each; "json" or "json+compact": the run_lua tool (arg non-NULL adds the session
-** argument). NULL on failure (tp_engine_error). */
-char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
-/* Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
-char *tp__host_tool_api(tp_engine *e, const char *tool);
-/* The same for a tool outside the registry (a run's caller tool). */
+** script), once the upstream servers were started (their tools are described too).
+** format "lua" or "compact": the preamble and every tool in full or one line each;
+** "json" or "json+compact": the run_lua tool (arg non-NULL adds the session argument).
+** NULL on failure (tp_engine_error). */
 struct tp_tool;
-char *tp__host_tool_api_of(tp_engine *e, const struct tp_tool *t);
+char *tp__host_describe(tp_engine *e, const char *format, const char *arg);
 /* tp__host_describe over the engine's tools and nextra more (caller tools). */
 char *tp__host_describe_extra(tp_engine *e, const char *format, const char *arg,
                               const struct tp_tool *const *extra, size_t nextra);
+/* host.c. Tool's annotations (LuaCATS), made when it is registered; NULL on failure. */
+char *tp__host_tool_api(tp_engine *e, const char *tool);
+/* The same for a tool outside the registry (a run's caller tool). */
+char *tp__host_tool_api_of(tp_engine *e, const struct tp_tool *t);
 /* Asks e's state store for the shape of tool name's last result that an engine kept
 ** there (E.seen: another worker, another process with the same --state, before a
 ** restart), unless the tool has one of its own by then. It arrives at once from a memory
@@ -60,7 +64,7 @@ int tp__kvstore_open(lua_State *L);
 ** loop handles (tp_engine_destroy, before the open handles are counted). */
 int  tp__http_open(lua_State *L);
 void tp__http_close(tp_engine *e);
-/* host.c: calls the function under nargs arguments on top of H (the host state's main
+/* host_state.c: calls the function under nargs arguments on top of H (the host state's main
 ** thread) as luv's callbacks are called: an error goes to the call that owns the
 ** function (ctx), else to stderr. Pops them; returns the Lua status. */
 int  tp__host_callback(lua_State *H, int nargs);

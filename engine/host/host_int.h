@@ -1,7 +1,11 @@
 /*
-** host_int.h: what the files of the host Lua state share (host.c opens H and holds host.lua's
-** E functions; provider_lua.c runs the calls of Lua plugin tools in it; provider_upstream.c
-** starts and stops the upstream MCP servers of lua/upstream.lua). Not for other files.
+** host_int.h: what the files of the host Lua state share, from the bottom up:
+** host_state.c (H's record, references, pcall, the luv callback runner), host_call.c (a
+** call's box, E's functions on it, the timed resume), host_handler.c (a Lua handler's
+** call, for the two providers below), provider_lua.c and provider_upstream.c (the Lua
+** plugin and upstream tools' providers), host.c (opens and closes H, builds E, makes the
+** annotations), host_load.c (plugin files, the upstream MCP servers). Each calls only the
+** ones before it. Not for other files.
 */
 #ifndef tidepool_host_int_h
 #define tidepool_host_int_h
@@ -10,8 +14,10 @@
 #include <jansson.h>
 
 #include "lua.h"
+#include "lauxlib.h"
 #include "tidepool.h"
 #include "registry.h"
+#include "watchdog.h"
 
 #define CALLBOX "tidepool.callbox"
 #define TP_WORKSPACE_MAX_DEFAULT ((uint64_t)1 << 30)
@@ -36,7 +42,7 @@ typedef struct tp__host {
   tp_engine *e;
   int rt;      /* host.lua's table */
   int resumed; /* host.lua's M.resumed */
-  int nrefs;   /* registry references taken by host.c and not yet released */
+  int nrefs;   /* registry references taken (tp__host_take_ref) and not yet released */
   char *ws;    /* the workspace host.lua was last told (rt.set_workspace), or NULL */
   uint64_t ws_max;
   int ws_told; /* host.lua was told at least once */
@@ -45,10 +51,16 @@ typedef struct tp__host {
   int upstream;  /* lua/upstream.lua was started (tp__host_upstream) */
   uint64_t resume_end_ns;  /* when the last resume of a handler (tp__host_resume_timed)
                            ** gave the thread back: a call that returned at once ends then */
+  /* The time-limit watch of handlers' resumes, armed at the first and kept: a resume
+  ** publishes its deadline in resume_deadline (the innermost one; 0: none) and takes the
+  ** watchdog's lock only when the watch would wake after it (host_call.c). */
+  tp_watch watch;
+  _Atomic uint64_t resume_deadline;
+  _Atomic(pthread_t) resume_thread;
 } tp__host;
 
-/* The key a record's coroutine must be resumed with by host.c, and what it yields when
-** its handler returned (E.DONE): light userdata no Lua code can make. */
+/* The key a record's coroutine must be resumed with (host_handler.c), and what it yields
+** when its handler returned (E.DONE): light userdata no Lua code can make. */
 extern const char tp__host_run_key, tp__host_done_key;
 /* A handler's arguments as host_dispatch hands them to its coroutine: the codec's text
 ** (with its containers' sizes) when the call has no tree, else the tree. */
@@ -59,8 +71,6 @@ typedef struct tp__host_args {
   const int *counts;
 } tp__host_args;
 
-/* host.c */
-/* H's own data (the userdata under host.c's key in H's registry). */
 /* host_state.c: H's record lives in its registry under &tp__host_key (host.c sets it);
 ** drop_ref unrefs *ref (counted in nrefs) and sets it to LUA_NOREF; cb_pcall is the luv
 ** callback runner host.c gives luv_set_callback. */
@@ -77,9 +87,13 @@ int  tp__host_pcall(lua_State *H, int nargs, int nres);
 const char *tp__host_error_text(lua_State *H, int idx);
 /* Calls host.lua's rt[name] with the nargs values on top; leaves nres results. */
 int  tp__host_rt_call(lua_State *H, const char *name, int nargs, int nres);
-/* An empty Lua table converts to {}; where a schema keyword takes an array (required,
-** enum, type, allOf, ...) it is [] instead. Walks subschemas only, never into data. */
-void tp__host_fix_schema(json_t *s, int depth);
+
+/* host_call.c */
+/* E's functions on a call's box (complete, resume, new_box, charge, decode, body, ...):
+** host.c sets them into E, each with CALLBOX's metatable as its upvalue 1. */
+extern const luaL_Reg tp__host_call_fns[];
+/* Sets up h's resume watch (h->watch), not armed yet: when H opens. */
+void tp__host_watch_init(tp__host *h);
 /* Lets go of b's call: the box is emptied and c->host_ref cleared. keep: the box's
 ** reference stays (the record goes back to the pool); else it is dropped, and the record
 ** lives on only as long as Lua code can reach it. */
@@ -102,17 +116,20 @@ void tp__host_fail_errmem(lua_State *H, tp__host *h, tp__callbox *b);
 ** an error) to L as ok, value, result, and pops the rest. L has room for 3 values. */
 void tp__host_move_outcome(lua_State *co, lua_State *L, int st, int nres);
 
-/* provider_lua.c: a Lua tool's pdata (provider.h): its handler in H's registry. An
-** upstream tool's pdata begins with one. */
+/* host_handler.c: a Lua tool's pdata (provider.h): its handler in H's registry. An
+** upstream tool's pdata begins with one. The four entries the Lua and the upstream
+** providers' tables share. */
 typedef struct tp__lua_tool {
   int ref;             /* the handler, or LUA_NOREF once released */
 } tp__lua_tool;
-/* E.add_tool (see provider_lua.c). */
-int  tp__lua_add_tool(lua_State *H);
 void tp__lua_dispatch(tp_engine *e, const tp_tool *t, tp_call *c);
 void tp__lua_cancel(tp_engine *e, const tp_tool *t, tp_call *c);
 void tp__lua_release(tp_engine *e, tp_tool *t);
 const char *tp__lua_describe(const tp_tool *t);
+
+/* provider_lua.c: the pdata of a Lua plugin tool whose handler is ref (NULL when out of
+** memory). */
+void *tp__lua_tool_new(int ref);
 
 /* provider_upstream.c: the pdata of an upstream tool whose handler is ref (NULL when out
 ** of memory), and another name for it (any characters, at most 128 bytes, at most 8):
@@ -120,5 +137,10 @@ const char *tp__lua_describe(const tp_tool *t);
 ** or TP_ENOMEM. */
 void *tp__upstream_tool_new(int ref);
 int  tp__upstream_set_alias(tp_engine *e, const char *name, const char *alias);
+
+/* host.c: describe.lua's text of format over e's tools and nextra more (caller tools), as
+** tp__host_describe_extra (host.h) gives it, without starting the upstream servers. */
+char *tp__host_describe_now(tp_engine *e, const char *format, const char *arg,
+                            const tp_tool *const *extra, size_t nextra);
 
 #endif

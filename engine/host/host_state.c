@@ -1,8 +1,8 @@
 /*
 ** host_state.c: the basics of the engine's host Lua state H (host.c opens it): its record
-** in H's registry, references, a pcall that keeps error tables, and the luv callback
-** runner. Apart from host.c, which loads plugins and so calls the providers, http.c
-** and kvstore.c: those call these basics, so they sit between the two.
+** in H's registry, references, a pcall that keeps error tables, a call of host.lua's
+** runtime table, and the luv callback runner. Under every other file that touches H
+** (host_int.h lists them bottom up), and under http.c and kvstore.c.
 */
 #include <stdio.h>
 
@@ -106,4 +106,14 @@ int tp__host_cb_pcall (lua_State *L, int nargs, int nresults, int flags) {
 int tp__host_callback (lua_State *H, int nargs) {
   int st = tp__host_cb_pcall(H, nargs, 0, 0);
   return st < 0 ? -st : LUA_OK;
+}
+
+/* Calls host.lua's rt[name] with the nargs values on top; leaves nres results. */
+int tp__host_rt_call (lua_State *H, const char *name, int nargs, int nres) {
+  tp__host *h = tp__host_get(H);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, h->rt);
+  lua_getfield(H, -1, name);
+  lua_remove(H, -2);
+  lua_insert(H, -1 - nargs);
+  return tp__host_pcall(H, nargs, nres);
 }

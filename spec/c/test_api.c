@@ -780,6 +780,8 @@ TEST(envelope_pieces_are_the_engines_json_form) {
     "local ok = pcall(tools.t.nosuch, {}) return ok",
     "local x = tools.t.answer{} error('after a call')",
     "local t = {a = 1} for _, v in ipairs(t) do end return t.length",
+    "return true", "return false", "return 1 == 2",  /* finish_ok's constant texts */
+    "local r = tools.t.answer{} return r ~= nil", "return true, false",
   };
   tp_limits lim;
   tp_limits_init(&lim);
