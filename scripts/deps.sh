@@ -2,7 +2,7 @@
 # Install the Debian packages tidepool needs, only those that are missing.
 # Runs apt-get as root, or through sudo; prints nothing when all are present.
 # libcurl4-openssl-dev: HTTP for scripts and plugins (engine/host/http.c, on the engine's
-# libuv loop); libseccomp-dev: the system call filter of proc.run's children.
+# libuv loop; its headers at build time, libcurl.so.4 opened on first use); libseccomp-dev: the system call filter of proc.run's children.
 # libsqlite3-dev: the durable state store (--state DIR); libhiredis-dev and redis-server:
 # the shared one (--state redis://...; tests start their own redis-server on 127.0.0.1);
 # libmicrohttpd-dev: the HTTP server of `tidepool mcp --http`, driven by our libuv loop;
