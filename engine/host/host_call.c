@@ -176,8 +176,11 @@ static uint64_t host_watch_fire (tp_watch *w, uint64_t now) {
 /* Publishes deadline (0: none) as the innermost resume's; arms the watch when it would
 ** wake later than that. */
 static void watch_deadline (tp_engine *e, tp__host *h, uint64_t deadline) {
+  if (deadline == 0) {  /* no order needed: a watch that reads the old one signals in vain */
+    atomic_store_explicit(&h->resume_deadline, 0, memory_order_release);
+    return;
+  }
   atomic_store(&h->resume_deadline, deadline);
-  if (deadline == 0) return;
   uint64_t seen = atomic_load(&h->watch.wake_seen);
   if ((seen == 0 || seen > deadline) && tp__signal_install() == 0)
     (void)tp__watch_arm(&e->core.wd, &h->watch, deadline);  /* fails: the handler runs on */
@@ -213,7 +216,9 @@ int tp__host_resume_timed (lua_State *from, tp_engine *e, tp_call *c, lua_State 
     target.deadline_ns = deadline;
     prev = tp__signal_host_target(&target);  /* before the deadline is published */
     outer = atomic_load(&h->resume_deadline);
-    atomic_store(&h->resume_thread, pthread_self());
+    pthread_t self = pthread_self();  /* the same thread, as a rule: no locked write */
+    if (!pthread_equal(atomic_load_explicit(&h->resume_thread, memory_order_relaxed), self))
+      atomic_store(&h->resume_thread, self);
     watch_deadline(e, h, deadline);
   }
   uint64_t t0 = tp__now_ns();
