@@ -317,7 +317,7 @@ $(BUILD)/tests/test_confine_cgroup: libexec/confine_cgroup.h
 $(BUILD)/tests/test_alloc_fail: CTEST_LDFLAGS = \
   -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=vasprintf
 
-$(BUILD)/bench/%: bench/%.c bench/bench.h $(LIB_INT)
+$(BUILD)/bench/%: bench/%.c bench/bench.h bench/bench_later.h $(LIB_INT)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -Wl,-E -o $@ $< $(LIB_INT) $(LUV_LIBS) $(LIBS_ALL) $(CURL_LIBS)
 

@@ -30,35 +30,14 @@
 #include "tidepool.h"
 #include "engine.h"
 #include "bench.h"
+#include "bench_later.h"
 
 #define NRUNS 10000
-#define DELAY_MS 50
-
-static const char script[] = "local r = tools.bench.later{} return r.ok";
-
 static void die (const char *what) {
   fprintf(stderr, "bench_sched: %s\n", what);
   exit(1);
 }
 
-static void timer_closed (uv_handle_t *h) { free(h); }
-
-static void timer_fired (uv_timer_t *t) {
-  tp_call_complete(t->data, "{\"ok\":true}", 11);
-  uv_close((uv_handle_t *)t, timer_closed);
-}
-
-/* The tool: completes after DELAY_MS on the engine's loop. */
-static void later (tp_call *c, void *ud) {
-  uv_timer_t *t = malloc(sizeof *t);
-  if (t == NULL || uv_timer_init(ud, t) != 0) {
-    free(t);
-    tp_call_fail(c, "tool.failed", "out of memory");
-    return;
-  }
-  t->data = c;
-  uv_timer_start(t, timer_fired, DELAY_MS, 0);
-}
 
 static int done, failed;
 
@@ -86,7 +65,7 @@ static double round_10k (tp_engine *e, double *poll_ms, double *create_ms, doubl
   done = failed = 0;
   double c0 = bench_now_us();
   for (int i = 0; i < NRUNS; i++)
-    if ((rv[i] = tp_run_create(e, script, sizeof script - 1, NULL)) == NULL)
+    if ((rv[i] = tp_run_create(e, bench_later_script, sizeof bench_later_script - 1, NULL)) == NULL)
       die("tp_run_create failed");
   double t0 = bench_now_us(), u0 = cpu_us();
   *create_ms = (t0 - c0) / 1000;
@@ -129,7 +108,7 @@ static void *shard_round (void *ud) {
   shard *sh = ud;
   sh->done = sh->failed = 0;
   for (int i = 0; i < sh->n; i++)
-    if ((sh->rv[i] = tp_run_create(sh->e, script, sizeof script - 1, NULL)) == NULL)
+    if ((sh->rv[i] = tp_run_create(sh->e, bench_later_script, sizeof bench_later_script - 1, NULL)) == NULL)
       die("tp_run_create failed");
   pthread_barrier_wait(&start_line);
   for (int i = 0; i < sh->n; i++)
@@ -162,7 +141,7 @@ static double sharded (int rounds) {
     shv[i].rv = malloc((size_t)shv[i].n * sizeof *shv[i].rv);
     if (shv[i].e == NULL || shv[i].rv == NULL) die("out of memory");
     tp_tool_def def = { .name = "bench.later", .description = "Answers after 50 ms.",
-                        .handler = later,
+                        .handler = bench_later,
                         .ud = tp__engine_loop(shv[i].e) };
     if (tp_engine_add_tool(shv[i].e, &def) != TP_OK) die(tp_engine_error(shv[i].e));
   }
@@ -185,7 +164,7 @@ int main (int argc, char **argv) {
   tp_engine *e = tp_engine_create();
   if (e == NULL) die("tp_engine_create failed");
   tp_tool_def def = { .name = "bench.later", .description = "Answers after 50 ms.",
-                      .handler = later,
+                      .handler = bench_later,
                       .ud = tp__engine_loop(e) };
   if (tp_engine_add_tool(e, &def) != TP_OK) die(tp_engine_error(e));
   enum { ROUNDS = 5 };

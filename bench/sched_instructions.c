@@ -11,30 +11,11 @@
 #include <uv.h>
 
 #include "bench.h"
+#include "bench_later.h"
 #include "engine.h"
 
-#define DELAY_MS 50
-
-static const char script[] = "local r = tools.bench.later{} return r.ok";
 static int done, failed;
 
-static void timer_closed (uv_handle_t *h) { free(h); }
-
-static void timer_fired (uv_timer_t *t) {
-  tp_call_complete(t->data, "{\"ok\":true}", 11);
-  uv_close((uv_handle_t *)t, timer_closed);
-}
-
-static void later (tp_call *c, void *ud) {
-  uv_timer_t *t = malloc(sizeof *t);
-  if (t == NULL || uv_timer_init(ud, t) != 0) {
-    free(t);
-    tp_call_fail(c, "tool.failed", "out of memory");
-    return;
-  }
-  t->data = c;
-  uv_timer_start(t, timer_fired, DELAY_MS, 0);
-}
 
 static void on_done (tp_run *r, void *ud) {
   (void)ud;
@@ -61,12 +42,12 @@ int main (int argc, char **argv) {
   tp_run **rv = malloc((size_t)n * sizeof *rv);
   if (e == NULL || rv == NULL) return 1;
   tp_tool_def def = { .name = "bench.later", .description = "Answers after 50 ms.",
-                      .handler = later, .ud = tp__engine_loop(e) };
+                      .handler = bench_later, .ud = tp__engine_loop(e) };
   if (tp_engine_add_tool(e, &def) != TP_OK) return 1;
   for (int round = 0; round < 2; round++) {
     done = failed = 0;
     for (int i = 0; i < n; i++)
-      if ((rv[i] = tp_run_create(e, script, sizeof script - 1, NULL)) == NULL) return 1;
+      if ((rv[i] = tp_run_create(e, bench_later_script, sizeof bench_later_script - 1, NULL)) == NULL) return 1;
     if (round == 0) warm(e, rv, n);
     else counted(e, rv, n);
     if (failed) {
