@@ -899,7 +899,8 @@ int tp__call_complete_charged (tp_call *c, json_t *result, size_t cost) {
 /* Keeps text (malloc'd, taken: freed here when not kept) as c's result, checked by
 ** tp__codec_answer_ok (which gave ncont), with cost charged already: 1, or 0 when it is
 ** not kept (then nothing changed and text is freed; the cost is the caller's to refund).
-** counted: the block holds the containers' sizes already (tp__codec_encode's). */
+** counted: the block holds the containers' sizes already, after the text (made by
+** tp__codec_encode, or by tp_call_complete in place). */
 static int keep_text (tp_call *c, char *text, size_t len, size_t ncont, size_t cost,
                       int counted) {
   size_t at = (len + 1 + sizeof(int) - 1) / sizeof(int) * sizeof(int);
